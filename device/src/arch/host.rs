@@ -1,0 +1,184 @@
+//! Host implementations of the `arch` primitives, used when the device crate is compiled for the
+//! CPU (the CPU backend runs kernels on OS threads, one per GPU thread, see [`grid`]).
+//!
+//! Each function uses the `core::sync::atomic` operation with the ordering its PTX twin spells;
+//! "sys" scope is what any atomic is on the host. 16-byte stores are split into two 8-byte
+//! atomic stores, and every protocol that uses them is built so that a split store is harmless:
+//! the FIFO writes `fst` then publishes `snd` (which carries the commit bit) with release; an
+//! LL16 packet carries a flag in each 8-byte half.
+//!
+//! Spin loops back off (a few pure spins, then `yield_now`, then short sleeps): hundreds of
+//! emulated GPU threads share two cores in CI, and a busy spin starves the thread it waits for.
+//!
+//! # Safety (all `unsafe fn` here)
+//! As on the device: pointers valid, aligned for their width, and live for the call.
+
+pub mod grid;
+
+pub use grid::{block_dim_x, block_idx_x, dynamic_shared_mem, grid_dim_x, sync_threads, thread_idx_x};
+
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
+
+/// # Safety
+/// `p` valid and 8-byte aligned for the program's lifetime of the returned reference's use.
+#[inline(always)]
+unsafe fn a64<'a>(p: *const u64) -> &'a AtomicU64 {
+    // SAFETY: the caller's contract (module docs); `AtomicU64` has `u64`'s layout.
+    unsafe { AtomicU64::from_ptr(p as *mut u64) }
+}
+
+/// Acquire load.
+#[inline(always)]
+pub unsafe fn ld_acquire_sys_u64(p: *const u64) -> u64 {
+    // SAFETY: the caller's contract (module docs).
+    unsafe { a64(p) }.load(Ordering::Acquire)
+}
+/// Relaxed load.
+#[inline(always)]
+pub unsafe fn ld_relaxed_sys_u64(p: *const u64) -> u64 {
+    // SAFETY: the caller's contract (module docs).
+    unsafe { a64(p) }.load(Ordering::Relaxed)
+}
+/// Relaxed load.
+#[inline(always)]
+pub unsafe fn ld_relaxed_sys_u32(p: *const u32) -> u32 {
+    // SAFETY: the caller's contract (module docs).
+    unsafe { AtomicU32::from_ptr(p as *mut u32) }.load(Ordering::Relaxed)
+}
+/// Release store.
+#[inline(always)]
+pub unsafe fn st_release_sys_u64(p: *mut u64, v: u64) {
+    // SAFETY: the caller's contract (module docs).
+    unsafe { a64(p) }.store(v, Ordering::Release)
+}
+/// Relaxed store.
+#[inline(always)]
+pub unsafe fn st_relaxed_sys_u64(p: *mut u64, v: u64) {
+    // SAFETY: the caller's contract (module docs).
+    unsafe { a64(p) }.store(v, Ordering::Relaxed)
+}
+/// 16-byte release store as two 8-byte stores: `lo` relaxed, then `hi` with release, so a
+/// reader that acquires `hi` sees `lo` (see the module docs for why that suffices).
+#[inline(always)]
+pub unsafe fn st_release_sys_v2_u64(p: *mut u64, lo: u64, hi: u64) {
+    // SAFETY: the caller's contract (module docs); `p + 1` is inside the 16-byte slot.
+    unsafe {
+        a64(p).store(lo, Ordering::Relaxed);
+        a64(p.add(1)).store(hi, Ordering::Release);
+    }
+}
+/// Release add.
+#[inline(always)]
+pub unsafe fn red_add_release_sys_u64(p: *mut u64, v: u64) {
+    // SAFETY: the caller's contract (module docs).
+    unsafe { a64(p) }.fetch_add(v, Ordering::Release);
+}
+/// Relaxed add.
+#[inline(always)]
+pub unsafe fn red_add_relaxed_sys_u64(p: *mut u64, v: u64) {
+    // SAFETY: the caller's contract (module docs).
+    unsafe { a64(p) }.fetch_add(v, Ordering::Relaxed);
+}
+/// Relaxed fetch-add; returns the old value.
+#[inline(always)]
+pub unsafe fn atom_add_relaxed_gpu_u64(p: *mut u64, v: u64) -> u64 {
+    // SAFETY: the caller's contract (module docs).
+    unsafe { a64(p) }.fetch_add(v, Ordering::Relaxed)
+}
+/// Relaxed compare-and-swap; returns the old value.
+#[inline(always)]
+pub unsafe fn atom_cas_relaxed_sys_u32(p: *mut u32, compare: u32, new: u32) -> u32 {
+    // SAFETY: the caller's contract (module docs).
+    match unsafe { AtomicU32::from_ptr(p) }.compare_exchange(
+        compare,
+        new,
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    ) {
+        Ok(old) | Err(old) => old,
+    }
+}
+/// Sequentially consistent fence.
+#[inline(always)]
+pub fn fence_sc_sys() {
+    fence(Ordering::SeqCst)
+}
+/// Acquire-release fence.
+#[inline(always)]
+pub fn fence_acq_rel_sys() {
+    fence(Ordering::AcqRel)
+}
+/// LL16 read: two relaxed 8-byte loads (each half carries its own flag).
+#[inline(always)]
+pub unsafe fn ld_volatile_v4_u32(p: *const u32) -> [u32; 4] {
+    // SAFETY: the caller's contract (module docs); 16-byte aligned slot.
+    let (lo, hi) = unsafe {
+        (
+            a64(p as *const u64).load(Ordering::Relaxed),
+            a64((p as *const u64).add(1)).load(Ordering::Relaxed),
+        )
+    };
+    [lo as u32, (lo >> 32) as u32, hi as u32, (hi >> 32) as u32]
+}
+/// LL16 write: two relaxed 8-byte stores (each half carries its own flag).
+#[inline(always)]
+pub unsafe fn st_volatile_v4_u32(p: *mut u32, v: [u32; 4]) {
+    let lo = v[0] as u64 | ((v[1] as u64) << 32);
+    let hi = v[2] as u64 | ((v[3] as u64) << 32);
+    // SAFETY: the caller's contract (module docs); 16-byte aligned slot.
+    unsafe {
+        a64(p as *const u64).store(lo, Ordering::Relaxed);
+        a64((p as *const u64).add(1)).store(hi, Ordering::Relaxed);
+    }
+}
+/// LL8 read: one relaxed 8-byte load.
+#[inline(always)]
+pub unsafe fn ld_volatile_v2_u32(p: *const u32) -> [u32; 2] {
+    // SAFETY: the caller's contract (module docs).
+    let w = unsafe { a64(p as *const u64) }.load(Ordering::Relaxed);
+    [w as u32, (w >> 32) as u32]
+}
+/// LL8 write: one relaxed 8-byte store.
+#[inline(always)]
+pub unsafe fn st_volatile_v2_u32(p: *mut u32, v: [u32; 2]) {
+    // SAFETY: the caller's contract (module docs).
+    unsafe { a64(p as *const u64) }.store(v[0] as u64 | ((v[1] as u64) << 32), Ordering::Relaxed)
+}
+/// Plain 16-byte load.
+#[inline(always)]
+pub unsafe fn ld_v4_u32(p: *const u32) -> [u32; 4] {
+    // SAFETY: the caller's contract (module docs).
+    unsafe { (p as *const [u32; 4]).read() }
+}
+/// Plain 16-byte store.
+#[inline(always)]
+pub unsafe fn st_v4_u32(p: *mut u32, v: [u32; 4]) {
+    // SAFETY: the caller's contract (module docs).
+    unsafe { (p as *mut [u32; 4]).write(v) }
+}
+/// Monotonic nanoseconds.
+#[inline(always)]
+pub fn globaltimer_ns() -> u64 {
+    grid::monotonic_ns()
+}
+/// Sleeps about `ns` nanoseconds.
+#[inline(always)]
+pub fn nanosleep(ns: u32) {
+    std::thread::sleep(core::time::Duration::from_nanos(ns as u64));
+}
+/// One step of a spin loop: pure spins first, then yields, then 50 µs sleeps.
+#[inline(always)]
+pub fn spin_step(iteration: u64) {
+    if iteration < 16 {
+        core::hint::spin_loop();
+    } else if iteration < 64 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(core::time::Duration::from_micros(50));
+    }
+}
+/// A GPU trap: on the host, a panic of the emulated thread (the grid emulator reports it).
+#[inline(always)]
+pub fn trap() -> ! {
+    panic!("device trap")
+}

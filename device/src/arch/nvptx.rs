@@ -1,0 +1,237 @@
+//! nvptx64 implementations: every `asm!` of the project lives here.
+//!
+//! Names spell the PTX instruction: operation, ordering, scope, width. None of the ordering
+//! instructions is marked `nomem`/`readonly`/`pure` (the compiler must not move memory accesses
+//! across them); only the timer read and `nanosleep` are.
+//!
+//! # Safety (all `unsafe fn` here)
+//! Pointers must be valid, suitably aligned device addresses of the named width in the global
+//! (or generic-to-global) space, live for the duration of the call.
+
+use core::arch::asm;
+use core::arch::nvptx;
+
+// Dynamic shared memory: sized at launch (`shared_mem_bytes`), one region per block.
+core::arch::global_asm!(".extern .shared .align 16 .b8 mscclpp_dynamic_smem[];");
+
+/// `%tid.x`.
+#[inline(always)]
+pub fn thread_idx_x() -> u32 {
+    // SAFETY: reading a special register has no preconditions.
+    unsafe { nvptx::_thread_idx_x() as u32 }
+}
+/// `%ctaid.x`.
+#[inline(always)]
+pub fn block_idx_x() -> u32 {
+    // SAFETY: reading a special register has no preconditions.
+    unsafe { nvptx::_block_idx_x() as u32 }
+}
+/// `%ntid.x`.
+#[inline(always)]
+pub fn block_dim_x() -> u32 {
+    // SAFETY: reading a special register has no preconditions.
+    unsafe { nvptx::_block_dim_x() as u32 }
+}
+/// `%nctaid.x`.
+#[inline(always)]
+pub fn grid_dim_x() -> u32 {
+    // SAFETY: reading a special register has no preconditions.
+    unsafe { nvptx::_grid_dim_x() as u32 }
+}
+
+/// `bar.sync 0`: every thread of the block must call it (the usual CUDA rule).
+#[inline(always)]
+pub fn sync_threads() {
+    // SAFETY: a block-wide barrier; the uniform-control-flow rule is the caller's, as in CUDA.
+    unsafe { nvptx::_syncthreads() }
+}
+
+/// Generic address of this block's dynamic shared memory.
+#[inline(always)]
+pub fn dynamic_shared_mem() -> *mut u8 {
+    let p: u64;
+    // SAFETY: converts the address of the module's extern shared symbol; no memory access.
+    unsafe {
+        asm!("cvta.shared.u64 {p}, mscclpp_dynamic_smem;", p = out(reg64) p, options(nomem, nostack, pure));
+    }
+    p as *mut u8
+}
+
+/// `ld.acquire.sys.u64`.
+#[inline(always)]
+pub unsafe fn ld_acquire_sys_u64(p: *const u64) -> u64 {
+    let v: u64;
+    // SAFETY: the caller guarantees `p` (module docs).
+    unsafe { asm!("ld.acquire.sys.u64 {v}, [{p}];", v = out(reg64) v, p = in(reg64) p, options(nostack)) };
+    v
+}
+/// `ld.relaxed.sys.u64`.
+#[inline(always)]
+pub unsafe fn ld_relaxed_sys_u64(p: *const u64) -> u64 {
+    let v: u64;
+    // SAFETY: the caller guarantees `p` (module docs).
+    unsafe { asm!("ld.relaxed.sys.u64 {v}, [{p}];", v = out(reg64) v, p = in(reg64) p, options(nostack)) };
+    v
+}
+/// `ld.relaxed.sys.u32`.
+#[inline(always)]
+pub unsafe fn ld_relaxed_sys_u32(p: *const u32) -> u32 {
+    let v: u32;
+    // SAFETY: the caller guarantees `p` (module docs).
+    unsafe { asm!("ld.relaxed.sys.u32 {v}, [{p}];", v = out(reg32) v, p = in(reg64) p, options(nostack)) };
+    v
+}
+/// `st.release.sys.u64`.
+#[inline(always)]
+pub unsafe fn st_release_sys_u64(p: *mut u64, v: u64) {
+    // SAFETY: the caller guarantees `p` (module docs).
+    unsafe { asm!("st.release.sys.u64 [{p}], {v};", p = in(reg64) p, v = in(reg64) v, options(nostack)) };
+}
+/// `st.relaxed.sys.u64`.
+#[inline(always)]
+pub unsafe fn st_relaxed_sys_u64(p: *mut u64, v: u64) {
+    // SAFETY: the caller guarantees `p` (module docs).
+    unsafe { asm!("st.relaxed.sys.u64 [{p}], {v};", p = in(reg64) p, v = in(reg64) v, options(nostack)) };
+}
+/// `st.release.sys.global.v2.u64`: one 16-byte store of `(lo, hi)`; `p` 16-byte aligned.
+#[inline(always)]
+pub unsafe fn st_release_sys_v2_u64(p: *mut u64, lo: u64, hi: u64) {
+    // SAFETY: the caller guarantees `p` (module docs) and 16-byte alignment.
+    unsafe {
+        asm!("st.release.sys.global.v2.u64 [{p}], {{{a}, {b}}};",
+             p = in(reg64) p, a = in(reg64) lo, b = in(reg64) hi, options(nostack))
+    };
+}
+/// `red.release.sys.global.add.u64`.
+#[inline(always)]
+pub unsafe fn red_add_release_sys_u64(p: *mut u64, v: u64) {
+    // SAFETY: the caller guarantees `p` (module docs).
+    unsafe { asm!("red.release.sys.global.add.u64 [{p}], {v};", p = in(reg64) p, v = in(reg64) v, options(nostack)) };
+}
+/// `red.relaxed.sys.global.add.u64`.
+#[inline(always)]
+pub unsafe fn red_add_relaxed_sys_u64(p: *mut u64, v: u64) {
+    // SAFETY: the caller guarantees `p` (module docs).
+    unsafe { asm!("red.relaxed.sys.global.add.u64 [{p}], {v};", p = in(reg64) p, v = in(reg64) v, options(nostack)) };
+}
+/// `atom.add.relaxed.gpu.global.u64`; returns the old value.
+#[inline(always)]
+pub unsafe fn atom_add_relaxed_gpu_u64(p: *mut u64, v: u64) -> u64 {
+    let old: u64;
+    // SAFETY: the caller guarantees `p` (module docs).
+    unsafe {
+        asm!("atom.add.relaxed.gpu.global.u64 {o}, [{p}], {v};",
+             o = out(reg64) old, p = in(reg64) p, v = in(reg64) v, options(nostack))
+    };
+    old
+}
+/// `atom.cas.relaxed.sys.global.b32`; returns the old value.
+#[inline(always)]
+pub unsafe fn atom_cas_relaxed_sys_u32(p: *mut u32, compare: u32, new: u32) -> u32 {
+    let old: u32;
+    // SAFETY: the caller guarantees `p` (module docs).
+    unsafe {
+        asm!("atom.cas.relaxed.sys.global.b32 {o}, [{p}], {c}, {n};",
+             o = out(reg32) old, p = in(reg64) p, c = in(reg32) compare, n = in(reg32) new, options(nostack))
+    };
+    old
+}
+/// `fence.sc.sys`.
+#[inline(always)]
+pub fn fence_sc_sys() {
+    // SAFETY: a fence has no operands.
+    unsafe { asm!("fence.sc.sys;", options(nostack)) };
+}
+/// `fence.acq_rel.sys`.
+#[inline(always)]
+pub fn fence_acq_rel_sys() {
+    // SAFETY: a fence has no operands.
+    unsafe { asm!("fence.acq_rel.sys;", options(nostack)) };
+}
+/// `ld.volatile.global.v4.u32` (LL16 packet read).
+#[inline(always)]
+pub unsafe fn ld_volatile_v4_u32(p: *const u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    // SAFETY: the caller guarantees `p` (module docs) and 16-byte alignment.
+    unsafe {
+        asm!("ld.volatile.global.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+             a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
+             p = in(reg64) p, options(nostack))
+    };
+    [a, b, c, d]
+}
+/// `st.volatile.global.v4.u32` (LL16 packet write).
+#[inline(always)]
+pub unsafe fn st_volatile_v4_u32(p: *mut u32, v: [u32; 4]) {
+    // SAFETY: the caller guarantees `p` (module docs) and 16-byte alignment.
+    unsafe {
+        asm!("st.volatile.global.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};",
+             p = in(reg64) p, a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3],
+             options(nostack))
+    };
+}
+/// `ld.volatile.global.v2.u32` (LL8 packet read).
+#[inline(always)]
+pub unsafe fn ld_volatile_v2_u32(p: *const u32) -> [u32; 2] {
+    let (a, b): (u32, u32);
+    // SAFETY: the caller guarantees `p` (module docs) and 8-byte alignment.
+    unsafe {
+        asm!("ld.volatile.global.v2.u32 {{{a}, {b}}}, [{p}];",
+             a = out(reg32) a, b = out(reg32) b, p = in(reg64) p, options(nostack))
+    };
+    [a, b]
+}
+/// `st.volatile.global.v2.u32` (LL8 packet write).
+#[inline(always)]
+pub unsafe fn st_volatile_v2_u32(p: *mut u32, v: [u32; 2]) {
+    // SAFETY: the caller guarantees `p` (module docs) and 8-byte alignment.
+    unsafe {
+        asm!("st.volatile.global.v2.u32 [{p}], {{{a}, {b}}};",
+             p = in(reg64) p, a = in(reg32) v[0], b = in(reg32) v[1], options(nostack))
+    };
+}
+/// `ld.global.v4.u32`: a plain 16-byte load (bulk copies).
+#[inline(always)]
+pub unsafe fn ld_v4_u32(p: *const u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    // SAFETY: the caller guarantees `p` (module docs) and 16-byte alignment.
+    unsafe {
+        asm!("ld.global.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+             a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
+             p = in(reg64) p, options(nostack, readonly))
+    };
+    [a, b, c, d]
+}
+/// `st.global.v4.u32`: a plain 16-byte store (bulk copies).
+#[inline(always)]
+pub unsafe fn st_v4_u32(p: *mut u32, v: [u32; 4]) {
+    // SAFETY: the caller guarantees `p` (module docs) and 16-byte alignment.
+    unsafe {
+        asm!("st.global.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};",
+             p = in(reg64) p, a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3],
+             options(nostack))
+    };
+}
+/// `%globaltimer` in nanoseconds (coarse: updates about every microsecond).
+#[inline(always)]
+pub fn globaltimer_ns() -> u64 {
+    let t: u64;
+    // SAFETY: reads a special register.
+    unsafe { asm!("mov.u64 {t}, %globaltimer;", t = out(reg64) t, options(nomem, nostack)) };
+    t
+}
+/// `nanosleep.u32`: a hint; the thread sleeps for up to about `ns` nanoseconds.
+#[inline(always)]
+pub fn nanosleep(ns: u32) {
+    // SAFETY: a scheduling hint with no memory effects.
+    unsafe { asm!("nanosleep.u32 {n};", n = in(reg32) ns, options(nomem, nostack)) };
+}
+/// One step of a spin loop. On the GPU a spin is cheap; nothing to do.
+#[inline(always)]
+pub fn spin_step(_iteration: u64) {}
+/// Stops the kernel (the panic handler and failed invariants).
+#[inline(always)]
+pub fn trap() -> ! {
+    // SAFETY: `trap` aborts the kernel; nothing after it runs.
+    unsafe { nvptx::trap() }
+}

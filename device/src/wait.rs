@@ -1,0 +1,81 @@
+//! Bounded, abortable spinning: the one loop every device wait goes through.
+//!
+//! A wait polls its condition; every [`ABORT_CHECK_INTERVAL`] iterations it reads the
+//! `DeviceStatus::abort` word (host-mapped, relaxed system-scope load), and after
+//! `DeviceStatus::spin_limit` iterations (0 = no limit) it gives up. Either way it records the
+//! first error of the status word (`error_code` by compare-and-swap from 0, then
+//! `error_detail`, then a system fence) and returns the code, so kernels can return early and
+//! the host can turn the code into a typed error. See `mscclpp_shared::status`.
+
+use crate::arch;
+use mscclpp_shared::status::error_detail;
+use mscclpp_shared::{DevicePtr, DeviceErrorCode, DeviceStatus, WaitSite};
+
+/// Iterations between two reads of the abort flag.
+pub const ABORT_CHECK_INTERVAL: u64 = 1024;
+/// Spin limit used when a handle carries no status (a bug in the caller, but never a hang).
+pub const FALLBACK_SPIN_LIMIT: u64 = 1 << 32;
+
+/// Records `code` as the first error of `status` (if none was recorded yet).
+#[inline(never)]
+pub fn record_error(status: DevicePtr<DeviceStatus>, code: DeviceErrorCode, detail: u64) {
+    if status.is_null() {
+        return;
+    }
+    let s = status.as_ptr();
+    // SAFETY: a non-null status handed to device code points at a live, host-mapped
+    // `DeviceStatus` for the whole launch (contract of every handle that carries one).
+    unsafe {
+        let code_ptr = core::ptr::addr_of_mut!((*s).error_code);
+        if arch::atom_cas_relaxed_sys_u32(code_ptr, 0, code as u32) == 0 {
+            arch::st_relaxed_sys_u64(core::ptr::addr_of_mut!((*s).error_detail), detail);
+            arch::fence_sc_sys();
+        }
+    }
+}
+
+/// Whether the host asked every wait to stop.
+#[inline(always)]
+pub fn aborted(status: DevicePtr<DeviceStatus>) -> bool {
+    if status.is_null() {
+        return false;
+    }
+    // SAFETY: as in `record_error`.
+    unsafe { arch::ld_relaxed_sys_u32(core::ptr::addr_of!((*status.as_ptr()).abort)) != 0 }
+}
+
+/// Spins until `ready()` returns true. On abort or spin-limit expiry records the error in
+/// `status` (naming `site` and the watched address `addr`) and returns it.
+#[inline(always)]
+pub fn spin_until(
+    status: DevicePtr<DeviceStatus>,
+    site: WaitSite,
+    addr: u64,
+    mut ready: impl FnMut() -> bool,
+) -> Result<(), DeviceErrorCode> {
+    if ready() {
+        return Ok(());
+    }
+    let limit = if status.is_null() {
+        FALLBACK_SPIN_LIMIT
+    } else {
+        // SAFETY: as in `record_error`; `spin_limit` is written by the host before launch.
+        unsafe { arch::ld_relaxed_sys_u64(core::ptr::addr_of!((*status.as_ptr()).spin_limit)) }
+    };
+    let mut iteration: u64 = 0;
+    loop {
+        arch::spin_step(iteration);
+        if ready() {
+            return Ok(());
+        }
+        iteration += 1;
+        if iteration % ABORT_CHECK_INTERVAL == 0 && aborted(status) {
+            record_error(status, DeviceErrorCode::Aborted, error_detail(site, addr));
+            return Err(DeviceErrorCode::Aborted);
+        }
+        if limit != 0 && iteration >= limit {
+            record_error(status, DeviceErrorCode::Timeout, error_detail(site, addr));
+            return Err(DeviceErrorCode::Timeout);
+        }
+    }
+}

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# README's test command: everything CI checks, on a machine without a GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rustup toolchain install            # components from rust-toolchain.toml
+cargo build --workspace --all-targets --locked
+bash scripts/check-ptx.sh           # the embedded PTX must assemble for sm_90
+cargo test --workspace --locked

@@ -1,0 +1,405 @@
+/*
+ * mscclpp/layout.h — the C view of every layout mscclpp-rs shares between host and device.
+ *
+ * This header mirrors the Rust crate mscclpp-shared (the modules in shared/src) struct for
+ * struct and field for field, with the same type names, so that kernels written in CUDA C++
+ * (or plain C host code) can read and build the same handles and FIFO elements as the Rust
+ * code. The Rust crate is the source of truth: change a struct there first, then here. Two
+ * checks keep the two sides equal:
+ *   - the _Static_asserts after every struct pin its size, alignment and field offsets;
+ *   - shared/tests/c_header.rs compiles a program against this header (as C11 and as C++17)
+ *     and compares every size, alignment, offset, constant and helper result with Rust's
+ *     `mscclpp_shared::layout` tables.
+ *
+ * Addresses. Every pointer-like field is a `uint64_t` holding a device virtual address (Rust:
+ * `DevicePtr<T>`), with 0 meaning null. The comment on each field says what it points at and
+ * where that memory lives. On a GPU the address is valid in the device's (unified) address
+ * space; on the CPU backend device addresses are ordinary addresses of the process. The
+ * host-to-host semaphore is the one exception: its words are host memory.
+ *
+ * ProxyTrigger bit layout (the 16-byte element a GPU thread pushes to the host proxy). Two
+ * little-endian 64-bit words, `fst` then `snd`; bit 0 is the least significant bit:
+ *
+ *   word  bits     field           meaning
+ *   fst   0..32    size            bytes to copy (DATA)
+ *   fst   32..64   src_offset      byte offset into the source memory
+ *   snd   0..32    dst_offset      byte offset into the destination memory
+ *   snd   32..41   src_memory_id   proxy-local id of a registered memory (9 bits, < 512)
+ *   snd   41..50   dst_memory_id   same, for the destination
+ *   snd   50..53   type            a set of DATA (1), FLAG (2, signal), SYNC (4, flush)
+ *   snd   53..63   semaphore_id    proxy-local semaphore/channel id (10 bits, < 1024)
+ *   snd   63       commit bit      FIFO lap parity; set by the FIFO push, never by the caller
+ *
+ * This is the bit layout MSCCL++ uses. What differs is that nothing is ever masked to fit: a
+ * transfer larger than 32 bits of size is split into several triggers before packing,
+ * mscclpp_trigger_pack() below refuses values that do not fit, and the host proxy checks
+ * every field again and rejects (with a sticky error) any trigger naming memory, offsets or
+ * semaphores that were not registered.
+ *
+ * The commit bit of the trigger pushed at FIFO position `pos` is ((pos >> log2(N)) & 1) ^ 1
+ * for a FIFO of N slots, so an all-zero slot never looks committed and slots never need to be
+ * cleared; the whole trigger is published with one 16-byte store, so a reader never sees half
+ * of it. See shared/src/fifo.rs for the full protocol.
+ */
+#ifndef MSCCLPP_LAYOUT_H_
+#define MSCCLPP_LAYOUT_H_
+
+#ifdef __cplusplus
+#include <cstddef>
+#include <cstdint>
+#define MSCCLPP_STATIC_ASSERT(cond, msg) static_assert(cond, msg)
+#define MSCCLPP_ALIGNAS(n) alignas(n)
+#define MSCCLPP_ALIGNOF(type) alignof(type)
+#else
+#include <stddef.h>
+#include <stdint.h>
+#define MSCCLPP_STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)
+#define MSCCLPP_ALIGNAS(n) _Alignas(n)
+#define MSCCLPP_ALIGNOF(type) _Alignof(type)
+#endif
+
+/* Helpers below are callable from host code and, under nvcc or hipcc, from device code. */
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define MSCCLPP_INLINE static inline __host__ __device__
+#else
+#define MSCCLPP_INLINE static inline
+#endif
+
+/* Layout checks used after every struct (the expected numbers are Rust's). */
+#define MSCCLPP_CHECK_LAYOUT(type, size, align)                                        \
+  MSCCLPP_STATIC_ASSERT(sizeof(type) == (size), "sizeof(" #type ") differs from Rust");   \
+  MSCCLPP_STATIC_ASSERT(MSCCLPP_ALIGNOF(type) == (align),                               \
+                        "alignof(" #type ") differs from Rust")
+#define MSCCLPP_CHECK_OFFSET(type, field, offset)            \
+  MSCCLPP_STATIC_ASSERT(offsetof(type, field) == (offset), \
+                        "offsetof(" #type ", " #field ") differs from Rust")
+
+/* ---------------------------------------------------------------------------------------- */
+/* Constants                                                                                */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Widths of the trigger fields, in bits. */
+#define MSCCLPP_TRIGGER_SIZE_BITS 32
+#define MSCCLPP_TRIGGER_OFFSET_BITS 32
+#define MSCCLPP_TRIGGER_MEMORY_ID_BITS 9
+#define MSCCLPP_TRIGGER_TYPE_BITS 3
+#define MSCCLPP_TRIGGER_SEMAPHORE_ID_BITS 10
+
+/* Bit positions of the trigger fields inside their word (size and dst_offset start at bit 0). */
+#define MSCCLPP_TRIGGER_SRC_OFFSET_SHIFT 32    /* in fst */
+#define MSCCLPP_TRIGGER_SRC_MEMORY_ID_SHIFT 32 /* in snd */
+#define MSCCLPP_TRIGGER_DST_MEMORY_ID_SHIFT 41 /* in snd */
+#define MSCCLPP_TRIGGER_TYPE_SHIFT 50          /* in snd */
+#define MSCCLPP_TRIGGER_SEMAPHORE_ID_SHIFT 53  /* in snd */
+#define MSCCLPP_TRIGGER_COMMIT_SHIFT 63        /* in snd */
+
+/* Largest value each field holds. */
+#define MSCCLPP_TRIGGER_MAX_SIZE ((1ULL << MSCCLPP_TRIGGER_SIZE_BITS) - 1)
+#define MSCCLPP_TRIGGER_MAX_OFFSET ((1ULL << MSCCLPP_TRIGGER_OFFSET_BITS) - 1)
+#define MSCCLPP_TRIGGER_MAX_MEMORY_ID ((1ULL << MSCCLPP_TRIGGER_MEMORY_ID_BITS) - 1)
+#define MSCCLPP_TRIGGER_MAX_TYPE ((1ULL << MSCCLPP_TRIGGER_TYPE_BITS) - 1)
+#define MSCCLPP_TRIGGER_MAX_SEMAPHORE_ID ((1ULL << MSCCLPP_TRIGGER_SEMAPHORE_ID_BITS) - 1)
+
+/* Trigger type bits; combine with `|`. */
+#define MSCCLPP_TRIGGER_DATA 1ULL /* copy size bytes from src to dst */
+#define MSCCLPP_TRIGGER_FLAG 2ULL /* signal semaphore_id after earlier work */
+#define MSCCLPP_TRIGGER_SYNC 4ULL /* flush: complete the flush position after earlier work */
+
+/* Number of FIFO slots unless the host asks for another power of two. */
+#define MSCCLPP_DEFAULT_FIFO_SIZE 512u
+
+/* DeviceStatus.error_code values (the first error any device thread recorded). */
+#define MSCCLPP_DEVICE_ERROR_NONE 0u
+#define MSCCLPP_DEVICE_ERROR_ABORTED 1u          /* the host set the abort flag */
+#define MSCCLPP_DEVICE_ERROR_TIMEOUT 2u          /* a wait spun more than spin_limit times */
+#define MSCCLPP_DEVICE_ERROR_INVALID_ARGUMENT 3u /* a device API call got a value it cannot serve */
+
+/* DeviceStatus.error_detail: the wait site in the top byte, the watched address below it. */
+#define MSCCLPP_ERROR_DETAIL_SITE_SHIFT 56
+#define MSCCLPP_WAIT_SITE_UNKNOWN 0u
+#define MSCCLPP_WAIT_SITE_FIFO_PUSH 1u    /* FIFO push waiting for a free slot */
+#define MSCCLPP_WAIT_SITE_FIFO_SYNC 2u    /* FIFO flush waiting for the proxy */
+#define MSCCLPP_WAIT_SITE_SEMAPHORE 3u    /* semaphore wait */
+#define MSCCLPP_WAIT_SITE_PACKET 4u       /* LL packet flag wait */
+#define MSCCLPP_WAIT_SITE_GRID_BARRIER 5u /* grid-wide barrier */
+
+/* ---------------------------------------------------------------------------------------- */
+/* FIFO element                                                                             */
+/* ---------------------------------------------------------------------------------------- */
+
+/* One FIFO slot (shared/src/trigger.rs). Bit fields are described at the top of this file. */
+typedef struct ProxyTrigger {
+  MSCCLPP_ALIGNAS(16) uint64_t fst; /* size | src_offset << 32 */
+  uint64_t snd; /* dst_offset | src_memory_id << 32 | dst_memory_id << 41 | type << 50
+                   | semaphore_id << 53 | commit << 63 */
+} ProxyTrigger;
+MSCCLPP_CHECK_LAYOUT(ProxyTrigger, 16, 16);
+MSCCLPP_CHECK_OFFSET(ProxyTrigger, fst, 0);
+MSCCLPP_CHECK_OFFSET(ProxyTrigger, snd, 8);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Status                                                                                   */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Abort flag and first-error record (shared/src/status.rs); host-pinned, device-mapped. */
+typedef struct DeviceStatus {
+  MSCCLPP_ALIGNAS(8) uint32_t abort; /* non-zero: every device wait stops (host writes) */
+  uint32_t error_code;               /* first MSCCLPP_DEVICE_ERROR_* recorded, by CAS from 0 */
+  uint64_t error_detail;             /* see mscclpp_error_detail() */
+  uint64_t spin_limit;               /* spins before a wait records TIMEOUT; 0 = abort only */
+  uint64_t reserved;                 /* zero */
+} DeviceStatus;
+MSCCLPP_CHECK_LAYOUT(DeviceStatus, 32, 8);
+MSCCLPP_CHECK_OFFSET(DeviceStatus, abort, 0);
+MSCCLPP_CHECK_OFFSET(DeviceStatus, error_code, 4);
+MSCCLPP_CHECK_OFFSET(DeviceStatus, error_detail, 8);
+MSCCLPP_CHECK_OFFSET(DeviceStatus, spin_limit, 16);
+MSCCLPP_CHECK_OFFSET(DeviceStatus, reserved, 24);
+
+/* ---------------------------------------------------------------------------------------- */
+/* FIFO                                                                                     */
+/* ---------------------------------------------------------------------------------------- */
+
+/* The device's view of one proxy FIFO (shared/src/fifo.rs). */
+typedef struct FifoDeviceHandle {
+  MSCCLPP_ALIGNAS(8) uint64_t triggers; /* ProxyTrigger[size]; host-pinned, device-mapped */
+  uint64_t tail;                        /* uint64_t consumer position; host-pinned, device-mapped */
+  uint64_t head;                        /* uint64_t producer position counter; device memory */
+  uint64_t tail_cache;                  /* uint64_t producers' last seen tail; device memory */
+  uint64_t flush_done_pos;              /* uint64_t completed flush position; host-pinned, mapped */
+  uint64_t status;                      /* DeviceStatus for waits on this FIFO */
+  uint32_t size;                        /* N, a power of two */
+  uint32_t log2_size;                   /* log2(N) */
+} FifoDeviceHandle;
+MSCCLPP_CHECK_LAYOUT(FifoDeviceHandle, 56, 8);
+MSCCLPP_CHECK_OFFSET(FifoDeviceHandle, triggers, 0);
+MSCCLPP_CHECK_OFFSET(FifoDeviceHandle, tail, 8);
+MSCCLPP_CHECK_OFFSET(FifoDeviceHandle, head, 16);
+MSCCLPP_CHECK_OFFSET(FifoDeviceHandle, tail_cache, 24);
+MSCCLPP_CHECK_OFFSET(FifoDeviceHandle, flush_done_pos, 32);
+MSCCLPP_CHECK_OFFSET(FifoDeviceHandle, status, 40);
+MSCCLPP_CHECK_OFFSET(FifoDeviceHandle, size, 48);
+MSCCLPP_CHECK_OFFSET(FifoDeviceHandle, log2_size, 52);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Semaphores (shared/src/semaphore.rs): monotonic uint64_t tokens, never reset               */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Between two GPUs that map each other's memory (MemoryChannel). */
+typedef struct MemoryDevice2DeviceSemaphoreDeviceHandle {
+  MSCCLPP_ALIGNAS(8) uint64_t inbound; /* uint64_t tokens the peer adds to; local device memory */
+  uint64_t remote_inbound;             /* the peer's inbound, mapped into this GPU */
+  uint64_t expected;                   /* uint64_t tokens consumed here; local device memory */
+  uint64_t status;                     /* DeviceStatus for this side's waits */
+} MemoryDevice2DeviceSemaphoreDeviceHandle;
+MSCCLPP_CHECK_LAYOUT(MemoryDevice2DeviceSemaphoreDeviceHandle, 32, 8);
+MSCCLPP_CHECK_OFFSET(MemoryDevice2DeviceSemaphoreDeviceHandle, inbound, 0);
+MSCCLPP_CHECK_OFFSET(MemoryDevice2DeviceSemaphoreDeviceHandle, remote_inbound, 8);
+MSCCLPP_CHECK_OFFSET(MemoryDevice2DeviceSemaphoreDeviceHandle, expected, 16);
+MSCCLPP_CHECK_OFFSET(MemoryDevice2DeviceSemaphoreDeviceHandle, status, 24);
+
+/* Signalled by a host proxy through a connection, waited on by a GPU (PortChannel). */
+typedef struct Host2DeviceSemaphoreDeviceHandle {
+  MSCCLPP_ALIGNAS(8) uint64_t inbound; /* uint64_t tokens the peer's proxy writes; device memory */
+  uint64_t expected;                   /* uint64_t tokens consumed by this GPU; device memory */
+  uint64_t status;                     /* DeviceStatus for this side's waits */
+} Host2DeviceSemaphoreDeviceHandle;
+MSCCLPP_CHECK_LAYOUT(Host2DeviceSemaphoreDeviceHandle, 24, 8);
+MSCCLPP_CHECK_OFFSET(Host2DeviceSemaphoreDeviceHandle, inbound, 0);
+MSCCLPP_CHECK_OFFSET(Host2DeviceSemaphoreDeviceHandle, expected, 8);
+MSCCLPP_CHECK_OFFSET(Host2DeviceSemaphoreDeviceHandle, status, 16);
+
+/* Between two host threads or processes; both words are host memory. */
+typedef struct Host2HostSemaphoreHandle {
+  MSCCLPP_ALIGNAS(8) uint64_t inbound; /* uint64_t tokens the peer writes */
+  uint64_t expected;                   /* uint64_t tokens consumed here */
+} Host2HostSemaphoreHandle;
+MSCCLPP_CHECK_LAYOUT(Host2HostSemaphoreHandle, 16, 8);
+MSCCLPP_CHECK_OFFSET(Host2HostSemaphoreHandle, inbound, 0);
+MSCCLPP_CHECK_OFFSET(Host2HostSemaphoreHandle, expected, 8);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Channels                                                                                 */
+/* ---------------------------------------------------------------------------------------- */
+
+/* One GPU thread drives a proxy-backed channel (shared/src/port_channel.rs). */
+typedef struct PortChannelDeviceHandle {
+  MSCCLPP_ALIGNAS(8) uint32_t semaphore_id;   /* proxy-local semaphore/connection id, < 1024 */
+  uint32_t dst;                               /* proxy-local id of the remote memory, < 512 */
+  uint32_t src;                               /* proxy-local id of the local memory, < 512 */
+  uint32_t reserved;                          /* zero */
+  Host2DeviceSemaphoreDeviceHandle semaphore; /* the peer's proxy signals, this GPU waits */
+  FifoDeviceHandle fifo;                      /* the FIFO to the local proxy */
+} PortChannelDeviceHandle;
+MSCCLPP_CHECK_LAYOUT(PortChannelDeviceHandle, 96, 8);
+MSCCLPP_CHECK_OFFSET(PortChannelDeviceHandle, semaphore_id, 0);
+MSCCLPP_CHECK_OFFSET(PortChannelDeviceHandle, dst, 4);
+MSCCLPP_CHECK_OFFSET(PortChannelDeviceHandle, src, 8);
+MSCCLPP_CHECK_OFFSET(PortChannelDeviceHandle, reserved, 12);
+MSCCLPP_CHECK_OFFSET(PortChannelDeviceHandle, semaphore, 16);
+MSCCLPP_CHECK_OFFSET(PortChannelDeviceHandle, fifo, 40);
+
+/* GPU threads load and store the peer's memory directly (shared/src/memory_channel.rs). */
+typedef struct MemoryChannelDeviceHandle {
+  /* Signal/wait with the peer. */
+  MSCCLPP_ALIGNAS(8) MemoryDevice2DeviceSemaphoreDeviceHandle semaphore;
+  uint64_t dst;           /* the peer's registered memory, mapped here */
+  uint64_t src;           /* local registered memory */
+  uint64_t packet_buffer; /* local buffer the peer writes LL packets into; may be 0 */
+} MemoryChannelDeviceHandle;
+MSCCLPP_CHECK_LAYOUT(MemoryChannelDeviceHandle, 56, 8);
+MSCCLPP_CHECK_OFFSET(MemoryChannelDeviceHandle, semaphore, 0);
+MSCCLPP_CHECK_OFFSET(MemoryChannelDeviceHandle, dst, 32);
+MSCCLPP_CHECK_OFFSET(MemoryChannelDeviceHandle, src, 40);
+MSCCLPP_CHECK_OFFSET(MemoryChannelDeviceHandle, packet_buffer, 48);
+
+/* ---------------------------------------------------------------------------------------- */
+/* LL packets (shared/src/packet.rs): data and flag written by one store                    */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Valid when flag1 and flag2 both equal the expected flag; written with one 16-byte store. */
+typedef struct LL16Packet {
+  MSCCLPP_ALIGNAS(16) uint32_t data1;
+  uint32_t flag1;
+  uint32_t data2;
+  uint32_t flag2;
+} LL16Packet;
+MSCCLPP_CHECK_LAYOUT(LL16Packet, 16, 16);
+MSCCLPP_CHECK_OFFSET(LL16Packet, data1, 0);
+MSCCLPP_CHECK_OFFSET(LL16Packet, flag1, 4);
+MSCCLPP_CHECK_OFFSET(LL16Packet, data2, 8);
+MSCCLPP_CHECK_OFFSET(LL16Packet, flag2, 12);
+
+/* Valid when flag equals the expected flag; written with one 8-byte store. */
+typedef struct LL8Packet {
+  MSCCLPP_ALIGNAS(8) uint32_t data;
+  uint32_t flag;
+} LL8Packet;
+MSCCLPP_CHECK_LAYOUT(LL8Packet, 8, 8);
+MSCCLPP_CHECK_OFFSET(LL8Packet, data, 0);
+MSCCLPP_CHECK_OFFSET(LL8Packet, flag, 4);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Kernel parameters (shared/src/kernel_params.rs): each kernel takes one of these by value  */
+/* ---------------------------------------------------------------------------------------- */
+
+/* copy_kernel: grid-stride copy of `bytes` bytes. */
+typedef struct CopyParams {
+  MSCCLPP_ALIGNAS(8) uint64_t status; /* DeviceStatus */
+  uint64_t dst;                       /* uint8_t[bytes], local or peer-mapped */
+  uint64_t src;                       /* uint8_t[bytes] */
+  uint64_t bytes;
+} CopyParams;
+MSCCLPP_CHECK_LAYOUT(CopyParams, 32, 8);
+MSCCLPP_CHECK_OFFSET(CopyParams, status, 0);
+MSCCLPP_CHECK_OFFSET(CopyParams, dst, 8);
+MSCCLPP_CHECK_OFFSET(CopyParams, src, 16);
+MSCCLPP_CHECK_OFFSET(CopyParams, bytes, 24);
+
+/* block_sum_kernel: block b writes output[b] = sum of input[b*n .. (b+1)*n]. */
+typedef struct BlockSumParams {
+  MSCCLPP_ALIGNAS(8) uint64_t status; /* DeviceStatus */
+  uint64_t input;                     /* uint32_t[grid_dim * n_per_block] */
+  uint64_t output;                    /* uint32_t[grid_dim] */
+  uint32_t n_per_block;
+  uint32_t reserved; /* zero */
+} BlockSumParams;
+MSCCLPP_CHECK_LAYOUT(BlockSumParams, 32, 8);
+MSCCLPP_CHECK_OFFSET(BlockSumParams, status, 0);
+MSCCLPP_CHECK_OFFSET(BlockSumParams, input, 8);
+MSCCLPP_CHECK_OFFSET(BlockSumParams, output, 16);
+MSCCLPP_CHECK_OFFSET(BlockSumParams, n_per_block, 24);
+MSCCLPP_CHECK_OFFSET(BlockSumParams, reserved, 28);
+
+/* fifo_push_kernel: every thread pushes per_thread DATA triggers. */
+typedef struct FifoPushParams {
+  MSCCLPP_ALIGNAS(8) uint64_t status; /* DeviceStatus */
+  FifoDeviceHandle fifo;
+  uint32_t per_thread;
+  uint32_t reserved; /* zero */
+} FifoPushParams;
+MSCCLPP_CHECK_LAYOUT(FifoPushParams, 72, 8);
+MSCCLPP_CHECK_OFFSET(FifoPushParams, status, 0);
+MSCCLPP_CHECK_OFFSET(FifoPushParams, fifo, 8);
+MSCCLPP_CHECK_OFFSET(FifoPushParams, per_thread, 64);
+MSCCLPP_CHECK_OFFSET(FifoPushParams, reserved, 68);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Trigger helpers                                                                          */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Packs a trigger into *out with the commit bit clear (the FIFO push sets it). Returns 1 on
+ * success. Returns 0, leaving *out untouched, when a value does not fit its field or `type` is
+ * empty or has a bit outside DATA | FLAG | SYNC: nothing is ever masked. */
+MSCCLPP_INLINE int mscclpp_trigger_pack(ProxyTrigger* out, uint64_t size, uint64_t src_offset,
+                                        uint64_t dst_offset, uint32_t src_memory_id,
+                                        uint32_t dst_memory_id, uint32_t type,
+                                        uint32_t semaphore_id) {
+  if (size > MSCCLPP_TRIGGER_MAX_SIZE || src_offset > MSCCLPP_TRIGGER_MAX_OFFSET ||
+      dst_offset > MSCCLPP_TRIGGER_MAX_OFFSET || src_memory_id > MSCCLPP_TRIGGER_MAX_MEMORY_ID ||
+      dst_memory_id > MSCCLPP_TRIGGER_MAX_MEMORY_ID || type == 0 ||
+      type > MSCCLPP_TRIGGER_MAX_TYPE || semaphore_id > MSCCLPP_TRIGGER_MAX_SEMAPHORE_ID) {
+    return 0;
+  }
+  out->fst = size | (src_offset << MSCCLPP_TRIGGER_SRC_OFFSET_SHIFT);
+  out->snd = dst_offset | ((uint64_t)src_memory_id << MSCCLPP_TRIGGER_SRC_MEMORY_ID_SHIFT) |
+             ((uint64_t)dst_memory_id << MSCCLPP_TRIGGER_DST_MEMORY_ID_SHIFT) |
+             ((uint64_t)type << MSCCLPP_TRIGGER_TYPE_SHIFT) |
+             ((uint64_t)semaphore_id << MSCCLPP_TRIGGER_SEMAPHORE_ID_SHIFT);
+  return 1;
+}
+
+MSCCLPP_INLINE uint64_t mscclpp_trigger_size(const ProxyTrigger* t) {
+  return t->fst & MSCCLPP_TRIGGER_MAX_SIZE;
+}
+
+MSCCLPP_INLINE uint64_t mscclpp_trigger_src_offset(const ProxyTrigger* t) {
+  return t->fst >> MSCCLPP_TRIGGER_SRC_OFFSET_SHIFT;
+}
+
+MSCCLPP_INLINE uint64_t mscclpp_trigger_dst_offset(const ProxyTrigger* t) {
+  return t->snd & MSCCLPP_TRIGGER_MAX_OFFSET;
+}
+
+MSCCLPP_INLINE uint32_t mscclpp_trigger_src_memory_id(const ProxyTrigger* t) {
+  return (uint32_t)((t->snd >> MSCCLPP_TRIGGER_SRC_MEMORY_ID_SHIFT) &
+                    MSCCLPP_TRIGGER_MAX_MEMORY_ID);
+}
+
+MSCCLPP_INLINE uint32_t mscclpp_trigger_dst_memory_id(const ProxyTrigger* t) {
+  return (uint32_t)((t->snd >> MSCCLPP_TRIGGER_DST_MEMORY_ID_SHIFT) &
+                    MSCCLPP_TRIGGER_MAX_MEMORY_ID);
+}
+
+/* The type bits; 0 in a trigger that was never filled in. */
+MSCCLPP_INLINE uint32_t mscclpp_trigger_type(const ProxyTrigger* t) {
+  return (uint32_t)((t->snd >> MSCCLPP_TRIGGER_TYPE_SHIFT) & MSCCLPP_TRIGGER_MAX_TYPE);
+}
+
+MSCCLPP_INLINE uint32_t mscclpp_trigger_semaphore_id(const ProxyTrigger* t) {
+  return (uint32_t)((t->snd >> MSCCLPP_TRIGGER_SEMAPHORE_ID_SHIFT) &
+                    MSCCLPP_TRIGGER_MAX_SEMAPHORE_ID);
+}
+
+MSCCLPP_INLINE uint32_t mscclpp_trigger_commit_bit(const ProxyTrigger* t) {
+  return (uint32_t)(t->snd >> MSCCLPP_TRIGGER_COMMIT_SHIFT);
+}
+
+/* Sets the commit bit to parity & 1, keeping every other bit. */
+MSCCLPP_INLINE void mscclpp_trigger_set_commit_bit(ProxyTrigger* t, uint64_t parity) {
+  t->snd = (t->snd & ~(1ULL << MSCCLPP_TRIGGER_COMMIT_SHIFT)) |
+           ((parity & 1) << MSCCLPP_TRIGGER_COMMIT_SHIFT);
+}
+
+/* The commit bit of the trigger pushed at FIFO position pos, for a FIFO of 2^log2_size slots. */
+MSCCLPP_INLINE uint64_t mscclpp_fifo_commit_parity(uint64_t pos, uint32_t log2_size) {
+  return ((pos >> log2_size) & 1) ^ 1;
+}
+
+/* Packs a MSCCLPP_WAIT_SITE_* and the address a wait watched into DeviceStatus.error_detail. */
+MSCCLPP_INLINE uint64_t mscclpp_error_detail(uint32_t site, uint64_t addr) {
+  return ((uint64_t)(site & 0xffu) << MSCCLPP_ERROR_DETAIL_SITE_SHIFT) |
+         (addr & ((1ULL << MSCCLPP_ERROR_DETAIL_SITE_SHIFT) - 1));
+}
+
+#endif /* MSCCLPP_LAYOUT_H_ */

@@ -1,0 +1,94 @@
+//! A table of every shared struct's size, alignment and field offsets.
+//!
+//! `tests/c_header.rs` generates a C program from this table that prints the same facts as the
+//! C compiler sees them through `include/mscclpp/layout.h`, and compares. A field renamed,
+//! moved or resized on one side only makes that test fail (a missing C field fails to compile,
+//! a different offset or size fails the comparison).
+
+/// One struct as Rust lays it out.
+#[derive(Clone, Copy, Debug)]
+pub struct StructLayout {
+    /// The C (and Rust) type name.
+    pub name: &'static str,
+    /// `size_of`.
+    pub size: usize,
+    /// `align_of`.
+    pub align: usize,
+    /// `(field, offset_of)` for every field.
+    pub fields: &'static [(&'static str, usize)],
+}
+
+macro_rules! layouts {
+    ($($ty:ident { $($field:ident),* $(,)? })*) => {
+        /// Every shared struct, in header order.
+        pub const LAYOUTS: &[StructLayout] = &[$(
+            StructLayout {
+                name: stringify!($ty),
+                size: core::mem::size_of::<crate::$ty>(),
+                align: core::mem::align_of::<crate::$ty>(),
+                fields: &[$((stringify!($field), core::mem::offset_of!(crate::$ty, $field))),*],
+            },
+        )*];
+    };
+}
+
+layouts! {
+    ProxyTrigger { fst, snd }
+    DeviceStatus { abort, error_code, error_detail, spin_limit, reserved }
+    FifoDeviceHandle { triggers, tail, head, tail_cache, flush_done_pos, status, size, log2_size }
+    MemoryDevice2DeviceSemaphoreDeviceHandle { inbound, remote_inbound, expected, status }
+    Host2DeviceSemaphoreDeviceHandle { inbound, expected, status }
+    Host2HostSemaphoreHandle { inbound, expected }
+    PortChannelDeviceHandle { semaphore_id, dst, src, reserved, semaphore, fifo }
+    MemoryChannelDeviceHandle { semaphore, dst, src, packet_buffer }
+    LL16Packet { data1, flag1, data2, flag2 }
+    LL8Packet { data, flag }
+    CopyParams { status, dst, src, bytes }
+    BlockSumParams { status, input, output, n_per_block, reserved }
+    FifoPushParams { status, fifo, per_thread, reserved }
+}
+
+/// The trigger bit constants the C header must define with the same values.
+pub const TRIGGER_CONSTANTS: &[(&str, u64)] = {
+    use crate::trigger::*;
+    &[
+        ("MSCCLPP_TRIGGER_SIZE_BITS", SIZE_BITS as u64),
+        ("MSCCLPP_TRIGGER_OFFSET_BITS", OFFSET_BITS as u64),
+        ("MSCCLPP_TRIGGER_MEMORY_ID_BITS", MEMORY_ID_BITS as u64),
+        ("MSCCLPP_TRIGGER_TYPE_BITS", TYPE_BITS as u64),
+        (
+            "MSCCLPP_TRIGGER_SEMAPHORE_ID_BITS",
+            SEMAPHORE_ID_BITS as u64,
+        ),
+        ("MSCCLPP_TRIGGER_SRC_OFFSET_SHIFT", SRC_OFFSET_SHIFT as u64),
+        (
+            "MSCCLPP_TRIGGER_SRC_MEMORY_ID_SHIFT",
+            SRC_MEMORY_ID_SHIFT as u64,
+        ),
+        (
+            "MSCCLPP_TRIGGER_DST_MEMORY_ID_SHIFT",
+            DST_MEMORY_ID_SHIFT as u64,
+        ),
+        ("MSCCLPP_TRIGGER_TYPE_SHIFT", TYPE_SHIFT as u64),
+        (
+            "MSCCLPP_TRIGGER_SEMAPHORE_ID_SHIFT",
+            SEMAPHORE_ID_SHIFT as u64,
+        ),
+        ("MSCCLPP_TRIGGER_COMMIT_SHIFT", COMMIT_SHIFT as u64),
+        ("MSCCLPP_TRIGGER_DATA", TRIGGER_DATA as u64),
+        ("MSCCLPP_TRIGGER_FLAG", TRIGGER_FLAG as u64),
+        ("MSCCLPP_TRIGGER_SYNC", TRIGGER_SYNC as u64),
+        (
+            "MSCCLPP_DEVICE_ERROR_ABORTED",
+            crate::DeviceErrorCode::Aborted as u64,
+        ),
+        (
+            "MSCCLPP_DEVICE_ERROR_TIMEOUT",
+            crate::DeviceErrorCode::Timeout as u64,
+        ),
+        (
+            "MSCCLPP_DEVICE_ERROR_INVALID_ARGUMENT",
+            crate::DeviceErrorCode::InvalidArgument as u64,
+        ),
+    ]
+};

@@ -1,0 +1,42 @@
+//! # mscclpp-shared
+//!
+//! The only home of every layout that crosses host↔device or process↔process in mscclpp-rs.
+//! Each struct is `#[repr(C)]`, `Copy`, `bytemuck::Pod`, has compile-time size and alignment
+//! assertions, and has a C twin in `include/mscclpp/layout.h` (checked by `tests/c_header.rs`).
+//!
+//! | module | holds |
+//! |---|---|
+//! | [`ptr`] | [`DevicePtr`], the typed device address every handle uses |
+//! | [`trigger`] | [`ProxyTrigger`], the 128-bit FIFO element, and its bit fields |
+//! | [`fifo`] | [`FifoDeviceHandle`] and the FIFO protocol |
+//! | [`semaphore`] | the three semaphore handles |
+//! | [`port_channel`] / [`memory_channel`] | the channel device handles |
+//! | [`packet`] | LL8 / LL16 packets |
+//! | [`status`] | [`DeviceStatus`]: abort flag and first-error record |
+//! | [`kernel_params`] | the built-in kernels' parameter structs |
+//! | [`layout`] | a table of every struct's size, alignment and field offsets (for the C check) |
+#![no_std]
+
+pub mod fifo;
+pub mod kernel_params;
+pub mod layout;
+pub mod memory_channel;
+pub mod packet;
+pub mod port_channel;
+pub mod ptr;
+pub mod semaphore;
+pub mod status;
+pub mod trigger;
+
+pub use fifo::{DEFAULT_FIFO_SIZE, FifoDeviceHandle};
+pub use kernel_params::{BlockSumParams, CopyParams, FifoPushParams};
+pub use memory_channel::MemoryChannelDeviceHandle;
+pub use packet::{LL8Packet, LL16Packet};
+pub use port_channel::PortChannelDeviceHandle;
+pub use ptr::DevicePtr;
+pub use semaphore::{
+    Host2DeviceSemaphoreDeviceHandle, Host2HostSemaphoreHandle,
+    MemoryDevice2DeviceSemaphoreDeviceHandle,
+};
+pub use status::{DeviceErrorCode, DeviceStatus, WaitSite};
+pub use trigger::{ProxyTrigger, TriggerError, TriggerFields, TriggerType};
