@@ -65,9 +65,14 @@ impl FifoDevice for FifoDeviceHandle {
     #[inline(always)]
     fn wait_flushed(&self, pos: u64) -> Result<(), DeviceErrorCode> {
         let done = self.flush_done_pos.as_ptr();
-        spin_until(self.status, WaitSite::FifoSync, self.flush_done_pos.addr(), || {
-            // SAFETY: as in `push`.
-            unsafe { arch::ld_acquire_sys_u64(done) > pos }
-        })
+        spin_until(
+            self.status,
+            WaitSite::FifoSync,
+            self.flush_done_pos.addr(),
+            || {
+                // SAFETY: as in `push`.
+                unsafe { arch::ld_acquire_sys_u64(done) > pos }
+            },
+        )
     }
 }

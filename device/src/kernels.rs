@@ -4,44 +4,19 @@
 
 use crate::arch;
 use crate::fifo::FifoDevice;
+use crate::memory_channel::MemoryChannel;
+use crate::port_channel::PortChannel;
 use mscclpp_shared::{
-    BlockSumParams, CopyParams, FifoPushParams, ProxyTrigger, TriggerFields, TriggerType,
+    BlockSumParams, CopyParams, FifoPushParams, LL16Packet, PingPongParams, PortPingPongParams,
+    ProxyTrigger, TriggerFields, TriggerType,
 };
-
-/// Grid-stride byte copy; 16-byte vectors when both ends are 16-byte aligned.
-///
-/// # Safety
-/// `src` and `dst` must be valid for `bytes` and must not overlap.
-#[inline(always)]
-pub unsafe fn copy(dst: *mut u8, src: *const u8, bytes: u64, tid: u64, nthreads: u64) {
-    let mut done = 0u64;
-    if (dst as usize | src as usize) % 16 == 0 {
-        let vecs = bytes / 16;
-        let mut i = tid;
-        while i < vecs {
-            // SAFETY: `i < bytes / 16` and both ends are 16-byte aligned (checked above).
-            unsafe {
-                let v = arch::ld_v4_u32(src.add((i * 16) as usize) as *const u32);
-                arch::st_v4_u32(dst.add((i * 16) as usize) as *mut u32, v);
-            }
-            i += nthreads;
-        }
-        done = vecs * 16;
-    }
-    let mut i = done + tid;
-    while i < bytes {
-        // SAFETY: `i < bytes`.
-        unsafe { dst.add(i as usize).write(src.add(i as usize).read()) };
-        i += nthreads;
-    }
-}
 
 crate::kernel! {
     /// Copies `p.bytes` from `p.src` to `p.dst` with every thread of the grid.
     fn copy_kernel(p: CopyParams) {
         // SAFETY: the launcher passes buffers valid for `bytes` (kernel contract).
         unsafe {
-            copy(
+            crate::copy::copy(
                 p.dst.as_ptr(),
                 p.src.as_ptr(),
                 p.bytes,
@@ -111,5 +86,116 @@ crate::kernel! {
                 return;
             }
         }
+    }
+}
+
+/// One direction of a MemoryChannel ping-pong round: all threads put, one signals.
+#[inline(always)]
+fn memory_send(p: &PingPongParams) {
+    let t = arch::thread_idx_x();
+    // SAFETY: the host built the channel over buffers of at least `bytes` bytes.
+    unsafe { p.channel.put(0, 0, p.bytes, t, arch::block_dim_x()) };
+    arch::sync_threads();
+    if t == 0 {
+        p.channel.signal();
+    }
+}
+
+/// Thread 0 waits for the peer; the block follows. Returns false if the wait gave up.
+#[inline(always)]
+fn memory_recv(p: &PingPongParams) -> bool {
+    let smem = arch::dynamic_shared_mem() as *mut u32;
+    if arch::thread_idx_x() == 0 {
+        let ok = p.channel.wait().is_ok() as u32;
+        // SAFETY: the launcher gives at least 4 bytes of shared memory.
+        unsafe { smem.write_volatile(ok) };
+    }
+    arch::sync_threads();
+    // SAFETY: written by thread 0 before the barrier.
+    let ok = unsafe { smem.read_volatile() } != 0;
+    arch::sync_threads();
+    ok
+}
+
+crate::kernel! {
+    /// MemoryChannel ping-pong (one block, 4 bytes of shared memory): role 0 puts and signals,
+    /// role 1 waits and answers, `iterations` times. Stops early if a wait gives up.
+    fn memory_ping_pong_kernel(p: PingPongParams) {
+        for _ in 0..p.iterations {
+            if p.role == 0 {
+                memory_send(&p);
+                if !memory_recv(&p) {
+                    return;
+                }
+            } else {
+                if !memory_recv(&p) {
+                    return;
+                }
+                memory_send(&p);
+            }
+        }
+    }
+}
+
+crate::kernel! {
+    /// LL16-packet ping-pong (one block): role 0 writes `bytes` of its buffer as packets into
+    /// the peer's packet buffer; the peer unpacks them into its buffer and answers the same way.
+    fn packet_ping_pong_kernel(p: PingPongParams) {
+        let t = arch::thread_idx_x();
+        let n = arch::block_dim_x();
+        for i in 0..p.iterations {
+            let flag = p.flag_base + i + 1;
+            if p.role == 0 {
+                // SAFETY: the host built the channel over buffers of at least `bytes` bytes
+                // and packet buffers of at least `packets_for(bytes)` LL16 packets.
+                unsafe { p.channel.put_packets::<LL16Packet>(0, 0, p.bytes, t, n, flag) };
+                // SAFETY: as above.
+                if unsafe { p.channel.unpack_packets::<LL16Packet>(0, 0, p.bytes, t, n, flag) }
+                    .is_err()
+                {
+                    return;
+                }
+            } else {
+                // SAFETY: as above.
+                if unsafe { p.channel.unpack_packets::<LL16Packet>(0, 0, p.bytes, t, n, flag) }
+                    .is_err()
+                {
+                    return;
+                }
+                arch::sync_threads();
+                // SAFETY: as above.
+                unsafe { p.channel.put_packets::<LL16Packet>(0, 0, p.bytes, t, n, flag) };
+            }
+            arch::sync_threads();
+        }
+    }
+}
+
+crate::kernel! {
+    /// PortChannel ping-pong (one thread): each side `put_with_signal`s `bytes` through its
+    /// proxy (optionally flushing) and waits for the peer's signal.
+    fn port_ping_pong_kernel(p: PortPingPongParams) {
+        if arch::global_thread_idx() != 0 {
+            return;
+        }
+        let ch = &p.channel;
+        let send = || -> Result<(), mscclpp_shared::DeviceErrorCode> {
+            if p.flush != 0 {
+                ch.put_with_signal_and_flush(0, 0, p.bytes)
+            } else {
+                ch.put_with_signal(0, 0, p.bytes).map(|_| ())
+            }
+        };
+        for _ in 0..p.iterations {
+            let ok = if p.role == 0 {
+                send().and_then(|_| ch.wait())
+            } else {
+                ch.wait().and_then(|_| send())
+            };
+            if ok.is_err() {
+                return;
+            }
+        }
+        let _ = ch.flush();
     }
 }

@@ -14,6 +14,11 @@
 //! | [`arch`] | every `asm!` (nvptx) and its host twin; thread indices, barriers, shared memory |
 //! | [`wait`] | the bounded, abortable spin every wait goes through |
 //! | [`fifo`] | FIFO push / poll / sync |
+//! | [`semaphore`] | semaphore signal / wait / poll |
+//! | [`port_channel`] | PortChannel: put / signal / flush through the host proxy |
+//! | [`memory_channel`] | MemoryChannel: direct put / get / packets / signal / wait |
+//! | [`packet`] | LL8 / LL16 packet write and read |
+//! | [`copy`] | collective copies |
 //! | [`kernels`] | the built-in kernels |
 //!
 //! Kernels are declared with [`kernel!`]; a crate that declares kernels must enable the PTX ABI
@@ -28,8 +33,13 @@
 extern crate std;
 
 pub mod arch;
+pub mod copy;
 pub mod fifo;
 pub mod kernels;
+pub mod memory_channel;
+pub mod packet;
+pub mod port_channel;
+pub mod semaphore;
 pub mod wait;
 
 pub use mscclpp_shared as shared;
@@ -37,6 +47,10 @@ pub use mscclpp_shared as shared;
 /// The traits that give handles their device methods.
 pub mod prelude {
     pub use crate::fifo::FifoDevice;
+    pub use crate::memory_channel::MemoryChannel;
+    pub use crate::packet::Packet;
+    pub use crate::port_channel::PortChannel;
+    pub use crate::semaphore::{Host2DeviceSemaphore, MemoryDevice2DeviceSemaphore};
 }
 
 /// Declares a kernel: one parameter struct by value.

@@ -9,7 +9,7 @@
 
 use crate::arch;
 use mscclpp_shared::status::error_detail;
-use mscclpp_shared::{DevicePtr, DeviceErrorCode, DeviceStatus, WaitSite};
+use mscclpp_shared::{DeviceErrorCode, DevicePtr, DeviceStatus, WaitSite};
 
 /// Iterations between two reads of the abort flag.
 pub const ABORT_CHECK_INTERVAL: u64 = 1024;

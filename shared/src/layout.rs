@@ -46,6 +46,9 @@ layouts! {
     CopyParams { status, dst, src, bytes }
     BlockSumParams { status, input, output, n_per_block, reserved }
     FifoPushParams { status, fifo, per_thread, reserved }
+    PingPongParams { status, channel, bytes, iterations, role, flag_base, reserved }
+    PortPingPongParams { status, channel, bytes, iterations, role, flush, reserved }
+    IpcMemHandle { kind, device, owner_pid, owner_fd, token, alloc_size, offset, size, cuda }
 }
 
 /// The trigger bit constants the C header must define with the same values.

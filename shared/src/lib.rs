@@ -18,6 +18,7 @@
 #![no_std]
 
 pub mod fifo;
+pub mod ipc;
 pub mod kernel_params;
 pub mod layout;
 pub mod memory_channel;
@@ -29,7 +30,10 @@ pub mod status;
 pub mod trigger;
 
 pub use fifo::{DEFAULT_FIFO_SIZE, FifoDeviceHandle};
-pub use kernel_params::{BlockSumParams, CopyParams, FifoPushParams};
+pub use ipc::IpcMemHandle;
+pub use kernel_params::{
+    BlockSumParams, CopyParams, FifoPushParams, PingPongParams, PortPingPongParams,
+};
 pub use memory_channel::MemoryChannelDeviceHandle;
 pub use packet::{LL8Packet, LL16Packet};
 pub use port_channel::PortChannelDeviceHandle;

@@ -15,7 +15,9 @@
 
 pub mod grid;
 
-pub use grid::{block_dim_x, block_idx_x, dynamic_shared_mem, grid_dim_x, sync_threads, thread_idx_x};
+pub use grid::{
+    block_dim_x, block_idx_x, dynamic_shared_mem, grid_dim_x, sync_threads, thread_idx_x,
+};
 
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 

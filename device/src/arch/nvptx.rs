@@ -62,7 +62,9 @@ pub fn dynamic_shared_mem() -> *mut u8 {
 pub unsafe fn ld_acquire_sys_u64(p: *const u64) -> u64 {
     let v: u64;
     // SAFETY: the caller guarantees `p` (module docs).
-    unsafe { asm!("ld.acquire.sys.u64 {v}, [{p}];", v = out(reg64) v, p = in(reg64) p, options(nostack)) };
+    unsafe {
+        asm!("ld.acquire.sys.u64 {v}, [{p}];", v = out(reg64) v, p = in(reg64) p, options(nostack))
+    };
     v
 }
 /// `ld.relaxed.sys.u64`.
@@ -70,7 +72,9 @@ pub unsafe fn ld_acquire_sys_u64(p: *const u64) -> u64 {
 pub unsafe fn ld_relaxed_sys_u64(p: *const u64) -> u64 {
     let v: u64;
     // SAFETY: the caller guarantees `p` (module docs).
-    unsafe { asm!("ld.relaxed.sys.u64 {v}, [{p}];", v = out(reg64) v, p = in(reg64) p, options(nostack)) };
+    unsafe {
+        asm!("ld.relaxed.sys.u64 {v}, [{p}];", v = out(reg64) v, p = in(reg64) p, options(nostack))
+    };
     v
 }
 /// `ld.relaxed.sys.u32`.
@@ -78,20 +82,26 @@ pub unsafe fn ld_relaxed_sys_u64(p: *const u64) -> u64 {
 pub unsafe fn ld_relaxed_sys_u32(p: *const u32) -> u32 {
     let v: u32;
     // SAFETY: the caller guarantees `p` (module docs).
-    unsafe { asm!("ld.relaxed.sys.u32 {v}, [{p}];", v = out(reg32) v, p = in(reg64) p, options(nostack)) };
+    unsafe {
+        asm!("ld.relaxed.sys.u32 {v}, [{p}];", v = out(reg32) v, p = in(reg64) p, options(nostack))
+    };
     v
 }
 /// `st.release.sys.u64`.
 #[inline(always)]
 pub unsafe fn st_release_sys_u64(p: *mut u64, v: u64) {
     // SAFETY: the caller guarantees `p` (module docs).
-    unsafe { asm!("st.release.sys.u64 [{p}], {v};", p = in(reg64) p, v = in(reg64) v, options(nostack)) };
+    unsafe {
+        asm!("st.release.sys.u64 [{p}], {v};", p = in(reg64) p, v = in(reg64) v, options(nostack))
+    };
 }
 /// `st.relaxed.sys.u64`.
 #[inline(always)]
 pub unsafe fn st_relaxed_sys_u64(p: *mut u64, v: u64) {
     // SAFETY: the caller guarantees `p` (module docs).
-    unsafe { asm!("st.relaxed.sys.u64 [{p}], {v};", p = in(reg64) p, v = in(reg64) v, options(nostack)) };
+    unsafe {
+        asm!("st.relaxed.sys.u64 [{p}], {v};", p = in(reg64) p, v = in(reg64) v, options(nostack))
+    };
 }
 /// `st.release.sys.global.v2.u64`: one 16-byte store of `(lo, hi)`; `p` 16-byte aligned.
 #[inline(always)]
@@ -106,13 +116,17 @@ pub unsafe fn st_release_sys_v2_u64(p: *mut u64, lo: u64, hi: u64) {
 #[inline(always)]
 pub unsafe fn red_add_release_sys_u64(p: *mut u64, v: u64) {
     // SAFETY: the caller guarantees `p` (module docs).
-    unsafe { asm!("red.release.sys.global.add.u64 [{p}], {v};", p = in(reg64) p, v = in(reg64) v, options(nostack)) };
+    unsafe {
+        asm!("red.release.sys.global.add.u64 [{p}], {v};", p = in(reg64) p, v = in(reg64) v, options(nostack))
+    };
 }
 /// `red.relaxed.sys.global.add.u64`.
 #[inline(always)]
 pub unsafe fn red_add_relaxed_sys_u64(p: *mut u64, v: u64) {
     // SAFETY: the caller guarantees `p` (module docs).
-    unsafe { asm!("red.relaxed.sys.global.add.u64 [{p}], {v};", p = in(reg64) p, v = in(reg64) v, options(nostack)) };
+    unsafe {
+        asm!("red.relaxed.sys.global.add.u64 [{p}], {v};", p = in(reg64) p, v = in(reg64) v, options(nostack))
+    };
 }
 /// `atom.add.relaxed.gpu.global.u64`; returns the old value.
 #[inline(always)]

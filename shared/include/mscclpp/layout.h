@@ -123,6 +123,10 @@
 #define MSCCLPP_WAIT_SITE_PACKET 4u       /* LL packet flag wait */
 #define MSCCLPP_WAIT_SITE_GRID_BARRIER 5u /* grid-wide barrier */
 
+/* IpcMemHandle.kind values. */
+#define MSCCLPP_IPC_KIND_CUDA 1u /* cuda holds a CUipcMemHandle of the whole allocation */
+#define MSCCLPP_IPC_KIND_CPU 2u  /* CPU backend: a memfd of the owner process */
+
 /* ---------------------------------------------------------------------------------------- */
 /* FIFO element                                                                             */
 /* ---------------------------------------------------------------------------------------- */
@@ -323,6 +327,72 @@ MSCCLPP_CHECK_OFFSET(FifoPushParams, status, 0);
 MSCCLPP_CHECK_OFFSET(FifoPushParams, fifo, 8);
 MSCCLPP_CHECK_OFFSET(FifoPushParams, per_thread, 64);
 MSCCLPP_CHECK_OFFSET(FifoPushParams, reserved, 68);
+
+/* Ping-pong test and benchmark kernels (memory_ping_pong_kernel, packet_ping_pong_kernel). */
+typedef struct PingPongParams {
+  MSCCLPP_ALIGNAS(8) uint64_t status; /* DeviceStatus */
+  MemoryChannelDeviceHandle channel;
+  uint64_t bytes;
+  uint32_t iterations;
+  uint32_t role;      /* 0: send first; 1: answer */
+  uint32_t flag_base; /* added to every packet flag */
+  uint32_t reserved;  /* zero */
+} PingPongParams;
+MSCCLPP_CHECK_LAYOUT(PingPongParams, 88, 8);
+MSCCLPP_CHECK_OFFSET(PingPongParams, status, 0);
+MSCCLPP_CHECK_OFFSET(PingPongParams, channel, 8);
+MSCCLPP_CHECK_OFFSET(PingPongParams, bytes, 64);
+MSCCLPP_CHECK_OFFSET(PingPongParams, iterations, 72);
+MSCCLPP_CHECK_OFFSET(PingPongParams, role, 76);
+MSCCLPP_CHECK_OFFSET(PingPongParams, flag_base, 80);
+MSCCLPP_CHECK_OFFSET(PingPongParams, reserved, 84);
+
+/* PortChannel ping-pong (port_ping_pong_kernel). */
+typedef struct PortPingPongParams {
+  MSCCLPP_ALIGNAS(8) uint64_t status; /* DeviceStatus */
+  PortChannelDeviceHandle channel;
+  uint64_t bytes;
+  uint32_t iterations;
+  uint32_t role;     /* 0: send first; 1: answer */
+  uint32_t flush;    /* non-zero: flush after every put */
+  uint32_t reserved; /* zero */
+} PortPingPongParams;
+MSCCLPP_CHECK_LAYOUT(PortPingPongParams, 128, 8);
+MSCCLPP_CHECK_OFFSET(PortPingPongParams, status, 0);
+MSCCLPP_CHECK_OFFSET(PortPingPongParams, channel, 8);
+MSCCLPP_CHECK_OFFSET(PortPingPongParams, bytes, 104);
+MSCCLPP_CHECK_OFFSET(PortPingPongParams, iterations, 112);
+MSCCLPP_CHECK_OFFSET(PortPingPongParams, role, 116);
+MSCCLPP_CHECK_OFFSET(PortPingPongParams, flush, 120);
+MSCCLPP_CHECK_OFFSET(PortPingPongParams, reserved, 124);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Inter-process (shared/src/ipc.rs)                                                        */
+/* ---------------------------------------------------------------------------------------- */
+
+/* What one process sends another so that it can map a buffer of its device memory. The
+ * receiver trusts nothing in it: it checks the kind and that offset + size <= alloc_size. */
+typedef struct IpcMemHandle {
+  MSCCLPP_ALIGNAS(8) uint32_t kind; /* MSCCLPP_IPC_KIND_* */
+  uint32_t device;                  /* owner's device ordinal */
+  uint32_t owner_pid;               /* owner's process id (CPU backend) */
+  uint32_t owner_fd;                /* owner's memfd descriptor (CPU backend) */
+  uint64_t token;                   /* random per-allocation token (CPU backend) */
+  uint64_t alloc_size;              /* bytes in the whole allocation */
+  uint64_t offset;                  /* the buffer's offset in the allocation */
+  uint64_t size;                    /* bytes in the buffer */
+  uint8_t cuda[64];                 /* CUipcMemHandle of the allocation (CUDA), else zero */
+} IpcMemHandle;
+MSCCLPP_CHECK_LAYOUT(IpcMemHandle, 112, 8);
+MSCCLPP_CHECK_OFFSET(IpcMemHandle, kind, 0);
+MSCCLPP_CHECK_OFFSET(IpcMemHandle, device, 4);
+MSCCLPP_CHECK_OFFSET(IpcMemHandle, owner_pid, 8);
+MSCCLPP_CHECK_OFFSET(IpcMemHandle, owner_fd, 12);
+MSCCLPP_CHECK_OFFSET(IpcMemHandle, token, 16);
+MSCCLPP_CHECK_OFFSET(IpcMemHandle, alloc_size, 24);
+MSCCLPP_CHECK_OFFSET(IpcMemHandle, offset, 32);
+MSCCLPP_CHECK_OFFSET(IpcMemHandle, size, 40);
+MSCCLPP_CHECK_OFFSET(IpcMemHandle, cuda, 48);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Trigger helpers                                                                          */

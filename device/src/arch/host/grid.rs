@@ -57,7 +57,10 @@ impl core::fmt::Display for GridError {
                 block,
                 thread,
                 message,
-            } => write!(f, "emulated GPU thread {thread} of block {block} trapped: {message}"),
+            } => write!(
+                f,
+                "emulated GPU thread {thread} of block {block} trapped: {message}"
+            ),
         }
     }
 }
@@ -202,7 +205,10 @@ pub fn dynamic_shared_mem() -> *mut u8 {
 /// Nanoseconds since an arbitrary fixed point (the first call).
 pub fn monotonic_ns() -> u64 {
     static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    START.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_nanos() as u64
 }
 
 struct SendPtr(*const BlockCtx);
