@@ -1,7 +1,30 @@
 //! # mscclpp
 //!
-//! GPU-driven communication in Rust, in the model of MSCCL++.
+//! GPU-driven communication in Rust, in the model of MSCCL++: GPU kernels move data between GPUs
+//! with one-sided `put`/`signal`/`wait`/`flush`, and collectives are built from those.
+//!
+//! ## Layers
+//!
+//! | crate | role | MSCCL++ counterpart |
+//! |---|---|---|
+//! | [`shared`] (`mscclpp-shared`) | every host↔device / process↔process layout, mirrored in `layout.h` | `include/mscclpp/*_device.hpp` structs |
+//! | [`device`] (`mscclpp-device`) | device API and kernels in `no_std` Rust (PTX and host builds) | `*_device.hpp` functions |
+//! | [`host`] (`mscclpp-host`) | backends, bootstrap, communicator, transports, proxy | `src/*.cc` |
+//! | `mscclpp` (this crate) | facade, kernel registry, embedded PTX, tools | `mscclpp` Python/C++ front |
+//!
+//! ## Names
+//!
+//! | MSCCL++ | mscclpp-rs |
+//! |---|---|
+//! | `ProxyTrigger` / `ChannelTrigger` | [`shared::ProxyTrigger`] |
+//! | `FifoDeviceHandle` | [`shared::FifoDeviceHandle`] + [`device::fifo::FifoDevice`] |
+//! | `PortChannelDeviceHandle` | [`shared::PortChannelDeviceHandle`] |
+//! | `MemoryChannelDeviceHandle` | [`shared::MemoryChannelDeviceHandle`] |
+//! | `LL16Packet` / `LL8Packet` | [`shared::LL16Packet`] / [`shared::LL8Packet`] |
+//! | `cudaMalloc` + `cudaIpcGetMemHandle` | [`host::gpu::Gpu::alloc`] + [`host::gpu::DeviceBuffer::ipc_handle`] |
 #![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod kernels;
 
 pub use mscclpp_device as device;
 pub use mscclpp_host as host;

@@ -1,0 +1,179 @@
+//! Bootstrap: how ranks find each other and exchange the small messages that set up everything
+//! else (memory handles, connection info), over TCP.
+//!
+//! ```no_run
+//! use mscclpp_host::bootstrap::{BootstrapConfig, TcpBootstrap, UniqueId, local_ip};
+//! # fn main() -> mscclpp_host::Result<()> {
+//! // Rank 0: bind the root and hand the id (hex) to the others through the launcher.
+//! let (id, listener) = UniqueId::bind(std::net::SocketAddr::new(local_ip(None)?, 0))?;
+//! println!("MSCCLPP_UNIQUE_ID={id}");
+//! let bs = TcpBootstrap::init_with_root_listener(BootstrapConfig::new(0, 4, id), listener)?;
+//! // Ranks 1..4: TcpBootstrap::init(BootstrapConfig::from_env()?)
+//! let all = bs.all_gather(&(bs.rank() as u32).to_le_bytes())?;
+//! bs.send(1, 7, b"hello")?;
+//! bs.barrier()?;
+//! # let _ = all; Ok(()) }
+//! ```
+//!
+//! | item | what |
+//! |---|---|
+//! | [`UniqueId`] | root address + random session magic; 80 hex characters through any launcher |
+//! | [`BootstrapConfig`] | rank, size, root, deadlines, interface; [`BootstrapConfig::from_env`] knows MSCCL++, torchrun, Open MPI and Slurm variables |
+//! | [`TcpBootstrap`] | the bootstrap: `send`/`recv` by (peer, tag), `all_gather`, `barrier`, `broadcast`, node layout |
+//! | [`Bootstrap`] | the operations as a trait, for other implementations (e.g. in-process) |
+//! | [`wire`] | the byte layout of every frame |
+//!
+//! # Protocol
+//!
+//! Every integer is little-endian; [`wire`] has the byte tables. Set-up, in order:
+//!
+//! 1. **Listen.** Every rank binds its own listener (ephemeral port on the address that routes
+//!    to the root, on `MSCCLPP_SOCKET_IFNAME`'s IPv4 address, or on [`BootstrapConfig::listen`])
+//!    and starts serving handshakes on it at once. Rank 0 also serves the root address.
+//! 2. **Join.** Every rank (rank 0 included, over loopback) connects to the root, retrying while
+//!    it is refused, and sends `JOIN {magic, rank, size, listen address, host hash, ms left}`.
+//! 3. **Table.** When all `size` ranks have joined, the root sends each `TABLE {magic, size,
+//!    (listen address, host hash) × size}` and closes. If a joined rank's connection ends first,
+//!    or ranks are missing at the deadline (the earliest of the root's and every joined rank's),
+//!    the root sends `ABORT {code, ranks}` instead, also to ranks that join later while its
+//!    deadline lasts, so every rank fails naming the same culprits. A duplicate rank or a
+//!    different world size gets `REJECT`.
+//! 4. **Mesh.** Rank `r` connects to every rank `j < r` and sends `PEER_HELLO {magic, from r,
+//!    size, to j}`; `j` answers `ACCEPT {magic, j}` or `REJECT {code, reason}`. One connection
+//!    per pair carries both directions.
+//! 5. **Barrier.** A barrier over the mesh ends set-up: once `init` returns anywhere, every rank
+//!    is connected to every other.
+//!
+//! After set-up each connection carries data frames `{channel, tag, length, payload}`: channel 0
+//! for user `send`/`recv`, channel 1 for the bootstrap's collectives (tag = operation, round and
+//! a per-bootstrap sequence number, so collectives never see user messages or each other's).
+//!
+//! # Threads
+//!
+//! | thread | lives | does |
+//! |---|---|---|
+//! | `bs{r}-mesh` | set-up | accepts on rank `r`'s listener (polls, so it can stop) |
+//! | `bs0-root` | set-up, rank 0 | accepts on the root address |
+//! | `bs0-rootsvc` | set-up, rank 0 | collects JOINs, decides: table or abort |
+//! | `bs{r}-hs` | one per accepted connection, bounded by the handshake deadline | reads and checks the first frame, answers; at the root, then watches the joined rank's connection until the answer |
+//! | `bs{r}-rx{p}` | one per peer, until drop | reads data frames from `p` into the mailbox |
+//!
+//! Receives happen on the caller's thread: they wait on the mailbox (a mutex and condition
+//! variable) for a frame of their (peer, tag), so frames of other tags queue up and can be taken
+//! in any order. Sends write the frame under the connection's writer lock.
+//!
+//! # Failure model
+//!
+//! - Every wait has a deadline: set-up ([`BootstrapConfig::timeout`], default 30 s,
+//!   `MSCCLPP_BOOTSTRAP_TIMEOUT_MS`), each handshake ([`BootstrapConfig::handshake_timeout`],
+//!   default 5 s, measured from accept to the last byte, so slow drips do not extend it), each
+//!   operation ([`BootstrapConfig::op_timeout`]). Socket reads and writes carry the time left.
+//! - Errors name the peer ([`Peer`]: rank and/or address) and the operation:
+//!   `BootstrapTimeout`, `BootstrapMissingRanks`, `BootstrapPeerClosed`, `BootstrapBadMagic`,
+//!   `BootstrapVersion`, `BootstrapMalformed`, `BootstrapRejected`, `BootstrapConnect`, … (see
+//!   [`Error`](crate::Error)).
+//! - A closed connection fails every pending and later receive from that peer at once (messages
+//!   it sent before closing are still delivered), and every later send to it.
+//! - Nothing read is trusted: marker, version, magic, kind, every length (handshake bodies are
+//!   capped at their exact size, data frames at 1 GiB) and every rank are checked before use.
+//!   A listener refuses garbage, wrong magic, wrong version, oversized lengths and silent
+//!   connections with a `REJECT` and keeps serving; each connection's handshake runs on its own
+//!   thread, so none of them delays a valid peer.
+//! - `Drop` sends FIN on every connection, waits briefly (at most 2 s) for the peers' FINs so
+//!   nothing unread is reset, then shuts the sockets and joins every thread; it never panics.
+//!
+//! Collectives (`barrier`, `all_gather`, `broadcast`, and `init`) must be called in the same
+//! order on every rank, from one thread at a time per rank; `send`/`recv` may be used from any
+//! number of threads.
+
+mod config;
+mod mailbox;
+mod net;
+mod os;
+mod root;
+mod tcp;
+mod unique_id;
+pub mod wire;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+pub use config::{
+    BootstrapConfig, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_TIMEOUT, Launcher, RootSpec,
+    TORCHRUN_PORT_OFFSET, env, parse_root,
+};
+pub use net::{interface_ipv4, local_ip};
+pub use tcp::TcpBootstrap;
+pub use unique_id::{RootListener, UNIQUE_ID_BYTES, UniqueId};
+
+use crate::error::Result;
+
+/// The other end of a bootstrap connection, as far as it is known: its rank (once it said, or
+/// from the table) and its address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Peer {
+    /// Its rank, if known.
+    pub rank: Option<usize>,
+    /// Its address, if known.
+    pub addr: Option<SocketAddr>,
+}
+
+impl fmt::Display for Peer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.rank, self.addr) {
+            (Some(r), Some(a)) => write!(f, "rank {r} ({a})"),
+            (Some(r), None) => write!(f, "rank {r}"),
+            (None, Some(a)) => write!(f, "the peer at {a}"),
+            (None, None) => f.write_str("an unknown peer"),
+        }
+    }
+}
+
+/// The bootstrap operations, for code that should not care how ranks are connected.
+/// Collectives must be called in the same order on every rank.
+pub trait Bootstrap: Send + Sync {
+    /// This rank.
+    fn rank(&self) -> usize;
+    /// Number of ranks.
+    fn size(&self) -> usize;
+    /// This rank's index among the ranks of its node.
+    fn local_rank(&self) -> usize;
+    /// Number of ranks on this rank's node.
+    fn ranks_per_node(&self) -> usize;
+    /// The node of `rank`.
+    fn node_of(&self, rank: usize) -> Option<usize>;
+    /// Sends `data` to `peer` under `tag`.
+    fn send(&self, peer: usize, tag: u64, data: &[u8]) -> Result<()>;
+    /// The next message from `peer` under `tag`, within the operation deadline.
+    fn recv(&self, peer: usize, tag: u64) -> Result<Vec<u8>>;
+    /// The next message from `peer` under `tag`, within `timeout`.
+    fn recv_timeout(&self, peer: usize, tag: u64, timeout: Duration) -> Result<Vec<u8>>;
+    /// Every rank's equal-length contribution, in rank order.
+    fn all_gather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>>;
+    /// Waits for every rank.
+    fn barrier(&self) -> Result<()>;
+    /// `root`'s `data` to every rank.
+    fn broadcast(&self, root: usize, data: &mut Vec<u8>) -> Result<()>;
+}
+
+/// FNV-1a, 64-bit: a small stable hash for host identities and derived magics (not for
+/// anything adversarial).
+pub(crate) struct Fnv1a(u64);
+
+impl Fnv1a {
+    pub fn new() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+
+    pub fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    pub fn finish(&self) -> u64 {
+        self.0
+    }
+}

@@ -1,0 +1,614 @@
+//! Sockets with deadlines, control-frame I/O, address selection, and the [`Acceptor`] that serves
+//! a listener with one short-lived handshake thread per accepted connection.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{
+    IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket,
+};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use super::wire::{self, ControlHeader, HeaderError, Kind, Reject, RejectCode};
+use super::{Peer, os};
+use crate::error::{Error, Result};
+
+/// How often blocked loops (accept, watchers) look at their stop flags.
+pub(crate) const POLL_SLICE: Duration = Duration::from_millis(50);
+/// Most handshakes one listener runs at once; further connections are closed at once.
+const MAX_HANDSHAKES: usize = 256;
+/// How long a rejected connection is drained after the REJECT frame, so that closing it does not
+/// reset the connection before the peer has read why.
+const REJECT_LINGER: Duration = Duration::from_millis(300);
+
+/// Locks a mutex, taking the data even if a panicking thread poisoned it (no code here panics
+/// while holding a lock; this keeps `Drop` paths panic-free regardless).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Longest wait any deadline stands for (about 30 years): "no deadline" without overflowing
+/// `Instant` arithmetic, whatever a configuration or a peer asks for.
+const FOREVER: Duration = Duration::from_secs(1 << 30);
+
+/// `from` + `d`, saturating at [`FOREVER`] from `from`.
+pub(crate) fn later(from: Instant, d: Duration) -> Instant {
+    let d = d.min(FOREVER);
+    from.checked_add(d).unwrap_or(from)
+}
+
+/// The instant `d` from now (saturating).
+pub(crate) fn deadline_in(d: Duration) -> Instant {
+    later(Instant::now(), d)
+}
+
+/// Time left until `deadline`, or `None` once it has passed.
+pub(crate) fn remaining(deadline: Instant) -> Option<Duration> {
+    deadline
+        .checked_duration_since(Instant::now())
+        .filter(|d| !d.is_zero())
+}
+
+/// Why a deadline-bounded read or write stopped.
+#[derive(Debug)]
+pub(crate) enum IoFail {
+    /// The deadline passed.
+    Timeout,
+    /// The peer closed (EOF, reset or broken pipe).
+    Closed,
+    /// Another socket error.
+    Io(io::Error),
+}
+
+fn classify(e: io::Error) -> Option<IoFail> {
+    use io::ErrorKind as K;
+    match e.kind() {
+        K::Interrupted | K::WouldBlock | K::TimedOut => None,
+        K::ConnectionReset
+        | K::ConnectionAborted
+        | K::BrokenPipe
+        | K::UnexpectedEof
+        | K::NotConnected => Some(IoFail::Closed),
+        _ => Some(IoFail::Io(e)),
+    }
+}
+
+/// Reads exactly `buf.len()` bytes before `deadline`. Each `read` gets the time that is left, so
+/// a peer dripping one byte at a time cannot stretch the deadline.
+pub(crate) fn read_full(
+    stream: &TcpStream,
+    buf: &mut [u8],
+    deadline: Instant,
+) -> Result<(), IoFail> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        let left = remaining(deadline).ok_or(IoFail::Timeout)?;
+        stream.set_read_timeout(Some(left)).map_err(IoFail::Io)?;
+        match (&*stream).read(&mut buf[filled..]) {
+            Ok(0) => return Err(IoFail::Closed),
+            Ok(n) => filled += n,
+            Err(e) => {
+                if let Some(f) = classify(e) {
+                    return Err(f);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes all of `buf` before `deadline`.
+pub(crate) fn write_full(stream: &TcpStream, buf: &[u8], deadline: Instant) -> Result<(), IoFail> {
+    let mut sent = 0;
+    while sent < buf.len() {
+        let left = remaining(deadline).ok_or(IoFail::Timeout)?;
+        stream.set_write_timeout(Some(left)).map_err(IoFail::Io)?;
+        match (&*stream).write(&buf[sent..]) {
+            Ok(0) => return Err(IoFail::Closed),
+            Ok(n) => sent += n,
+            Err(e) => {
+                if let Some(f) = classify(e) {
+                    return Err(f);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Why a control frame could not be read.
+#[derive(Debug)]
+pub(crate) enum ControlFail {
+    /// Socket-level failure.
+    Io(IoFail),
+    /// Header refused.
+    Header(HeaderError),
+    /// A frame kind not expected here (its body is not read).
+    Unexpected(u32),
+    /// Body length over the cap of its kind.
+    TooLong { len: u32, max: usize },
+}
+
+/// Reads one control frame of one of the `expected` kinds, each with its body cap. The marker is
+/// checked as soon as its 8 bytes arrive; version, kind and length before any body byte is read.
+pub(crate) fn read_control(
+    stream: &TcpStream,
+    deadline: Instant,
+    expected: &[(Kind, usize)],
+) -> Result<(Kind, Vec<u8>), ControlFail> {
+    let mut h = [0u8; wire::CONTROL_HEADER_LEN];
+    read_full(stream, &mut h[..8], deadline).map_err(ControlFail::Io)?;
+    if h[..8] != wire::MARKER {
+        return Err(ControlFail::Header(HeaderError::BadMarker));
+    }
+    read_full(stream, &mut h[8..], deadline).map_err(ControlFail::Io)?;
+    let header = ControlHeader::decode(&h).map_err(ControlFail::Header)?;
+    let Some(&(kind, max_body)) = expected.iter().find(|(k, _)| k.code() == header.kind) else {
+        return Err(ControlFail::Unexpected(header.kind));
+    };
+    let len = header.body_len as usize;
+    if len > max_body {
+        return Err(ControlFail::TooLong {
+            len: header.body_len,
+            max: max_body,
+        });
+    }
+    let mut body = vec![0u8; len];
+    read_full(stream, &mut body, deadline).map_err(ControlFail::Io)?;
+    Ok((kind, body))
+}
+
+/// The context in which errors are reported: this rank, the peer, the operation and its timeout.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ctx {
+    pub rank: usize,
+    pub peer: Peer,
+    pub op: &'static str,
+    pub timeout: Duration,
+}
+
+impl Ctx {
+    pub fn io(&self, fail: IoFail) -> Error {
+        match fail {
+            IoFail::Timeout => self.timeout_error(),
+            IoFail::Closed => Error::BootstrapPeerClosed {
+                rank: self.rank,
+                peer: self.peer,
+                op: self.op,
+            },
+            IoFail::Io(source) => Error::BootstrapIo {
+                rank: self.rank,
+                peer: self.peer,
+                op: self.op,
+                source,
+            },
+        }
+    }
+
+    pub fn control(&self, fail: ControlFail) -> Error {
+        match fail {
+            ControlFail::Io(f) => self.io(f),
+            ControlFail::Header(HeaderError::BadMarker) => self.bad_magic("protocol marker"),
+            ControlFail::Header(HeaderError::Version(got)) => Error::BootstrapVersion {
+                rank: self.rank,
+                peer: self.peer,
+                got,
+                want: wire::VERSION,
+            },
+            ControlFail::Header(HeaderError::Reserved) => {
+                self.malformed(format!("{}: reserved header word is not 0", self.op))
+            }
+            ControlFail::TooLong { len, max } => self.malformed(format!(
+                "{}: frame body of {len} bytes exceeds {max}",
+                self.op
+            )),
+            ControlFail::Unexpected(kind) => {
+                self.malformed(format!("{}: unexpected frame kind {kind}", self.op))
+            }
+        }
+    }
+
+    pub fn timeout_error(&self) -> Error {
+        Error::BootstrapTimeout {
+            rank: self.rank,
+            peer: self.peer,
+            op: self.op,
+            after: self.timeout,
+        }
+    }
+
+    pub fn malformed(&self, reason: String) -> Error {
+        Error::BootstrapMalformed {
+            rank: self.rank,
+            peer: self.peer,
+            reason,
+        }
+    }
+
+    pub fn bad_magic(&self, what: &'static str) -> Error {
+        Error::BootstrapBadMagic {
+            rank: self.rank,
+            peer: self.peer,
+            what,
+        }
+    }
+
+    /// The connector's error for a [`Reject`] it received.
+    pub fn rejected(&self, r: Reject) -> Error {
+        match r.code {
+            RejectCode::BadMagic => self.bad_magic("session magic (the peer rejected ours)"),
+            RejectCode::BadMarker => self.bad_magic("protocol marker (the peer rejected ours)"),
+            _ => Error::BootstrapRejected {
+                rank: self.rank,
+                peer: self.peer,
+                reason: format!("{:?}: {}", r.code, r.reason),
+            },
+        }
+    }
+
+    pub fn connect(&self, source: io::Error) -> Error {
+        if source.kind() == io::ErrorKind::TimedOut {
+            self.timeout_error()
+        } else {
+            Error::BootstrapConnect {
+                rank: self.rank,
+                peer: self.peer,
+                source,
+            }
+        }
+    }
+}
+
+/// Refuses a connection: sends the REJECT (best effort), closes our side for writing, and drains
+/// what the peer still sends for a moment, so the close does not reset the connection before the
+/// peer has read the reason.
+pub(crate) fn reject(stream: &TcpStream, code: RejectCode, reason: &str) {
+    let frame = Reject {
+        code,
+        reason: reason.to_owned(),
+    }
+    .encode();
+    let _ = write_full(stream, &frame, deadline_in(REJECT_LINGER));
+    let _ = stream.shutdown(Shutdown::Write);
+    let drain_until = deadline_in(REJECT_LINGER);
+    let mut sink = [0u8; 512];
+    while let Some(left) = remaining(drain_until) {
+        if stream.set_read_timeout(Some(left)).is_err() {
+            break;
+        }
+        match (&*stream).read(&mut sink) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    let _ = stream.shutdown(Shutdown::Both);
+}
+
+/// The [`RejectCode`] and reason for a handshake that failed to read.
+pub(crate) fn reject_for(fail: &ControlFail) -> (RejectCode, String) {
+    match fail {
+        ControlFail::Io(IoFail::Timeout) => (
+            RejectCode::Timeout,
+            "no complete handshake before the deadline".into(),
+        ),
+        ControlFail::Io(IoFail::Closed) => {
+            (RejectCode::Malformed, "closed during the handshake".into())
+        }
+        ControlFail::Io(IoFail::Io(e)) => (RejectCode::Malformed, format!("socket error: {e}")),
+        ControlFail::Header(HeaderError::BadMarker) => (
+            RejectCode::BadMarker,
+            "not an mscclpp-rs bootstrap peer".into(),
+        ),
+        ControlFail::Header(HeaderError::Version(v)) => (
+            RejectCode::Version,
+            format!(
+                "protocol version {v} is not this listener's {}",
+                wire::VERSION
+            ),
+        ),
+        ControlFail::Header(HeaderError::Reserved) => (
+            RejectCode::Malformed,
+            "reserved header word is not 0".into(),
+        ),
+        ControlFail::TooLong { len, max } => (
+            RejectCode::Malformed,
+            format!("handshake body of {len} bytes exceeds {max}"),
+        ),
+        ControlFail::Unexpected(kind) => (
+            RejectCode::Unexpected,
+            format!("frame kind {kind} is not taken by this listener"),
+        ),
+    }
+}
+
+/// Binds a listener at `addr`.
+pub(crate) fn bind(rank: usize, addr: SocketAddr) -> Result<TcpListener> {
+    TcpListener::bind(addr).map_err(|source| Error::BootstrapListen { rank, addr, source })
+}
+
+/// The IPv4 address of the first interface in `ifnames` (comma-separated) that has one.
+pub fn interface_ipv4(ifnames: &str) -> Result<Ipv4Addr> {
+    let list = os::ipv4_interfaces().map_err(|source| Error::BootstrapInterface {
+        ifname: ifnames.to_owned(),
+        source,
+    })?;
+    ifnames
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .find_map(|name| list.iter().find(|i| i.name == name).map(|i| i.addr))
+        .ok_or_else(|| Error::BootstrapInterface {
+            ifname: ifnames.to_owned(),
+            source: io::Error::new(
+                io::ErrorKind::NotFound,
+                "no such interface with an IPv4 address",
+            ),
+        })
+}
+
+/// An address for a root to listen on when nothing says which: `ifname`'s IPv4 address if given;
+/// else the first interface that is up, not loopback and not a container bridge (`docker*`,
+/// `virbr*`, `veth*`); else 127.0.0.1.
+pub fn local_ip(ifname: Option<&str>) -> Result<IpAddr> {
+    if let Some(names) = ifname {
+        return Ok(IpAddr::V4(interface_ipv4(names)?));
+    }
+    let skip = |n: &str| {
+        ["docker", "virbr", "veth", "br-"]
+            .iter()
+            .any(|p| n.starts_with(p))
+    };
+    let list = os::ipv4_interfaces().unwrap_or_default();
+    Ok(list
+        .iter()
+        .find(|i| i.up && !i.loopback && !skip(&i.name))
+        .map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |i| IpAddr::V4(i.addr)))
+}
+
+/// The local address this rank advertises: `ifname`'s IPv4 address if given, else the address
+/// the kernel would use to reach `root` (a UDP `connect` sends nothing), else loopback.
+pub(crate) fn advertised_ip(ifname: Option<&str>, root: SocketAddr) -> Result<IpAddr> {
+    if let Some(names) = ifname {
+        return Ok(IpAddr::V4(interface_ipv4(names)?));
+    }
+    let (any, loopback): (IpAddr, IpAddr) = if root.is_ipv4() {
+        (Ipv4Addr::UNSPECIFIED.into(), Ipv4Addr::LOCALHOST.into())
+    } else {
+        (Ipv6Addr::UNSPECIFIED.into(), Ipv6Addr::LOCALHOST.into())
+    };
+    let routed = UdpSocket::bind(SocketAddr::new(any, 0))
+        .and_then(|s| s.connect(root).and_then(|()| s.local_addr()))
+        .map(|a| a.ip())
+        .ok()
+        .filter(|ip| !ip.is_unspecified());
+    Ok(routed.unwrap_or(loopback))
+}
+
+/// This host's identity hash: of `host_id` if given, else of host name and kernel boot id (so
+/// two containers with one kernel count as one node only if they also share a host name).
+pub(crate) fn host_hash(host_id: Option<&str>) -> u64 {
+    let mut h = super::Fnv1a::new();
+    match host_id {
+        Some(id) => {
+            h.write(b"id:");
+            h.write(id.as_bytes());
+        }
+        None => {
+            h.write(b"host:");
+            h.write(os::hostname().unwrap_or_default().as_bytes());
+            h.write(b"\0");
+            let boot =
+                std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+            h.write(boot.trim().as_bytes());
+        }
+    }
+    h.finish()
+}
+
+/// Connects to `addr` before `deadline`, retrying refused connections (the root may not be up
+/// yet) with a growing pause.
+pub(crate) fn connect_retry(ctx: &Ctx, addr: SocketAddr, deadline: Instant) -> Result<TcpStream> {
+    let mut pause = Duration::from_millis(10);
+    loop {
+        let Some(left) = remaining(deadline) else {
+            return Err(ctx.timeout_error());
+        };
+        match TcpStream::connect_timeout(&addr, left) {
+            Ok(s) => return Ok(s),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::ConnectionRefused
+                        | io::ErrorKind::ConnectionReset
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
+                let Some(left) = remaining(deadline) else {
+                    return Err(ctx.connect(e));
+                };
+                thread::sleep(pause.min(left));
+                pause = (pause * 2).min(Duration::from_millis(200));
+            }
+            Err(e) => return Err(ctx.connect(e)),
+        }
+    }
+}
+
+/// The handshake logic of one listener, run on its own thread for each accepted connection.
+pub(crate) trait Handshake: Send + Sync + 'static {
+    /// Reads and checks the first frame, answers, and hands a valid connection on (after
+    /// [`Pending::release`]).
+    fn handle(&self, stream: TcpStream, addr: SocketAddr, pending: Pending);
+}
+
+/// Connections whose handshake is in progress; the acceptor shuts them down when it stops.
+#[derive(Default)]
+struct Live {
+    stopped: bool,
+    streams: HashMap<u64, TcpStream>,
+}
+
+/// A connection's registration with its acceptor, held by its handshake thread.
+pub(crate) struct Pending {
+    id: u64,
+    live: Arc<Mutex<Live>>,
+}
+
+impl Pending {
+    /// Takes the connection off the acceptor's books so that stopping the acceptor no longer
+    /// shuts it down. `false` if the acceptor has already stopped: drop the connection.
+    pub fn release(self) -> bool {
+        let mut live = lock(&self.live);
+        let kept = live.streams.remove(&self.id).is_some() && !live.stopped;
+        drop(live); // before `self`'s Drop takes the lock again
+        kept
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        lock(&self.live).streams.remove(&self.id);
+    }
+}
+
+/// A listener served by a thread that accepts connections and starts one handshake thread per
+/// connection. Stopping it closes the listener, shuts down every unfinished handshake and joins
+/// all of its threads.
+pub(crate) struct Acceptor {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Acceptor {
+    pub fn start(
+        rank: usize,
+        listener: TcpListener,
+        label: &'static str,
+        handler: Arc<dyn Handshake>,
+    ) -> Result<Self> {
+        let addr = listener
+            .local_addr()
+            .map_err(|source| Error::BootstrapListen {
+                rank,
+                addr: unspecified(),
+                source,
+            })?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|source| Error::BootstrapListen { rank, addr, source })?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = thread::Builder::new()
+            .name(format!("bs{rank}-{label}"))
+            .spawn(move || accept_loop(rank, listener, label, handler, flag))
+            .map_err(|source| Error::BootstrapSpawn {
+                rank,
+                what: "listener thread",
+                source,
+            })?;
+        Ok(Self {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    pub fn stop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Acceptor {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn unspecified() -> SocketAddr {
+    SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0)
+}
+
+fn accept_loop(
+    rank: usize,
+    listener: TcpListener,
+    label: &'static str,
+    handler: Arc<dyn Handshake>,
+    stop: Arc<AtomicBool>,
+) {
+    let live = Arc::new(Mutex::new(Live::default()));
+    let mut workers: Vec<JoinHandle<()>> = Vec::new();
+    let mut next_id = 0u64;
+    while !stop.load(Ordering::Acquire) {
+        match os::wait_readable(&listener, POLL_SLICE) {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(e) => {
+                tracing::warn!("bootstrap rank {rank}: polling the {label} listener failed: {e}");
+                thread::sleep(POLL_SLICE);
+                continue;
+            }
+        }
+        loop {
+            let (stream, addr) = match listener.accept() {
+                Ok(c) => c,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    // EMFILE, ECONNABORTED, …: not fatal to the listener.
+                    tracing::warn!(
+                        "bootstrap rank {rank}: accepting on the {label} listener failed: {e}"
+                    );
+                    thread::sleep(POLL_SLICE);
+                    break;
+                }
+            };
+            workers.retain(|w| !w.is_finished());
+            if workers.len() >= MAX_HANDSHAKES {
+                tracing::warn!(
+                    "bootstrap rank {rank}: {MAX_HANDSHAKES} handshakes in progress; closing the connection from {addr}"
+                );
+                continue;
+            }
+            let Ok(clone) = stream
+                .set_nonblocking(false)
+                .and_then(|()| stream.try_clone())
+            else {
+                continue;
+            };
+            let id = next_id;
+            next_id += 1;
+            lock(&live).streams.insert(id, clone);
+            let pending = Pending {
+                id,
+                live: Arc::clone(&live),
+            };
+            let h = Arc::clone(&handler);
+            match thread::Builder::new()
+                .name(format!("bs{rank}-hs"))
+                .spawn(move || h.handle(stream, addr, pending))
+            {
+                Ok(w) => workers.push(w),
+                Err(e) => tracing::warn!(
+                    "bootstrap rank {rank}: no thread for the connection from {addr}: {e}"
+                ),
+            }
+        }
+    }
+    drop(listener);
+    {
+        let mut l = lock(&live);
+        l.stopped = true;
+        for s in l.streams.values() {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+    for w in workers {
+        let _ = w.join();
+    }
+}

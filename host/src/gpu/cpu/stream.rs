@@ -1,0 +1,311 @@
+//! CPU-backend streams and events.
+//!
+//! A stream is a worker thread that runs its queue in order: copies with `memcpy`, kernel
+//! launches on the grid emulator, event records and waits. Work is asynchronous as on a GPU:
+//! `launch` returns at once, so a host thread can serve the kernel (a proxy popping its FIFO)
+//! while it runs. The first failure of queued work is kept and returned by the next
+//! `synchronize` (CUDA reports asynchronous errors the same way).
+
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use mscclpp_device::arch::host::grid::{self, GridDims};
+
+use crate::error::{BackendError, Error, Result};
+
+/// How long dropping a stream waits for its queue before leaving the worker to finish alone.
+const DROP_WAIT: Duration = Duration::from_secs(10);
+
+enum Op {
+    Copy {
+        dst: u64,
+        src: u64,
+        bytes: usize,
+    },
+    Launch {
+        name: &'static str,
+        dims: GridDims,
+        body: Box<dyn Fn() + Send + Sync>,
+    },
+    Record(Arc<EventState>, u64),
+    Wait(Arc<EventState>, u64),
+}
+
+#[derive(Default)]
+struct Progress {
+    submitted: u64,
+    completed: u64,
+    error: Option<BackendError>,
+}
+
+struct Shared {
+    progress: Mutex<Progress>,
+    cv: Condvar,
+}
+
+/// An in-order queue run by one worker thread.
+pub struct Stream {
+    ordinal: usize,
+    tx: Option<mpsc::Sender<Op>>,
+    shared: Arc<Shared>,
+    worker: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Stream {
+    pub(super) fn new(ordinal: usize) -> Result<Self> {
+        let (tx, rx) = mpsc::channel::<Op>();
+        let shared = Arc::new(Shared {
+            progress: Mutex::new(Progress::default()),
+            cv: Condvar::new(),
+        });
+        let s = shared.clone();
+        let worker = std::thread::Builder::new()
+            .name(format!("cpu-stream-{ordinal}"))
+            .spawn(move || run_queue(rx, s))
+            .map_err(|e| Error::Stream {
+                op: "create stream",
+                ordinal,
+                source: BackendError::Os {
+                    call: "thread spawn",
+                    source: e,
+                },
+            })?;
+        Ok(Self {
+            ordinal,
+            tx: Some(tx),
+            shared,
+            worker: Some(worker),
+        })
+    }
+
+    fn submit(&self, op: Op) -> std::result::Result<(), BackendError> {
+        let tx = self
+            .tx
+            .as_ref()
+            .ok_or_else(|| BackendError::Invalid("stream is closed".into()))?;
+        lock(&self.shared.progress).submitted += 1;
+        tx.send(op)
+            .map_err(|_| BackendError::Invalid("the stream's worker has stopped".into()))
+    }
+
+    /// Queues a copy.
+    ///
+    /// # Safety
+    /// Both ranges valid and disjoint until the copy runs.
+    pub unsafe fn copy_dtod(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        self.submit(Op::Copy { dst, src, bytes })
+            .map_err(|source| Error::Copy {
+                direction: "dtod",
+                bytes,
+                ordinal: self.ordinal,
+                source,
+            })
+    }
+
+    /// Queues a kernel: `body` runs once per emulated thread of `dims`.
+    pub fn launch(
+        &self,
+        name: &'static str,
+        dims: GridDims,
+        body: Box<dyn Fn() + Send + Sync>,
+    ) -> std::result::Result<(), BackendError> {
+        if dims.grid == 0
+            || dims.block == 0
+            || dims.grid as u64 * dims.block as u64 > grid::MAX_THREADS as u64
+        {
+            return Err(grid::GridError::BadDims(dims).into());
+        }
+        self.submit(Op::Launch { name, dims, body })
+    }
+
+    /// Records `event` after the queued work.
+    pub fn record(&self, event: &Event) -> Result<()> {
+        let generation = {
+            let mut s = lock(&event.state.inner);
+            s.recorded += 1;
+            s.recorded
+        };
+        self.submit(Op::Record(event.state.clone(), generation))
+            .map_err(|source| self.err("record event", source))
+    }
+
+    /// Later work waits until `event`'s latest record has completed.
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        let generation = lock(&event.state.inner).recorded;
+        self.submit(Op::Wait(event.state.clone(), generation))
+            .map_err(|source| self.err("wait event", source))
+    }
+
+    /// Waits for the queue; returns (and clears) the first failure of queued work.
+    pub fn synchronize(&self) -> Result<()> {
+        let mut p = lock(&self.shared.progress);
+        while p.completed < p.submitted {
+            p = self
+                .shared
+                .cv
+                .wait(p)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        match p.error.take() {
+            Some(source) => Err(self.err("synchronize", source)),
+            None => Ok(()),
+        }
+    }
+
+    fn err(&self, op: &'static str, source: BackendError) -> Error {
+        Error::Stream {
+            op,
+            ordinal: self.ordinal,
+            source,
+        }
+    }
+
+    /// Whether all queued work is done.
+    pub fn is_idle(&self) -> bool {
+        let p = lock(&self.shared.progress);
+        p.completed == p.submitted
+    }
+
+    /// A weak handle the device uses to wait for this stream.
+    pub(super) fn watcher(&self) -> StreamWatcher {
+        StreamWatcher(Arc::downgrade(&self.shared))
+    }
+}
+
+/// Lets the device wait for a stream without keeping it alive.
+pub(super) struct StreamWatcher(std::sync::Weak<Shared>);
+
+impl StreamWatcher {
+    /// Waits until the stream's queued work is done; false once the stream is gone.
+    pub(super) fn wait_idle(&self) -> bool {
+        let Some(shared) = self.0.upgrade() else {
+            return false;
+        };
+        let mut p = lock(&shared.progress);
+        while p.completed < p.submitted {
+            p = shared.cv.wait(p).unwrap_or_else(|e| e.into_inner());
+        }
+        true
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // Closing the channel ends the worker once its queue is empty.
+        self.tx = None;
+        let deadline = Instant::now() + DROP_WAIT;
+        let mut p = lock(&self.shared.progress);
+        while p.completed < p.submitted {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                tracing::warn!("CPU stream dropped with work still running; not waiting for it");
+                return;
+            }
+            p = self
+                .shared
+                .cv
+                .wait_timeout(p, left)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+        drop(p);
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn run_queue(rx: mpsc::Receiver<Op>, shared: Arc<Shared>) {
+    while let Ok(op) = rx.recv() {
+        let result: std::result::Result<(), BackendError> = match op {
+            Op::Copy { dst, src, bytes } => {
+                // SAFETY: the submitter's contract (`copy_dtod`).
+                unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, bytes) };
+                Ok(())
+            }
+            Op::Launch { name, dims, body } => grid::run_grid(dims, &*body).map_err(|e| {
+                tracing::error!("kernel {name} failed on the CPU backend: {e}");
+                e.into()
+            }),
+            Op::Record(state, generation) => {
+                let mut s = lock(&state.inner);
+                s.completed = s.completed.max(generation);
+                s.time = Some(Instant::now());
+                state.cv.notify_all();
+                Ok(())
+            }
+            Op::Wait(state, generation) => {
+                let mut s = lock(&state.inner);
+                while s.completed < generation {
+                    s = state.cv.wait(s).unwrap_or_else(|e| e.into_inner());
+                }
+                Ok(())
+            }
+        };
+        let mut p = lock(&shared.progress);
+        p.completed += 1;
+        if let Err(e) = result
+            && p.error.is_none()
+        {
+            p.error = Some(e);
+        }
+        shared.cv.notify_all();
+    }
+}
+
+#[derive(Default)]
+struct EventInner {
+    recorded: u64,
+    completed: u64,
+    time: Option<Instant>,
+}
+
+struct EventState {
+    inner: Mutex<EventInner>,
+    cv: Condvar,
+}
+
+/// A marker in a CPU stream.
+pub struct Event {
+    state: Arc<EventState>,
+}
+
+impl Event {
+    pub(super) fn new() -> Self {
+        Self {
+            state: Arc::new(EventState {
+                inner: Mutex::new(EventInner::default()),
+                cv: Condvar::new(),
+            }),
+        }
+    }
+
+    /// Waits until the latest record has been reached.
+    pub fn synchronize(&self) -> Result<()> {
+        let mut s = lock(&self.state.inner);
+        let target = s.recorded;
+        while s.completed < target {
+            s = self.state.cv.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        Ok(())
+    }
+
+    /// Milliseconds from `start` to `self`.
+    pub fn elapsed_ms(&self, start: &Event) -> Result<f32> {
+        let end = lock(&self.state.inner).time;
+        let begin = lock(&start.state.inner).time;
+        match (begin, end) {
+            (Some(b), Some(e)) => Ok(e.saturating_duration_since(b).as_secs_f32() * 1e3),
+            _ => Err(Error::Stream {
+                op: "elapsed time",
+                ordinal: 0,
+                source: BackendError::Invalid("an event has not completed".into()),
+            }),
+        }
+    }
+}

@@ -1,0 +1,396 @@
+//! The `cuda` backend: NVIDIA GPUs through the CUDA driver API, with libcuda loaded at run time.
+//!
+//! Three layers, as in cudarc (STYLE item 3):
+//!
+//! 1. `cudarc::driver::sys`: the raw `extern "C"` entry points, resolved from libcuda on first
+//!    use (feature `dynamic-loading`, so building needs no CUDA toolkit).
+//! 2. [`result`]: one thin function per driver call, returning `Result<_, DriverError>` with the
+//!    call's name and the code's name. All `unsafe` of this backend lives there and in the few
+//!    owner methods that hand raw handles to it.
+//! 3. The RAII owners below. Their `Drop`s never panic: a failing release is logged with
+//!    `tracing::warn!` and otherwise ignored.
+//!
+//! We use none of cudarc's safe layer (`CudaContext`, `CudaStream`, `CudaSlice`, …): it has no
+//! IPC, peer or mapped-host calls, and its stream-ordered pool allocations cannot be exported
+//! over IPC. Consequently cudarc's automatic event tracking (the "turn it off" item of DESIGN
+//! section 2) never runs here: no cudarc event is ever created, so there is nothing to disable.
+//!
+//! # Initialisation
+//! [`device_count`] (and so [`Device::open`]) first checks that libcuda can be loaded
+//! ([`Error::NoLibcuda`] if not; cudarc would panic on the first call otherwise), then calls
+//! `cuInit(0)` once per process ([`Error::CudaInit`] if it fails). The outcome is remembered.
+//!
+//! # Owners, what they own, and threads
+//! Every owner keeps an `Arc` of the device's retained primary context, so the context outlives
+//! everything made in it. The CUDA driver API is thread-safe and its handles are not tied to a
+//! thread, but the *current context* is per thread: every method below that calls the driver
+//! first makes its device's primary context current on the calling thread (`cuCtxSetCurrent`),
+//! so any owner may be used, and dropped, from any thread. All owners are `Send + Sync`.
+//!
+//! | owner | owns | released by |
+//! |---|---|---|
+//! | [`Device`] | one reference of the device's primary context (`cuDevicePrimaryCtxRetain`) | `cuDevicePrimaryCtxRelease_v2` when the last owner of the device is gone |
+//! | [`DeviceAlloc`] | a `cuMemAlloc_v2` allocation (exportable over IPC) | `cuMemFree_v2` |
+//! | [`HostAlloc`] | a `cuMemHostAlloc(DEVICEMAP \| PORTABLE)` allocation | `cuMemFreeHost` |
+//! | [`PeerAlloc`] | a mapping of another process's allocation (`cuIpcOpenMemHandle_v2`) | `cuIpcCloseMemHandle` |
+//! | [`Stream`] | a non-blocking stream | `cuStreamDestroy_v2` (queued work still completes) |
+//! | [`Event`] | an event with timing enabled | `cuEventDestroy_v2` |
+//! | [`Module`] | a loaded module, shared with its [`Function`]s | `cuModuleUnload` when the module and all its functions are gone |
+//!
+//! Freeing memory, closing a mapping or unloading a module while queued work still uses it is
+//! the caller's bug (the layers above keep the owners alive until their work is synchronised).
+//!
+//! # Ordering of the synchronous copies
+//! [`Device::copy_htod_sync`], [`Device::copy_dtoh_sync`] and the zeroing in [`Device::alloc`]
+//! run on the legacy default stream, which our streams (created `CU_STREAM_NON_BLOCKING`) do not
+//! wait for. So each of them waits for its own completion before returning: after one returns,
+//! work queued on any stream sees its effect. They do *not* wait for work queued earlier on
+//! other streams: synchronise those first.
+
+mod memory;
+mod module;
+mod result;
+mod stream;
+#[cfg(test)]
+mod tests;
+
+use std::ffi::c_int;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use cudarc::driver::sys;
+use mscclpp_shared::IpcMemHandle;
+
+pub use memory::{DeviceAlloc, HostAlloc, PeerAlloc};
+pub use module::{Function, Module};
+pub use stream::{Event, Stream};
+
+use super::BackendKind;
+use crate::error::{BackendError, DriverError, Error, Result};
+
+/// Why initialisation failed (kept for the whole process).
+#[derive(Debug, Clone)]
+enum InitFailure {
+    NoLibcuda,
+    Init(DriverError),
+}
+
+/// Loads libcuda and runs `cuInit(0)`, once per process; later calls return the first outcome.
+fn init() -> Result<()> {
+    static INIT: OnceLock<std::result::Result<(), InitFailure>> = OnceLock::new();
+    let outcome = INIT.get_or_init(|| {
+        // SAFETY: only tries to `dlopen` the candidate library names; calls nothing in them.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(InitFailure::NoLibcuda);
+        }
+        result::cu_init().map_err(InitFailure::Init)
+    });
+    match outcome {
+        Ok(()) => Ok(()),
+        Err(InitFailure::NoLibcuda) => Err(Error::NoLibcuda),
+        Err(InitFailure::Init(e)) => Err(Error::CudaInit(e.clone())),
+    }
+}
+
+/// Number of CUDA devices. [`Error::NoLibcuda`] when libcuda cannot be loaded (never a panic),
+/// [`Error::CudaInit`] when `cuInit` or `cuDeviceGetCount` fails.
+pub fn device_count() -> Result<usize> {
+    init()?;
+    result::cu_device_get_count().map_err(Error::CudaInit)
+}
+
+/// A retained primary context of one device. Shared (`Arc`) by the [`Device`] and everything
+/// made from it; released when the last of them goes.
+#[derive(Debug)]
+pub(crate) struct Context {
+    ordinal: usize,
+    dev: sys::CUdevice,
+    ctx: sys::CUcontext,
+}
+
+// SAFETY: a `CUcontext` is a driver handle that may be made current on, and used from, any
+// thread; the driver synchronises its own state. `Context` only stores it.
+unsafe impl Send for Context {}
+// SAFETY: as above; no method mutates `Context`.
+unsafe impl Sync for Context {}
+
+impl Context {
+    /// Makes this primary context current on the calling thread.
+    pub(crate) fn bind(&self) -> std::result::Result<(), DriverError> {
+        // SAFETY: `self.ctx` is retained for as long as `self` lives.
+        unsafe { result::cu_ctx_set_current(self.ctx) }
+    }
+
+    /// The device ordinal.
+    pub(crate) fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: balances the retain in `Device::open`; every owner that used this context
+        // held an `Arc` of it, so none is left.
+        if let Err(e) = unsafe { result::cu_device_primary_ctx_release(self.dev) } {
+            tracing::warn!(ordinal = self.ordinal, error = %e, "releasing a CUDA primary context failed");
+        }
+    }
+}
+
+/// One CUDA device, through its primary context (the context the CUDA runtime, NCCL and
+/// PyTorch use too, so pointers are shared with them).
+#[derive(Debug)]
+pub struct Device {
+    ctx: Arc<Context>,
+    name: String,
+    pci_bus_id: String,
+}
+
+/// Smallest allocation made: a request for 0 bytes allocates this much (the driver rejects 0),
+/// so an empty buffer still has a real, unique address. `len()` reports what was asked for.
+const MIN_ALLOC: usize = 1;
+
+impl Device {
+    /// Opens device `ordinal` and retains its primary context.
+    pub fn open(ordinal: usize) -> Result<Self> {
+        let count = device_count()?;
+        if ordinal >= count {
+            return Err(Error::NoSuchDevice {
+                backend: BackendKind::Cuda,
+                ordinal,
+                count,
+            });
+        }
+        let open_err = |source| Error::DeviceOpen { ordinal, source };
+        // `ordinal < count <= c_int::MAX`, so the cast is lossless.
+        let dev = result::cu_device_get(ordinal as c_int).map_err(open_err)?;
+        let ctx = result::cu_device_primary_ctx_retain(dev).map_err(open_err)?;
+        let ctx = Arc::new(Context { ordinal, dev, ctx });
+        let name = result::cu_device_get_name(dev).map_err(open_err)?;
+        let pci_bus_id = result::cu_device_get_pci_bus_id(dev).map_err(open_err)?;
+        Ok(Self {
+            ctx,
+            name,
+            pci_bus_id,
+        })
+    }
+
+    /// The device ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.ctx.ordinal
+    }
+
+    /// The device's name, e.g. `NVIDIA H200`.
+    pub fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    /// Allocates `bytes` of device memory with `cuMemAlloc_v2` (never a pool allocation, so it
+    /// can be exported over IPC), zeroed. `0` bytes allocates 1 byte (see `MIN_ALLOC`) and
+    /// reports a length of 0.
+    pub fn alloc(&self, bytes: usize) -> Result<DeviceAlloc> {
+        let ordinal = self.ordinal();
+        let err = |e: DriverError| Error::Alloc {
+            ordinal,
+            bytes,
+            source: e.into(),
+        };
+        self.ctx.bind().map_err(err)?;
+        let size = bytes.max(MIN_ALLOC);
+        let ptr = result::cu_mem_alloc(size).map_err(err)?;
+        // Owned from here on: an error below frees it.
+        let alloc = DeviceAlloc::new(self.ctx.clone(), ptr, bytes, size);
+        // SAFETY: `[ptr, ptr + size)` is the allocation just made. The memset runs on the legacy
+        // default stream, which non-blocking streams do not wait for: wait for it here.
+        unsafe {
+            result::cu_memset_d8(ptr, 0, size).map_err(err)?;
+            result::cu_stream_synchronize(std::ptr::null_mut()).map_err(err)?;
+        }
+        Ok(alloc)
+    }
+
+    /// Allocates `bytes` of pinned host memory mapped into every context
+    /// (`CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE`), zeroed. `0` bytes as in
+    /// [`Device::alloc`].
+    pub fn alloc_host_mapped(&self, bytes: usize) -> Result<HostAlloc> {
+        let ordinal = self.ordinal();
+        let err = |e: DriverError| Error::HostAlloc {
+            ordinal,
+            bytes,
+            source: e.into(),
+        };
+        self.ctx.bind().map_err(err)?;
+        let size = bytes.max(MIN_ALLOC);
+        let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
+        let host = result::cu_mem_host_alloc(size, flags).map_err(err)?;
+        // SAFETY: `host` is a fresh, writable allocation of `size` bytes that nothing else uses.
+        unsafe { std::ptr::write_bytes(host.cast::<u8>(), 0, size) };
+        // Owned from here on (device address filled in below): an error frees it.
+        let mut alloc = HostAlloc::new(self.ctx.clone(), host.cast(), 0, bytes);
+        // SAFETY: `host` is a live DEVICEMAP allocation.
+        let dev = unsafe { result::cu_mem_host_get_device_pointer(host) }.map_err(err)?;
+        alloc.set_device_ptr(dev);
+        Ok(alloc)
+    }
+
+    /// Maps the whole allocation behind `handle` (made by another process; the caller validated
+    /// it) with `CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS`. [`PeerAlloc::base`] is the allocation's
+    /// first byte: the caller adds `handle.offset`.
+    ///
+    /// The driver refuses a handle exported by this same process.
+    pub fn open_ipc(&self, handle: &IpcMemHandle) -> Result<PeerAlloc> {
+        let err = |e: DriverError| Error::IpcOpen {
+            ordinal: self.ordinal(),
+            owner_device: handle.device,
+            owner_pid: handle.owner_pid,
+            source: e.into(),
+        };
+        self.ctx.bind().map_err(err)?;
+        let base = result::cu_ipc_open_mem_handle(&handle.cuda).map_err(err)?;
+        Ok(PeerAlloc::new(self.ctx.clone(), base))
+    }
+
+    /// Lets kernels and copies of this device access `peer`'s memory
+    /// (`cuCtxEnablePeerAccess`). Already enabled, or `peer` is this device: `Ok`.
+    pub fn enable_peer_access(&self, peer: &Device) -> Result<()> {
+        if self.ctx.dev == peer.ctx.dev {
+            return Ok(());
+        }
+        let err = |source| Error::PeerAccess {
+            ordinal: self.ordinal(),
+            peer: peer.ordinal(),
+            source,
+        };
+        self.ctx.bind().map_err(err)?;
+        // SAFETY: `peer.ctx.ctx` is retained while `peer` lives.
+        match unsafe { result::cu_ctx_enable_peer_access(peer.ctx.ctx) } {
+            Ok(()) => Ok(()),
+            Err(e) if e.code == sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED as u32 => {
+                Ok(())
+            }
+            Err(e) => Err(err(e)),
+        }
+    }
+
+    /// Creates a stream (`CU_STREAM_NON_BLOCKING`: it does not wait for the legacy default
+    /// stream).
+    pub fn create_stream(&self) -> Result<Stream> {
+        let err = |e: DriverError| self.stream_err("create stream", e);
+        self.ctx.bind().map_err(err)?;
+        let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
+        let raw = result::cu_stream_create(flags).map_err(err)?;
+        Ok(Stream::new(self.ctx.clone(), raw))
+    }
+
+    /// Creates an event with timing enabled (`CU_EVENT_DEFAULT`).
+    pub fn create_event(&self) -> Result<Event> {
+        let err = |e: DriverError| self.stream_err("create event", e);
+        self.ctx.bind().map_err(err)?;
+        let flags = sys::CUevent_flags::CU_EVENT_DEFAULT as u32;
+        let raw = result::cu_event_create(flags).map_err(err)?;
+        Ok(Event::new(self.ctx.clone(), raw))
+    }
+
+    /// Loads (JIT-compiles) PTX text. On failure the error carries the JIT's error log.
+    pub fn load_ptx(&self, ptx: &str) -> Result<Module> {
+        Module::load_ptx(self.ctx.clone(), ptx, "PTX text")
+    }
+
+    /// Loads a module file: `*.ptx` as PTX text, anything else as a cubin or fatbin image.
+    pub fn load_module_file(&self, path: &Path) -> Result<Module> {
+        let bytes = std::fs::read(path).map_err(|source| Error::ReadFile {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let what = path.display().to_string();
+        if path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("ptx"))
+        {
+            match String::from_utf8(bytes) {
+                Ok(text) => Module::load_ptx(self.ctx.clone(), &text, &what),
+                Err(_) => Err(Error::ModuleLoad {
+                    what,
+                    ordinal: self.ordinal(),
+                    source: BackendError::Invalid("a .ptx file that is not UTF-8 text".to_string()),
+                }),
+            }
+        } else {
+            Module::load_image(self.ctx.clone(), &bytes, &what)
+        }
+    }
+
+    /// Waits for all work of this device's primary context (`cuCtxSynchronize`).
+    pub fn synchronize(&self) -> Result<()> {
+        let err = |e: DriverError| self.stream_err("synchronize device", e);
+        self.ctx.bind().map_err(err)?;
+        result::cu_ctx_synchronize().map_err(err)
+    }
+
+    /// The NUMA node of the device's PCI function, from
+    /// `/sys/bus/pci/devices/<bus id>/numa_node`; `None` if unknown (`-1`) or unreadable.
+    pub fn numa_node(&self) -> Option<u32> {
+        // sysfs names functions `dddd:bb:dd.f` in lower case; the driver may print the domain
+        // with more digits or in upper case.
+        let id = self.pci_bus_id.to_ascii_lowercase();
+        let (domain, rest) = id.split_once(':')?;
+        let domain = u32::from_str_radix(domain, 16).ok()?;
+        let path = format!("/sys/bus/pci/devices/{domain:04x}:{rest}/numa_node");
+        let text = std::fs::read_to_string(path).ok()?;
+        let node: i64 = text.trim().parse().ok()?;
+        u32::try_from(node).ok()
+    }
+
+    /// Makes this device's primary context current on the calling thread.
+    pub fn bind_to_thread(&self) -> Result<()> {
+        self.ctx.bind().map_err(|source| Error::DeviceOpen {
+            ordinal: self.ordinal(),
+            source,
+        })
+    }
+
+    /// Copies `src` to device address `dst` and waits until the data is in device memory.
+    ///
+    /// The caller passes a `dst` range inside a live device allocation (the layer above checks
+    /// it); a wrong address is reported by the driver or lands in device memory, never in this
+    /// process's host memory.
+    pub fn copy_htod_sync(&self, dst: u64, src: &[u8]) -> Result<()> {
+        let err = |e: DriverError| self.copy_err("htod", src.len(), e);
+        self.ctx.bind().map_err(err)?;
+        // SAFETY: see the doc above: `dst` is a checked device range. A copy from pageable
+        // memory may return before its DMA is done, and non-blocking streams do not wait for
+        // the legacy default stream: wait for it here.
+        unsafe {
+            result::cu_memcpy_htod(dst, src).map_err(err)?;
+            result::cu_stream_synchronize(std::ptr::null_mut()).map_err(err)
+        }
+    }
+
+    /// Copies `dst.len()` bytes from device address `src` into `dst`; returns when done. Work
+    /// queued on (non-blocking) streams is not waited for: synchronise them first.
+    pub fn copy_dtoh_sync(&self, dst: &mut [u8], src: u64) -> Result<()> {
+        let bytes = dst.len();
+        let err = |e: DriverError| self.copy_err("dtoh", bytes, e);
+        self.ctx.bind().map_err(err)?;
+        // SAFETY: `src` is a checked device range (as in `copy_htod_sync`); the driver writes
+        // only `dst.len()` bytes into `dst`.
+        unsafe { result::cu_memcpy_dtoh(dst, src) }.map_err(err)
+    }
+
+    fn stream_err(&self, op: &'static str, e: DriverError) -> Error {
+        Error::Stream {
+            op,
+            ordinal: self.ordinal(),
+            source: e.into(),
+        }
+    }
+
+    fn copy_err(&self, direction: &'static str, bytes: usize, e: DriverError) -> Error {
+        Error::Copy {
+            direction,
+            bytes,
+            ordinal: self.ordinal(),
+            source: e.into(),
+        }
+    }
+}

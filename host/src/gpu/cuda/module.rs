@@ -1,0 +1,216 @@
+//! Modules and kernel entry points of the `cuda` backend. A [`Module`] and every [`Function`]
+//! taken from it share one `Arc` of the loaded `CUmodule`, so the module is unloaded only when
+//! the last of them is dropped; both are `Send + Sync` and usable from any thread.
+
+use std::ffi::{CString, c_int, c_void};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use cudarc::driver::sys;
+
+use super::{Context, result};
+use crate::error::{BackendError, DriverError, Error, Result};
+
+/// The loaded `CUmodule`; unloaded on drop.
+#[derive(Debug)]
+struct Loaded {
+    ctx: Arc<Context>,
+    raw: sys::CUmodule,
+}
+
+// SAFETY: a `CUmodule` is a driver handle usable from any thread with its context current
+// (every use binds it); `Loaded` only stores it.
+unsafe impl Send for Loaded {}
+// SAFETY: as above; nothing mutates `Loaded`.
+unsafe impl Sync for Loaded {}
+
+impl Drop for Loaded {
+    fn drop(&mut self) {
+        let r = self.ctx.bind().and_then(|()| {
+            // SAFETY: `self.raw` is owned here and unloaded once; every `Function` of it held
+            // an `Arc` of `self`, so none is left.
+            unsafe { result::cu_module_unload(self.raw) }
+        });
+        if let Err(e) = r {
+            tracing::warn!(ordinal = self.ctx.ordinal(), error = %e, "unloading a CUDA module failed");
+        }
+    }
+}
+
+/// A loaded module (PTX JIT-compiled by the driver, or a cubin/fatbin).
+#[derive(Debug)]
+pub struct Module {
+    loaded: Arc<Loaded>,
+}
+
+impl Module {
+    /// Loads PTX text; `what` names it in errors.
+    pub(super) fn load_ptx(ctx: Arc<Context>, ptx: &str, what: &str) -> Result<Self> {
+        let text = CString::new(ptx).map_err(|e| Error::ModuleLoad {
+            what: what.to_string(),
+            ordinal: ctx.ordinal(),
+            source: BackendError::Invalid(format!(
+                "PTX text has a NUL byte at {}",
+                e.nul_position()
+            )),
+        })?;
+        // SAFETY: `text` is NUL-terminated PTX and outlives the call.
+        unsafe { Self::load(ctx, text.as_ptr().cast(), what) }
+    }
+
+    /// Loads a cubin or fatbin image; `what` names it in errors.
+    pub(super) fn load_image(ctx: Arc<Context>, image: &[u8], what: &str) -> Result<Self> {
+        if image.is_empty() {
+            return Err(Error::ModuleLoad {
+                what: what.to_string(),
+                ordinal: ctx.ordinal(),
+                source: BackendError::Invalid("empty module image".to_string()),
+            });
+        }
+        // SAFETY: `image` outlives the call. The driver reads the image's length from its own
+        // (ELF / fatbin) header: a truncated file is the one thing it cannot check, which is
+        // why `Device::load_module_file` reads whole files only.
+        unsafe { Self::load(ctx, image.as_ptr().cast(), what) }
+    }
+
+    /// # Safety
+    /// `image` is a complete PTX (NUL-terminated), cubin or fatbin image readable during the call.
+    unsafe fn load(ctx: Arc<Context>, image: *const c_void, what: &str) -> Result<Self> {
+        let err = |source: BackendError| Error::ModuleLoad {
+            what: what.to_string(),
+            ordinal: ctx.ordinal(),
+            source,
+        };
+        ctx.bind().map_err(|e| err(e.into()))?;
+        // SAFETY: forwarded contract.
+        match unsafe { result::cu_module_load_data_ex(image) } {
+            Ok(raw) => Ok(Self {
+                loaded: Arc::new(Loaded {
+                    ctx: ctx.clone(),
+                    raw,
+                }),
+            }),
+            Err((e, log)) if log.is_empty() => Err(err(e.into())),
+            Err((source, log)) => Err(err(BackendError::Jit { source, log })),
+        }
+    }
+
+    /// The entry point `name`: [`Error::MissingKernel`] if the module has none.
+    pub fn function(&self, name: &str) -> Result<Function> {
+        let ctx = &self.loaded.ctx;
+        let missing = || Error::MissingKernel {
+            name: name.to_string(),
+        };
+        let err = |e: DriverError| Error::ModuleLoad {
+            what: format!("entry point {name:?}"),
+            ordinal: ctx.ordinal(),
+            source: e.into(),
+        };
+        let cname = CString::new(name).map_err(|_| missing())?;
+        ctx.bind().map_err(err)?;
+        // SAFETY: the module is live (we hold an `Arc` of it).
+        match unsafe { result::cu_module_get_function(self.loaded.raw, &cname) } {
+            Ok(raw) => Ok(Function {
+                loaded: self.loaded.clone(),
+                raw,
+                name: name.to_string(),
+                layout: OnceLock::new(),
+                max_dynamic_shared: AtomicU32::new(0),
+            }),
+            Err(e) if e.code == sys::CUresult::CUDA_ERROR_NOT_FOUND as u32 => Err(missing()),
+            Err(e) => Err(err(e)),
+        }
+    }
+}
+
+/// A kernel entry point of a [`Module`] (keeps the module loaded).
+#[derive(Debug)]
+pub struct Function {
+    loaded: Arc<Loaded>,
+    raw: sys::CUfunction,
+    name: String,
+    /// (offset, size) of each parameter, once asked; `None` if the driver cannot say.
+    layout: OnceLock<Option<Vec<(usize, usize)>>>,
+    /// Largest dynamic shared memory opted in so far (0: only the default 48 KiB).
+    max_dynamic_shared: AtomicU32,
+}
+
+// SAFETY: a `CUfunction` is a driver handle usable from any thread with its context current
+// (every use binds it); the only mutable state is atomic or a `OnceLock`.
+unsafe impl Send for Function {}
+// SAFETY: as above.
+unsafe impl Sync for Function {}
+
+/// More parameters than any real kernel has: stops the `cuFuncGetParamInfo` walk.
+const MAX_PARAMS: usize = 4096;
+
+impl Function {
+    /// The entry point's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(super) fn raw(&self) -> sys::CUfunction {
+        self.raw
+    }
+
+    /// Total bytes of the entry point's parameters (last offset + last size), from
+    /// `cuFuncGetParamInfo`; `None` where the loaded driver lacks it (before CUDA 12.4) or it
+    /// fails.
+    pub fn param_bytes(&self) -> Option<usize> {
+        self.param_layout()
+            .map(|l| l.last().map_or(0, |&(off, size)| off + size))
+    }
+
+    /// (offset, size) of every parameter, asked once.
+    pub(super) fn param_layout(&self) -> Option<&[(usize, usize)]> {
+        self.layout.get_or_init(|| self.query_layout()).as_deref()
+    }
+
+    fn query_layout(&self) -> Option<Vec<(usize, usize)>> {
+        if !result::has_symbol("cuFuncGetParamInfo") {
+            return None;
+        }
+        let warn = |e: &DriverError| {
+            tracing::warn!(kernel = %self.name, error = %e, "cannot read the kernel's parameter layout");
+        };
+        if let Err(e) = self.loaded.ctx.bind() {
+            warn(&e);
+            return None;
+        }
+        let mut layout = Vec::new();
+        for index in 0..MAX_PARAMS {
+            // SAFETY: `self.raw` is live (we hold the module) and the symbol exists (checked).
+            match unsafe { result::cu_func_get_param_info(self.raw, index) } {
+                Ok(p) => layout.push(p),
+                Err(e) if e.code == sys::CUresult::CUDA_ERROR_INVALID_VALUE as u32 => {
+                    return Some(layout);
+                }
+                Err(e) => {
+                    warn(&e);
+                    return None;
+                }
+            }
+        }
+        None
+    }
+
+    /// Opts the kernel in to `bytes` of dynamic shared memory (once per new maximum).
+    pub(super) fn allow_dynamic_shared(&self, bytes: u32) -> std::result::Result<(), BackendError> {
+        if bytes <= self.max_dynamic_shared.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let value = c_int::try_from(bytes)
+            .map_err(|_| BackendError::Invalid(format!("{bytes} bytes of shared memory")))?;
+        // SAFETY: `self.raw` is live; the caller made its context current.
+        unsafe {
+            result::cu_func_set_attribute(
+                self.raw,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                value,
+            )
+        }?;
+        self.max_dynamic_shared.fetch_max(bytes, Ordering::Relaxed);
+        Ok(())
+    }
+}

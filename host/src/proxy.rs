@@ -1,0 +1,167 @@
+//! `ProxyService`: the host thread that serves one FIFO.
+//!
+//! The thread polls its FIFO (a bounded spin, then yields, then short sleeps when idle, see
+//! [`Backoff`]), hands each trigger to a [`ProxyHandler`], pops it, and for a SYNC trigger
+//! completes the flush position once the handler returned (the handler finishes the trigger's
+//! connection work before returning). The thread is bound to the CPUs of the GPU's NUMA node.
+//!
+//! Failure model: a handler error (an invalid trigger, a failed copy) is sticky. The proxy
+//! records it, sets the abort flag of its `StatusBlock` (releasing every GPU waiter), and
+//! stops; [`ProxyService::error`] and [`ProxyService::stop`] return it. Stopping the service
+//! also sets the abort flag, so no GPU thread waits for a proxy that is gone.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mscclpp_shared::{ProxyTrigger, TriggerType};
+
+use crate::error::{Error, Result};
+use crate::fifo::Fifo;
+use crate::status::StatusBlock;
+
+/// What serves triggers. `handle` is called on the proxy thread, in FIFO order.
+pub trait ProxyHandler: Send {
+    /// Carries out `trigger` (pushed at FIFO position `pos`). For a trigger with the SYNC bit,
+    /// return only once the work of the trigger's connection pushed before it is complete.
+    fn handle(&mut self, trigger: ProxyTrigger, pos: u64) -> Result<()>;
+}
+
+impl<F: FnMut(ProxyTrigger, u64) -> Result<()> + Send> ProxyHandler for F {
+    fn handle(&mut self, trigger: ProxyTrigger, pos: u64) -> Result<()> {
+        self(trigger, pos)
+    }
+}
+
+/// Bounded spin, then yield, then sleep (crossbeam's `Backoff` idea, with a sleep cap).
+#[derive(Default)]
+pub struct Backoff {
+    step: u32,
+}
+
+impl Backoff {
+    /// Pure spins before yielding.
+    const SPIN: u32 = 64;
+    /// Yields before sleeping.
+    const YIELD: u32 = 256;
+
+    /// Waits a little, longer each time.
+    pub fn snooze(&mut self) {
+        if self.step < Self::SPIN {
+            std::hint::spin_loop();
+        } else if self.step < Self::YIELD {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(20));
+        }
+        self.step = self.step.saturating_add(1);
+    }
+
+    /// Work arrived: spin again next time.
+    pub fn reset(&mut self) {
+        self.step = 0;
+    }
+}
+
+/// One proxy thread serving one FIFO.
+pub struct ProxyService {
+    stop: Arc<AtomicBool>,
+    error: Arc<Mutex<Option<Error>>>,
+    status: Arc<StatusBlock>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ProxyService {
+    /// Starts serving `fifo` with `handler`. Waits on `fifo` report through `status`, whose
+    /// abort flag the proxy sets on error and on stop. `numa_node` (from `Gpu::numa_node`)
+    /// binds the thread to that node's CPUs when given.
+    pub fn start(
+        mut fifo: Fifo,
+        mut handler: Box<dyn ProxyHandler>,
+        status: Arc<StatusBlock>,
+        numa_node: Option<u32>,
+    ) -> Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let error = Arc::new(Mutex::new(None));
+        let (stop2, error2, status2) = (stop.clone(), error.clone(), status.clone());
+        let thread = std::thread::Builder::new()
+            .name("mscclpp-proxy".into())
+            .spawn(move || {
+                if let Some(node) = numa_node
+                    && let Err(e) = crate::numa::bind_current_thread(node)
+                {
+                    tracing::warn!("proxy: could not bind to NUMA node {node}: {e}");
+                }
+                let mut backoff = Backoff::default();
+                while !stop2.load(Ordering::Acquire) {
+                    let Some((trigger, pos)) = fifo.poll() else {
+                        backoff.snooze();
+                        continue;
+                    };
+                    backoff.reset();
+                    if let Err(e) = handler.handle(trigger, pos) {
+                        tracing::error!("proxy: trigger at {pos} failed: {e}");
+                        *error2.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                        status2.abort();
+                        return;
+                    }
+                    fifo.pop();
+                    if trigger.kind().contains(TriggerType::SYNC) {
+                        fifo.complete_flush(pos);
+                    }
+                }
+            })
+            .map_err(|source| Error::ProxyStart { source })?;
+        Ok(Self {
+            stop,
+            error,
+            status,
+            thread: Some(thread),
+        })
+    }
+
+    /// The sticky error of the proxy thread, if it failed (it is kept: later calls see it too).
+    pub fn error(&self) -> Option<String> {
+        self.error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|e| e.to_string())
+    }
+
+    /// Whether the proxy thread has stopped because of an error.
+    pub fn failed(&self) -> bool {
+        self.error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+
+    /// Stops the thread (setting the abort flag so no GPU waiter is left waiting for it) and
+    /// returns its error, if it had one.
+    pub fn stop(mut self) -> Result<()> {
+        self.shutdown();
+        match self.error.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(e) => Err(Error::ProxyFailed {
+                source: Box::new(e),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        self.status.abort();
+        if let Some(t) = self.thread.take()
+            && t.join().is_err()
+        {
+            tracing::error!("proxy thread panicked");
+        }
+    }
+}
+
+impl Drop for ProxyService {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

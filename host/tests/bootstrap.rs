@@ -1,0 +1,1289 @@
+//! Whole-bootstrap tests on 127.0.0.1: ranks as threads and as processes (this binary re-executes
+//! itself), failures (missing and dying ranks, closed peers), hostile connections on the root
+//! port and on a rank's listener, and the pure parts (unique ids, launcher environments).
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use mscclpp_host::Error;
+use mscclpp_host::bootstrap::wire::{
+    self, ControlHeader, Join, Kind, PeerHello, Reject, RejectCode,
+};
+use mscclpp_host::bootstrap::{
+    Bootstrap, BootstrapConfig, Launcher, RootSpec, TcpBootstrap, UniqueId, interface_ipv4,
+};
+
+type BsResult = mscclpp_host::Result<TcpBootstrap>;
+
+fn loopback() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+/// A port that was free a moment ago.
+fn free_port() -> u16 {
+    TcpListener::bind(loopback())
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Runs `ranks` (a subset of `0..n`) as threads of one world; each gets its init result.
+fn world_of<T: Send>(
+    n: usize,
+    ranks: &[usize],
+    cfg: impl Fn(BootstrapConfig) -> BootstrapConfig + Sync,
+    body: impl Fn(usize, BsResult) -> T + Sync,
+) -> Vec<T> {
+    let (id, listener) = UniqueId::bind(loopback()).unwrap();
+    let listener = Mutex::new(Some(listener));
+    thread::scope(|s| {
+        let handles: Vec<_> = ranks
+            .iter()
+            .map(|&r| {
+                let (cfg, body, listener) = (&cfg, &body, &listener);
+                s.spawn(move || {
+                    let c =
+                        cfg(BootstrapConfig::new(r, n, id).with_timeout(Duration::from_secs(20)));
+                    let root_listener = if r == 0 {
+                        listener.lock().unwrap().take()
+                    } else {
+                        None
+                    };
+                    let bs = match root_listener {
+                        Some(l) => TcpBootstrap::init_with_root_listener(c, l),
+                        None => TcpBootstrap::init(c),
+                    };
+                    body(r, bs)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn world<T: Send>(n: usize, body: impl Fn(usize, BsResult) -> T + Sync) -> Vec<T> {
+    let ranks: Vec<usize> = (0..n).collect();
+    world_of(n, &ranks, |c| c, body)
+}
+
+fn payload(seed: usize, salt: usize, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i.wrapping_mul(31) ^ seed.wrapping_mul(131) ^ salt.wrapping_mul(7919)) as u8)
+        .collect()
+}
+
+fn shuffle<T>(v: &mut [T], mut seed: u64) {
+    for i in (1..v.len()).rev() {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        v.swap(i, (seed % (i as u64 + 1)) as usize);
+    }
+}
+
+const TAGS: [u64; 6] = [0, 1, 2, 7919, 1 << 40, u64::MAX];
+const PER_TAG: usize = 3;
+
+/// Every (peer, tag) pair `PER_TAG` times, interleaved in a seeded random order; the third field
+/// counts the messages of that pair so far.
+fn schedule(n: usize, seed: u64) -> Vec<(usize, u64, usize)> {
+    let mut pairs: Vec<(usize, u64)> = (0..n)
+        .flat_map(|p| TAGS.iter().map(move |&t| (p, t)))
+        .flat_map(|pt| std::iter::repeat_n(pt, PER_TAG))
+        .collect();
+    shuffle(&mut pairs, seed);
+    let mut count: HashMap<(usize, u64), usize> = HashMap::new();
+    pairs
+        .into_iter()
+        .map(|(p, t)| {
+            let c = count.entry((p, t)).or_insert(0);
+            *c += 1;
+            (p, t, *c - 1)
+        })
+        .collect()
+}
+
+fn message(from: usize, to: usize, tag: u64, k: usize) -> Vec<u8> {
+    let len = if tag == 1 && k == 0 {
+        100_000
+    } else {
+        (from * 7 + to * 13 + (tag as usize % 97) * 31 + k * 3) % 200
+    };
+    payload(
+        from * 1000 + to,
+        (tag as usize).wrapping_mul(10).wrapping_add(k),
+        len,
+    )
+}
+
+/// The whole API on one rank, checked: all-gather, scrambled tagged send/recv (self included),
+/// barrier, broadcast from every root with several lengths.
+fn exercise(bs: &TcpBootstrap) {
+    let (me, n) = (bs.rank(), bs.size());
+    assert_eq!(bs.local_rank(), me, "one host: local rank = rank");
+    assert_eq!(bs.ranks_per_node(), n);
+    assert_eq!(bs.num_nodes(), 1);
+
+    let all = bs.all_gather(&payload(me, 0, 37)).unwrap();
+    assert_eq!(all.len(), n);
+    for (r, v) in all.iter().enumerate() {
+        assert_eq!(v, &payload(r, 0, 37), "all_gather slot {r} on rank {me}");
+    }
+    assert_eq!(
+        bs.all_gather_flat(&[me as u8; 3]).unwrap(),
+        (0..n).flat_map(|r| [r as u8; 3]).collect::<Vec<_>>()
+    );
+
+    for (peer, tag, k) in schedule(n, 0x9E37_79B9_7F4A_7C15 ^ ((me as u64 + 1) * 0x1234_5678)) {
+        bs.send(peer, tag, &message(me, peer, tag, k)).unwrap();
+    }
+    for (peer, tag, k) in schedule(n, 0xDEAD_BEEF_0BAD_F00D ^ ((me as u64 + 7) * 0x8765_4321)) {
+        let got = bs.recv(peer, tag).unwrap();
+        assert_eq!(
+            got,
+            message(peer, me, tag, k),
+            "rank {me}: message {k} from {peer} under tag {tag}"
+        );
+    }
+
+    bs.barrier().unwrap();
+    for root in 0..n {
+        let len = [0, 1, 1000, 300_000][root % 4];
+        let mut data = if me == root {
+            payload(root, 1, len)
+        } else {
+            vec![0xEE; 5]
+        };
+        bs.broadcast(root, &mut data).unwrap();
+        assert_eq!(
+            data,
+            payload(root, 1, len),
+            "broadcast from {root} on rank {me}"
+        );
+    }
+    // Through the trait object, too.
+    let dynbs: &dyn Bootstrap = bs;
+    dynbs.barrier().unwrap();
+    assert_eq!(dynbs.all_gather(&[1, 2]).unwrap().len(), n);
+}
+
+fn threads(n: usize) {
+    let done = world(n, |_, bs| {
+        let bs = bs.unwrap();
+        exercise(&bs);
+        bs.rank()
+    });
+    assert_eq!(done, (0..n).collect::<Vec<_>>());
+}
+
+#[test]
+fn threads_2_ranks() {
+    threads(2);
+}
+
+#[test]
+fn threads_4_ranks() {
+    threads(4);
+}
+
+#[test]
+fn threads_8_ranks() {
+    threads(8);
+}
+
+#[test]
+fn one_rank_world_needs_no_network() {
+    let bs = TcpBootstrap::init(BootstrapConfig::new(
+        0,
+        1,
+        "127.0.0.1:1".parse::<SocketAddr>().unwrap(),
+    ))
+    .unwrap();
+    assert_eq!(
+        (bs.rank(), bs.size(), bs.local_rank(), bs.ranks_per_node()),
+        (0, 1, 0, 1)
+    );
+    assert_eq!(bs.all_gather(b"x").unwrap(), vec![b"x".to_vec()]);
+    bs.send(0, 3, b"self").unwrap();
+    assert_eq!(bs.recv(0, 3).unwrap(), b"self");
+    bs.barrier().unwrap();
+    let mut d = b"keep".to_vec();
+    bs.broadcast(0, &mut d).unwrap();
+    assert_eq!(d, b"keep");
+    // Deadlines saturate instead of overflowing.
+    let forever = TcpBootstrap::init(
+        BootstrapConfig::new(0, 1, "127.0.0.1:1".parse::<SocketAddr>().unwrap())
+            .with_timeout(Duration::MAX),
+    )
+    .unwrap();
+    forever.send(0, 1, b"now").unwrap();
+    assert_eq!(forever.recv_timeout(0, 1, Duration::MAX).unwrap(), b"now");
+    forever.barrier().unwrap();
+}
+
+#[test]
+fn init_from_ip_port() {
+    let root: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let out: Vec<Vec<Vec<u8>>> = thread::scope(|s| {
+        let hs: Vec<_> = (0..3)
+            .map(|r| {
+                s.spawn(move || {
+                    let bs = TcpBootstrap::init(
+                        BootstrapConfig::new(r, 3, root).with_timeout(Duration::from_secs(20)),
+                    )
+                    .unwrap();
+                    bs.all_gather(&[r as u8 * 10]).unwrap()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for g in out {
+        assert_eq!(g, vec![vec![0], vec![10], vec![20]]);
+    }
+}
+
+#[test]
+fn nodes_follow_host_ids() {
+    let ids = ["a", "b", "a", "b"];
+    let got = world_of(
+        4,
+        &[0, 1, 2, 3],
+        |c| {
+            let r = c.rank;
+            c.with_host_id(ids[r])
+        },
+        |_, bs| {
+            let bs = bs.unwrap();
+            (
+                bs.local_rank(),
+                bs.ranks_per_node(),
+                bs.num_nodes(),
+                (0..4).map(|r| bs.node_of(r).unwrap()).collect::<Vec<_>>(),
+                bs.ranks_on_node(1).to_vec(),
+            )
+        },
+    );
+    let local: Vec<usize> = got.iter().map(|g| g.0).collect();
+    assert_eq!(local, vec![0, 0, 1, 1]);
+    for g in &got {
+        assert_eq!((g.1, g.2), (2, 2));
+        assert_eq!(g.3, vec![0, 1, 0, 1]);
+        assert_eq!(g.4, vec![1, 3]);
+    }
+}
+
+#[test]
+fn interface_selection() {
+    assert_eq!(interface_ipv4("lo").unwrap(), std::net::Ipv4Addr::LOCALHOST);
+    assert_eq!(
+        interface_ipv4("no-such-if0,lo").unwrap(),
+        std::net::Ipv4Addr::LOCALHOST
+    );
+    assert!(matches!(
+        interface_ipv4("no-such-if0"),
+        Err(Error::BootstrapInterface { .. })
+    ));
+
+    let addrs = world_of(
+        2,
+        &[0, 1],
+        |c| c.with_ifname("lo"),
+        |_, bs| bs.unwrap().peer_addr(1).unwrap(),
+    );
+    assert!(addrs.iter().all(|a| a.ip().is_loopback()));
+
+    let (id, _listener) = UniqueId::bind(loopback()).unwrap();
+    let e =
+        TcpBootstrap::init(BootstrapConfig::new(1, 2, id).with_ifname("no-such-if0")).unwrap_err();
+    assert!(matches!(e, Error::BootstrapInterface { .. }), "{e}");
+}
+
+#[test]
+fn argument_errors_and_timeouts_name_the_peer() {
+    world(2, |me, bs| {
+        let bs = bs.unwrap();
+        let other = 1 - me;
+        assert!(matches!(
+            bs.send(5, 0, b"x"),
+            Err(Error::BootstrapInvalidPeer {
+                peer: 5,
+                size: 2,
+                ..
+            })
+        ));
+        assert!(matches!(
+            bs.recv(2, 0),
+            Err(Error::BootstrapInvalidPeer { .. })
+        ));
+        assert!(matches!(
+            bs.broadcast(9, &mut Vec::new()),
+            Err(Error::BootstrapInvalidPeer { .. })
+        ));
+
+        let t0 = Instant::now();
+        let e = bs
+            .recv_timeout(other, 42, Duration::from_millis(300))
+            .unwrap_err();
+        let waited = t0.elapsed();
+        match &e {
+            Error::BootstrapTimeout {
+                rank,
+                peer,
+                op,
+                after,
+            } => {
+                assert_eq!(
+                    (*rank, peer.rank, *op, *after),
+                    (me, Some(other), "recv", Duration::from_millis(300))
+                );
+            }
+            other => panic!("expected a timeout, got {other}"),
+        }
+        assert!(
+            waited >= Duration::from_millis(300) && waited < Duration::from_secs(3),
+            "{waited:?}"
+        );
+        assert!(e.to_string().contains(&format!("rank {other}")), "{e}");
+
+        // Unequal all-gather contributions are refused, naming the other rank.
+        let e = bs.all_gather(&vec![0u8; 4 * (me + 1)]).unwrap_err();
+        assert!(
+            matches!(&e, Error::BootstrapMalformed { peer, .. } if peer.rank == Some(other)),
+            "{e}"
+        );
+    });
+}
+
+#[test]
+fn closed_peer_fails_pending_and_later_receives_at_once() {
+    let results = world(3, |me, bs| {
+        let bs = bs.unwrap();
+        bs.barrier().unwrap();
+        match me {
+            2 => {
+                bs.send(0, 5, b"last words").unwrap();
+                drop(bs); // closes its connections
+                None
+            }
+            0 => {
+                assert_eq!(
+                    bs.recv(2, 5).unwrap(),
+                    b"last words",
+                    "queued before the close: still delivered"
+                );
+                let t0 = Instant::now();
+                let e = bs.recv_timeout(2, 6, Duration::from_secs(15)).unwrap_err();
+                let e2 = bs.recv_timeout(2, 6, Duration::from_secs(15)).unwrap_err();
+                let e3 = bs.send(2, 6, b"anyone?").unwrap_err();
+                // The survivors still talk.
+                bs.send(1, 1, b"still here").unwrap();
+                Some((t0.elapsed(), vec![e, e2, e3]))
+            }
+            _ => {
+                let t0 = Instant::now();
+                let e = bs.recv_timeout(2, 7, Duration::from_secs(15)).unwrap_err();
+                assert_eq!(bs.recv(0, 1).unwrap(), b"still here");
+                Some((t0.elapsed(), vec![e]))
+            }
+        }
+    });
+    for (waited, errors) in results.into_iter().flatten() {
+        assert!(
+            waited < Duration::from_secs(5),
+            "closed peer noticed only after {waited:?}"
+        );
+        for e in errors {
+            assert!(
+                matches!(&e, Error::BootstrapPeerClosed { peer, .. } if peer.rank == Some(2)),
+                "{e}"
+            );
+        }
+    }
+}
+
+fn names(e: &Error, rank: usize) -> bool {
+    match e {
+        Error::BootstrapPeerClosed { peer, .. }
+        | Error::BootstrapTimeout { peer, .. }
+        | Error::BootstrapConnect { peer, .. } => peer.rank == Some(rank),
+        Error::BootstrapMissingRanks { missing, .. } => missing.contains(&rank),
+        _ => false,
+    }
+}
+
+#[test]
+fn missing_rank_fails_everyone_within_the_timeout_naming_it() {
+    let timeout = Duration::from_secs(2);
+    let t0 = Instant::now();
+    let errors = world_of(
+        4,
+        &[0, 1, 2],
+        |c| c.with_timeout(timeout),
+        |_, bs| bs.unwrap_err(),
+    );
+    let took = t0.elapsed();
+    for e in &errors {
+        assert!(names(e, 3), "error does not name rank 3: {e}");
+        assert!(
+            matches!(e, Error::BootstrapMissingRanks { missing, .. } if missing == &vec![3]),
+            "{e}"
+        );
+    }
+    assert!(took < timeout + Duration::from_secs(3), "took {took:?}");
+}
+
+#[test]
+fn wrong_size_and_wrong_magic_ranks_are_refused() {
+    let (id, listener) = UniqueId::bind(loopback()).unwrap();
+    let timeout = Duration::from_secs(20);
+    thread::scope(|s| {
+        let root = s.spawn(move || {
+            TcpBootstrap::init_with_root_listener(
+                BootstrapConfig::new(0, 2, id).with_timeout(timeout),
+                listener,
+            )
+        });
+        let e =
+            TcpBootstrap::init(BootstrapConfig::new(1, 3, id).with_timeout(timeout)).unwrap_err();
+        assert!(
+            matches!(&e, Error::BootstrapRejected { peer, .. } if peer.rank == Some(0)),
+            "{e}"
+        );
+        let stranger = UniqueId::from_parts(id.root(), id.magic() ^ 1).unwrap();
+        let e = TcpBootstrap::init(BootstrapConfig::new(1, 2, stranger).with_timeout(timeout))
+            .unwrap_err();
+        assert!(matches!(&e, Error::BootstrapBadMagic { .. }), "{e}");
+        // The root still serves the real rank 1.
+        let bs1 = TcpBootstrap::init(BootstrapConfig::new(1, 2, id).with_timeout(timeout)).unwrap();
+        let bs0 = root.join().unwrap().unwrap();
+        thread::scope(|s2| {
+            s2.spawn(|| bs0.barrier().unwrap());
+            bs1.barrier().unwrap();
+        });
+    });
+}
+
+// ---- hostile connections ----
+
+fn connect_retry(addr: SocketAddr) -> TcpStream {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        match TcpStream::connect(addr) {
+            Ok(s) => return s,
+            Err(e) if Instant::now() < until => {
+                let _ = e;
+                thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("cannot connect to {addr}: {e}"),
+        }
+    }
+}
+
+fn connect_send(addr: SocketAddr, bytes: &[u8]) -> TcpStream {
+    let mut s = connect_retry(addr);
+    s.write_all(bytes).unwrap();
+    s
+}
+
+/// Reads until EOF (or `limit`): the REJECT the listener sent, if any, and whether it closed.
+fn answer(mut s: TcpStream, limit: Duration) -> (Option<Reject>, bool) {
+    s.set_read_timeout(Some(limit)).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    let closed = loop {
+        match s.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
+            Err(_) => break false,
+        }
+    };
+    let reject = (got.len() >= wire::CONTROL_HEADER_LEN)
+        .then(|| ControlHeader::decode(got[..wire::CONTROL_HEADER_LEN].try_into().unwrap()).ok())
+        .flatten()
+        .filter(|h| h.kind == Kind::Reject.code() && h.version == wire::VERSION)
+        .and_then(|_| Reject::decode(&got[wire::CONTROL_HEADER_LEN..]).ok());
+    (reject, closed)
+}
+
+fn random_bytes(n: usize) -> Vec<u8> {
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn with_version(mut frame: Vec<u8>, version: u32) -> Vec<u8> {
+    frame[8..12].copy_from_slice(&version.to_le_bytes());
+    frame
+}
+
+fn oversized_header(kind: Kind) -> Vec<u8> {
+    ControlHeader {
+        version: wire::VERSION,
+        kind: kind.code(),
+        body_len: u32::MAX,
+    }
+    .encode()
+    .to_vec()
+}
+
+/// Sends the marker one byte every 300 ms: a slow drip must not outlive the handshake deadline.
+fn drip(addr: SocketAddr) -> thread::JoinHandle<Duration> {
+    thread::spawn(move || {
+        let t0 = Instant::now();
+        let mut s = connect_retry(addr);
+        for b in wire::MARKER.iter().chain(&[0u8; 16]) {
+            if s.write_all(&[*b]).is_err() {
+                break;
+            }
+            thread::sleep(Duration::from_millis(300));
+            if t0.elapsed() > Duration::from_secs(10) {
+                break;
+            }
+        }
+        let (_, closed) = answer(s, Duration::from_secs(10));
+        assert!(closed);
+        t0.elapsed()
+    })
+}
+
+#[test]
+fn hostile_connections_on_the_root_port_are_rejected_while_ranks_join() {
+    let (id, listener) = UniqueId::bind(loopback()).unwrap();
+    let root = id.root();
+    let hs = Duration::from_secs(2);
+    let fake = "127.0.0.1:9".parse().unwrap();
+    let join = |magic: u64, rank: usize, size: usize| {
+        Join {
+            magic,
+            rank,
+            size,
+            listen: fake,
+            host_hash: 0,
+            deadline_ms: 1000,
+        }
+        .encode()
+    };
+
+    // The hostile clients connect first; they wait in the root's backlog.
+    let garbage = connect_send(root, &random_bytes(64));
+    let wrong_magic = connect_send(root, &join(id.magic() ^ 0xdead, 1, 3));
+    let wrong_version = connect_send(root, &with_version(join(id.magic(), 1, 3), 99));
+    let oversized = connect_send(root, &oversized_header(Kind::Join));
+    let wrong_kind = connect_send(
+        root,
+        &PeerHello {
+            magic: id.magic(),
+            from: 1,
+            size: 3,
+            to: 0,
+        }
+        .encode(),
+    );
+    let wrong_size = connect_send(root, &join(id.magic(), 1, 99));
+    let silent = connect_retry(root);
+    drop(connect_retry(root)); // connects and leaves at once
+    let dripper = drip(root);
+
+    let t0 = Instant::now();
+    let listener = Mutex::new(Some(listener));
+    let gathered: Vec<Vec<Vec<u8>>> = thread::scope(|s| {
+        let hs_list: Vec<_> = (0..3)
+            .map(|r| {
+                let listener = &listener;
+                s.spawn(move || {
+                    let c = BootstrapConfig::new(r, 3, id)
+                        .with_timeout(Duration::from_secs(20))
+                        .with_handshake_timeout(hs);
+                    let root_listener = if r == 0 {
+                        listener.lock().unwrap().take()
+                    } else {
+                        None
+                    };
+                    let bs = match root_listener {
+                        Some(l) => TcpBootstrap::init_with_root_listener(c, l),
+                        None => TcpBootstrap::init(c),
+                    }
+                    .unwrap();
+                    bs.all_gather(&[r as u8]).unwrap()
+                })
+            })
+            .collect();
+        hs_list.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let setup = t0.elapsed();
+    for g in gathered {
+        assert_eq!(g, vec![vec![0], vec![1], vec![2]]);
+    }
+    assert!(
+        setup < hs,
+        "set-up took {setup:?}; hostile connections must not delay valid ranks"
+    );
+
+    let limit = Duration::from_secs(5);
+    for (name, conn, code) in [
+        ("random bytes", garbage, RejectCode::BadMarker),
+        ("wrong magic", wrong_magic, RejectCode::BadMagic),
+        ("wrong version", wrong_version, RejectCode::Version),
+        ("oversized length", oversized, RejectCode::Malformed),
+        ("wrong frame kind", wrong_kind, RejectCode::Unexpected),
+        ("wrong world size", wrong_size, RejectCode::Mismatch),
+    ] {
+        let (reject, closed) = answer(conn, limit);
+        assert!(closed, "{name}: not closed");
+        assert_eq!(reject.map(|r| r.code), Some(code), "{name}");
+    }
+    let t1 = Instant::now();
+    let (_, closed) = answer(silent, limit);
+    assert!(
+        closed && t1.elapsed() < hs + Duration::from_secs(1),
+        "silent connection still open after {:?}",
+        t1.elapsed()
+    );
+    let dripped = dripper.join().unwrap();
+    assert!(
+        dripped < hs + Duration::from_secs(2),
+        "dripping connection lasted {dripped:?}"
+    );
+}
+
+#[test]
+fn hostile_connections_on_a_rank_listener_are_rejected_while_the_mesh_forms() {
+    let (id, listener) = UniqueId::bind(loopback()).unwrap();
+    let rank1: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let hs = Duration::from_secs(2);
+    let config = move |r: usize| {
+        let c = BootstrapConfig::new(r, 3, id)
+            .with_timeout(Duration::from_secs(20))
+            .with_handshake_timeout(hs);
+        if r == 1 { c.with_listen(rank1) } else { c }
+    };
+    thread::scope(|s| {
+        let r0 =
+            s.spawn(move || TcpBootstrap::init_with_root_listener(config(0), listener).unwrap());
+        let r1 = s.spawn(move || TcpBootstrap::init(config(1)).unwrap());
+
+        // Rank 1 listens (it cannot finish set-up before rank 2 exists); attack its listener.
+        let m = id.magic();
+        let hello = |magic: u64, from: usize, to: usize| {
+            PeerHello {
+                magic,
+                from,
+                size: 3,
+                to,
+            }
+            .encode()
+        };
+        let silent = connect_retry(rank1);
+        let cases = [
+            (
+                "random bytes",
+                connect_send(rank1, &random_bytes(100)),
+                RejectCode::BadMarker,
+            ),
+            (
+                "wrong magic",
+                connect_send(rank1, &hello(m ^ 1, 2, 1)),
+                RejectCode::BadMagic,
+            ),
+            (
+                "wrong version",
+                connect_send(rank1, &with_version(hello(m, 2, 1), 2)),
+                RejectCode::Version,
+            ),
+            (
+                "oversized length",
+                connect_send(rank1, &oversized_header(Kind::PeerHello)),
+                RejectCode::Malformed,
+            ),
+            (
+                "JOIN at a rank",
+                connect_send(
+                    rank1,
+                    &Join {
+                        magic: m,
+                        rank: 2,
+                        size: 3,
+                        listen: rank1,
+                        host_hash: 0,
+                        deadline_ms: 0,
+                    }
+                    .encode(),
+                ),
+                RejectCode::Unexpected,
+            ),
+            (
+                "wrong target",
+                connect_send(rank1, &hello(m, 2, 0)),
+                RejectCode::Mismatch,
+            ),
+            (
+                "lower rank",
+                connect_send(rank1, &hello(m, 0, 1)),
+                RejectCode::Unexpected,
+            ),
+        ];
+        for (name, conn, code) in cases {
+            let (reject, closed) = answer(conn, Duration::from_secs(5));
+            assert!(closed, "{name}: not closed");
+            assert_eq!(reject.map(|r| r.code), Some(code), "{name}");
+        }
+
+        // Now the last rank arrives; the mesh forms around the silent connection.
+        let r2 = s.spawn(move || TcpBootstrap::init(config(2)).unwrap());
+        let all = [r0.join().unwrap(), r1.join().unwrap(), r2.join().unwrap()];
+        thread::scope(|s2| {
+            for bs in &all {
+                s2.spawn(move || {
+                    assert_eq!(
+                        bs.all_gather(&[bs.rank() as u8]).unwrap(),
+                        vec![vec![0], vec![1], vec![2]]
+                    )
+                });
+            }
+        });
+        let (_, closed) = answer(silent, hs + Duration::from_secs(1));
+        assert!(closed, "the silent connection was left open");
+    });
+}
+
+// ---- ranks as processes ----
+
+const ROLE: &str = "MSCCLPP_BS_TEST_ROLE";
+const EXPECT: &str = "MSCCLPP_BS_TEST_EXPECT";
+const CHILD_TEST: &str = "child_process_entry";
+
+/// The body of a child process (does nothing in a normal test run).
+#[test]
+fn child_process_entry() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    let expect = std::env::var(EXPECT).unwrap_or_default();
+    let report = |bs: BsResult| {
+        if let Some(k) = expect.strip_prefix("fail-naming:") {
+            let k: usize = k.parse().unwrap();
+            let e = bs.unwrap_err();
+            assert!(names(&e, k), "error does not name rank {k}: {e}");
+            println!("CHILD_FAILED_NAMING {k}: {e}");
+        } else {
+            let bs = bs.unwrap();
+            exercise(&bs);
+            println!("CHILD_OK {}", bs.rank());
+        }
+    };
+    match role.as_str() {
+        "root" => {
+            let (id, listener) = UniqueId::bind(loopback()).unwrap();
+            println!("UNIQUE_ID {id}");
+            std::io::stdout().flush().unwrap();
+            let mut vars: HashMap<String, String> = std::env::vars_os()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+                .collect();
+            vars.insert("MSCCLPP_UNIQUE_ID".into(), id.to_hex());
+            let cfg = BootstrapConfig::from_vars(&vars).unwrap();
+            report(TcpBootstrap::init_with_root_listener(cfg, listener));
+        }
+        "rank" => report(TcpBootstrap::init(BootstrapConfig::from_env().unwrap())),
+        "die-after-join" => {
+            // Joins at the root like a real rank, says so, and waits to be killed.
+            let cfg = BootstrapConfig::from_env().unwrap();
+            let id = cfg.root.unique_id().unwrap();
+            let mut s = TcpStream::connect(id.root()).unwrap();
+            let join = Join {
+                magic: id.magic(),
+                rank: cfg.rank,
+                size: cfg.size,
+                listen: "127.0.0.1:9".parse().unwrap(),
+                host_hash: 0,
+                deadline_ms: 20_000,
+            };
+            s.write_all(&join.encode()).unwrap();
+            println!("JOINED");
+            std::io::stdout().flush().unwrap();
+            thread::sleep(Duration::from_secs(60));
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+struct ChildProc {
+    name: String,
+    child: Child,
+    lines: Receiver<String>,
+    output: Arc<Mutex<String>>,
+}
+
+const LAUNCHER_VARS: [&str; 17] = [
+    "MSCCLPP_UNIQUE_ID",
+    "MSCCLPP_BOOTSTRAP",
+    "MSCCLPP_LOCAL_RANK",
+    "MSCCLPP_SOCKET_IFNAME",
+    "MSCCLPP_HOSTID",
+    "MSCCLPP_BOOTSTRAP_OP_TIMEOUT_MS",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_LOCALID",
+];
+
+fn spawn_child(
+    role: &str,
+    rank: usize,
+    size: usize,
+    expect: &str,
+    id: Option<&UniqueId>,
+    timeout_ms: u64,
+) -> ChildProc {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", CHILD_TEST, "--nocapture", "--test-threads=1"]);
+    for v in LAUNCHER_VARS {
+        cmd.env_remove(v);
+    }
+    cmd.env(ROLE, role)
+        .env(EXPECT, expect)
+        .env("MSCCLPP_RANK", rank.to_string())
+        .env("MSCCLPP_WORLD_SIZE", size.to_string())
+        .env("MSCCLPP_BOOTSTRAP_TIMEOUT_MS", timeout_ms.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(id) = id {
+        cmd.env("MSCCLPP_UNIQUE_ID", id.to_hex());
+    }
+    let mut child = cmd.spawn().unwrap();
+    let (tx, lines) = mpsc::channel();
+    let output = Arc::new(Mutex::new(String::new()));
+    let out = child.stdout.take().unwrap();
+    let err = child.stderr.take().unwrap();
+    let (o1, o2) = (Arc::clone(&output), Arc::clone(&output));
+    thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            o1.lock().unwrap().push_str(&format!("{line}\n"));
+            let _ = tx.send(line);
+        }
+    });
+    thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            o2.lock().unwrap().push_str(&format!("[stderr] {line}\n"));
+        }
+    });
+    ChildProc {
+        name: format!("{role} rank {rank}"),
+        child,
+        lines,
+        output,
+    }
+}
+
+impl ChildProc {
+    /// The first output line containing `marker`, from the marker on (the test harness may
+    /// print its own text before it on the same line).
+    fn wait_line(&self, marker: &str) -> String {
+        let until = Instant::now() + Duration::from_secs(20);
+        while let Some(left) = until.checked_duration_since(Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(l) if l.contains(marker) => return l[l.find(marker).unwrap_or(0)..].to_string(),
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        panic!(
+            "{}: no {marker:?} line; output:\n{}",
+            self.name,
+            self.output.lock().unwrap()
+        );
+    }
+
+    /// Waits for a clean exit, killing the child if it takes longer than 30 s.
+    fn finish(mut self) -> String {
+        let until = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                break st;
+            }
+            if Instant::now() > until {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "{} hung; output:\n{}",
+                    self.name,
+                    self.output.lock().unwrap()
+                );
+            }
+            thread::sleep(Duration::from_millis(20));
+        };
+        thread::sleep(Duration::from_millis(50)); // let the pipe readers finish
+        let out = self.output.lock().unwrap().clone();
+        assert!(
+            status.success(),
+            "{} exited with {status}; output:\n{out}",
+            self.name
+        );
+        out
+    }
+}
+
+fn processes(n: usize) {
+    let root = spawn_child("root", 0, n, "ok", None, 20_000);
+    let line = root.wait_line("UNIQUE_ID ");
+    let id: UniqueId = line["UNIQUE_ID ".len()..].parse().unwrap();
+    let others: Vec<ChildProc> = (1..n)
+        .map(|r| spawn_child("rank", r, n, "ok", Some(&id), 20_000))
+        .collect();
+    for (r, c) in std::iter::once(root).chain(others).enumerate() {
+        let out = c.finish();
+        assert!(
+            out.contains(&format!("CHILD_OK {r}")),
+            "rank {r} output:\n{out}"
+        );
+    }
+}
+
+#[test]
+fn processes_2_ranks() {
+    processes(2);
+}
+
+#[test]
+fn processes_4_ranks() {
+    processes(4);
+}
+
+#[test]
+fn process_killed_after_joining_fails_the_others_naming_it() {
+    let timeout_ms = 5_000;
+    let t0 = Instant::now();
+    let root = spawn_child("root", 0, 4, "fail-naming:3", None, timeout_ms);
+    let id: UniqueId = root.wait_line("UNIQUE_ID ")["UNIQUE_ID ".len()..]
+        .parse()
+        .unwrap();
+    let mut doomed = spawn_child("die-after-join", 3, 4, "", Some(&id), timeout_ms);
+    doomed.wait_line("JOINED");
+    doomed.child.kill().unwrap();
+    doomed.child.wait().unwrap();
+    let others: Vec<ChildProc> = (1..3)
+        .map(|r| spawn_child("rank", r, 4, "fail-naming:3", Some(&id), timeout_ms))
+        .collect();
+    for c in std::iter::once(root).chain(others) {
+        let out = c.finish();
+        assert!(out.contains("CHILD_FAILED_NAMING 3"), "output:\n{out}");
+    }
+    assert!(
+        t0.elapsed() < Duration::from_millis(timeout_ms) + Duration::from_secs(10),
+        "took {:?}",
+        t0.elapsed()
+    );
+}
+
+// ---- pure parts ----
+
+#[test]
+fn unique_id_round_trips_and_rejects_malformed_input() {
+    let a = UniqueId::new("10.1.2.3:29500".parse().unwrap()).unwrap();
+    let b = UniqueId::new("10.1.2.3:29500".parse().unwrap()).unwrap();
+    assert_ne!(a.magic(), b.magic(), "magics are random");
+    assert_eq!(a.root(), "10.1.2.3:29500".parse().unwrap());
+
+    let hex = a.to_hex();
+    assert_eq!(hex.len(), 80);
+    assert!(
+        hex.bytes()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+    );
+    assert_eq!(UniqueId::from_hex(&hex).unwrap(), a);
+    assert_eq!(
+        UniqueId::from_hex(&format!("  {}\n", hex.to_uppercase())).unwrap(),
+        a
+    );
+    assert_eq!(hex.parse::<UniqueId>().unwrap(), a);
+    assert_eq!(a.to_string(), hex);
+    assert_eq!(UniqueId::from_bytes(&a.to_bytes()).unwrap(), a);
+    let v6 = UniqueId::new("[fe80::1]:7".parse().unwrap()).unwrap();
+    assert_eq!(UniqueId::from_hex(&v6.to_hex()).unwrap(), v6);
+
+    let bad_hex = |s: &str| matches!(UniqueId::from_hex(s), Err(Error::BootstrapUniqueId { .. }));
+    assert!(bad_hex(""));
+    assert!(bad_hex(&hex[..78]));
+    assert!(bad_hex(&format!("{hex}00")));
+    assert!(bad_hex(&format!("g{}", &hex[1..])));
+    assert!(bad_hex(&format!("{}é", &hex[..78])));
+
+    let bytes = a.to_bytes();
+    let bad_bytes = |f: &dyn Fn(&mut [u8; 40])| {
+        let mut b = bytes;
+        f(&mut b);
+        matches!(
+            UniqueId::from_bytes(&b),
+            Err(Error::BootstrapUniqueId { .. })
+        )
+    };
+    assert!(bad_bytes(&|b| b[0] = 2)); // format
+    assert!(bad_bytes(&|b| b[3] = 1)); // reserved
+    assert!(bad_bytes(&|b| b[16] = 5)); // address family
+    assert!(bad_bytes(&|b| b[16 + 24 - 1] = 1)); // IPv4 with a scope id
+    assert!(bad_bytes(&|b| b[18..20].copy_from_slice(&[0, 0]))); // port 0
+    assert!(UniqueId::from_bytes(&bytes[..39]).is_err());
+
+    assert!(UniqueId::new("10.0.0.1:0".parse().unwrap()).is_err());
+    assert!(UniqueId::new("0.0.0.0:5000".parse().unwrap()).is_err());
+    assert!(matches!(
+        UniqueId::bind("0.0.0.0:0".parse().unwrap()),
+        Err(Error::BootstrapConfig(_))
+    ));
+
+    let addr: SocketAddr = "10.0.0.1:5000".parse().unwrap();
+    assert_eq!(
+        UniqueId::for_addr(addr).unwrap(),
+        UniqueId::for_addr(addr).unwrap()
+    );
+    assert_ne!(
+        UniqueId::for_addr(addr).unwrap().magic(),
+        UniqueId::for_addr("10.0.0.1:5001".parse().unwrap())
+            .unwrap()
+            .magic()
+    );
+}
+
+fn vars(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn parse(pairs: &[(&str, &str)]) -> mscclpp_host::Result<BootstrapConfig> {
+    BootstrapConfig::from_vars(&vars(pairs))
+}
+
+fn config_error(pairs: &[(&str, &str)]) -> bool {
+    matches!(parse(pairs), Err(Error::BootstrapConfig(_)))
+}
+
+#[test]
+fn environment_of_each_launcher() {
+    let addr = |s: &str| RootSpec::Addr(s.parse().unwrap());
+
+    let c = parse(&[
+        ("MSCCLPP_RANK", "2"),
+        ("MSCCLPP_WORLD_SIZE", "4"),
+        ("MSCCLPP_LOCAL_RANK", "1"),
+        ("MSCCLPP_BOOTSTRAP", "10.0.0.1:5000"),
+        ("MSCCLPP_BOOTSTRAP_TIMEOUT_MS", "1500"),
+        ("MSCCLPP_SOCKET_IFNAME", "eth0"),
+        ("MSCCLPP_HOSTID", "node-a"),
+    ])
+    .unwrap();
+    assert_eq!(
+        (c.rank, c.size, c.launcher, c.launcher_local_rank),
+        (2, 4, Launcher::Mscclpp, Some(1))
+    );
+    assert_eq!(c.root, addr("10.0.0.1:5000"));
+    assert_eq!(
+        (c.timeout, c.op_timeout),
+        (Duration::from_millis(1500), Duration::from_millis(1500))
+    );
+    assert_eq!(
+        (c.ifname.as_deref(), c.host_id.as_deref()),
+        (Some("eth0"), Some("node-a"))
+    );
+
+    // torchrun: the root listens one port above torchrun's own store.
+    let c = parse(&[
+        ("RANK", "3"),
+        ("WORLD_SIZE", "8"),
+        ("LOCAL_RANK", "3"),
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("MASTER_PORT", "29500"),
+    ])
+    .unwrap();
+    assert_eq!(
+        (c.rank, c.size, c.launcher, c.launcher_local_rank),
+        (3, 8, Launcher::Torchrun, Some(3))
+    );
+    assert_eq!(c.root, addr("127.0.0.1:29501"));
+    assert_eq!(c.timeout, mscclpp_host::bootstrap::DEFAULT_TIMEOUT);
+
+    // Open MPI with a unique id.
+    let id = UniqueId::new("192.168.0.7:4000".parse().unwrap()).unwrap();
+    let hex = id.to_hex();
+    let c = parse(&[
+        ("OMPI_COMM_WORLD_RANK", "5"),
+        ("OMPI_COMM_WORLD_SIZE", "6"),
+        ("OMPI_COMM_WORLD_LOCAL_RANK", "1"),
+        ("MSCCLPP_UNIQUE_ID", &hex),
+    ])
+    .unwrap();
+    assert_eq!(
+        (c.rank, c.size, c.launcher, c.launcher_local_rank),
+        (5, 6, Launcher::OpenMpi, Some(1))
+    );
+    assert_eq!(c.root, RootSpec::UniqueId(id));
+
+    // Slurm with MSCCL++'s "interface:ip:port" form.
+    let c = parse(&[
+        ("SLURM_PROCID", "1"),
+        ("SLURM_NTASKS", "2"),
+        ("SLURM_LOCALID", "0"),
+        ("MSCCLPP_BOOTSTRAP", "eth1:192.168.1.2:7000"),
+    ])
+    .unwrap();
+    assert_eq!(
+        (c.rank, c.size, c.launcher, c.launcher_local_rank),
+        (1, 2, Launcher::Slurm, Some(0))
+    );
+    assert_eq!(
+        (c.root, c.ifname.as_deref()),
+        (addr("192.168.1.2:7000"), Some("eth1"))
+    );
+
+    // Precedence: MSCCLPP_* over torchrun over MPI over Slurm; unique id over address;
+    // MSCCLPP_SOCKET_IFNAME over the interface in MSCCLPP_BOOTSTRAP.
+    let c = parse(&[
+        ("MSCCLPP_RANK", "0"),
+        ("MSCCLPP_WORLD_SIZE", "2"),
+        ("RANK", "1"),
+        ("WORLD_SIZE", "9"),
+        ("SLURM_PROCID", "3"),
+        ("SLURM_NTASKS", "4"),
+        ("MSCCLPP_UNIQUE_ID", &hex),
+        ("MSCCLPP_BOOTSTRAP", "ib0:10.0.0.1:5000"),
+        ("MASTER_ADDR", "10.9.9.9"),
+        ("MASTER_PORT", "1"),
+        ("MSCCLPP_SOCKET_IFNAME", "eth3"),
+        ("MSCCLPP_BOOTSTRAP_TIMEOUT_MS", "1000"),
+        ("MSCCLPP_BOOTSTRAP_OP_TIMEOUT_MS", "9000"),
+    ])
+    .unwrap();
+    assert_eq!((c.rank, c.size, c.launcher), (0, 2, Launcher::Mscclpp));
+    assert_eq!(
+        (c.root, c.ifname.as_deref()),
+        (RootSpec::UniqueId(id), Some("eth3"))
+    );
+    assert_eq!(
+        (c.timeout, c.op_timeout),
+        (Duration::from_secs(1), Duration::from_secs(9))
+    );
+    let c = parse(&[
+        ("RANK", "1"),
+        ("WORLD_SIZE", "2"),
+        ("SLURM_PROCID", "0"),
+        ("SLURM_NTASKS", "4"),
+        ("MSCCLPP_BOOTSTRAP", "[::1]:6000"),
+    ])
+    .unwrap();
+    assert_eq!(
+        (c.rank, c.size, c.launcher, c.root),
+        (1, 2, Launcher::Torchrun, addr("[::1]:6000"))
+    );
+    let c = parse(&[
+        ("MSCCLPP_RANK", "0"),
+        ("MSCCLPP_WORLD_SIZE", "1"),
+        ("MSCCLPP_BOOTSTRAP", "localhost:5000"),
+    ])
+    .unwrap();
+    assert!(c.root.addr().ip().is_loopback() && c.root.addr().port() == 5000);
+
+    // Errors.
+    assert!(config_error(&[]));
+    assert!(config_error(&[("MSCCLPP_BOOTSTRAP", "10.0.0.1:5000")]));
+    assert!(config_error(&[
+        ("RANK", "1"),
+        ("MSCCLPP_BOOTSTRAP", "10.0.0.1:5000")
+    ]));
+    assert!(config_error(&[
+        ("RANK", "x"),
+        ("WORLD_SIZE", "2"),
+        ("MSCCLPP_BOOTSTRAP", "10.0.0.1:5000")
+    ]));
+    assert!(config_error(&[
+        ("RANK", "-1"),
+        ("WORLD_SIZE", "2"),
+        ("MSCCLPP_BOOTSTRAP", "10.0.0.1:5000")
+    ]));
+    assert!(config_error(&[
+        ("RANK", "2"),
+        ("WORLD_SIZE", "2"),
+        ("MSCCLPP_BOOTSTRAP", "10.0.0.1:5000")
+    ]));
+    assert!(config_error(&[
+        ("RANK", "0"),
+        ("WORLD_SIZE", "0"),
+        ("MSCCLPP_BOOTSTRAP", "10.0.0.1:5000")
+    ]));
+    assert!(config_error(&[
+        ("RANK", "0"),
+        ("WORLD_SIZE", "2"),
+        ("LOCAL_RANK", "2"),
+        ("MSCCLPP_BOOTSTRAP", "10.0.0.1:5000")
+    ]));
+    assert!(config_error(&[("RANK", "0"), ("WORLD_SIZE", "2")]));
+    assert!(config_error(&[
+        ("RANK", "0"),
+        ("WORLD_SIZE", "2"),
+        ("MASTER_ADDR", "10.0.0.1")
+    ]));
+    assert!(config_error(&[
+        ("RANK", "0"),
+        ("WORLD_SIZE", "2"),
+        ("MASTER_ADDR", "10.0.0.1"),
+        ("MASTER_PORT", "65535")
+    ]));
+    assert!(config_error(&[
+        ("RANK", "0"),
+        ("WORLD_SIZE", "2"),
+        ("MASTER_ADDR", "10.0.0.1"),
+        ("MASTER_PORT", "http")
+    ]));
+    assert!(config_error(&[
+        ("RANK", "0"),
+        ("WORLD_SIZE", "2"),
+        ("MSCCLPP_BOOTSTRAP", "not an address")
+    ]));
+    assert!(config_error(&[
+        ("RANK", "0"),
+        ("WORLD_SIZE", "2"),
+        ("MSCCLPP_BOOTSTRAP", "10.0.0.1:0")
+    ]));
+    assert!(config_error(&[
+        ("RANK", "0"),
+        ("WORLD_SIZE", "2"),
+        ("MSCCLPP_BOOTSTRAP", "10.0.0.1:5000"),
+        ("MSCCLPP_BOOTSTRAP_TIMEOUT_MS", "0")
+    ]));
+    assert!(config_error(&[
+        ("RANK", "0"),
+        ("WORLD_SIZE", "2"),
+        ("MSCCLPP_BOOTSTRAP", "10.0.0.1:5000"),
+        ("MSCCLPP_BOOTSTRAP_TIMEOUT_MS", "soon")
+    ]));
+    assert!(matches!(
+        parse(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "2"),
+            ("MSCCLPP_UNIQUE_ID", "abcd")
+        ]),
+        Err(Error::BootstrapUniqueId { .. })
+    ));
+}

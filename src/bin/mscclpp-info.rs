@@ -1,0 +1,101 @@
+//! `mscclpp-info`: which backend and devices this machine offers, and a self-check that the
+//! embedded kernels run on them (a copy and a shared-memory reduction, checked on the host).
+
+use std::process::ExitCode;
+
+use mscclpp::host::gpu::{BackendKind, Gpu, LaunchConfig};
+use mscclpp::kernels;
+use mscclpp::shared::{BlockSumParams, CopyParams, DevicePtr};
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mscclpp-info: {e}");
+            let mut src = e.source();
+            while let Some(s) = src {
+                eprintln!("  caused by: {s}");
+                src = s.source();
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let kind = BackendKind::select()?;
+    let count = kind.device_count()?;
+    println!("backend: {kind:?}, {count} device(s)");
+    if kind == BackendKind::Cpu {
+        println!("note: this is the CPU backend (no GPU found): same kernels, on threads");
+    }
+    let entries = mscclpp::DEVICE_PTX.matches(".entry ").count();
+    println!(
+        "embedded PTX: {} bytes, {entries} kernels, {}",
+        mscclpp::DEVICE_PTX.len(),
+        mscclpp::DEVICE_PTX
+            .lines()
+            .find(|l| l.starts_with(".target"))
+            .unwrap_or(".target ?")
+    );
+    for ordinal in 0..count.min(8) {
+        let g = Gpu::open(kind, ordinal)?;
+        let t = std::time::Instant::now();
+        self_check(&g)?;
+        println!(
+            "device {ordinal}: {} (numa node {}): self-check passed in {:.1} ms",
+            g.name(),
+            g.numa_node().map_or("?".to_string(), |n| n.to_string()),
+            t.elapsed().as_secs_f64() * 1e3
+        );
+    }
+    Ok(())
+}
+
+fn self_check(g: &Gpu) -> Result<(), Box<dyn std::error::Error>> {
+    let m = g.load_ptx(mscclpp::DEVICE_PTX)?;
+    let stream = g.stream()?;
+    let (grid, block, n) = (4u32, 64u32, 4099u32);
+    let input: Vec<u32> = (0..grid * n).map(|i| i ^ 0x5a5a).collect();
+    let a = g.alloc(input.len() * 4)?;
+    let b = g.alloc(input.len() * 4)?;
+    let sums = g.alloc(grid as usize * 4)?;
+    a.copy_from_host(0, bytemuck::cast_slice(&input))?;
+    let copy = m.kernel(kernels::COPY)?;
+    let sum = m.kernel(kernels::BLOCK_SUM)?;
+    // SAFETY: every address points into the live buffers above, sized as the kernels expect.
+    unsafe {
+        stream.launch(
+            &copy,
+            LaunchConfig::new(grid, block),
+            CopyParams {
+                status: DevicePtr::NULL,
+                dst: b.ptr(),
+                src: a.ptr(),
+                bytes: a.len() as u64,
+            },
+        )?;
+        stream.launch(
+            &sum,
+            LaunchConfig::new(grid, block).with_shared_mem(block * 4),
+            BlockSumParams {
+                status: DevicePtr::NULL,
+                input: b.ptr().cast(),
+                output: sums.ptr().cast(),
+                n_per_block: n,
+                reserved: 0,
+            },
+        )?;
+    }
+    stream.synchronize()?;
+    let mut got = vec![0u32; grid as usize];
+    sums.copy_to_host(0, bytemuck::cast_slice_mut(&mut got))?;
+    let want: Vec<u32> = input
+        .chunks(n as usize)
+        .map(|c| c.iter().fold(0u32, |s, &x| s.wrapping_add(x)))
+        .collect();
+    if got != want {
+        return Err(format!("block sums are {got:?}, the host computed {want:?}").into());
+    }
+    Ok(())
+}
