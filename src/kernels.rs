@@ -3,7 +3,9 @@
 
 use mscclpp_device::kernels as k;
 use mscclpp_host::gpu::KernelSpec;
-use mscclpp_shared::{BlockSumParams, CopyParams, FifoPushParams};
+use mscclpp_shared::{
+    BlockSumParams, CopyParams, FifoPushParams, PingPongParams, PortPingPongParams,
+};
 
 /// `copy_kernel`: grid-stride copy.
 pub const COPY: KernelSpec<CopyParams> = KernelSpec::new("copy_kernel", k::copy_kernel);
@@ -14,5 +16,22 @@ pub const BLOCK_SUM: KernelSpec<BlockSumParams> =
 pub const FIFO_PUSH: KernelSpec<FifoPushParams> =
     KernelSpec::new("fifo_push_kernel", k::fifo_push_kernel);
 
+/// `memory_ping_pong_kernel`: MemoryChannel put/signal/wait ping-pong.
+pub const MEMORY_PING_PONG: KernelSpec<PingPongParams> =
+    KernelSpec::new("memory_ping_pong_kernel", k::memory_ping_pong_kernel);
+/// `packet_ping_pong_kernel`: LL16 packet ping-pong.
+pub const PACKET_PING_PONG: KernelSpec<PingPongParams> =
+    KernelSpec::new("packet_ping_pong_kernel", k::packet_ping_pong_kernel);
+/// `port_ping_pong_kernel`: PortChannel ping-pong through the proxy.
+pub const PORT_PING_PONG: KernelSpec<PortPingPongParams> =
+    KernelSpec::new("port_ping_pong_kernel", k::port_ping_pong_kernel);
+
 /// Every built-in kernel's entry point name (checked against the PTX by a test).
-pub const ALL_NAMES: &[&str] = &[COPY.name, BLOCK_SUM.name, FIFO_PUSH.name];
+pub const ALL_NAMES: &[&str] = &[
+    COPY.name,
+    BLOCK_SUM.name,
+    FIFO_PUSH.name,
+    MEMORY_PING_PONG.name,
+    PACKET_PING_PONG.name,
+    PORT_PING_PONG.name,
+];

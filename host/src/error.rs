@@ -373,6 +373,72 @@ pub enum Error {
         source: std::io::Error,
     },
     // ---- end bootstrap ----
+    // ---- communicator, registered memory, connections ----
+    /// A buffer cannot be registered.
+    #[error("cannot register memory: {reason}")]
+    RegisterMemory {
+        /// Why.
+        reason: String,
+    },
+    /// A peer's serialized registered memory is invalid.
+    #[error("registered memory from rank {rank} is malformed: {reason}")]
+    MalformedMemory {
+        /// The sender.
+        rank: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A peer's serialized endpoint is invalid.
+    #[error("endpoint from rank {rank} is malformed: {reason}")]
+    MalformedEndpoint {
+        /// The sender.
+        rank: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Memory of another node was used where a local mapping is needed.
+    #[error("memory {id} of rank {rank} is not mapped in this process")]
+    MemoryNotMapped {
+        /// Owner.
+        rank: usize,
+        /// Owner's id.
+        id: u32,
+    },
+    /// The two ends of a connection cannot use the transport asked for.
+    #[error("cannot connect to rank {remote_rank} over {transport}: {reason}")]
+    Connect {
+        /// The peer.
+        remote_rank: usize,
+        /// The transport.
+        transport: crate::transport::Transport,
+        /// Why.
+        reason: String,
+    },
+    /// A connection's flush did not complete in time.
+    #[error("flush of the {transport} connection to rank {remote_rank} did not complete within {after:?}")]
+    FlushTimeout {
+        /// The peer.
+        remote_rank: usize,
+        /// The transport.
+        transport: crate::transport::Transport,
+        /// The timeout.
+        after: std::time::Duration,
+    },
+    /// A semaphore wait on the host did not complete in time.
+    #[error("semaphore wait (expecting {expected}) timed out after {after:?}")]
+    SemaphoreTimeout {
+        /// The token awaited.
+        expected: u64,
+        /// The timeout.
+        after: std::time::Duration,
+    },
+    /// The communicator was aborted (by `abort()`, a failed proxy or a dead peer).
+    #[error("the communicator was aborted: {reason}")]
+    Aborted {
+        /// Why.
+        reason: String,
+    },
+
     // ---- FIFO and proxy ----
     /// A FIFO size that is not a power of two.
     #[error("FIFO size {size} is not a power of two")]

@@ -73,12 +73,14 @@ pub struct ProxyService {
 
 impl ProxyService {
     /// Starts serving `fifo` with `handler`. Waits on `fifo` report through `status`, whose
-    /// abort flag the proxy sets on error and on stop. `numa_node` (from `Gpu::numa_node`)
-    /// binds the thread to that node's CPUs when given.
+    /// abort flag the proxy sets on error and on stop; on error it also aborts every status in
+    /// `also_abort` (e.g. the communicator's, so that semaphore waiters are released too).
+    /// `numa_node` (from `Gpu::numa_node`) binds the thread to that node's CPUs when given.
     pub fn start(
         mut fifo: Fifo,
         mut handler: Box<dyn ProxyHandler>,
         status: Arc<StatusBlock>,
+        also_abort: Vec<Arc<StatusBlock>>,
         numa_node: Option<u32>,
     ) -> Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
@@ -103,6 +105,9 @@ impl ProxyService {
                         tracing::error!("proxy: trigger at {pos} failed: {e}");
                         *error2.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
                         status2.abort();
+                        for s in &also_abort {
+                            s.abort();
+                        }
                         return;
                     }
                     fifo.pop();

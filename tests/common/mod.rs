@@ -39,3 +39,113 @@ pub fn from_hex(s: &str) -> Vec<u8> {
         .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
         .collect()
 }
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mscclpp::host::bootstrap::{BootstrapConfig, TcpBootstrap, UniqueId};
+use mscclpp::host::communicator::Communicator;
+
+fn loopback() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+/// Runs `n` ranks as threads of this process, rank `r` on device `r` (wrapping); returns their
+/// results in rank order.
+pub fn ranks_as_threads<T: Send>(n: usize, body: impl Fn(Communicator) -> T + Sync) -> Vec<T> {
+    let (id, listener) = UniqueId::bind(loopback()).unwrap();
+    let listener = Mutex::new(Some(listener));
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|r| {
+                let (body, listener) = (&body, &listener);
+                s.spawn(move || {
+                    let cfg =
+                        BootstrapConfig::new(r, n, id).with_timeout(Duration::from_secs(30));
+                    let root = if r == 0 { listener.lock().unwrap().take() } else { None };
+                    let bs = match root {
+                        Some(l) => TcpBootstrap::init_with_root_listener(cfg, l),
+                        None => TcpBootstrap::init(cfg),
+                    }
+                    .expect("bootstrap");
+                    let comm = Communicator::new(Arc::new(bs), gpu(r)).expect("communicator");
+                    body(comm)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+const CHILD_RANK: &str = "MSCCLPP_TEST_CHILD_RANK";
+const CHILD_SIZE: &str = "MSCCLPP_TEST_CHILD_SIZE";
+const CHILD_ID: &str = "MSCCLPP_TEST_CHILD_ID";
+
+/// In a child started by [`ranks_as_processes`]: its communicator (and `None` in the parent).
+pub fn child_communicator() -> Option<Communicator> {
+    let rank: usize = std::env::var(CHILD_RANK).ok()?.parse().ok()?;
+    let size: usize = std::env::var(CHILD_SIZE).ok()?.parse().ok()?;
+    let bs = if rank == 0 {
+        let (id, listener) = UniqueId::bind(loopback()).unwrap();
+        println!("\nUNIQUE_ID {}", id.to_hex());
+        let cfg = BootstrapConfig::new(0, size, id).with_timeout(Duration::from_secs(30));
+        TcpBootstrap::init_with_root_listener(cfg, listener)
+    } else {
+        let id = UniqueId::from_hex(&std::env::var(CHILD_ID).ok()?).expect("unique id");
+        TcpBootstrap::init(BootstrapConfig::new(rank, size, id).with_timeout(Duration::from_secs(30)))
+    }
+    .expect("bootstrap");
+    Some(Communicator::new(Arc::new(bs), gpu(rank)).expect("communicator"))
+}
+
+/// Runs `n` ranks as child processes re-running the test `test_name` of this binary (which
+/// calls [`child_communicator`] first); panics unless every child exits successfully.
+pub fn ranks_as_processes(n: usize, test_name: &str) {
+    let exe = std::env::current_exe().unwrap();
+    let spawn = |r: usize, id: &str| {
+        Command::new(&exe)
+            .args(["--exact", test_name, "--nocapture", "--test-threads=1"])
+            .env(CHILD_RANK, r.to_string())
+            .env(CHILD_SIZE, n.to_string())
+            .env(CHILD_ID, id)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut root = spawn(0, "");
+    let mut out = BufReader::new(root.stdout.take().unwrap());
+    let mut line = String::new();
+    let mut id = None;
+    while out.read_line(&mut line).unwrap() > 0 {
+        if let Some(at) = line.find("UNIQUE_ID ") {
+            id = Some(line[at + 10..].trim().to_string());
+            break;
+        }
+        line.clear();
+    }
+    let id = id.expect("rank 0 printed no unique id");
+    let drain = std::thread::spawn(move || {
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut out, &mut rest).ok();
+        rest
+    });
+    let children: Vec<_> = (1..n).map(|r| spawn(r, &id)).collect();
+    let mut failures = Vec::new();
+    for (r, c) in std::iter::once(root).chain(children).enumerate() {
+        let o = c.wait_with_output().unwrap();
+        if !o.status.success() {
+            failures.push(format!(
+                "rank {r}: {}\n{}{}",
+                o.status,
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ));
+        }
+    }
+    let rest = drain.join().unwrap();
+    assert!(failures.is_empty(), "{}\nrank 0 output: {rest}", failures.join("\n"));
+}

@@ -489,6 +489,44 @@ impl Stream {
         }
     }
 
+    /// Queues a store of `value` to the u64 at `dst` that happens after the work queued
+    /// before it is complete and visible (the flag half of a connection's `update_and_sync`).
+    ///
+    /// # Safety
+    /// `dst` is a live, 8-byte aligned device address (local or peer-mapped) until it runs.
+    pub unsafe fn write_value_u64(&self, dst: DevicePtr<u64>, value: u64) -> Result<()> {
+        match &self.imp {
+            // SAFETY: forwarded contract.
+            StreamImpl::Cuda(s) => unsafe { s.write_value_u64(dst.addr(), value) },
+            // SAFETY: forwarded contract.
+            StreamImpl::Cpu(s) => unsafe { s.write_value_u64(dst.addr(), value) },
+        }
+    }
+
+    /// Whether all queued work is done; reports a failure of queued work.
+    pub fn query(&self) -> Result<bool> {
+        match &self.imp {
+            StreamImpl::Cuda(s) => s.query(),
+            StreamImpl::Cpu(s) => s.query(),
+        }
+    }
+
+    /// Waits until all queued work is done or `timeout` passes (polling, so the wait is
+    /// bounded even if the device never finishes).
+    pub fn synchronize_timeout(&self, timeout: std::time::Duration) -> Result<bool> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut backoff = crate::proxy::Backoff::default();
+        loop {
+            if self.query()? {
+                return Ok(true);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+            backoff.snooze();
+        }
+    }
+
     /// Queues a launch of `kernel` with `params`.
     ///
     /// # Safety

@@ -28,6 +28,10 @@ enum Op {
         dims: GridDims,
         body: Box<dyn Fn() + Send + Sync>,
     },
+    WriteValue {
+        dst: u64,
+        value: u64,
+    },
     Record(Arc<EventState>, u64),
     Wait(Arc<EventState>, u64),
 }
@@ -101,6 +105,29 @@ impl Stream {
                 ordinal: self.ordinal,
                 source,
             })
+    }
+
+    /// Queues a release store of `value` to the u64 at `dst`, after the work queued before.
+    ///
+    /// # Safety
+    /// `dst` is a live, 8-byte aligned address until the store runs.
+    pub unsafe fn write_value_u64(&self, dst: u64, value: u64) -> Result<()> {
+        self.submit(Op::WriteValue { dst, value })
+            .map_err(|source| Error::Copy {
+                direction: "write value",
+                bytes: 8,
+                ordinal: self.ordinal,
+                source,
+            })
+    }
+
+    /// Whether all queued work is done; reports (and clears) a failure of queued work.
+    pub fn query(&self) -> Result<bool> {
+        let mut p = lock(&self.shared.progress);
+        if let Some(source) = p.error.take() {
+            return Err(self.err("query stream", source));
+        }
+        Ok(p.completed == p.submitted)
     }
 
     /// Queues a kernel: `body` runs once per emulated thread of `dims`.
@@ -232,6 +259,12 @@ fn run_queue(rx: mpsc::Receiver<Op>, shared: Arc<Shared>) {
                 tracing::error!("kernel {name} failed on the CPU backend: {e}");
                 e.into()
             }),
+            Op::WriteValue { dst, value } => {
+                // SAFETY: the submitter's contract (`write_value_u64`): an aligned live u64.
+                unsafe { std::sync::atomic::AtomicU64::from_ptr(dst as *mut u64) }
+                    .store(value, std::sync::atomic::Ordering::Release);
+                Ok(())
+            }
             Op::Record(state, generation) => {
                 let mut s = lock(&state.inner);
                 s.completed = s.completed.max(generation);

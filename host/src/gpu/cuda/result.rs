@@ -271,6 +271,50 @@ pub(crate) unsafe fn cu_memcpy_async(
     })
 }
 
+/// `cuStreamWriteValue64_v2` (default flags: earlier work of the stream is visible first).
+///
+/// # Safety
+/// `addr` is a device-accessible, 8-byte aligned address valid until the write runs.
+pub(crate) unsafe fn cu_stream_write_value64(
+    stream: sys::CUstream,
+    addr: sys::CUdeviceptr,
+    value: u64,
+) -> DriverResult<()> {
+    // SAFETY: forwarded contract.
+    check("cuStreamWriteValue64_v2", unsafe {
+        sys::cuStreamWriteValue64_v2(stream, addr, value, 0)
+    })
+}
+
+/// `cuMemcpyHtoDAsync_v2` from pageable memory (staged by the driver before it returns).
+///
+/// # Safety
+/// `dst` is valid for `src.len()` bytes until the copy runs.
+pub(crate) unsafe fn cu_memcpy_htod_async(
+    dst: sys::CUdeviceptr,
+    src: &[u8],
+    stream: sys::CUstream,
+) -> DriverResult<()> {
+    // SAFETY: forwarded contract; `src` is readable for its length during the call, and the
+    // driver copies pageable sources to staging memory before returning.
+    check("cuMemcpyHtoDAsync_v2", unsafe {
+        sys::cuMemcpyHtoDAsync_v2(dst, src.as_ptr().cast(), src.len(), stream)
+    })
+}
+
+/// `cuStreamQuery`: `Ok(true)` when all work is done, `Ok(false)` while some is pending.
+///
+/// # Safety
+/// `stream` is live.
+pub(crate) unsafe fn cu_stream_query(stream: sys::CUstream) -> DriverResult<bool> {
+    // SAFETY: forwarded contract.
+    match unsafe { sys::cuStreamQuery(stream) } {
+        sys::CUresult::CUDA_SUCCESS => Ok(true),
+        sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+        code => check("cuStreamQuery", code).map(|_| false),
+    }
+}
+
 // ---- IPC ----
 
 /// `cuIpcGetMemHandle`.

@@ -146,6 +146,39 @@ impl Stream {
         unsafe { result::cu_stream_synchronize(self.raw) }.map_err(err)
     }
 
+    /// Queues a store of `value` to the u64 at `dst` after the work queued before it is
+    /// complete and visible (`cuStreamWriteValue64`; where the driver refuses the address, an
+    /// 8-byte host-to-device copy, which the stream orders the same way).
+    ///
+    /// # Safety
+    /// `dst` is a device-accessible, 8-byte aligned address valid until the write runs.
+    pub unsafe fn write_value_u64(&self, dst: u64, value: u64) -> Result<()> {
+        let err = |e: DriverError| Error::Copy {
+            direction: "write value",
+            bytes: 8,
+            ordinal: self.ctx.ordinal(),
+            source: e.into(),
+        };
+        self.ctx.bind().map_err(err)?;
+        // SAFETY: forwarded contract; `self.raw` is live.
+        match unsafe { result::cu_stream_write_value64(self.raw, dst, value) } {
+            Ok(()) => Ok(()),
+            // SAFETY: as above.
+            Err(_) => unsafe {
+                result::cu_memcpy_htod_async(dst, &value.to_le_bytes(), self.raw)
+            }
+            .map_err(err),
+        }
+    }
+
+    /// Whether all queued work is done (`cuStreamQuery`); reports a failed kernel.
+    pub fn query(&self) -> Result<bool> {
+        let err = |e| self.err("query stream", e);
+        self.ctx.bind().map_err(err)?;
+        // SAFETY: `self.raw` is live.
+        unsafe { result::cu_stream_query(self.raw) }.map_err(err)
+    }
+
     /// The `CUstream` as an integer, for interop (NCCL, graphs). Valid while `self` lives.
     pub fn raw(&self) -> u64 {
         self.raw as u64

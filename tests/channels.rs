@@ -1,0 +1,247 @@
+//! Semaphores, MemoryChannel (direct and LL packets) and PortChannel (through the proxy)
+//! between two ranks, as threads and as processes, with data checked; an abort releases a
+//! waiting kernel; an invalid trigger is refused by the proxy.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{module, pattern, ranks_as_processes, ranks_as_threads};
+use mscclpp::device::packet::packets_for;
+use mscclpp::host::communicator::Communicator;
+use mscclpp::host::connection::{Connection, EndpointConfig};
+use mscclpp::host::gpu::LaunchConfig;
+use mscclpp::host::memory_channel::MemoryChannel;
+use mscclpp::host::port_channel::PortChannelService;
+use mscclpp::host::semaphore::MemoryDevice2DeviceSemaphore;
+use mscclpp::host::transport::Transport;
+use mscclpp::kernels;
+use mscclpp::shared::{DeviceErrorCode, LL16Packet, PingPongParams, PortPingPongParams};
+
+const BYTES: usize = 40 * 1024 + 12;
+const ITERS: u32 = 16;
+
+fn connect(comm: &Communicator) -> Arc<dyn Connection> {
+    let peer = 1 - comm.rank();
+    let t = Transport::local_for(comm.gpu().kind());
+    comm.connect(EndpointConfig::new(t), peer, 0).expect("connect")
+}
+
+fn memory_and_packet_ping_pong(comm: Communicator) {
+    let (rank, peer) = (comm.rank(), 1 - comm.rank());
+    let g = comm.gpu().clone();
+    let t = Transport::local_for(g.kind());
+    let conn = connect(&comm);
+    let recv_buf = g.alloc(BYTES).unwrap();
+    let src = g.alloc(BYTES).unwrap();
+    let pkts = g.alloc(packets_for::<LL16Packet>(BYTES) * 16).unwrap();
+    src.copy_from_host(0, &pattern(BYTES, rank as u8)).unwrap();
+    comm.send_memory(&comm.register_buffer(&recv_buf, t).unwrap(), peer, 0).unwrap();
+    comm.send_memory(&comm.register_buffer(&pkts, t).unwrap(), peer, 1).unwrap();
+    let peer_buf = comm.recv_memory(peer, 0).unwrap();
+    let peer_pkts = comm.recv_memory(peer, 1).unwrap();
+    let direct = MemoryChannel::new(
+        MemoryDevice2DeviceSemaphore::new(&comm, conn.as_ref(), 0).unwrap(),
+        peer_buf,
+        src.ptr(),
+        pkts.ptr(),
+    )
+    .unwrap();
+    let packets = MemoryChannel::new(
+        MemoryDevice2DeviceSemaphore::new(&comm, conn.as_ref(), 1).unwrap(),
+        peer_pkts,
+        src.ptr(),
+        pkts.ptr(),
+    )
+    .unwrap();
+
+    let m = module(&g);
+    let stream = g.stream().unwrap();
+    let params = |ch: &MemoryChannel| PingPongParams {
+        status: comm.status().device_ptr(),
+        channel: ch.device_handle().unwrap(),
+        bytes: BYTES as u64,
+        iterations: ITERS,
+        role: rank as u32,
+        flag_base: 0,
+        reserved: 0,
+    };
+    let k = m.kernel(kernels::MEMORY_PING_PONG).unwrap();
+    // SAFETY: the channel's buffers are live and BYTES long; 4 bytes of shared memory.
+    unsafe { stream.launch(&k, LaunchConfig::new(1, 64).with_shared_mem(4), params(&direct)) }
+        .unwrap();
+    stream.synchronize().unwrap();
+    assert!(comm.status().error().is_none(), "{:?}", comm.status().error());
+    let mut got = vec![0u8; BYTES];
+    recv_buf.copy_to_host(0, &mut got).unwrap();
+    assert_eq!(got, pattern(BYTES, peer as u8), "rank {rank}: direct puts");
+
+    // Packets: rank 1 forwards what it receives, so both end with rank 0's bytes.
+    let k = m.kernel(kernels::PACKET_PING_PONG).unwrap();
+    // SAFETY: as above; the packet buffers hold packets_for(BYTES) LL16 packets.
+    unsafe { stream.launch(&k, LaunchConfig::new(1, 64), params(&packets)) }.unwrap();
+    stream.synchronize().unwrap();
+    assert!(comm.status().error().is_none(), "{:?}", comm.status().error());
+    src.copy_to_host(0, &mut got).unwrap();
+    assert_eq!(got, pattern(BYTES, 0), "rank {rank}: packets");
+    comm.bootstrap().barrier().unwrap();
+}
+
+fn port_ping_pong(comm: Communicator) {
+    let (rank, peer) = (comm.rank(), 1 - comm.rank());
+    let g = comm.gpu().clone();
+    let t = Transport::local_for(g.kind());
+    let conn = connect(&comm);
+    let recv_buf = g.alloc(BYTES).unwrap();
+    let src = g.alloc(BYTES).unwrap();
+    src.copy_from_host(0, &pattern(BYTES, 10 + rank as u8)).unwrap();
+    let mut svc = PortChannelService::new(&comm, 64).unwrap();
+    let sem = svc.build_and_add_semaphore(&comm, conn, 7).unwrap();
+    comm.send_memory(&comm.register_buffer(&recv_buf, t).unwrap(), peer, 3).unwrap();
+    let dst = svc.add_memory(comm.recv_memory(peer, 3).unwrap()).unwrap();
+    let srcid = svc.add_memory(comm.register_buffer(&src, t).unwrap()).unwrap();
+    let ch = svc.port_channel(sem, dst, srcid).unwrap();
+    svc.start().unwrap();
+    let m = module(&g);
+    let k = m.kernel(kernels::PORT_PING_PONG).unwrap();
+    let stream = g.stream().unwrap();
+    for flush in [0, 1] {
+        let p = PortPingPongParams {
+            status: comm.status().device_ptr(),
+            channel: ch,
+            bytes: BYTES as u64,
+            iterations: ITERS,
+            role: rank as u32,
+            flush,
+            reserved: 0,
+        };
+        // SAFETY: the channel's memories are live and BYTES long.
+        unsafe { stream.launch(&k, LaunchConfig::new(1, 1), p) }.unwrap();
+        stream.synchronize().unwrap();
+        assert!(comm.status().error().is_none(), "{:?}", comm.status().error());
+        assert_eq!(svc.error(), None);
+        let mut got = vec![0u8; BYTES];
+        recv_buf.copy_to_host(0, &mut got).unwrap();
+        assert_eq!(got, pattern(BYTES, 10 + peer as u8), "rank {rank} flush {flush}");
+        recv_buf.copy_from_host(0, &vec![0u8; BYTES]).unwrap();
+        comm.bootstrap().barrier().unwrap();
+    }
+    svc.stop().unwrap();
+    comm.bootstrap().barrier().unwrap();
+}
+
+fn abort_releases_a_waiting_kernel(comm: Communicator) {
+    let peer = 1 - comm.rank();
+    let g = comm.gpu().clone();
+    let t = Transport::local_for(g.kind());
+    let conn = connect(&comm);
+    let buf = g.alloc(4096).unwrap();
+    comm.send_memory(&comm.register_buffer(&buf, t).unwrap(), peer, 0).unwrap();
+    let ch = MemoryChannel::new(
+        MemoryDevice2DeviceSemaphore::new(&comm, conn.as_ref(), 0).unwrap(),
+        comm.recv_memory(peer, 0).unwrap(),
+        buf.ptr(),
+        buf.ptr(),
+    )
+    .unwrap();
+    let m = module(&g);
+    let k = m.kernel(kernels::MEMORY_PING_PONG).unwrap();
+    let stream = g.stream().unwrap();
+    // Role 1 on both ranks: each waits for a signal nobody sends.
+    let p = PingPongParams {
+        status: comm.status().device_ptr(),
+        channel: ch.device_handle().unwrap(),
+        bytes: 16,
+        iterations: 1,
+        role: 1,
+        flag_base: 0,
+        reserved: 0,
+    };
+    // SAFETY: the buffers are live and 4096 bytes long.
+    unsafe { stream.launch(&k, LaunchConfig::new(1, 32).with_shared_mem(4), p) }.unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(!stream.query().unwrap(), "the kernel returned without a signal");
+    comm.abort();
+    assert!(stream.synchronize_timeout(Duration::from_secs(20)).unwrap(), "abort did not release the kernel");
+    match comm.status().error() {
+        Some(mscclpp::host::Error::Device { code, .. }) => assert_eq!(code, DeviceErrorCode::Aborted),
+        other => panic!("expected an abort record, got {other:?}"),
+    }
+    assert!(comm.recv_memory(peer, 9).is_err(), "an aborted communicator kept working");
+}
+
+fn invalid_trigger_is_refused(comm: Communicator) {
+    let (rank, peer) = (comm.rank(), 1 - comm.rank());
+    let g = comm.gpu().clone();
+    let t = Transport::local_for(g.kind());
+    let conn = connect(&comm);
+    let buf = g.alloc(4096).unwrap();
+    let mut svc = PortChannelService::new(&comm, 16).unwrap();
+    let sem = svc.build_and_add_semaphore(&comm, conn, 0).unwrap();
+    comm.send_memory(&comm.register_buffer(&buf, t).unwrap(), peer, 0).unwrap();
+    let dst = svc.add_memory(comm.recv_memory(peer, 0).unwrap()).unwrap();
+    let src = svc.add_memory(comm.register_buffer(&buf, t).unwrap()).unwrap();
+    let mut ch = svc.port_channel(sem, dst, src).unwrap();
+    comm.bootstrap().barrier().unwrap();
+    if rank == 0 {
+        ch.dst = 7; // never registered
+        svc.start().unwrap();
+        let m = module(&g);
+        let k = m.kernel(kernels::PORT_PING_PONG).unwrap();
+        let stream = g.stream().unwrap();
+        let p = PortPingPongParams {
+            status: comm.status().device_ptr(),
+            channel: ch,
+            bytes: 64,
+            iterations: 1,
+            role: 0,
+            flush: 1,
+            reserved: 0,
+        };
+        // SAFETY: the buffers are live; the proxy refuses the bad id before any copy.
+        unsafe { stream.launch(&k, LaunchConfig::new(1, 1), p) }.unwrap();
+        assert!(stream.synchronize_timeout(Duration::from_secs(20)).unwrap(), "the kernel hung");
+        let err = svc.error().expect("the proxy accepted an invalid trigger");
+        assert!(err.contains("memory id 7"), "{err}");
+        assert!(comm.status().is_aborted());
+        assert!(svc.stop().is_err());
+    }
+    comm.bootstrap().barrier().unwrap();
+}
+
+#[test]
+fn memory_channel_threads() {
+    ranks_as_threads(2, memory_and_packet_ping_pong);
+}
+
+#[test]
+fn memory_channel_processes() {
+    match common::child_communicator() {
+        Some(c) => memory_and_packet_ping_pong(c),
+        None => ranks_as_processes(2, "memory_channel_processes"),
+    }
+}
+
+#[test]
+fn port_channel_threads() {
+    ranks_as_threads(2, port_ping_pong);
+}
+
+#[test]
+fn port_channel_processes() {
+    match common::child_communicator() {
+        Some(c) => port_ping_pong(c),
+        None => ranks_as_processes(2, "port_channel_processes"),
+    }
+}
+
+#[test]
+fn abort_releases_waiters() {
+    ranks_as_threads(2, abort_releases_a_waiting_kernel);
+}
+
+#[test]
+fn invalid_trigger_threads() {
+    ranks_as_threads(2, invalid_trigger_is_refused);
+}
