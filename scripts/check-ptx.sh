@@ -10,7 +10,7 @@ ptxas="$venv/lib/python3*/site-packages/nvidia/cu13/bin/ptxas"
 if ! compgen -G "$ptxas" >/dev/null; then
   echo "check-ptx: installing ptxas (nvidia-cuda-nvcc 13.0.x) into $venv"
   python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "nvidia-cuda-nvcc==13.0.*"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "nvidia-cuda-nvcc==13.0.*"
 fi
 ptxas=$(compgen -G "$ptxas" | head -n1)
 # The PTX the library embeds: the newest one the build wrote (release or debug).

@@ -5,4 +5,5 @@ cd "$(dirname "$0")/.."
 rustup toolchain install            # components from rust-toolchain.toml
 cargo build --workspace --all-targets --locked
 bash scripts/check-ptx.sh           # the embedded PTX must assemble for sm_90
+bash scripts/check-cuda-header.sh   # CUDA C++ against mscclpp/device.cuh must compile (nvcc)
 cargo test --workspace --locked

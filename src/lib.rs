@@ -25,6 +25,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod kernels;
+pub mod world;
 
 pub use mscclpp_device as device;
 pub use mscclpp_host as host;
@@ -32,3 +33,21 @@ pub use mscclpp_shared as shared;
 
 /// PTX of every built-in kernel (`mscclpp-device` compiled for nvptx64 by `build.rs`).
 pub const DEVICE_PTX: &str = include_str!(env!("MSCCLPP_DEVICE_PTX_PATH"));
+
+/// Embeds PTX that `mscclpp_build::PtxBuilder` (crate `mscclpp-build`) wrote to
+/// `OUT_DIR/<name>.ptx` in the calling crate's `build.rs`: `include_ptx!("my_kernels")` is
+/// `include_str!(concat!(env!("OUT_DIR"), "/my_kernels.ptx"))`, a `&'static str` for
+/// [`host::gpu::Gpu::load_ptx`]. `<name>` is the kernel crate's library name (`-` becomes
+/// `_`: package `my-kernels` gives `my_kernels`) unless the builder set another with
+/// `output_name`.
+///
+/// ```ignore
+/// // build.rs: mscclpp_build::PtxBuilder::new("../kernels").build()
+/// const MY_KERNELS_PTX: &str = mscclpp::include_ptx!("my_kernels");
+/// ```
+#[macro_export]
+macro_rules! include_ptx {
+    ($name:literal) => {
+        ::core::include_str!(::core::concat!(::core::env!("OUT_DIR"), "/", $name, ".ptx"))
+    };
+}

@@ -110,13 +110,22 @@ impl Module {
         ctx.bind().map_err(err)?;
         // SAFETY: the module is live (we hold an `Arc` of it).
         match unsafe { result::cu_module_get_function(self.loaded.raw, &cname) } {
-            Ok(raw) => Ok(Function {
+            Ok(raw) => {
+                // With lazy loading (the driver's default), a kernel's code is loaded at its
+                // first launch, which may wait for kernels already running — and ours wait for
+                // each other across GPUs of one process. Load it now instead.
+                if result::has_symbol("cuFuncLoad") {
+                    // SAFETY: `raw` was just returned for our live module.
+                    unsafe { result::cu_func_load(raw) }.map_err(err)?;
+                }
+                Ok(Function {
                 loaded: self.loaded.clone(),
                 raw,
                 name: name.to_string(),
                 layout: OnceLock::new(),
                 max_dynamic_shared: AtomicU32::new(0),
-            }),
+                })
+            }
             Err(e) if e.code == sys::CUresult::CUDA_ERROR_NOT_FOUND as u32 => Err(missing()),
             Err(e) => Err(err(e)),
         }

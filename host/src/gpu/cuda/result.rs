@@ -315,6 +315,15 @@ pub(crate) unsafe fn cu_stream_query(stream: sys::CUstream) -> DriverResult<bool
     }
 }
 
+/// `cuFuncLoad` (CUDA 12.4+): loads a function's code now instead of at its first launch.
+///
+/// # Safety
+/// `f` is a live function handle.
+pub(crate) unsafe fn cu_func_load(f: sys::CUfunction) -> DriverResult<()> {
+    // SAFETY: forwarded contract.
+    check("cuFuncLoad", unsafe { sys::cuFuncLoad(f) })
+}
+
 // ---- IPC ----
 
 /// `cuIpcGetMemHandle`.

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Builds the GPU test bundle here and prints how to run it on the GPU machine.
+#
+# The GPU machine has no Rust toolchain, so everything is compiled here: the release test
+# binaries of the workspace (unit and integration tests) and the release binaries and examples.
+# They are copied, debug info stripped, into the git-ignored folder `gpu-bundle/` together with
+# `gpu-bundle/run-tests.sh`, which runs every test binary with
+#   MSCCLPP_BACKEND=cuda NCCL_NVLS_ENABLE=0 <binary> --include-ignored
+# (so tests marked `#[ignore = "needs CUDA"]` run too), prints one PASS/FAIL line per binary and
+# exits non-zero if any failed.
+#
+# Usage:
+#   scripts/gpu-bundle.sh                  # the whole workspace
+#   scripts/gpu-bundle.sh -p mscclpp-host  # only these packages (any `cargo test` selection)
+#
+# Then run it with the `device` tool (`run`): carry ["gpu-bundle"], command
+#   bash gpu-bundle/run-tests.sh [test-name filter] [-- extra test-binary args]
+# The repository is copied to the GPU machine as well; each binary runs in its package's
+# directory, as `cargo test` would. Full logs go to $OUT/gpu-tests/ when $OUT is set.
+#
+# Environment: MSCCLPP_BUNDLE_MAX_MIB (default 60) fails the build of a bigger bundle (the
+# device tool carries at most 64 MiB).
+set -euo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+bundle="$root/gpu-bundle"
+max_mib="${MSCCLPP_BUNDLE_MAX_MIB:-60}"
+if [ "$#" -gt 0 ]; then select=("$@"); else select=(--workspace); fi
+
+command -v python3 >/dev/null || { echo "gpu-bundle: python3 is needed to read cargo's JSON" >&2; exit 1; }
+
+# Reads cargo's JSON messages on stdin; prints "<kind>\t<package dir>\t<target name>\t<path>"
+# for every executable: kind `test` for test harness binaries, `bin` for the rest.
+list_executables() {
+    python3 -c '
+import json, os, sys
+root = sys.argv[1]
+for line in sys.stdin:
+    line = line.strip()
+    if not line.startswith("{"):
+        continue
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") != "compiler-artifact" or not m.get("executable"):
+        continue
+    t = m["target"]
+    kind = "test" if m["profile"]["test"] else "bin"
+    pkg_dir = os.path.relpath(os.path.dirname(m["manifest_path"]), root)
+    name = t["name"] + ("" if kind == "bin" else "-" + "-".join(t["kind"]))
+    print("\t".join([kind, pkg_dir, name, m["executable"]]))
+' "$root"
+}
+
+echo "gpu-bundle: building release test binaries (${select[*]})" >&2
+tests_tsv="$(cargo test "${select[@]}" --release --no-run --message-format=json-render-diagnostics | list_executables)"
+echo "gpu-bundle: building release binaries and examples" >&2
+bins_tsv="$(cargo build "${select[@]}" --release --bins --examples --message-format=json-render-diagnostics | list_executables)"
+
+rm -rf "$bundle"
+mkdir -p "$bundle/tests" "$bundle/bin"
+: >"$bundle/manifest.tsv"
+copy() { # kind pkg_dir name path
+    local dest="$bundle/tests/$3"
+    if [ "$1" = bin ]; then dest="$bundle/bin/$3"; fi
+    if [ -e "$dest" ]; then dest="$dest-$(basename "$2")"; fi
+    cp "$4" "$dest"
+    strip --strip-debug "$dest" 2>/dev/null || echo "gpu-bundle: could not strip $dest" >&2
+    printf '%s\t%s\t%s\n' "$1" "$2" "${dest#"$bundle"/}" >>"$bundle/manifest.tsv"
+}
+while IFS=$'\t' read -r kind pkg name path; do
+    [ -n "$kind" ] && copy "$kind" "$pkg" "$name" "$path"
+done <<<"$tests_tsv"$'\n'"$bins_tsv"
+
+cat >"$bundle/run-tests.sh" <<'RUNNER'
+#!/usr/bin/env bash
+# Runs every test binary of this bundle on the CUDA backend (made by scripts/gpu-bundle.sh).
+#   bash gpu-bundle/run-tests.sh [filter] [-- args for every test binary]
+# Prints one PASS/FAIL line per binary (and the tail of each failing log) and exits non-zero if
+# any binary failed. Full logs go to $OUT/gpu-tests/ when $OUT is set, else to /tmp.
+# MSCCLPP_TEST_TIMEOUT (seconds per binary, default 300) bounds each run.
+set -uo pipefail
+bundle="$(cd "$(dirname "$0")" && pwd)"
+root="$(dirname "$bundle")"
+filter=()
+extra=()
+while [ "$#" -gt 0 ]; do
+    if [ "$1" = "--" ]; then shift; extra=("$@"); break; fi
+    filter+=("$1"); shift
+done
+logs="${OUT:-/tmp}/gpu-tests"
+mkdir -p "$logs"
+export MSCCLPP_BACKEND=cuda NCCL_NVLS_ENABLE=0
+command -v nvidia-smi >/dev/null && nvidia-smi -L
+pass=0; fail=0; failed=()
+while IFS=$'\t' read -r kind pkg file; do
+    [ "$kind" = test ] || continue
+    name="$(basename "$file")"
+    dir="$root/$pkg"; [ -d "$dir" ] || dir="$bundle"
+    start=$SECONDS
+    ( cd "$dir" && CARGO_MANIFEST_DIR="$dir" timeout "${MSCCLPP_TEST_TIMEOUT:-300}" \
+        "$bundle/$file" --include-ignored "${filter[@]}" "${extra[@]}" ) >"$logs/$name.log" 2>&1
+    rc=$?
+    summary="$(grep -E '^test result:' "$logs/$name.log" | tail -1)"
+    if [ "$rc" -eq 0 ]; then
+        pass=$((pass + 1)); echo "PASS $name ($((SECONDS - start)) s) ${summary#test result: }"
+    else
+        fail=$((fail + 1)); failed+=("$name")
+        echo "FAIL $name (exit $rc, $((SECONDS - start)) s) ${summary#test result: }"
+        grep -E '^test .* FAILED$|^---- ' "$logs/$name.log" | head -20 | sed 's/^/    /'
+        tail -n 40 "$logs/$name.log" | sed 's/^/    | /'
+    fi
+done <"$bundle/manifest.tsv"
+echo "gpu-tests: $pass passed, $fail failed${failed[*]:+ (${failed[*]})}; logs in $logs"
+[ "$fail" -eq 0 ]
+RUNNER
+chmod +x "$bundle/run-tests.sh"
+
+size_kib="$(du -sk "$bundle" | cut -f1)"
+echo "gpu-bundle: $(grep -c '^test' "$bundle/manifest.tsv") test binaries, $(grep -c '^bin' "$bundle/manifest.tsv") other binaries, $((size_kib / 1024)) MiB in gpu-bundle/" >&2
+if [ "$size_kib" -gt $((max_mib * 1024)) ]; then
+    echo "gpu-bundle: the bundle is over ${max_mib} MiB; the device tool carries at most 64 MiB" >&2
+    exit 1
+fi
+cat <<EOF
+Run it on the GPU machine with the device tool:
+  run(kind: "nvidia-h200-x2", carry: ["gpu-bundle"], command: "bash gpu-bundle/run-tests.sh")
+  (a filter: "bash gpu-bundle/run-tests.sh gpu::cuda"; extra test args after "--")
+EOF
