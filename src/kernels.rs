@@ -3,8 +3,10 @@
 
 use mscclpp_device::kernels as k;
 use mscclpp_host::gpu::KernelSpec;
+use mscclpp_device::collectives as c;
 use mscclpp_shared::{
-    BlockSumParams, CopyParams, FifoPushParams, PingPongParams, PortPingPongParams,
+    BlockSumParams, CollectiveParams, CopyParams, FifoPushParams, PingPongParams,
+    PortPingPongParams,
 };
 
 /// `copy_kernel`: grid-stride copy.
@@ -26,6 +28,13 @@ pub const PACKET_PING_PONG: KernelSpec<PingPongParams> =
 pub const PORT_PING_PONG: KernelSpec<PortPingPongParams> =
     KernelSpec::new("port_ping_pong_kernel", k::port_ping_pong_kernel);
 
+/// `ll_all_reduce_kernel`: one-shot LL16 all-reduce.
+pub const LL_ALL_REDUCE: KernelSpec<CollectiveParams> =
+    KernelSpec::new("ll_all_reduce_kernel", c::ll_all_reduce_kernel);
+/// `staged_collective_kernel`: every collective through the staging buffers.
+pub const STAGED_COLLECTIVE: KernelSpec<CollectiveParams> =
+    KernelSpec::new("staged_collective_kernel", c::staged_collective_kernel);
+
 /// Every built-in kernel's entry point name (checked against the PTX by a test).
 pub const ALL_NAMES: &[&str] = &[
     COPY.name,
@@ -34,4 +43,6 @@ pub const ALL_NAMES: &[&str] = &[
     MEMORY_PING_PONG.name,
     PACKET_PING_PONG.name,
     PORT_PING_PONG.name,
+    LL_ALL_REDUCE.name,
+    STAGED_COLLECTIVE.name,
 ];

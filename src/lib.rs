@@ -24,6 +24,7 @@
 //! | `cudaMalloc` + `cudaIpcGetMemHandle` | [`host::gpu::Gpu::alloc`] + [`host::gpu::DeviceBuffer::ipc_handle`] |
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod collectives;
 pub mod kernels;
 pub mod world;
 

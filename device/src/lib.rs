@@ -23,6 +23,30 @@
 //!
 //! Kernels are declared with [`kernel!`]; a crate that declares kernels must enable the PTX ABI
 //! for the nvptx build: `#![cfg_attr(target_arch = "nvptx64", feature(abi_ptx))]`.
+//!
+//! ## Writing your own kernels
+//!
+//! A kernel crate of your own (`#![no_std]`, depending on this crate and `mscclpp-shared`) uses
+//! the same API as the built-in kernels; `mscclpp-build` compiles it to PTX from your host
+//! crate's `build.rs`, and the CPU backend runs its host build. `examples/user-kernels` and the
+//! README section "Write your own kernel in Rust" walk through one. What CUDA C spells, here:
+//!
+//! | CUDA C | mscclpp-device |
+//! |---|---|
+//! | `__global__ void k(Params p)` | [`kernel!`]` { fn k(p: Params) { … } }`: one `#[repr(C)]` `Pod` struct by value |
+//! | `threadIdx.x`, `blockIdx.x`, `blockDim.x`, `gridDim.x` | [`arch::thread_idx_x`], [`arch::block_idx_x`], [`arch::block_dim_x`], [`arch::grid_dim_x`] (1-D grids only) |
+//! | `blockIdx.x * blockDim.x + threadIdx.x`, and the grid's size | [`arch::global_thread_idx`], [`arch::global_thread_count`] |
+//! | `__syncthreads()` | [`arch::sync_threads`]: every thread of the block must reach it |
+//! | `extern __shared__ char smem[]` | [`arch::dynamic_shared_mem`]: this block's region, `LaunchConfig::with_shared_mem` bytes at launch, 16-byte aligned |
+//! | `MemoryChannelDeviceHandle::put/signal/wait/putPackets/unpackPackets` | [`prelude::MemoryChannel`] on [`shared::MemoryChannelDeviceHandle`] |
+//! | `PortChannelDeviceHandle::put/signal/flush/wait` | [`prelude::PortChannel`] on [`shared::PortChannelDeviceHandle`] |
+//! | `LL16Packet` / `LL8Packet` read with a flag | [`packet::read_packet`], [`packet::packets_for`], [`shared::LL16Packet`] |
+//! | atomics with explicit scope and order | the functions of [`arch`] (never `core::sync::atomic` read-modify-writes) |
+//!
+//! Every wait (semaphore, packet, FIFO) is bounded and abortable: it returns
+//! `Err(DeviceErrorCode)` after recording why in the `DeviceStatus` the handle carries, and the
+//! kernel should return; [`wait::record_error`] records an error of your own. Device code must
+//! not panic (the panic handler traps the whole kernel): keep indices checked up front.
 #![no_std]
 #![cfg_attr(
     target_arch = "nvptx64",
@@ -33,12 +57,14 @@
 extern crate std;
 
 pub mod arch;
+pub mod collectives;
 pub mod copy;
 pub mod fifo;
 pub mod kernels;
 pub mod memory_channel;
 pub mod packet;
 pub mod port_channel;
+pub mod reduce;
 pub mod semaphore;
 pub mod wait;
 
@@ -58,6 +84,43 @@ pub mod prelude {
 /// On nvptx it becomes an `extern "ptx-kernel"` entry point with an unmangled name (the PTX
 /// entry is the function's name); on the host, a plain `unsafe fn` that the grid emulator calls
 /// on every emulated thread. Keep the body thin: call `#[inline(always)]` functions.
+///
+/// The host launches it by name with `Module::kernel(KernelSpec::new("name", path::to::name))`
+/// and `Stream::launch(&kernel, LaunchConfig, params)`: the name finds the PTX entry point on
+/// CUDA, the function runs on the CPU backend.
+///
+/// ```
+/// use mscclpp_device::arch;
+/// use mscclpp_shared::DevicePtr;
+///
+/// /// The kernel's parameters, shared by host and device: `#[repr(C)]`, and in a real crate
+/// /// also `#[derive(bytemuck::Pod, bytemuck::Zeroable)]` (what `Stream::launch` takes).
+/// #[repr(C)]
+/// #[derive(Clone, Copy)]
+/// pub struct ScaleParams {
+///     pub data: DevicePtr<u32>,
+///     pub len: u64,
+/// }
+///
+/// mscclpp_device::kernel! {
+///     /// Doubles every element, grid-stride.
+///     fn scale(p: ScaleParams) {
+///         let mut i = arch::global_thread_idx() as u64;
+///         while i < p.len {
+///             // SAFETY: the launcher passes `len` elements at `data`.
+///             unsafe { *p.data.as_ptr().add(i as usize) *= 2 };
+///             i += arch::global_thread_count() as u64;
+///         }
+///     }
+/// }
+///
+/// // Outside a launch the thread indices are 0 and the grid is one thread.
+/// let mut v = [1u32, 2, 3];
+/// let p = ScaleParams { data: DevicePtr::from_ptr(v.as_mut_ptr()), len: 3 };
+/// // SAFETY: `data` points at `len` live elements.
+/// unsafe { scale(p) };
+/// assert_eq!(v, [2, 4, 6]);
+/// ```
 ///
 /// # Safety
 /// The generated function is `unsafe`: the caller (the launcher) guarantees that every address

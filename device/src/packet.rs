@@ -60,7 +60,7 @@ impl Packet for LL8Packet {
 /// # Safety
 /// `src` is valid for `len` bytes.
 #[inline(always)]
-unsafe fn read_payload<P: Packet>(src: *const u8, len: usize) -> [u32; 2] {
+pub unsafe fn read_payload<P: Packet>(src: *const u8, len: usize) -> [u32; 2] {
     let mut w = [0u32; 2];
     if len >= P::PAYLOAD && (src as usize) % 4 == 0 {
         // SAFETY: `PAYLOAD` (4 or 8) bytes are readable and 4-byte aligned.
@@ -92,7 +92,7 @@ unsafe fn read_payload<P: Packet>(src: *const u8, len: usize) -> [u32; 2] {
 /// # Safety
 /// `dst` is valid for `len` bytes.
 #[inline(always)]
-unsafe fn write_payload<P: Packet>(dst: *mut u8, w: [u32; 2], len: usize) {
+pub unsafe fn write_payload<P: Packet>(dst: *mut u8, w: [u32; 2], len: usize) {
     if len >= P::PAYLOAD && (dst as usize) % 4 == 0 {
         // SAFETY: `PAYLOAD` bytes are writable and 4-byte aligned.
         unsafe {

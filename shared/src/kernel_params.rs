@@ -101,3 +101,134 @@ pub struct PortPingPongParams {
 
 static_assertions::assert_eq_size!(PingPongParams, [u64; 11]);
 static_assertions::assert_eq_size!(PortPingPongParams, [u64; 16]);
+
+/// Element types of the collectives.
+#[repr(u32)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum DataType {
+    /// `f32`.
+    F32 = 0,
+    /// IEEE half.
+    F16 = 1,
+    /// bfloat16.
+    BF16 = 2,
+    /// `i32`.
+    I32 = 3,
+    /// `u32`.
+    U32 = 4,
+}
+
+impl DataType {
+    /// Bytes per element.
+    pub const fn size(self) -> usize {
+        match self {
+            Self::F16 | Self::BF16 => 2,
+            _ => 4,
+        }
+    }
+
+    /// From the raw value in a parameter struct.
+    pub const fn from_u32(v: u32) -> Option<Self> {
+        match v {
+            0 => Some(Self::F32),
+            1 => Some(Self::F16),
+            2 => Some(Self::BF16),
+            3 => Some(Self::I32),
+            4 => Some(Self::U32),
+            _ => None,
+        }
+    }
+}
+
+/// Reduction operators of the collectives.
+#[repr(u32)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ReduceOp {
+    /// Sum.
+    Sum = 0,
+    /// Minimum.
+    Min = 1,
+    /// Maximum.
+    Max = 2,
+}
+
+impl ReduceOp {
+    /// From the raw value in a parameter struct.
+    pub const fn from_u32(v: u32) -> Option<Self> {
+        match v {
+            0 => Some(Self::Sum),
+            1 => Some(Self::Min),
+            2 => Some(Self::Max),
+            _ => None,
+        }
+    }
+}
+
+/// What `staged_collective_kernel` does (see `mscclpp_device::collectives`).
+#[repr(u32)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum CollectiveMode {
+    /// Reduce `bytes` over all ranks into every rank's output.
+    AllReduce = 0,
+    /// Concatenate every rank's `bytes` into every rank's output.
+    AllGather = 1,
+    /// Reduce `nranks * bytes`; rank r keeps part r (`bytes`).
+    ReduceScatter = 2,
+    /// `root`'s `bytes` to every rank.
+    Broadcast = 3,
+    /// Part p (`bytes`) of rank r's input lands as part r of rank p's output.
+    AllToAll = 4,
+    /// Send `bytes` to `root` (the peer).
+    Send = 5,
+    /// Receive `bytes` from `root` (the peer).
+    Recv = 6,
+}
+
+/// Parameters of the collective kernels (`ll_all_reduce_kernel`, `staged_collective_kernel`).
+///
+/// `channels` points at `max_blocks * nranks` MemoryChannel handles in device memory: row `b`
+/// (one per block) holds one channel per peer rank (the entry of `rank` itself is unused). Each
+/// channel's `dst` is the peer's scratch buffer (mapped here), `src` this rank's scratch.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct CollectiveParams {
+    /// Abort flag and error record.
+    pub status: DevicePtr<DeviceStatus>,
+    /// `max_blocks * nranks` channel handles.
+    pub channels: DevicePtr<crate::MemoryChannelDeviceHandle>,
+    /// Input (may equal `output`).
+    pub input: DevicePtr<u8>,
+    /// Output.
+    pub output: DevicePtr<u8>,
+    /// This rank's scratch buffer.
+    pub scratch: DevicePtr<u8>,
+    /// Bytes of the operation (per rank or per part, see [`CollectiveMode`]).
+    pub bytes: u64,
+    /// Offset of the LL packet region in every scratch buffer.
+    pub ll_offset: u64,
+    /// Bytes of one rank's LL slot (one half of the double buffer holds `nranks` slots).
+    pub ll_slot_bytes: u64,
+    /// Offset of the staging region in every scratch buffer.
+    pub stage_offset: u64,
+    /// Distance between rank parts in `input` (reduce-scatter, all-to-all) or `output`
+    /// (all-gather, all-to-all), bytes; a launch may cover a piece (`bytes`) of each part.
+    pub stride: u64,
+    /// Flag of this call (monotonic per communicator, never 0).
+    pub flag: u32,
+    /// [`DataType`].
+    pub dtype: u32,
+    /// [`ReduceOp`].
+    pub op: u32,
+    /// [`CollectiveMode`] (staged kernel).
+    pub mode: u32,
+    /// This rank.
+    pub rank: u32,
+    /// Number of ranks.
+    pub nranks: u32,
+    /// Root (broadcast) or peer (send / recv).
+    pub root: u32,
+    /// Rows of `channels` (blocks may not exceed it).
+    pub max_blocks: u32,
+}
+
+static_assertions::assert_eq_size!(CollectiveParams, [u64; 14]);

@@ -32,7 +32,8 @@ pub mod trigger;
 pub use fifo::{DEFAULT_FIFO_SIZE, FifoDeviceHandle};
 pub use ipc::IpcMemHandle;
 pub use kernel_params::{
-    BlockSumParams, CopyParams, FifoPushParams, PingPongParams, PortPingPongParams,
+    BlockSumParams, CollectiveMode, CollectiveParams, CopyParams, DataType, FifoPushParams,
+    PingPongParams, PortPingPongParams, ReduceOp,
 };
 pub use memory_channel::MemoryChannelDeviceHandle;
 pub use packet::{LL8Packet, LL16Packet};

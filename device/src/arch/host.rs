@@ -184,3 +184,13 @@ pub fn spin_step(iteration: u64) {
 pub fn trap() -> ! {
     panic!("device trap")
 }
+/// Half to float (the software twin of `cvt.f32.f16`).
+#[inline(always)]
+pub fn cvt_f32_f16(h: u16) -> f32 {
+    crate::reduce::f16_to_f32_soft(h)
+}
+/// Float to half, round to nearest even (the software twin of `cvt.rn.f16.f32`).
+#[inline(always)]
+pub fn cvt_rn_f16_f32(f: f32) -> u16 {
+    crate::reduce::f32_to_f16_soft(f)
+}

@@ -249,3 +249,19 @@ pub fn trap() -> ! {
     // SAFETY: `trap` aborts the kernel; nothing after it runs.
     unsafe { nvptx::trap() }
 }
+/// `cvt.f32.f16`: half to float.
+#[inline(always)]
+pub fn cvt_f32_f16(h: u16) -> f32 {
+    let f: f32;
+    // SAFETY: a register conversion.
+    unsafe { asm!("cvt.f32.f16 {f}, {h};", f = out(reg32) f, h = in(reg16) h, options(nomem, nostack, pure)) };
+    f
+}
+/// `cvt.rn.f16.f32`: float to half, round to nearest even.
+#[inline(always)]
+pub fn cvt_rn_f16_f32(f: f32) -> u16 {
+    let h: u16;
+    // SAFETY: a register conversion.
+    unsafe { asm!("cvt.rn.f16.f32 {h}, {f};", h = out(reg16) h, f = in(reg32) f, options(nomem, nostack, pure)) };
+    h
+}

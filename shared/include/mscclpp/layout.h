@@ -366,6 +366,47 @@ MSCCLPP_CHECK_OFFSET(PortPingPongParams, role, 116);
 MSCCLPP_CHECK_OFFSET(PortPingPongParams, flush, 120);
 MSCCLPP_CHECK_OFFSET(PortPingPongParams, reserved, 124);
 
+/* Collective kernels (ll_all_reduce_kernel, staged_collective_kernel). */
+typedef struct CollectiveParams {
+  MSCCLPP_ALIGNAS(8) uint64_t status; /* DeviceStatus */
+  uint64_t channels;      /* max_blocks * nranks MemoryChannelDeviceHandle */
+  uint64_t input;
+  uint64_t output;
+  uint64_t scratch;
+  uint64_t bytes;
+  uint64_t ll_offset;
+  uint64_t ll_slot_bytes;
+  uint64_t stage_offset;
+  uint64_t stride;
+  uint32_t flag;
+  uint32_t dtype;         /* 0 f32, 1 f16, 2 bf16, 3 i32, 4 u32 */
+  uint32_t op;            /* 0 sum, 1 min, 2 max */
+  uint32_t mode;          /* CollectiveMode */
+  uint32_t rank;
+  uint32_t nranks;
+  uint32_t root;
+  uint32_t max_blocks;
+} CollectiveParams;
+MSCCLPP_CHECK_LAYOUT(CollectiveParams, 112, 8);
+MSCCLPP_CHECK_OFFSET(CollectiveParams, status, 0);
+MSCCLPP_CHECK_OFFSET(CollectiveParams, channels, 8);
+MSCCLPP_CHECK_OFFSET(CollectiveParams, input, 16);
+MSCCLPP_CHECK_OFFSET(CollectiveParams, output, 24);
+MSCCLPP_CHECK_OFFSET(CollectiveParams, scratch, 32);
+MSCCLPP_CHECK_OFFSET(CollectiveParams, bytes, 40);
+MSCCLPP_CHECK_OFFSET(CollectiveParams, ll_offset, 48);
+MSCCLPP_CHECK_OFFSET(CollectiveParams, ll_slot_bytes, 56);
+MSCCLPP_CHECK_OFFSET(CollectiveParams, stage_offset, 64);
+MSCCLPP_CHECK_OFFSET(CollectiveParams, stride, 72);
+MSCCLPP_CHECK_OFFSET(CollectiveParams, flag, 80);
+MSCCLPP_CHECK_OFFSET(CollectiveParams, dtype, 84);
+MSCCLPP_CHECK_OFFSET(CollectiveParams, op, 88);
+MSCCLPP_CHECK_OFFSET(CollectiveParams, mode, 92);
+MSCCLPP_CHECK_OFFSET(CollectiveParams, rank, 96);
+MSCCLPP_CHECK_OFFSET(CollectiveParams, nranks, 100);
+MSCCLPP_CHECK_OFFSET(CollectiveParams, root, 104);
+MSCCLPP_CHECK_OFFSET(CollectiveParams, max_blocks, 108);
+
 /* ---------------------------------------------------------------------------------------- */
 /* Inter-process (shared/src/ipc.rs)                                                        */
 /* ---------------------------------------------------------------------------------------- */

@@ -1,0 +1,328 @@
+//! The collective kernels, over MemoryChannels to every peer (one row of channels per block).
+//!
+//! Every rank owns a scratch buffer that every peer maps; channel `(b, q)` of rank `r` points
+//! at rank `q`'s scratch (`dst`) and at `r`'s own (`src`), with a semaphore paired with channel
+//! `(b, r)` of rank `q`. Two regions of the scratch are used (offsets in `CollectiveParams`):
+//!
+//! - LL region: `2 × nranks` slots of `ll_slot_bytes`, double-buffered by the parity of the
+//!   call's flag. [`ll_all_reduce_kernel`] writes its input as LL16 packets into slot `rank` of
+//!   every peer and reduces what arrives in its own slots; no barrier is needed (the flags
+//!   carry the synchronisation). A peer is never more than one LL call ahead (it cannot finish
+//!   call `k + 1` before this rank has written its packets of `k + 1`), so two halves suffice.
+//! - Staging region: [`staged_collective_kernel`] copies input there, meets every peer at a
+//!   block barrier (signal + wait on the block's channel to each peer), and reads the peers'
+//!   staging directly. Block `b` only touches sub-slice `b` of every part, and sub-slice `b` of
+//!   a peer is written by the peer's block `b` before the same barrier, so blocks need no
+//!   grid-wide synchronisation. Every launch starts with a barrier so that nobody overwrites a
+//!   staging buffer a peer may still be reading from the previous launch.
+
+use crate::arch;
+use crate::copy::copy;
+use crate::memory_channel::MemoryChannel;
+use crate::packet::{self, Packet};
+use crate::reduce::reduce_word;
+use mscclpp_shared::{
+    CollectiveMode, CollectiveParams, DataType, LL16Packet, MemoryChannelDeviceHandle, ReduceOp,
+};
+
+/// Rounds up to a multiple of 16.
+#[inline(always)]
+const fn up16(x: u64) -> u64 {
+    (x + 15) & !15
+}
+
+/// `[start, end)` of sub-slice `b` of `nblocks` of a part of `len` bytes (16-byte granular).
+#[inline(always)]
+fn sub_slice(len: u64, b: u64, nblocks: u64) -> (u64, u64) {
+    let sub = up16(len.div_ceil(nblocks));
+    let start = (b * sub).min(len);
+    (start, (start + sub).min(len))
+}
+
+#[inline(always)]
+fn channel(p: &CollectiveParams, block: u32, peer: u32) -> MemoryChannelDeviceHandle {
+    // SAFETY: the host built `max_blocks * nranks` handles and launches at most `max_blocks`
+    // blocks; `peer < nranks`.
+    unsafe {
+        p.channels
+            .as_ptr()
+            .add((block * p.nranks + peer) as usize)
+            .read()
+    }
+}
+
+/// Block barrier with every peer (or only `only`): thread `q` signals and waits on the channel to
+/// peer `q`. Returns false if a wait gave up (abort / timeout); every thread sees the same answer.
+#[inline(always)]
+fn barrier(p: &CollectiveParams, only: Option<u32>) -> bool {
+    let t = arch::thread_idx_x();
+    let b = arch::block_idx_x();
+    let fail = arch::dynamic_shared_mem() as *mut u32;
+    arch::sync_threads();
+    if t < p.nranks && t != p.rank && only.is_none_or(|o| o == t) {
+        let ch = channel(p, b, t);
+        ch.signal();
+        if ch.wait().is_err() {
+            // SAFETY: the launcher gives at least 4 bytes of shared memory.
+            unsafe { fail.write_volatile(1) };
+        }
+    }
+    arch::sync_threads();
+    // SAFETY: as above; written before the barrier.
+    unsafe { fail.read_volatile() == 0 }
+}
+
+/// Block-collective copy of `len` bytes.
+#[inline(always)]
+fn block_copy(dst: *mut u8, src: *const u8, len: u64) {
+    if dst as *const u8 == src || len == 0 {
+        return;
+    }
+    // SAFETY: callers pass ranges inside live buffers (kernel contract).
+    unsafe {
+        copy(
+            dst,
+            src,
+            len,
+            arch::thread_idx_x() as u64,
+            arch::block_dim_x() as u64,
+        )
+    }
+}
+
+/// Block-collective reduction: `acc[i] = op(acc[i], others(q)[i])` over `len` bytes (16-byte
+/// aligned pointers, `len` rounded up to whole 16-byte vectors inside the buffers).
+#[inline(always)]
+fn block_reduce_into(
+    acc: *mut u8,
+    p: &CollectiveParams,
+    part_off: u64,
+    len: u64,
+    dtype: DataType,
+    op: ReduceOp,
+) {
+    let b = arch::block_idx_x();
+    let vecs = len.div_ceil(16);
+    let mut i = arch::thread_idx_x() as u64;
+    while i < vecs {
+        // SAFETY: `acc` and every peer's staging hold `part_off + vecs * 16` bytes (the host
+        // sizes staging in whole vectors); all are 16-byte aligned.
+        unsafe {
+            let a = acc.add((i * 16) as usize) as *mut u32;
+            let mut v = arch::ld_v4_u32(a);
+            for q in 0..p.nranks {
+                if q == p.rank {
+                    continue;
+                }
+                let peer = channel(p, b, q)
+                    .dst
+                    .as_ptr()
+                    .add((p.stage_offset + part_off + i * 16) as usize)
+                    as *const u32;
+                let w = arch::ld_v4_u32(peer);
+                for k in 0..4 {
+                    v[k] = reduce_word(v[k], w[k], dtype, op);
+                }
+            }
+            arch::st_v4_u32(a, v);
+        }
+        i += arch::block_dim_x() as u64;
+    }
+}
+
+crate::kernel! {
+    /// One-shot all-reduce with LL16 packets (small messages): every thread of the grid sends
+    /// its share of packets to every peer, then reduces the packets that arrive.
+    fn ll_all_reduce_kernel(p: CollectiveParams) {
+        let (Some(dtype), Some(op)) = (DataType::from_u32(p.dtype), ReduceOp::from_u32(p.op))
+        else {
+            return;
+        };
+        let n = packet::packets_for::<LL16Packet>(p.bytes as usize) as u64;
+        let half = (p.flag & 1) as u64 * p.nranks as u64 * p.ll_slot_bytes;
+        let tid = arch::global_thread_idx() as u64;
+        let nthreads = arch::global_thread_count() as u64;
+        let input = p.input.as_ptr();
+        let output = p.output.as_ptr();
+        // 1. My payload, as packets, into slot `rank` of every peer.
+        let mut i = tid;
+        while i < n {
+            let off = i * 8;
+            let len = (p.bytes - off) as usize;
+            // SAFETY: `off < bytes`; `input` holds `bytes`.
+            let w = unsafe { packet::read_payload::<LL16Packet>(input.add(off as usize), len) };
+            for q in 0..p.nranks {
+                if q == p.rank {
+                    continue;
+                }
+                let ch = channel(&p, 0, q);
+                // SAFETY: slot `rank` of the peer's LL region holds `ll_slot_bytes >= n * 16`.
+                unsafe {
+                    let dst = ch.dst.as_ptr().add(
+                        (p.ll_offset + half + p.rank as u64 * p.ll_slot_bytes + i * 16) as usize,
+                    ) as *mut LL16Packet;
+                    LL16Packet::store(dst, w, p.flag);
+                }
+            }
+            i += nthreads;
+        }
+        // 2. Reduce my payload with every peer's packets.
+        let mut i = tid;
+        while i < n {
+            let off = i * 8;
+            let len = (p.bytes - off) as usize;
+            // SAFETY: as above.
+            let mut acc = unsafe { packet::read_payload::<LL16Packet>(input.add(off as usize), len) };
+            for q in 0..p.nranks {
+                if q == p.rank {
+                    continue;
+                }
+                // SAFETY: slot `q` of my LL region, written by peer `q`.
+                let w = unsafe {
+                    let src = p.scratch.as_ptr().add(
+                        (p.ll_offset + half + q as u64 * p.ll_slot_bytes + i * 16) as usize,
+                    ) as *const LL16Packet;
+                    packet::read_packet(src, p.flag, p.status)
+                };
+                let Ok(w) = w else {
+                    return;
+                };
+                acc = [
+                    reduce_word(acc[0], w[0], dtype, op),
+                    reduce_word(acc[1], w[1], dtype, op),
+                ];
+            }
+            // SAFETY: `output` holds `bytes`.
+            unsafe { packet::write_payload::<LL16Packet>(output.add(off as usize), acc, len) };
+            i += nthreads;
+        }
+    }
+}
+
+crate::kernel! {
+    /// Every collective through the staging region (see the module docs and `CollectiveMode`).
+    /// Needs 16 bytes of dynamic shared memory.
+    fn staged_collective_kernel(p: CollectiveParams) {
+        let fail = arch::dynamic_shared_mem() as *mut u32;
+        if arch::thread_idx_x() == 0 {
+            // SAFETY: the launcher gives at least 4 bytes of shared memory.
+            unsafe { fail.write_volatile(0) };
+        }
+        let (Some(dtype), Some(op)) = (DataType::from_u32(p.dtype), ReduceOp::from_u32(p.op))
+        else {
+            return;
+        };
+        let b = arch::block_idx_x();
+        let nb = arch::grid_dim_x() as u64;
+        let n = p.nranks as u64;
+        let me = p.rank as u64;
+        let stage = unsafe { p.scratch.as_ptr().add(p.stage_offset as usize) };
+        let peer_stage = |q: u32| -> *mut u8 {
+            if q == p.rank {
+                stage
+            } else {
+                // SAFETY: the peer's scratch is mapped here through the channel.
+                unsafe { channel(&p, b, q).dst.as_ptr().add(p.stage_offset as usize) }
+            }
+        };
+        let input = p.input.as_ptr();
+        let output = p.output.as_ptr();
+        let bytes = p.bytes;
+        let mode = p.mode;
+        let only = if mode == CollectiveMode::Send as u32 || mode == CollectiveMode::Recv as u32 {
+            Some(p.root)
+        } else {
+            None
+        };
+        if !barrier(&p, only) {
+            return;
+        }
+        // SAFETY (whole body): every range below lies inside `input` / `output` (as sized by
+        // the host for the mode), or inside a staging region of `n * up16(part)` bytes.
+        unsafe {
+            if mode == CollectiveMode::AllReduce as u32 {
+                let chunk = up16(bytes.div_ceil(n));
+                for c in 0..n {
+                    let c_len = bytes.saturating_sub(c * chunk).min(chunk);
+                    let (s, e) = sub_slice(c_len, b as u64, nb);
+                    block_copy(stage.add((c * chunk + s) as usize), input.add((c * chunk + s) as usize), e - s);
+                }
+                if !barrier(&p, None) {
+                    return;
+                }
+                let c_len = bytes.saturating_sub(me * chunk).min(chunk);
+                let (s, e) = sub_slice(c_len, b as u64, nb);
+                block_reduce_into(stage.add((me * chunk + s) as usize), &p, me * chunk + s, e - s, dtype, op);
+                if !barrier(&p, None) {
+                    return;
+                }
+                for c in 0..n {
+                    let c_len = bytes.saturating_sub(c * chunk).min(chunk);
+                    let (s, e) = sub_slice(c_len, b as u64, nb);
+                    let from = peer_stage(c as u32).add((c * chunk + s) as usize);
+                    block_copy(output.add((c * chunk + s) as usize), from, e - s);
+                }
+            } else if mode == CollectiveMode::AllGather as u32 {
+                let (s, e) = sub_slice(bytes, b as u64, nb);
+                block_copy(stage.add(s as usize), input.add(s as usize), e - s);
+                if !barrier(&p, None) {
+                    return;
+                }
+                for q in 0..p.nranks {
+                    let src = if q == p.rank { input } else { peer_stage(q) };
+                    block_copy(output.add((q as u64 * p.stride + s) as usize), src.add(s as usize), e - s);
+                }
+            } else if mode == CollectiveMode::ReduceScatter as u32 {
+                let part = up16(bytes);
+                let (s, e) = sub_slice(bytes, b as u64, nb);
+                for c in 0..n {
+                    block_copy(stage.add((c * part + s) as usize), input.add((c * p.stride + s) as usize), e - s);
+                }
+                if !barrier(&p, None) {
+                    return;
+                }
+                block_reduce_into(stage.add((me * part + s) as usize), &p, me * part + s, e - s, dtype, op);
+                arch::sync_threads();
+                block_copy(output.add(s as usize), stage.add((me * part + s) as usize), e - s);
+            } else if mode == CollectiveMode::Broadcast as u32 {
+                let (s, e) = sub_slice(bytes, b as u64, nb);
+                if p.rank == p.root {
+                    block_copy(stage.add(s as usize), input.add(s as usize), e - s);
+                }
+                if !barrier(&p, None) {
+                    return;
+                }
+                let src = if p.rank == p.root { input } else { peer_stage(p.root) };
+                block_copy(output.add(s as usize), src.add(s as usize), e - s);
+            } else if mode == CollectiveMode::AllToAll as u32 {
+                let part = up16(bytes);
+                let (s, e) = sub_slice(bytes, b as u64, nb);
+                for c in 0..n {
+                    block_copy(stage.add((c * part + s) as usize), input.add((c * p.stride + s) as usize), e - s);
+                }
+                if !barrier(&p, None) {
+                    return;
+                }
+                for q in 0..p.nranks {
+                    let src = peer_stage(q).add((me * part + s) as usize);
+                    block_copy(output.add((q as u64 * p.stride + s) as usize), src, e - s);
+                }
+            } else if mode == CollectiveMode::Send as u32 {
+                let (s, e) = sub_slice(bytes, b as u64, nb);
+                block_copy(stage.add(s as usize), input.add(s as usize), e - s);
+                if !barrier(&p, only) {
+                    return;
+                }
+                // The receiver reads; it tells us when our staging may be reused.
+                barrier(&p, only);
+            } else if mode == CollectiveMode::Recv as u32 {
+                let (s, e) = sub_slice(bytes, b as u64, nb);
+                if !barrier(&p, only) {
+                    return;
+                }
+                block_copy(output.add(s as usize), peer_stage(p.root).add(s as usize), e - s);
+                barrier(&p, only);
+            }
+        }
+    }
+}

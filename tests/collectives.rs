@@ -1,0 +1,235 @@
+//! Every collective, algorithm, data type and operator, checked exactly against a host
+//! reference, for 2, 3, 4 and 8 ranks (threads), awkward sizes (1 element, primes, pieces
+//! larger than the staging buffer) and unaligned offsets, in place and out of place.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::ranks_as_threads;
+use mscclpp::collectives::{Algorithm, Collectives};
+use mscclpp::device::reduce::{bf16_to_f32, f16_to_f32_soft, f32_to_bf16, f32_to_f16_soft};
+use mscclpp::host::communicator::Communicator;
+use mscclpp::shared::{DataType, ReduceOp};
+
+const TYPES: [DataType; 5] = [DataType::F32, DataType::F16, DataType::BF16, DataType::I32, DataType::U32];
+const OPS: [ReduceOp; 3] = [ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max];
+
+/// A small integer, exact in every type even after summing 8 of them.
+fn value(rank: usize, i: usize) -> f64 {
+    ((rank * 7 + i * 13) % 23) as f64 - 5.0 * ((i + rank) % 2) as f64
+}
+
+fn encode(dtype: DataType, v: f64) -> Vec<u8> {
+    match dtype {
+        DataType::F32 => (v as f32).to_le_bytes().to_vec(),
+        DataType::F16 => f32_to_f16_soft(v as f32).to_le_bytes().to_vec(),
+        DataType::BF16 => f32_to_bf16(v as f32).to_le_bytes().to_vec(),
+        DataType::I32 => (v as i32).to_le_bytes().to_vec(),
+        // Unsigned: shift into range.
+        DataType::U32 => ((v + 10.0) as u32).to_le_bytes().to_vec(),
+    }
+}
+
+fn decode(dtype: DataType, b: &[u8]) -> f64 {
+    match dtype {
+        DataType::F32 => f32::from_le_bytes(b.try_into().unwrap()) as f64,
+        DataType::F16 => f16_to_f32_soft(u16::from_le_bytes(b.try_into().unwrap())) as f64,
+        DataType::BF16 => bf16_to_f32(u16::from_le_bytes(b.try_into().unwrap())) as f64,
+        DataType::I32 => i32::from_le_bytes(b.try_into().unwrap()) as f64,
+        DataType::U32 => u32::from_le_bytes(b.try_into().unwrap()) as f64 - 10.0,
+    }
+}
+
+fn data(dtype: DataType, rank: usize, count: usize, part: usize) -> Vec<u8> {
+    (0..count).flat_map(|i| encode(dtype, value(rank, i + part * 1009))).collect()
+}
+
+fn reduce(op: ReduceOp, vals: impl Iterator<Item = f64>, dtype: DataType) -> f64 {
+    let vals: Vec<f64> = vals.collect();
+    match op {
+        ReduceOp::Sum => {
+            if dtype == DataType::U32 {
+                vals.iter().map(|v| v + 10.0).sum::<f64>() - 10.0
+            } else {
+                vals.iter().sum()
+            }
+        }
+        ReduceOp::Min => vals.iter().cloned().fold(f64::INFINITY, f64::min),
+        ReduceOp::Max => vals.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
+    }
+}
+
+fn check(dtype: DataType, got: &[u8], want: &[f64], what: &str) {
+    let es = dtype.size();
+    assert_eq!(got.len(), want.len() * es, "{what}: length");
+    for (i, w) in want.iter().enumerate() {
+        let g = decode(dtype, &got[i * es..(i + 1) * es]);
+        assert_eq!(g, *w, "{what}: element {i} of {}", want.len());
+    }
+}
+
+/// Runs all-reduce for every type and op at `count` elements with `algo`, in place and out of
+/// place with a 4-byte-unaligned input.
+fn all_reduce_case(c: &Collectives, count: usize, algo: Option<Algorithm>) {
+    let comm = c.communicator();
+    let (rank, n) = (comm.rank(), comm.size());
+    let g = comm.gpu();
+    let stream = g.stream().unwrap();
+    for dtype in TYPES {
+        for op in OPS {
+            let es = dtype.size();
+            let bytes = count * es;
+            let input = g.alloc(bytes + 4).unwrap();
+            let output = g.alloc(bytes).unwrap();
+            input.copy_from_host(4, &data(dtype, rank, count, 0)).unwrap();
+            let want: Vec<f64> = (0..count)
+                .map(|i| reduce(op, (0..n).map(|r| value(r, i)), dtype))
+                .collect();
+            // Out of place, unaligned input.
+            // SAFETY: both buffers hold `bytes` (input from offset 4).
+            unsafe {
+                c.all_reduce(input.ptr().byte_add_cast(4), output.ptr(), count, dtype, op, &stream, algo)
+            }
+            .unwrap();
+            stream.synchronize().unwrap();
+            let mut got = vec![0u8; bytes];
+            output.copy_to_host(0, &mut got).unwrap();
+            let what = format!("all_reduce {dtype:?} {op:?} n={n} count={count} {algo:?}");
+            check(dtype, &got, &want, &what);
+            // In place.
+            output.copy_from_host(0, &data(dtype, rank, count, 0)).unwrap();
+            // SAFETY: as above.
+            unsafe { c.all_reduce(output.ptr(), output.ptr(), count, dtype, op, &stream, algo) }
+                .unwrap();
+            stream.synchronize().unwrap();
+            output.copy_to_host(0, &mut got).unwrap();
+            check(dtype, &got, &want, &format!("{what} in place"));
+        }
+    }
+    assert!(comm.status().error().is_none());
+}
+
+fn others_case(c: &Collectives, count: usize) {
+    let comm = c.communicator();
+    let (rank, n) = (comm.rank(), comm.size());
+    let g = comm.gpu();
+    let stream = g.stream().unwrap();
+    for dtype in [DataType::F16, DataType::U32] {
+        let es = dtype.size();
+        let part = count * es;
+        // all_gather (unaligned output by 2 bytes)
+        let input = g.alloc(part.max(1)).unwrap();
+        input.copy_from_host(0, &data(dtype, rank, count, 0)).unwrap();
+        let out = g.alloc(n * part + 2).unwrap();
+        // SAFETY: sizes as documented.
+        unsafe { c.all_gather(input.ptr(), out.ptr().byte_add_cast(2), count, dtype, &stream) }.unwrap();
+        stream.synchronize().unwrap();
+        let mut got = vec![0u8; n * part];
+        out.copy_to_host(2, &mut got).unwrap();
+        let want: Vec<f64> = (0..n).flat_map(|r| (0..count).map(move |i| value(r, i))).collect();
+        check(dtype, &got, &want, &format!("all_gather {dtype:?} n={n} count={count}"));
+
+        // reduce_scatter (sum)
+        let rs_in = g.alloc(n * part).unwrap();
+        let input_all: Vec<u8> = (0..n).flat_map(|p| data(dtype, rank, count, p)).collect();
+        rs_in.copy_from_host(0, &input_all).unwrap();
+        let rs_out = g.alloc(part.max(1)).unwrap();
+        // SAFETY: as above.
+        unsafe { c.reduce_scatter(rs_in.ptr(), rs_out.ptr(), count, dtype, ReduceOp::Sum, &stream) }.unwrap();
+        stream.synchronize().unwrap();
+        let mut got = vec![0u8; part];
+        rs_out.copy_to_host(0, &mut got).unwrap();
+        let want: Vec<f64> = (0..count)
+            .map(|i| reduce(ReduceOp::Sum, (0..n).map(|r| value(r, i + rank * 1009)), dtype))
+            .collect();
+        check(dtype, &got, &want, &format!("reduce_scatter {dtype:?} n={n} count={count}"));
+
+        // broadcast from the last rank, in place
+        let root = n - 1;
+        let b = g.alloc(part.max(1)).unwrap();
+        b.copy_from_host(0, &data(dtype, rank, count, 0)).unwrap();
+        // SAFETY: as above.
+        unsafe { c.broadcast(b.ptr(), b.ptr(), count, dtype, root, &stream) }.unwrap();
+        stream.synchronize().unwrap();
+        b.copy_to_host(0, &mut got).unwrap();
+        let want: Vec<f64> = (0..count).map(|i| value(root, i)).collect();
+        check(dtype, &got, &want, &format!("broadcast {dtype:?} n={n} count={count}"));
+
+        // all_to_all
+        let a_out = g.alloc(n * part).unwrap();
+        // SAFETY: as above.
+        unsafe { c.all_to_all(rs_in.ptr(), a_out.ptr(), count, dtype, &stream) }.unwrap();
+        stream.synchronize().unwrap();
+        let mut got = vec![0u8; n * part];
+        a_out.copy_to_host(0, &mut got).unwrap();
+        // Part p of my output is part `rank` of rank p's input.
+        let want: Vec<f64> = (0..n).flat_map(|p| (0..count).map(move |i| value(p, i + rank * 1009))).collect();
+        check(dtype, &got, &want, &format!("all_to_all {dtype:?} n={n} count={count}"));
+
+        // send / recv around a ring: even ranks send first.
+        let next = (rank + 1) % n;
+        let prev = (rank + n - 1) % n;
+        let recv_buf = g.alloc(part.max(1)).unwrap();
+        // SAFETY: as above.
+        unsafe {
+            if rank % 2 == 0 {
+                c.send(input.ptr(), count, dtype, next, &stream).unwrap();
+                c.recv(recv_buf.ptr(), count, dtype, prev, &stream).unwrap();
+            } else {
+                c.recv(recv_buf.ptr(), count, dtype, prev, &stream).unwrap();
+                c.send(input.ptr(), count, dtype, next, &stream).unwrap();
+            }
+        }
+        stream.synchronize().unwrap();
+        let mut got = vec![0u8; part];
+        recv_buf.copy_to_host(0, &mut got).unwrap();
+        let want: Vec<f64> = (0..count).map(|i| value(prev, i)).collect();
+        check(dtype, &got, &want, &format!("send/recv {dtype:?} n={n} count={count}"));
+    }
+    assert!(comm.status().error().is_none());
+}
+
+fn run(n: usize, body: impl Fn(&Collectives) + Sync) {
+    ranks_as_threads(n, |comm: Communicator| {
+        let c = Collectives::new(Arc::new(comm)).expect("collectives");
+        body(&c);
+        c.communicator().bootstrap().barrier().unwrap();
+    });
+}
+
+#[test]
+fn all_reduce_2_ranks_every_type_op_and_algorithm() {
+    run(2, |c| {
+        for count in [1, 7, 1031] {
+            all_reduce_case(c, count, None);
+            all_reduce_case(c, count, Some(Algorithm::Staged));
+        }
+    });
+}
+
+#[test]
+fn all_reduce_large_runs_in_pieces() {
+    // 300 007 u32 = 1.2 MB > the CPU backend's 1 MiB staging buffer.
+    run(2, |c| all_reduce_case(c, 300_007, Some(Algorithm::Staged)));
+}
+
+#[test]
+fn all_reduce_3_4_and_8_ranks() {
+    for n in [3, 4, 8] {
+        run(n, |c| {
+            all_reduce_case(c, 5, Some(Algorithm::LlOneShot));
+            all_reduce_case(c, 997, Some(Algorithm::Staged));
+        });
+    }
+}
+
+#[test]
+fn other_collectives_2_3_4_and_8_ranks() {
+    for n in [2, 3, 4, 8] {
+        run(n, |c| {
+            others_case(c, 1);
+            others_case(c, 1013);
+        });
+    }
+}
