@@ -229,8 +229,14 @@ impl Collectives {
     }
 
     fn staged_config(&self, bytes: u64) -> LaunchConfig {
-        let per_block: u64 = if self.comm.gpu().kind() == BackendKind::Cuda { 64 << 10 } else { 1 << 20 };
-        let blocks = bytes.div_ceil(per_block).clamp(1, self.cfg.max_blocks as u64) as u32;
+        let per_block: u64 = if self.comm.gpu().kind() == BackendKind::Cuda {
+            64 << 10
+        } else {
+            1 << 20
+        };
+        let blocks = bytes
+            .div_ceil(per_block)
+            .clamp(1, self.cfg.max_blocks as u64) as u32;
         LaunchConfig::new(blocks, self.cfg.threads).with_shared_mem(16)
     }
 
@@ -314,6 +320,7 @@ impl Collectives {
     }
 
     /// Runs a per-part mode in pieces of at most `max_piece` bytes per part.
+    #[allow(clippy::too_many_arguments)]
     fn parts(
         &self,
         mode: CollectiveMode,
@@ -356,7 +363,15 @@ impl Collectives {
     ) -> Result<()> {
         let bytes = count * dtype.size();
         // The input piece is offset within the input, the output piece within each part.
-        self.parts(CollectiveMode::AllGather, input, output, bytes, self.cfg.stage_bytes, |_| {}, stream)
+        self.parts(
+            CollectiveMode::AllGather,
+            input,
+            output,
+            bytes,
+            self.cfg.stage_bytes,
+            |_| {},
+            stream,
+        )
     }
 
     /// Reduce-scatter: `input` holds `nranks * count` elements; rank r receives the reduction
@@ -432,7 +447,15 @@ impl Collectives {
     ) -> Result<()> {
         let bytes = count * dtype.size();
         let max_piece = (self.cfg.stage_bytes / self.comm.size()) & !15;
-        self.parts(CollectiveMode::AllToAll, input, output, bytes, max_piece, |_| {}, stream)
+        self.parts(
+            CollectiveMode::AllToAll,
+            input,
+            output,
+            bytes,
+            max_piece,
+            |_| {},
+            stream,
+        )
     }
 
     /// Sends `count` elements to `peer` (which calls [`Collectives::recv`]).
@@ -514,7 +537,12 @@ impl Collectives {
 ///
 /// # Safety
 /// Both hold `bytes` until the copy completes.
-unsafe fn copy_if_needed(stream: &Stream, dst: DevicePtr<u8>, src: DevicePtr<u8>, bytes: usize) -> Result<()> {
+unsafe fn copy_if_needed(
+    stream: &Stream,
+    dst: DevicePtr<u8>,
+    src: DevicePtr<u8>,
+    bytes: usize,
+) -> Result<()> {
     if dst == src {
         return Ok(());
     }

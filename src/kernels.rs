@@ -1,9 +1,9 @@
 //! The kernel registry: each built-in kernel's PTX entry point and host function, so callers
 //! launch by kernel, not by backend (`Module::kernel(kernels::COPY)`).
 
+use mscclpp_device::collectives as c;
 use mscclpp_device::kernels as k;
 use mscclpp_host::gpu::KernelSpec;
-use mscclpp_device::collectives as c;
 use mscclpp_shared::{
     BlockSumParams, CollectiveParams, CopyParams, FifoPushParams, PingPongParams,
     PortPingPongParams,

@@ -23,7 +23,13 @@ pub fn run_local_ranks<T: Send>(
         Ok(x) => x,
         Err(e) => {
             let msg = e.to_string();
-            return (0..n).map(|_| Err(Error::Aborted { reason: msg.clone() })).collect();
+            return (0..n)
+                .map(|_| {
+                    Err(Error::Aborted {
+                        reason: msg.clone(),
+                    })
+                })
+                .collect();
         }
     };
     let listener = Mutex::new(Some(listener));

@@ -25,7 +25,8 @@ const ITERS: u32 = 16;
 fn connect(comm: &Communicator) -> Arc<dyn Connection> {
     let peer = 1 - comm.rank();
     let t = Transport::local_for(comm.gpu().kind());
-    comm.connect(EndpointConfig::new(t), peer, 0).expect("connect")
+    comm.connect(EndpointConfig::new(t), peer, 0)
+        .expect("connect")
 }
 
 fn memory_and_packet_ping_pong(comm: Communicator) {
@@ -37,8 +38,10 @@ fn memory_and_packet_ping_pong(comm: Communicator) {
     let src = g.alloc(BYTES).unwrap();
     let pkts = g.alloc(packets_for::<LL16Packet>(BYTES) * 16).unwrap();
     src.copy_from_host(0, &pattern(BYTES, rank as u8)).unwrap();
-    comm.send_memory(&comm.register_buffer(&recv_buf, t).unwrap(), peer, 0).unwrap();
-    comm.send_memory(&comm.register_buffer(&pkts, t).unwrap(), peer, 1).unwrap();
+    comm.send_memory(&comm.register_buffer(&recv_buf, t).unwrap(), peer, 0)
+        .unwrap();
+    comm.send_memory(&comm.register_buffer(&pkts, t).unwrap(), peer, 1)
+        .unwrap();
     let peer_buf = comm.recv_memory(peer, 0).unwrap();
     let peer_pkts = comm.recv_memory(peer, 1).unwrap();
     let direct = MemoryChannel::new(
@@ -69,10 +72,20 @@ fn memory_and_packet_ping_pong(comm: Communicator) {
     };
     let k = m.kernel(kernels::MEMORY_PING_PONG).unwrap();
     // SAFETY: the channel's buffers are live and BYTES long; 4 bytes of shared memory.
-    unsafe { stream.launch(&k, LaunchConfig::new(1, 64).with_shared_mem(4), params(&direct)) }
-        .unwrap();
+    unsafe {
+        stream.launch(
+            &k,
+            LaunchConfig::new(1, 64).with_shared_mem(4),
+            params(&direct),
+        )
+    }
+    .unwrap();
     stream.synchronize().unwrap();
-    assert!(comm.status().error().is_none(), "{:?}", comm.status().error());
+    assert!(
+        comm.status().error().is_none(),
+        "{:?}",
+        comm.status().error()
+    );
     let mut got = vec![0u8; BYTES];
     recv_buf.copy_to_host(0, &mut got).unwrap();
     assert_eq!(got, pattern(BYTES, peer as u8), "rank {rank}: direct puts");
@@ -82,7 +95,11 @@ fn memory_and_packet_ping_pong(comm: Communicator) {
     // SAFETY: as above; the packet buffers hold packets_for(BYTES) LL16 packets.
     unsafe { stream.launch(&k, LaunchConfig::new(1, 64), params(&packets)) }.unwrap();
     stream.synchronize().unwrap();
-    assert!(comm.status().error().is_none(), "{:?}", comm.status().error());
+    assert!(
+        comm.status().error().is_none(),
+        "{:?}",
+        comm.status().error()
+    );
     src.copy_to_host(0, &mut got).unwrap();
     assert_eq!(got, pattern(BYTES, 0), "rank {rank}: packets");
     comm.bootstrap().barrier().unwrap();
@@ -95,12 +112,16 @@ fn port_ping_pong(comm: Communicator) {
     let conn = connect(&comm);
     let recv_buf = g.alloc(BYTES).unwrap();
     let src = g.alloc(BYTES).unwrap();
-    src.copy_from_host(0, &pattern(BYTES, 10 + rank as u8)).unwrap();
+    src.copy_from_host(0, &pattern(BYTES, 10 + rank as u8))
+        .unwrap();
     let mut svc = PortChannelService::new(&comm, 64).unwrap();
     let sem = svc.build_and_add_semaphore(&comm, conn, 7).unwrap();
-    comm.send_memory(&comm.register_buffer(&recv_buf, t).unwrap(), peer, 3).unwrap();
+    comm.send_memory(&comm.register_buffer(&recv_buf, t).unwrap(), peer, 3)
+        .unwrap();
     let dst = svc.add_memory(comm.recv_memory(peer, 3).unwrap()).unwrap();
-    let srcid = svc.add_memory(comm.register_buffer(&src, t).unwrap()).unwrap();
+    let srcid = svc
+        .add_memory(comm.register_buffer(&src, t).unwrap())
+        .unwrap();
     let ch = svc.port_channel(sem, dst, srcid).unwrap();
     svc.start().unwrap();
     let m = module(&g);
@@ -119,11 +140,19 @@ fn port_ping_pong(comm: Communicator) {
         // SAFETY: the channel's memories are live and BYTES long.
         unsafe { stream.launch(&k, LaunchConfig::new(1, 1), p) }.unwrap();
         stream.synchronize().unwrap();
-        assert!(comm.status().error().is_none(), "{:?}", comm.status().error());
+        assert!(
+            comm.status().error().is_none(),
+            "{:?}",
+            comm.status().error()
+        );
         assert_eq!(svc.error(), None);
         let mut got = vec![0u8; BYTES];
         recv_buf.copy_to_host(0, &mut got).unwrap();
-        assert_eq!(got, pattern(BYTES, 10 + peer as u8), "rank {rank} flush {flush}");
+        assert_eq!(
+            got,
+            pattern(BYTES, 10 + peer as u8),
+            "rank {rank} flush {flush}"
+        );
         recv_buf.copy_from_host(0, &vec![0u8; BYTES]).unwrap();
         comm.bootstrap().barrier().unwrap();
     }
@@ -137,7 +166,8 @@ fn abort_releases_a_waiting_kernel(comm: Communicator) {
     let t = Transport::local_for(g.kind());
     let conn = connect(&comm);
     let buf = g.alloc(4096).unwrap();
-    comm.send_memory(&comm.register_buffer(&buf, t).unwrap(), peer, 0).unwrap();
+    comm.send_memory(&comm.register_buffer(&buf, t).unwrap(), peer, 0)
+        .unwrap();
     let ch = MemoryChannel::new(
         MemoryDevice2DeviceSemaphore::new(&comm, conn.as_ref(), 0).unwrap(),
         comm.recv_memory(peer, 0).unwrap(),
@@ -161,14 +191,25 @@ fn abort_releases_a_waiting_kernel(comm: Communicator) {
     // SAFETY: the buffers are live and 4096 bytes long.
     unsafe { stream.launch(&k, LaunchConfig::new(1, 32).with_shared_mem(4), p) }.unwrap();
     std::thread::sleep(Duration::from_millis(100));
-    assert!(!stream.query().unwrap(), "the kernel returned without a signal");
+    assert!(
+        !stream.query().unwrap(),
+        "the kernel returned without a signal"
+    );
     comm.abort();
-    assert!(stream.synchronize_timeout(Duration::from_secs(20)).unwrap(), "abort did not release the kernel");
+    assert!(
+        stream.synchronize_timeout(Duration::from_secs(20)).unwrap(),
+        "abort did not release the kernel"
+    );
     match comm.status().error() {
-        Some(mscclpp::host::Error::Device { code, .. }) => assert_eq!(code, DeviceErrorCode::Aborted),
+        Some(mscclpp::host::Error::Device { code, .. }) => {
+            assert_eq!(code, DeviceErrorCode::Aborted)
+        }
         other => panic!("expected an abort record, got {other:?}"),
     }
-    assert!(comm.recv_memory(peer, 9).is_err(), "an aborted communicator kept working");
+    assert!(
+        comm.recv_memory(peer, 9).is_err(),
+        "an aborted communicator kept working"
+    );
 }
 
 fn invalid_trigger_is_refused(comm: Communicator) {
@@ -179,9 +220,12 @@ fn invalid_trigger_is_refused(comm: Communicator) {
     let buf = g.alloc(4096).unwrap();
     let mut svc = PortChannelService::new(&comm, 16).unwrap();
     let sem = svc.build_and_add_semaphore(&comm, conn, 0).unwrap();
-    comm.send_memory(&comm.register_buffer(&buf, t).unwrap(), peer, 0).unwrap();
+    comm.send_memory(&comm.register_buffer(&buf, t).unwrap(), peer, 0)
+        .unwrap();
     let dst = svc.add_memory(comm.recv_memory(peer, 0).unwrap()).unwrap();
-    let src = svc.add_memory(comm.register_buffer(&buf, t).unwrap()).unwrap();
+    let src = svc
+        .add_memory(comm.register_buffer(&buf, t).unwrap())
+        .unwrap();
     let mut ch = svc.port_channel(sem, dst, src).unwrap();
     comm.bootstrap().barrier().unwrap();
     if rank == 0 {
@@ -201,7 +245,10 @@ fn invalid_trigger_is_refused(comm: Communicator) {
         };
         // SAFETY: the buffers are live; the proxy refuses the bad id before any copy.
         unsafe { stream.launch(&k, LaunchConfig::new(1, 1), p) }.unwrap();
-        assert!(stream.synchronize_timeout(Duration::from_secs(20)).unwrap(), "the kernel hung");
+        assert!(
+            stream.synchronize_timeout(Duration::from_secs(20)).unwrap(),
+            "the kernel hung"
+        );
         let err = svc.error().expect("the proxy accepted an invalid trigger");
         assert!(err.contains("memory id 7"), "{err}");
         assert!(comm.status().is_aborted());

@@ -12,7 +12,13 @@ use mscclpp::device::reduce::{bf16_to_f32, f16_to_f32_soft, f32_to_bf16, f32_to_
 use mscclpp::host::communicator::Communicator;
 use mscclpp::shared::{DataType, ReduceOp};
 
-const TYPES: [DataType; 5] = [DataType::F32, DataType::F16, DataType::BF16, DataType::I32, DataType::U32];
+const TYPES: [DataType; 5] = [
+    DataType::F32,
+    DataType::F16,
+    DataType::BF16,
+    DataType::I32,
+    DataType::U32,
+];
 const OPS: [ReduceOp; 3] = [ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max];
 
 /// A small integer, exact in every type even after summing 8 of them.
@@ -42,7 +48,9 @@ fn decode(dtype: DataType, b: &[u8]) -> f64 {
 }
 
 fn data(dtype: DataType, rank: usize, count: usize, part: usize) -> Vec<u8> {
-    (0..count).flat_map(|i| encode(dtype, value(rank, i + part * 1009))).collect()
+    (0..count)
+        .flat_map(|i| encode(dtype, value(rank, i + part * 1009)))
+        .collect()
 }
 
 fn reduce(op: ReduceOp, vals: impl Iterator<Item = f64>, dtype: DataType) -> f64 {
@@ -82,14 +90,24 @@ fn all_reduce_case(c: &Collectives, count: usize, algo: Option<Algorithm>) {
             let bytes = count * es;
             let input = g.alloc(bytes + 4).unwrap();
             let output = g.alloc(bytes).unwrap();
-            input.copy_from_host(4, &data(dtype, rank, count, 0)).unwrap();
+            input
+                .copy_from_host(4, &data(dtype, rank, count, 0))
+                .unwrap();
             let want: Vec<f64> = (0..count)
                 .map(|i| reduce(op, (0..n).map(|r| value(r, i)), dtype))
                 .collect();
             // Out of place, unaligned input.
             // SAFETY: both buffers hold `bytes` (input from offset 4).
             unsafe {
-                c.all_reduce(input.ptr().byte_add_cast(4), output.ptr(), count, dtype, op, &stream, algo)
+                c.all_reduce(
+                    input.ptr().byte_add_cast(4),
+                    output.ptr(),
+                    count,
+                    dtype,
+                    op,
+                    &stream,
+                    algo,
+                )
             }
             .unwrap();
             stream.synchronize().unwrap();
@@ -98,7 +116,9 @@ fn all_reduce_case(c: &Collectives, count: usize, algo: Option<Algorithm>) {
             let what = format!("all_reduce {dtype:?} {op:?} n={n} count={count} {algo:?}");
             check(dtype, &got, &want, &what);
             // In place.
-            output.copy_from_host(0, &data(dtype, rank, count, 0)).unwrap();
+            output
+                .copy_from_host(0, &data(dtype, rank, count, 0))
+                .unwrap();
             // SAFETY: as above.
             unsafe { c.all_reduce(output.ptr(), output.ptr(), count, dtype, op, &stream, algo) }
                 .unwrap();
@@ -120,15 +140,33 @@ fn others_case(c: &Collectives, count: usize) {
         let part = count * es;
         // all_gather (unaligned output by 2 bytes)
         let input = g.alloc(part.max(1)).unwrap();
-        input.copy_from_host(0, &data(dtype, rank, count, 0)).unwrap();
+        input
+            .copy_from_host(0, &data(dtype, rank, count, 0))
+            .unwrap();
         let out = g.alloc(n * part + 2).unwrap();
         // SAFETY: sizes as documented.
-        unsafe { c.all_gather(input.ptr(), out.ptr().byte_add_cast(2), count, dtype, &stream) }.unwrap();
+        unsafe {
+            c.all_gather(
+                input.ptr(),
+                out.ptr().byte_add_cast(2),
+                count,
+                dtype,
+                &stream,
+            )
+        }
+        .unwrap();
         stream.synchronize().unwrap();
         let mut got = vec![0u8; n * part];
         out.copy_to_host(2, &mut got).unwrap();
-        let want: Vec<f64> = (0..n).flat_map(|r| (0..count).map(move |i| value(r, i))).collect();
-        check(dtype, &got, &want, &format!("all_gather {dtype:?} n={n} count={count}"));
+        let want: Vec<f64> = (0..n)
+            .flat_map(|r| (0..count).map(move |i| value(r, i)))
+            .collect();
+        check(
+            dtype,
+            &got,
+            &want,
+            &format!("all_gather {dtype:?} n={n} count={count}"),
+        );
 
         // reduce_scatter (sum)
         let rs_in = g.alloc(n * part).unwrap();
@@ -136,14 +174,35 @@ fn others_case(c: &Collectives, count: usize) {
         rs_in.copy_from_host(0, &input_all).unwrap();
         let rs_out = g.alloc(part.max(1)).unwrap();
         // SAFETY: as above.
-        unsafe { c.reduce_scatter(rs_in.ptr(), rs_out.ptr(), count, dtype, ReduceOp::Sum, &stream) }.unwrap();
+        unsafe {
+            c.reduce_scatter(
+                rs_in.ptr(),
+                rs_out.ptr(),
+                count,
+                dtype,
+                ReduceOp::Sum,
+                &stream,
+            )
+        }
+        .unwrap();
         stream.synchronize().unwrap();
         let mut got = vec![0u8; part];
         rs_out.copy_to_host(0, &mut got).unwrap();
         let want: Vec<f64> = (0..count)
-            .map(|i| reduce(ReduceOp::Sum, (0..n).map(|r| value(r, i + rank * 1009)), dtype))
+            .map(|i| {
+                reduce(
+                    ReduceOp::Sum,
+                    (0..n).map(|r| value(r, i + rank * 1009)),
+                    dtype,
+                )
+            })
             .collect();
-        check(dtype, &got, &want, &format!("reduce_scatter {dtype:?} n={n} count={count}"));
+        check(
+            dtype,
+            &got,
+            &want,
+            &format!("reduce_scatter {dtype:?} n={n} count={count}"),
+        );
 
         // broadcast from the last rank, in place
         let root = n - 1;
@@ -154,7 +213,12 @@ fn others_case(c: &Collectives, count: usize) {
         stream.synchronize().unwrap();
         b.copy_to_host(0, &mut got).unwrap();
         let want: Vec<f64> = (0..count).map(|i| value(root, i)).collect();
-        check(dtype, &got, &want, &format!("broadcast {dtype:?} n={n} count={count}"));
+        check(
+            dtype,
+            &got,
+            &want,
+            &format!("broadcast {dtype:?} n={n} count={count}"),
+        );
 
         // all_to_all
         let a_out = g.alloc(n * part).unwrap();
@@ -164,8 +228,15 @@ fn others_case(c: &Collectives, count: usize) {
         let mut got = vec![0u8; n * part];
         a_out.copy_to_host(0, &mut got).unwrap();
         // Part p of my output is part `rank` of rank p's input.
-        let want: Vec<f64> = (0..n).flat_map(|p| (0..count).map(move |i| value(p, i + rank * 1009))).collect();
-        check(dtype, &got, &want, &format!("all_to_all {dtype:?} n={n} count={count}"));
+        let want: Vec<f64> = (0..n)
+            .flat_map(|p| (0..count).map(move |i| value(p, i + rank * 1009)))
+            .collect();
+        check(
+            dtype,
+            &got,
+            &want,
+            &format!("all_to_all {dtype:?} n={n} count={count}"),
+        );
 
         // send / recv around a ring: even ranks send first.
         let next = (rank + 1) % n;
@@ -185,7 +256,12 @@ fn others_case(c: &Collectives, count: usize) {
         let mut got = vec![0u8; part];
         recv_buf.copy_to_host(0, &mut got).unwrap();
         let want: Vec<f64> = (0..count).map(|i| value(prev, i)).collect();
-        check(dtype, &got, &want, &format!("send/recv {dtype:?} n={n} count={count}"));
+        check(
+            dtype,
+            &got,
+            &want,
+            &format!("send/recv {dtype:?} n={n} count={count}"),
+        );
     }
     assert!(comm.status().error().is_none());
 }

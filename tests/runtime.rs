@@ -31,7 +31,10 @@ fn alloc_is_zeroed_and_round_trips() {
     assert_eq!(buf.len(), 1 << 20);
     let mut back = vec![0xffu8; buf.len()];
     buf.copy_to_host(0, &mut back).unwrap();
-    assert!(back.iter().all(|&b| b == 0), "fresh device memory is not zeroed");
+    assert!(
+        back.iter().all(|&b| b == 0),
+        "fresh device memory is not zeroed"
+    );
     let data = pattern(buf.len() - 3, 7);
     buf.copy_from_host(3, &data).unwrap();
     let mut back = vec![0u8; data.len()];
@@ -68,7 +71,11 @@ fn copy_kernel_from_host_mapped_memory() {
         stream.synchronize().unwrap();
         let mut back = vec![0u8; bytes as usize];
         dev.copy_to_host(dst_off as usize, &mut back).unwrap();
-        assert_eq!(back, data[src_off as usize..], "dst+{dst_off} src+{src_off}");
+        assert_eq!(
+            back,
+            data[src_off as usize..],
+            "dst+{dst_off} src+{src_off}"
+        );
     }
 }
 
@@ -80,7 +87,9 @@ fn block_sum_uses_shared_memory_and_barriers() {
     let stream = g.stream().unwrap();
     // A block size that is not a power of two exercises the tree's edge.
     for (grid, block, n) in [(4u32, 64u32, 1000u32), (3, 48, 777)] {
-        let input: Vec<u32> = (0..grid * n).map(|i| i.wrapping_mul(2_654_435_761)).collect();
+        let input: Vec<u32> = (0..grid * n)
+            .map(|i| i.wrapping_mul(2_654_435_761))
+            .collect();
         let inp = g.alloc(input.len() * 4).unwrap();
         inp.copy_from_host(0, bytemuck::cast_slice(&input)).unwrap();
         let out = g.alloc(grid as usize * 4).unwrap();
@@ -96,7 +105,8 @@ fn block_sum_uses_shared_memory_and_barriers() {
         unsafe { stream.launch(&k, cfg, params) }.unwrap();
         stream.synchronize().unwrap();
         let mut got = vec![0u32; grid as usize];
-        out.copy_to_host(0, bytemuck::cast_slice_mut(&mut got)).unwrap();
+        out.copy_to_host(0, bytemuck::cast_slice_mut(&mut got))
+            .unwrap();
         let want: Vec<u32> = input
             .chunks(n as usize)
             .map(|c| c.iter().fold(0u32, |a, &x| a.wrapping_add(x)))
@@ -185,7 +195,12 @@ fn ipc_between_processes() {
     }
     let n = 3 * 1024 * 1024 + 40;
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "ipc_between_processes", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "ipc_between_processes",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(ROLE_ENV, n.to_string())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -221,8 +236,7 @@ fn ipc_between_processes() {
     };
     // Read the child's memory with a kernel.
     // SAFETY: `peer` maps `n` bytes of the child's buffer, `local` is `n` bytes.
-    unsafe { stream.launch(&copy, LaunchConfig::new(8, 128), p(local.ptr(), peer.ptr())) }
-        .unwrap();
+    unsafe { stream.launch(&copy, LaunchConfig::new(8, 128), p(local.ptr(), peer.ptr())) }.unwrap();
     stream.synchronize().unwrap();
     let mut back = vec![0u8; n];
     local.copy_to_host(0, &mut back).unwrap();
@@ -230,8 +244,7 @@ fn ipc_between_processes() {
     // Write into the child's memory with a kernel, then let it check.
     local.copy_from_host(0, &pattern(n, 99)).unwrap();
     // SAFETY: as above.
-    unsafe { stream.launch(&copy, LaunchConfig::new(8, 128), p(peer.ptr(), local.ptr())) }
-        .unwrap();
+    unsafe { stream.launch(&copy, LaunchConfig::new(8, 128), p(peer.ptr(), local.ptr())) }.unwrap();
     stream.synchronize().unwrap();
     // A tampered handle is refused before any backend call.
     let mut bad = handle;

@@ -75,7 +75,7 @@ fn barrier(p: &CollectiveParams, only: Option<u32>) -> bool {
 /// Block-collective copy of `len` bytes.
 #[inline(always)]
 fn block_copy(dst: *mut u8, src: *const u8, len: u64) {
-    if dst as *const u8 == src || len == 0 {
+    if core::ptr::eq(dst as *const u8, src) || len == 0 {
         return;
     }
     // SAFETY: callers pass ranges inside live buffers (kernel contract).

@@ -9,7 +9,7 @@ use crate::arch;
 #[inline(always)]
 pub unsafe fn copy(dst: *mut u8, src: *const u8, bytes: u64, tid: u64, nthreads: u64) {
     let mut done = 0u64;
-    if (dst as usize | src as usize) % 16 == 0 {
+    if (dst as usize | src as usize).is_multiple_of(16) {
         let vecs = bytes / 16;
         let mut i = tid;
         while i < vecs {

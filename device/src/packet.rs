@@ -62,7 +62,7 @@ impl Packet for LL8Packet {
 #[inline(always)]
 pub unsafe fn read_payload<P: Packet>(src: *const u8, len: usize) -> [u32; 2] {
     let mut w = [0u32; 2];
-    if len >= P::PAYLOAD && (src as usize) % 4 == 0 {
+    if len >= P::PAYLOAD && (src as usize).is_multiple_of(4) {
         // SAFETY: `PAYLOAD` (4 or 8) bytes are readable and 4-byte aligned.
         unsafe {
             w[0] = (src as *const u32).read();
@@ -93,7 +93,7 @@ pub unsafe fn read_payload<P: Packet>(src: *const u8, len: usize) -> [u32; 2] {
 /// `dst` is valid for `len` bytes.
 #[inline(always)]
 pub unsafe fn write_payload<P: Packet>(dst: *mut u8, w: [u32; 2], len: usize) {
-    if len >= P::PAYLOAD && (dst as usize) % 4 == 0 {
+    if len >= P::PAYLOAD && (dst as usize).is_multiple_of(4) {
         // SAFETY: `PAYLOAD` bytes are writable and 4-byte aligned.
         unsafe {
             (dst as *mut u32).write(w[0]);

@@ -162,18 +162,40 @@ mod tests {
         let h = |x: f32| f32_to_f16_soft(x) as u32;
         let a = h(1.5) | (h(-2.0) << 16);
         let b = h(2.0) | (h(3.0) << 16);
-        assert_eq!(reduce_word(a, b, DataType::F16, ReduceOp::Sum), h(3.5) | (h(1.0) << 16));
-        assert_eq!(reduce_word(a, b, DataType::F16, ReduceOp::Max), h(2.0) | (h(3.0) << 16));
-        assert_eq!(reduce_word(a, b, DataType::F16, ReduceOp::Min), h(1.5) | (h(-2.0) << 16));
-        assert_eq!(reduce_word(u32::MAX, 2, DataType::U32, ReduceOp::Sum), 1);
-        assert_eq!(reduce_word(-5i32 as u32, 3, DataType::I32, ReduceOp::Min), -5i32 as u32);
         assert_eq!(
-            reduce_word(1.5f32.to_bits(), 2.25f32.to_bits(), DataType::F32, ReduceOp::Sum),
+            reduce_word(a, b, DataType::F16, ReduceOp::Sum),
+            h(3.5) | (h(1.0) << 16)
+        );
+        assert_eq!(
+            reduce_word(a, b, DataType::F16, ReduceOp::Max),
+            h(2.0) | (h(3.0) << 16)
+        );
+        assert_eq!(
+            reduce_word(a, b, DataType::F16, ReduceOp::Min),
+            h(1.5) | (h(-2.0) << 16)
+        );
+        assert_eq!(reduce_word(u32::MAX, 2, DataType::U32, ReduceOp::Sum), 1);
+        assert_eq!(
+            reduce_word(-5i32 as u32, 3, DataType::I32, ReduceOp::Min),
+            -5i32 as u32
+        );
+        assert_eq!(
+            reduce_word(
+                1.5f32.to_bits(),
+                2.25f32.to_bits(),
+                DataType::F32,
+                ReduceOp::Sum
+            ),
             3.75f32.to_bits()
         );
         let bf = |x: f32| f32_to_bf16(x) as u32;
         assert_eq!(
-            reduce_word(bf(1.0) | (bf(4.0) << 16), bf(2.0) | (bf(-1.0) << 16), DataType::BF16, ReduceOp::Sum),
+            reduce_word(
+                bf(1.0) | (bf(4.0) << 16),
+                bf(2.0) | (bf(-1.0) << 16),
+                DataType::BF16,
+                ReduceOp::Sum
+            ),
             bf(3.0) | (bf(3.0) << 16)
         );
     }

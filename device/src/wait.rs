@@ -69,7 +69,7 @@ pub fn spin_until(
             return Ok(());
         }
         iteration += 1;
-        if iteration % ABORT_CHECK_INTERVAL == 0 && aborted(status) {
+        if iteration.is_multiple_of(ABORT_CHECK_INTERVAL) && aborted(status) {
             record_error(status, DeviceErrorCode::Aborted, error_detail(site, addr));
             return Err(DeviceErrorCode::Aborted);
         }

@@ -85,7 +85,11 @@ impl<'a> Reader<'a> {
         if self.buf.is_empty() {
             Ok(())
         } else {
-            Err(format!("{} has {} trailing bytes", self.what, self.buf.len()))
+            Err(format!(
+                "{} has {} trailing bytes",
+                self.what,
+                self.buf.len()
+            ))
         }
     }
 }

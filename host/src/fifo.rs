@@ -43,7 +43,8 @@ impl Fifo {
         if !size.is_power_of_two() {
             return Err(Error::FifoSize { size });
         }
-        let triggers = gpu.alloc_host_mapped(size as usize * std::mem::size_of::<ProxyTrigger>())?;
+        let triggers =
+            gpu.alloc_host_mapped(size as usize * std::mem::size_of::<ProxyTrigger>())?;
         let words = gpu.alloc_host_mapped(2 * CACHE_LINE)?;
         let device_words = gpu.alloc(2 * CACHE_LINE)?;
         Ok(Self {
@@ -139,7 +140,10 @@ mod tests {
     #[test]
     fn sizes_must_be_powers_of_two() {
         let g = cpu();
-        assert!(matches!(Fifo::new(&g, 100), Err(Error::FifoSize { size: 100 })));
+        assert!(matches!(
+            Fifo::new(&g, 100),
+            Err(Error::FifoSize { size: 100 })
+        ));
         assert!(matches!(Fifo::new(&g, 0), Err(Error::FifoSize { size: 0 })));
         assert!(Fifo::new(&g, 4).is_ok());
     }
@@ -185,7 +189,10 @@ mod tests {
             assert!(next.iter().all(|&n| n == EACH));
         });
         assert_eq!(fifo.tail(), PRODUCERS * EACH);
-        assert!(fifo.poll().is_none(), "a stale slot looked fresh after the last lap");
+        assert!(
+            fifo.poll().is_none(),
+            "a stale slot looked fresh after the last lap"
+        );
     }
 
     #[test]
@@ -227,14 +234,17 @@ mod tests {
             assert_eq!(t.join().unwrap(), Err(DeviceErrorCode::Aborted));
         });
         let e = status.error().expect("the abort was recorded");
-        assert!(matches!(
-            e,
-            Error::Device {
-                code: DeviceErrorCode::Aborted,
-                site: mscclpp_shared::WaitSite::FifoPush,
-                ..
-            }
-        ), "{e}");
+        assert!(
+            matches!(
+                e,
+                Error::Device {
+                    code: DeviceErrorCode::Aborted,
+                    site: mscclpp_shared::WaitSite::FifoPush,
+                    ..
+                }
+            ),
+            "{e}"
+        );
         // With a spin limit and no abort, the wait ends by itself.
         let status2 = StatusBlock::new(&g, 200).unwrap();
         let fifo2 = Fifo::new(&g, 1).unwrap();

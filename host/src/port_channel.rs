@@ -160,7 +160,12 @@ impl PortChannelService {
 
     /// The device handle of a channel: semaphore `semaphore_id`, writing into memory `dst` from
     /// memory `src`.
-    pub fn port_channel(&self, semaphore_id: u32, dst: u32, src: u32) -> Result<PortChannelDeviceHandle> {
+    pub fn port_channel(
+        &self,
+        semaphore_id: u32,
+        dst: u32,
+        src: u32,
+    ) -> Result<PortChannelDeviceHandle> {
         let t = self.tables.as_ref().ok_or(Error::Unsupported {
             what: "building channels after start (build them before)",
             backend: crate::gpu::BackendKind::Cpu,

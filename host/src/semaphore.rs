@@ -121,8 +121,12 @@ impl Host2DeviceSemaphore {
     /// Gives the peer one token, after every earlier write of the connection (proxy side).
     pub fn signal(&self) -> Result<()> {
         let next = self.outbound.load(Ordering::Relaxed) + 1;
-        self.conn
-            .update_and_sync(&self.words.remote_inbound, INBOUND_OFF, &self.outbound, next)
+        self.conn.update_and_sync(
+            &self.words.remote_inbound,
+            INBOUND_OFF,
+            &self.outbound,
+            next,
+        )
     }
 
     /// The device handle.
@@ -166,8 +170,12 @@ impl Host2HostSemaphore {
     /// Gives the peer one token.
     pub fn signal(&self) -> Result<()> {
         let next = self.outbound.load(Ordering::Relaxed) + 1;
-        self.conn
-            .update_and_sync(&self.words.remote_inbound, INBOUND_OFF, &self.outbound, next)
+        self.conn.update_and_sync(
+            &self.words.remote_inbound,
+            INBOUND_OFF,
+            &self.outbound,
+            next,
+        )
     }
 
     fn inbound(&self) -> &AtomicU64 {

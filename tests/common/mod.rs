@@ -20,12 +20,15 @@ pub fn gpu(ordinal: usize) -> Gpu {
 
 /// The built-in kernels loaded on `gpu`.
 pub fn module(gpu: &Gpu) -> Module {
-    gpu.load_ptx(mscclpp::DEVICE_PTX).expect("load the embedded PTX")
+    gpu.load_ptx(mscclpp::DEVICE_PTX)
+        .expect("load the embedded PTX")
 }
 
 /// Bytes `0, 1, 2, …` offset by `seed` (wrapping), never all zero.
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 /// Lower-case hex of `bytes`.
@@ -63,9 +66,12 @@ pub fn ranks_as_threads<T: Send>(n: usize, body: impl Fn(Communicator) -> T + Sy
             .map(|r| {
                 let (body, listener) = (&body, &listener);
                 s.spawn(move || {
-                    let cfg =
-                        BootstrapConfig::new(r, n, id).with_timeout(Duration::from_secs(30));
-                    let root = if r == 0 { listener.lock().unwrap().take() } else { None };
+                    let cfg = BootstrapConfig::new(r, n, id).with_timeout(Duration::from_secs(30));
+                    let root = if r == 0 {
+                        listener.lock().unwrap().take()
+                    } else {
+                        None
+                    };
                     let bs = match root {
                         Some(l) => TcpBootstrap::init_with_root_listener(cfg, l),
                         None => TcpBootstrap::init(cfg),
@@ -95,7 +101,9 @@ pub fn child_communicator() -> Option<Communicator> {
         TcpBootstrap::init_with_root_listener(cfg, listener)
     } else {
         let id = UniqueId::from_hex(&std::env::var(CHILD_ID).ok()?).expect("unique id");
-        TcpBootstrap::init(BootstrapConfig::new(rank, size, id).with_timeout(Duration::from_secs(30)))
+        TcpBootstrap::init(
+            BootstrapConfig::new(rank, size, id).with_timeout(Duration::from_secs(30)),
+        )
     }
     .expect("bootstrap");
     Some(Communicator::new(Arc::new(bs), gpu(rank)).expect("communicator"))
@@ -147,5 +155,9 @@ pub fn ranks_as_processes(n: usize, test_name: &str) {
         }
     }
     let rest = drain.join().unwrap();
-    assert!(failures.is_empty(), "{}\nrank 0 output: {rest}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{}\nrank 0 output: {rest}",
+        failures.join("\n")
+    );
 }

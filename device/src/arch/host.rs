@@ -30,30 +30,45 @@ unsafe fn a64<'a>(p: *const u64) -> &'a AtomicU64 {
 }
 
 /// Acquire load.
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn ld_acquire_sys_u64(p: *const u64) -> u64 {
     // SAFETY: the caller's contract (module docs).
     unsafe { a64(p) }.load(Ordering::Acquire)
 }
 /// Relaxed load.
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn ld_relaxed_sys_u64(p: *const u64) -> u64 {
     // SAFETY: the caller's contract (module docs).
     unsafe { a64(p) }.load(Ordering::Relaxed)
 }
 /// Relaxed load.
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn ld_relaxed_sys_u32(p: *const u32) -> u32 {
     // SAFETY: the caller's contract (module docs).
     unsafe { AtomicU32::from_ptr(p as *mut u32) }.load(Ordering::Relaxed)
 }
 /// Release store.
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn st_release_sys_u64(p: *mut u64, v: u64) {
     // SAFETY: the caller's contract (module docs).
     unsafe { a64(p) }.store(v, Ordering::Release)
 }
 /// Relaxed store.
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn st_relaxed_sys_u64(p: *mut u64, v: u64) {
     // SAFETY: the caller's contract (module docs).
@@ -61,6 +76,9 @@ pub unsafe fn st_relaxed_sys_u64(p: *mut u64, v: u64) {
 }
 /// 16-byte release store as two 8-byte stores: `lo` relaxed, then `hi` with release, so a
 /// reader that acquires `hi` sees `lo` (see the module docs for why that suffices).
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn st_release_sys_v2_u64(p: *mut u64, lo: u64, hi: u64) {
     // SAFETY: the caller's contract (module docs); `p + 1` is inside the 16-byte slot.
@@ -70,24 +88,36 @@ pub unsafe fn st_release_sys_v2_u64(p: *mut u64, lo: u64, hi: u64) {
     }
 }
 /// Release add.
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn red_add_release_sys_u64(p: *mut u64, v: u64) {
     // SAFETY: the caller's contract (module docs).
     unsafe { a64(p) }.fetch_add(v, Ordering::Release);
 }
 /// Relaxed add.
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn red_add_relaxed_sys_u64(p: *mut u64, v: u64) {
     // SAFETY: the caller's contract (module docs).
     unsafe { a64(p) }.fetch_add(v, Ordering::Relaxed);
 }
 /// Relaxed fetch-add; returns the old value.
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn atom_add_relaxed_gpu_u64(p: *mut u64, v: u64) -> u64 {
     // SAFETY: the caller's contract (module docs).
     unsafe { a64(p) }.fetch_add(v, Ordering::Relaxed)
 }
 /// Relaxed compare-and-swap; returns the old value.
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn atom_cas_relaxed_sys_u32(p: *mut u32, compare: u32, new: u32) -> u32 {
     // SAFETY: the caller's contract (module docs).
@@ -111,6 +141,9 @@ pub fn fence_acq_rel_sys() {
     fence(Ordering::AcqRel)
 }
 /// LL16 read: two relaxed 8-byte loads (each half carries its own flag).
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn ld_volatile_v4_u32(p: *const u32) -> [u32; 4] {
     // SAFETY: the caller's contract (module docs); 16-byte aligned slot.
@@ -123,6 +156,9 @@ pub unsafe fn ld_volatile_v4_u32(p: *const u32) -> [u32; 4] {
     [lo as u32, (lo >> 32) as u32, hi as u32, (hi >> 32) as u32]
 }
 /// LL16 write: two relaxed 8-byte stores (each half carries its own flag).
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn st_volatile_v4_u32(p: *mut u32, v: [u32; 4]) {
     let lo = v[0] as u64 | ((v[1] as u64) << 32);
@@ -134,6 +170,9 @@ pub unsafe fn st_volatile_v4_u32(p: *mut u32, v: [u32; 4]) {
     }
 }
 /// LL8 read: one relaxed 8-byte load.
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn ld_volatile_v2_u32(p: *const u32) -> [u32; 2] {
     // SAFETY: the caller's contract (module docs).
@@ -141,18 +180,27 @@ pub unsafe fn ld_volatile_v2_u32(p: *const u32) -> [u32; 2] {
     [w as u32, (w >> 32) as u32]
 }
 /// LL8 write: one relaxed 8-byte store.
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn st_volatile_v2_u32(p: *mut u32, v: [u32; 2]) {
     // SAFETY: the caller's contract (module docs).
     unsafe { a64(p as *const u64) }.store(v[0] as u64 | ((v[1] as u64) << 32), Ordering::Relaxed)
 }
 /// Plain 16-byte load.
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn ld_v4_u32(p: *const u32) -> [u32; 4] {
     // SAFETY: the caller's contract (module docs).
     unsafe { (p as *const [u32; 4]).read() }
 }
 /// Plain 16-byte store.
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn st_v4_u32(p: *mut u32, v: [u32; 4]) {
     // SAFETY: the caller's contract (module docs).

@@ -58,6 +58,9 @@ pub fn dynamic_shared_mem() -> *mut u8 {
 }
 
 /// `ld.acquire.sys.u64`.
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn ld_acquire_sys_u64(p: *const u64) -> u64 {
     let v: u64;
@@ -68,6 +71,9 @@ pub unsafe fn ld_acquire_sys_u64(p: *const u64) -> u64 {
     v
 }
 /// `ld.relaxed.sys.u64`.
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn ld_relaxed_sys_u64(p: *const u64) -> u64 {
     let v: u64;
@@ -78,6 +84,9 @@ pub unsafe fn ld_relaxed_sys_u64(p: *const u64) -> u64 {
     v
 }
 /// `ld.relaxed.sys.u32`.
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn ld_relaxed_sys_u32(p: *const u32) -> u32 {
     let v: u32;
@@ -88,6 +97,9 @@ pub unsafe fn ld_relaxed_sys_u32(p: *const u32) -> u32 {
     v
 }
 /// `st.release.sys.u64`.
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn st_release_sys_u64(p: *mut u64, v: u64) {
     // SAFETY: the caller guarantees `p` (module docs).
@@ -96,6 +108,9 @@ pub unsafe fn st_release_sys_u64(p: *mut u64, v: u64) {
     };
 }
 /// `st.relaxed.sys.u64`.
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn st_relaxed_sys_u64(p: *mut u64, v: u64) {
     // SAFETY: the caller guarantees `p` (module docs).
@@ -104,6 +119,9 @@ pub unsafe fn st_relaxed_sys_u64(p: *mut u64, v: u64) {
     };
 }
 /// `st.release.sys.global.v2.u64`: one 16-byte store of `(lo, hi)`; `p` 16-byte aligned.
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn st_release_sys_v2_u64(p: *mut u64, lo: u64, hi: u64) {
     // SAFETY: the caller guarantees `p` (module docs) and 16-byte alignment.
@@ -113,6 +131,9 @@ pub unsafe fn st_release_sys_v2_u64(p: *mut u64, lo: u64, hi: u64) {
     };
 }
 /// `red.release.sys.global.add.u64`.
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn red_add_release_sys_u64(p: *mut u64, v: u64) {
     // SAFETY: the caller guarantees `p` (module docs).
@@ -121,6 +142,9 @@ pub unsafe fn red_add_release_sys_u64(p: *mut u64, v: u64) {
     };
 }
 /// `red.relaxed.sys.global.add.u64`.
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn red_add_relaxed_sys_u64(p: *mut u64, v: u64) {
     // SAFETY: the caller guarantees `p` (module docs).
@@ -129,6 +153,9 @@ pub unsafe fn red_add_relaxed_sys_u64(p: *mut u64, v: u64) {
     };
 }
 /// `atom.add.relaxed.gpu.global.u64`; returns the old value.
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn atom_add_relaxed_gpu_u64(p: *mut u64, v: u64) -> u64 {
     let old: u64;
@@ -140,6 +167,9 @@ pub unsafe fn atom_add_relaxed_gpu_u64(p: *mut u64, v: u64) -> u64 {
     old
 }
 /// `atom.cas.relaxed.sys.global.b32`; returns the old value.
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn atom_cas_relaxed_sys_u32(p: *mut u32, compare: u32, new: u32) -> u32 {
     let old: u32;
@@ -163,6 +193,9 @@ pub fn fence_acq_rel_sys() {
     unsafe { asm!("fence.acq_rel.sys;", options(nostack)) };
 }
 /// `ld.volatile.global.v4.u32` (LL16 packet read).
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn ld_volatile_v4_u32(p: *const u32) -> [u32; 4] {
     let (a, b, c, d): (u32, u32, u32, u32);
@@ -175,6 +208,9 @@ pub unsafe fn ld_volatile_v4_u32(p: *const u32) -> [u32; 4] {
     [a, b, c, d]
 }
 /// `st.volatile.global.v4.u32` (LL16 packet write).
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn st_volatile_v4_u32(p: *mut u32, v: [u32; 4]) {
     // SAFETY: the caller guarantees `p` (module docs) and 16-byte alignment.
@@ -185,6 +221,9 @@ pub unsafe fn st_volatile_v4_u32(p: *mut u32, v: [u32; 4]) {
     };
 }
 /// `ld.volatile.global.v2.u32` (LL8 packet read).
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn ld_volatile_v2_u32(p: *const u32) -> [u32; 2] {
     let (a, b): (u32, u32);
@@ -196,6 +235,9 @@ pub unsafe fn ld_volatile_v2_u32(p: *const u32) -> [u32; 2] {
     [a, b]
 }
 /// `st.volatile.global.v2.u32` (LL8 packet write).
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn st_volatile_v2_u32(p: *mut u32, v: [u32; 2]) {
     // SAFETY: the caller guarantees `p` (module docs) and 8-byte alignment.
@@ -205,6 +247,9 @@ pub unsafe fn st_volatile_v2_u32(p: *mut u32, v: [u32; 2]) {
     };
 }
 /// `ld.global.v4.u32`: a plain 16-byte load (bulk copies).
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn ld_v4_u32(p: *const u32) -> [u32; 4] {
     let (a, b, c, d): (u32, u32, u32, u32);
@@ -217,6 +262,9 @@ pub unsafe fn ld_v4_u32(p: *const u32) -> [u32; 4] {
     [a, b, c, d]
 }
 /// `st.global.v4.u32`: a plain 16-byte store (bulk copies).
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn st_v4_u32(p: *mut u32, v: [u32; 4]) {
     // SAFETY: the caller guarantees `p` (module docs) and 16-byte alignment.
@@ -254,7 +302,9 @@ pub fn trap() -> ! {
 pub fn cvt_f32_f16(h: u16) -> f32 {
     let f: f32;
     // SAFETY: a register conversion.
-    unsafe { asm!("cvt.f32.f16 {f}, {h};", f = out(reg32) f, h = in(reg16) h, options(nomem, nostack, pure)) };
+    unsafe {
+        asm!("cvt.f32.f16 {f}, {h};", f = out(reg32) f, h = in(reg16) h, options(nomem, nostack, pure))
+    };
     f
 }
 /// `cvt.rn.f16.f32`: float to half, round to nearest even.
@@ -262,6 +312,8 @@ pub fn cvt_f32_f16(h: u16) -> f32 {
 pub fn cvt_rn_f16_f32(f: f32) -> u16 {
     let h: u16;
     // SAFETY: a register conversion.
-    unsafe { asm!("cvt.rn.f16.f32 {h}, {f};", h = out(reg16) h, f = in(reg32) f, options(nomem, nostack, pure)) };
+    unsafe {
+        asm!("cvt.rn.f16.f32 {h}, {f};", h = out(reg16) h, f = in(reg32) f, options(nomem, nostack, pure))
+    };
     h
 }

@@ -68,7 +68,7 @@ impl Connection for P2pConnection {
         src: &AtomicU64,
         new_value: u64,
     ) -> Result<()> {
-        if dst_off % 8 != 0 {
+        if !dst_off.is_multiple_of(8) {
             return Err(Error::OutOfRange {
                 offset: dst_off as usize,
                 len: 8,

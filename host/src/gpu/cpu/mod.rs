@@ -192,7 +192,10 @@ mod tests {
         unsafe { (a.ptr() as *mut u64).add(100).write_volatile(77) };
         drop(a);
         // SAFETY: `m` still maps the memory: the mapping keeps it alive.
-        assert_eq!(unsafe { (m.base() as *const u64).add(100).read_volatile() }, 77);
+        assert_eq!(
+            unsafe { (m.base() as *const u64).add(100).read_volatile() },
+            77
+        );
         // The owner is gone: opening again fails with an error, not a crash.
         assert!(d.open_ipc(&h).is_err());
     }

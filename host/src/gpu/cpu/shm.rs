@@ -158,7 +158,10 @@ impl Drop for ShmAlloc {
         // exactly once, here. Peers' mappings keep the memory alive on their own.
         unsafe {
             if libc::munmap(self.ptr.cast(), self.map_len) != 0 {
-                tracing::warn!("munmap of CPU device memory failed: {}", io::Error::last_os_error());
+                tracing::warn!(
+                    "munmap of CPU device memory failed: {}",
+                    io::Error::last_os_error()
+                );
             }
             libc::close(self.fd);
         }
@@ -231,7 +234,10 @@ impl Drop for PeerMap {
     fn drop(&mut self) {
         // SAFETY: our mapping, released once.
         if unsafe { libc::munmap(self.ptr.cast(), self.len.max(1)) } != 0 {
-            tracing::warn!("munmap of a peer mapping failed: {}", io::Error::last_os_error());
+            tracing::warn!(
+                "munmap of a peer mapping failed: {}",
+                io::Error::last_os_error()
+            );
         }
     }
 }

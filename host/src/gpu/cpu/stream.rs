@@ -168,11 +168,7 @@ impl Stream {
     pub fn synchronize(&self) -> Result<()> {
         let mut p = lock(&self.shared.progress);
         while p.completed < p.submitted {
-            p = self
-                .shared
-                .cv
-                .wait(p)
-                .unwrap_or_else(|e| e.into_inner());
+            p = self.shared.cv.wait(p).unwrap_or_else(|e| e.into_inner());
         }
         match p.error.take() {
             Some(source) => Err(self.err("synchronize", source)),
