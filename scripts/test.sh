@@ -7,3 +7,4 @@ cargo build --workspace --all-targets --locked
 bash scripts/check-ptx.sh           # the embedded PTX must assemble for sm_90
 bash scripts/check-cuda-header.sh   # CUDA C++ against mscclpp/device.cuh must compile (nvcc)
 cargo test --workspace --locked
+MSCCLPP_BACKEND=cpu cargo run --locked -q -p user-kernels-demo   # a user kernel crate, built by mscclpp-build

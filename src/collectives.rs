@@ -40,8 +40,11 @@ use crate::kernels;
 pub enum Algorithm {
     /// One-shot LL16 packets (all-reduce only; up to `ll_max_bytes`).
     LlOneShot,
-    /// Through the staging buffers (every collective).
+    /// Through the staging buffers, reading the peers' staging (every collective).
     Staged,
+    /// All-reduce where only writes cross the links: reduce-scatter by puts into the peers'
+    /// staging, a local reduction, and an all-gather by puts.
+    TwoShotPut,
 }
 
 impl Algorithm {
@@ -50,6 +53,7 @@ impl Algorithm {
         match s {
             "ll" | "ll-one-shot" | "ll_one_shot" => Some(Self::LlOneShot),
             "staged" | "rs-ag" => Some(Self::Staged),
+            "put" | "two-shot-put" => Some(Self::TwoShotPut),
             _ => None,
         }
     }
@@ -301,13 +305,18 @@ impl Collectives {
                 // SAFETY: the caller's contract, and our scratch.
                 unsafe { stream.launch(&self.ll, LaunchConfig::new(blocks, threads), p) }
             }
-            Algorithm::Staged => {
-                // Pieces whose per-rank chunks (rounded to 16 bytes) fit the staging region.
-                let piece = ((self.cfg.stage_bytes / n) & !15) * n;
+            Algorithm::Staged | Algorithm::TwoShotPut => {
+                // Pieces whose per-rank chunks (rounded to 16 bytes) fit the staging region
+                // (twice: the put variant keeps an all-gather half).
+                let (mode, halves) = match algo {
+                    Algorithm::TwoShotPut => (CollectiveMode::AllReducePut, 2),
+                    _ => (CollectiveMode::AllReduce, 1),
+                };
+                let piece = ((self.cfg.stage_bytes / (halves * n)) & !15) * n;
                 let mut off = 0;
                 while off < bytes {
                     let len = piece.min(bytes - off);
-                    let mut p = self.params(CollectiveMode::AllReduce, dtype, op);
+                    let mut p = self.params(mode, dtype, op);
                     p.input = input.byte_add_cast(off as u64);
                     p.output = output.byte_add_cast(off as u64);
                     p.bytes = len as u64;

@@ -280,6 +280,7 @@ fn all_reduce_2_ranks_every_type_op_and_algorithm() {
         for count in [1, 7, 1031] {
             all_reduce_case(c, count, None);
             all_reduce_case(c, count, Some(Algorithm::Staged));
+            all_reduce_case(c, count, Some(Algorithm::TwoShotPut));
         }
     });
 }
@@ -287,7 +288,10 @@ fn all_reduce_2_ranks_every_type_op_and_algorithm() {
 #[test]
 fn all_reduce_large_runs_in_pieces() {
     // 300 007 u32 = 1.2 MB > the CPU backend's 1 MiB staging buffer.
-    run(2, |c| all_reduce_case(c, 300_007, Some(Algorithm::Staged)));
+    run(2, |c| {
+        all_reduce_case(c, 300_007, Some(Algorithm::Staged));
+        all_reduce_case(c, 300_007, Some(Algorithm::TwoShotPut));
+    });
 }
 
 #[test]
@@ -296,6 +300,7 @@ fn all_reduce_3_4_and_8_ranks() {
         run(n, |c| {
             all_reduce_case(c, 5, Some(Algorithm::LlOneShot));
             all_reduce_case(c, 997, Some(Algorithm::Staged));
+            all_reduce_case(c, 1999, Some(Algorithm::TwoShotPut));
         });
     }
 }

@@ -5,24 +5,37 @@
 //! nightly toolchain. mscclpp's own `build.rs` builds `mscclpp-device` with it.
 //!
 //! ```no_run
-//! // build.rs of a crate with kernels in ./kernels
+//! // build.rs of a host crate whose kernels are the crate `my-kernels` in ../kernels
 //! fn main() {
-//!     if let Err(e) = mscclpp_build::PtxBuilder::new("kernels").build() {
-//!         e.exit();
+//!     if let Err(e) = mscclpp_build::PtxBuilder::new("../kernels").build() {
+//!         e.exit(); // one `error:` line: what failed, and the fix
 //!     }
 //! }
+//! // src/main.rs then embeds OUT_DIR/my_kernels.ptx:
+//! //     const MY_KERNELS_PTX: &str = mscclpp::include_ptx!("my_kernels");
 //! ```
 //!
 //! What it does: `cargo rustc --lib --crate-type cdylib --release --target nvptx64-nvidia-cuda
 //! -Zbuild-std=core` on the kernel crate, in its own target directory under `OUT_DIR`, with
 //! `RUSTC_BOOTSTRAP=1` set for that child build only (build-std and the PTX kernel ABI are
 //! unstable features of the stable toolchain), and `-Ctarget-cpu=sm_XX` from the builder's arch,
-//! else `MSCCLPP_CUDA_ARCH`, else `sm_90`. The PTX is copied to `OUT_DIR/<name>.ptx`, and cargo
-//! is told to rebuild when the kernel crate (or any extra path) changes.
+//! else `MSCCLPP_CUDA_ARCH`, else `sm_90`. The PTX is copied to `OUT_DIR/<name>.ptx`, where
+//! `<name>` is the kernel crate's library name (`my_kernels` for package `my-kernels`) unless
+//! [`PtxBuilder::output_name`] says otherwise; the host crate embeds it with
+//! `mscclpp::include_ptx!("my_kernels")`. Cargo is told to rebuild when the kernel crate, any
+//! source file the nvptx build read (path dependencies included, from its dep-info), or any
+//! extra [`PtxBuilder::watch`] path changes.
+//!
+//! The child build is `--locked` when the kernel crate's workspace already has a `Cargo.lock`
+//! (so CI's lock file is honoured); a kernel crate that is its own workspace gets one created.
 //!
 //! Before building it checks that the toolchain has the components the nvptx build needs
 //! (`rust-src`, `llvm-tools`, `llvm-bitcode-linker`); a missing one is one line naming it and
-//! the command that installs it.
+//! the command that installs it. A kernel crate that does not compile is one line naming the
+//! crate and the usual fixes; rustc's own messages are in the build script's output.
+
+// The crate example is a build script, whose `fn main` is the point.
+#![allow(clippy::needless_doctest_main)]
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -70,7 +83,10 @@ impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::NotInBuildScript(var) => {
-                write!(f, "mscclpp-build must run inside a build.rs ({var} is not set)")
+                write!(
+                    f,
+                    "mscclpp-build must run inside a build.rs ({var} is not set)"
+                )
             }
             Self::BadArch(a) => write!(
                 f,
@@ -79,13 +95,15 @@ impl fmt::Display for BuildError {
             Self::Sysroot(e) => write!(f, "could not ask rustc for its sysroot: {e}"),
             Self::MissingComponent { component } => write!(
                 f,
-                "the Rust component `{component}` is missing (needed for the nvptx64 PTX build): run `rustup toolchain install` in the repository root (or `rustup component add {component}`)"
+                "the Rust component `{component}` is missing (needed for the nvptx64 PTX build): run `rustup toolchain install` next to a rust-toolchain.toml that lists it (as mscclpp-rs's does), or `rustup component add {component}`"
             ),
-            Self::NoKernelCrate(p) => write!(f, "no kernel crate at {} (Cargo.toml missing)", p.display()),
+            Self::NoKernelCrate(p) => {
+                write!(f, "no kernel crate at {} (Cargo.toml missing)", p.display())
+            }
             Self::Spawn(e) => write!(f, "could not start cargo for the PTX build: {e}"),
             Self::Compile { crate_dir, status } => write!(
                 f,
-                "the kernel crate {} failed to compile for nvptx64-nvidia-cuda ({status}); the compiler's messages are above",
+                "the kernel crate {} failed to compile for nvptx64-nvidia-cuda ({status}): fix the errors rustc printed (below, under `--- stderr`); a kernel crate is `#![no_std]`, uses only no_std dependencies, and starts with `#![cfg_attr(target_arch = \"nvptx64\", feature(abi_ptx))]`",
                 crate_dir.display()
             ),
             Self::NoPtx(p) => write!(f, "the PTX build produced no {}", p.display()),
@@ -132,7 +150,8 @@ impl PtxBuilder {
         self
     }
 
-    /// Name of the output file `OUT_DIR/<name>.ptx` (default: the crate's library name).
+    /// Name of the output file `OUT_DIR/<name>.ptx` (default: the crate's library name, with
+    /// `_` for `-`); `mscclpp::include_ptx!("<name>")` embeds it.
     pub fn output_name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
         self
@@ -154,6 +173,7 @@ impl PtxBuilder {
                 .ok_or(BuildError::NotInBuildScript("CARGO_MANIFEST_DIR"))?,
         );
         let crate_dir = manifest_dir.join(&self.crate_dir);
+        let crate_dir = std::fs::canonicalize(&crate_dir).unwrap_or(crate_dir);
         let manifest = crate_dir.join("Cargo.toml");
         if !manifest.is_file() {
             return Err(BuildError::NoKernelCrate(crate_dir));
@@ -172,11 +192,11 @@ impl PtxBuilder {
         }
 
         let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
-        check_components(Path::new(&rustc))?;
+        let sysroot = check_components(Path::new(&rustc))?;
 
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let target_dir = out_dir.join("ptx-target");
-        let mut cmd = Command::new(cargo);
+        let mut cmd = Command::new(&cargo);
         // The parent build's settings must not leak into the nvptx build.
         for var in [
             "CARGO_ENCODED_RUSTFLAGS",
@@ -194,8 +214,11 @@ impl PtxBuilder {
         }
         cmd.current_dir(&crate_dir)
             .env("RUSTC_BOOTSTRAP", "1")
-            .args(["rustc", "--lib", "--crate-type", "cdylib", "--release", "--locked"])
-            .args(["--target", "nvptx64-nvidia-cuda", "-Zbuild-std=core"])
+            .args(["rustc", "--lib", "--crate-type", "cdylib", "--release"]);
+        if has_lock_file(Path::new(&cargo), &manifest) {
+            cmd.arg("--locked");
+        }
+        cmd.args(["--target", "nvptx64-nvidia-cuda", "-Zbuild-std=core"])
             .arg("--manifest-path")
             .arg(&manifest)
             .arg("--target-dir")
@@ -208,20 +231,81 @@ impl PtxBuilder {
                 status: status.to_string(),
             });
         }
-        let lib_name = match self.name {
-            Some(n) => n,
-            None => lib_name(&manifest),
-        };
-        let built = target_dir
-            .join("nvptx64-nvidia-cuda/release")
-            .join(format!("{}.ptx", lib_name.replace('-', "_")));
+        let artifact = lib_name(&manifest);
+        let release = target_dir.join("nvptx64-nvidia-cuda/release");
+        let built = release.join(format!("{artifact}.ptx"));
         if !built.is_file() {
             return Err(BuildError::NoPtx(built));
         }
-        let dest = out_dir.join(format!("{}.ptx", lib_name.replace('-', "_")));
+        watch_dep_info(&release.join(format!("{artifact}.d")), &sysroot);
+        let name = self.name.unwrap_or(artifact);
+        let dest = out_dir.join(format!("{name}.ptx"));
         std::fs::copy(&built, &dest).map_err(|e| BuildError::Copy(dest.clone(), e))?;
         Ok(dest)
     }
+}
+
+/// Whether the workspace of `manifest` already has a `Cargo.lock` (then the child build is
+/// `--locked`; otherwise cargo creates one, as it would for `cargo build` there).
+fn has_lock_file(cargo: &Path, manifest: &Path) -> bool {
+    Command::new(cargo)
+        .args(["locate-project", "--workspace", "--message-format", "plain"])
+        .arg("--manifest-path")
+        .arg(manifest)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| {
+            let root = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
+            root.parent().map(|d| d.join("Cargo.lock").is_file())
+        })
+        .unwrap_or(false)
+}
+
+/// Tells cargo to rerun the build when any source file the nvptx build read changes: the
+/// paths of cargo's dep-info file for the PTX (the kernel crate and its path dependencies;
+/// the toolchain's own sources under `sysroot` are left out). A missing file is not an error:
+/// the kernel crate's directory is watched anyway.
+fn watch_dep_info(dep_info: &Path, sysroot: &Path) {
+    let Ok(text) = std::fs::read_to_string(dep_info) else {
+        return;
+    };
+    for path in dep_info_paths(&text) {
+        if !path.starts_with(sysroot) {
+            println!("cargo::rerun-if-changed={}", path.display());
+        }
+    }
+}
+
+/// The prerequisites of a Makefile-style dep-info file (`target: dep dep\ with\ space …`).
+fn dep_info_paths(text: &str) -> Vec<PathBuf> {
+    let mut paths = Vec::new();
+    for line in text.lines() {
+        let Some((_, deps)) = line.split_once(": ") else {
+            continue;
+        };
+        let mut cur = String::new();
+        let mut chars = deps.chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => {
+                    if let Some(n) = chars.next() {
+                        cur.push(n);
+                    }
+                }
+                ' ' => {
+                    if !cur.is_empty() {
+                        paths.push(PathBuf::from(std::mem::take(&mut cur)));
+                    }
+                }
+                c => cur.push(c),
+            }
+        }
+        if !cur.is_empty() {
+            paths.push(PathBuf::from(cur));
+        }
+    }
+    paths
 }
 
 fn valid_arch(arch: &str) -> bool {
@@ -231,31 +315,41 @@ fn valid_arch(arch: &str) -> bool {
     })
 }
 
-/// The package name from a Cargo.toml (the `[lib] name` is assumed to be the default).
+/// The library name of a kernel crate: `[lib] name`, else the package name with `-` turned into
+/// `_` (what rustc names its artifacts: `my-kernels` → `my_kernels`).
 fn lib_name(manifest: &Path) -> String {
     let text = std::fs::read_to_string(manifest).unwrap_or_default();
-    let mut in_package = false;
+    let (mut section, mut package, mut lib) = (String::new(), None, None);
     for line in text.lines() {
         let line = line.trim();
         if line.starts_with('[') {
-            in_package = line == "[package]";
-        } else if in_package
-            && let Some(v) = line.strip_prefix("name")
+            section = line.to_string();
+        } else if let Some(v) = line.strip_prefix("name")
             && let Some(v) = v.trim_start().strip_prefix('=')
         {
-            return v.trim().trim_matches('"').to_string();
+            let v = v.trim().trim_matches('"').to_string();
+            match section.as_str() {
+                "[package]" => package = Some(v),
+                "[lib]" => lib = Some(v),
+                _ => {}
+            }
         }
     }
-    "kernels".to_string()
+    lib.or(package)
+        .unwrap_or_else(|| "kernels".to_string())
+        .replace('-', "_")
 }
 
-fn check_components(rustc: &Path) -> Result<(), BuildError> {
+/// Checks the nvptx build's components; returns the toolchain's sysroot.
+fn check_components(rustc: &Path) -> Result<PathBuf, BuildError> {
     let out = Command::new(rustc)
         .args(["--print", "sysroot"])
         .output()
         .map_err(|e| BuildError::Sysroot(e.to_string()))?;
     if !out.status.success() {
-        return Err(BuildError::Sysroot(String::from_utf8_lossy(&out.stderr).into()));
+        return Err(BuildError::Sysroot(
+            String::from_utf8_lossy(&out.stderr).into(),
+        ));
     }
     let sysroot = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
     let host = std::env::var("HOST").unwrap_or_else(|_| "x86_64-unknown-linux-gnu".into());
@@ -276,7 +370,7 @@ fn check_components(rustc: &Path) -> Result<(), BuildError> {
             return Err(BuildError::MissingComponent { component });
         }
     }
-    Ok(())
+    Ok(sysroot)
 }
 
 #[cfg(test)]
@@ -299,8 +393,20 @@ mod tests {
             component: "rust-src",
         };
         let s = e.to_string();
-        assert!(s.contains("`rust-src`") && s.contains("rustup toolchain install"), "{s}");
+        assert!(
+            s.contains("`rust-src`") && s.contains("rustup toolchain install"),
+            "{s}"
+        );
         assert_eq!(s.lines().count(), 1);
+    }
+
+    #[test]
+    fn dep_info_paths_unescape_spaces() {
+        let d = "/t/a.ptx: /src/lib.rs /my\\ dir/x.rs\n\n/src/lib.rs:\n";
+        assert_eq!(
+            dep_info_paths(d),
+            [PathBuf::from("/src/lib.rs"), PathBuf::from("/my dir/x.rs")]
+        );
     }
 
     #[test]
@@ -308,9 +414,14 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("mscclpp-build-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let m = dir.join("Cargo.toml");
-        std::fs::write(&m, "[workspace]\n[package]\nname = \"my-kernels\"\nversion = \"0.1.0\"\n")
-            .unwrap();
-        assert_eq!(lib_name(&m), "my-kernels");
+        std::fs::write(
+            &m,
+            "[workspace]\n[package]\nname = \"my-kernels\"\nversion = \"0.1.0\"\n",
+        )
+        .unwrap();
+        assert_eq!(lib_name(&m), "my_kernels");
+        std::fs::write(&m, "[package]\nname = \"a-b\"\n[lib]\nname = \"kern\"\n").unwrap();
+        assert_eq!(lib_name(&m), "kern");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -90,23 +90,22 @@ fn block_copy(dst: *mut u8, src: *const u8, len: u64) {
     }
 }
 
-/// Block-collective reduction: `acc[i] = op(acc[i], others(q)[i])` over `len` bytes (16-byte
-/// aligned pointers, `len` rounded up to whole 16-byte vectors inside the buffers).
+/// Block-collective reduction: `acc[i] = op(acc[i], source(q)[i])` for every peer `q`, over
+/// `len` bytes (16-byte aligned pointers; `len` is rounded up to whole 16-byte vectors, which
+/// the host keeps inside every buffer).
 #[inline(always)]
 fn block_reduce_into(
     acc: *mut u8,
     p: &CollectiveParams,
-    part_off: u64,
     len: u64,
     dtype: DataType,
     op: ReduceOp,
+    source: impl Fn(u32) -> *const u8,
 ) {
-    let b = arch::block_idx_x();
     let vecs = len.div_ceil(16);
     let mut i = arch::thread_idx_x() as u64;
     while i < vecs {
-        // SAFETY: `acc` and every peer's staging hold `part_off + vecs * 16` bytes (the host
-        // sizes staging in whole vectors); all are 16-byte aligned.
+        // SAFETY: the caller's ranges (see above).
         unsafe {
             let a = acc.add((i * 16) as usize) as *mut u32;
             let mut v = arch::ld_v4_u32(a);
@@ -114,12 +113,7 @@ fn block_reduce_into(
                 if q == p.rank {
                     continue;
                 }
-                let peer = channel(p, b, q)
-                    .dst
-                    .as_ptr()
-                    .add((p.stage_offset + part_off + i * 16) as usize)
-                    as *const u32;
-                let w = arch::ld_v4_u32(peer);
+                let w = arch::ld_v4_u32(source(q).add((i * 16) as usize) as *const u32);
                 for k in 0..4 {
                     v[k] = reduce_word(v[k], w[k], dtype, op);
                 }
@@ -252,7 +246,9 @@ crate::kernel! {
                 }
                 let c_len = bytes.saturating_sub(me * chunk).min(chunk);
                 let (s, e) = sub_slice(c_len, b as u64, nb);
-                block_reduce_into(stage.add((me * chunk + s) as usize), &p, me * chunk + s, e - s, dtype, op);
+                block_reduce_into(stage.add((me * chunk + s) as usize), &p, e - s, dtype, op, |q| {
+                    peer_stage(q).add((me * chunk + s) as usize)
+                });
                 if !barrier(&p, None) {
                     return;
                 }
@@ -261,6 +257,43 @@ crate::kernel! {
                     let (s, e) = sub_slice(c_len, b as u64, nb);
                     let from = peer_stage(c as u32).add((c * chunk + s) as usize);
                     block_copy(output.add((c * chunk + s) as usize), from, e - s);
+                }
+            } else if mode == CollectiveMode::AllReducePut as u32 {
+                // Writes only cross the links: slot q of rank r's first half receives rank q's
+                // part r; the reduced part r goes to slot r of every rank's second half.
+                let chunk = up16(bytes.div_ceil(n));
+                let rs = |r: u32, slot: u64| peer_stage(r).add((slot * chunk) as usize);
+                let ag = |r: u32, slot: u64| peer_stage(r).add(((n + slot) * chunk) as usize);
+                for c in 0..p.nranks {
+                    let c_len = bytes.saturating_sub(c as u64 * chunk).min(chunk);
+                    let (s, e) = sub_slice(c_len, b as u64, nb);
+                    let from = input.add((c as u64 * chunk + s) as usize);
+                    block_copy(rs(c, me).add(s as usize), from, e - s);
+                }
+                if !barrier(&p, None) {
+                    return;
+                }
+                let c_len = bytes.saturating_sub(me * chunk).min(chunk);
+                let (s, e) = sub_slice(c_len, b as u64, nb);
+                let mine = rs(p.rank, me).add(s as usize);
+                block_reduce_into(mine, &p, e - s, dtype, op, |q| rs(p.rank, q as u64).add(s as usize));
+                arch::sync_threads();
+                block_copy(output.add((me * chunk + s) as usize), mine, e - s);
+                for q in 0..p.nranks {
+                    if q != p.rank {
+                        block_copy(ag(q, me).add(s as usize), mine, e - s);
+                    }
+                }
+                if !barrier(&p, None) {
+                    return;
+                }
+                for q in 0..p.nranks {
+                    if q == p.rank {
+                        continue;
+                    }
+                    let c_len = bytes.saturating_sub(q as u64 * chunk).min(chunk);
+                    let (s, e) = sub_slice(c_len, b as u64, nb);
+                    block_copy(output.add((q as u64 * chunk + s) as usize), ag(p.rank, q as u64).add(s as usize), e - s);
                 }
             } else if mode == CollectiveMode::AllGather as u32 {
                 let (s, e) = sub_slice(bytes, b as u64, nb);
@@ -281,7 +314,9 @@ crate::kernel! {
                 if !barrier(&p, None) {
                     return;
                 }
-                block_reduce_into(stage.add((me * part + s) as usize), &p, me * part + s, e - s, dtype, op);
+                block_reduce_into(stage.add((me * part + s) as usize), &p, e - s, dtype, op, |q| {
+                    peer_stage(q).add((me * part + s) as usize)
+                });
                 arch::sync_threads();
                 block_copy(output.add(s as usize), stage.add((me * part + s) as usize), e - s);
             } else if mode == CollectiveMode::Broadcast as u32 {

@@ -4,13 +4,27 @@
 //! Set-up messages travel over the bootstrap under tags in their own ranges (memory, endpoint,
 //! semaphore), so user tags of each kind never collide with each other or with the
 //! bootstrap's collectives. Every received message is validated before use.
+//!
+//! # Registry of network-writable memories
+//!
+//! Network transports (`Ethernet`, `Ib`) write into this rank's memory on behalf of a peer, which
+//! names the destination only by its `local_id`. The communicator therefore keeps a registry
+//! (`LocalMemories`): id → (address, size, transports) of every memory registered here for a
+//! network transport. A receiver looks the id up, checks the range against it and copies while
+//! holding the registry's read lock. The entry belongs to the [`RegisteredMemory`] (and its
+//! clones): when the last clone is dropped the entry is removed under the write lock, so once
+//! that drop returns no receiver writes into the memory any more. Dropping the underlying buffer
+//! while a `RegisteredMemory` of it is still alive is the caller's error (as for every
+//! transport): a peer could still write there.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 
 use mscclpp_shared::DevicePtr;
 
 use crate::bootstrap::Bootstrap;
+use crate::connection::ethernet::{self, EthernetConnection};
 use crate::connection::p2p::P2pConnection;
 use crate::connection::{Connection, Endpoint, EndpointConfig};
 use crate::error::{Error, Result};
@@ -27,12 +41,72 @@ pub const ENDPOINT_TAG: u64 = 2 << 60;
 pub const SEMAPHORE_TAG: u64 = 3 << 60;
 const USER_TAG_MASK: u64 = (1 << 60) - 1;
 
+/// A memory registered on this rank for a network transport: what a receiver may write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LocalMemory {
+    /// Its address in this process (device memory or host-mapped memory of this rank's GPU).
+    pub ptr: DevicePtr<u8>,
+    /// Its size in bytes.
+    pub size: usize,
+    /// The transports it was registered for.
+    pub transports: TransportFlags,
+}
+
+/// The communicator's registry of network-writable memories, by `local_id` (see the module
+/// docs).
+#[derive(Debug, Default)]
+pub(crate) struct LocalMemories {
+    map: RwLock<HashMap<u32, LocalMemory>>,
+}
+
+impl LocalMemories {
+    /// Adds `mem` under `id`; the returned guard removes it when dropped.
+    pub(crate) fn insert(self: &Arc<Self>, id: u32, mem: LocalMemory) -> Registration {
+        self.map
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, mem);
+        Registration {
+            registry: Arc::clone(self),
+            id,
+        }
+    }
+
+    /// The registry, read-locked: memories stay registered (and alive) while the guard is held.
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, HashMap<u32, LocalMemory>> {
+        self.map.read().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A memory's entry in [`LocalMemories`]; held by its `RegisteredMemory`, removed on drop.
+#[derive(Debug)]
+pub(crate) struct Registration {
+    registry: Arc<LocalMemories>,
+    id: u32,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.registry
+            .map
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.id);
+    }
+}
+
+/// Whether a memory registered for `transports` may be written by peers over the network.
+fn network_writable(transports: TransportFlags) -> bool {
+    transports.has(Transport::Ethernet) || (0..8).any(|i| transports.has(Transport::Ib(i)))
+}
+
 /// A rank's communicator.
 pub struct Communicator {
     bootstrap: Arc<dyn Bootstrap>,
     gpu: Gpu,
     status: Arc<StatusBlock>,
     next_memory_id: AtomicU32,
+    local_memories: Arc<LocalMemories>,
 }
 
 impl Communicator {
@@ -44,6 +118,7 @@ impl Communicator {
             gpu,
             status,
             next_memory_id: AtomicU32::new(0),
+            local_memories: Arc::default(),
         })
     }
 
@@ -96,6 +171,37 @@ impl Communicator {
         self.next_memory_id.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// Registers `size` bytes at `ptr` under a new id, entering it in the registry of
+    /// network-writable memories when a network transport is asked for.
+    fn register(
+        &self,
+        ptr: DevicePtr<u8>,
+        size: usize,
+        transports: TransportFlags,
+        ipc: Option<mscclpp_shared::IpcMemHandle>,
+    ) -> Result<RegisteredMemory> {
+        let id = self.next_id();
+        let writable = network_writable(transports) && size > 0 && !ptr.is_null();
+        let registration = writable.then(|| {
+            let mem = LocalMemory {
+                ptr,
+                size,
+                transports,
+            };
+            self.local_memories.insert(id, mem)
+        });
+        RegisteredMemory::local(
+            &self.gpu,
+            self.rank(),
+            id,
+            ptr,
+            size,
+            transports,
+            ipc,
+            registration,
+        )
+    }
+
     /// Registers a device buffer for `transports` (its IPC handle is exported when a same-node
     /// transport is asked for).
     pub fn register_buffer(
@@ -110,15 +216,7 @@ impl Communicator {
         } else {
             None
         };
-        RegisteredMemory::local(
-            &self.gpu,
-            self.rank(),
-            self.next_id(),
-            buf.ptr(),
-            buf.len(),
-            transports,
-            ipc,
-        )
+        self.register(buf.ptr(), buf.len(), transports, ipc)
     }
 
     /// Registers host-mapped memory (reachable by network transports, and by peers in this
@@ -128,15 +226,7 @@ impl Communicator {
         mem: &HostMapped,
         transports: impl Into<TransportFlags>,
     ) -> Result<RegisteredMemory> {
-        RegisteredMemory::local(
-            &self.gpu,
-            self.rank(),
-            self.next_id(),
-            mem.device_ptr(),
-            mem.len(),
-            transports.into(),
-            None,
-        )
+        self.register(mem.device_ptr(), mem.len(), transports.into(), None)
     }
 
     /// Registers `size` bytes at a raw device address that this process can reach (no IPC
@@ -147,22 +237,17 @@ impl Communicator {
         size: usize,
         transports: impl Into<TransportFlags>,
     ) -> Result<RegisteredMemory> {
-        RegisteredMemory::local(
-            &self.gpu,
-            self.rank(),
-            self.next_id(),
-            ptr,
-            size,
-            transports.into(),
-            None,
-        )
+        self.register(ptr, size, transports.into(), None)
     }
 
     /// Sends `mem` to `remote_rank` under `tag`.
     pub fn send_memory(&self, mem: &RegisteredMemory, remote_rank: usize, tag: u64) -> Result<()> {
         self.check_alive()?;
-        self.bootstrap
-            .send(remote_rank, MEMORY_TAG | (tag & USER_TAG_MASK), &mem.serialize())
+        self.bootstrap.send(
+            remote_rank,
+            MEMORY_TAG | (tag & USER_TAG_MASK),
+            &mem.serialize(),
+        )
     }
 
     /// Receives the memory `remote_rank` sent under `tag`, mapped here where possible.
@@ -191,12 +276,24 @@ impl Communicator {
         if remote_rank >= self.size() {
             return Err(refuse(format!("no such rank (world size {})", self.size())));
         }
+        // Network transports prepare before the endpoints cross (a listener, a queue pair) and
+        // put what the peer needs into `extra`; a local failure is sent instead, so the peer
+        // fails at once with this rank's reason rather than waiting for an endpoint.
+        let prepared = self.prepare(transport, remote_rank);
+        let extra = match &prepared {
+            Ok(p) => encode_extra(Ok(&p.extra())),
+            Err(e) => encode_extra(Err(&e.to_string())),
+        };
         let mine = Endpoint {
             transport: transport.bit(),
             rank: self.rank() as u32,
             pid: std::process::id(),
             device: self.gpu.ordinal() as u32,
-            extra: Vec::new(),
+            extra: if matches!(prepared, Ok(Prepared::None)) {
+                Vec::new()
+            } else {
+                extra
+            },
         };
         let tag = ENDPOINT_TAG | (tag & USER_TAG_MASK);
         self.bootstrap.send(remote_rank, tag, &mine.serialize())?;
@@ -207,22 +304,156 @@ impl Communicator {
                 theirs.transport
             )));
         }
+        let prepared = prepared?;
         match transport {
             Transport::CudaIpc | Transport::Shm => {
                 if transport != Transport::local_for(self.gpu.kind()) {
-                    return Err(refuse(format!("not available on the {:?} backend", self.gpu.kind())));
+                    return Err(refuse(format!(
+                        "not available on the {:?} backend",
+                        self.gpu.kind()
+                    )));
                 }
                 if !self.same_node(remote_rank) {
                     return Err(refuse("the peer is on another node".into()));
                 }
-                if theirs.pid == std::process::id() && theirs.device as usize != self.gpu.ordinal() {
+                if theirs.pid == std::process::id() && theirs.device as usize != self.gpu.ordinal()
+                {
                     // Ranks of one process reach each other's memory by peer access.
                     let peer = Gpu::open(self.gpu.kind(), theirs.device as usize)?;
                     self.gpu.enable_peer_access(&peer)?;
                 }
-                Ok(Arc::new(P2pConnection::new(&self.gpu, transport, remote_rank)?))
+                Ok(Arc::new(P2pConnection::new(
+                    &self.gpu,
+                    transport,
+                    remote_rank,
+                )?))
             }
-            Transport::Ethernet | Transport::Ib(_) => Err(refuse("not implemented yet".into())),
+            Transport::Ethernet => {
+                let Prepared::Ethernet(listener) = prepared else {
+                    return Err(refuse("no listener was prepared".into()));
+                };
+                let peer_extra = decode_extra(&theirs.extra, remote_rank)?;
+                let conn = EthernetConnection::establish(
+                    listener,
+                    peer_extra,
+                    ethernet::Setup {
+                        rank: self.rank(),
+                        remote_rank,
+                        same_node: self.same_node(remote_rank),
+                        gpu: &self.gpu,
+                        registry: Arc::clone(&self.local_memories),
+                        status: Arc::clone(&self.status),
+                        timeout: config.flush_timeout,
+                    },
+                )?;
+                Ok(Arc::new(conn))
+            }
+            #[cfg(feature = "ib")]
+            Transport::Ib(_) => {
+                let Prepared::Ib(prep) = prepared else {
+                    return Err(refuse("no queue pair was prepared".into()));
+                };
+                let peer_extra = decode_extra(&theirs.extra, remote_rank)?;
+                let conn = crate::connection::ib::IbConnection::establish(
+                    *prep,
+                    peer_extra,
+                    remote_rank,
+                    config.flush_timeout,
+                )?;
+                // Both queue pairs are ready to receive before either side writes.
+                self.bootstrap.send(remote_rank, tag, b"RTS")?;
+                self.bootstrap.recv(remote_rank, tag)?;
+                Ok(Arc::new(conn))
+            }
+            #[cfg(not(feature = "ib"))]
+            Transport::Ib(_) => Err(refuse("built without the `ib` feature".into())),
         }
+    }
+
+    /// The local half of a network transport's set-up, done before the endpoints cross.
+    fn prepare(&self, transport: Transport, remote_rank: usize) -> Result<Prepared> {
+        match transport {
+            Transport::Ethernet => Ok(Prepared::Ethernet(ethernet::Listener::bind(remote_rank)?)),
+            #[cfg(feature = "ib")]
+            Transport::Ib(i) => Ok(Prepared::Ib(Box::new(
+                crate::connection::ib::Prepared::new(i, &self.local_memories, remote_rank)?,
+            ))),
+            #[cfg(not(feature = "ib"))]
+            Transport::Ib(_) => Err(Error::IbUnavailable {
+                reason: "this build has no InfiniBand support (enable the `ib` feature)".into(),
+            }),
+            Transport::CudaIpc | Transport::Shm => Ok(Prepared::None),
+        }
+    }
+}
+
+/// What a network transport prepared before the endpoints crossed.
+enum Prepared {
+    /// Nothing (same-node transports).
+    None,
+    /// A bound listener.
+    Ethernet(ethernet::Listener),
+    /// A queue pair in INIT and its registrations.
+    #[cfg(feature = "ib")]
+    Ib(Box<crate::connection::ib::Prepared>),
+}
+
+impl Prepared {
+    /// The transport's bytes for `Endpoint::extra`.
+    fn extra(&self) -> Vec<u8> {
+        match self {
+            Prepared::None => Vec::new(),
+            Prepared::Ethernet(l) => l.info().encode(),
+            #[cfg(feature = "ib")]
+            Prepared::Ib(p) => p.info().encode(),
+        }
+    }
+}
+
+/// `Endpoint::extra` of a network transport: `status u8`, then for 0 (ready) the transport's
+/// bytes, for 1 (failed) the sender's reason (UTF-8, cut to [`MAX_FAILURE_REASON`] bytes).
+fn encode_extra(body: std::result::Result<&[u8], &str>) -> Vec<u8> {
+    match body {
+        Ok(b) => {
+            let mut v = Vec::with_capacity(1 + b.len());
+            v.push(0);
+            v.extend_from_slice(b);
+            v
+        }
+        Err(reason) => {
+            let mut end = reason.len().min(MAX_FAILURE_REASON);
+            while !reason.is_char_boundary(end) {
+                end -= 1;
+            }
+            let mut v = Vec::with_capacity(1 + end);
+            v.push(1);
+            v.extend_from_slice(&reason.as_bytes()[..end]);
+            v
+        }
+    }
+}
+
+/// Longest failure reason carried in an endpoint.
+const MAX_FAILURE_REASON: usize = 512;
+
+/// The transport's bytes of a peer's `extra`, or the peer's failure as [`Error::Remote`].
+fn decode_extra(extra: &[u8], from_rank: usize) -> Result<&[u8]> {
+    match extra.split_first() {
+        Some((0, body)) => Ok(body),
+        Some((1, reason)) => Err(Error::Remote {
+            rank: from_rank,
+            reason: format!(
+                "it could not prepare its end of the connection: {}",
+                String::from_utf8_lossy(reason)
+            ),
+        }),
+        Some((s, _)) => Err(Error::MalformedEndpoint {
+            rank: from_rank,
+            reason: format!("transport status byte {s}"),
+        }),
+        None => Err(Error::MalformedEndpoint {
+            rank: from_rank,
+            reason: "no transport bytes".into(),
+        }),
     }
 }

@@ -93,7 +93,9 @@ pub enum Error {
         reason: String,
     },
     /// Opening (mapping) a peer's IPC handle failed.
-    #[error("opening an IPC handle of device {owner_device} (pid {owner_pid}) on device {ordinal} failed")]
+    #[error(
+        "opening an IPC handle of device {owner_device} (pid {owner_pid}) on device {ordinal} failed"
+    )]
     IpcOpen {
         /// Local device ordinal.
         ordinal: usize,
@@ -178,7 +180,9 @@ pub enum Error {
         got: usize,
     },
     /// A kernel launch failed.
-    #[error("launching kernel {name:?} ({grid}x{block}, {shared_mem} B shared) on device {ordinal} failed")]
+    #[error(
+        "launching kernel {name:?} ({grid}x{block}, {shared_mem} B shared) on device {ordinal} failed"
+    )]
     Launch {
         /// Entry point.
         name: String,
@@ -297,7 +301,9 @@ pub enum Error {
         what: &'static str,
     },
     /// A peer speaks another bootstrap protocol version.
-    #[error("bootstrap rank {rank}: {peer} speaks bootstrap protocol version {got}, this build {want}")]
+    #[error(
+        "bootstrap rank {rank}: {peer} speaks bootstrap protocol version {got}, this build {want}"
+    )]
     BootstrapVersion {
         /// This rank.
         rank: usize,
@@ -415,7 +421,9 @@ pub enum Error {
         reason: String,
     },
     /// A connection's flush did not complete in time.
-    #[error("flush of the {transport} connection to rank {remote_rank} did not complete within {after:?}")]
+    #[error(
+        "flush of the {transport} connection to rank {remote_rank} did not complete within {after:?}"
+    )]
     FlushTimeout {
         /// The peer.
         remote_rank: usize,
@@ -438,6 +446,112 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+
+    // ---- ethernet / ib ----
+    /// A peer failed, died, or refused what this rank sent it (its receiver said why, or its
+    /// connection ended without a goodbye).
+    #[error("rank {rank} failed: {reason}")]
+    Remote {
+        /// The peer.
+        rank: usize,
+        /// What happened, as far as this rank knows.
+        reason: String,
+    },
+    /// The peer closed its end of an Ethernet connection (it dropped the connection or exited).
+    #[error("rank {remote_rank} closed its Ethernet connection ({op})")]
+    EthernetPeerClosed {
+        /// The peer.
+        remote_rank: usize,
+        /// What this rank was doing.
+        op: &'static str,
+    },
+    /// A socket call of an Ethernet connection failed.
+    #[error("Ethernet connection to rank {remote_rank}: {op} failed")]
+    EthernetIo {
+        /// The peer.
+        remote_rank: usize,
+        /// The operation.
+        op: &'static str,
+        /// OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An Ethernet set-up step or socket write did not finish before its deadline.
+    #[error("Ethernet connection to rank {remote_rank}: {op} did not complete within {after:?}")]
+    EthernetTimeout {
+        /// The peer.
+        remote_rank: usize,
+        /// The operation.
+        op: &'static str,
+        /// The deadline that passed.
+        after: std::time::Duration,
+    },
+    /// The Ethernet set-up with a peer failed (malformed endpoint, no reachable address, …).
+    #[error("Ethernet connection to rank {remote_rank}: set-up failed: {reason}")]
+    EthernetHandshake {
+        /// The peer.
+        remote_rank: usize,
+        /// Why.
+        reason: String,
+    },
+    /// A memory cannot be used on an Ethernet connection (another owner, not registered for
+    /// Ethernet, misaligned word).
+    #[error("Ethernet connection to rank {remote_rank}: {reason}")]
+    EthernetMemory {
+        /// The peer.
+        remote_rank: usize,
+        /// Why.
+        reason: String,
+    },
+    /// The peer sent a frame that breaks the protocol or names memory outside what this rank
+    /// registered; nothing of it was applied and the connection was closed (sticky).
+    #[error("Ethernet connection to rank {remote_rank}: refused a frame from the peer: {reason}")]
+    EthernetProtocol {
+        /// The peer.
+        remote_rank: usize,
+        /// What was wrong.
+        reason: String,
+    },
+    /// InfiniBand cannot be used here: libibverbs is missing, has no device, or lacks a symbol.
+    #[error("InfiniBand is not available: {reason}")]
+    IbUnavailable {
+        /// Why.
+        reason: String,
+    },
+    /// A verbs call failed.
+    #[error("{verb} failed on {device}")]
+    IbVerb {
+        /// The verb, e.g. `ibv_modify_qp(RTR)`.
+        verb: &'static str,
+        /// The RDMA device name.
+        device: String,
+        /// The errno it returned or set.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The InfiniBand set-up with a peer failed (malformed queue pair info, mismatched port, …).
+    #[error("InfiniBand connection to rank {remote_rank}: {reason}")]
+    IbConnect {
+        /// The peer.
+        remote_rank: usize,
+        /// Why.
+        reason: String,
+    },
+    /// A work request completed with an error status (sticky: the queue pair is in error).
+    #[error(
+        "InfiniBand connection to rank {remote_rank}: work request {wr_id} completed with status {status} ({name})"
+    )]
+    IbCompletion {
+        /// The peer.
+        remote_rank: usize,
+        /// The work request id.
+        wr_id: u64,
+        /// `ibv_wc_status` value.
+        status: u32,
+        /// Its name.
+        name: &'static str,
+    },
+    // ---- end ethernet / ib ----
 
     // ---- FIFO and proxy ----
     /// A FIFO size that is not a power of two.

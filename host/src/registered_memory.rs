@@ -17,6 +17,7 @@ use std::sync::Arc;
 use mscclpp_shared::{DevicePtr, IpcMemHandle};
 
 use crate::codec::{Reader, Writer};
+use crate::communicator::Registration;
 use crate::error::{Error, Result};
 use crate::gpu::{BackendKind, Gpu, PeerBuffer};
 use crate::transport::{Transport, TransportFlags};
@@ -48,6 +49,10 @@ struct Inner {
     owner_addr: u64,
     ipc: Option<IpcMemHandle>,
     mapping: Mapping,
+    /// The entry in the communicator's registry of network-writable memories (local memories
+    /// registered for `Ethernet`/`Ib`); dropping the last clone removes it, after which no
+    /// receiver writes here.
+    _registration: Option<Registration>,
 }
 
 /// A registered buffer (ours or a peer's). Cheap to clone.
@@ -68,7 +73,9 @@ impl std::fmt::Debug for RegisteredMemory {
 
 impl RegisteredMemory {
     /// Registers `size` bytes at `ptr` (device memory of `gpu`, or host-mapped memory) for
-    /// `transports`. `ipc` is the buffer's IPC handle when it can be exported.
+    /// `transports`. `ipc` is the buffer's IPC handle when it can be exported; `registration`
+    /// is its entry in the communicator's registry of network-writable memories, if any.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn local(
         gpu: &Gpu,
         rank: usize,
@@ -77,6 +84,7 @@ impl RegisteredMemory {
         size: usize,
         transports: TransportFlags,
         ipc: Option<IpcMemHandle>,
+        registration: Option<Registration>,
     ) -> Result<Self> {
         if size == 0 || ptr.is_null() {
             return Err(Error::RegisterMemory {
@@ -99,6 +107,7 @@ impl RegisteredMemory {
                 owner_addr: ptr.addr(),
                 ipc,
                 mapping: Mapping::Direct,
+                _registration: registration,
             }),
         })
     }
@@ -141,9 +150,7 @@ impl RegisteredMemory {
     pub fn range(&self, offset: u64, len: u64) -> Result<DevicePtr<u8>> {
         let end = offset.checked_add(len);
         match (end, self.ptr()) {
-            (Some(end), Some(p)) if end <= self.inner.size as u64 => {
-                Ok(p.byte_add_cast(offset))
-            }
+            (Some(end), Some(p)) if end <= self.inner.size as u64 => Ok(p.byte_add_cast(offset)),
             (_, None) => Err(Error::MemoryNotMapped {
                 rank: self.inner.owner_rank,
                 id: self.inner.local_id,
@@ -212,15 +219,23 @@ impl RegisteredMemory {
             return Err(bad(format!("claims to be owned by rank {owner_rank}")));
         }
         if size == 0 || size > isize::MAX as u64 || owner_addr == 0 || transports.is_empty() {
-            return Err(bad(format!("size {size}, address {owner_addr:#x}, transports {transports:?}")));
+            return Err(bad(format!(
+                "size {size}, address {owner_addr:#x}, transports {transports:?}"
+            )));
         }
         if backend != gpu.kind() {
-            return Err(bad(format!("{backend:?} memory sent to a {:?} rank", gpu.kind())));
+            return Err(bad(format!(
+                "{backend:?} memory sent to a {:?} rank",
+                gpu.kind()
+            )));
         }
         let ipc = if flags & FLAG_HAS_IPC != 0 {
             crate::gpu::validate_ipc_handle(&ipc, backend)?;
             if ipc.size != size {
-                return Err(bad(format!("IPC handle covers {} bytes, not {size}", ipc.size)));
+                return Err(bad(format!(
+                    "IPC handle covers {} bytes, not {size}",
+                    ipc.size
+                )));
             }
             Some(ipc)
         } else {
@@ -250,6 +265,7 @@ impl RegisteredMemory {
                 owner_addr,
                 ipc,
                 mapping,
+                _registration: None,
             }),
         })
     }

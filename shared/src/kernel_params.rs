@@ -182,6 +182,9 @@ pub enum CollectiveMode {
     Send = 5,
     /// Receive `bytes` from `root` (the peer).
     Recv = 6,
+    /// All-reduce where only writes cross the links (reduce-scatter by puts into the peers'
+    /// staging, local reduction, all-gather by puts).
+    AllReducePut = 7,
 }
 
 /// Parameters of the collective kernels (`ll_all_reduce_kernel`, `staged_collective_kernel`).

@@ -57,14 +57,16 @@ fn loopback() -> SocketAddr {
 }
 
 /// Runs `n` ranks as threads of this process, rank `r` on device `r` (wrapping); returns their
-/// results in rank order.
+/// results in rank order. If a rank panics (a failed assertion), every rank's communicator is
+/// aborted first, so kernels of the others waiting for it return instead of hanging the test.
 pub fn ranks_as_threads<T: Send>(n: usize, body: impl Fn(Communicator) -> T + Sync) -> Vec<T> {
     let (id, listener) = UniqueId::bind(loopback()).unwrap();
     let listener = Mutex::new(Some(listener));
+    let statuses = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
             .map(|r| {
-                let (body, listener) = (&body, &listener);
+                let (body, listener, statuses) = (&body, &listener, &statuses);
                 s.spawn(move || {
                     let cfg = BootstrapConfig::new(r, n, id).with_timeout(Duration::from_secs(30));
                     let root = if r == 0 {
@@ -78,7 +80,16 @@ pub fn ranks_as_threads<T: Send>(n: usize, body: impl Fn(Communicator) -> T + Sy
                     }
                     .expect("bootstrap");
                     let comm = Communicator::new(Arc::new(bs), gpu(r)).expect("communicator");
-                    body(comm)
+                    statuses.lock().unwrap().push(comm.status().clone());
+                    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(comm))) {
+                        Ok(v) => v,
+                        Err(panic) => {
+                            for st in statuses.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                                st.abort();
+                            }
+                            std::panic::resume_unwind(panic)
+                        }
+                    }
                 })
             })
             .collect();

@@ -88,7 +88,7 @@
 
 mod config;
 mod mailbox;
-mod net;
+pub(crate) mod net; // also used by connection::ethernet (deadline-bounded socket I/O)
 mod os;
 mod root;
 mod tcp;

@@ -8,9 +8,12 @@
 //! | transport | module | how |
 //! |---|---|---|
 //! | `CudaIpc`, `Shm` | [`p2p`] | copies on a dedicated stream of the device runtime into peer memory mapped here (CUDA IPC / peer access; the CPU backend's shared memory) |
-//! | `Ethernet` | `ethernet` | TCP to the peer's receiver thread, which bounds-checks every destination |
-//! | `Ib` | `ib` | libibverbs RDMA (feature `ib`) |
+//! | `Ethernet` | [`ethernet`] | TCP to the peer's receiver thread, which bounds-checks every destination against the memories registered there for `Ethernet` |
+//! | `Ib` | `ib` (feature `ib`) | libibverbs RDMA, loaded with `dlopen` at run time; not yet run on hardware |
 
+pub mod ethernet;
+#[cfg(feature = "ib")]
+pub mod ib;
 pub mod p2p;
 
 use std::sync::atomic::AtomicU64;
@@ -121,7 +124,9 @@ impl Endpoint {
         }
         let version = r.u16().map_err(bad)?;
         if version != ENDPOINT_VERSION {
-            return Err(bad(format!("version {version}, expected {ENDPOINT_VERSION}")));
+            return Err(bad(format!(
+                "version {version}, expected {ENDPOINT_VERSION}"
+            )));
         }
         let transport = r.u32().map_err(bad)?;
         let rank = r.u32().map_err(bad)?;
@@ -161,9 +166,15 @@ mod tests {
         };
         let b = e.serialize();
         assert_eq!(Endpoint::deserialize(&b, 3).unwrap(), e);
-        assert!(Endpoint::deserialize(&b, 2).is_err(), "wrong sender accepted");
+        assert!(
+            Endpoint::deserialize(&b, 2).is_err(),
+            "wrong sender accepted"
+        );
         for cut in 0..b.len() {
-            assert!(Endpoint::deserialize(&b[..cut], 3).is_err(), "truncated at {cut}");
+            assert!(
+                Endpoint::deserialize(&b[..cut], 3).is_err(),
+                "truncated at {cut}"
+            );
         }
         let mut long = b.clone();
         long.push(0);

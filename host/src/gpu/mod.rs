@@ -8,6 +8,7 @@
 //! | IPC | `cuIpcGetMemHandle` / `cuIpcOpenMemHandle` | `/proc/<pid>/fd/<fd>` of the owner's memfd |
 //! | streams | CUDA streams | a worker thread per stream running its queue in order |
 //! | kernels | PTX entry points | the same Rust functions on the grid emulator |
+//! | graphs ([`Stream::capture`]) | stream capture, `cuGraphLaunch` | not supported |
 //!
 //! Everything above this module (transports, proxy, channels, collectives) is written once
 //! against these types. Device addresses are [`DevicePtr`]s: on the CPU backend they are host
@@ -277,7 +278,10 @@ pub fn validate_ipc_handle(h: &IpcMemHandle, backend: BackendKind) -> Result<()>
         BackendKind::Cpu => IPC_KIND_CPU,
     };
     if h.kind != want {
-        return bad(format!("kind {} does not belong to the {backend:?} backend", h.kind));
+        return bad(format!(
+            "kind {} does not belong to the {backend:?} backend",
+            h.kind
+        ));
     }
     match h.offset.checked_add(h.size) {
         Some(end) if end <= h.alloc_size && h.size > 0 => Ok(()),
@@ -480,7 +484,12 @@ impl Stream {
     /// # Safety
     /// `dst` and `src` must be valid device addresses for `bytes` until the copy completes, and
     /// must not overlap.
-    pub unsafe fn copy_dtod(&self, dst: DevicePtr<u8>, src: DevicePtr<u8>, bytes: usize) -> Result<()> {
+    pub unsafe fn copy_dtod(
+        &self,
+        dst: DevicePtr<u8>,
+        src: DevicePtr<u8>,
+        bytes: usize,
+    ) -> Result<()> {
         match &self.imp {
             // SAFETY: forwarded contract.
             StreamImpl::Cuda(s) => unsafe { s.copy_dtod(dst.addr(), src.addr(), bytes) },
@@ -560,7 +569,8 @@ impl Stream {
                 };
                 // SAFETY: forwarded contract: the kernel's addresses stay valid until it ends.
                 let body = move || unsafe { host(params) };
-                s.launch(kernel.spec.name, dims, Box::new(body)).map_err(launch_err)
+                s.launch(kernel.spec.name, dims, Box::new(body))
+                    .map_err(launch_err)
             }
             _ => Err(Error::Unsupported {
                 what: "launching a kernel of another backend's module",
@@ -601,11 +611,63 @@ impl Stream {
         }
     }
 
+    /// Captures the work that `queue` puts on this stream into a [`Graph`] instead of running
+    /// it (CUDA stream capture, relaxed mode), so that it can be replayed with one launch. The
+    /// capture ends, and the stream runs work normally again, whether `queue` succeeds or not.
+    /// CUDA backend only: the CPU backend answers [`Error::Unsupported`].
+    ///
+    /// Everything queued on this stream while `queue` runs is captured; synchronising the
+    /// stream (or anything else that waits for it) inside `queue` fails the capture.
+    pub fn capture<E: From<Error>>(
+        &self,
+        queue: impl FnOnce() -> std::result::Result<(), E>,
+    ) -> std::result::Result<Graph, E> {
+        let StreamImpl::Cuda(s) = &self.imp else {
+            return Err(Error::Unsupported {
+                what: "CUDA graph capture",
+                backend: self.gpu.kind(),
+            }
+            .into());
+        };
+        s.begin_capture()?;
+        let queued = queue();
+        let ended = s.end_capture();
+        queued?;
+        Ok(Graph {
+            _gpu: self.gpu.clone(),
+            imp: ended?,
+        })
+    }
+
     /// The raw `CUstream` (CUDA backend), for interop with other libraries (NCCL, graphs).
     pub fn cuda_raw(&self) -> Option<u64> {
         match &self.imp {
             StreamImpl::Cuda(s) => Some(s.raw()),
             StreamImpl::Cpu(_) => None,
+        }
+    }
+}
+
+/// Captured stream work ([`Stream::capture`]), replayed with [`Graph::launch`] (CUDA only).
+pub struct Graph {
+    _gpu: Gpu,
+    imp: cuda::Graph,
+}
+
+impl Graph {
+    /// Queues one replay of the captured work on `stream` (a stream of the same device).
+    ///
+    /// # Safety
+    /// Every address the captured work uses (kernel parameters, copies) is still valid and stays
+    /// so until the replay completes.
+    pub unsafe fn launch(&self, stream: &Stream) -> Result<()> {
+        match &stream.imp {
+            // SAFETY: forwarded contract.
+            StreamImpl::Cuda(s) => unsafe { self.imp.launch(s) },
+            StreamImpl::Cpu(_) => Err(Error::Unsupported {
+                what: "launching a CUDA graph",
+                backend: BackendKind::Cpu,
+            }),
         }
     }
 }

@@ -35,6 +35,7 @@
 //! | [`PeerAlloc`] | a mapping of another process's allocation (`cuIpcOpenMemHandle_v2`) | `cuIpcCloseMemHandle` |
 //! | [`Stream`] | a non-blocking stream | `cuStreamDestroy_v2` (queued work still completes) |
 //! | [`Event`] | an event with timing enabled | `cuEventDestroy_v2` |
+//! | [`Graph`] | a captured graph and its executable instance | `cuGraphExecDestroy` + `cuGraphDestroy` |
 //! | [`Module`] | a loaded module, shared with its [`Function`]s | `cuModuleUnload` when the module and all its functions are gone |
 //!
 //! Freeing memory, closing a mapping or unloading a module while queued work still uses it is
@@ -63,7 +64,7 @@ use mscclpp_shared::IpcMemHandle;
 
 pub use memory::{DeviceAlloc, HostAlloc, PeerAlloc};
 pub use module::{Function, Module};
-pub use stream::{Event, Stream};
+pub use stream::{Event, Graph, Stream};
 
 use super::BackendKind;
 use crate::error::{BackendError, DriverError, Error, Result};

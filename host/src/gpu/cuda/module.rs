@@ -119,11 +119,11 @@ impl Module {
                     unsafe { result::cu_func_load(raw) }.map_err(err)?;
                 }
                 Ok(Function {
-                loaded: self.loaded.clone(),
-                raw,
-                name: name.to_string(),
-                layout: OnceLock::new(),
-                max_dynamic_shared: AtomicU32::new(0),
+                    loaded: self.loaded.clone(),
+                    raw,
+                    name: name.to_string(),
+                    layout: OnceLock::new(),
+                    max_dynamic_shared: AtomicU32::new(0),
                 })
             }
             Err(e) if e.code == sys::CUresult::CUDA_ERROR_NOT_FOUND as u32 => Err(missing()),

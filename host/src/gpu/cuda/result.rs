@@ -485,6 +485,78 @@ pub(crate) unsafe fn cu_event_elapsed_time(
     Ok(ms)
 }
 
+// ---- graphs ----
+
+/// `cuStreamBeginCapture_v2`.
+///
+/// # Safety
+/// `s` is a live stream of the current context that is not already capturing.
+pub(crate) unsafe fn cu_stream_begin_capture(
+    s: sys::CUstream,
+    mode: sys::CUstreamCaptureMode,
+) -> DriverResult<()> {
+    // SAFETY: forwarded contract.
+    check("cuStreamBeginCapture_v2", unsafe {
+        sys::cuStreamBeginCapture_v2(s, mode)
+    })
+}
+
+/// `cuStreamEndCapture`: the captured graph. On failure (e.g. the capture was invalidated by a
+/// call the capture mode forbids) the driver returns no graph and the stream is no longer
+/// capturing.
+///
+/// # Safety
+/// `s` is a live stream that is capturing.
+pub(crate) unsafe fn cu_stream_end_capture(s: sys::CUstream) -> DriverResult<sys::CUgraph> {
+    let mut g: sys::CUgraph = std::ptr::null_mut();
+    // SAFETY: forwarded contract; `g` is a valid out-pointer.
+    check("cuStreamEndCapture", unsafe {
+        sys::cuStreamEndCapture(s, &mut g)
+    })?;
+    Ok(g)
+}
+
+/// `cuGraphInstantiateWithFlags(.., 0)` in the current context.
+///
+/// # Safety
+/// `g` is a live graph.
+pub(crate) unsafe fn cu_graph_instantiate(g: sys::CUgraph) -> DriverResult<sys::CUgraphExec> {
+    let mut e: sys::CUgraphExec = std::ptr::null_mut();
+    // SAFETY: forwarded contract; `e` is a valid out-pointer.
+    check("cuGraphInstantiateWithFlags", unsafe {
+        sys::cuGraphInstantiateWithFlags(&mut e, g, 0)
+    })?;
+    Ok(e)
+}
+
+/// `cuGraphLaunch`.
+///
+/// # Safety
+/// `e` and `s` are live and of the current context; every address the graph's nodes use is
+/// valid until the launch completes.
+pub(crate) unsafe fn cu_graph_launch(e: sys::CUgraphExec, s: sys::CUstream) -> DriverResult<()> {
+    // SAFETY: forwarded contract.
+    check("cuGraphLaunch", unsafe { sys::cuGraphLaunch(e, s) })
+}
+
+/// `cuGraphExecDestroy`.
+///
+/// # Safety
+/// `e` is a live executable graph, destroyed once, not launched afterwards.
+pub(crate) unsafe fn cu_graph_exec_destroy(e: sys::CUgraphExec) -> DriverResult<()> {
+    // SAFETY: forwarded contract.
+    check("cuGraphExecDestroy", unsafe { sys::cuGraphExecDestroy(e) })
+}
+
+/// `cuGraphDestroy`.
+///
+/// # Safety
+/// `g` is a live graph, destroyed once, not used afterwards.
+pub(crate) unsafe fn cu_graph_destroy(g: sys::CUgraph) -> DriverResult<()> {
+    // SAFETY: forwarded contract.
+    check("cuGraphDestroy", unsafe { sys::cuGraphDestroy(g) })
+}
+
 // ---- modules and launches ----
 
 /// `cuModuleLoadDataEx` with an error-log buffer. Returns the module, or the error together

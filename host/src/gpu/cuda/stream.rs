@@ -164,10 +164,8 @@ impl Stream {
         match unsafe { result::cu_stream_write_value64(self.raw, dst, value) } {
             Ok(()) => Ok(()),
             // SAFETY: as above.
-            Err(_) => unsafe {
-                result::cu_memcpy_htod_async(dst, &value.to_le_bytes(), self.raw)
-            }
-            .map_err(err),
+            Err(_) => unsafe { result::cu_memcpy_htod_async(dst, &value.to_le_bytes(), self.raw) }
+                .map_err(err),
         }
     }
 
@@ -177,6 +175,43 @@ impl Stream {
         self.ctx.bind().map_err(err)?;
         // SAFETY: `self.raw` is live.
         unsafe { result::cu_stream_query(self.raw) }.map_err(err)
+    }
+
+    /// Starts capturing the work queued on this stream into a graph
+    /// (`cuStreamBeginCapture_v2`, `CU_STREAM_CAPTURE_MODE_RELAXED`: other threads, e.g. other
+    /// ranks of the process, may keep allocating and copying while this one captures). Until
+    /// [`Stream::end_capture`], queued work is recorded, not run.
+    pub fn begin_capture(&self) -> Result<()> {
+        let err = |e| self.err("begin graph capture", e);
+        self.ctx.bind().map_err(err)?;
+        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: `self.raw` is live; a second begin is refused by the driver.
+        unsafe { result::cu_stream_begin_capture(self.raw, mode) }.map_err(err)
+    }
+
+    /// Ends the capture begun by [`Stream::begin_capture`] and instantiates the graph. The stream
+    /// stops capturing even when this fails.
+    pub fn end_capture(&self) -> Result<Graph> {
+        let err = |op, e| self.err(op, e);
+        self.ctx.bind().map_err(|e| err("end graph capture", e))?;
+        // SAFETY: `self.raw` is live (a stream that is not capturing gets an error).
+        let graph = unsafe { result::cu_stream_end_capture(self.raw) }
+            .map_err(|e| err("end graph capture", e))?;
+        // SAFETY: `graph` was just made by the driver.
+        match unsafe { result::cu_graph_instantiate(graph) } {
+            Ok(exec) => Ok(Graph {
+                ctx: self.ctx.clone(),
+                graph,
+                exec,
+            }),
+            Err(e) => {
+                // SAFETY: `graph` is ours and not used again.
+                if let Err(d) = unsafe { result::cu_graph_destroy(graph) } {
+                    tracing::warn!(ordinal = self.ctx.ordinal(), error = %d, "destroying a CUDA graph failed");
+                }
+                Err(err("instantiate graph", e))
+            }
+        }
     }
 
     /// The `CUstream` as an integer, for interop (NCCL, graphs). Valid while `self` lives.
@@ -250,6 +285,51 @@ impl Drop for Event {
         });
         if let Err(e) = r {
             tracing::warn!(ordinal = self.ctx.ordinal(), error = %e, "destroying a CUDA event failed");
+        }
+    }
+}
+
+/// A captured and instantiated graph (`CUgraph` + `CUgraphExec`), made by
+/// [`Stream::end_capture`]; both are destroyed on drop. It keeps the addresses and kernel
+/// parameters it was captured with: the buffers it uses must outlive its launches.
+#[derive(Debug)]
+pub struct Graph {
+    ctx: Arc<Context>,
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+}
+
+// SAFETY: graph handles are driver handles usable from any thread (the context is made current
+// by every method); the driver synchronises access.
+unsafe impl Send for Graph {}
+// SAFETY: as above; no method mutates `Graph`.
+unsafe impl Sync for Graph {}
+
+impl Graph {
+    /// Queues one run of the whole graph on `stream` (`cuGraphLaunch`).
+    ///
+    /// # Safety
+    /// Every address the captured work uses is still valid, and stays so until the run completes.
+    pub unsafe fn launch(&self, stream: &Stream) -> Result<()> {
+        let err = |e| stream.err("launch graph", e);
+        self.ctx.bind().map_err(err)?;
+        // SAFETY: both handles are live; the caller vouches for the captured addresses.
+        unsafe { result::cu_graph_launch(self.exec, stream.raw) }.map_err(err)
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        let r = self.ctx.bind().and_then(|()| {
+            // SAFETY: both handles are owned by `self` and destroyed only here; an instance
+            // still running is released by the driver when it completes.
+            let exec = unsafe { result::cu_graph_exec_destroy(self.exec) };
+            // SAFETY: as above.
+            let graph = unsafe { result::cu_graph_destroy(self.graph) };
+            exec.and(graph)
+        });
+        if let Err(e) = r {
+            tracing::warn!(ordinal = self.ctx.ordinal(), error = %e, "destroying a CUDA graph failed");
         }
     }
 }

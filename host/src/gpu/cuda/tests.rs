@@ -79,6 +79,7 @@ fn owners_are_send_and_sync() {
     check::<PeerAlloc>();
     check::<Stream>();
     check::<Event>();
+    check::<Graph>();
     check::<Module>();
     check::<Function>();
 }
@@ -302,6 +303,36 @@ fn ptx_module_loads_and_launches() {
         }
         other => panic!("expected ModuleLoad, got {other:?}"),
     }
+}
+
+#[test]
+#[ignore = "needs CUDA"]
+fn graphs_capture_and_replay() {
+    let d = Device::open(0).expect("open");
+    let m = d.load_ptx(ADD_ONE_PTX).expect("load ptx");
+    let f = m.function("add_one").expect("add_one");
+    let n = 1000;
+    let a = d.alloc(n * 4).expect("alloc");
+    let s = d.create_stream().expect("stream");
+    s.begin_capture().expect("begin capture");
+    for _ in 0..3 {
+        launch_add_one(&s, &f, a.ptr(), n, 0);
+    }
+    let g = s.end_capture().expect("end capture");
+    // Captured, not run.
+    s.synchronize().expect("sync");
+    assert_eq!(read_u32s(&d, a.ptr(), 1), vec![0]);
+    for _ in 0..2 {
+        // SAFETY: `a` outlives the synchronised replays.
+        unsafe { g.launch(&s) }.expect("graph launch");
+    }
+    s.synchronize().expect("sync");
+    assert!(read_u32s(&d, a.ptr(), n).iter().all(|&v| v == 6));
+    // Ending a capture that never began is an error, and the stream still works.
+    assert!(s.end_capture().is_err());
+    launch_add_one(&s, &f, a.ptr(), n, 0);
+    s.synchronize().expect("sync");
+    assert_eq!(read_u32s(&d, a.ptr(), 1), vec![7]);
 }
 
 #[test]

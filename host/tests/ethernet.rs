@@ -1,0 +1,899 @@
+//! The Ethernet transport on the backend users would get (the CPU backend here; CUDA with
+//! `MSCCLPP_BACKEND=cuda`), ranks as threads (and as processes) on 127.0.0.1: random writes
+//! (1 byte, unaligned, larger than a chunk) checked byte for byte, update_and_sync ordered after
+//! the data, flush; 2 and 4 ranks; sender-side range checks; hostile peers that speak the
+//! protocol by hand (out-of-range, unknown, unregistered and misaligned destinations, garbage)
+//! and are refused without a byte copied; peers that close, die or stall.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use mscclpp_host::Error;
+use mscclpp_host::bootstrap::{BootstrapConfig, TcpBootstrap, UniqueId};
+use mscclpp_host::communicator::{Communicator, ENDPOINT_TAG};
+use mscclpp_host::connection::ethernet::{
+    CHUNK, EndpointInfo, Frame, HEADER_LEN, Handshake, HandshakeKind,
+};
+use mscclpp_host::connection::{Connection, Endpoint, EndpointConfig};
+use mscclpp_host::gpu::{BackendKind, DeviceBuffer, Gpu};
+use mscclpp_host::transport::Transport;
+
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+fn loopback() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+fn config() -> EndpointConfig {
+    let mut c = EndpointConfig::new(Transport::Ethernet);
+    c.flush_timeout = TIMEOUT;
+    c
+}
+
+fn bootstrap(
+    r: usize,
+    n: usize,
+    id: UniqueId,
+    root: Option<mscclpp_host::bootstrap::RootListener>,
+) -> TcpBootstrap {
+    let cfg = BootstrapConfig::new(r, n, id).with_timeout(Duration::from_secs(30));
+    match root {
+        Some(l) => TcpBootstrap::init_with_root_listener(cfg, l),
+        None => TcpBootstrap::init(cfg),
+    }
+    .expect("bootstrap")
+}
+
+/// Device `r` (wrapping) of the backend users would get: `MSCCLPP_BACKEND`, else CUDA when a
+/// GPU is present, else the CPU backend.
+fn gpu(r: usize) -> Gpu {
+    let kind = BackendKind::select().unwrap();
+    Gpu::open(kind, r % kind.device_count().unwrap().max(1)).unwrap()
+}
+
+fn communicator(bs: TcpBootstrap) -> Communicator {
+    let r = bs.rank();
+    Communicator::new(Arc::new(bs), gpu(r)).unwrap()
+}
+
+/// Runs `n` ranks as threads; rank `r` gets `body(r, bootstrap)`.
+fn world<T: Send>(n: usize, body: impl Fn(usize, TcpBootstrap) -> T + Sync) -> Vec<T> {
+    let (id, listener) = UniqueId::bind(loopback()).unwrap();
+    let listener = Mutex::new(Some(listener));
+    thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|r| {
+                let (body, listener) = (&body, &listener);
+                s.spawn(move || {
+                    let root = if r == 0 {
+                        listener.lock().unwrap().take()
+                    } else {
+                        None
+                    };
+                    body(r, bootstrap(r, n, id, root))
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn comm_world<T: Send>(n: usize, body: impl Fn(Communicator) -> T + Sync) -> Vec<T> {
+    world(n, |_, bs| body(communicator(bs)))
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut r = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    (0..len).map(|_| r.next() as u8).collect()
+}
+
+fn read_all(buf: &DeviceBuffer) -> Vec<u8> {
+    let mut v = vec![0u8; buf.len()];
+    buf.copy_to_host(0, &mut v).unwrap();
+    v
+}
+
+fn read_u64(buf: &DeviceBuffer, off: usize) -> u64 {
+    let mut b = [0u8; 8];
+    buf.copy_to_host(off, &mut b).unwrap();
+    u64::from_le_bytes(b)
+}
+
+fn wait_u64(buf: &DeviceBuffer, off: usize, want: u64) {
+    let deadline = Instant::now() + TIMEOUT;
+    while read_u64(buf, off) != want {
+        assert!(
+            Instant::now() < deadline,
+            "flag at {off} never became {want}"
+        );
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// (src_off, dst_off, size) of the writes one sender makes into a `slot`-byte region:
+/// specials (1 byte, unaligned, exactly a chunk, more than a chunk, empty) then random ones.
+fn schedule(seed: u64, src_len: u64, slot: u64) -> Vec<(u64, u64, u64)> {
+    let mut r = Rng(seed | 1);
+    let mut v = vec![
+        (0, 0, 1),
+        (3, slot - 1, 1),
+        (5, 7, 13),
+        (1, 9, CHUNK as u64),
+        (7, 3, CHUNK as u64 + 12_345),
+        (0, 0, 0),
+    ];
+    for _ in 0..40 {
+        let size = match r.below(8) {
+            0..=2 => 1 + r.below(16),
+            3..=5 => 1 + r.below(4096),
+            6 => 1 + r.below(256 << 10),
+            _ => 1 + r.below(slot.min(src_len)),
+        };
+        v.push((r.below(src_len - size + 1), r.below(slot - size + 1), size));
+    }
+    v.retain(|&(s, d, n)| s + n <= src_len && d + n <= slot);
+    v
+}
+
+/// What a `slot`-byte region holds after `schedule(seed)` writes from `src` into zeros.
+fn model(src: &[u8], seed: u64, slot: u64) -> Vec<u8> {
+    let mut m = vec![0u8; slot as usize];
+    for (s, d, n) in schedule(seed, src.len() as u64, slot) {
+        m[d as usize..(d + n) as usize].copy_from_slice(&src[s as usize..(s + n) as usize]);
+    }
+    m
+}
+
+const SRC_LEN: usize = (CHUNK * 2) + 1000;
+const SLOT: u64 = (CHUNK as u64) * 2 + 4096 + 3;
+
+fn seed_of(from: usize, to: usize) -> u64 {
+    (from as u64 + 1) * 1000 + to as u64 + 17
+}
+
+/// Every rank writes `schedule(seed_of(me, p))` into its slot of every peer's buffer, signals
+/// the peer's flag with update_and_sync, flushes; then checks its own buffer against the model
+/// of every peer's writes, after the flag (so the data was there before the flag).
+fn all_pairs(comm: &Communicator) {
+    let (me, n) = (comm.rank(), comm.size());
+    let gpu = comm.gpu();
+    let src = gpu.alloc(SRC_LEN).unwrap();
+    let src_bytes = pattern(SRC_LEN, me as u64 + 1);
+    src.copy_from_host(0, &src_bytes).unwrap();
+    let dst = gpu.alloc(SLOT as usize * n).unwrap();
+    dst.copy_from_host(0, &vec![0u8; dst.len()]).unwrap();
+    let flags = gpu.alloc(8 * n).unwrap();
+    flags.copy_from_host(0, &vec![0u8; flags.len()]).unwrap();
+    let src_reg = comm.register_buffer(&src, Transport::Ethernet).unwrap();
+    let dst_reg = comm.register_buffer(&dst, Transport::Ethernet).unwrap();
+    let flags_reg = comm.register_buffer(&flags, Transport::Ethernet).unwrap();
+
+    let peers: Vec<usize> = (0..n).filter(|&p| p != me).collect();
+    for &p in &peers {
+        comm.send_memory(&dst_reg, p, 0).unwrap();
+        comm.send_memory(&flags_reg, p, 1).unwrap();
+    }
+    let mut remote = Vec::new();
+    for &p in &peers {
+        let d = comm.recv_memory(p, 0).unwrap();
+        let f = comm.recv_memory(p, 1).unwrap();
+        remote.push((p, d, f));
+    }
+    let conns: Vec<Arc<dyn Connection>> = peers
+        .iter()
+        .map(|&p| comm.connect(config(), p, 0).unwrap())
+        .collect();
+    for (conn, (p, d, f)) in conns.iter().zip(&remote) {
+        assert_eq!(
+            (conn.transport(), conn.remote_rank()),
+            (Transport::Ethernet, *p)
+        );
+        let base = me as u64 * SLOT;
+        for (s, dd, size) in schedule(seed_of(me, *p), SRC_LEN as u64, SLOT) {
+            conn.write(d, base + dd, &src_reg, s, size).unwrap();
+        }
+        let word = AtomicU64::new(0);
+        conn.update_and_sync(f, 8 * me as u64, &word, 0xf1a9_0000 + me as u64)
+            .unwrap();
+        assert_eq!(
+            word.load(std::sync::atomic::Ordering::Acquire),
+            0xf1a9_0000 + me as u64
+        );
+        conn.flush(TIMEOUT).unwrap();
+    }
+    let got_all = |check_flags: bool| {
+        if check_flags {
+            for &p in &peers {
+                wait_u64(&flags, 8 * p, 0xf1a9_0000 + p as u64);
+            }
+        }
+        let all = read_all(&dst);
+        for &p in &peers {
+            let want = model(&pattern(SRC_LEN, p as u64 + 1), seed_of(p, me), SLOT);
+            let at = p * SLOT as usize;
+            let got = &all[at..at + SLOT as usize];
+            if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
+                panic!("rank {me}: slot of rank {p} differs at byte {i}");
+            }
+        }
+    };
+    got_all(true);
+    comm.bootstrap().barrier().unwrap();
+    // After every sender's flush (and the barrier), a second look must agree.
+    got_all(false);
+    assert_eq!(
+        read_all(&dst)[me * SLOT as usize..][..SLOT as usize],
+        vec![0u8; SLOT as usize][..]
+    );
+    comm.bootstrap().barrier().unwrap();
+    drop(conns);
+}
+
+#[test]
+fn two_ranks_random_writes() {
+    comm_world(2, |c| all_pairs(&c));
+}
+
+#[test]
+fn four_ranks_all_pairs() {
+    comm_world(4, |c| all_pairs(&c));
+}
+
+#[test]
+fn sender_refuses_bad_destinations_and_stays_usable() {
+    comm_world(2, |comm| {
+        let me = comm.rank();
+        let peer = 1 - me;
+        let gpu = comm.gpu();
+        let buf = gpu.alloc(4096).unwrap();
+        buf.copy_from_host(0, &vec![0u8; 4096]).unwrap();
+        let shm_only = gpu.alloc(4096).unwrap();
+        let reg = comm.register_buffer(&buf, Transport::Ethernet).unwrap();
+        let shm_reg = comm.register_buffer(&shm_only, Transport::Shm).unwrap();
+        comm.send_memory(&reg, peer, 0).unwrap();
+        comm.send_memory(&shm_reg, peer, 1).unwrap();
+        let theirs = comm.recv_memory(peer, 0).unwrap();
+        let theirs_shm = comm.recv_memory(peer, 1).unwrap();
+        let conn = comm.connect(config(), peer, 0).unwrap();
+        let word = AtomicU64::new(0);
+        let oor = |r: mscclpp_host::Result<()>| {
+            assert!(matches!(r, Err(Error::OutOfRange { .. })), "{r:?}");
+        };
+        oor(conn.write(&theirs, 4000, &reg, 0, 97));
+        oor(conn.write(&theirs, u64::MAX, &reg, 0, 2));
+        oor(conn.write(&theirs, 0, &reg, 4090, 7));
+        oor(conn.write(&theirs, 0, &reg, 1, u64::MAX));
+        let mem = |r: mscclpp_host::Result<()>| match r {
+            Err(Error::EthernetMemory { remote_rank, .. }) => assert_eq!(remote_rank, peer),
+            other => panic!("{other:?}"),
+        };
+        mem(conn.write(&reg, 0, &reg, 0, 8)); // our own memory is not the peer's
+        mem(conn.write(&theirs_shm, 0, &reg, 0, 8)); // not registered for Ethernet
+        mem(conn.update_and_sync(&theirs, 4, &word, 1)); // misaligned
+        oor(conn.update_and_sync(&theirs, 4096, &word, 1));
+        assert_eq!(
+            word.load(std::sync::atomic::Ordering::Relaxed),
+            0,
+            "refused update stored"
+        );
+        // Nothing was sent, so the connection still works.
+        conn.update_and_sync(&theirs, 4088, &word, 7).unwrap();
+        conn.flush(TIMEOUT).unwrap();
+        comm.bootstrap().barrier().unwrap();
+        assert_eq!(read_u64(&buf, 4088), 7);
+        assert!(read_all(&buf)[..4088].iter().all(|&b| b == 0));
+        comm.bootstrap().barrier().unwrap();
+    });
+}
+
+#[test]
+fn writes_to_a_dropped_registration_are_refused() {
+    comm_world(2, |comm| {
+        let me = comm.rank();
+        let peer = 1 - me;
+        let buf = comm.gpu().alloc(1024).unwrap();
+        buf.copy_from_host(0, &[0x5a; 1024]).unwrap();
+        let mut reg = Some(comm.register_buffer(&buf, Transport::Ethernet).unwrap());
+        comm.send_memory(reg.as_ref().unwrap(), peer, 0).unwrap();
+        let theirs = comm.recv_memory(peer, 0).unwrap();
+        let conn = comm.connect(config(), peer, 0).unwrap();
+        if me == 1 {
+            reg = None; // the buffer lives on, but peers may no longer write it
+        }
+        comm.bootstrap().barrier().unwrap();
+        if me == 0 {
+            conn.write(&theirs, 0, reg.as_ref().unwrap(), 0, 16)
+                .unwrap();
+            match conn.flush(TIMEOUT) {
+                Err(Error::Remote { rank: 1, reason }) => {
+                    assert!(reason.contains("not registered"), "{reason}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        comm.bootstrap().barrier().unwrap();
+        if me == 1 {
+            assert!(
+                read_all(&buf).iter().all(|&b| b == 0x5a),
+                "a refused write landed"
+            );
+            // The receiver refused the frame: sticky on this side too, and the rank aborted.
+            assert!(matches!(
+                conn.flush(TIMEOUT),
+                Err(Error::EthernetProtocol { remote_rank: 0, .. })
+            ));
+            assert!(comm.status().is_aborted());
+        }
+    });
+}
+
+#[test]
+fn peer_that_drops_its_connection_is_reported() {
+    comm_world(2, |comm| {
+        let me = comm.rank();
+        let peer = 1 - me;
+        let buf = comm.gpu().alloc(64).unwrap();
+        let reg = comm.register_buffer(&buf, Transport::Ethernet).unwrap();
+        comm.send_memory(&reg, peer, 0).unwrap();
+        let theirs = comm.recv_memory(peer, 0).unwrap();
+        let conn = comm.connect(config(), peer, 0).unwrap();
+        conn.write(&theirs, 0, &reg, 0, 64).unwrap();
+        conn.flush(TIMEOUT).unwrap();
+        comm.bootstrap().barrier().unwrap();
+        if me == 1 {
+            drop(conn);
+            comm.bootstrap().barrier().unwrap();
+            return;
+        }
+        comm.bootstrap().barrier().unwrap();
+        let t = Instant::now();
+        let word = AtomicU64::new(0);
+        let mut result = Ok(());
+        while result.is_ok() && t.elapsed() < TIMEOUT {
+            result = conn
+                .update_and_sync(&theirs, 0, &word, 1)
+                .and_then(|()| conn.flush(Duration::from_secs(2)));
+        }
+        match result {
+            Err(Error::EthernetPeerClosed { remote_rank: 1, .. }) => {}
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "took {:?}",
+            t.elapsed()
+        );
+        // Sticky, and a goodbye does not abort the communicator.
+        assert!(matches!(
+            conn.write(&theirs, 0, &reg, 0, 1),
+            Err(Error::EthernetPeerClosed { remote_rank: 1, .. })
+        ));
+        assert!(!comm.status().is_aborted());
+    });
+}
+
+// ---- hostile peers: rank 1 speaks the protocol by hand ----
+
+/// Rank 1's half of a connection, done by hand: endpoint through the bootstrap, HELLO/ACCEPT.
+/// With `strays`, it first opens connections to rank 0's listener that say garbage, a HELLO with
+/// a wrong token, and nothing at all.
+struct FakePeer {
+    /// Rank 1 → rank 0 frames (and rank 0's answers back).
+    out: TcpStream,
+    /// Rank 0 → rank 1 frames.
+    inbound: TcpStream,
+    _strays: Vec<TcpStream>,
+}
+
+fn fake_connect(bs: &TcpBootstrap, tag: u64, strays: bool) -> FakePeer {
+    let listener = TcpListener::bind(loopback()).unwrap();
+    let my_token = 0x0123_4567_89ab_cdef_u64;
+    let info = EndpointInfo {
+        token: my_token,
+        addrs: vec![listener.local_addr().unwrap()],
+    };
+    let mut extra = vec![0u8];
+    extra.extend_from_slice(&info.encode());
+    let mine = Endpoint {
+        transport: Transport::Ethernet.bit(),
+        rank: 1,
+        pid: std::process::id(),
+        device: 1,
+        extra,
+    };
+    bs.send(0, ENDPOINT_TAG | tag, &mine.serialize()).unwrap();
+    let theirs = Endpoint::deserialize(&bs.recv(0, ENDPOINT_TAG | tag).unwrap(), 0).unwrap();
+    assert_eq!(theirs.extra[0], 0);
+    let their = EndpointInfo::decode(&theirs.extra[1..]).unwrap();
+    let addr = *their.addrs.iter().find(|a| a.ip().is_loopback()).unwrap();
+    let mut stray_conns = Vec::new();
+    if strays {
+        let mut garbage = TcpStream::connect(addr).unwrap();
+        garbage.write_all(&[0xee; 32]).unwrap();
+        let mut wrong = TcpStream::connect(addr).unwrap();
+        let bad = Handshake {
+            kind: HandshakeKind::Hello,
+            from: 1,
+            to: 0,
+            token: their.token ^ 1,
+        };
+        wrong.write_all(&bad.encode()).unwrap();
+        let silent = TcpStream::connect(addr).unwrap();
+        stray_conns = vec![garbage, wrong, silent];
+    }
+    let mut out = TcpStream::connect(addr).unwrap();
+    let hello = Handshake {
+        kind: HandshakeKind::Hello,
+        from: 1,
+        to: 0,
+        token: their.token,
+    };
+    out.write_all(&hello.encode()).unwrap();
+    let (mut inbound, _) = listener.accept().unwrap();
+    let mut b = [0u8; 32];
+    inbound.read_exact(&mut b).unwrap();
+    assert_eq!(
+        Handshake::decode(&b).unwrap(),
+        Handshake {
+            kind: HandshakeKind::Hello,
+            from: 0,
+            to: 1,
+            token: my_token
+        }
+    );
+    let accept = Handshake {
+        kind: HandshakeKind::Accept,
+        from: 1,
+        to: 0,
+        token: their.token,
+    };
+    inbound.write_all(&accept.encode()).unwrap();
+    out.read_exact(&mut b).unwrap();
+    assert_eq!(
+        Handshake::decode(&b).unwrap(),
+        Handshake {
+            kind: HandshakeKind::Accept,
+            from: 0,
+            to: 1,
+            token: my_token
+        }
+    );
+    out.set_read_timeout(Some(TIMEOUT)).unwrap();
+    FakePeer {
+        out,
+        inbound,
+        _strays: stray_conns,
+    }
+}
+
+/// Reads rank 0's answer on the fake's outbound stream: `Ok(seq)` for an ACK, `Err(reason)`
+/// for an ERROR.
+fn answer(out: &mut TcpStream) -> Result<u64, String> {
+    let mut h = [0u8; HEADER_LEN];
+    out.read_exact(&mut h).unwrap();
+    match Frame::decode(&h).unwrap() {
+        Frame::Ack { seq } => Ok(seq),
+        Frame::Error { len } => {
+            let mut r = vec![0u8; len as usize];
+            out.read_exact(&mut r).unwrap();
+            Err(String::from_utf8(r).unwrap())
+        }
+        f => panic!("unexpected {f:?}"),
+    }
+}
+
+fn raw_header(op: u32, id: u32, a: u64, b: u64, c: u64) -> [u8; HEADER_LEN] {
+    let mut h = [0u8; HEADER_LEN];
+    h[0..4].copy_from_slice(&op.to_le_bytes());
+    h[4..8].copy_from_slice(&id.to_le_bytes());
+    h[8..16].copy_from_slice(&a.to_le_bytes());
+    h[16..24].copy_from_slice(&b.to_le_bytes());
+    h[24..32].copy_from_slice(&c.to_le_bytes());
+    h
+}
+
+/// Builds a hostile frame from (the Ethernet memory's id, a Shm-only memory's id).
+type HostileFrame = dyn Fn(u32, u32) -> Vec<u8> + Sync;
+
+#[test]
+fn hostile_frames_are_refused_without_copying() {
+    let (id, listener) = UniqueId::bind(loopback()).unwrap();
+    // id (the Ethernet one), id of a Shm-only memory; the hostile frames to try.
+    let cases: Vec<(&str, Box<HostileFrame>)> = vec![
+        (
+            "past the end",
+            Box::new(|e, _| {
+                let mut v = Frame::Write {
+                    id: e,
+                    offset: 4000,
+                    len: 200,
+                }
+                .encode()
+                .to_vec();
+                v.extend_from_slice(&[0xcc; 200]);
+                v
+            }),
+        ),
+        (
+            "offset overflow",
+            Box::new(|e, _| {
+                let mut v = Frame::Write {
+                    id: e,
+                    offset: u64::MAX - 3,
+                    len: 8,
+                }
+                .encode()
+                .to_vec();
+                v.extend_from_slice(&[0xcc; 8]);
+                v
+            }),
+        ),
+        (
+            "unknown id",
+            Box::new(|_, _| {
+                let mut v = Frame::Write {
+                    id: 9999,
+                    offset: 0,
+                    len: 8,
+                }
+                .encode()
+                .to_vec();
+                v.extend_from_slice(&[0xcc; 8]);
+                v
+            }),
+        ),
+        (
+            "not registered for Ethernet",
+            Box::new(|_, s| {
+                let mut v = Frame::Write {
+                    id: s,
+                    offset: 0,
+                    len: 8,
+                }
+                .encode()
+                .to_vec();
+                v.extend_from_slice(&[0xcc; 8]);
+                v
+            }),
+        ),
+        (
+            "misaligned update",
+            Box::new(|e, _| {
+                Frame::Update {
+                    id: e,
+                    offset: 4,
+                    value: u64::MAX,
+                }
+                .encode()
+                .to_vec()
+            }),
+        ),
+        (
+            "update past the end",
+            Box::new(|e, _| {
+                Frame::Update {
+                    id: e,
+                    offset: 4096,
+                    value: u64::MAX,
+                }
+                .encode()
+                .to_vec()
+            }),
+        ),
+        (
+            "oversized write",
+            Box::new(|e, _| raw_header(1, e, 0, CHUNK as u64 + 1, 0).to_vec()),
+        ),
+        (
+            "unknown op",
+            Box::new(|_, _| raw_header(0x77, 0, 0, 0, 0).to_vec()),
+        ),
+        (
+            "answer sent as data",
+            Box::new(|_, _| Frame::Ack { seq: 1 }.encode().to_vec()),
+        ),
+    ];
+    let ncases = cases.len() as u64;
+    let listener = Mutex::new(Some(listener));
+    let cases = &cases;
+    thread::scope(|s| {
+        let real = s.spawn(|| {
+            let comm = communicator(bootstrap(0, 2, id, listener.lock().unwrap().take()));
+            let buf = comm.gpu().alloc(4096).unwrap();
+            buf.copy_from_host(0, &[0xaa; 4096]).unwrap();
+            let shm = comm.gpu().alloc(4096).unwrap();
+            shm.copy_from_host(0, &[0xbb; 4096]).unwrap();
+            let reg = comm.register_buffer(&buf, Transport::Ethernet).unwrap();
+            let shm_reg = comm.register_buffer(&shm, Transport::Shm).unwrap();
+            let mut ids = reg.local_id().to_le_bytes().to_vec();
+            ids.extend_from_slice(&shm_reg.local_id().to_le_bytes());
+            comm.bootstrap().send(1, 100, &ids).unwrap();
+            for (k, (name, _)) in cases.iter().enumerate() {
+                // Strays on the listener are dropped while it waits for the real peer.
+                let conn = comm.connect(config(), 1, k as u64).unwrap();
+                comm.bootstrap().recv(1, 101).unwrap(); // the fake got its ERROR
+                match conn.flush(TIMEOUT) {
+                    Err(Error::EthernetProtocol { remote_rank: 1, .. }) => {}
+                    other => panic!("case {name}: {other:?}"),
+                }
+                assert!(comm.status().is_aborted(), "case {name}: not aborted");
+                comm.status().reset();
+                let mut b = vec![0u8; 4096];
+                buf.copy_to_host(0, &mut b).unwrap();
+                assert!(b.iter().all(|&x| x == 0xaa), "case {name}: memory changed");
+                shm.copy_to_host(0, &mut b).unwrap();
+                assert!(b.iter().all(|&x| x == 0xbb), "case {name}: memory changed");
+            }
+            // A valid frame before a hostile one is applied; the hostile one is not.
+            let conn = comm.connect(config(), 1, ncases).unwrap();
+            comm.bootstrap().recv(1, 101).unwrap();
+            assert!(conn.flush(TIMEOUT).is_err());
+            let mut b = vec![0u8; 4096];
+            buf.copy_to_host(0, &mut b).unwrap();
+            assert_eq!(&b[..4], &[1, 2, 3, 4]);
+            assert!(b[4..].iter().all(|&x| x == 0xaa));
+        });
+        let fake = s.spawn(|| {
+            let bs = bootstrap(1, 2, id, None);
+            let ids = bs.recv(0, 100).unwrap();
+            let eth = u32::from_le_bytes(ids[0..4].try_into().unwrap());
+            let shm = u32::from_le_bytes(ids[4..8].try_into().unwrap());
+            for (k, (name, frame)) in cases.iter().enumerate() {
+                let mut p = fake_connect(&bs, k as u64, k == 0);
+                // Some payloads are refused before they are read: the peer may close while
+                // they are still being sent.
+                let _ = p.out.write_all(&frame(eth, shm));
+                let why = answer(&mut p.out).expect_err(name);
+                println!("case {name}: refused: {why}");
+                bs.send(0, 101, b"").unwrap();
+                let mut rest = Vec::new();
+                let _ = p.inbound.read_to_end(&mut rest); // closed by rank 0
+            }
+            let mut p = fake_connect(&bs, ncases, false);
+            let mut v = Frame::Write {
+                id: eth,
+                offset: 0,
+                len: 4,
+            }
+            .encode()
+            .to_vec();
+            v.extend_from_slice(&[1, 2, 3, 4]);
+            v.extend_from_slice(&Frame::Flush { seq: 1 }.encode());
+            v.extend_from_slice(
+                &Frame::Write {
+                    id: eth,
+                    offset: 4093,
+                    len: 4,
+                }
+                .encode(),
+            );
+            v.extend_from_slice(&[9, 9, 9, 9]);
+            p.out.write_all(&v).unwrap();
+            assert_eq!(answer(&mut p.out), Ok(1));
+            assert!(answer(&mut p.out).is_err());
+            bs.send(0, 101, b"").unwrap();
+        });
+        real.join().unwrap();
+        fake.join().unwrap();
+    });
+}
+
+#[test]
+fn peer_that_dies_without_goodbye_aborts_and_is_named() {
+    let (id, listener) = UniqueId::bind(loopback()).unwrap();
+    let listener = Mutex::new(Some(listener));
+    thread::scope(|s| {
+        let real = s.spawn(|| {
+            let comm = communicator(bootstrap(0, 2, id, listener.lock().unwrap().take()));
+            let conn = comm.connect(config(), 1, 0).unwrap();
+            comm.bootstrap().recv(1, 101).unwrap(); // the fake closed its sockets
+            let t = Instant::now();
+            while !comm.status().is_aborted() {
+                assert!(
+                    t.elapsed() < TIMEOUT,
+                    "the lost peer did not abort the communicator"
+                );
+                thread::sleep(Duration::from_millis(2));
+            }
+            match conn.flush(TIMEOUT) {
+                Err(Error::Remote { rank: 1, reason }) => {
+                    assert!(reason.contains("goodbye"), "{reason}")
+                }
+                other => panic!("{other:?}"),
+            }
+        });
+        let fake = s.spawn(|| {
+            let bs = bootstrap(1, 2, id, None);
+            let p = fake_connect(&bs, 0, false);
+            drop(p); // no BYE: a crash
+            bs.send(0, 101, b"").unwrap();
+        });
+        real.join().unwrap();
+        fake.join().unwrap();
+    });
+}
+
+#[test]
+fn flush_to_a_stalled_peer_times_out() {
+    let (id, listener) = UniqueId::bind(loopback()).unwrap();
+    let listener = Mutex::new(Some(listener));
+    thread::scope(|s| {
+        let real = s.spawn(|| {
+            let comm = communicator(bootstrap(0, 2, id, listener.lock().unwrap().take()));
+            let conn = comm.connect(config(), 1, 0).unwrap();
+            for _ in 0..2 {
+                let t = Instant::now();
+                match conn.flush(Duration::from_millis(300)) {
+                    Err(Error::FlushTimeout { remote_rank: 1, .. }) => {}
+                    other => panic!("{other:?}"),
+                }
+                assert!(
+                    t.elapsed() < Duration::from_secs(3),
+                    "took {:?}",
+                    t.elapsed()
+                );
+            }
+            comm.bootstrap().send(1, 101, b"").unwrap();
+            // The peer answers late: the stale ACKs are skipped and the next flush succeeds.
+            conn.flush(TIMEOUT).unwrap();
+        });
+        let fake = s.spawn(|| {
+            let bs = bootstrap(1, 2, id, None);
+            let mut p = fake_connect(&bs, 0, false);
+            bs.recv(0, 101).unwrap();
+            // Rank 0 sent FLUSH 1, 2 and (soon) 3 on its outbound = our inbound; answer them.
+            let mut h = [0u8; HEADER_LEN];
+            for want in 1..=3 {
+                p.inbound.read_exact(&mut h).unwrap();
+                assert_eq!(Frame::decode(&h).unwrap(), Frame::Flush { seq: want });
+                p.inbound
+                    .write_all(&Frame::Ack { seq: want }.encode())
+                    .unwrap();
+            }
+            let _ = p.out.flush();
+            // Stay until rank 0 drops (BYE then EOF).
+            p.inbound.read_exact(&mut h).unwrap();
+            assert_eq!(Frame::decode(&h).unwrap(), Frame::Bye);
+        });
+        real.join().unwrap();
+        fake.join().unwrap();
+    });
+}
+
+#[test]
+fn mismatched_peer_failure_is_reported_not_waited_for() {
+    // Rank 1 sends an endpoint saying it could not prepare: rank 0 fails at once, naming it.
+    let (id, listener) = UniqueId::bind(loopback()).unwrap();
+    let listener = Mutex::new(Some(listener));
+    thread::scope(|s| {
+        let real = s.spawn(|| {
+            let comm = communicator(bootstrap(0, 2, id, listener.lock().unwrap().take()));
+            let t = Instant::now();
+            match comm.connect(config(), 1, 0) {
+                Err(Error::Remote { rank: 1, reason }) => {
+                    assert!(reason.contains("no NIC"), "{reason}")
+                }
+                Err(e) => panic!("{e}"),
+                Ok(_) => panic!("connected"),
+            }
+            assert!(t.elapsed() < Duration::from_secs(5));
+        });
+        let fake = s.spawn(|| {
+            let bs = bootstrap(1, 2, id, None);
+            let mut extra = vec![1u8];
+            extra.extend_from_slice(b"no NIC here");
+            let e = Endpoint {
+                transport: Transport::Ethernet.bit(),
+                rank: 1,
+                pid: 1,
+                device: 0,
+                extra,
+            };
+            bs.send(0, ENDPOINT_TAG, &e.serialize()).unwrap();
+            let _ = bs.recv(0, ENDPOINT_TAG).unwrap();
+        });
+        real.join().unwrap();
+        fake.join().unwrap();
+    });
+}
+
+// ---- ranks as processes ----
+
+const CHILD_RANK: &str = "MSCCLPP_ETH_TEST_RANK";
+const CHILD_ID: &str = "MSCCLPP_ETH_TEST_ID";
+
+/// The body of a child process (does nothing in a normal test run).
+#[test]
+fn child_process_entry() {
+    let Ok(rank) = std::env::var(CHILD_RANK) else {
+        return;
+    };
+    let rank: usize = rank.parse().unwrap();
+    let bs = if rank == 0 {
+        let (id, l) = UniqueId::bind(loopback()).unwrap();
+        println!("\nUNIQUE_ID {id}");
+        std::io::stdout().flush().unwrap();
+        bootstrap(0, 2, id, Some(l))
+    } else {
+        let id = UniqueId::from_hex(&std::env::var(CHILD_ID).unwrap()).unwrap();
+        bootstrap(rank, 2, id, None)
+    };
+    let comm = communicator(bs);
+    all_pairs(&comm);
+    println!("CHILD_OK {rank}");
+}
+
+#[test]
+fn two_ranks_as_processes() {
+    let exe = std::env::current_exe().unwrap();
+    let spawn = |r: usize, id: &str| {
+        Command::new(&exe)
+            .args([
+                "--exact",
+                "child_process_entry",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_RANK, r.to_string())
+            .env(CHILD_ID, id)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut root = spawn(0, "");
+    let mut out = root.stdout.take().unwrap();
+    let mut seen = String::new();
+    let id = loop {
+        let mut b = [0u8; 256];
+        let n = out.read(&mut b).unwrap();
+        assert!(n > 0, "rank 0 exited early: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&b[..n]));
+        if let Some(at) = seen.find("UNIQUE_ID ") {
+            let rest = &seen[at + 10..];
+            if let Some(end) = rest.find('\n') {
+                break rest[..end].trim().to_string();
+            }
+        }
+    };
+    let drain = thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = out.read_to_string(&mut rest);
+        rest
+    });
+    let child = spawn(1, &id);
+    let o1 = child.wait_with_output().unwrap();
+    let s0 = root.wait().unwrap();
+    let rest = drain.join().unwrap();
+    let out1 = String::from_utf8_lossy(&o1.stdout);
+    assert!(
+        o1.status.success() && out1.contains("CHILD_OK 1"),
+        "rank 1: {}\n{out1}\n{}",
+        o1.status,
+        String::from_utf8_lossy(&o1.stderr)
+    );
+    assert!(
+        s0.success() && rest.contains("CHILD_OK 0"),
+        "rank 0: {s0}\n{seen}{rest}"
+    );
+}

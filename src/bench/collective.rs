@@ -1,0 +1,621 @@
+//! One rank of a collective sweep: for every size, time our collective (and the baseline's,
+//! on the same buffers), check the data with `-c`, and gather the numbers on rank 0, which
+//! prints the row at once.
+//!
+//! Timing (both libraries alike): `-w` eager iterations first (untimed; they also estimate the
+//! time per operation when `-n` is automatic), then, with CUDA graphs, the `-n` iterations are
+//! captured into one graph that is replayed once untimed and `-G` times between two events;
+//! without graphs the `-n` iterations are launched between the events. Ranks meet at a
+//! bootstrap barrier just before the first event. The time of a rank is the events' interval
+//! divided by the operations in it; a row shows the mean over ranks (as nccl-tests does).
+//!
+//! Checking (`-c`), after the timing: output buffers are filled with a sentinel, inputs with
+//! [`Pattern`]s, ranks meet at a barrier, the operation runs once (through a one-operation
+//! graph when graphs are on), and every output element is compared with the host reference;
+//! `#wrong` is the sum over ranks.
+
+use std::sync::Arc;
+
+use mscclpp::collectives::{Algorithm, Collectives};
+use mscclpp::host::communicator::Communicator;
+use mscclpp::host::gpu::{BackendKind, DeviceBuffer, Event, Stream};
+use mscclpp::shared::DevicePtr;
+
+use super::BoxError;
+use super::args::{Baseline, CollArgs, Op, algo_name, dtype_name, redop_name};
+use super::data::{Pattern, SENTINEL};
+use super::nccl;
+use super::report::{self, BaseRow, Row, RunInfo};
+
+/// Automatic `-n`: iterations for about this long per timed run, within the bounds below.
+const AUTO_TARGET_US: f64 = 5_000.0;
+const AUTO_MIN_ITERS: u32 = 20;
+const AUTO_MAX_ITERS: u32 = 1000;
+/// Host staging for filling and checking, bytes.
+const CHUNK: usize = 16 << 20;
+
+/// The algorithm `Collectives::all_reduce` picks when none is forced (mirrors its rule, for
+/// the `algo` column).
+fn auto_all_reduce(bytes: usize, ll_max: usize) -> Algorithm {
+    if bytes <= ll_max {
+        Algorithm::LlOneShot
+    } else {
+        Algorithm::Staged
+    }
+}
+
+/// Everything every rank agrees on before the sweep.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The command line.
+    pub args: CollArgs,
+    /// The backend.
+    pub backend: BackendKind,
+    /// Requested sizes, bytes.
+    pub sizes: Vec<usize>,
+    /// Graph replays per timing (0: eager launches).
+    pub graph_launches: u32,
+    /// How the ranks were started (for the header).
+    pub launch: String,
+}
+
+/// The buffers an operation uses at one size (nccl-tests' conventions).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Shape {
+    /// Bytes of the row.
+    size: usize,
+    /// Elements of the row.
+    count: usize,
+    /// Elements per part (the API's `count`).
+    part: usize,
+    /// Parts of the input.
+    in_parts: usize,
+    /// Parts of the output.
+    out_parts: usize,
+}
+
+impl Shape {
+    fn new(op: Op, bytes: usize, n: usize, es: usize) -> Option<Self> {
+        let c = bytes / es;
+        let p = c / n;
+        let (part, in_parts, out_parts) = match op {
+            Op::AllReduce | Op::Broadcast | Op::SendRecv => (c, 1, 1),
+            Op::AllGather => (p, 1, n),
+            Op::ReduceScatter => (p, n, 1),
+            Op::AllToAll => (p, n, n),
+        };
+        let count = part * in_parts.max(out_parts);
+        (part > 0).then_some(Self {
+            size: count * es,
+            count,
+            part,
+            in_parts,
+            out_parts,
+        })
+    }
+}
+
+/// Where a buffer of the operation starts: in the receive buffer or the send buffer, at a
+/// byte offset.
+#[derive(Clone, Copy, Debug)]
+struct Place {
+    recv: bool,
+    off: usize,
+}
+
+struct Rank<'a> {
+    plan: &'a Plan,
+    comm: Arc<Communicator>,
+    stream: Stream,
+    e0: Event,
+    e1: Event,
+    send: DeviceBuffer,
+    recv: DeviceBuffer,
+    inplace: bool,
+}
+
+impl Rank<'_> {
+    fn rank(&self) -> usize {
+        self.comm.rank()
+    }
+
+    fn n(&self) -> usize {
+        self.comm.size()
+    }
+
+    fn buf(&self, p: Place) -> &DeviceBuffer {
+        if p.recv { &self.recv } else { &self.send }
+    }
+
+    fn ptr(&self, p: Place) -> DevicePtr<u8> {
+        self.buf(p).ptr().byte_add_cast(p.off as u64)
+    }
+
+    fn places(&self, sh: &Shape) -> (Place, Place) {
+        let es = self.plan.args.dtype.size();
+        let mine = self.rank() * sh.part * es;
+        let op = self.plan.args.op;
+        if !self.inplace {
+            return (
+                Place {
+                    recv: false,
+                    off: 0,
+                },
+                Place { recv: true, off: 0 },
+            );
+        }
+        match op {
+            Op::AllGather => (
+                Place {
+                    recv: true,
+                    off: mine,
+                },
+                Place { recv: true, off: 0 },
+            ),
+            Op::ReduceScatter => (
+                Place { recv: true, off: 0 },
+                Place {
+                    recv: true,
+                    off: mine,
+                },
+            ),
+            _ => (Place { recv: true, off: 0 }, Place { recv: true, off: 0 }),
+        }
+    }
+
+    fn failed(&self) -> Result<(), BoxError> {
+        match self.comm.status().error() {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
+    }
+
+    /// Times `run` (one operation queued on `self.stream`); returns µs per operation on this
+    /// rank and the iterations per timed run.
+    fn measure(&self, run: &dyn Fn() -> Result<(), BoxError>) -> Result<(f64, u32), BoxError> {
+        let a = &self.plan.args;
+        let bs = self.comm.bootstrap();
+        let warm = if a.iters.is_none() {
+            a.warmup.max(1)
+        } else {
+            a.warmup
+        };
+        bs.barrier()?;
+        self.stream.record(&self.e0)?;
+        for _ in 0..warm {
+            run()?;
+        }
+        self.stream.record(&self.e1)?;
+        self.stream.synchronize()?;
+        self.failed()?;
+        let est_us = self.e1.elapsed_ms(&self.e0)? as f64 * 1e3 / warm.max(1) as f64;
+        let mut iters = match a.iters {
+            Some(n) => n,
+            None => {
+                // Every rank must run the same number: take the slowest estimate.
+                let all = bs.all_gather(&est_us.to_le_bytes())?;
+                let slowest = all
+                    .iter()
+                    .filter_map(|b| Some(f64::from_le_bytes(b.as_slice().try_into().ok()?)))
+                    .fold(0.0, f64::max);
+                let n = (AUTO_TARGET_US / slowest.max(0.1)).ceil();
+                n.clamp(AUTO_MIN_ITERS as f64, AUTO_MAX_ITERS as f64) as u32
+            }
+        };
+        let launches = self.plan.graph_launches;
+        if launches > 0 && a.op == Op::AllReduce {
+            // The LL all-reduce's packet flags are fixed in a captured graph: with an even
+            // number >= 4 of operations per graph, a replay never finds its own flags left
+            // over from the previous replay.
+            iters = (iters + iters % 2).max(4);
+        }
+        let per_run = if launches > 0 {
+            let graph = self.stream.capture(|| -> Result<(), BoxError> {
+                for _ in 0..iters {
+                    run()?;
+                }
+                Ok(())
+            })?;
+            // SAFETY: the graph uses our buffers and the collectives' scratch, all alive
+            // until the stream is synchronised below.
+            unsafe { graph.launch(&self.stream) }?;
+            self.stream.synchronize()?;
+            bs.barrier()?;
+            self.stream.record(&self.e0)?;
+            for _ in 0..launches {
+                // SAFETY: as above.
+                unsafe { graph.launch(&self.stream) }?;
+            }
+            self.stream.record(&self.e1)?;
+            self.stream.synchronize()?;
+            iters as f64 * launches as f64
+        } else {
+            bs.barrier()?;
+            self.stream.record(&self.e0)?;
+            for _ in 0..iters {
+                run()?;
+            }
+            self.stream.record(&self.e1)?;
+            self.stream.synchronize()?;
+            iters as f64
+        };
+        self.failed()?;
+        Ok((self.e1.elapsed_ms(&self.e0)? as f64 * 1e3 / per_run, iters))
+    }
+
+    fn write_bytes(
+        &self,
+        buf: &DeviceBuffer,
+        off: usize,
+        len: usize,
+        byte: u8,
+    ) -> Result<(), BoxError> {
+        let tmp = vec![byte; len.min(CHUNK)];
+        let mut done = 0;
+        while done < len {
+            let k = tmp.len().min(len - done);
+            buf.copy_from_host(off + done, &tmp[..k])?;
+            done += k;
+        }
+        Ok(())
+    }
+
+    fn write_part(&self, at: Place, pat: &Pattern, elems: usize) -> Result<(), BoxError> {
+        let es = self.plan.args.dtype.size();
+        let per = CHUNK / es;
+        let mut tmp = vec![0u8; elems.min(per) * es];
+        let mut i = 0;
+        while i < elems {
+            let k = per.min(elems - i);
+            pat.fill(i, &mut tmp[..k * es]);
+            self.buf(at)
+                .copy_from_host(at.off + i * es, &tmp[..k * es])?;
+            i += k;
+        }
+        Ok(())
+    }
+
+    fn count_wrong(&self, at: Place, pat: &Pattern, elems: usize) -> Result<u64, BoxError> {
+        let es = self.plan.args.dtype.size();
+        let per = CHUNK / es;
+        let mut tmp = vec![0u8; elems.min(per) * es];
+        let (mut i, mut wrong) = (0, 0);
+        while i < elems {
+            let k = per.min(elems - i);
+            self.buf(at)
+                .copy_to_host(at.off + i * es, &mut tmp[..k * es])?;
+            wrong += pat.count_wrong(i, &tmp[..k * es]);
+            i += k;
+        }
+        Ok(wrong)
+    }
+
+    /// Fills, runs `run` once (as it is timed), and counts wrong output elements.
+    fn check(&self, sh: &Shape, run: &dyn Fn() -> Result<(), BoxError>) -> Result<u64, BoxError> {
+        let a = &self.plan.args;
+        let (dt, n, rank) = (a.dtype, self.n(), self.rank());
+        let es = dt.size();
+        let (input, output) = self.places(sh);
+        let span = sh.part * sh.in_parts.max(sh.out_parts) * es;
+        self.write_bytes(&self.recv, 0, span, SENTINEL)?;
+        for p in 0..sh.in_parts {
+            let at = Place {
+                off: input.off + p * sh.part * es,
+                ..input
+            };
+            self.write_part(at, &Pattern::input(dt, n, rank, p), sh.part)?;
+        }
+        self.comm.bootstrap().barrier()?;
+        if self.plan.graph_launches > 0 {
+            let graph = self.stream.capture(run)?;
+            // SAFETY: the buffers outlive the synchronisation below.
+            unsafe { graph.launch(&self.stream) }?;
+        } else {
+            run()?;
+        }
+        self.stream.synchronize()?;
+        self.failed()?;
+        let mut wrong = 0;
+        for q in 0..sh.out_parts {
+            let want = match a.op {
+                Op::AllReduce => Pattern::reduced(dt, a.redop, n, 0),
+                Op::AllGather => Pattern::input(dt, n, q, 0),
+                Op::ReduceScatter => Pattern::reduced(dt, a.redop, n, rank),
+                Op::Broadcast => Pattern::input(dt, n, a.root, 0),
+                Op::AllToAll => Pattern::input(dt, n, q, rank),
+                Op::SendRecv => Pattern::input(dt, n, (rank + n - 1) % n, 0),
+            };
+            let at = Place {
+                off: output.off + q * sh.part * es,
+                ..output
+            };
+            wrong += self.count_wrong(at, &want, sh.part)?;
+        }
+        self.comm.bootstrap().barrier()?;
+        Ok(wrong)
+    }
+}
+
+/// Runs the sweep on this rank; rank 0 prints the table and returns the rows.
+pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<Row>)>, BoxError> {
+    let a = &plan.args;
+    let comm = Arc::new(comm);
+    let (rank, n) = (comm.rank(), comm.size());
+    let (dt, es) = (a.dtype, a.dtype.size());
+    let g = comm.gpu().clone();
+    let coll = Collectives::new(comm.clone())?;
+    let base = match a.baseline {
+        Some(Baseline::Nccl) => Some(nccl::Comm::new(&comm)?),
+        None => None,
+    };
+    let mut shapes: Vec<Shape> = Vec::new();
+    let mut notes: Vec<String> = Vec::new();
+    for &bytes in &plan.sizes {
+        match Shape::new(a.op, bytes, n, es) {
+            Some(s) if shapes.last() != Some(&s) => shapes.push(s),
+            Some(_) => {}
+            None => notes.push(format!(
+                "# {bytes} B skipped: less than one {} element per rank and part",
+                dtype_name(dt)
+            )),
+        }
+    }
+    let ll_max = coll.config().ll_max_bytes;
+    if a.algo == Some(Algorithm::LlOneShot) && shapes.iter().any(|s| s.size > ll_max) {
+        notes.push(format!(
+            "# -a ll: sizes above {ll_max} B (the LL limit) skipped"
+        ));
+        shapes.retain(|s| s.size <= ll_max);
+    }
+    let inplace = a.inplace && a.op.has_in_place();
+    let max_bytes = shapes
+        .iter()
+        .map(|s| s.part * s.in_parts.max(s.out_parts) * es)
+        .max()
+        .unwrap_or(0);
+    let r = Rank {
+        plan,
+        comm: comm.clone(),
+        stream: g.stream()?,
+        e0: g.event()?,
+        e1: g.event()?,
+        send: g.alloc(if inplace { 0 } else { max_bytes })?,
+        recv: g.alloc(max_bytes)?,
+        inplace,
+    };
+    let info = RunInfo {
+        op: a.op.name(),
+        dtype: dtype_name(dt),
+        redop: redop_name(a.redop),
+        inplace,
+        nranks: n,
+        backend: match plan.backend {
+            BackendKind::Cuda => "cuda",
+            BackendKind::Cpu => "cpu",
+        },
+        device: g.name(),
+        graph_launches: plan.graph_launches,
+        baseline: base.as_ref().map(|_| match nccl::Nccl::load() {
+            Ok(l) => format!("NCCL {}", l.version),
+            Err(_) => "NCCL".into(),
+        }),
+    };
+    if rank == 0 {
+        print_header(plan, &info, ll_max);
+        for note in &notes {
+            println!("{note}");
+        }
+        println!("{}", report::header(base.is_some()));
+    }
+    let (next, prev) = ((rank + 1) % n, (rank + n - 1) % n);
+    let mut rows = Vec::new();
+    for sh in &shapes {
+        let (input, output) = r.places(sh);
+        let (inp, out) = (r.ptr(input), r.ptr(output));
+        let stream = &r.stream;
+        let part = sh.part;
+        let ours = || -> Result<(), BoxError> {
+            // SAFETY: `inp` and `out` address the parts `Shape` sized the buffers for, alive
+            // for the whole sweep; every rank makes the same calls in the same order.
+            unsafe {
+                match a.op {
+                    Op::AllReduce => {
+                        coll.all_reduce(inp, out, part, dt, a.redop, stream, a.algo)?
+                    }
+                    Op::AllGather => coll.all_gather(inp, out, part, dt, stream)?,
+                    Op::ReduceScatter => {
+                        coll.reduce_scatter(inp, out, part, dt, a.redop, stream)?
+                    }
+                    Op::Broadcast => coll.broadcast(inp, out, part, dt, a.root, stream)?,
+                    Op::AllToAll => coll.all_to_all(inp, out, part, dt, stream)?,
+                    Op::SendRecv if rank % 2 == 0 => {
+                        coll.send(inp, part, dt, next, stream)?;
+                        coll.recv(out, part, dt, prev, stream)?;
+                    }
+                    Op::SendRecv => {
+                        coll.recv(out, part, dt, prev, stream)?;
+                        coll.send(inp, part, dt, next, stream)?;
+                    }
+                }
+            }
+            Ok(())
+        };
+        let (t, iters) = r.measure(&ours)?;
+        let wrong = if a.check {
+            Some(r.check(sh, &ours)?)
+        } else {
+            None
+        };
+        let mut base_t = (f64::NAN, None);
+        if let Some(b) = &base {
+            let theirs = || -> Result<(), BoxError> {
+                // SAFETY: as for `ours`.
+                unsafe {
+                    match a.op {
+                        Op::AllReduce => b.all_reduce(inp, out, part, dt, a.redop, stream),
+                        Op::AllGather => b.all_gather(inp, out, part, dt, stream),
+                        Op::ReduceScatter => b.reduce_scatter(inp, out, part, dt, a.redop, stream),
+                        Op::Broadcast => b.broadcast(inp, out, part, dt, a.root, stream),
+                        Op::AllToAll => b.all_to_all(inp, out, n, part, dt, stream),
+                        Op::SendRecv => b.send_recv(inp, next, out, prev, part, dt, stream),
+                    }
+                }
+            };
+            let (bt, _) = r.measure(&theirs)?;
+            let bw = if a.check {
+                Some(r.check(sh, &theirs)?)
+            } else {
+                None
+            };
+            base_t = (bt, bw);
+        }
+        // Rank 0 collects [time, wrong, baseline time, baseline wrong] (-1: not measured).
+        let mine: Vec<u8> = [
+            t,
+            wrong.map_or(-1.0, |w| w as f64),
+            base_t.0,
+            base_t.1.map_or(-1.0, |w| w as f64),
+        ]
+        .iter()
+        .flat_map(|x| x.to_le_bytes())
+        .collect();
+        let all = comm.bootstrap().all_gather(&mine)?;
+        if rank != 0 {
+            continue;
+        }
+        let field = |k: usize| -> Vec<f64> {
+            all.iter()
+                .filter_map(|b| {
+                    Some(f64::from_le_bytes(
+                        b.get(8 * k..8 * k + 8)?.try_into().ok()?,
+                    ))
+                })
+                .collect()
+        };
+        let mean = |v: Vec<f64>| v.iter().sum::<f64>() / v.len().max(1) as f64;
+        let total = |v: Vec<f64>| {
+            v.iter()
+                .all(|&w| w >= 0.0)
+                .then(|| v.iter().sum::<f64>() as u64)
+        };
+        let factor = a.op.busbw_factor(n);
+        let bw = |us: f64| sh.size as f64 / (us * 1e-6) / 1e9;
+        let time_us = mean(field(0));
+        let algo = match a.op {
+            Op::AllReduce if n == 1 => "copy".to_string(),
+            Op::AllReduce => algo_name(Some(
+                a.algo.unwrap_or_else(|| auto_all_reduce(sh.size, ll_max)),
+            )),
+            _ => "staged".to_string(),
+        };
+        let row = Row {
+            size: sh.size,
+            count: sh.count,
+            algo,
+            iters,
+            time_us,
+            algbw: bw(time_us),
+            busbw: bw(time_us) * factor,
+            wrong: wrong.and(total(field(1))),
+            base: base.as_ref().map(|_| {
+                let bt = mean(field(2));
+                BaseRow {
+                    time_us: bt,
+                    algbw: bw(bt),
+                    busbw: bw(bt) * factor,
+                    wrong: base_t.1.and(total(field(3))),
+                }
+            }),
+        };
+        println!("{}", report::line(&row, dtype_name(dt)));
+        rows.push(row);
+    }
+    comm.bootstrap().barrier()?;
+    drop(base);
+    Ok((rank == 0).then_some((info, rows)))
+}
+
+fn print_header(plan: &Plan, info: &RunInfo, ll_max: usize) {
+    let a = &plan.args;
+    if plan.backend == BackendKind::Cpu {
+        println!(
+            "# CPU backend (no GPU found, or MSCCLPP_BACKEND=cpu): the same kernels on OS threads; \
+             times are not GPU times, only the data check means something"
+        );
+    }
+    println!(
+        "# mscclpp-bench {}: {}, {} backend, {}",
+        info.op, plan.launch, info.backend, info.device
+    );
+    let algo = match a.algo {
+        Some(x) => format!("{} (forced)", algo_name(Some(x))),
+        None if a.op == Op::AllReduce => format!("by size (LL up to {ll_max} B)"),
+        None => "staged".to_string(),
+    };
+    let timing = if plan.graph_launches > 0 {
+        format!(
+            "CUDA graph of the iterations, replayed {}x",
+            plan.graph_launches
+        )
+    } else {
+        "eager launches".to_string()
+    };
+    let iters = a
+        .iters
+        .map_or_else(|| "auto".to_string(), |i| i.to_string());
+    println!(
+        "# {}{}, {}, algorithm {algo}, {timing}, iterations {iters}, warmup {}, check {}",
+        info.dtype,
+        if a.op.reduces() {
+            format!(" {}", info.redop)
+        } else {
+            String::new()
+        },
+        if info.inplace {
+            "in place"
+        } else {
+            "out of place"
+        },
+        a.warmup,
+        if a.check { "on" } else { "off" }
+    );
+    if a.op == Op::Broadcast {
+        println!("# root {}", a.root);
+    }
+    if let Some(b) = &info.baseline {
+        let path = nccl::Nccl::load()
+            .map(|l| l.path.clone())
+            .unwrap_or_default();
+        let nvls = std::env::var("NCCL_NVLS_ENABLE").unwrap_or_default();
+        println!(
+            "# baseline: {b} ({path}, NCCL_NVLS_ENABLE={nvls}), timed the same way on the same \
+             buffers; speedup = baseline time / ours"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_follow_nccl_tests() {
+        let s = Shape::new(Op::AllReduce, 1000, 4, 2).unwrap();
+        assert_eq!(
+            (s.size, s.count, s.part, s.in_parts, s.out_parts),
+            (1000, 500, 500, 1, 1)
+        );
+        // Per-rank parts, rounded down to whole elements.
+        let s = Shape::new(Op::AllGather, 1000, 3, 4).unwrap();
+        assert_eq!(
+            (s.size, s.count, s.part, s.in_parts, s.out_parts),
+            (996, 249, 83, 1, 3)
+        );
+        let s = Shape::new(Op::ReduceScatter, 64, 2, 4).unwrap();
+        assert_eq!((s.size, s.part, s.in_parts, s.out_parts), (64, 8, 2, 1));
+        let s = Shape::new(Op::AllToAll, 64, 4, 2).unwrap();
+        assert_eq!((s.size, s.part, s.in_parts, s.out_parts), (64, 8, 4, 4));
+        assert!(Shape::new(Op::AllGather, 8, 8, 2).is_none());
+        assert!(Shape::new(Op::SendRecv, 1, 2, 2).is_none());
+    }
+}

@@ -1,0 +1,283 @@
+//! Rows of a collective sweep: the table on standard output (nccl-tests' columns), JSON lines,
+//! and the closing summary.
+
+use std::fmt::Write as _;
+
+/// The baseline's numbers for one size.
+#[derive(Clone, Debug)]
+pub struct BaseRow {
+    /// Mean over ranks of the time per operation, µs.
+    pub time_us: f64,
+    /// Bytes / time, GB/s.
+    pub algbw: f64,
+    /// `algbw` × the op's factor, GB/s.
+    pub busbw: f64,
+    /// Wrong elements over all ranks (with `-c`).
+    pub wrong: Option<u64>,
+}
+
+/// One size of a sweep.
+#[derive(Clone, Debug)]
+pub struct Row {
+    /// Bytes (nccl-tests' `size`).
+    pub size: usize,
+    /// Elements in `size`.
+    pub count: usize,
+    /// Our algorithm at this size.
+    pub algo: String,
+    /// Timed iterations per graph replay (or eager run).
+    pub iters: u32,
+    /// Mean over ranks of the time per operation, µs.
+    pub time_us: f64,
+    /// Bytes / time, GB/s.
+    pub algbw: f64,
+    /// `algbw` × the op's factor, GB/s.
+    pub busbw: f64,
+    /// Wrong elements over all ranks (with `-c`).
+    pub wrong: Option<u64>,
+    /// The baseline, if one ran.
+    pub base: Option<BaseRow>,
+}
+
+impl Row {
+    /// Baseline time / our time.
+    pub fn speedup(&self) -> Option<f64> {
+        self.base.as_ref().map(|b| b.time_us / self.time_us)
+    }
+}
+
+/// What every row shares (for JSON and the plot).
+#[derive(Clone, Debug)]
+pub struct RunInfo {
+    /// `allreduce`, …
+    pub op: &'static str,
+    /// `f16`, …
+    pub dtype: &'static str,
+    /// `sum`, …
+    pub redop: &'static str,
+    /// In place.
+    pub inplace: bool,
+    /// Ranks.
+    pub nranks: usize,
+    /// `cuda` or `cpu`.
+    pub backend: &'static str,
+    /// Device name of rank 0.
+    pub device: String,
+    /// Graph replays per timing (0: eager).
+    pub graph_launches: u32,
+    /// The baseline's name and version (`NCCL 2.28.3`).
+    pub baseline: Option<String>,
+}
+
+/// The column header (two lines).
+pub fn header(with_base: bool) -> String {
+    let mut s = format!(
+        "#{:>12} {:>12} {:>5} {:>7} {:>6} {:>11} {:>11} {:>11} {:>7}",
+        "size(B)",
+        "count",
+        "type",
+        "algo",
+        "iters",
+        "time(us)",
+        "algbw(GB/s)",
+        "busbw(GB/s)",
+        "#wrong"
+    );
+    if with_base {
+        let _ = write!(
+            s,
+            " {:>11} {:>11} {:>8}",
+            "nccl(us)", "nccl_busbw", "speedup"
+        );
+    }
+    s
+}
+
+fn wrong_cell(w: Option<u64>) -> String {
+    w.map_or_else(|| "N/A".to_string(), |w| w.to_string())
+}
+
+/// One table line.
+pub fn line(r: &Row, dtype: &str) -> String {
+    let mut s = format!(
+        " {:>12} {:>12} {:>5} {:>7} {:>6} {:>11.2} {:>11.2} {:>11.2} {:>7}",
+        r.size,
+        r.count,
+        dtype,
+        r.algo,
+        r.iters,
+        r.time_us,
+        r.algbw,
+        r.busbw,
+        wrong_cell(r.wrong)
+    );
+    if let (Some(b), Some(x)) = (&r.base, r.speedup()) {
+        let _ = write!(s, " {:>11.2} {:>11.2} {:>7.2}x", b.time_us, b.busbw, x);
+    }
+    s
+}
+
+/// The closing lines: mean bus bandwidth, geometric-mean speed-up, wrong elements.
+pub fn summary(rows: &[Row], checked: bool) -> String {
+    let mut s = String::new();
+    if rows.is_empty() {
+        return "# no sizes ran\n".into();
+    }
+    let mean = |f: &dyn Fn(&Row) -> Option<f64>| {
+        let v: Vec<f64> = rows.iter().filter_map(f).collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    if let Some(m) = mean(&|r| Some(r.busbw)) {
+        let _ = write!(s, "# Avg bus bandwidth    : {m:.3} GB/s");
+    }
+    if let Some(m) = mean(&|r| r.base.as_ref().map(|b| b.busbw)) {
+        let _ = write!(s, " (baseline {m:.3} GB/s)");
+    }
+    s.push('\n');
+    let ups: Vec<f64> = rows.iter().filter_map(Row::speedup).collect();
+    if !ups.is_empty() {
+        let geo = (ups.iter().map(|x| x.ln()).sum::<f64>() / ups.len() as f64).exp();
+        let lo = ups.iter().cloned().fold(f64::INFINITY, f64::min);
+        let hi = ups.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let _ = writeln!(
+            s,
+            "# Speed-up over baseline: geometric mean {geo:.2}x (min {lo:.2}x, max {hi:.2}x)"
+        );
+    }
+    if checked {
+        let wrong: u64 = rows.iter().filter_map(|r| r.wrong).sum();
+        let base: Vec<u64> = rows
+            .iter()
+            .filter_map(|r| r.base.as_ref().and_then(|b| b.wrong))
+            .collect();
+        let _ = write!(s, "# Wrong elements       : {wrong}");
+        if !base.is_empty() {
+            let _ = write!(s, " (baseline {})", base.iter().sum::<u64>());
+        }
+        s.push_str(if wrong == 0 { " OK\n" } else { " FAILED\n" });
+    }
+    s
+}
+
+fn num(x: f64) -> String {
+    if x.is_finite() {
+        format!("{x:.4}")
+    } else {
+        "null".into()
+    }
+}
+
+fn opt<T: ToString>(x: Option<T>) -> String {
+    x.map_or_else(|| "null".into(), |v| v.to_string())
+}
+
+fn string(s: &str) -> String {
+    let mut o = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(o, "\\u{:04x}", c as u32);
+            }
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+/// One JSON object per row, one per line.
+pub fn json_lines(info: &RunInfo, rows: &[Row]) -> String {
+    let mut s = String::new();
+    for r in rows {
+        let b = r.base.as_ref();
+        let _ = writeln!(
+            s,
+            "{{\"op\":{},\"size\":{},\"count\":{},\"type\":{},\"redop\":{},\"inplace\":{},\
+             \"algo\":{},\"nranks\":{},\"backend\":{},\"device\":{},\"graph_launches\":{},\
+             \"iters\":{},\"time_us\":{},\"algbw_gbps\":{},\"busbw_gbps\":{},\"wrong\":{},\
+             \"baseline\":{},\"base_time_us\":{},\"base_algbw_gbps\":{},\"base_busbw_gbps\":{},\
+             \"base_wrong\":{},\"speedup\":{}}}",
+            string(info.op),
+            r.size,
+            r.count,
+            string(info.dtype),
+            string(info.redop),
+            info.inplace,
+            string(&r.algo),
+            info.nranks,
+            string(info.backend),
+            string(&info.device),
+            info.graph_launches,
+            r.iters,
+            num(r.time_us),
+            num(r.algbw),
+            num(r.busbw),
+            opt(r.wrong),
+            info.baseline
+                .as_deref()
+                .map_or_else(|| "null".into(), string),
+            b.map_or_else(|| "null".into(), |b| num(b.time_us)),
+            b.map_or_else(|| "null".into(), |b| num(b.algbw)),
+            b.map_or_else(|| "null".into(), |b| num(b.busbw)),
+            opt(b.and_then(|b| b.wrong)),
+            r.speedup().map_or_else(|| "null".into(), num),
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(size: usize, t: f64, base: Option<f64>) -> Row {
+        Row {
+            size,
+            count: size / 2,
+            algo: "ll".into(),
+            iters: 20,
+            time_us: t,
+            algbw: size as f64 / t / 1e3,
+            busbw: size as f64 / t / 1e3,
+            wrong: Some(0),
+            base: base.map(|b| BaseRow {
+                time_us: b,
+                algbw: 1.0,
+                busbw: 1.0,
+                wrong: None,
+            }),
+        }
+    }
+
+    #[test]
+    fn table_and_json() {
+        let info = RunInfo {
+            op: "allreduce",
+            dtype: "f16",
+            redop: "sum",
+            inplace: true,
+            nranks: 2,
+            backend: "cuda",
+            device: "NVIDIA \"H200\"".into(),
+            graph_launches: 1,
+            baseline: Some("NCCL 2.28.3".into()),
+        };
+        let rows = [row(8, 10.0, Some(20.0)), row(1 << 20, 100.0, Some(50.0))];
+        assert!(line(&rows[0], "f16").contains("2.00x"));
+        assert!(header(true).contains("#wrong") && header(true).contains("speedup"));
+        let j = json_lines(&info, &rows);
+        assert_eq!(j.lines().count(), 2);
+        assert!(j.contains("\"device\":\"NVIDIA \\\"H200\\\"\""), "{j}");
+        assert!(
+            j.contains("\"speedup\":2.0000") && j.contains("\"base_wrong\":null"),
+            "{j}"
+        );
+        let s = summary(&rows, true);
+        assert!(
+            s.contains("geometric mean 1.00x") && s.contains("Wrong elements       : 0 OK"),
+            "{s}"
+        );
+    }
+}
