@@ -19,7 +19,6 @@
 //! `recv` pair up between two ranks.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use mscclpp_host::communicator::Communicator;
 use mscclpp_host::connection::{Connection, EndpointConfig};
@@ -111,7 +110,7 @@ pub struct Collectives {
     _connections: Vec<Arc<dyn Connection>>,
     ll_slot_bytes: u64,
     stage_offset: u64,
-    ll_flag: AtomicU32,
+    ll_flags: DeviceBuffer,
 }
 
 const SCRATCH_TAG: u64 = 0x5c_0000;
@@ -180,6 +179,7 @@ impl Collectives {
             }
         }
         let channel_table = g.alloc(std::mem::size_of_val(table.as_slice()))?;
+        let ll_flags = g.alloc(16)?;
         channel_table.copy_from_host(0, bytemuck::cast_slice(&table))?;
         comm.bootstrap().barrier()?;
         Ok(Self {
@@ -195,7 +195,7 @@ impl Collectives {
             _connections: connections.into_iter().flatten().collect(),
             ll_slot_bytes,
             stage_offset,
-            ll_flag: AtomicU32::new(0),
+            ll_flags,
         })
     }
 
@@ -217,11 +217,11 @@ impl Collectives {
             output: DevicePtr::NULL,
             scratch: self.scratch.ptr(),
             bytes: 0,
-            ll_offset: 0,
+            ll_flags: self.ll_flags.ptr().cast(),
             ll_slot_bytes: self.ll_slot_bytes,
             stage_offset: self.stage_offset,
             stride: 0,
-            flag: 0,
+            reserved: 0,
             dtype: dtype as u32,
             op: op as u32,
             mode: mode as u32,
@@ -293,12 +293,10 @@ impl Collectives {
                         backend: self.comm.gpu().kind(),
                     });
                 }
-                let flag = self.ll_flag.fetch_add(1, Ordering::Relaxed) + 1;
                 let mut p = self.params(CollectiveMode::AllReduce, dtype, op);
                 p.input = input;
                 p.output = output;
                 p.bytes = bytes as u64;
-                p.flag = flag;
                 let threads = self.cfg.threads;
                 let packets = bytes.div_ceil(8) as u32;
                 let blocks = packets.div_ceil(threads).clamp(1, self.cfg.ll_blocks);

@@ -124,71 +124,100 @@ fn block_reduce_into(
     }
 }
 
+/// The LL all-reduce's body; returns false if a packet wait gave up.
+#[inline(always)]
+fn ll_all_reduce(p: &CollectiveParams, flag: u32, dtype: DataType, op: ReduceOp) -> bool {
+    let n = packet::packets_for::<LL16Packet>(p.bytes as usize) as u64;
+    let half = (flag & 1) as u64 * p.nranks as u64 * p.ll_slot_bytes;
+    let tid = arch::global_thread_idx() as u64;
+    let nthreads = arch::global_thread_count() as u64;
+    let input = p.input.as_ptr();
+    let output = p.output.as_ptr();
+    // 1. My payload, as packets, into slot `rank` of every peer.
+    let mut i = tid;
+    while i < n {
+        let off = i * 8;
+        let len = (p.bytes - off) as usize;
+        // SAFETY: `off < bytes`; `input` holds `bytes`.
+        let w = unsafe { packet::read_payload::<LL16Packet>(input.add(off as usize), len) };
+        for q in 0..p.nranks {
+            if q == p.rank {
+                continue;
+            }
+            let ch = channel(p, 0, q);
+            // SAFETY: slot `rank` of the peer's LL region holds `ll_slot_bytes >= n * 16`.
+            unsafe {
+                let dst = ch
+                    .dst
+                    .as_ptr()
+                    .add((half + p.rank as u64 * p.ll_slot_bytes + i * 16) as usize)
+                    as *mut LL16Packet;
+                LL16Packet::store(dst, w, flag);
+            }
+        }
+        i += nthreads;
+    }
+    // 2. Reduce my payload with every peer's packets.
+    let mut i = tid;
+    while i < n {
+        let off = i * 8;
+        let len = (p.bytes - off) as usize;
+        // SAFETY: as above.
+        let mut acc = unsafe { packet::read_payload::<LL16Packet>(input.add(off as usize), len) };
+        for q in 0..p.nranks {
+            if q == p.rank {
+                continue;
+            }
+            // SAFETY: slot `q` of my LL region, written by peer `q`.
+            let w = unsafe {
+                let src = p
+                    .scratch
+                    .as_ptr()
+                    .add((half + q as u64 * p.ll_slot_bytes + i * 16) as usize)
+                    as *const LL16Packet;
+                packet::read_packet(src, flag, p.status)
+            };
+            let Ok(w) = w else {
+                return false;
+            };
+            acc = [
+                reduce_word(acc[0], w[0], dtype, op),
+                reduce_word(acc[1], w[1], dtype, op),
+            ];
+        }
+        // SAFETY: `output` holds `bytes`.
+        unsafe { packet::write_payload::<LL16Packet>(output.add(off as usize), acc, len) };
+        i += nthreads;
+    }
+    true
+}
+
 crate::kernel! {
     /// One-shot all-reduce with LL16 packets (small messages): every thread of the grid sends
-    /// its share of packets to every peer, then reduces the packets that arrive.
+    /// its share of packets to every peer, then reduces the packets that arrive. The flag comes
+    /// from `ll_flags` on the device (see `CollectiveParams::ll_flags`); the last block to
+    /// finish advances it, so the same launch replayed from a CUDA graph stays correct.
     fn ll_all_reduce_kernel(p: CollectiveParams) {
         let (Some(dtype), Some(op)) = (DataType::from_u32(p.dtype), ReduceOp::from_u32(p.op))
         else {
             return;
         };
-        let n = packet::packets_for::<LL16Packet>(p.bytes as usize) as u64;
-        let half = (p.flag & 1) as u64 * p.nranks as u64 * p.ll_slot_bytes;
-        let tid = arch::global_thread_idx() as u64;
-        let nthreads = arch::global_thread_count() as u64;
-        let input = p.input.as_ptr();
-        let output = p.output.as_ptr();
-        // 1. My payload, as packets, into slot `rank` of every peer.
-        let mut i = tid;
-        while i < n {
-            let off = i * 8;
-            let len = (p.bytes - off) as usize;
-            // SAFETY: `off < bytes`; `input` holds `bytes`.
-            let w = unsafe { packet::read_payload::<LL16Packet>(input.add(off as usize), len) };
-            for q in 0..p.nranks {
-                if q == p.rank {
-                    continue;
-                }
-                let ch = channel(&p, 0, q);
-                // SAFETY: slot `rank` of the peer's LL region holds `ll_slot_bytes >= n * 16`.
-                unsafe {
-                    let dst = ch.dst.as_ptr().add(
-                        (p.ll_offset + half + p.rank as u64 * p.ll_slot_bytes + i * 16) as usize,
-                    ) as *mut LL16Packet;
-                    LL16Packet::store(dst, w, p.flag);
-                }
-            }
-            i += nthreads;
-        }
-        // 2. Reduce my payload with every peer's packets.
-        let mut i = tid;
-        while i < n {
-            let off = i * 8;
-            let len = (p.bytes - off) as usize;
+        let flags = p.ll_flags.as_ptr();
+        // SAFETY: `ll_flags` points at two live u64 words; `[0]` was last written by the
+        // previous launch, which completed before this one started (stream order).
+        let flag = unsafe { arch::ld_relaxed_sys_u64(flags) } as u32 + 1;
+        let ok = ll_all_reduce(&p, flag, dtype, op);
+        arch::sync_threads();
+        if arch::thread_idx_x() == 0 && ok {
+            arch::fence_acq_rel_sys();
             // SAFETY: as above.
-            let mut acc = unsafe { packet::read_payload::<LL16Packet>(input.add(off as usize), len) };
-            for q in 0..p.nranks {
-                if q == p.rank {
-                    continue;
+            unsafe {
+                let done = arch::atom_add_relaxed_gpu_u64(flags.add(1), 1);
+                if done + 1 == arch::grid_dim_x() as u64 {
+                    arch::st_relaxed_sys_u64(flags.add(1), 0);
+                    arch::st_relaxed_sys_u64(flags, flag as u64);
                 }
-                // SAFETY: slot `q` of my LL region, written by peer `q`.
-                let w = unsafe {
-                    let src = p.scratch.as_ptr().add(
-                        (p.ll_offset + half + q as u64 * p.ll_slot_bytes + i * 16) as usize,
-                    ) as *const LL16Packet;
-                    packet::read_packet(src, p.flag, p.status)
-                };
-                let Ok(w) = w else {
-                    return;
-                };
-                acc = [
-                    reduce_word(acc[0], w[0], dtype, op),
-                    reduce_word(acc[1], w[1], dtype, op),
-                ];
             }
-            // SAFETY: `output` holds `bytes`.
-            unsafe { packet::write_payload::<LL16Packet>(output.add(off as usize), acc, len) };
-            i += nthreads;
         }
     }
 }

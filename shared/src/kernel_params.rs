@@ -207,8 +207,11 @@ pub struct CollectiveParams {
     pub scratch: DevicePtr<u8>,
     /// Bytes of the operation (per rank or per part, see [`CollectiveMode`]).
     pub bytes: u64,
-    /// Offset of the LL packet region in every scratch buffer.
-    pub ll_offset: u64,
+    /// Two device words of the LL all-reduce: `[0]` the flag of the last completed call, `[1]`
+    /// the count of blocks that finished the current call. The kernel reads `[0] + 1` as its
+    /// flag and its last block stores it back, so the flag advances on the device and CUDA-graph
+    /// replays of a captured call use fresh flags.
+    pub ll_flags: DevicePtr<u64>,
     /// Bytes of one rank's LL slot (one half of the double buffer holds `nranks` slots).
     pub ll_slot_bytes: u64,
     /// Offset of the staging region in every scratch buffer.
@@ -216,8 +219,8 @@ pub struct CollectiveParams {
     /// Distance between rank parts in `input` (reduce-scatter, all-to-all) or `output`
     /// (all-gather, all-to-all), bytes; a launch may cover a piece (`bytes`) of each part.
     pub stride: u64,
-    /// Flag of this call (monotonic per communicator, never 0).
-    pub flag: u32,
+    /// Reserved, zero (the LL flag lives in `ll_flags`).
+    pub reserved: u32,
     /// [`DataType`].
     pub dtype: u32,
     /// [`ReduceOp`].

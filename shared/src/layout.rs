@@ -48,7 +48,7 @@ layouts! {
     FifoPushParams { status, fifo, per_thread, reserved }
     PingPongParams { status, channel, bytes, iterations, role, flag_base, reserved }
     PortPingPongParams { status, channel, bytes, iterations, role, flush, reserved }
-    CollectiveParams { status, channels, input, output, scratch, bytes, ll_offset, ll_slot_bytes, stage_offset, stride, flag, dtype, op, mode, rank, nranks, root, max_blocks }
+    CollectiveParams { status, channels, input, output, scratch, bytes, ll_flags, ll_slot_bytes, stage_offset, stride, reserved, dtype, op, mode, rank, nranks, root, max_blocks }
     IpcMemHandle { kind, device, owner_pid, owner_fd, token, alloc_size, offset, size, cuda }
 }
 

@@ -189,7 +189,7 @@ impl Rank<'_> {
         self.stream.synchronize()?;
         self.failed()?;
         let est_us = self.e1.elapsed_ms(&self.e0)? as f64 * 1e3 / warm.max(1) as f64;
-        let mut iters = match a.iters {
+        let iters = match a.iters {
             Some(n) => n,
             None => {
                 // Every rank must run the same number: take the slowest estimate.
@@ -203,12 +203,6 @@ impl Rank<'_> {
             }
         };
         let launches = self.plan.graph_launches;
-        if launches > 0 && a.op == Op::AllReduce {
-            // The LL all-reduce's packet flags are fixed in a captured graph: with an even
-            // number >= 4 of operations per graph, a replay never finds its own flags left
-            // over from the previous replay.
-            iters = (iters + iters % 2).max(4);
-        }
         let per_run = if launches > 0 {
             let graph = self.stream.capture(|| -> Result<(), BoxError> {
                 for _ in 0..iters {

@@ -374,11 +374,11 @@ typedef struct CollectiveParams {
   uint64_t output;
   uint64_t scratch;
   uint64_t bytes;
-  uint64_t ll_offset;
+  uint64_t ll_flags;      /* u64[2]: last completed LL flag, finished blocks */
   uint64_t ll_slot_bytes;
   uint64_t stage_offset;
   uint64_t stride;
-  uint32_t flag;
+  uint32_t reserved;      /* zero */
   uint32_t dtype;         /* 0 f32, 1 f16, 2 bf16, 3 i32, 4 u32 */
   uint32_t op;            /* 0 sum, 1 min, 2 max */
   uint32_t mode;          /* CollectiveMode */
@@ -394,11 +394,11 @@ MSCCLPP_CHECK_OFFSET(CollectiveParams, input, 16);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, output, 24);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, scratch, 32);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, bytes, 40);
-MSCCLPP_CHECK_OFFSET(CollectiveParams, ll_offset, 48);
+MSCCLPP_CHECK_OFFSET(CollectiveParams, ll_flags, 48);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, ll_slot_bytes, 56);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, stage_offset, 64);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, stride, 72);
-MSCCLPP_CHECK_OFFSET(CollectiveParams, flag, 80);
+MSCCLPP_CHECK_OFFSET(CollectiveParams, reserved, 80);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, dtype, 84);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, op, 88);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, mode, 92);
