@@ -7,9 +7,10 @@ mod common;
 use std::sync::Arc;
 
 use common::ranks_as_threads;
-use mscclpp::collectives::{Algorithm, Collectives};
+use mscclpp::collectives::{Algorithm, CollectiveConfig, Collectives};
 use mscclpp::device::reduce::{bf16_to_f32, f16_to_f32_soft, f32_to_bf16, f32_to_f16_soft};
 use mscclpp::host::communicator::Communicator;
+use mscclpp::host::gpu::BackendKind;
 use mscclpp::shared::{DataType, ReduceOp};
 
 const TYPES: [DataType; 5] = [
@@ -268,7 +269,16 @@ fn others_case(c: &Collectives, count: usize) {
 
 fn run(n: usize, body: impl Fn(&Collectives) + Sync) {
     ranks_as_threads(n, |comm: Communicator| {
-        let c = Collectives::new(Arc::new(comm)).expect("collectives");
+        let kind = comm.gpu().kind();
+        let mut cfg = CollectiveConfig::for_backend(kind);
+        if kind == BackendKind::Cuda && n > kind.device_count().unwrap_or(1) {
+            // Several ranks share a GPU here: small grids, so that the blocks of every rank
+            // (which wait for each other) are resident at once.
+            cfg.max_blocks = 4;
+            cfg.threads = 256;
+            cfg.ll_blocks = 4;
+        }
+        let c = Collectives::with_config(Arc::new(comm), cfg).expect("collectives");
         body(&c);
         c.communicator().bootstrap().barrier().unwrap();
     });

@@ -56,12 +56,9 @@ pub fn spin_until(
     if ready() {
         return Ok(());
     }
-    let limit = if status.is_null() {
-        FALLBACK_SPIN_LIMIT
-    } else {
-        // SAFETY: as in `record_error`; `spin_limit` is written by the host before launch.
-        unsafe { arch::ld_relaxed_sys_u64(core::ptr::addr_of!((*status.as_ptr()).spin_limit)) }
-    };
+    // The status lives in host memory: a read of it crosses PCIe. Fast waits (the common case)
+    // never touch it; the limit is fetched together with the first abort check.
+    let mut limit = u64::MAX;
     let mut iteration: u64 = 0;
     loop {
         arch::spin_step(iteration);
@@ -69,11 +66,24 @@ pub fn spin_until(
             return Ok(());
         }
         iteration += 1;
-        if iteration.is_multiple_of(ABORT_CHECK_INTERVAL) && aborted(status) {
-            record_error(status, DeviceErrorCode::Aborted, error_detail(site, addr));
-            return Err(DeviceErrorCode::Aborted);
+        if iteration.is_multiple_of(ABORT_CHECK_INTERVAL) {
+            if aborted(status) {
+                record_error(status, DeviceErrorCode::Aborted, error_detail(site, addr));
+                return Err(DeviceErrorCode::Aborted);
+            }
+            if iteration == ABORT_CHECK_INTERVAL {
+                limit = if status.is_null() {
+                    FALLBACK_SPIN_LIMIT
+                } else {
+                    // SAFETY: as in `record_error`; `spin_limit` is written before launch.
+                    let l = unsafe {
+                        arch::ld_relaxed_sys_u64(core::ptr::addr_of!((*status.as_ptr()).spin_limit))
+                    };
+                    if l == 0 { u64::MAX } else { l }
+                };
+            }
         }
-        if limit != 0 && iteration >= limit {
+        if iteration >= limit {
             record_error(status, DeviceErrorCode::Timeout, error_detail(site, addr));
             return Err(DeviceErrorCode::Timeout);
         }
