@@ -67,10 +67,13 @@ pub struct CollectiveConfig {
     pub stage_bytes: usize,
     /// Blocks of the staged kernel (and channel rows).
     pub max_blocks: u32,
-    /// Threads per block.
+    /// Threads per block of the staged kernel (it uses 80 registers a thread on sm_90, so at
+    /// most 768 fit a block).
     pub threads: u32,
     /// Blocks of the LL kernel.
     pub ll_blocks: u32,
+    /// Threads per block of the LL kernel.
+    pub ll_threads: u32,
 }
 
 impl CollectiveConfig {
@@ -82,8 +85,9 @@ impl CollectiveConfig {
                 ll_max_bytes: 1 << 20,
                 stage_bytes: 64 << 20,
                 max_blocks: 64,
-                threads: 1024,
+                threads: 512,
                 ll_blocks: 32,
+                ll_threads: 1024,
             },
             BackendKind::Cpu => Self {
                 ll_max_bytes: 64 << 10,
@@ -91,6 +95,7 @@ impl CollectiveConfig {
                 max_blocks: 2,
                 threads: 16,
                 ll_blocks: 2,
+                ll_threads: 16,
             },
         }
     }
@@ -297,7 +302,7 @@ impl Collectives {
                 p.input = input;
                 p.output = output;
                 p.bytes = bytes as u64;
-                let threads = self.cfg.threads;
+                let threads = self.cfg.ll_threads;
                 let packets = bytes.div_ceil(8) as u32;
                 let blocks = packets.div_ceil(threads).clamp(1, self.cfg.ll_blocks);
                 // SAFETY: the caller's contract, and our scratch.

@@ -277,6 +277,7 @@ fn run(n: usize, body: impl Fn(&Collectives) + Sync) {
             cfg.max_blocks = 4;
             cfg.threads = 256;
             cfg.ll_blocks = 4;
+            cfg.ll_threads = 256;
         }
         let c = Collectives::with_config(Arc::new(comm), cfg).expect("collectives");
         body(&c);
