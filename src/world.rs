@@ -11,8 +11,9 @@ use mscclpp_host::gpu::{BackendKind, Gpu};
 use mscclpp_host::{Error, Result};
 
 /// Runs `body` on `n` ranks (threads of this process) of `backend`, rank `r` on device
-/// `r % device_count`; returns the results in rank order. A rank thread that panics is reported
-/// as an error for that rank.
+/// `r % device_count`; returns the results in rank order. A rank that fails (an error or a
+/// panic) aborts every rank's communicator first, so the others' kernels stop waiting for it;
+/// a panic is reported as an error for that rank.
 pub fn run_local_ranks<T: Send>(
     backend: BackendKind,
     n: usize,
@@ -33,11 +34,18 @@ pub fn run_local_ranks<T: Send>(
         }
     };
     let listener = Mutex::new(Some(listener));
+    let statuses = Mutex::new(Vec::new());
+    let abort_all = |statuses: &Mutex<Vec<Arc<mscclpp_host::status::StatusBlock>>>| {
+        for s in statuses.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            s.abort();
+        }
+    };
     let devices = backend.device_count().unwrap_or(1).max(1);
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
             .map(|r| {
-                let (body, listener) = (&body, &listener);
+                let (body, listener, statuses, abort_all) =
+                    (&body, &listener, &statuses, &abort_all);
                 s.spawn(move || -> Result<T> {
                     let cfg = BootstrapConfig::new(r, n, id).with_timeout(Duration::from_secs(60));
                     let root = if r == 0 {
@@ -50,7 +58,26 @@ pub fn run_local_ranks<T: Send>(
                         None => TcpBootstrap::init(cfg)?,
                     };
                     let gpu = Gpu::open(backend, r % devices)?;
-                    body(Communicator::new(Arc::new(bs), gpu)?)
+                    let comm = Communicator::new(Arc::new(bs), gpu)?;
+                    statuses
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(comm.status().clone());
+                    let result =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(comm)));
+                    match result {
+                        Ok(Ok(v)) => Ok(v),
+                        Ok(Err(e)) => {
+                            abort_all(statuses);
+                            Err(e)
+                        }
+                        Err(_) => {
+                            abort_all(statuses);
+                            Err(Error::Aborted {
+                                reason: format!("rank {r} panicked"),
+                            })
+                        }
+                    }
                 })
             })
             .collect();

@@ -259,6 +259,26 @@ impl Communicator {
         RegisteredMemory::deserialize(&bytes, &self.gpu, remote_rank, self.same_node(remote_rank))
     }
 
+    /// Builds the semaphore a peer's proxy signals through `conn` and a GPU of this rank waits
+    /// on (PortChannel); the peer calls it with the same `tag`.
+    pub fn build_semaphore(
+        &self,
+        conn: Arc<dyn Connection>,
+        tag: u64,
+    ) -> Result<crate::semaphore::Host2DeviceSemaphore> {
+        crate::semaphore::Host2DeviceSemaphore::new(self, conn, tag)
+    }
+
+    /// Builds a GPU↔GPU semaphore over a same-node `conn` (MemoryChannel); the peer calls it
+    /// with the same `tag`.
+    pub fn build_memory_semaphore(
+        &self,
+        conn: &dyn Connection,
+        tag: u64,
+    ) -> Result<crate::semaphore::MemoryDevice2DeviceSemaphore> {
+        crate::semaphore::MemoryDevice2DeviceSemaphore::new(self, conn, tag)
+    }
+
     /// Connects to `remote_rank` (which calls `connect` with this rank and the same tag).
     pub fn connect(
         &self,

@@ -28,8 +28,9 @@ const WORDS_BYTES: usize = 128;
 
 /// The token words of one end and the peer's `inbound`.
 struct Words {
-    local: DeviceBuffer,
+    // Declared (and so dropped) before `local`: the registration goes before the memory.
     _local_reg: RegisteredMemory,
+    local: DeviceBuffer,
     remote_inbound: RegisteredMemory,
 }
 
@@ -50,8 +51,8 @@ impl Words {
             });
         }
         Ok(Self {
-            local,
             _local_reg: reg,
+            local,
             remote_inbound,
         })
     }

@@ -6,7 +6,7 @@
 //! | `tail`            | host-pinned, mapped   | proxy (pop: release store of `tail + 1`) | producers waiting for a slot | device: `ld.acquire.sys` |
 //! | `head`            | device memory         | producers: `atom.add.relaxed.gpu` | producers | relaxed: it only hands out positions |
 //! | `tail_cache`      | device memory         | producers (after reading `tail`) | producers | relaxed; it is a hint, `tail` is the truth |
-//! | `flush_done_pos`  | host-pinned, mapped (per connection, in the port channel) | proxy: release store of `pos + 1` after a SYNC at `pos` | device `flush`/`sync` | device: `ld.acquire.sys` |
+//! | `flush_done_pos`  | host-pinned, mapped (one per FIFO: the proxy serves triggers in order, so one monotonic position covers every connection) | proxy: release store of `pos + 1` after a SYNC at `pos` | device `flush`/`sync` | device: `ld.acquire.sys` |
 //!
 //! Push: `pos = atom.add(head, 1)`; while `pos >= N + tail_cache`, reload `tail` (acquire) into
 //! `tail_cache`; write the trigger with commit bit `((pos >> log2 N) & 1) ^ 1` in one 16-byte
