@@ -325,3 +325,36 @@ fn other_collectives_2_3_4_and_8_ranks() {
         });
     }
 }
+
+#[test]
+fn odd_rank_counts_5_and_7() {
+    for n in [5, 7] {
+        run(n, |c| {
+            all_reduce_case(c, 13, Some(Algorithm::LlOneShot));
+            all_reduce_case(c, 1001, Some(Algorithm::TwoShotPut));
+            others_case(c, 11);
+        });
+    }
+}
+
+/// Three ranks as separate processes (the collectives over memory mapped across processes).
+#[test]
+fn collectives_as_processes() {
+    match common::child_communicator() {
+        Some(comm) => {
+            let c = Collectives::new(Arc::new(comm)).expect("collectives");
+            all_reduce_case(&c, 1031, None);
+            all_reduce_case(&c, 4099, Some(Algorithm::TwoShotPut));
+            others_case(&c, 257);
+            c.communicator().bootstrap().barrier().unwrap();
+        }
+        None => {
+            let kind = common::backend();
+            if kind == BackendKind::Cuda && kind.device_count().unwrap_or(1) < 3 {
+                eprintln!("NOT RUN: 3 ranks as processes need 3 GPUs");
+                return;
+            }
+            common::ranks_as_processes(3, "collectives_as_processes")
+        }
+    }
+}
