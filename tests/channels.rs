@@ -292,3 +292,74 @@ fn abort_releases_waiters() {
 fn invalid_trigger_threads() {
     ranks_as_threads(2, invalid_trigger_is_refused);
 }
+
+/// A rank that dies (SIGKILL) while its peer's kernel waits for it: the survivor's health
+/// monitor sees the bootstrap link close, aborts the communicator, the kernel returns, and the
+/// communicator reports `Error::Remote` naming the dead rank — within 10 s.
+#[test]
+fn dead_peer_releases_the_survivor() {
+    let Some(comm) = common::child_communicator() else {
+        let results = common::ranks_as_processes_status(2, "dead_peer_releases_the_survivor");
+        assert!(
+            results[0].0.success(),
+            "the survivor failed: {}",
+            results[0].1
+        );
+        assert!(
+            !results[1].0.success(),
+            "the victim was not killed: {}",
+            results[1].1
+        );
+        return;
+    };
+    let peer = 1 - comm.rank();
+    let g = comm.gpu().clone();
+    let t = Transport::local_for(g.kind());
+    let conn = connect(&comm);
+    let buf = g.alloc(4096).unwrap();
+    comm.send_memory(&comm.register_buffer(&buf, t).unwrap(), peer, 0)
+        .unwrap();
+    let ch = MemoryChannel::new(
+        MemoryDevice2DeviceSemaphore::new(&comm, conn.as_ref(), 0).unwrap(),
+        comm.recv_memory(peer, 0).unwrap(),
+        buf.ptr(),
+        buf.ptr(),
+    )
+    .unwrap();
+    comm.bootstrap().barrier().unwrap();
+    if comm.rank() == 1 {
+        std::thread::sleep(Duration::from_millis(200));
+        // SAFETY: ends this process at once, as a crash would.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        unreachable!();
+    }
+    let m = module(&g);
+    let k = m.kernel(kernels::MEMORY_PING_PONG).unwrap();
+    let stream = g.stream().unwrap();
+    let p = PingPongParams {
+        status: comm.status().device_ptr(),
+        channel: ch.device_handle().unwrap(),
+        bytes: 16,
+        iterations: 1,
+        role: 1,
+        flag_base: 0,
+        reserved: 0,
+    };
+    let start = std::time::Instant::now();
+    // SAFETY: the buffers are live and 4096 bytes long.
+    unsafe { stream.launch(&k, LaunchConfig::new(1, 32).with_shared_mem(4), p) }.unwrap();
+    assert!(
+        stream.synchronize_timeout(Duration::from_secs(10)).unwrap(),
+        "the kernel still waits for a dead peer"
+    );
+    let waited = start.elapsed();
+    match comm.async_error() {
+        Some(mscclpp::host::Error::Remote { rank, .. }) => assert_eq!(rank, 1),
+        other => panic!("expected Error::Remote naming rank 1, got {other:?}"),
+    }
+    assert!(matches!(
+        comm.recv_memory(peer, 5),
+        Err(mscclpp::host::Error::Remote { rank: 1, .. })
+    ));
+    println!("survivor released after {waited:?}");
+}

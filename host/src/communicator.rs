@@ -107,18 +107,79 @@ pub struct Communicator {
     status: Arc<StatusBlock>,
     next_memory_id: AtomicU32,
     local_memories: Arc<LocalMemories>,
+    health: HealthMonitor,
+}
+
+/// How often the health monitor looks at the bootstrap links.
+pub const HEALTH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Watches the bootstrap for a dead peer; on one, records it (sticky) and aborts the
+/// communicator's status, which releases every device wait of this rank.
+struct HealthMonitor {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    dead: Arc<std::sync::Mutex<Option<(usize, String)>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl HealthMonitor {
+    fn start(bootstrap: &Arc<dyn Bootstrap>, status: &Arc<StatusBlock>) -> Result<Self> {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let dead = Arc::new(std::sync::Mutex::new(None));
+        let (stop2, dead2) = (stop.clone(), dead.clone());
+        let (bs, st) = (Arc::downgrade(bootstrap), status.clone());
+        let thread = std::thread::Builder::new()
+            .name("mscclpp-health".into())
+            .spawn(move || {
+                while !stop2.load(Ordering::Acquire) {
+                    let Some(bs) = bs.upgrade() else { return };
+                    if let Some(d) = bs.dead_peer() {
+                        tracing::error!(
+                            "rank {} is gone ({}); aborting the communicator",
+                            d.0,
+                            d.1
+                        );
+                        *dead2.lock().unwrap_or_else(|e| e.into_inner()) = Some(d);
+                        st.abort();
+                        return;
+                    }
+                    drop(bs);
+                    std::thread::sleep(HEALTH_INTERVAL);
+                }
+            })
+            .map_err(|source| Error::ProxyStart { source })?;
+        Ok(Self {
+            stop,
+            dead,
+            thread: Some(thread),
+        })
+    }
+
+    fn dead(&self) -> Option<(usize, String)> {
+        self.dead.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl Drop for HealthMonitor {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 impl Communicator {
     /// A communicator for this rank of `bootstrap`, using `gpu`.
     pub fn new(bootstrap: Arc<dyn Bootstrap>, gpu: Gpu) -> Result<Self> {
         let status = Arc::new(StatusBlock::new(&gpu, DEFAULT_SPIN_LIMIT)?);
+        let health = HealthMonitor::start(&bootstrap, &status)?;
         Ok(Self {
             bootstrap,
             gpu,
             status,
             next_memory_id: AtomicU32::new(0),
             local_memories: Arc::default(),
+            health,
         })
     }
 
@@ -152,7 +213,21 @@ impl Communicator {
         self.status.abort();
     }
 
+    /// The sticky asynchronous error of this communicator: a dead peer (`Error::Remote`), or an
+    /// abort (by `abort()` or a failed proxy).
+    pub fn async_error(&self) -> Option<Error> {
+        if let Some((rank, reason)) = self.health.dead() {
+            return Some(Error::Remote { rank, reason });
+        }
+        self.status.is_aborted().then(|| Error::Aborted {
+            reason: "abort() was called or a proxy failed".into(),
+        })
+    }
+
     fn check_alive(&self) -> Result<()> {
+        if let Some((rank, reason)) = self.health.dead() {
+            return Err(Error::Remote { rank, reason });
+        }
         if self.status.is_aborted() {
             return Err(Error::Aborted {
                 reason: "abort() was called or a proxy failed".into(),

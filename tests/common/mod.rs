@@ -121,8 +121,11 @@ pub fn child_communicator() -> Option<Communicator> {
 }
 
 /// Runs `n` ranks as child processes re-running the test `test_name` of this binary (which
-/// calls [`child_communicator`] first); panics unless every child exits successfully.
-pub fn ranks_as_processes(n: usize, test_name: &str) {
+/// calls [`child_communicator`] first); returns each rank's exit status and output.
+pub fn ranks_as_processes_status(
+    n: usize,
+    test_name: &str,
+) -> Vec<(std::process::ExitStatus, String)> {
     let exe = std::env::current_exe().unwrap();
     let spawn = |r: usize, id: &str| {
         Command::new(&exe)
@@ -153,22 +156,29 @@ pub fn ranks_as_processes(n: usize, test_name: &str) {
         rest
     });
     let children: Vec<_> = (1..n).map(|r| spawn(r, &id)).collect();
-    let mut failures = Vec::new();
-    for (r, c) in std::iter::once(root).chain(children).enumerate() {
-        let o = c.wait_with_output().unwrap();
-        if !o.status.success() {
-            failures.push(format!(
-                "rank {r}: {}\n{}{}",
-                o.status,
+    let mut results: Vec<_> = std::iter::once(root)
+        .chain(children)
+        .map(|c| {
+            let o = c.wait_with_output().unwrap();
+            let text = format!(
+                "{}{}",
                 String::from_utf8_lossy(&o.stdout),
                 String::from_utf8_lossy(&o.stderr)
-            ));
-        }
-    }
-    let rest = drain.join().unwrap();
-    assert!(
-        failures.is_empty(),
-        "{}\nrank 0 output: {rest}",
-        failures.join("\n")
-    );
+            );
+            (o.status, text)
+        })
+        .collect();
+    results[0].1.push_str(&drain.join().unwrap());
+    results
+}
+
+/// As [`ranks_as_processes_status`]; panics unless every child exits successfully.
+pub fn ranks_as_processes(n: usize, test_name: &str) {
+    let failures: Vec<String> = ranks_as_processes_status(n, test_name)
+        .into_iter()
+        .enumerate()
+        .filter(|(_, (st, _))| !st.success())
+        .map(|(r, (st, text))| format!("rank {r}: {st}\n{text}"))
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -101,6 +101,15 @@ impl Mailbox {
         self.cv.notify_all();
     }
 
+    /// The lowest peer whose link is down, and why.
+    pub fn first_down(&self) -> Option<(usize, LinkDown)> {
+        let st = lock(&self.state);
+        st.down
+            .iter()
+            .enumerate()
+            .find_map(|(peer, d)| d.clone().map(|d| (peer, d)))
+    }
+
     pub fn down(&self, peer: usize) -> Option<LinkDown> {
         lock(&self.state).down.get(peer).cloned().flatten()
     }

@@ -155,6 +155,11 @@ pub trait Bootstrap: Send + Sync {
     fn barrier(&self) -> Result<()>;
     /// `root`'s `data` to every rank.
     fn broadcast(&self, root: usize, data: &mut Vec<u8>) -> Result<()>;
+    /// A peer whose connection has ended (it exited, crashed or sent garbage), with the reason,
+    /// if any: what a communicator's health monitor watches. The default knows of none.
+    fn dead_peer(&self) -> Option<(usize, String)> {
+        None
+    }
 }
 
 /// FNV-1a, 64-bit: a small stable hash for host identities and derived magics (not for

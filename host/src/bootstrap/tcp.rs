@@ -880,6 +880,18 @@ impl Bootstrap for TcpBootstrap {
     fn broadcast(&self, root: usize, data: &mut Vec<u8>) -> Result<()> {
         TcpBootstrap::broadcast(self, root, data)
     }
+    fn dead_peer(&self) -> Option<(usize, String)> {
+        self.mailbox.first_down().map(|(peer, why)| {
+            let reason = match why {
+                super::mailbox::LinkDown::Closed => "closed its bootstrap connection".to_string(),
+                super::mailbox::LinkDown::Io(kind, msg) => {
+                    format!("bootstrap link failed: {kind:?} {msg}")
+                }
+                super::mailbox::LinkDown::Malformed(m) => format!("sent a malformed frame: {m}"),
+            };
+            (peer, reason)
+        })
+    }
 }
 
 /// Connects to the root, sends JOIN and waits for the table (or the root's verdict).
