@@ -40,9 +40,8 @@ impl Tables {
     fn serve(&self, t: ProxyTrigger, pos: u64) -> Result<()> {
         let bad = |reason: String| Error::InvalidTrigger { pos, reason };
         let kind = t.kind();
-        let known = TriggerType::DATA | TriggerType::FLAG | TriggerType::SYNC;
-        if kind.is_empty() || !known.contains(kind) {
-            return Err(bad(format!("type bits {:#b}", kind.bits())));
+        if kind.is_empty() {
+            return Err(bad("no type bit set".into()));
         }
         let sem = self
             .semaphores
@@ -90,6 +89,7 @@ pub struct PortChannelService {
     handle: mscclpp_shared::FifoDeviceHandle,
     tables: Option<Tables>,
     numa_node: Option<u32>,
+    backend: crate::gpu::BackendKind,
     proxy: Option<ProxyService>,
 }
 
@@ -109,14 +109,16 @@ impl PortChannelService {
                 semaphores: Vec::new(),
             }),
             numa_node: comm.gpu().numa_node(),
+            backend: comm.gpu().kind(),
             proxy: None,
         })
     }
 
     fn tables(&mut self) -> Result<&mut Tables> {
+        let backend = self.backend;
         self.tables.as_mut().ok_or(Error::Unsupported {
             what: "adding to a PortChannelService after start",
-            backend: crate::gpu::BackendKind::Cpu,
+            backend,
         })
     }
 
@@ -168,7 +170,7 @@ impl PortChannelService {
     ) -> Result<PortChannelDeviceHandle> {
         let t = self.tables.as_ref().ok_or(Error::Unsupported {
             what: "building channels after start (build them before)",
-            backend: crate::gpu::BackendKind::Cpu,
+            backend: self.backend,
         })?;
         let sem = t
             .semaphores
@@ -200,7 +202,7 @@ impl PortChannelService {
         let (Some(fifo), Some(tables)) = (self.fifo.take(), self.tables.take()) else {
             return Err(Error::Unsupported {
                 what: "starting a PortChannelService twice",
-                backend: crate::gpu::BackendKind::Cpu,
+                backend: self.backend,
             });
         };
         self.proxy = Some(ProxyService::start(
