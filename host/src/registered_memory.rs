@@ -8,7 +8,10 @@
 //!
 //! Wire form (little-endian, version [`WIRE_VERSION`]):
 //! `magic "MSRM" | version u16 | backend u8 | flags u8 | owner_rank u32 | owner_pid u32 |
-//!  transports u32 | local_id u32 | size u64 | owner_addr u64 | ipc IpcMemHandle (112 bytes)`.
+//!  transports u32 | local_id u32 | size u64 | owner_addr u64 | token u64 |
+//!  ipc IpcMemHandle (112 bytes)`.
+//! A memory claimed by this very process is used directly only if its token names a
+//! registration this process made, of exactly that address and size.
 //! The receiver checks the magic, the version, the exact length, the transport bits, that the
 //! size is non-zero and matches the IPC handle, and the handle itself (`validate_ipc_handle`).
 
@@ -25,10 +28,10 @@ use crate::transport::{Transport, TransportFlags};
 /// Magic of a serialized registered memory.
 pub const WIRE_MAGIC: [u8; 4] = *b"MSRM";
 /// Version of the serialized form.
-pub const WIRE_VERSION: u16 = 1;
+pub const WIRE_VERSION: u16 = 2;
 const FLAG_HAS_IPC: u8 = 1;
 /// Length of the serialized form.
-pub const WIRE_LEN: usize = 4 + 2 + 1 + 1 + 4 + 4 + 4 + 4 + 8 + 8 + 112;
+pub const WIRE_LEN: usize = 4 + 2 + 1 + 1 + 4 + 4 + 4 + 4 + 8 + 8 + 8 + 112;
 
 enum Mapping {
     /// This process owns the buffer (or shares its address space with the owner).
@@ -49,10 +52,47 @@ struct Inner {
     owner_addr: u64,
     ipc: Option<IpcMemHandle>,
     mapping: Mapping,
+    /// Random per registration; for memory of this process, its key in [`LIVE`].
+    token: u64,
     /// The entry in the communicator's registry of network-writable memories (local memories
     /// registered for `Ethernet`/`Ib`); dropping the last clone removes it, after which no
     /// receiver writes here.
     _registration: Option<Registration>,
+}
+
+/// Every memory registered by this process, by token: `(address, size)`. A registration that
+/// claims to come from this process is used directly only if it names an entry exactly, so a
+/// forged or corrupted message cannot point a rank at arbitrary memory of its own process.
+/// Entries stay for the life of the process (24 bytes each): peers may receive a registration
+/// after the sender dropped its handle (the buffer itself is what must stay alive), so a
+/// forged message can still name memory that was registered here and freed since.
+static LIVE: std::sync::Mutex<Option<std::collections::HashMap<u64, (u64, u64)>>> =
+    std::sync::Mutex::new(None);
+
+fn live() -> std::sync::MutexGuard<'static, Option<std::collections::HashMap<u64, (u64, u64)>>> {
+    LIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A fresh token: a per-process random key mixed with a counter (never 0).
+fn fresh_token() -> u64 {
+    static KEY: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let key = *KEY.get_or_init(|| {
+        let mut v = [0u8; 8];
+        // SAFETY: `getrandom` writes at most 8 bytes into `v`.
+        let n = unsafe { libc::getrandom(v.as_mut_ptr().cast(), v.len(), 0) };
+        if n == 8 {
+            u64::from_ne_bytes(v)
+        } else {
+            // No kernel randomness: fall back to time and pid (tokens stay unique).
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+                ^ ((std::process::id() as u64) << 32)
+        }
+    });
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    (key ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1
 }
 
 /// A registered buffer (ours or a peer's). Cheap to clone.
@@ -96,6 +136,10 @@ impl RegisteredMemory {
                 reason: "no transport given".into(),
             });
         }
+        let token = fresh_token();
+        live()
+            .get_or_insert_with(Default::default)
+            .insert(token, (ptr.addr(), size as u64));
         Ok(Self {
             inner: Arc::new(Inner {
                 owner_rank: rank,
@@ -107,6 +151,7 @@ impl RegisteredMemory {
                 owner_addr: ptr.addr(),
                 ipc,
                 mapping: Mapping::Direct,
+                token,
                 _registration: registration,
             }),
         })
@@ -180,6 +225,7 @@ impl RegisteredMemory {
             .u32(i.local_id)
             .u64(i.size as u64)
             .u64(i.owner_addr)
+            .u64(i.token)
             .bytes(bytemuck::bytes_of(&i.ipc.unwrap_or_default()));
         debug_assert_eq!(w.0.len(), WIRE_LEN);
         w.0
@@ -213,6 +259,7 @@ impl RegisteredMemory {
         let local_id = r.u32().map_err(bad)?;
         let size = r.u64().map_err(bad)?;
         let owner_addr = r.u64().map_err(bad)?;
+        let token = r.u64().map_err(bad)?;
         let ipc: IpcMemHandle = bytemuck::pod_read_unaligned(r.take(112).map_err(bad)?);
         r.finish().map_err(bad)?;
         if owner_rank != from_rank {
@@ -244,7 +291,13 @@ impl RegisteredMemory {
         let local_transport = Transport::local_for(backend);
         let mapping = if same_node && owner_pid == std::process::id() {
             // Ranks that share this process share its address space (peer access is enabled
-            // by the connection).
+            // by the connection) — for memory this process really registered.
+            let known = live().as_ref().and_then(|m| m.get(&token).copied());
+            if known != Some((owner_addr, size)) {
+                return Err(bad(format!(
+                    "claims {size} bytes at {owner_addr:#x} of this process, which it never registered"
+                )));
+            }
             Mapping::Direct
         } else if same_node && transports.has(local_transport) {
             match &ipc {
@@ -265,6 +318,7 @@ impl RegisteredMemory {
                 owner_addr,
                 ipc,
                 mapping,
+                token,
                 _registration: None,
             }),
         })
