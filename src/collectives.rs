@@ -304,6 +304,11 @@ impl Collectives {
                         backend: self.comm.gpu().kind(),
                     });
                 }
+                // As `launch_staged`: a recorded device error (an abort) is refused here rather
+                // than launched into a wait that the abort flag only releases later.
+                if let Some(e) = self.comm.status().error() {
+                    return Err(e);
+                }
                 let mut p = self.params(CollectiveMode::AllReduce, dtype, op);
                 p.input = input;
                 p.output = output;

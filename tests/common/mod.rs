@@ -182,3 +182,128 @@ pub fn ranks_as_processes(n: usize, test_name: &str) {
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// One child rank's end, as [`ranks_as_processes_bounded`] saw it.
+pub struct ChildEnd {
+    /// Its exit status (a child killed for overrunning the bound reads as killed by SIGKILL).
+    pub status: std::process::ExitStatus,
+    /// Its stdout and stderr.
+    pub output: String,
+    /// Its process id (reaped: no longer names a process of ours).
+    pub pid: u32,
+    /// Whether the parent had to kill it because it overran `bound`.
+    pub overran: bool,
+}
+
+/// As [`ranks_as_processes_status`], but no wait is unbounded: a child still running `bound`
+/// after the start is killed (by its pid) and reaped, and reported with `overran`. Every child
+/// is waited for before this returns. Children run the test even when it is `#[ignore]`d (the
+/// parent only runs when asked to).
+pub fn ranks_as_processes_bounded(n: usize, test_name: &str, bound: Duration) -> Vec<ChildEnd> {
+    use std::io::Read;
+    let start = std::time::Instant::now();
+    let exe = std::env::current_exe().unwrap();
+    let spawn = |r: usize, id: &str| {
+        Command::new(&exe)
+            .args([
+                "--exact",
+                test_name,
+                "--nocapture",
+                "--test-threads=1",
+                "--include-ignored",
+            ])
+            .env(CHILD_RANK, r.to_string())
+            .env(CHILD_SIZE, n.to_string())
+            .env(CHILD_ID, id)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // Each pipe is drained by a thread of its own, so a child never blocks on a full pipe and
+    // the parent never blocks on a read.
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let mut bytes = Vec::new();
+            r.read_to_end(&mut bytes).ok();
+            s.push_str(&String::from_utf8_lossy(&bytes));
+            s
+        })
+    };
+    let mut children = vec![spawn(0, "")];
+    let (id_tx, id_rx) = std::sync::mpsc::channel();
+    let root_out = children[0].stdout.take().unwrap();
+    let root_drain = std::thread::spawn(move || {
+        let mut out = BufReader::new(root_out);
+        let mut text = String::new();
+        let mut line = String::new();
+        let mut sent = false;
+        while out.read_line(&mut line).unwrap_or(0) > 0 {
+            if !sent && let Some(at) = line.find("UNIQUE_ID ") {
+                let _ = id_tx.send(line[at + 10..].trim().to_string());
+                sent = true;
+            }
+            text.push_str(&line);
+            line.clear();
+        }
+        text
+    });
+    let mut drains = vec![(
+        root_drain,
+        drain(Box::new(children[0].stderr.take().unwrap())),
+    )];
+    if let Ok(id) = id_rx.recv_timeout(bound) {
+        for r in 1..n {
+            let mut c = spawn(r, &id);
+            let o = drain(Box::new(c.stdout.take().unwrap()));
+            let e = drain(Box::new(c.stderr.take().unwrap()));
+            children.push(c);
+            drains.push((o, e));
+        }
+    }
+    let mut ends = Vec::new();
+    for (mut c, (o, e)) in children.into_iter().zip(drains) {
+        let mut overran = false;
+        let status = loop {
+            if let Some(st) = c.try_wait().unwrap() {
+                break st;
+            }
+            if start.elapsed() > bound {
+                overran = true;
+                let _ = c.kill();
+                break c.wait().unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let output = format!("{}{}", o.join().unwrap(), e.join().unwrap());
+        ends.push(ChildEnd {
+            status,
+            output,
+            pid: c.id(),
+            overran,
+        });
+    }
+    ends
+}
+
+/// In a child started by [`ranks_as_processes_bounded`] (or [`ranks_as_processes_status`]):
+/// its bootstrap, before any communicator is made (and `None` in the parent). For tests that
+/// wrap the bootstrap.
+pub fn child_bootstrap() -> Option<TcpBootstrap> {
+    let rank: usize = std::env::var(CHILD_RANK).ok()?.parse().ok()?;
+    let size: usize = std::env::var(CHILD_SIZE).ok()?.parse().ok()?;
+    let bs = if rank == 0 {
+        let (id, listener) = UniqueId::bind(loopback()).unwrap();
+        println!("\nUNIQUE_ID {}", id.to_hex());
+        let cfg = BootstrapConfig::new(0, size, id).with_timeout(Duration::from_secs(30));
+        TcpBootstrap::init_with_root_listener(cfg, listener)
+    } else {
+        let id = UniqueId::from_hex(&std::env::var(CHILD_ID).ok()?).expect("unique id");
+        TcpBootstrap::init(
+            BootstrapConfig::new(rank, size, id).with_timeout(Duration::from_secs(30)),
+        )
+    }
+    .expect("bootstrap");
+    Some(bs)
+}

@@ -63,6 +63,9 @@ struct Key {
 struct State {
     queues: HashMap<Key, VecDeque<Vec<u8>>>,
     down: Vec<Option<LinkDown>>,
+    /// The peer whose link went down first (in time): the one a health monitor should blame,
+    /// since links of ranks that merely gave up after it follow.
+    first_down: Option<usize>,
 }
 
 #[derive(Debug)]
@@ -77,6 +80,7 @@ impl Mailbox {
             state: Mutex::new(State {
                 queues: HashMap::new(),
                 down: vec![None; size],
+                first_down: None,
             }),
             cv: Condvar::new(),
         }
@@ -96,18 +100,19 @@ impl Mailbox {
         let mut st = lock(&self.state);
         if let Some(slot) = st.down.get_mut(peer) {
             slot.get_or_insert(why);
+            st.first_down.get_or_insert(peer);
         }
         drop(st);
         self.cv.notify_all();
     }
 
-    /// The lowest peer whose link is down, and why.
+    /// The peer whose link went down first, and why. (Not the lowest-numbered one: when a
+    /// rank dies, the survivors that give up and exit close their links after it, and a
+    /// monitor polling later must still blame the rank that died.)
     pub fn first_down(&self) -> Option<(usize, LinkDown)> {
         let st = lock(&self.state);
-        st.down
-            .iter()
-            .enumerate()
-            .find_map(|(peer, d)| d.clone().map(|d| (peer, d)))
+        let peer = st.first_down?;
+        st.down.get(peer).cloned().flatten().map(|d| (peer, d))
     }
 
     pub fn down(&self, peer: usize) -> Option<LinkDown> {
@@ -166,5 +171,23 @@ impl Mailbox {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .0;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_down_is_the_first_in_time_not_the_lowest_rank() {
+        let m = Mailbox::new(4);
+        assert!(m.first_down().is_none());
+        m.set_down(2, LinkDown::Closed);
+        m.set_down(1, LinkDown::Malformed("x".into()));
+        m.set_down(2, LinkDown::Malformed("later".into()));
+        let (peer, why) = m.first_down().unwrap();
+        assert_eq!(peer, 2);
+        assert!(matches!(why, LinkDown::Closed), "{why:?}");
+        assert!(matches!(m.down(1), Some(LinkDown::Malformed(_))));
     }
 }

@@ -1,0 +1,563 @@
+//! A rank killed (SIGKILL of itself, as a crash would end it) at the worst moments: during
+//! set-up, during a PortChannel transfer, inside an all-reduce of each algorithm. Ranks run as
+//! processes (CPU backend unless `MSCCLPP_BACKEND` says otherwise). Every survivor must get an
+//! error, or have its kernel released with `Error::Remote` naming the victim, within
+//! [`RELEASE_WITHIN`], and then exit cleanly; the parent waits for every child (none is left
+//! behind) and checks that no `/dev/shm/*mscclpp*` file appeared.
+//!
+//! Each test prints the survivors' release times (`cargo test --test faults -- --nocapture`).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::os::unix::process::ExitStatusExt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{module, pattern};
+use mscclpp::collectives::{Algorithm, Collectives};
+use mscclpp::host::Error;
+use mscclpp::host::bootstrap::{Bootstrap, TcpBootstrap};
+use mscclpp::host::communicator::Communicator;
+use mscclpp::host::connection::EndpointConfig;
+use mscclpp::host::gpu::{LaunchConfig, Stream};
+use mscclpp::host::port_channel::PortChannelService;
+use mscclpp::host::transport::Transport;
+use mscclpp::kernels;
+use mscclpp::shared::{DataType, PortPingPongParams, ReduceOp};
+
+/// How long a survivor may take to learn of the death.
+const RELEASE_WITHIN: Duration = Duration::from_secs(10);
+/// The parent's hang guard: a child still running after this is killed and the test fails.
+const HANG_GUARD: Duration = Duration::from_secs(40);
+/// How long the victim lets the survivor wait inside the operation before it dies.
+const DIE_AFTER: Duration = Duration::from_millis(200);
+
+/// How long a survivor of a set-up failure stays alive after its error.
+const SURVIVOR_LINGER: Duration = Duration::from_millis(500);
+
+/// The cases share two cores; run one at a time so the release times mean something.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn shm_files() -> BTreeSet<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.to_lowercase().contains("mscclpp"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Parent side: runs `n` ranks of `test`, where rank `victim` kills itself; checks every
+/// survivor exited successfully within the bound, the victim died of SIGKILL, every child was
+/// reaped and no shared-memory file was left.
+fn run_fault(test: &str, n: usize, victim: usize) {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let before = shm_files();
+    let t0 = Instant::now();
+    let ends = common::ranks_as_processes_bounded(n, test, HANG_GUARD);
+    let took = t0.elapsed();
+    let all = |ends: &[common::ChildEnd]| {
+        ends.iter()
+            .enumerate()
+            .map(|(r, e)| format!("--- rank {r} ({}):\n{}", e.status, e.output))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(ends.len(), n, "not every rank started\n{}", all(&ends));
+    for (r, e) in ends.iter().enumerate() {
+        assert!(
+            !e.overran,
+            "rank {r} hung (killed after {HANG_GUARD:?})\n{}",
+            all(&ends)
+        );
+        if r == victim {
+            assert_eq!(
+                e.status.signal(),
+                Some(libc::SIGKILL),
+                "the victim (rank {r}) did not die of SIGKILL\n{}",
+                all(&ends)
+            );
+        } else {
+            assert!(
+                e.status.success(),
+                "survivor rank {r} failed\n{}",
+                all(&ends)
+            );
+        }
+        // Reaped: the pid no longer names a child of ours (it may have been reused by now).
+        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{}/stat", e.pid)) {
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<u32>().ok());
+            assert_ne!(ppid, Some(std::process::id()), "rank {r} was left behind");
+        }
+        for line in e.output.lines() {
+            if let Some(at) = line.find("FAULT ") {
+                println!("{test}: rank {r}: {}", &line[at + 6..]);
+            }
+        }
+    }
+    // Release times measured against the victim's own clock reading just before it died (one
+    // machine, one wall clock).
+    let stamp = |e: &common::ChildEnd, key: &str| -> Vec<u128> {
+        e.output
+            .lines()
+            .filter_map(|l| l.find(key).map(|at| &l[at + key.len()..]))
+            .filter_map(|v| v.trim().parse().ok())
+            .collect()
+    };
+    let died = stamp(&ends[victim], "FAULT_DIED_AT_NS ");
+    let died = *died.first().expect("the victim printed no time of death");
+    for (r, e) in ends.iter().enumerate().filter(|(r, _)| *r != victim) {
+        let released = stamp(e, "FAULT_RELEASED_AT_NS ");
+        let released = *released
+            .first()
+            .unwrap_or_else(|| panic!("survivor rank {r} printed no release time"));
+        let after = Duration::from_nanos(released.saturating_sub(died) as u64);
+        println!("{test}: rank {r} got its error {after:?} after the victim died");
+        assert!(
+            after < RELEASE_WITHIN,
+            "survivor rank {r} got its error only {after:?} after the victim died (bound \
+             {RELEASE_WITHIN:?}); its output says what it was blocked on:\n{}",
+            e.output
+        );
+    }
+    let leaked: Vec<_> = shm_files().difference(&before).cloned().collect();
+    assert!(leaked.is_empty(), "files left in /dev/shm: {leaked:?}");
+    println!("{test}: whole case {took:?}");
+}
+
+fn now_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// A survivor's record of when it got its error (read by [`run_fault`]).
+fn mark_released() {
+    println!("\nFAULT_RELEASED_AT_NS {}", now_ns());
+}
+
+/// Ends this process at once, as a crash would.
+fn die_now() -> ! {
+    use std::io::Write;
+    println!("\nFAULT_DIED_AT_NS {}", now_ns());
+    let _ = std::io::stdout().flush();
+    // SAFETY: SIGKILL of ourselves; nothing after it runs.
+    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    unreachable!("SIGKILL returned");
+}
+
+/// Kills this process `after` from now, whatever its main thread is doing.
+fn die_in(after: Duration) {
+    std::thread::spawn(move || {
+        std::thread::sleep(after);
+        die_now()
+    });
+}
+
+/// Waits (bounded by `deadline`) until the communicator reports `Error::Remote` naming
+/// `victim`.
+fn expect_remote(comm: &Communicator, victim: usize, deadline: Instant) {
+    loop {
+        match comm.async_error() {
+            Some(Error::Remote { rank, .. }) if rank == victim => return,
+            Some(Error::Remote { rank, reason }) => {
+                panic!("Error::Remote names rank {rank} ({reason}), not the victim {victim}")
+            }
+            other if Instant::now() >= deadline => {
+                panic!("no Error::Remote naming rank {victim} within the bound: {other:?}")
+            }
+            _ => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}
+
+/// The survivor's check after queuing work that waits for the victim: the stream finishes (or
+/// fails) within the bound and the communicator names the victim.
+fn expect_released(comm: &Communicator, stream: &Stream, start: Instant, victim: usize) {
+    let done = stream.synchronize_timeout(RELEASE_WITHIN);
+    let waited = start.elapsed();
+    mark_released();
+    match done {
+        Ok(true) => {}
+        Ok(false) => panic!("the kernel still waits for dead rank {victim} after {waited:?}"),
+        Err(e) => println!("FAULT the stream reported: {e}"),
+    }
+    assert!(waited < RELEASE_WITHIN, "released only after {waited:?}");
+    expect_remote(comm, victim, start + RELEASE_WITHIN);
+    assert!(
+        matches!(comm.recv_memory(victim, 77), Err(Error::Remote { rank, .. }) if rank == victim),
+        "a set-up call still works after rank {victim} died"
+    );
+    println!("FAULT released after {} ms", waited.as_millis());
+}
+
+/// (a) The victim dies right after bootstrap, before its `Collectives::new`: the survivor's
+/// `Collectives::new` fails.
+fn setup_before(comm: Communicator, victim: usize) {
+    if comm.rank() == victim {
+        die_now();
+    }
+    let comm = Arc::new(comm);
+    let start = Instant::now();
+    let got = Collectives::new(comm.clone());
+    let waited = start.elapsed();
+    mark_released();
+    match got {
+        Ok(_) => panic!("Collectives::new succeeded with rank {victim} dead"),
+        Err(e) => println!("FAULT Collectives::new failed after {waited:?}: {e}"),
+    }
+    assert!(waited < RELEASE_WITHIN, "Collectives::new took {waited:?}");
+    expect_remote(&comm, victim, start + RELEASE_WITHIN);
+}
+
+/// A bootstrap that kills its process at the start of its `ops`-th send or receive (counting
+/// from 1): a rank that dies in the middle of the set-up exchanges, after some of its messages
+/// went out and before the rest.
+struct DieAtOp {
+    inner: TcpBootstrap,
+    ops: AtomicUsize,
+}
+
+impl DieAtOp {
+    fn step(&self) {
+        if self.ops.fetch_sub(1, Ordering::Relaxed) == 1 {
+            die_now();
+        }
+    }
+}
+
+impl Bootstrap for DieAtOp {
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+    fn local_rank(&self) -> usize {
+        self.inner.local_rank()
+    }
+    fn ranks_per_node(&self) -> usize {
+        self.inner.ranks_per_node()
+    }
+    fn node_of(&self, rank: usize) -> Option<usize> {
+        self.inner.node_of(rank)
+    }
+    fn send(&self, peer: usize, tag: u64, data: &[u8]) -> mscclpp::host::Result<()> {
+        self.step();
+        self.inner.send(peer, tag, data)
+    }
+    fn recv(&self, peer: usize, tag: u64) -> mscclpp::host::Result<Vec<u8>> {
+        self.step();
+        self.inner.recv(peer, tag)
+    }
+    fn recv_timeout(
+        &self,
+        peer: usize,
+        tag: u64,
+        timeout: Duration,
+    ) -> mscclpp::host::Result<Vec<u8>> {
+        self.step();
+        self.inner.recv_timeout(peer, tag, timeout)
+    }
+    fn all_gather(&self, data: &[u8]) -> mscclpp::host::Result<Vec<Vec<u8>>> {
+        self.step();
+        self.inner.all_gather(data)
+    }
+    fn barrier(&self) -> mscclpp::host::Result<()> {
+        self.step();
+        self.inner.barrier()
+    }
+    fn broadcast(&self, root: usize, data: &mut Vec<u8>) -> mscclpp::host::Result<()> {
+        self.step();
+        self.inner.broadcast(root, data)
+    }
+    fn dead_peer(&self) -> Option<(usize, String)> {
+        self.inner.dead_peer()
+    }
+}
+
+/// (a) The victim dies in the middle of `Collectives::new`'s exchanges (at its `at_op`-th
+/// bootstrap operation): every survivor's `Collectives::new` fails.
+fn setup_during(bs: TcpBootstrap, victim: usize, at_op: usize, linger: Duration) {
+    let rank = bs.rank();
+    let bs: Arc<dyn Bootstrap> = if rank == victim {
+        Arc::new(DieAtOp {
+            inner: bs,
+            ops: AtomicUsize::new(at_op),
+        })
+    } else {
+        Arc::new(bs)
+    };
+    let comm = Arc::new(Communicator::new(bs, common::gpu(rank)).expect("communicator"));
+    let start = Instant::now();
+    let got = Collectives::new(comm.clone());
+    let waited = start.elapsed();
+    if rank == victim {
+        panic!(
+            "the victim finished set-up ({:?}) without reaching op {at_op}",
+            got.err()
+        );
+    }
+    mark_released();
+    match got {
+        Ok(_) => panic!("Collectives::new succeeded with rank {victim} dead"),
+        Err(e) => println!("FAULT Collectives::new failed after {waited:?}: {e}"),
+    }
+    assert!(waited < RELEASE_WITHIN, "Collectives::new took {waited:?}");
+    expect_remote(&comm, victim, start + RELEASE_WITHIN);
+    // Stay alive a while: no survivor may depend on another survivor exiting to learn of the
+    // death (a survivor blocked on a live one would wait out the bootstrap's op timeout).
+    std::thread::sleep(linger);
+}
+
+/// (b) Both ranks run a long PortChannel ping-pong; the victim dies in the middle of it.
+fn port_transfer(comm: Communicator, victim: usize) {
+    const BYTES: usize = 16 * 1024;
+    let (rank, peer) = (comm.rank(), 1 - comm.rank());
+    let g = comm.gpu().clone();
+    let t = Transport::local_for(g.kind());
+    let conn = comm.connect(EndpointConfig::new(t), peer, 0).unwrap();
+    let recv_buf = g.alloc(BYTES).unwrap();
+    let src = g.alloc(BYTES).unwrap();
+    src.copy_from_host(0, &pattern(BYTES, rank as u8)).unwrap();
+    let mut svc = PortChannelService::new(&comm, 64).unwrap();
+    let sem = svc.build_and_add_semaphore(&comm, conn, 7).unwrap();
+    comm.send_memory(&comm.register_buffer(&recv_buf, t).unwrap(), peer, 3)
+        .unwrap();
+    let dst = svc.add_memory(comm.recv_memory(peer, 3).unwrap()).unwrap();
+    let srcid = svc
+        .add_memory(comm.register_buffer(&src, t).unwrap())
+        .unwrap();
+    let ch = svc.port_channel(sem, dst, srcid).unwrap();
+    svc.start().unwrap();
+    let m = module(&g);
+    let k = m.kernel(kernels::PORT_PING_PONG).unwrap();
+    let stream = g.stream().unwrap();
+    comm.bootstrap().barrier().unwrap();
+    let p = PortPingPongParams {
+        status: comm.status().device_ptr(),
+        channel: ch,
+        bytes: BYTES as u64,
+        iterations: u32::MAX, // far more than fit before the victim dies
+        role: rank as u32,
+        flush: 1,
+        reserved: 0,
+    };
+    if rank == victim {
+        die_in(DIE_AFTER);
+    }
+    let start = Instant::now();
+    // SAFETY: the channel's memories are live and BYTES long until the stream is done.
+    unsafe { stream.launch(&k, LaunchConfig::new(1, 1), p) }.unwrap();
+    if rank == victim {
+        std::thread::sleep(Duration::from_secs(60));
+        unreachable!("the killer thread did not fire");
+    }
+    expect_released(&comm, &stream, start, victim);
+    let t_stop = Instant::now();
+    let stopped = svc.stop();
+    let stop_took = t_stop.elapsed();
+    println!(
+        "FAULT proxy stopped in {} ms: {stopped:?}",
+        stop_took.as_millis()
+    );
+    assert!(
+        stop_took < RELEASE_WITHIN,
+        "stopping the proxy took {stop_took:?}"
+    );
+}
+
+/// (c) A few good all-reduces of `algo`, then the victim skips the next one and dies while the
+/// survivor is inside it.
+fn all_reduce_inside(comm: Communicator, victim: usize, algo: Algorithm, count: usize) {
+    let comm = Arc::new(comm);
+    let c = Collectives::new(comm.clone()).expect("collectives");
+    let g = comm.gpu();
+    let stream = g.stream().unwrap();
+    let bytes = count * 4;
+    let buf = g.alloc(bytes).unwrap();
+    let n = comm.size() as u32;
+    for _ in 0..2 {
+        buf.copy_from_host(0, bytemuck::cast_slice(&vec![1u32; count]))
+            .unwrap();
+        // SAFETY: `buf` holds `count` u32 until the stream is synchronized.
+        unsafe {
+            c.all_reduce(
+                buf.ptr(),
+                buf.ptr(),
+                count,
+                DataType::U32,
+                ReduceOp::Sum,
+                &stream,
+                Some(algo),
+            )
+        }
+        .unwrap();
+        assert!(
+            stream.synchronize_timeout(RELEASE_WITHIN).unwrap(),
+            "a good all-reduce hung"
+        );
+        let mut got = vec![0u8; bytes];
+        buf.copy_to_host(0, &mut got).unwrap();
+        let got: &[u32] = bytemuck::cast_slice(&got);
+        assert!(got.iter().all(|&v| v == n), "a good all-reduce was wrong");
+    }
+    comm.bootstrap().barrier().unwrap();
+    if comm.rank() == victim {
+        std::thread::sleep(DIE_AFTER);
+        die_now();
+    }
+    let start = Instant::now();
+    // SAFETY: as above.
+    let queued = unsafe {
+        c.all_reduce(
+            buf.ptr(),
+            buf.ptr(),
+            count,
+            DataType::U32,
+            ReduceOp::Sum,
+            &stream,
+            Some(algo),
+        )
+    };
+    if let Err(e) = queued {
+        println!("FAULT all_reduce refused: {e}");
+    }
+    expect_released(&comm, &stream, start, victim);
+    // Later calls fail at once or are released at once; none hangs.
+    let again = Instant::now();
+    // SAFETY: as above.
+    let queued = unsafe {
+        c.all_reduce(
+            buf.ptr(),
+            buf.ptr(),
+            count,
+            DataType::U32,
+            ReduceOp::Sum,
+            &stream,
+            Some(algo),
+        )
+    };
+    let finished = queued.is_err() || stream.synchronize_timeout(RELEASE_WITHIN).is_ok();
+    assert!(finished, "a later all-reduce hung");
+    println!(
+        "FAULT a later all-reduce ended in {} ms ({})",
+        again.elapsed().as_millis(),
+        if queued.is_err() {
+            "refused"
+        } else {
+            "released"
+        }
+    );
+}
+
+macro_rules! fault_case {
+    ($(#[$m:meta])* $name:ident, $n:expr, $victim:expr, $body:expr) => {
+        $(#[$m])*
+        #[test]
+        fn $name() {
+            match common::child_communicator() {
+                Some(comm) => ($body)(comm, $victim),
+                None => run_fault(stringify!($name), $n, $victim),
+            }
+        }
+    };
+}
+
+fault_case!(
+    /// (a) The victim dies after bootstrap, before set-up exchanges.
+    killed_before_collectives_setup, 2, 1, setup_before
+);
+fault_case!(
+    /// (a) The bootstrap root (rank 0) dies after bootstrap, before set-up exchanges.
+    root_killed_before_collectives_setup, 2, 0, setup_before
+);
+macro_rules! setup_case {
+    ($(#[$m:meta])* $name:ident, $at:expr, $linger:expr) => {
+        $(#[$m])*
+        #[test]
+        fn $name() {
+            match common::child_bootstrap() {
+                Some(bs) => setup_during(bs, 2, $at, $linger),
+                None => run_fault(stringify!($name), 3, 2),
+            }
+        }
+    };
+}
+
+setup_case!(
+    /// (a) The victim (rank 2 of 3) dies at its 2nd bootstrap operation of set-up.
+    killed_during_collectives_setup_op2, 2, SURVIVOR_LINGER
+);
+setup_case!(
+    /// (a) The victim (rank 2 of 3) dies at its 5th bootstrap operation of set-up.
+    killed_during_collectives_setup_op5, 5, SURVIVOR_LINGER
+);
+setup_case!(
+    /// (a) The victim (rank 2 of 3) dies at its 9th bootstrap operation of set-up.
+    killed_during_collectives_setup_op9, 9, SURVIVOR_LINGER
+);
+/// (a) KNOWN GAP (see the `#[ignore]` reason): rank 2 dies right after bootstrap; rank 1 is
+/// alive but slow (it has not reached `Collectives::new` yet, 12 s); rank 0 calls
+/// `Collectives::new`, whose first exchange is with rank 1.
+fn setup_with_a_slow_peer(comm: Communicator, victim: usize) {
+    match comm.rank() {
+        r if r == victim => die_now(),
+        1 => {
+            // Not blocked: just slow. Its own view of the death is prompt.
+            expect_remote(&comm, victim, Instant::now() + RELEASE_WITHIN);
+            mark_released();
+            std::thread::sleep(Duration::from_secs(12));
+        }
+        _ => setup_before(comm, victim),
+    }
+}
+
+fault_case!(
+    /// (a) KNOWN GAP. Rank 0's health monitor sees rank 2 die and aborts the communicator
+    /// within milliseconds, but rank 0 is blocked in a bootstrap `recv` from rank 1 (alive,
+    /// slow) inside `Collectives::new`: set-up calls check the communicator only on entry, and
+    /// a bootstrap wait does not watch the abort flag. Rank 0 gets its error only when rank 1
+    /// exits (12 s here) or at the bootstrap op timeout (30 s by default). Fix sketch:
+    /// communicator set-up receives in slices (`recv_timeout`) checking `check_alive()` between
+    /// them, barrier included.
+    #[ignore = "known gap: a set-up recv blocked on a live, slow peer does not watch the \
+                communicator's abort; the survivor waits for that peer or the bootstrap op \
+                timeout (30 s)"]
+    killed_before_setup_survivor_blocked_on_slow_peer,
+    3,
+    2,
+    setup_with_a_slow_peer
+);
+fault_case!(
+    /// (b) The victim dies in the middle of a PortChannel ping-pong with flushes.
+    killed_during_port_channel_transfer, 2, 1, port_transfer
+);
+fault_case!(
+    /// (c) The victim dies while the survivor is inside an LL one-shot all-reduce.
+    killed_inside_all_reduce_ll, 2, 1,
+    |c, v| all_reduce_inside(c, v, Algorithm::LlOneShot, 1024)
+);
+fault_case!(
+    /// (c) The victim dies while the survivor is inside a staged all-reduce.
+    killed_inside_all_reduce_staged, 2, 1,
+    |c, v| all_reduce_inside(c, v, Algorithm::Staged, 64 * 1024)
+);
+fault_case!(
+    /// (c) The victim dies while the survivor is inside a two-shot put all-reduce.
+    killed_inside_all_reduce_two_shot_put, 2, 1,
+    |c, v| all_reduce_inside(c, v, Algorithm::TwoShotPut, 64 * 1024)
+);
+fault_case!(
+    /// (c) As above with 3 ranks: both survivors are released and name the victim.
+    killed_inside_all_reduce_3_ranks, 3, 1,
+    |c, v| all_reduce_inside(c, v, Algorithm::Staged, 4099)
+);
