@@ -505,9 +505,9 @@ setup_case!(
     /// (a) The victim (rank 2 of 3) dies at its 9th bootstrap operation of set-up.
     killed_during_collectives_setup_op9, 9, SURVIVOR_LINGER
 );
-/// (a) KNOWN GAP (see the `#[ignore]` reason): rank 2 dies right after bootstrap; rank 1 is
-/// alive but slow (it has not reached `Collectives::new` yet, 12 s); rank 0 calls
-/// `Collectives::new`, whose first exchange is with rank 1.
+/// (a) Rank 2 dies right after bootstrap; rank 1 is alive but slow (it has not reached
+/// `Collectives::new` yet, 12 s); rank 0 calls `Collectives::new`, whose first exchange is
+/// with rank 1, and must still be released at once.
 fn setup_with_a_slow_peer(comm: Communicator, victim: usize) {
     match comm.rank() {
         r if r == victim => die_now(),
@@ -522,16 +522,9 @@ fn setup_with_a_slow_peer(comm: Communicator, victim: usize) {
 }
 
 fault_case!(
-    /// (a) KNOWN GAP. Rank 0's health monitor sees rank 2 die and aborts the communicator
-    /// within milliseconds, but rank 0 is blocked in a bootstrap `recv` from rank 1 (alive,
-    /// slow) inside `Collectives::new`: set-up calls check the communicator only on entry, and
-    /// a bootstrap wait does not watch the abort flag. Rank 0 gets its error only when rank 1
-    /// exits (12 s here) or at the bootstrap op timeout (30 s by default). Fix sketch:
-    /// communicator set-up receives in slices (`recv_timeout`) checking `check_alive()` between
-    /// them, barrier included.
-    #[ignore = "known gap: a set-up recv blocked on a live, slow peer does not watch the \
-                communicator's abort; the survivor waits for that peer or the bootstrap op \
-                timeout (30 s)"]
+    /// (a) Rank 2 dies while rank 0 waits in `Collectives::new` for rank 1 (alive, slow): the
+    /// health monitor aborts the communicator and the set-up receive, which waits in slices
+    /// checking it (`Communicator::recv_checked`), returns at once.
     killed_before_setup_survivor_blocked_on_slow_peer,
     3,
     2,

@@ -236,6 +236,22 @@ impl Communicator {
         Ok(())
     }
 
+    /// Receives the set-up message `peer` sent under `tag`, within the bootstrap's operation
+    /// deadline, but in short slices so that an abort (a dead third rank seen by the health
+    /// monitor, or `abort()`) ends the wait at once instead of at the deadline.
+    pub fn recv_checked(&self, peer: usize, tag: u64) -> Result<Vec<u8>> {
+        const SLICE: std::time::Duration = std::time::Duration::from_millis(50);
+        let deadline = std::time::Instant::now() + self.bootstrap.op_timeout();
+        loop {
+            self.check_alive()?;
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.bootstrap.recv_timeout(peer, tag, left.min(SLICE)) {
+                Err(Error::BootstrapTimeout { .. }) if left > SLICE => continue,
+                other => return other,
+            }
+        }
+    }
+
     /// Whether `rank` runs on this rank's node.
     pub fn same_node(&self, rank: usize) -> bool {
         let me = self.bootstrap.node_of(self.rank());
@@ -328,9 +344,7 @@ impl Communicator {
     /// Receives the memory `remote_rank` sent under `tag`, mapped here where possible.
     pub fn recv_memory(&self, remote_rank: usize, tag: u64) -> Result<RegisteredMemory> {
         self.check_alive()?;
-        let bytes = self
-            .bootstrap
-            .recv(remote_rank, MEMORY_TAG | (tag & USER_TAG_MASK))?;
+        let bytes = self.recv_checked(remote_rank, MEMORY_TAG | (tag & USER_TAG_MASK))?;
         RegisteredMemory::deserialize(&bytes, &self.gpu, remote_rank, self.same_node(remote_rank))
     }
 
@@ -392,7 +406,7 @@ impl Communicator {
         };
         let tag = ENDPOINT_TAG | (tag & USER_TAG_MASK);
         self.bootstrap.send(remote_rank, tag, &mine.serialize())?;
-        let theirs = Endpoint::deserialize(&self.bootstrap.recv(remote_rank, tag)?, remote_rank)?;
+        let theirs = Endpoint::deserialize(&self.recv_checked(remote_rank, tag)?, remote_rank)?;
         if theirs.transport != transport.bit() {
             return Err(refuse(format!(
                 "the peer asked for transport bit {:#x}",
@@ -457,7 +471,7 @@ impl Communicator {
                 )?;
                 // Both queue pairs are ready to receive before either side writes.
                 self.bootstrap.send(remote_rank, tag, b"RTS")?;
-                self.bootstrap.recv(remote_rank, tag)?;
+                self.recv_checked(remote_rank, tag)?;
                 Ok(Arc::new(conn))
             }
             #[cfg(not(feature = "ib"))]

@@ -41,7 +41,7 @@ impl Words {
         let peer = conn.remote_rank();
         let tag = SEMAPHORE_TAG | (tag & ((1 << 60) - 1));
         comm.bootstrap().send(peer, tag, &reg.serialize())?;
-        let bytes = comm.bootstrap().recv(peer, tag)?;
+        let bytes = comm.recv_checked(peer, tag)?;
         let remote_inbound =
             RegisteredMemory::deserialize(&bytes, comm.gpu(), peer, comm.same_node(peer))?;
         if remote_inbound.size() < WORDS_BYTES {

@@ -155,6 +155,10 @@ pub trait Bootstrap: Send + Sync {
     fn barrier(&self) -> Result<()>;
     /// `root`'s `data` to every rank.
     fn broadcast(&self, root: usize, data: &mut Vec<u8>) -> Result<()>;
+    /// The deadline of one operation (`recv`, collectives).
+    fn op_timeout(&self) -> Duration {
+        Duration::from_secs(30)
+    }
     /// A peer whose connection has ended (it exited, crashed or sent garbage), with the reason,
     /// if any: what a communicator's health monitor watches. The default knows of none.
     fn dead_peer(&self) -> Option<(usize, String)> {

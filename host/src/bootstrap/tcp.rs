@@ -880,6 +880,9 @@ impl Bootstrap for TcpBootstrap {
     fn broadcast(&self, root: usize, data: &mut Vec<u8>) -> Result<()> {
         TcpBootstrap::broadcast(self, root, data)
     }
+    fn op_timeout(&self) -> Duration {
+        TcpBootstrap::op_timeout(self)
+    }
     fn dead_peer(&self) -> Option<(usize, String)> {
         self.mailbox.first_down().map(|(peer, why)| {
             let reason = match why {
