@@ -255,10 +255,23 @@ impl Collectives {
         LaunchConfig::new(blocks, self.cfg.threads).with_shared_mem(16)
     }
 
-    fn launch_staged(&self, stream: &Stream, p: CollectiveParams) -> Result<()> {
-        if let Some(e) = self.comm.status().error() {
-            return Err(e);
+    /// Refuses to queue work on a communicator that already failed: a device wait gave up
+    /// (its recorded error), a peer died or `abort()` was called. A launch would only wait
+    /// until the abort flag releases it.
+    fn ensure_healthy(&self) -> Result<()> {
+        match self
+            .comm
+            .status()
+            .error()
+            .or_else(|| self.comm.async_error())
+        {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
+    }
+
+    fn launch_staged(&self, stream: &Stream, p: CollectiveParams) -> Result<()> {
+        self.ensure_healthy()?;
         let cfg = self.staged_config(p.bytes);
         // SAFETY: the callers' contracts (input/output ranges) and our scratch and channel
         // table, which live as long as `self`.
@@ -304,11 +317,7 @@ impl Collectives {
                         backend: self.comm.gpu().kind(),
                     });
                 }
-                // As `launch_staged`: a recorded device error (an abort) is refused here rather
-                // than launched into a wait that the abort flag only releases later.
-                if let Some(e) = self.comm.status().error() {
-                    return Err(e);
-                }
+                self.ensure_healthy()?;
                 let mut p = self.params(CollectiveMode::AllReduce, dtype, op);
                 p.input = input;
                 p.output = output;

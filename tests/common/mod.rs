@@ -46,7 +46,7 @@ pub fn from_hex(s: &str) -> Vec<u8> {
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use mscclpp::host::bootstrap::{BootstrapConfig, TcpBootstrap, UniqueId};
@@ -57,44 +57,15 @@ fn loopback() -> SocketAddr {
 }
 
 /// Runs `n` ranks as threads of this process, rank `r` on device `r` (wrapping); returns their
-/// results in rank order. If a rank panics (a failed assertion), every rank's communicator is
-/// aborted first, so kernels of the others waiting for it return instead of hanging the test.
+/// results in rank order. This is `mscclpp::world::run_local_ranks`: if a rank panics (a failed
+/// assertion), every rank's communicator is aborted first, so kernels of the others waiting for
+/// it return instead of hanging the test, and the test fails naming the rank.
 pub fn ranks_as_threads<T: Send>(n: usize, body: impl Fn(Communicator) -> T + Sync) -> Vec<T> {
-    let (id, listener) = UniqueId::bind(loopback()).unwrap();
-    let listener = Mutex::new(Some(listener));
-    let statuses = Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..n)
-            .map(|r| {
-                let (body, listener, statuses) = (&body, &listener, &statuses);
-                s.spawn(move || {
-                    let cfg = BootstrapConfig::new(r, n, id).with_timeout(Duration::from_secs(30));
-                    let root = if r == 0 {
-                        listener.lock().unwrap().take()
-                    } else {
-                        None
-                    };
-                    let bs = match root {
-                        Some(l) => TcpBootstrap::init_with_root_listener(cfg, l),
-                        None => TcpBootstrap::init(cfg),
-                    }
-                    .expect("bootstrap");
-                    let comm = Communicator::new(Arc::new(bs), gpu(r)).expect("communicator");
-                    statuses.lock().unwrap().push(comm.status().clone());
-                    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(comm))) {
-                        Ok(v) => v,
-                        Err(panic) => {
-                            for st in statuses.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-                                st.abort();
-                            }
-                            std::panic::resume_unwind(panic)
-                        }
-                    }
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    })
+    mscclpp::world::run_local_ranks(backend(), n, |comm| Ok(body(comm)))
+        .into_iter()
+        .enumerate()
+        .map(|(r, res)| res.unwrap_or_else(|e| panic!("rank {r}: {e}")))
+        .collect()
 }
 
 const CHILD_RANK: &str = "MSCCLPP_TEST_CHILD_RANK";
