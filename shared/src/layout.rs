@@ -94,5 +94,39 @@ pub const TRIGGER_CONSTANTS: &[(&str, u64)] = {
             "MSCCLPP_DEVICE_ERROR_INVALID_ARGUMENT",
             crate::DeviceErrorCode::InvalidArgument as u64,
         ),
+        ("MSCCLPP_DTYPE_F32", crate::DataType::F32 as u64),
+        ("MSCCLPP_DTYPE_F16", crate::DataType::F16 as u64),
+        ("MSCCLPP_DTYPE_BF16", crate::DataType::BF16 as u64),
+        ("MSCCLPP_DTYPE_I32", crate::DataType::I32 as u64),
+        ("MSCCLPP_DTYPE_U32", crate::DataType::U32 as u64),
+        ("MSCCLPP_OP_SUM", crate::ReduceOp::Sum as u64),
+        ("MSCCLPP_OP_MIN", crate::ReduceOp::Min as u64),
+        ("MSCCLPP_OP_MAX", crate::ReduceOp::Max as u64),
+        (
+            "MSCCLPP_MODE_ALL_REDUCE",
+            crate::CollectiveMode::AllReduce as u64,
+        ),
+        (
+            "MSCCLPP_MODE_ALL_GATHER",
+            crate::CollectiveMode::AllGather as u64,
+        ),
+        (
+            "MSCCLPP_MODE_REDUCE_SCATTER",
+            crate::CollectiveMode::ReduceScatter as u64,
+        ),
+        (
+            "MSCCLPP_MODE_BROADCAST",
+            crate::CollectiveMode::Broadcast as u64,
+        ),
+        (
+            "MSCCLPP_MODE_ALL_TO_ALL",
+            crate::CollectiveMode::AllToAll as u64,
+        ),
+        ("MSCCLPP_MODE_SEND", crate::CollectiveMode::Send as u64),
+        ("MSCCLPP_MODE_RECV", crate::CollectiveMode::Recv as u64),
+        (
+            "MSCCLPP_MODE_ALL_REDUCE_PUT",
+            crate::CollectiveMode::AllReducePut as u64,
+        ),
     ]
 };

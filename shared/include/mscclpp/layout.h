@@ -114,6 +114,24 @@
 #define MSCCLPP_DEVICE_ERROR_TIMEOUT 2u          /* a wait spun more than spin_limit times */
 #define MSCCLPP_DEVICE_ERROR_INVALID_ARGUMENT 3u /* a device API call got a value it cannot serve */
 
+/* CollectiveParams.dtype, .op and .mode (shared/src/kernel_params.rs). */
+#define MSCCLPP_DTYPE_F32 0u
+#define MSCCLPP_DTYPE_F16 1u
+#define MSCCLPP_DTYPE_BF16 2u
+#define MSCCLPP_DTYPE_I32 3u
+#define MSCCLPP_DTYPE_U32 4u
+#define MSCCLPP_OP_SUM 0u
+#define MSCCLPP_OP_MIN 1u
+#define MSCCLPP_OP_MAX 2u
+#define MSCCLPP_MODE_ALL_REDUCE 0u
+#define MSCCLPP_MODE_ALL_GATHER 1u
+#define MSCCLPP_MODE_REDUCE_SCATTER 2u
+#define MSCCLPP_MODE_BROADCAST 3u
+#define MSCCLPP_MODE_ALL_TO_ALL 4u
+#define MSCCLPP_MODE_SEND 5u
+#define MSCCLPP_MODE_RECV 6u
+#define MSCCLPP_MODE_ALL_REDUCE_PUT 7u
+
 /* DeviceStatus.error_detail: the wait site in the top byte, the watched address below it. */
 #define MSCCLPP_ERROR_DETAIL_SITE_SHIFT 56
 #define MSCCLPP_WAIT_SITE_UNKNOWN 0u
