@@ -530,6 +530,107 @@ fault_case!(
     2,
     setup_with_a_slow_peer
 );
+/// Which bootstrap collective [`collective_with_a_slow_peer`] runs.
+#[derive(Clone, Copy, Debug)]
+enum BootstrapOp {
+    Barrier,
+    AllGather,
+}
+
+/// How long the slow rank of [`collective_with_a_slow_peer`] stays away (it never joins).
+const SLOW_PEER: Duration = Duration::from_secs(6);
+/// How soon after the death the survivor blocked on the slow rank must have its error: well
+/// below [`SLOW_PEER`] and the bootstrap's 30 s operation timeout.
+const WATCHED_WITHIN: Duration = Duration::from_secs(2);
+
+/// (a) After a barrier of all three ranks, rank 0 enters a bootstrap collective (through
+/// `Communicator::bootstrap()`, as `Collectives::new` ends), whose first wait is for rank 2
+/// (alive, slow: it never joins); rank 1 (the victim) dies while rank 0 waits. Rank 0 must get
+/// `Error::Remote` naming rank 1 within [`WATCHED_WITHIN`], not when rank 2 arrives or leaves
+/// ([`SLOW_PEER`]) or at the 30 s operation timeout.
+fn collective_with_a_slow_peer(comm: Communicator, victim: usize, op: BootstrapOp) {
+    comm.barrier()
+        .expect("the first barrier, with every rank alive");
+    match comm.rank() {
+        r if r == victim => {
+            std::thread::sleep(DIE_AFTER);
+            die_now()
+        }
+        2 => {
+            expect_remote(&comm, victim, Instant::now() + RELEASE_WITHIN);
+            mark_released();
+            std::thread::sleep(SLOW_PEER);
+        }
+        _ => {
+            let start = Instant::now();
+            let got = match op {
+                BootstrapOp::Barrier => comm.bootstrap().barrier(),
+                BootstrapOp::AllGather => comm.bootstrap().all_gather(&[7; 8]).map(drop),
+            };
+            let waited = start.elapsed();
+            mark_released();
+            match got {
+                Err(Error::Remote { rank, reason }) if rank == victim => {
+                    println!("FAULT {op:?} failed after {waited:?}: rank {rank} {reason}")
+                }
+                other => panic!("{op:?} gave {other:?}, not Error::Remote naming rank {victim}"),
+            }
+            assert!(
+                waited < DIE_AFTER + WATCHED_WITHIN,
+                "{op:?} returned only after {waited:?} (the victim died after {DIE_AFTER:?})"
+            );
+        }
+    }
+}
+
+fault_case!(
+    /// (a) Rank 1 dies while rank 0 waits in a bootstrap barrier for rank 2 (alive, slow).
+    killed_during_bootstrap_barrier_survivor_blocked_on_slow_peer,
+    3,
+    1,
+    |c, v| collective_with_a_slow_peer(c, v, BootstrapOp::Barrier)
+);
+fault_case!(
+    /// (a) Rank 1 dies while rank 0 waits in a bootstrap all-gather for rank 2 (alive, slow).
+    killed_during_bootstrap_all_gather_survivor_blocked_on_slow_peer,
+    3,
+    1,
+    |c, v| collective_with_a_slow_peer(c, v, BootstrapOp::AllGather)
+);
+
+/// `abort()` from another thread ends a bootstrap barrier that waits for a rank that never
+/// comes (ranks as threads): `Error::Aborted` within [`WATCHED_WITHIN`].
+#[test]
+fn abort_ends_a_bootstrap_barrier() {
+    common::ranks_as_threads(2, |comm| {
+        if comm.rank() == 1 {
+            // Alive but never joins; stays until rank 0 is done.
+            comm.bootstrap().recv(0, 1).expect("rank 0's all-clear");
+            return;
+        }
+        let start = Instant::now();
+        let got = std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(DIE_AFTER);
+                comm.abort();
+            });
+            comm.barrier()
+        });
+        let waited = start.elapsed();
+        println!("barrier after abort(): {got:?} after {waited:?}");
+        assert!(
+            matches!(got, Err(Error::Aborted { .. })),
+            "the barrier gave {got:?}"
+        );
+        assert!(
+            waited < DIE_AFTER + WATCHED_WITHIN,
+            "released only after {waited:?}"
+        );
+        // Sends still pass through an aborted communicator's bootstrap.
+        comm.bootstrap().send(1, 1, b"").unwrap();
+    });
+}
+
 fault_case!(
     /// (b) The victim dies in the middle of a PortChannel ping-pong with flushes.
     killed_during_port_channel_transfer, 2, 1, port_transfer

@@ -5,6 +5,17 @@
 //! semaphore), so user tags of each kind never collide with each other or with the
 //! bootstrap's collectives. Every received message is validated before use.
 //!
+//! # Waits watch the communicator
+//!
+//! Every bootstrap wait of a communicator — its set-up receives ([`Communicator::recv_checked`])
+//! and every receive or collective through [`Communicator::bootstrap`] (`barrier`,
+//! `all_gather`, `broadcast`, `recv`) — waits in slices of at most
+//! [`WATCH_SLICE`](crate::bootstrap::WATCH_SLICE) and checks the communicator between them. So
+//! once the health monitor has seen a dead peer, or `abort()` was called (or a proxy failed),
+//! the wait ends at once with the communicator's error ([`Error::Remote`] naming the dead rank,
+//! or [`Error::Aborted`]) instead of waiting for a live but slow rank or the bootstrap's
+//! operation deadline. A bootstrap failure caused by a dead peer is reported the same way.
+//!
 //! # Registry of network-writable memories
 //!
 //! Network transports (`Ethernet`, `Ib`) write into this rank's memory on behalf of a peer, which
@@ -23,7 +34,7 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 
 use mscclpp_shared::DevicePtr;
 
-use crate::bootstrap::Bootstrap;
+use crate::bootstrap::{Bootstrap, Watch};
 use crate::connection::ethernet::{self, EthernetConnection};
 use crate::connection::p2p::P2pConnection;
 use crate::connection::{Connection, Endpoint, EndpointConfig};
@@ -102,12 +113,155 @@ fn network_writable(transports: TransportFlags) -> bool {
 
 /// A rank's communicator.
 pub struct Communicator {
+    /// The bootstrap as handed out: its waits watch this communicator.
     bootstrap: Arc<dyn Bootstrap>,
+    /// The same, typed (for [`WatchedBootstrap::blame`]).
+    watched: Arc<WatchedBootstrap>,
     gpu: Gpu,
     status: Arc<StatusBlock>,
     next_memory_id: AtomicU32,
     local_memories: Arc<LocalMemories>,
-    health: HealthMonitor,
+    /// Held for its `Drop` (which stops and joins the monitor thread).
+    _health: HealthMonitor,
+}
+
+/// What a communicator's waits check: the peer the health monitor found dead (sticky) and the
+/// abort flag.
+#[derive(Clone)]
+struct Alive {
+    dead: Arc<std::sync::Mutex<Option<(usize, String)>>>,
+    status: Arc<StatusBlock>,
+}
+
+impl Alive {
+    fn dead(&self) -> Option<(usize, String)> {
+        self.dead.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// `Error::Remote` for a dead peer, `Error::Aborted` for an abort, else `Ok`.
+    fn check(&self) -> Result<()> {
+        if let Some((rank, reason)) = self.dead() {
+            return Err(Error::Remote { rank, reason });
+        }
+        if self.status.is_aborted() {
+            return Err(Error::Aborted {
+                reason: "abort() was called or a proxy failed".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The bootstrap as a communicator hands it out ([`Communicator::bootstrap`]): sends pass
+/// through; receives and collectives are the inner bootstrap's watched variants, checking the
+/// communicator between slices (module docs).
+struct WatchedBootstrap {
+    inner: Arc<dyn Bootstrap>,
+    alive: Alive,
+}
+
+impl WatchedBootstrap {
+    /// Runs the wait `op` with the communicator as its watch; fails at once if the
+    /// communicator has already failed.
+    fn watched<T>(&self, op: impl FnOnce(Watch<'_>) -> Result<T>) -> Result<T> {
+        self.alive.check()?;
+        let watch = || self.alive.check();
+        op(&watch).map_err(|e| self.blame(e))
+    }
+
+    /// A failed wait's error as the communicator reports it: a bootstrap failure about a peer
+    /// (closed, timed out, I/O) becomes the communicator's error when it has one, or
+    /// `Error::Remote` naming the peer whose link went down first when the bootstrap knows one.
+    fn blame(&self, e: Error) -> Error {
+        if !matches!(
+            e,
+            Error::BootstrapPeerClosed { .. }
+                | Error::BootstrapTimeout { .. }
+                | Error::BootstrapIo { .. }
+        ) {
+            return e;
+        }
+        if let Err(a) = self.alive.check() {
+            return a;
+        }
+        match self.inner.dead_peer() {
+            Some((rank, reason)) => Error::Remote { rank, reason },
+            None => e,
+        }
+    }
+}
+
+impl Bootstrap for WatchedBootstrap {
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+    fn local_rank(&self) -> usize {
+        self.inner.local_rank()
+    }
+    fn ranks_per_node(&self) -> usize {
+        self.inner.ranks_per_node()
+    }
+    fn node_of(&self, rank: usize) -> Option<usize> {
+        self.inner.node_of(rank)
+    }
+    fn send(&self, peer: usize, tag: u64, data: &[u8]) -> Result<()> {
+        self.inner.send(peer, tag, data)
+    }
+    fn recv(&self, peer: usize, tag: u64) -> Result<Vec<u8>> {
+        let timeout = self.inner.op_timeout();
+        self.watched(|w| self.inner.recv_watched(peer, tag, timeout, w))
+    }
+    fn recv_timeout(&self, peer: usize, tag: u64, timeout: std::time::Duration) -> Result<Vec<u8>> {
+        self.watched(|w| self.inner.recv_watched(peer, tag, timeout, w))
+    }
+    fn all_gather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.watched(|w| self.inner.all_gather_watched(data, w))
+    }
+    fn barrier(&self) -> Result<()> {
+        self.watched(|w| self.inner.barrier_watched(w))
+    }
+    fn broadcast(&self, root: usize, data: &mut Vec<u8>) -> Result<()> {
+        self.watched(|w| self.inner.broadcast_watched(root, data, w))
+    }
+    fn op_timeout(&self) -> std::time::Duration {
+        self.inner.op_timeout()
+    }
+    fn dead_peer(&self) -> Option<(usize, String)> {
+        self.inner.dead_peer()
+    }
+    fn recv_watched(
+        &self,
+        peer: usize,
+        tag: u64,
+        timeout: std::time::Duration,
+        watch: Watch<'_>,
+    ) -> Result<Vec<u8>> {
+        self.watched(|w| {
+            let both = || w().and_then(|()| watch());
+            self.inner.recv_watched(peer, tag, timeout, &both)
+        })
+    }
+    fn barrier_watched(&self, watch: Watch<'_>) -> Result<()> {
+        self.watched(|w| {
+            let both = || w().and_then(|()| watch());
+            self.inner.barrier_watched(&both)
+        })
+    }
+    fn all_gather_watched(&self, data: &[u8], watch: Watch<'_>) -> Result<Vec<Vec<u8>>> {
+        self.watched(|w| {
+            let both = || w().and_then(|()| watch());
+            self.inner.all_gather_watched(data, &both)
+        })
+    }
+    fn broadcast_watched(&self, root: usize, data: &mut Vec<u8>, watch: Watch<'_>) -> Result<()> {
+        self.watched(|w| {
+            let both = || w().and_then(|()| watch());
+            self.inner.broadcast_watched(root, data, &both)
+        })
+    }
 }
 
 /// How often the health monitor looks at the bootstrap links.
@@ -117,16 +271,15 @@ pub const HEALTH_INTERVAL: std::time::Duration = std::time::Duration::from_milli
 /// communicator's status, which releases every device wait of this rank.
 struct HealthMonitor {
     stop: Arc<std::sync::atomic::AtomicBool>,
-    dead: Arc<std::sync::Mutex<Option<(usize, String)>>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl HealthMonitor {
-    fn start(bootstrap: &Arc<dyn Bootstrap>, status: &Arc<StatusBlock>) -> Result<Self> {
+    /// Starts watching `bootstrap`; a dead peer is recorded in `alive` and aborts its status.
+    fn start(bootstrap: &Arc<dyn Bootstrap>, alive: &Alive) -> Result<Self> {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let dead = Arc::new(std::sync::Mutex::new(None));
-        let (stop2, dead2) = (stop.clone(), dead.clone());
-        let (bs, st) = (Arc::downgrade(bootstrap), status.clone());
+        let (stop2, dead2) = (stop.clone(), alive.dead.clone());
+        let (bs, st) = (Arc::downgrade(bootstrap), alive.status.clone());
         let thread = std::thread::Builder::new()
             .name("mscclpp-health".into())
             .spawn(move || {
@@ -149,13 +302,8 @@ impl HealthMonitor {
             .map_err(|source| Error::ProxyStart { source })?;
         Ok(Self {
             stop,
-            dead,
             thread: Some(thread),
         })
-    }
-
-    fn dead(&self) -> Option<(usize, String)> {
-        self.dead.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
 
@@ -172,14 +320,23 @@ impl Communicator {
     /// A communicator for this rank of `bootstrap`, using `gpu`.
     pub fn new(bootstrap: Arc<dyn Bootstrap>, gpu: Gpu) -> Result<Self> {
         let status = Arc::new(StatusBlock::new(&gpu, DEFAULT_SPIN_LIMIT)?);
-        let health = HealthMonitor::start(&bootstrap, &status)?;
+        let alive = Alive {
+            dead: Arc::default(),
+            status: status.clone(),
+        };
+        let health = HealthMonitor::start(&bootstrap, &alive)?;
+        let watched = Arc::new(WatchedBootstrap {
+            inner: bootstrap,
+            alive,
+        });
         Ok(Self {
-            bootstrap,
+            bootstrap: watched.clone(),
+            watched,
             gpu,
             status,
             next_memory_id: AtomicU32::new(0),
             local_memories: Arc::default(),
-            health,
+            _health: health,
         })
     }
 
@@ -193,9 +350,30 @@ impl Communicator {
         self.bootstrap.size()
     }
 
-    /// The bootstrap.
+    /// The bootstrap, as this communicator hands it out: its receives and collectives
+    /// (`recv`, `barrier`, `all_gather`, `broadcast`) watch the communicator, so a dead peer or
+    /// an abort ends them at once with [`Error::Remote`] or [`Error::Aborted`] (module docs).
+    /// Sends pass through unchanged.
     pub fn bootstrap(&self) -> &Arc<dyn Bootstrap> {
         &self.bootstrap
+    }
+
+    /// Waits until every rank has called `barrier` (the bootstrap's barrier, watching this
+    /// communicator: see [`bootstrap`](Self::bootstrap)).
+    pub fn barrier(&self) -> Result<()> {
+        self.bootstrap.barrier()
+    }
+
+    /// Every rank's equal-length `data`, in rank order (the bootstrap's all-gather, watching
+    /// this communicator).
+    pub fn all_gather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.bootstrap.all_gather(data)
+    }
+
+    /// Rank `root`'s `data` on every rank (the bootstrap's broadcast, watching this
+    /// communicator).
+    pub fn broadcast(&self, root: usize, data: &mut Vec<u8>) -> Result<()> {
+        self.bootstrap.broadcast(root, data)
     }
 
     /// The device.
@@ -216,40 +394,19 @@ impl Communicator {
     /// The sticky asynchronous error of this communicator: a dead peer (`Error::Remote`), or an
     /// abort (by `abort()` or a failed proxy).
     pub fn async_error(&self) -> Option<Error> {
-        if let Some((rank, reason)) = self.health.dead() {
-            return Some(Error::Remote { rank, reason });
-        }
-        self.status.is_aborted().then(|| Error::Aborted {
-            reason: "abort() was called or a proxy failed".into(),
-        })
+        self.check_alive().err()
     }
 
     fn check_alive(&self) -> Result<()> {
-        if let Some((rank, reason)) = self.health.dead() {
-            return Err(Error::Remote { rank, reason });
-        }
-        if self.status.is_aborted() {
-            return Err(Error::Aborted {
-                reason: "abort() was called or a proxy failed".into(),
-            });
-        }
-        Ok(())
+        self.watched.alive.check()
     }
 
     /// Receives the set-up message `peer` sent under `tag`, within the bootstrap's operation
-    /// deadline, but in short slices so that an abort (a dead third rank seen by the health
-    /// monitor, or `abort()`) ends the wait at once instead of at the deadline.
+    /// deadline, but in slices of at most [`WATCH_SLICE`](crate::bootstrap::WATCH_SLICE) so
+    /// that an abort (a dead third rank seen by the health monitor, or `abort()`) ends the wait
+    /// at once instead of at the deadline (module docs).
     pub fn recv_checked(&self, peer: usize, tag: u64) -> Result<Vec<u8>> {
-        const SLICE: std::time::Duration = std::time::Duration::from_millis(50);
-        let deadline = std::time::Instant::now() + self.bootstrap.op_timeout();
-        loop {
-            self.check_alive()?;
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match self.bootstrap.recv_timeout(peer, tag, left.min(SLICE)) {
-                Err(Error::BootstrapTimeout { .. }) if left > SLICE => continue,
-                other => return other,
-            }
-        }
+        self.bootstrap.recv(peer, tag)
     }
 
     /// Whether `rank` runs on this rank's node.
@@ -308,6 +465,14 @@ impl Communicator {
             None
         };
         self.register(buf.ptr(), buf.len(), transports, ipc)
+    }
+
+    /// Registers a whole allocation found by [`Gpu::allocation_of`] (memory this process
+    /// allocated by any means) for the same-node transport, exporting its IPC handle.
+    pub fn register_allocation(&self, a: &crate::gpu::Allocation) -> Result<RegisteredMemory> {
+        let ipc = self.gpu.export_allocation(a)?;
+        let local = Transport::local_for(self.gpu.kind());
+        self.register(a.base, a.size, local.into(), Some(ipc))
     }
 
     /// Registers host-mapped memory (reachable by network transports, and by peers in this

@@ -85,6 +85,16 @@
 //! Collectives (`barrier`, `all_gather`, `broadcast`, and `init`) must be called in the same
 //! order on every rank, from one thread at a time per rank; `send`/`recv` may be used from any
 //! number of threads.
+//!
+//! # Watched waits
+//!
+//! A bootstrap knows only its own links. A communicator also knows of failures the bootstrap
+//! does not see on the link it waits on (a *third* rank died, `abort()` was called, a proxy
+//! failed). The `*_watched` operations of [`Bootstrap`] take a [`Watch`]: a check called
+//! between slices of at most [`WATCH_SLICE`] while the operation waits; its error ends the
+//! operation at once. A message already in the mailbox is taken before the watch is consulted,
+//! so a watch that fails does not discard a message that had arrived. The watched operations
+//! use the same frames, tags and sequence numbers as the plain ones, so ranks may mix them.
 
 mod config;
 mod mailbox;
@@ -107,7 +117,13 @@ pub use net::{interface_ipv4, local_ip};
 pub use tcp::TcpBootstrap;
 pub use unique_id::{RootListener, UNIQUE_ID_BYTES, UniqueId};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
+
+/// Longest a watched wait goes without calling its [`Watch`] (see the module docs).
+pub const WATCH_SLICE: Duration = Duration::from_millis(20);
+
+/// A check a watched wait calls between slices; its error ends the wait (module docs).
+pub type Watch<'a> = &'a dyn Fn() -> Result<()>;
 
 /// The other end of a bootstrap connection, as far as it is known: its rank (once it said, or
 /// from the table) and its address.
@@ -163,6 +179,44 @@ pub trait Bootstrap: Send + Sync {
     /// if any: what a communicator's health monitor watches. The default knows of none.
     fn dead_peer(&self) -> Option<(usize, String)> {
         None
+    }
+    /// [`recv_timeout`](Self::recv_timeout) that calls `watch` at least every [`WATCH_SLICE`]
+    /// while nothing has arrived and returns its error at once. The default waits in slices of
+    /// `recv_timeout`.
+    fn recv_watched(
+        &self,
+        peer: usize,
+        tag: u64,
+        timeout: Duration,
+        watch: Watch<'_>,
+    ) -> Result<Vec<u8>> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.recv_timeout(peer, tag, left.min(WATCH_SLICE)) {
+                Err(Error::BootstrapTimeout { .. }) if left > WATCH_SLICE => watch()?,
+                other => return other,
+            }
+        }
+    }
+    /// [`barrier`](Self::barrier), watched (module docs). The default can only check `watch`
+    /// before it starts: implementations whose collectives can wait in slices override it, as
+    /// [`TcpBootstrap`] does.
+    fn barrier_watched(&self, watch: Watch<'_>) -> Result<()> {
+        watch()?;
+        self.barrier()
+    }
+    /// [`all_gather`](Self::all_gather), watched (module docs; the default as for
+    /// [`barrier_watched`](Self::barrier_watched)).
+    fn all_gather_watched(&self, data: &[u8], watch: Watch<'_>) -> Result<Vec<Vec<u8>>> {
+        watch()?;
+        self.all_gather(data)
+    }
+    /// [`broadcast`](Self::broadcast), watched (module docs; the default as for
+    /// [`barrier_watched`](Self::barrier_watched)).
+    fn broadcast_watched(&self, root: usize, data: &mut Vec<u8>, watch: Watch<'_>) -> Result<()> {
+        watch()?;
+        self.broadcast(root, data)
     }
 }
 

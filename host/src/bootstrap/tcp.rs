@@ -19,7 +19,7 @@ use super::root::{RootParams, RootService};
 use super::wire::{
     self, Abort, AbortCode, Accept, DataHeader, Join, Kind, PeerHello, Reject, RejectCode, Table,
 };
-use super::{Bootstrap, BootstrapConfig, Peer, RootListener, UniqueId};
+use super::{Bootstrap, BootstrapConfig, Peer, RootListener, UniqueId, WATCH_SLICE, Watch};
 use crate::error::{Error, Result};
 
 /// Longest a dropped bootstrap waits for its peers to acknowledge the close.
@@ -517,7 +517,7 @@ impl TcpBootstrap {
             };
             bs.links.push(link);
         }
-        bs.barrier_until(deadline, cfg.timeout, "set-up barrier")?;
+        bs.barrier_until(deadline, cfg.timeout, "set-up barrier", None)?;
         Ok(bs)
     }
 
@@ -664,6 +664,9 @@ impl TcpBootstrap {
         Ok(())
     }
 
+    /// The oldest frame of (peer, channel, tag) by `deadline`. With a `watch`, waits in slices
+    /// of at most [`WATCH_SLICE`] and calls it after each empty one (a frame that has arrived is
+    /// always taken first).
     fn recv_frame(
         &self,
         peer: usize,
@@ -671,14 +674,25 @@ impl TcpBootstrap {
         tag: u64,
         deadline: Instant,
         ctx: Ctx,
+        watch: Option<Watch<'_>>,
     ) -> Result<Vec<u8>> {
         self.check_peer(peer)?;
-        self.mailbox
-            .recv(peer, channel, tag, deadline)
-            .map_err(|f| match f {
-                RecvFail::Timeout => ctx.timeout_error(),
-                RecvFail::Down(d) => d.to_error(&ctx),
-            })
+        loop {
+            let until = match watch {
+                Some(_) => deadline.min(Instant::now() + WATCH_SLICE),
+                None => deadline,
+            };
+            match self.mailbox.recv(peer, channel, tag, until) {
+                Ok(m) => return Ok(m),
+                Err(RecvFail::Timeout) if until < deadline => {
+                    if let Some(w) = watch {
+                        w()?;
+                    }
+                }
+                Err(RecvFail::Timeout) => return Err(ctx.timeout_error()),
+                Err(RecvFail::Down(d)) => return Err(d.to_error(&ctx)),
+            }
+        }
     }
 
     /// Sends `data` to `peer` under `tag` (any rank, this one included). Messages of one
@@ -703,7 +717,28 @@ impl TcpBootstrap {
     /// The next message from `peer` under `tag`, waiting up to `timeout`.
     pub fn recv_timeout(&self, peer: usize, tag: u64, timeout: Duration) -> Result<Vec<u8>> {
         let ctx = self.ctx(peer, "recv", timeout);
-        self.recv_frame(peer, wire::CHANNEL_USER, tag, deadline_in(timeout), ctx)
+        self.recv_frame(
+            peer,
+            wire::CHANNEL_USER,
+            tag,
+            deadline_in(timeout),
+            ctx,
+            None,
+        )
+    }
+
+    /// [`recv_timeout`](Self::recv_timeout), calling `watch` at least every [`WATCH_SLICE`]
+    /// while nothing has arrived; its error ends the wait (see [`Bootstrap::recv_watched`]).
+    pub fn recv_watched(
+        &self,
+        peer: usize,
+        tag: u64,
+        timeout: Duration,
+        watch: Watch<'_>,
+    ) -> Result<Vec<u8>> {
+        let ctx = self.ctx(peer, "recv", timeout);
+        let deadline = deadline_in(timeout);
+        self.recv_frame(peer, wire::CHANNEL_USER, tag, deadline, ctx, Some(watch))
     }
 
     fn next_seq(&self) -> u64 {
@@ -711,7 +746,13 @@ impl TcpBootstrap {
     }
 
     /// Dissemination barrier: in round k, send to rank + 2^k and hear from rank − 2^k.
-    fn barrier_until(&self, deadline: Instant, timeout: Duration, op: &'static str) -> Result<()> {
+    fn barrier_until(
+        &self,
+        deadline: Instant,
+        timeout: Duration,
+        op: &'static str,
+        watch: Option<Watch<'_>>,
+    ) -> Result<()> {
         let (n, me) = (self.size, self.rank);
         let seq = self.next_seq();
         let (mut dist, mut round) = (1usize, 0u64);
@@ -732,6 +773,7 @@ impl TcpBootstrap {
                 tag,
                 deadline,
                 self.ctx(from, op, timeout),
+                watch,
             )?;
             if !got.is_empty() {
                 return Err(self.ctx(from, op, timeout).malformed(format!(
@@ -747,12 +789,32 @@ impl TcpBootstrap {
 
     /// Waits until every rank has called `barrier` (collective).
     pub fn barrier(&self) -> Result<()> {
-        self.barrier_until(deadline_in(self.op_timeout), self.op_timeout, "barrier")
+        let deadline = deadline_in(self.op_timeout);
+        self.barrier_until(deadline, self.op_timeout, "barrier", None)
+    }
+
+    /// [`barrier`](Self::barrier), calling `watch` at least every [`WATCH_SLICE`] while it
+    /// waits; its error ends the barrier (see [`Bootstrap::barrier_watched`]).
+    pub fn barrier_watched(&self, watch: Watch<'_>) -> Result<()> {
+        watch()?;
+        let deadline = deadline_in(self.op_timeout);
+        self.barrier_until(deadline, self.op_timeout, "barrier", Some(watch))
     }
 
     /// Every rank contributes `data` (the same length on every rank); returns all contributions
     /// in rank order (collective).
     pub fn all_gather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.all_gather_with(data, None)
+    }
+
+    /// [`all_gather`](Self::all_gather), calling `watch` at least every [`WATCH_SLICE`] while
+    /// it waits; its error ends the operation (see [`Bootstrap::all_gather_watched`]).
+    pub fn all_gather_watched(&self, data: &[u8], watch: Watch<'_>) -> Result<Vec<Vec<u8>>> {
+        watch()?;
+        self.all_gather_with(data, Some(watch))
+    }
+
+    fn all_gather_with(&self, data: &[u8], watch: Option<Watch<'_>>) -> Result<Vec<Vec<u8>>> {
         const OP: &str = "all_gather";
         let (n, me) = (self.size, self.rank);
         let deadline = deadline_in(self.op_timeout);
@@ -773,7 +835,7 @@ impl TcpBootstrap {
         for k in 1..n {
             let from = (me + n - k) % n;
             let ctx = self.ctx(from, OP, self.op_timeout);
-            let got = self.recv_frame(from, wire::CHANNEL_COLLECTIVE, tag, deadline, ctx)?;
+            let got = self.recv_frame(from, wire::CHANNEL_COLLECTIVE, tag, deadline, ctx, watch)?;
             if got.len() != data.len() {
                 return Err(ctx.malformed(format!(
                     "all_gather: rank {from} contributed {} bytes, this rank {}",
@@ -793,6 +855,27 @@ impl TcpBootstrap {
 
     /// Rank `root`'s `data` replaces `data` on every other rank (any length; collective).
     pub fn broadcast(&self, root: usize, data: &mut Vec<u8>) -> Result<()> {
+        self.broadcast_with(root, data, None)
+    }
+
+    /// [`broadcast`](Self::broadcast), calling `watch` at least every [`WATCH_SLICE`] while it
+    /// waits; its error ends the operation (see [`Bootstrap::broadcast_watched`]).
+    pub fn broadcast_watched(
+        &self,
+        root: usize,
+        data: &mut Vec<u8>,
+        watch: Watch<'_>,
+    ) -> Result<()> {
+        watch()?;
+        self.broadcast_with(root, data, Some(watch))
+    }
+
+    fn broadcast_with(
+        &self,
+        root: usize,
+        data: &mut Vec<u8>,
+        watch: Option<Watch<'_>>,
+    ) -> Result<()> {
         const OP: &str = "broadcast";
         self.check_peer(root)?;
         let (n, me) = (self.size, self.rank);
@@ -817,6 +900,7 @@ impl TcpBootstrap {
                 tag,
                 deadline,
                 self.ctx(root, OP, self.op_timeout),
+                watch,
             )?;
         }
         Ok(())
@@ -882,6 +966,24 @@ impl Bootstrap for TcpBootstrap {
     }
     fn op_timeout(&self) -> Duration {
         TcpBootstrap::op_timeout(self)
+    }
+    fn recv_watched(
+        &self,
+        peer: usize,
+        tag: u64,
+        timeout: Duration,
+        watch: Watch<'_>,
+    ) -> Result<Vec<u8>> {
+        TcpBootstrap::recv_watched(self, peer, tag, timeout, watch)
+    }
+    fn barrier_watched(&self, watch: Watch<'_>) -> Result<()> {
+        TcpBootstrap::barrier_watched(self, watch)
+    }
+    fn all_gather_watched(&self, data: &[u8], watch: Watch<'_>) -> Result<Vec<Vec<u8>>> {
+        TcpBootstrap::all_gather_watched(self, data, watch)
+    }
+    fn broadcast_watched(&self, root: usize, data: &mut Vec<u8>, watch: Watch<'_>) -> Result<()> {
+        TcpBootstrap::broadcast_watched(self, root, data, watch)
     }
     fn dead_peer(&self) -> Option<(usize, String)> {
         self.mailbox.first_down().map(|(peer, why)| {
