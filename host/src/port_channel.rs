@@ -4,9 +4,11 @@
 //! indices into those tables (memory ids `< 512`, semaphore ids `< 1024`, the trigger's field
 //! widths). The proxy thread then serves each trigger of its FIFO:
 //!
-//! - every field is validated first: the type bits, the semaphore id, both memory ids, and
-//!   `offset + size` against both memories' registered sizes. An invalid trigger copies
-//!   nothing; it becomes the proxy's sticky error and aborts the communicator;
+//! - every field is validated first ([`validate_trigger`]): the type bits, the semaphore id,
+//!   and for DATA both memory ids and `offset + size` against both memories' registered sizes.
+//!   An invalid trigger copies nothing; it becomes the proxy's sticky error and aborts the
+//!   communicator (`host/tests/trigger_properties.rs` and the fuzz target `trigger` check the
+//!   validator with random and mutated triggers);
 //! - DATA: `connection.write(dst, dst_offset, src, src_offset, size)` on the semaphore's
 //!   connection;
 //! - FLAG: the semaphore's `signal` (the connection orders it after the writes before it);
@@ -30,6 +32,101 @@ use crate::status::{DEFAULT_SPIN_LIMIT, StatusBlock};
 /// How long a SYNC trigger may wait for its connection's flush.
 pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The copy a valid DATA trigger asks for: ids index the proxy's memory table, and both
+/// ranges lie inside their memories.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TriggerCopy {
+    /// Destination memory id.
+    pub dst: usize,
+    /// Byte offset into the destination.
+    pub dst_offset: u64,
+    /// Source memory id.
+    pub src: usize,
+    /// Byte offset into the source.
+    pub src_offset: u64,
+    /// Bytes to copy.
+    pub size: u64,
+}
+
+/// What a trigger that passed [`validate_trigger`] asks of the proxy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ValidTrigger {
+    /// The type bits (never empty).
+    pub kind: TriggerType,
+    /// The semaphore (and its connection), an index into the semaphore table.
+    pub semaphore: usize,
+    /// The copy, for a DATA trigger.
+    pub copy: Option<TriggerCopy>,
+}
+
+/// Checks trigger `t` (read at FIFO position `pos`) against a proxy's tables: the sizes of its
+/// registered memories, by id, and how many semaphores it has. Every rule the proxy applies
+/// before acting: a type bit is set; the semaphore id is registered; for DATA, both memory ids
+/// are registered and `offset + size` fits each memory. The commit bit is not looked at (the
+/// FIFO owns it). An invalid trigger is `Error::InvalidTrigger` naming the field.
+pub fn validate_trigger(
+    t: ProxyTrigger,
+    memory_sizes: &[u64],
+    semaphores: usize,
+    pos: u64,
+) -> Result<ValidTrigger> {
+    validate_with(t, |id| memory_sizes.get(id).copied(), semaphores, pos)
+}
+
+/// [`validate_trigger`] with the memory table as a lookup (id → registered size).
+fn validate_with(
+    t: ProxyTrigger,
+    memory_size: impl Fn(usize) -> Option<u64>,
+    semaphores: usize,
+    pos: u64,
+) -> Result<ValidTrigger> {
+    let bad = |reason: String| Error::InvalidTrigger { pos, reason };
+    let kind = t.kind();
+    if kind.is_empty() {
+        return Err(bad("no type bit set".into()));
+    }
+    let semaphore = t.semaphore_id() as usize;
+    if semaphore >= semaphores {
+        return Err(bad(format!("semaphore id {semaphore} not registered")));
+    }
+    let copy = if kind.contains(TriggerType::DATA) {
+        let mem = |id: u32, what: &str| {
+            let id = id as usize;
+            memory_size(id)
+                .map(|size| (id, size))
+                .ok_or_else(|| bad(format!("{what} memory id {id} not registered")))
+        };
+        let (dst, dst_size) = mem(t.dst_memory_id(), "dst")?;
+        let (src, src_size) = mem(t.src_memory_id(), "src")?;
+        let (size, src_offset, dst_offset) = (t.size(), t.src_offset(), t.dst_offset());
+        let fits = |offset: u64, len: u64| offset.checked_add(size).is_some_and(|e| e <= len);
+        if !fits(src_offset, src_size) {
+            return Err(bad(format!(
+                "src {src_offset}+{size} beyond {src_size} bytes"
+            )));
+        }
+        if !fits(dst_offset, dst_size) {
+            return Err(bad(format!(
+                "dst {dst_offset}+{size} beyond {dst_size} bytes"
+            )));
+        }
+        Some(TriggerCopy {
+            dst,
+            dst_offset,
+            src,
+            src_offset,
+            size,
+        })
+    } else {
+        None
+    };
+    Ok(ValidTrigger {
+        kind,
+        semaphore,
+        copy,
+    })
+}
+
 /// The tables the proxy validates triggers against.
 struct Tables {
     memories: Vec<RegisteredMemory>,
@@ -38,37 +135,27 @@ struct Tables {
 
 impl Tables {
     fn serve(&self, t: ProxyTrigger, pos: u64) -> Result<()> {
-        let bad = |reason: String| Error::InvalidTrigger { pos, reason };
-        let kind = t.kind();
-        if kind.is_empty() {
-            return Err(bad("no type bit set".into()));
-        }
-        let sem = self
-            .semaphores
-            .get(t.semaphore_id() as usize)
-            .ok_or_else(|| bad(format!("semaphore id {} not registered", t.semaphore_id())))?;
+        let v = validate_with(
+            t,
+            |id| self.memories.get(id).map(|m| m.size() as u64),
+            self.semaphores.len(),
+            pos,
+        )?;
+        let missing = || Error::InvalidTrigger {
+            pos,
+            reason: "a validated id is not in the table".into(),
+        };
+        let sem = self.semaphores.get(v.semaphore).ok_or_else(missing)?;
         let conn = sem.connection();
-        if kind.contains(TriggerType::DATA) {
-            let mem = |id: u32, what: &str| {
-                self.memories
-                    .get(id as usize)
-                    .ok_or_else(|| bad(format!("{what} memory id {id} not registered")))
-            };
-            let dst = mem(t.dst_memory_id(), "dst")?;
-            let src = mem(t.src_memory_id(), "src")?;
-            let (size, so, d) = (t.size(), t.src_offset(), t.dst_offset());
-            if so + size > src.size() as u64 {
-                return Err(bad(format!("src {so}+{size} beyond {} bytes", src.size())));
-            }
-            if d + size > dst.size() as u64 {
-                return Err(bad(format!("dst {d}+{size} beyond {} bytes", dst.size())));
-            }
-            conn.write(dst, d, src, so, size)?;
+        if let Some(c) = v.copy {
+            let dst = self.memories.get(c.dst).ok_or_else(missing)?;
+            let src = self.memories.get(c.src).ok_or_else(missing)?;
+            conn.write(dst, c.dst_offset, src, c.src_offset, c.size)?;
         }
-        if kind.contains(TriggerType::FLAG) {
+        if v.kind.contains(TriggerType::FLAG) {
             sem.signal()?;
         }
-        if kind.contains(TriggerType::SYNC) {
+        if v.kind.contains(TriggerType::SYNC) {
             conn.flush(FLUSH_TIMEOUT)?;
         }
         Ok(())
