@@ -5,8 +5,8 @@ use mscclpp_device::collectives as c;
 use mscclpp_device::kernels as k;
 use mscclpp_host::gpu::KernelSpec;
 use mscclpp_shared::{
-    BlockSumParams, CollectiveParams, CopyParams, FifoPushParams, PingPongParams,
-    PortPingPongParams,
+    BlockSumParams, CollectiveParams, CopyParams, DirectCollectiveParams, FifoPushParams,
+    PingPongParams, PortPingPongParams,
 };
 
 /// `copy_kernel`: grid-stride copy.
@@ -34,6 +34,9 @@ pub const LL_ALL_REDUCE: KernelSpec<CollectiveParams> =
 /// `staged_collective_kernel`: every collective through the staging buffers.
 pub const STAGED_COLLECTIVE: KernelSpec<CollectiveParams> =
     KernelSpec::new("staged_collective_kernel", c::staged_collective_kernel);
+/// `direct_collective_kernel`: every collective on the callers' registered buffers.
+pub const DIRECT_COLLECTIVE: KernelSpec<DirectCollectiveParams> =
+    KernelSpec::new("direct_collective_kernel", c::direct_collective_kernel);
 
 /// Every built-in kernel's entry point name (checked against the PTX by a test).
 pub const ALL_NAMES: &[&str] = &[
@@ -45,4 +48,5 @@ pub const ALL_NAMES: &[&str] = &[
     PORT_PING_PONG.name,
     LL_ALL_REDUCE.name,
     STAGED_COLLECTIVE.name,
+    DIRECT_COLLECTIVE.name,
 ];

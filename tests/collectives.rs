@@ -79,8 +79,14 @@ fn check(dtype: DataType, got: &[u8], want: &[f64], what: &str) {
 }
 
 /// Runs all-reduce for every type and op at `count` elements with `algo`, in place and out of
-/// place with a 4-byte-unaligned input.
+/// place with an input 4 bytes into its allocation (16 for the direct path, which needs
+/// 16-byte alignment).
 fn all_reduce_case(c: &Collectives, count: usize, algo: Option<Algorithm>) {
+    let off = if algo == Some(Algorithm::Direct) {
+        16
+    } else {
+        4
+    };
     let comm = c.communicator();
     let (rank, n) = (comm.rank(), comm.size());
     let g = comm.gpu();
@@ -89,10 +95,10 @@ fn all_reduce_case(c: &Collectives, count: usize, algo: Option<Algorithm>) {
         for op in OPS {
             let es = dtype.size();
             let bytes = count * es;
-            let input = g.alloc(bytes + 4).unwrap();
+            let input = g.alloc(bytes + off).unwrap();
             let output = g.alloc(bytes).unwrap();
             input
-                .copy_from_host(4, &data(dtype, rank, count, 0))
+                .copy_from_host(off, &data(dtype, rank, count, 0))
                 .unwrap();
             let want: Vec<f64> = (0..count)
                 .map(|i| reduce(op, (0..n).map(|r| value(r, i)), dtype))
@@ -101,7 +107,7 @@ fn all_reduce_case(c: &Collectives, count: usize, algo: Option<Algorithm>) {
             // SAFETY: both buffers hold `bytes` (input from offset 4).
             unsafe {
                 c.all_reduce(
-                    input.ptr().byte_add_cast(4),
+                    input.ptr().byte_add_cast(off as u64),
                     output.ptr(),
                     count,
                     dtype,
@@ -131,7 +137,17 @@ fn all_reduce_case(c: &Collectives, count: usize, algo: Option<Algorithm>) {
     assert!(comm.status().error().is_none());
 }
 
-fn others_case(c: &Collectives, count: usize) {
+/// Every collective but all-reduce at `count` elements with `algo` (forced where given; the
+/// all-gather output is 2 bytes into its allocation unless a registered path is forced).
+fn others_case(c: &Collectives, count: usize, algo: Option<Algorithm>) {
+    let registered = matches!(algo, Some(Algorithm::Direct | Algorithm::CopyEngine));
+    let ag_off = if registered { 0 } else { 2 };
+    // Reduce-scatter has no copy-engine variant.
+    let rs_algo = if algo == Some(Algorithm::CopyEngine) {
+        Some(Algorithm::Direct)
+    } else {
+        algo
+    };
     let comm = c.communicator();
     let (rank, n) = (comm.rank(), comm.size());
     let g = comm.gpu();
@@ -149,16 +165,17 @@ fn others_case(c: &Collectives, count: usize) {
         unsafe {
             c.all_gather(
                 input.ptr(),
-                out.ptr().byte_add_cast(2),
+                out.ptr().byte_add_cast(ag_off),
                 count,
                 dtype,
                 &stream,
+                algo,
             )
         }
         .unwrap();
         stream.synchronize().unwrap();
         let mut got = vec![0u8; n * part];
-        out.copy_to_host(2, &mut got).unwrap();
+        out.copy_to_host(ag_off as usize, &mut got).unwrap();
         let want: Vec<f64> = (0..n)
             .flat_map(|r| (0..count).map(move |i| value(r, i)))
             .collect();
@@ -183,6 +200,7 @@ fn others_case(c: &Collectives, count: usize) {
                 dtype,
                 ReduceOp::Sum,
                 &stream,
+                rs_algo,
             )
         }
         .unwrap();
@@ -210,7 +228,7 @@ fn others_case(c: &Collectives, count: usize) {
         let b = g.alloc(part.max(1)).unwrap();
         b.copy_from_host(0, &data(dtype, rank, count, 0)).unwrap();
         // SAFETY: as above.
-        unsafe { c.broadcast(b.ptr(), b.ptr(), count, dtype, root, &stream) }.unwrap();
+        unsafe { c.broadcast(b.ptr(), b.ptr(), count, dtype, root, &stream, algo) }.unwrap();
         stream.synchronize().unwrap();
         b.copy_to_host(0, &mut got).unwrap();
         let want: Vec<f64> = (0..count).map(|i| value(root, i)).collect();
@@ -224,7 +242,7 @@ fn others_case(c: &Collectives, count: usize) {
         // all_to_all
         let a_out = g.alloc(n * part).unwrap();
         // SAFETY: as above.
-        unsafe { c.all_to_all(rs_in.ptr(), a_out.ptr(), count, dtype, &stream) }.unwrap();
+        unsafe { c.all_to_all(rs_in.ptr(), a_out.ptr(), count, dtype, &stream, algo) }.unwrap();
         stream.synchronize().unwrap();
         let mut got = vec![0u8; n * part];
         a_out.copy_to_host(0, &mut got).unwrap();
@@ -263,6 +281,20 @@ fn others_case(c: &Collectives, count: usize) {
             &want,
             &format!("send/recv {dtype:?} n={n} count={count}"),
         );
+
+        // send_recv: both directions at once.
+        let sr_out = g.alloc(part.max(1)).unwrap();
+        // SAFETY: as above.
+        unsafe { c.send_recv(input.ptr(), next, sr_out.ptr(), prev, count, dtype, &stream) }
+            .unwrap();
+        stream.synchronize().unwrap();
+        sr_out.copy_to_host(0, &mut got).unwrap();
+        check(
+            dtype,
+            &got,
+            &want,
+            &format!("send_recv {dtype:?} n={n} count={count}"),
+        );
     }
     assert!(comm.status().error().is_none());
 }
@@ -293,6 +325,11 @@ fn all_reduce_2_ranks_every_type_op_and_algorithm() {
             all_reduce_case(c, count, Some(Algorithm::Staged));
             all_reduce_case(c, count, Some(Algorithm::TwoShotPut));
         }
+        // The direct path: forced, at sizes every type splits into 16-byte chunks (and a
+        // chunk per rank that is not a multiple of the block count), and picked automatically.
+        for count in [8, 1024, 24_592] {
+            all_reduce_case(c, count, Some(Algorithm::Direct));
+        }
     });
 }
 
@@ -311,6 +348,7 @@ fn all_reduce_3_4_and_8_ranks() {
         run(n, |c| {
             all_reduce_case(c, 5, Some(Algorithm::LlOneShot));
             all_reduce_case(c, 997, Some(Algorithm::Staged));
+            all_reduce_case(c, 1024, Some(Algorithm::Direct));
             all_reduce_case(c, 1999, Some(Algorithm::TwoShotPut));
         });
     }
@@ -320,8 +358,14 @@ fn all_reduce_3_4_and_8_ranks() {
 fn other_collectives_2_3_4_and_8_ranks() {
     for n in [2, 3, 4, 8] {
         run(n, |c| {
-            others_case(c, 1);
-            others_case(c, 1013);
+            others_case(c, 1, None);
+            others_case(c, 1013, None);
+            // 16-byte multiples: the registered paths (automatic from 4 KiB on the CPU
+            // backend, and forced).
+            others_case(c, 4096, None);
+            others_case(c, 1024, Some(Algorithm::Direct));
+            others_case(c, 1024, Some(Algorithm::CopyEngine));
+            others_case(c, 1024, Some(Algorithm::Staged));
         });
     }
 }
@@ -332,7 +376,8 @@ fn odd_rank_counts_5_and_7() {
         run(n, |c| {
             all_reduce_case(c, 13, Some(Algorithm::LlOneShot));
             all_reduce_case(c, 1001, Some(Algorithm::TwoShotPut));
-            others_case(c, 11);
+            others_case(c, 11, None);
+            others_case(c, 1040, Some(Algorithm::Direct));
         });
     }
 }
@@ -345,7 +390,10 @@ fn collectives_as_processes() {
             let c = Collectives::new(Arc::new(comm)).expect("collectives");
             all_reduce_case(&c, 1031, None);
             all_reduce_case(&c, 4099, Some(Algorithm::TwoShotPut));
-            others_case(&c, 257);
+            all_reduce_case(&c, 4096, Some(Algorithm::Direct));
+            others_case(&c, 257, None);
+            others_case(&c, 2048, Some(Algorithm::CopyEngine));
+            others_case(&c, 2048, Some(Algorithm::Direct));
             c.communicator().bootstrap().barrier().unwrap();
         }
         None => {
@@ -357,4 +405,127 @@ fn collectives_as_processes() {
             common::ranks_as_processes(3, "collectives_as_processes")
         }
     }
+}
+
+/// Buffers are registered once per allocation and reused; a rank whose buffer cannot take the
+/// direct path (misaligned) makes every rank stage, with correct data; forcing the direct path
+/// on such a buffer fails on every rank with a typed error.
+#[test]
+fn direct_registration_cache_and_fallback() {
+    run(2, |c| {
+        let comm = c.communicator();
+        let (rank, n) = (comm.rank(), comm.size());
+        let g = comm.gpu();
+        let stream = g.stream().unwrap();
+        let dtype = DataType::U32;
+        // Above the CPU backend's LL limit (64 KiB), so the direct path is the automatic one.
+        let count = 20_000;
+        let bytes = count * 4;
+        let want: Vec<f64> = (0..count)
+            .map(|i| reduce(ReduceOp::Sum, (0..n).map(|r| value(r, i)), dtype))
+            .collect();
+        let buf = g.alloc(bytes + 16).unwrap();
+        let before = c.registered_buffers();
+        for round in 0..5 {
+            buf.copy_from_host(0, &data(dtype, rank, count, 0)).unwrap();
+            // SAFETY: `buf` holds `bytes`.
+            unsafe {
+                c.all_reduce(
+                    buf.ptr(),
+                    buf.ptr(),
+                    count,
+                    dtype,
+                    ReduceOp::Sum,
+                    &stream,
+                    None,
+                )
+            }
+            .unwrap();
+            stream.synchronize().unwrap();
+            assert_eq!(c.last_algorithm(), Some(Algorithm::Direct), "round {round}");
+            let mut got = vec![0u8; bytes];
+            buf.copy_to_host(0, &mut got).unwrap();
+            check(dtype, &got, &want, &format!("cached direct round {round}"));
+        }
+        let after = c.registered_buffers();
+        assert_eq!(after.0, before.0 + 1, "one allocation registered once");
+        assert_eq!(
+            after.1,
+            before.1 + n - 1,
+            "each peer's allocation mapped once"
+        );
+
+        // Rank 1's buffer is 4 bytes off alignment: everyone stages, data still right.
+        let off = if rank == 1 { 4 } else { 0 };
+        buf.copy_from_host(off, &data(dtype, rank, count, 0))
+            .unwrap();
+        let p = buf.ptr().byte_add_cast(off as u64);
+        // SAFETY: `buf` holds `bytes` from `off`.
+        unsafe { c.all_reduce(p, p, count, dtype, ReduceOp::Sum, &stream, None) }.unwrap();
+        stream.synchronize().unwrap();
+        assert_eq!(c.last_algorithm(), Some(Algorithm::Staged));
+        let mut got = vec![0u8; bytes];
+        buf.copy_to_host(off, &mut got).unwrap();
+        check(dtype, &got, &want, "fallback to staging");
+
+        // Forced: a typed error on both ranks, and nothing queued.
+        // SAFETY: as above.
+        let r = unsafe {
+            c.all_reduce(
+                p,
+                p,
+                count,
+                dtype,
+                ReduceOp::Sum,
+                &stream,
+                Some(Algorithm::Direct),
+            )
+        };
+        assert!(
+            matches!(r, Err(mscclpp::host::Error::Unsupported { .. })),
+            "forced direct on a misaligned buffer: {r:?}"
+        );
+        // The communicator is still usable.
+        buf.copy_from_host(0, &data(dtype, rank, count, 0)).unwrap();
+        // SAFETY: as above.
+        unsafe {
+            c.all_reduce(
+                buf.ptr(),
+                buf.ptr(),
+                count,
+                dtype,
+                ReduceOp::Sum,
+                &stream,
+                None,
+            )
+        }
+        .unwrap();
+        stream.synchronize().unwrap();
+        buf.copy_to_host(0, &mut got).unwrap();
+        check(dtype, &got, &want, "after the refused call");
+
+        // A new allocation gets registered (and mapped) anew.
+        let other = g.alloc(bytes).unwrap();
+        other
+            .copy_from_host(0, &data(dtype, rank, count, 0))
+            .unwrap();
+        // SAFETY: `other` holds `bytes`.
+        unsafe {
+            c.all_reduce(
+                other.ptr(),
+                other.ptr(),
+                count,
+                dtype,
+                ReduceOp::Sum,
+                &stream,
+                None,
+            )
+        }
+        .unwrap();
+        stream.synchronize().unwrap();
+        other.copy_to_host(0, &mut got).unwrap();
+        check(dtype, &got, &want, "second allocation");
+        assert_eq!(c.registered_buffers().0, after.0 + 1);
+        assert!(comm.status().error().is_none());
+    });
 }

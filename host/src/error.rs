@@ -86,6 +86,18 @@ pub enum Error {
         #[source]
         source: BackendError,
     },
+    /// An address is not in device memory of this device allocated by this process (asked
+    /// when a collective registers a caller's buffer).
+    #[error("address {addr:#x} is not in memory of device {ordinal} allocated by this process")]
+    UnknownAddress {
+        /// Device ordinal.
+        ordinal: usize,
+        /// The address asked about.
+        addr: u64,
+        /// Driver or backend error.
+        #[source]
+        source: BackendError,
+    },
     /// A received IPC handle is malformed (unknown kind, range outside the allocation, …).
     #[error("invalid IPC handle: {reason}")]
     IpcInvalid {

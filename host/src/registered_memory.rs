@@ -231,6 +231,18 @@ impl RegisteredMemory {
         w.0
     }
 
+    /// The token of a serialized memory (random per registration), without decoding or mapping
+    /// it: a receiver that caches mapped memories looks it up first. `None` unless `bytes` has
+    /// the wire length and magic; the full checks happen in [`RegisteredMemory::deserialize`].
+    pub fn wire_token(bytes: &[u8]) -> Option<u64> {
+        const TOKEN_AT: usize = 4 + 2 + 1 + 1 + 4 + 4 + 4 + 4 + 8 + 8;
+        if bytes.len() != WIRE_LEN || bytes[..4] != WIRE_MAGIC {
+            return None;
+        }
+        let t: [u8; 8] = bytes[TOKEN_AT..TOKEN_AT + 8].try_into().ok()?;
+        Some(u64::from_le_bytes(t))
+    }
+
     /// Decodes a peer's memory and maps it when `same_node` and a load/store transport allow.
     /// `from_rank` is the rank it came from (it must be the owner).
     pub fn deserialize(bytes: &[u8], gpu: &Gpu, from_rank: usize, same_node: bool) -> Result<Self> {

@@ -185,6 +185,9 @@ pub enum CollectiveMode {
     /// All-reduce where only writes cross the links (reduce-scatter by puts into the peers'
     /// staging, local reduction, all-gather by puts).
     AllReducePut = 7,
+    /// Meet the peers whose bit is set in `root` (direct kernel only; the host brackets
+    /// copy-engine transfers with it).
+    Barrier = 8,
 }
 
 /// Parameters of the collective kernels (`ll_all_reduce_kernel`, `staged_collective_kernel`).
@@ -238,3 +241,23 @@ pub struct CollectiveParams {
 }
 
 static_assertions::assert_eq_size!(CollectiveParams, [u64; 14]);
+
+/// Most ranks a direct collective serves (one node's NVLink domain).
+pub const MAX_DIRECT_RANKS: usize = 8;
+
+/// Parameters of `direct_collective_kernel`, which works on the callers' own buffers: every
+/// rank's input and output, registered on first use and mapped here, instead of staging copies.
+/// Entry `rank` of `inputs` / `outputs` is this rank's own buffer; entries past `nranks` are
+/// null. `common.channels` supplies the block barriers, `common.scratch` is unused.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct DirectCollectiveParams {
+    /// Everything but the buffers (`common.input` / `common.output` equal entry `rank`).
+    pub common: CollectiveParams,
+    /// Rank q's input as this process addresses it.
+    pub inputs: [DevicePtr<u8>; MAX_DIRECT_RANKS],
+    /// Rank q's output as this process addresses it.
+    pub outputs: [DevicePtr<u8>; MAX_DIRECT_RANKS],
+}
+
+static_assertions::assert_eq_size!(DirectCollectiveParams, [u64; 30]);

@@ -49,6 +49,7 @@ layouts! {
     PingPongParams { status, channel, bytes, iterations, role, flag_base, reserved }
     PortPingPongParams { status, channel, bytes, iterations, role, flush, reserved }
     CollectiveParams { status, channels, input, output, scratch, bytes, ll_flags, ll_slot_bytes, stage_offset, stride, reserved, dtype, op, mode, rank, nranks, root, max_blocks }
+    DirectCollectiveParams { common, inputs, outputs }
     IpcMemHandle { kind, device, owner_pid, owner_fd, token, alloc_size, offset, size, cuda }
 }
 
@@ -128,5 +129,10 @@ pub const TRIGGER_CONSTANTS: &[(&str, u64)] = {
             "MSCCLPP_MODE_ALL_REDUCE_PUT",
             crate::CollectiveMode::AllReducePut as u64,
         ),
+        (
+            "MSCCLPP_MODE_BARRIER",
+            crate::CollectiveMode::Barrier as u64,
+        ),
+        ("MSCCLPP_MAX_DIRECT_RANKS", crate::MAX_DIRECT_RANKS as u64),
     ]
 };

@@ -23,7 +23,8 @@ options:
   -n, --iters N            timed iterations per size (default: enough for ~5 ms, 20..1000)
   -w, --warmup_iters N     untimed eager iterations first (default 5)
   -c, --check [0|1]        fill rank- and index-dependent data, check every element (#wrong)
-  -a, --algo NAME          force an all-reduce algorithm: ll | staged | put | auto
+  -a, --algo NAME          force an algorithm: ll | put (allreduce), staged | direct, ce
+                           (allgather, broadcast, alltoall) | auto
                            (default auto: chosen by size, as Collectives::all_reduce does)
   -d, --datatype T         f32 | f16 | bf16 | i32 | u32 (default f16)
   -o, --op OP              sum | min | max (default sum)
@@ -365,7 +366,7 @@ pub fn parse(args: &[String]) -> Result<Command, BoxError> {
                 c.algo = match v.as_str() {
                     "auto" => None,
                     _ => Some(Algorithm::parse(&v).ok_or_else(|| {
-                        format!("-a {v:?}: not an algorithm (ll, staged, put, auto)")
+                        format!("-a {v:?}: not an algorithm (ll, staged, put, direct, ce, auto)")
                     })?),
                 };
             }
@@ -451,15 +452,22 @@ pub fn parse(args: &[String]) -> Result<Command, BoxError> {
             json: c.json,
         }));
     };
-    if let Some(algo) = c.algo
-        && op != Op::AllReduce
-    {
-        return Err(format!(
-            "-a {}: only allreduce offers a choice of algorithm, not {}",
-            algo_name(Some(algo)),
-            op.name()
-        )
-        .into());
+    if let Some(algo) = c.algo {
+        let fits = match algo {
+            Algorithm::LlOneShot | Algorithm::TwoShotPut => op == Op::AllReduce,
+            Algorithm::Staged | Algorithm::Direct => op != Op::SendRecv,
+            Algorithm::CopyEngine => {
+                matches!(op, Op::AllGather | Op::Broadcast | Op::AllToAll)
+            }
+        };
+        if !fits {
+            return Err(format!(
+                "-a {}: not an algorithm of {} (sendrecv picks its own)",
+                algo_name(Some(algo)),
+                op.name()
+            )
+            .into());
+        }
     }
     Ok(Command::Collective(c))
 }
@@ -525,8 +533,9 @@ mod tests {
             ("allreduce -d f64", "data types"),
             ("allreduce -o prod", "reductions"),
             ("allreduce -a fast", "not an algorithm"),
-            ("allgather -a ll", "only allreduce"),
-            ("broadcast -a staged", "only allreduce"),
+            ("allgather -a ll", "not an algorithm of allgather"),
+            ("reducescatter -a ce", "not an algorithm of reducescatter"),
+            ("sendrecv -a staged", "sendrecv picks its own"),
             ("allreduce -b 1M -e 1K", "below"),
             ("allreduce -f 1", "step factor"),
             ("allreduce -n 0", "at least one"),

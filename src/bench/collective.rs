@@ -34,16 +34,6 @@ const AUTO_MAX_ITERS: u32 = 1000;
 /// Host staging for filling and checking, bytes.
 const CHUNK: usize = 16 << 20;
 
-/// The algorithm `Collectives::all_reduce` picks when none is forced (mirrors its rule, for
-/// the `algo` column).
-fn auto_all_reduce(bytes: usize, ll_max: usize) -> Algorithm {
-    if bytes <= ll_max {
-        Algorithm::LlOneShot
-    } else {
-        Algorithm::Staged
-    }
-}
-
 /// Everything every rank agrees on before the sweep.
 #[derive(Clone, Debug)]
 pub struct Plan {
@@ -416,20 +406,13 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
                     Op::AllReduce => {
                         coll.all_reduce(inp, out, part, dt, a.redop, stream, a.algo)?
                     }
-                    Op::AllGather => coll.all_gather(inp, out, part, dt, stream)?,
+                    Op::AllGather => coll.all_gather(inp, out, part, dt, stream, a.algo)?,
                     Op::ReduceScatter => {
-                        coll.reduce_scatter(inp, out, part, dt, a.redop, stream)?
+                        coll.reduce_scatter(inp, out, part, dt, a.redop, stream, a.algo)?
                     }
-                    Op::Broadcast => coll.broadcast(inp, out, part, dt, a.root, stream)?,
-                    Op::AllToAll => coll.all_to_all(inp, out, part, dt, stream)?,
-                    Op::SendRecv if rank % 2 == 0 => {
-                        coll.send(inp, part, dt, next, stream)?;
-                        coll.recv(out, part, dt, prev, stream)?;
-                    }
-                    Op::SendRecv => {
-                        coll.recv(out, part, dt, prev, stream)?;
-                        coll.send(inp, part, dt, next, stream)?;
-                    }
+                    Op::Broadcast => coll.broadcast(inp, out, part, dt, a.root, stream, a.algo)?,
+                    Op::AllToAll => coll.all_to_all(inp, out, part, dt, stream, a.algo)?,
+                    Op::SendRecv => coll.send_recv(inp, next, out, prev, part, dt, stream)?,
                 }
             }
             Ok(())
@@ -497,10 +480,7 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
         let time_us = mean(field(0));
         let algo = match a.op {
             Op::AllReduce if n == 1 => "copy".to_string(),
-            Op::AllReduce => algo_name(Some(
-                a.algo.unwrap_or_else(|| auto_all_reduce(sh.size, ll_max)),
-            )),
-            _ => "staged".to_string(),
+            _ => algo_name(coll.last_algorithm()),
         };
         let row = Row {
             size: sh.size,

@@ -176,6 +176,29 @@ impl Gpu {
         })
     }
 
+    /// The allocation of this device, made by this process (by us or by anyone else: PyTorch,
+    /// cudarc, …), that `ptr` lies in. Collectives use it to register a caller's buffer.
+    pub fn allocation_of(&self, ptr: DevicePtr<u8>) -> Result<Allocation> {
+        let (base, size, id) = match &self.inner.imp {
+            DeviceImpl::Cuda(d) => d.allocation_of(ptr.addr())?,
+            DeviceImpl::Cpu(d) => d.allocation_of(ptr.addr())?,
+        };
+        Ok(Allocation {
+            base: DevicePtr::from_addr(base),
+            size,
+            id,
+        })
+    }
+
+    /// Exports a whole allocation (from [`Gpu::allocation_of`]) for [`Gpu::open_ipc`] in
+    /// another process. Fails for memory that cannot be shared (CUDA: not from `cuMemAlloc`).
+    pub fn export_allocation(&self, a: &Allocation) -> Result<IpcMemHandle> {
+        match &self.inner.imp {
+            DeviceImpl::Cuda(d) => d.export_allocation(a.base.addr(), a.size),
+            DeviceImpl::Cpu(d) => d.export_allocation(a.base.addr()),
+        }
+    }
+
     /// Lets this device access `peer`'s memory directly (GPUs of one process). A no-op on the
     /// CPU backend and when already enabled.
     pub fn enable_peer_access(&self, peer: &Gpu) -> Result<()> {
@@ -267,6 +290,18 @@ impl Gpu {
             DeviceImpl::Cpu(_) => Ok(()),
         }
     }
+}
+
+/// One allocation of device memory as the backend knows it ([`Gpu::allocation_of`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Allocation {
+    /// Its first byte.
+    pub base: DevicePtr<u8>,
+    /// Its size in bytes.
+    pub size: usize,
+    /// Names the allocation for the life of the process (CUDA's buffer id, the CPU backend's
+    /// random token): an address freed and reused by a new allocation gets a new id.
+    pub id: u64,
 }
 
 /// Checks a received IPC handle before any backend touches it.

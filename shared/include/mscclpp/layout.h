@@ -131,6 +131,8 @@
 #define MSCCLPP_MODE_SEND 5u
 #define MSCCLPP_MODE_RECV 6u
 #define MSCCLPP_MODE_ALL_REDUCE_PUT 7u
+#define MSCCLPP_MODE_BARRIER 8u
+#define MSCCLPP_MAX_DIRECT_RANKS 8u
 
 /* DeviceStatus.error_detail: the wait site in the top byte, the watched address below it. */
 #define MSCCLPP_ERROR_DETAIL_SITE_SHIFT 56
@@ -424,6 +426,17 @@ MSCCLPP_CHECK_OFFSET(CollectiveParams, rank, 96);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, nranks, 100);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, root, 104);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, max_blocks, 108);
+
+/* direct_collective_kernel: the callers' own buffers of every rank, mapped here. */
+typedef struct DirectCollectiveParams {
+  CollectiveParams common;                   /* common.scratch unused */
+  uint64_t inputs[MSCCLPP_MAX_DIRECT_RANKS];  /* rank q's input as addressed here; null past nranks */
+  uint64_t outputs[MSCCLPP_MAX_DIRECT_RANKS]; /* rank q's output as addressed here */
+} DirectCollectiveParams;
+MSCCLPP_CHECK_LAYOUT(DirectCollectiveParams, 240, 8);
+MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, common, 0);
+MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, inputs, 112);
+MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, outputs, 176);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Inter-process (shared/src/ipc.rs)                                                        */

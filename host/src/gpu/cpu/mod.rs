@@ -69,6 +69,16 @@ impl Device {
         HostAlloc::new(self.ordinal, bytes)
     }
 
+    /// The live allocation of this process holding `addr`: `(base, len, token)`.
+    pub fn allocation_of(&self, addr: u64) -> Result<(u64, usize, u64)> {
+        shm::allocation_of(self.ordinal, addr)
+    }
+
+    /// The IPC handle of the live allocation starting at `base`.
+    pub fn export_allocation(&self, base: u64) -> Result<IpcMemHandle> {
+        shm::export_allocation(self.ordinal, base)
+    }
+
     /// Maps another process's allocation.
     pub fn open_ipc(&self, h: &IpcMemHandle) -> Result<PeerMap> {
         PeerMap::open(self.ordinal, h)

@@ -59,6 +59,60 @@ unsafe fn map_shared(fd: libc::c_int, len: usize) -> std::result::Result<*mut u8
     Ok(p.cast())
 }
 
+/// Every live [`ShmAlloc`] of this process by start address: `(len, fd, token)`. Written by
+/// `ShmAlloc::create` and `Drop`; read by [`allocation_of`] (a collective registering a caller's
+/// buffer). Guarded by its mutex; entries never outlive their allocation.
+static LIVE: std::sync::Mutex<std::collections::BTreeMap<u64, (usize, libc::c_int, u64)>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+fn live()
+-> std::sync::MutexGuard<'static, std::collections::BTreeMap<u64, (usize, libc::c_int, u64)>> {
+    LIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The live allocation of this process that `addr` lies in: `(base, len, token)`. The token is
+/// random per allocation, so it names the allocation, not the address.
+pub fn allocation_of(ordinal: usize, addr: u64) -> Result<(u64, usize, u64)> {
+    let map = live();
+    match map.range(..=addr).next_back() {
+        Some((&base, &(len, _, token))) if addr < base + len.max(1) as u64 && len > 0 => {
+            Ok((base, len, token))
+        }
+        _ => Err(Error::UnknownAddress {
+            ordinal,
+            addr,
+            source: BackendError::Invalid("no live CPU-backend allocation holds it".into()),
+        }),
+    }
+}
+
+/// The IPC handle of the live allocation starting at `base` (as [`allocation_of`] reported).
+pub fn export_allocation(ordinal: usize, base: u64) -> Result<IpcMemHandle> {
+    let map = live();
+    let Some(&(len, fd, token)) = map.get(&base) else {
+        return Err(Error::IpcExport {
+            ordinal,
+            bytes: 0,
+            source: BackendError::Invalid(format!("no live allocation starts at {base:#x}")),
+        });
+    };
+    Ok(handle(ordinal, len, fd, token))
+}
+
+fn handle(ordinal: usize, len: usize, fd: libc::c_int, token: u64) -> IpcMemHandle {
+    IpcMemHandle {
+        kind: IPC_KIND_CPU,
+        device: ordinal as u32,
+        owner_pid: std::process::id(),
+        owner_fd: fd as u32,
+        token,
+        alloc_size: len as u64,
+        offset: 0,
+        size: len as u64,
+        cuda: [0; 64],
+    }
+}
+
 /// Device memory of the CPU backend (owner side).
 pub struct ShmAlloc {
     ptr: *mut u8,
@@ -105,6 +159,7 @@ impl ShmAlloc {
         }
         // SAFETY: the file is `map_len` bytes long.
         let ptr = unsafe { map_shared(fd, map_len) }.map_err(close_on_err)?;
+        live().insert(ptr as u64, (bytes, fd, token));
         Ok(Self {
             ptr,
             len: bytes,
@@ -138,22 +193,13 @@ impl ShmAlloc {
                 source: BackendError::Invalid("an empty buffer cannot be exported".into()),
             });
         }
-        Ok(IpcMemHandle {
-            kind: IPC_KIND_CPU,
-            device: ordinal as u32,
-            owner_pid: std::process::id(),
-            owner_fd: self.fd as u32,
-            token: self.token,
-            alloc_size: self.len as u64,
-            offset: 0,
-            size: self.len as u64,
-            cuda: [0; 64],
-        })
+        Ok(handle(ordinal, self.len, self.fd, self.token))
     }
 }
 
 impl Drop for ShmAlloc {
     fn drop(&mut self) {
+        live().remove(&(self.ptr as u64));
         // SAFETY: `ptr`/`map_len` is our mapping and `fd` our descriptor; both are released
         // exactly once, here. Peers' mappings keep the memory alive on their own.
         unsafe {

@@ -186,6 +186,65 @@ impl Device {
         self.name.clone()
     }
 
+    /// The allocation of this device that `addr` lies in, as `(base, size, buffer id)`; the
+    /// buffer id (`CU_POINTER_ATTRIBUTE_BUFFER_ID`) is unique for the life of the process, so a
+    /// freed address reused by a new allocation gets a new id.
+    pub fn allocation_of(&self, addr: u64) -> Result<(u64, usize, u64)> {
+        let ordinal = self.ordinal();
+        let err = |e: DriverError| Error::UnknownAddress {
+            ordinal,
+            addr,
+            source: e.into(),
+        };
+        self.ctx.bind().map_err(err)?;
+        let owner = result::cu_pointer_attribute(
+            addr,
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        )
+        .map_err(err)?;
+        if owner != ordinal as u64 {
+            return Err(Error::UnknownAddress {
+                ordinal,
+                addr,
+                source: BackendError::Invalid(format!("it is memory of device {owner}")),
+            });
+        }
+        let (base, size) = result::cu_mem_get_address_range(addr).map_err(err)?;
+        let id = result::cu_pointer_attribute(
+            addr,
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_BUFFER_ID,
+        )
+        .map_err(err)?;
+        Ok((base, size, id))
+    }
+
+    /// Exports the allocation starting at `base` (`size` bytes, as [`Device::allocation_of`]
+    /// reported) over IPC. Memory that is not from `cuMemAlloc` (a pool, `cuMemCreate`) cannot
+    /// be exported: the driver says so and this returns the error.
+    pub fn export_allocation(&self, base: u64, size: usize) -> Result<IpcMemHandle> {
+        let ordinal = self.ordinal();
+        let err = |e: DriverError| Error::IpcExport {
+            ordinal,
+            bytes: size,
+            source: e.into(),
+        };
+        self.ctx.bind().map_err(err)?;
+        // SAFETY: `base` is the start of a live allocation of this context as the driver just
+        // reported; an allocation of another kind makes the call fail, it is not undefined.
+        let cuda = unsafe { result::cu_ipc_get_mem_handle(base) }.map_err(err)?;
+        Ok(IpcMemHandle {
+            kind: mscclpp_shared::ipc::IPC_KIND_CUDA,
+            device: u32::try_from(ordinal).unwrap_or(u32::MAX),
+            owner_pid: std::process::id(),
+            owner_fd: 0,
+            token: 0,
+            alloc_size: size as u64,
+            offset: 0,
+            size: size as u64,
+            cuda,
+        })
+    }
+
     /// Allocates `bytes` of device memory with `cuMemAlloc_v2` (never a pool allocation, so it
     /// can be exported over IPC), zeroed. `0` bytes allocates 1 byte (see `MIN_ALLOC`) and
     /// reports a length of 0.

@@ -182,6 +182,32 @@ pub(crate) unsafe fn cu_mem_free(ptr: sys::CUdeviceptr) -> DriverResult<()> {
     check("cuMemFree_v2", unsafe { sys::cuMemFree_v2(ptr) })
 }
 
+/// `cuMemGetAddressRange_v2`: the allocation (base, size) that `ptr` lies in, in the current
+/// context. Any address may be asked about; one that is not device memory is an error.
+pub(crate) fn cu_mem_get_address_range(ptr: sys::CUdeviceptr) -> DriverResult<(u64, usize)> {
+    let (mut base, mut size): (sys::CUdeviceptr, usize) = (0, 0);
+    // SAFETY: both out-pointers are valid; the driver only reads its own tables for `ptr`.
+    check("cuMemGetAddressRange_v2", unsafe {
+        sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr)
+    })?;
+    Ok((base, size))
+}
+
+/// `cuPointerGetAttribute` of a 64-bit attribute (`CU_POINTER_ATTRIBUTE_BUFFER_ID`) or a
+/// 32-bit one (`CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL`, zero-extended).
+pub(crate) fn cu_pointer_attribute(
+    ptr: sys::CUdeviceptr,
+    attribute: sys::CUpointer_attribute,
+) -> DriverResult<u64> {
+    // Eight zeroed bytes: a 32-bit attribute fills the low half (little-endian).
+    let mut v: u64 = 0;
+    // SAFETY: `v` is 8 writable bytes, enough for either attribute width.
+    check("cuPointerGetAttribute", unsafe {
+        sys::cuPointerGetAttribute((&mut v as *mut u64).cast(), attribute, ptr)
+    })?;
+    Ok(v)
+}
+
 /// `cuMemsetD8_v2` (on the legacy default stream; asynchronous to the host).
 ///
 /// # Safety

@@ -16,6 +16,10 @@
 //!   grid-wide synchronisation. Every launch starts with a barrier so that nobody overwrites a
 //!   staging buffer a peer may still be reading from the previous launch.
 
+pub mod direct;
+
+pub use direct::direct_collective_kernel;
+
 use crate::arch;
 use crate::copy::copy;
 use crate::memory_channel::MemoryChannel;
@@ -55,11 +59,17 @@ fn channel(p: &CollectiveParams, block: u32, peer: u32) -> MemoryChannelDeviceHa
 /// peer `q`. Returns false if a wait gave up (abort / timeout); every thread sees the same answer.
 #[inline(always)]
 fn barrier(p: &CollectiveParams, only: Option<u32>) -> bool {
+    barrier_with(p, |t| only.is_none_or(|o| o == t))
+}
+
+/// [`barrier`] with the peers `meet` selects.
+#[inline(always)]
+fn barrier_with(p: &CollectiveParams, meet: impl Fn(u32) -> bool) -> bool {
     let t = arch::thread_idx_x();
     let b = arch::block_idx_x();
     let fail = arch::dynamic_shared_mem() as *mut u32;
     arch::sync_threads();
-    if t < p.nranks && t != p.rank && only.is_none_or(|o| o == t) {
+    if t < p.nranks && t != p.rank && meet(t) {
         let ch = channel(p, b, t);
         ch.signal();
         if ch.wait().is_err() {

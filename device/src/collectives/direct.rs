@@ -1,0 +1,224 @@
+//! The direct collectives: one kernel that works on the callers' own buffers instead of staging
+//! copies. The host registers every rank's input and output on first use and hands each rank
+//! all of them, mapped into its address space ([`DirectCollectiveParams`]).
+//!
+//! Every mode is: a block barrier with the peers (their buffers are ready: each peer's stream
+//! reached this call, so it is done with whatever it did to them before), the block's share of
+//! the work, and a second barrier (every peer's writes into this rank's output have landed, so
+//! the output is final when the kernel ends). Block `b` of every rank handles sub-slice `b` of
+//! every part and meets only block `b` of its peers, so blocks never wait for each other.
+//!
+//! Who writes what (rank `r`, `n` ranks, part = `bytes`, or a chunk of `bytes / n` for the
+//! all-reduce):
+//! - all-reduce: chunk `r` of every rank's output, reduced from chunk `r` of every rank's input
+//!   (remote loads, then remote stores). Nobody else touches chunk `r` anywhere, so in place is
+//!   safe; each element is read and written by the same thread.
+//! - reduce-scatter: its own output only, from part `r` of every input (remote loads).
+//! - all-gather, all-to-all, broadcast: stores only: part `r` of every rank's output
+//!   (all-to-all: part `r` of rank `q`'s output comes from part `q` of the input; broadcast:
+//!   only the root stores).
+//! - barrier: one meeting with the peers whose bit is set in `root`; the host brackets
+//!   copy-engine transfers with it.
+//!
+//! The host uses this kernel only when `bytes` (and `stride`) are multiples of 16 and every
+//! pointer is 16-byte aligned, so everything moves in whole 16-byte vectors.
+
+use super::{barrier, barrier_with, sub_slice, up16};
+use crate::arch;
+use crate::reduce::reduce_word;
+use mscclpp_shared::{CollectiveMode, DataType, DirectCollectiveParams, ReduceOp};
+
+/// 16-byte vectors a thread keeps in flight per step (loads are issued before their uses).
+const UNROLL: usize = 4;
+
+/// What a block moves: vectors `[0, nv)` from `src(q) + i * 16` of the ranks `q` it reads, to
+/// `dst(q) + i * 16` of the ranks it writes.
+struct Spread<S, D> {
+    nv: u64,
+    src: S,
+    dst: D,
+}
+
+/// Loads vector `j` from `src`, or zeros past `nv`.
+///
+/// # Safety
+/// `src + j * 16` is readable when `j < nv`.
+#[inline(always)]
+unsafe fn load(src: *const u8, j: u64, nv: u64) -> [u32; 4] {
+    if j < nv {
+        // SAFETY: forwarded contract.
+        unsafe { arch::ld_v4_u32(src.add((j * 16) as usize) as *const u32) }
+    } else {
+        [0; 4]
+    }
+}
+
+/// Reduces vectors over `readers` ranks (`src(q)` for `q` in `readers`, `first` first) and
+/// stores the result to `dst(q)` for `q` in `writers`. Block-collective.
+///
+/// # Safety
+/// Every `src(q)` / `dst(q)` holds `nv * 16` bytes (kernel contract).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn reduce_spread<S, D>(
+    s: &Spread<S, D>,
+    first: u32,
+    readers: impl Fn(u32) -> bool,
+    writers: impl Fn(u32) -> bool,
+    nranks: u32,
+    dtype: DataType,
+    op: ReduceOp,
+) where
+    S: Fn(u32) -> *const u8,
+    D: Fn(u32) -> *mut u8,
+{
+    let bd = arch::block_dim_x() as u64;
+    let mut i = arch::thread_idx_x() as u64;
+    while i < s.nv {
+        let mut acc = [[0u32; 4]; UNROLL];
+        let base = (s.src)(first);
+        for (k, a) in acc.iter_mut().enumerate() {
+            // SAFETY: forwarded contract.
+            *a = unsafe { load(base, i + k as u64 * bd, s.nv) };
+        }
+        for q in 0..nranks {
+            if q == first || !readers(q) {
+                continue;
+            }
+            let src = (s.src)(q);
+            let mut w = [[0u32; 4]; UNROLL];
+            for (k, v) in w.iter_mut().enumerate() {
+                // SAFETY: forwarded contract.
+                *v = unsafe { load(src, i + k as u64 * bd, s.nv) };
+            }
+            for k in 0..UNROLL {
+                for x in 0..4 {
+                    acc[k][x] = reduce_word(acc[k][x], w[k][x], dtype, op);
+                }
+            }
+        }
+        for q in 0..nranks {
+            if !writers(q) {
+                continue;
+            }
+            let dst = (s.dst)(q);
+            for (k, a) in acc.iter().enumerate() {
+                let j = i + k as u64 * bd;
+                if j < s.nv {
+                    // SAFETY: forwarded contract.
+                    unsafe { arch::st_v4_u32(dst.add((j * 16) as usize) as *mut u32, *a) };
+                }
+            }
+        }
+        i += bd * UNROLL as u64;
+    }
+}
+
+/// Copies vectors `[0, nv)` from `src(first)` to `dst(q)` for `q` in `writers` (a multicast
+/// copy: one load, several stores). Block-collective.
+///
+/// # Safety
+/// As [`reduce_spread`].
+#[inline(always)]
+unsafe fn copy_spread<S, D>(s: &Spread<S, D>, first: u32, writers: impl Fn(u32) -> bool, n: u32)
+where
+    S: Fn(u32) -> *const u8,
+    D: Fn(u32) -> *mut u8,
+{
+    // SAFETY: forwarded contract; no rank other than `first` is read, so the op is unused.
+    unsafe {
+        reduce_spread(
+            s,
+            first,
+            |_| false,
+            writers,
+            n,
+            DataType::U32,
+            ReduceOp::Sum,
+        )
+    }
+}
+
+crate::kernel! {
+    /// Every collective on the callers' registered buffers (see the module docs). Needs 16
+    /// bytes of dynamic shared memory and at most `common.max_blocks` blocks.
+    fn direct_collective_kernel(d: DirectCollectiveParams) {
+        let p = &d.common;
+        let fail = arch::dynamic_shared_mem() as *mut u32;
+        if arch::thread_idx_x() == 0 {
+            // SAFETY: the launcher gives at least 4 bytes of shared memory.
+            unsafe { fail.write_volatile(0) };
+        }
+        let (Some(dtype), Some(op)) = (DataType::from_u32(p.dtype), ReduceOp::from_u32(p.op))
+        else {
+            return;
+        };
+        let (b, nb) = (arch::block_idx_x() as u64, arch::grid_dim_x() as u64);
+        let (n, me) = (p.nranks, p.rank);
+        if p.mode == CollectiveMode::Barrier as u32 {
+            // One meeting: the host queues one before and one after its copies.
+            barrier_with(p, |q| q < 32 && p.root & (1 << q) != 0);
+            return;
+        }
+        if !barrier(p, None) {
+            return;
+        }
+        let input = |q: u32| d.inputs[q as usize].as_ptr() as *const u8;
+        let output = |q: u32| d.outputs[q as usize].as_ptr();
+        let all = |_| true;
+        // SAFETY (whole body): the host sized every rank's buffers for the mode (module docs)
+        // and mapped them here; every offset below stays inside a part of `bytes` or `stride`.
+        unsafe {
+            if p.mode == CollectiveMode::AllReduce as u32 {
+                let chunk = up16(p.bytes.div_ceil(n as u64));
+                let at = me as u64 * chunk;
+                let (s, e) = sub_slice(p.bytes.saturating_sub(at).min(chunk), b, nb);
+                let off = (at + s) as usize;
+                let sp = Spread {
+                    nv: (e - s) / 16,
+                    src: |q| input(q).add(off),
+                    dst: |q| output(q).add(off),
+                };
+                reduce_spread(&sp, me, all, all, n, dtype, op);
+            } else if p.mode == CollectiveMode::ReduceScatter as u32 {
+                let (s, e) = sub_slice(p.bytes, b, nb);
+                let from = (me as u64 * p.stride + s) as usize;
+                let sp = Spread {
+                    nv: (e - s) / 16,
+                    src: |q| input(q).add(from),
+                    dst: |q| output(q).add(s as usize),
+                };
+                reduce_spread(&sp, me, all, |q| q == me, n, dtype, op);
+            } else if p.mode == CollectiveMode::AllGather as u32 {
+                let (s, e) = sub_slice(p.bytes, b, nb);
+                let sp = Spread {
+                    nv: (e - s) / 16,
+                    src: |q| input(q).add(s as usize),
+                    dst: |q| output(q).add((me as u64 * p.stride + s) as usize),
+                };
+                copy_spread(&sp, me, all, n);
+            } else if p.mode == CollectiveMode::Broadcast as u32 {
+                if me == p.root {
+                    let (s, e) = sub_slice(p.bytes, b, nb);
+                    let sp = Spread {
+                        nv: (e - s) / 16,
+                        src: |q| input(q).add(s as usize),
+                        dst: |q| output(q).add(s as usize),
+                    };
+                    copy_spread(&sp, me, all, n);
+                }
+            } else if p.mode == CollectiveMode::AllToAll as u32 {
+                let (s, e) = sub_slice(p.bytes, b, nb);
+                for q in 0..n {
+                    let sp = Spread {
+                        nv: (e - s) / 16,
+                        src: |_| input(me).add((q as u64 * p.stride + s) as usize),
+                        dst: |q| output(q).add((me as u64 * p.stride + s) as usize),
+                    };
+                    copy_spread(&sp, me, |w| w == q, n);
+                }
+            }
+        }
+        barrier(p, None);
+    }
+}

@@ -1,0 +1,214 @@
+//! The direct path's host side: callers' buffers registered on first use, cached, and made known
+//! to the peers on every call.
+//!
+//! A direct collective (`mscclpp_device::collectives::direct`, or copy-engine transfers) reads
+//! and writes the peers' own buffers, so each rank needs the peers' buffers mapped. On every
+//! direct call, every participating rank sends each peer one bootstrap message:
+//!
+//! `magic "MSDX" | version u8 | ok u8 | count u8 | reserved u8 |
+//!  count × (offset u64 | len u64 | registered memory (its wire form))`
+//!
+//! `ok` says whether this rank can go direct (its buffers are device allocations it can export,
+//! 16-byte aligned, and its cache has room); `count` buffers follow only when it can. Every rank
+//! sees every `ok` flag, so all of them take the same path: direct when all can, staged
+//! otherwise. The registration names the whole allocation that holds the buffer.
+//!
+//! Caches (both guarded by a mutex, touched only by the calling thread of this rank):
+//! - `local`: this rank's registrations by allocation id (CUDA buffer id / CPU token), so an
+//!   allocation is exported once. At most [`MAX_ALLOCATIONS`]; a rank whose cache is full says
+//!   `ok = 0` for a buffer in a new allocation, which bounds every peer's cache as well.
+//! - `remote`: peers' registrations by `(rank, token)`, mapped the first time they are seen.
+//!
+//! Entries live as long as the `Collectives`: a CUDA graph captured with a direct call keeps
+//! using the mappings. A peer's allocation freed and reallocated comes with a new token, so a
+//! stale mapping is never used for new memory; the old one stays mapped (bounded as above).
+//!
+//! A message that cannot be decoded or mapped is an error; the rank then aborts the
+//! communicator, because its peers may already be waiting in the kernel for it.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use mscclpp_host::communicator::Communicator;
+use mscclpp_host::registered_memory::{self, RegisteredMemory};
+use mscclpp_host::{Error, Result};
+use mscclpp_shared::DevicePtr;
+
+/// Most allocations one rank registers for direct collectives.
+pub const MAX_ALLOCATIONS: usize = 256;
+
+const MAGIC: [u8; 4] = *b"MSDX";
+const VERSION: u8 = 1;
+const HEADER: usize = 8;
+const ENTRY: usize = 16 + registered_memory::WIRE_LEN;
+/// Bootstrap tag of the per-call messages.
+const TAG: u64 = 0x0d1_ec70_0000;
+
+/// Whether `[a, a + a_len)` and `[b, b + b_len)` are disjoint, or `a` is exactly `b + at` (the
+/// in-place layouts the direct kernels serve: every element is read and written by one
+/// thread, or only ever by its owner).
+pub fn disjoint_or_at(
+    a: DevicePtr<u8>,
+    a_len: usize,
+    b: DevicePtr<u8>,
+    b_len: usize,
+    at: Option<usize>,
+) -> bool {
+    let (a0, b0) = (a.addr(), b.addr());
+    let disjoint = a0 + a_len as u64 <= b0 || b0 + b_len as u64 <= a0;
+    disjoint || at.is_some_and(|at| a0 == b0 + at as u64)
+}
+
+/// The caches of one `Collectives`.
+#[derive(Default)]
+pub struct DirectBuffers {
+    local: Mutex<HashMap<u64, RegisteredMemory>>,
+    remote: Mutex<HashMap<(usize, u64), RegisteredMemory>>,
+}
+
+impl DirectBuffers {
+    /// Shares `mine` (this rank's buffers the peers need: address and length) with `peers`,
+    /// and returns every peer's shared buffers as addressed here, in `peers` order; `None` when
+    /// some rank cannot go direct (then every rank returns `None`), e.g. because it passed
+    /// `eligible = false` (its buffers overlap in a way the direct path cannot serve). Every
+    /// rank in `peers` makes the matching call with this rank in its `peers`.
+    pub fn exchange(
+        &self,
+        comm: &Communicator,
+        peers: &[usize],
+        mine: &[(DevicePtr<u8>, usize)],
+        eligible: bool,
+    ) -> Result<Option<Vec<Vec<DevicePtr<u8>>>>> {
+        let msg = self.message(comm, mine, eligible);
+        for &q in peers {
+            comm.bootstrap().send(q, TAG, &msg)?;
+        }
+        let mut all_ok = msg[5] == 1;
+        let mut got = Vec::with_capacity(peers.len());
+        for &q in peers {
+            let bytes = comm.recv_checked(q, TAG)?;
+            match self.decode(comm, q, &bytes) {
+                Ok(Some(ptrs)) => got.push(ptrs),
+                Ok(None) => all_ok = false,
+                Err(e) => {
+                    // The peers may already wait for this rank inside a kernel.
+                    comm.abort();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(all_ok.then_some(got))
+    }
+
+    /// `(this rank's allocations registered, peers' allocations mapped)`.
+    pub fn counts(&self) -> (usize, usize) {
+        let local = self.local.lock().unwrap_or_else(|e| e.into_inner()).len();
+        let remote = self.remote.lock().unwrap_or_else(|e| e.into_inner()).len();
+        (local, remote)
+    }
+
+    /// This rank's message: `ok = 0` (and no entries) unless every buffer can be shared.
+    fn message(
+        &self,
+        comm: &Communicator,
+        mine: &[(DevicePtr<u8>, usize)],
+        eligible: bool,
+    ) -> Vec<u8> {
+        let entries: Option<Vec<(u64, u64, Vec<u8>)>> = if eligible {
+            mine.iter()
+                .map(|&(p, len)| self.share(comm, p, len))
+                .collect()
+        } else {
+            None
+        };
+        let mut msg = Vec::with_capacity(HEADER + mine.len() * ENTRY);
+        msg.extend_from_slice(&MAGIC);
+        msg.push(VERSION);
+        match entries {
+            Some(entries) if mine.len() <= u8::MAX as usize => {
+                msg.extend_from_slice(&[1, mine.len() as u8, 0]);
+                for (offset, len, reg) in entries {
+                    msg.extend_from_slice(&offset.to_le_bytes());
+                    msg.extend_from_slice(&len.to_le_bytes());
+                    msg.extend_from_slice(&reg);
+                }
+            }
+            _ => msg.extend_from_slice(&[0, 0, 0]),
+        }
+        msg
+    }
+
+    /// `(offset in its allocation, len, the allocation's registration)` of one buffer, or
+    /// `None` if it cannot be shared (not exportable, misaligned, or the cache is full).
+    fn share(
+        &self,
+        comm: &Communicator,
+        ptr: DevicePtr<u8>,
+        len: usize,
+    ) -> Option<(u64, u64, Vec<u8>)> {
+        if !ptr.addr().is_multiple_of(16) || !len.is_multiple_of(16) || len == 0 {
+            return None;
+        }
+        let a = comm.gpu().allocation_of(ptr).ok()?;
+        let offset = ptr.addr() - a.base.addr();
+        if offset.checked_add(len as u64)? > a.size as u64 {
+            return None;
+        }
+        let mut local = self.local.lock().unwrap_or_else(|e| e.into_inner());
+        if !local.contains_key(&a.id) {
+            if local.len() >= MAX_ALLOCATIONS {
+                return None;
+            }
+            match comm.register_allocation(&a) {
+                Ok(reg) => local.insert(a.id, reg),
+                Err(e) => {
+                    tracing::debug!(error = %e, "buffer not registrable; collectives stage it");
+                    return None;
+                }
+            };
+        }
+        let reg = local.get(&a.id)?;
+        Some((offset, len as u64, reg.serialize()))
+    }
+
+    /// A peer's message: `None` if it cannot go direct, else its buffers mapped here.
+    fn decode(
+        &self,
+        comm: &Communicator,
+        q: usize,
+        b: &[u8],
+    ) -> Result<Option<Vec<DevicePtr<u8>>>> {
+        let bad = |reason: String| Error::MalformedMemory { rank: q, reason };
+        if b.len() < HEADER || b[..4] != MAGIC || b[4] != VERSION {
+            return Err(bad("not a direct-collective message of this version".into()));
+        }
+        if b[5] != 1 {
+            return Ok(None);
+        }
+        let count = b[6] as usize;
+        if b.len() != HEADER + count * ENTRY {
+            return Err(bad(format!("{} bytes for {count} buffers", b.len())));
+        }
+        let mut remote = self.remote.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ptrs = Vec::with_capacity(count);
+        for e in b[HEADER..].chunks_exact(ENTRY) {
+            let word = |i: usize| u64::from_le_bytes(e[i..i + 8].try_into().unwrap_or_default());
+            let (offset, len, reg) = (word(0), word(8), &e[16..]);
+            let token = RegisteredMemory::wire_token(reg)
+                .ok_or_else(|| bad("registration with a wrong length or magic".into()))?;
+            let mem = match remote.get(&(q, token)) {
+                Some(m) => m.clone(),
+                None => {
+                    if remote.len() >= MAX_ALLOCATIONS * comm.size() {
+                        return Err(bad("more allocations than any rank registers".into()));
+                    }
+                    let m = RegisteredMemory::deserialize(reg, comm.gpu(), q, comm.same_node(q))?;
+                    remote.insert((q, token), m.clone());
+                    m
+                }
+            };
+            ptrs.push(mem.range(offset, len)?);
+        }
+        Ok(Some(ptrs))
+    }
+}

@@ -1,0 +1,1069 @@
+//! Collectives on a communicator: `all_reduce` (sum, min, max over f32, f16, bf16, i32, u32),
+//! `all_gather`, `reduce_scatter`, `broadcast`, `all_to_all`, `send` / `recv`, in place or
+//! out of place, any element count, on a caller's stream.
+//!
+//! [`Collectives::new`] connects every rank to every other on its node (CUDA IPC / shared
+//! memory), allocates a scratch buffer per rank that every peer maps, and builds one row of
+//! MemoryChannels (one per peer) for each block the kernels may use. The kernels are in
+//! `mscclpp_device::collectives`.
+//!
+//! Algorithms (chosen by size unless the caller forces one with [`Algorithm`]):
+//! - `LlOneShot` (all-reduce up to `ll_max_bytes`): every rank writes its input as LL16 packets
+//!   into every peer's scratch and reduces what arrives: one hop, no barrier.
+//! - `Staged` (everything, any size): input is staged in the rank's scratch, ranks meet at a
+//!   block barrier, and each rank reads its peers' staging over NVLink; all-reduce is a
+//!   reduce-scatter followed by an all-gather. Large operations run in pieces of the staging
+//!   size.
+//! - `TwoShotPut` (all-reduce, any size): only writes cross the links — each rank puts part `q`
+//!   of its input into rank `q`'s staging, reduces its own part locally, and puts the result
+//!   into every peer's staging.
+//! - `Direct` (every collective but send/recv, from `direct_min_bytes`): no staging; the
+//!   callers' buffers are registered on first use ([`direct`]) and one kernel reads and writes
+//!   the peers' buffers themselves (`mscclpp_device::collectives::direct`).
+//! - `CopyEngine` (all-gather, broadcast, all-to-all, send/recv, from `ce_min_bytes`; send/recv
+//!   whenever direct): the registered buffers again, moved by the copy engines
+//!   (`cuMemcpyAsync` into the peers' mapped buffers) between two block barriers.
+//!
+//! The direct and copy-engine paths cost one bootstrap message per peer per call (host side),
+//! which a CUDA graph pays once, at capture. They need every buffer to be device memory this
+//! process allocated with an exportable allocator (`cuMemAlloc`, e.g. PyTorch's caching
+//! allocator), 16-byte aligned and a multiple of 16 bytes long, on at most
+//! [`MAX_DIRECT_RANKS`] ranks; otherwise every rank takes the staged path.
+//!
+//! Measured on 2×H200: see BENCHMARKS.md.
+//!
+//! Every rank must call the same collectives in the same order (as with NCCL); `send` and
+//! `recv` pair up between two ranks.
+
+mod direct;
+
+use std::sync::Arc;
+
+use mscclpp_host::communicator::Communicator;
+use mscclpp_host::connection::{Connection, EndpointConfig};
+use mscclpp_host::gpu::{BackendKind, DeviceBuffer, Kernel, LaunchConfig, Module, Stream};
+use mscclpp_host::memory_channel::MemoryChannel;
+use mscclpp_host::registered_memory::RegisteredMemory;
+use mscclpp_host::semaphore::MemoryDevice2DeviceSemaphore;
+use mscclpp_host::transport::Transport;
+use mscclpp_host::{Error, Result};
+use mscclpp_shared::{
+    CollectiveMode, CollectiveParams, DataType, DevicePtr, DirectCollectiveParams,
+    MAX_DIRECT_RANKS, MemoryChannelDeviceHandle, ReduceOp,
+};
+
+use crate::kernels;
+
+/// An algorithm a caller can force.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Algorithm {
+    /// One-shot LL16 packets (all-reduce only; up to `ll_max_bytes`).
+    LlOneShot,
+    /// Through the staging buffers, reading the peers' staging (every collective).
+    Staged,
+    /// All-reduce where only writes cross the links: reduce-scatter by puts into the peers'
+    /// staging, a local reduction, and an all-gather by puts.
+    TwoShotPut,
+    /// On the callers' registered buffers, by one kernel (every collective but send/recv).
+    Direct,
+    /// On the callers' registered buffers, by the copy engines (all-gather, broadcast,
+    /// all-to-all, send/recv).
+    CopyEngine,
+}
+
+impl Algorithm {
+    /// Parses an algorithm name (`ll`, `staged`, `put`, `direct`, `ce`).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "ll" | "ll-one-shot" | "ll_one_shot" => Some(Self::LlOneShot),
+            "staged" | "rs-ag" => Some(Self::Staged),
+            "put" | "two-shot-put" => Some(Self::TwoShotPut),
+            "direct" | "zero-copy" => Some(Self::Direct),
+            "ce" | "copy-engine" => Some(Self::CopyEngine),
+            _ => None,
+        }
+    }
+}
+
+/// Sizes of the communicator-owned buffers and launch shapes.
+#[derive(Clone, Copy, Debug)]
+pub struct CollectiveConfig {
+    /// Largest all-reduce the LL algorithm serves, bytes.
+    pub ll_max_bytes: usize,
+    /// Staging bytes per rank (an operation larger than fits runs in pieces).
+    pub stage_bytes: usize,
+    /// Rows of channels (one per block): at least `staged_blocks` and `direct_blocks`.
+    pub max_blocks: u32,
+    /// Most blocks of the staged kernel.
+    pub staged_blocks: u32,
+    /// Smallest operation (bytes per rank, or per part) that takes the direct path unless an
+    /// algorithm is forced.
+    pub direct_min_bytes: usize,
+    /// Smallest operation that moves by copy engine (all-gather, broadcast, all-to-all).
+    pub ce_min_bytes: usize,
+    /// Most blocks of the direct kernel.
+    pub direct_blocks: u32,
+    /// Threads per block of the direct kernel.
+    pub direct_threads: u32,
+    /// Threads per block of the staged kernel (it uses 80 registers a thread on sm_90, so at
+    /// most 768 fit a block).
+    pub threads: u32,
+    /// Blocks of the LL kernel.
+    pub ll_blocks: u32,
+    /// Threads per block of the LL kernel.
+    pub ll_threads: u32,
+}
+
+impl CollectiveConfig {
+    /// Defaults for a backend: GPU-sized on CUDA, small on the CPU backend (threads are OS
+    /// threads there).
+    pub fn for_backend(kind: BackendKind) -> Self {
+        match kind {
+            BackendKind::Cuda => Self {
+                ll_max_bytes: 1 << 20,
+                stage_bytes: 64 << 20,
+                max_blocks: 128,
+                staged_blocks: 64,
+                direct_min_bytes: 1 << 20,
+                ce_min_bytes: 16 << 20,
+                direct_blocks: 128,
+                direct_threads: 512,
+                threads: 512,
+                ll_blocks: 32,
+                ll_threads: 1024,
+            },
+            BackendKind::Cpu => Self {
+                ll_max_bytes: 64 << 10,
+                stage_bytes: 1 << 20,
+                max_blocks: 2,
+                staged_blocks: 2,
+                direct_min_bytes: 4 << 10,
+                ce_min_bytes: 64 << 10,
+                direct_blocks: 2,
+                direct_threads: 16,
+                threads: 16,
+                ll_blocks: 2,
+                ll_threads: 16,
+            },
+        }
+    }
+
+    /// Applies the tuning variables `MSCCLPP_DIRECT_MIN_BYTES`, `MSCCLPP_CE_MIN_BYTES`,
+    /// `MSCCLPP_DIRECT_BLOCKS` and `MSCCLPP_DIRECT_THREADS` where set (every rank must see the
+    /// same values). Unparsable values are ignored with a warning.
+    pub fn with_env(mut self) -> Self {
+        fn var(name: &str) -> Option<usize> {
+            let v = std::env::var(name).ok()?;
+            let parsed = v.trim().parse().ok();
+            if parsed.is_none() {
+                tracing::warn!("{name}={v:?} is not a number; ignored");
+            }
+            parsed
+        }
+        if let Some(v) = var("MSCCLPP_DIRECT_MIN_BYTES") {
+            self.direct_min_bytes = v;
+        }
+        if let Some(v) = var("MSCCLPP_CE_MIN_BYTES") {
+            self.ce_min_bytes = v;
+        }
+        if let Some(v) = var("MSCCLPP_DIRECT_BLOCKS") {
+            self.direct_blocks = (v as u32).clamp(1, 1024);
+        }
+        if let Some(v) = var("MSCCLPP_DIRECT_THREADS") {
+            self.direct_threads = (v as u32).clamp(32, 1024);
+        }
+        self.max_blocks = self
+            .max_blocks
+            .max(self.staged_blocks)
+            .max(self.direct_blocks);
+        self
+    }
+}
+
+/// The collectives of one communicator.
+pub struct Collectives {
+    comm: Arc<Communicator>,
+    cfg: CollectiveConfig,
+    _module: Module,
+    ll: Kernel<CollectiveParams>,
+    staged: Kernel<CollectiveParams>,
+    direct: Kernel<DirectCollectiveParams>,
+    buffers: direct::DirectBuffers,
+    scratch: DeviceBuffer,
+    channel_table: DeviceBuffer,
+    _channels: Vec<MemoryChannel>,
+    _peers: Vec<RegisteredMemory>,
+    _connections: Vec<Arc<dyn Connection>>,
+    ll_slot_bytes: u64,
+    stage_offset: u64,
+    ll_flags: DeviceBuffer,
+    /// The algorithm of the last queued call ([`Algorithm`] as `u8` + 1; 0 before any).
+    last: std::sync::atomic::AtomicU8,
+}
+
+const SCRATCH_TAG: u64 = 0x5c_0000;
+const SEMAPHORE_TAG: u64 = 0x5e_0000;
+
+fn up16(x: usize) -> usize {
+    (x + 15) & !15
+}
+
+impl Collectives {
+    /// Sets up collectives with the backend's default configuration. Every rank calls it.
+    pub fn new(comm: Arc<Communicator>) -> Result<Self> {
+        let cfg = CollectiveConfig::for_backend(comm.gpu().kind()).with_env();
+        Self::with_config(comm, cfg)
+    }
+
+    /// Sets up collectives with `cfg` (identical on every rank).
+    pub fn with_config(comm: Arc<Communicator>, mut cfg: CollectiveConfig) -> Result<Self> {
+        cfg.max_blocks = cfg.max_blocks.max(cfg.staged_blocks).max(cfg.direct_blocks);
+        let (rank, n) = (comm.rank(), comm.size());
+        let g = comm.gpu().clone();
+        let t = Transport::local_for(g.kind());
+        for q in 0..n {
+            if !comm.same_node(q) {
+                return Err(Error::Connect {
+                    remote_rank: q,
+                    transport: t,
+                    reason: "collectives across nodes are not implemented yet".into(),
+                });
+            }
+        }
+        let module = g.load_ptx(crate::DEVICE_PTX)?;
+        let ll = module.kernel(kernels::LL_ALL_REDUCE)?;
+        let staged = module.kernel(kernels::STAGED_COLLECTIVE)?;
+        let direct = module.kernel(kernels::DIRECT_COLLECTIVE)?;
+        let ll_slot_bytes = (up16(cfg.ll_max_bytes).div_ceil(8) * 16) as u64;
+        let stage_offset = 2 * n as u64 * ll_slot_bytes;
+        let scratch = g.alloc(stage_offset as usize + cfg.stage_bytes + 16 * n)?;
+        let reg = comm.register_buffer(&scratch, t)?;
+        let mut connections: Vec<Option<Arc<dyn Connection>>> = vec![None; n];
+        for (q, slot) in connections.iter_mut().enumerate() {
+            if q != rank {
+                *slot = Some(comm.connect(EndpointConfig::new(t), q, SCRATCH_TAG)?);
+                comm.send_memory(&reg, q, SCRATCH_TAG)?;
+            }
+        }
+        let mut peers: Vec<Option<RegisteredMemory>> = vec![None; n];
+        for (q, slot) in peers.iter_mut().enumerate() {
+            if q != rank {
+                *slot = Some(comm.recv_memory(q, SCRATCH_TAG)?);
+            }
+        }
+        let mut channels = Vec::new();
+        let mut table = vec![MemoryChannelDeviceHandle::default(); cfg.max_blocks as usize * n];
+        for b in 0..cfg.max_blocks as usize {
+            for q in 0..n {
+                let (Some(conn), Some(peer)) = (&connections[q], &peers[q]) else {
+                    continue;
+                };
+                let sem = MemoryDevice2DeviceSemaphore::new(
+                    &comm,
+                    conn.as_ref(),
+                    SEMAPHORE_TAG + b as u64,
+                )?;
+                let ch = MemoryChannel::new(sem, peer.clone(), scratch.ptr(), scratch.ptr())?;
+                table[b * n + q] = ch.device_handle()?;
+                channels.push(ch);
+            }
+        }
+        let channel_table = g.alloc(std::mem::size_of_val(table.as_slice()))?;
+        let ll_flags = g.alloc(16)?;
+        channel_table.copy_from_host(0, bytemuck::cast_slice(&table))?;
+        comm.bootstrap().barrier()?;
+        Ok(Self {
+            comm,
+            cfg,
+            _module: module,
+            ll,
+            staged,
+            direct,
+            buffers: direct::DirectBuffers::default(),
+            scratch,
+            channel_table,
+            _channels: channels,
+            _peers: peers.into_iter().flatten().collect(),
+            _connections: connections.into_iter().flatten().collect(),
+            ll_slot_bytes,
+            stage_offset,
+            ll_flags,
+            last: std::sync::atomic::AtomicU8::new(0),
+        })
+    }
+
+    /// The communicator.
+    pub fn communicator(&self) -> &Arc<Communicator> {
+        &self.comm
+    }
+
+    /// The algorithm the last call on this rank actually ran (after any fallback from the
+    /// direct paths to staging), or `None` before the first call.
+    pub fn last_algorithm(&self) -> Option<Algorithm> {
+        use Algorithm::*;
+        let all = [LlOneShot, Staged, TwoShotPut, Direct, CopyEngine];
+        let v = self.last.load(std::sync::atomic::Ordering::Relaxed) as usize;
+        v.checked_sub(1).and_then(|i| all.get(i).copied())
+    }
+
+    /// How many caller allocations the direct paths registered on this rank, and how many
+    /// of the peers' allocations they mapped here (both only grow; see [`direct`]).
+    pub fn registered_buffers(&self) -> (usize, usize) {
+        self.buffers.counts()
+    }
+
+    fn record(&self, a: Algorithm) {
+        use Algorithm::*;
+        let v = match a {
+            LlOneShot => 1,
+            Staged => 2,
+            TwoShotPut => 3,
+            Direct => 4,
+            CopyEngine => 5,
+        };
+        self.last.store(v, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> CollectiveConfig {
+        self.cfg
+    }
+
+    fn params(&self, mode: CollectiveMode, dtype: DataType, op: ReduceOp) -> CollectiveParams {
+        CollectiveParams {
+            status: self.comm.status().device_ptr(),
+            channels: self.channel_table.ptr().cast(),
+            input: DevicePtr::NULL,
+            output: DevicePtr::NULL,
+            scratch: self.scratch.ptr(),
+            bytes: 0,
+            ll_flags: self.ll_flags.ptr().cast(),
+            ll_slot_bytes: self.ll_slot_bytes,
+            stage_offset: self.stage_offset,
+            stride: 0,
+            reserved: 0,
+            dtype: dtype as u32,
+            op: op as u32,
+            mode: mode as u32,
+            rank: self.comm.rank() as u32,
+            nranks: self.comm.size() as u32,
+            root: 0,
+            max_blocks: self.cfg.max_blocks,
+        }
+    }
+
+    fn staged_config(&self, bytes: u64) -> LaunchConfig {
+        let per_block: u64 = if self.comm.gpu().kind() == BackendKind::Cuda {
+            64 << 10
+        } else {
+            1 << 20
+        };
+        let blocks = bytes
+            .div_ceil(per_block)
+            .clamp(1, self.cfg.staged_blocks.min(self.cfg.max_blocks) as u64)
+            as u32;
+        LaunchConfig::new(blocks, self.cfg.threads).with_shared_mem(16)
+    }
+
+    /// Refuses to queue work on a communicator that already failed: a device wait gave up
+    /// (its recorded error), a peer died or `abort()` was called. A launch would only wait
+    /// until the abort flag releases it.
+    fn ensure_healthy(&self) -> Result<()> {
+        match self
+            .comm
+            .status()
+            .error()
+            .or_else(|| self.comm.async_error())
+        {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn launch_staged(&self, stream: &Stream, p: CollectiveParams) -> Result<()> {
+        self.ensure_healthy()?;
+        self.record(if p.mode == CollectiveMode::AllReducePut as u32 {
+            Algorithm::TwoShotPut
+        } else {
+            Algorithm::Staged
+        });
+        let cfg = self.staged_config(p.bytes);
+        // SAFETY: the callers' contracts (input/output ranges) and our scratch and channel
+        // table, which live as long as `self`.
+        unsafe { stream.launch(&self.staged, cfg, p) }
+    }
+
+    /// The ranks other than this one.
+    fn others(&self) -> Vec<usize> {
+        (0..self.comm.size())
+            .filter(|&q| q != self.comm.rank())
+            .collect()
+    }
+
+    /// Registers and exchanges the buffers of a symmetric direct call: every rank shares
+    /// `mine` with every other. Returns, per shared buffer, every rank's copy as addressed here
+    /// (indexed by rank), or `None` when some rank cannot go direct (then all stage).
+    fn exchange_all(
+        &self,
+        mine: &[(DevicePtr<u8>, usize)],
+    ) -> Result<Option<Vec<[DevicePtr<u8>; MAX_DIRECT_RANKS]>>> {
+        if self.comm.size() > MAX_DIRECT_RANKS {
+            return Ok(None);
+        }
+        let peers = self.others();
+        let Some(got) = self.buffers.exchange(&self.comm, &peers, mine, true)? else {
+            return Ok(None);
+        };
+        let mut table = vec![[DevicePtr::NULL; MAX_DIRECT_RANKS]; mine.len()];
+        for (k, &(p, _)) in mine.iter().enumerate() {
+            table[k][self.comm.rank()] = p;
+        }
+        for (&q, theirs) in peers.iter().zip(&got) {
+            if theirs.len() != mine.len() {
+                self.comm.abort();
+                return Err(Error::MalformedMemory {
+                    rank: q,
+                    reason: format!("{} buffers for a call sharing {}", theirs.len(), mine.len()),
+                });
+            }
+            for (k, &p) in theirs.iter().enumerate() {
+                table[k][q] = p;
+            }
+        }
+        Ok(Some(table))
+    }
+
+    fn direct_params(&self, mode: CollectiveMode, bytes: usize) -> DirectCollectiveParams {
+        let mut common = self.params(mode, DataType::U32, ReduceOp::Sum);
+        common.bytes = bytes as u64;
+        common.stride = bytes as u64;
+        DirectCollectiveParams {
+            common,
+            ..Default::default()
+        }
+    }
+
+    /// Queues the direct kernel over `work` bytes (what one rank moves).
+    fn launch_direct(&self, stream: &Stream, d: DirectCollectiveParams, work: usize) -> Result<()> {
+        self.ensure_healthy()?;
+        let per_block: usize = if self.comm.gpu().kind() == BackendKind::Cuda {
+            64 << 10
+        } else {
+            1 << 20
+        };
+        let most = self.cfg.direct_blocks.min(self.cfg.max_blocks) as usize;
+        let blocks = work.div_ceil(per_block).clamp(1, most) as u32;
+        let cfg = LaunchConfig::new(blocks, self.cfg.direct_threads).with_shared_mem(16);
+        self.record(Algorithm::Direct);
+        // SAFETY: the buffers were registered and sized by the caller's contract; the channel
+        // table lives as long as `self`.
+        unsafe { stream.launch(&self.direct, cfg, d) }
+    }
+
+    /// Queues one block meeting the ranks in `peers` (copy-engine brackets).
+    fn launch_barrier(&self, stream: &Stream, peers: &[usize]) -> Result<()> {
+        self.ensure_healthy()?;
+        let mut d = self.direct_params(CollectiveMode::Barrier, 0);
+        d.common.root = peers.iter().fold(0u32, |m, &q| m | (1 << q));
+        let cfg = LaunchConfig::new(1, 32).with_shared_mem(16);
+        // SAFETY: touches only the channel table's semaphores, which live as long as `self`.
+        unsafe { stream.launch(&self.direct, cfg, d) }
+    }
+
+    /// Queues `copies` (destination, source, bytes) on the copy engines between two barriers
+    /// with `peers`.
+    fn copy_engine(
+        &self,
+        stream: &Stream,
+        peers: &[usize],
+        copies: &[(DevicePtr<u8>, DevicePtr<u8>, usize)],
+    ) -> Result<()> {
+        self.launch_barrier(stream, peers)?;
+        for &(dst, src, len) in copies {
+            // SAFETY: ranges of registered buffers of the sizes the caller's contract gives.
+            unsafe { copy_if_needed(stream, dst, src, len)? };
+        }
+        self.record(Algorithm::CopyEngine);
+        self.launch_barrier(stream, peers)
+    }
+
+    /// The unsupported-path error of a forced algorithm.
+    fn cannot(&self, what: &'static str) -> Error {
+        Error::Unsupported {
+            what,
+            backend: self.comm.gpu().kind(),
+        }
+    }
+
+    /// All-reduce of `count` elements of `dtype` from `input` into `output` (they may be the
+    /// same buffer).
+    ///
+    /// # Safety
+    /// `input` and `output` are device buffers of at least `count` elements, valid until the
+    /// work queued on `stream` completes; every rank makes the same call.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn all_reduce(
+        &self,
+        input: DevicePtr<u8>,
+        output: DevicePtr<u8>,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+        stream: &Stream,
+        algo: Option<Algorithm>,
+    ) -> Result<()> {
+        let bytes = count * dtype.size();
+        if bytes == 0 {
+            return Ok(());
+        }
+        let forced = algo.is_some();
+        let algo = algo.unwrap_or(if bytes <= self.cfg.ll_max_bytes {
+            Algorithm::LlOneShot
+        } else if bytes >= self.cfg.direct_min_bytes {
+            Algorithm::Direct
+        } else {
+            Algorithm::Staged
+        });
+        let n = self.comm.size();
+        if n == 1 {
+            // SAFETY: the caller's contract.
+            return unsafe { copy_if_needed(stream, output, input, bytes) };
+        }
+        match algo {
+            Algorithm::LlOneShot => {
+                if bytes > self.cfg.ll_max_bytes {
+                    return Err(Error::Unsupported {
+                        what: "the LL all-reduce above ll_max_bytes",
+                        backend: self.comm.gpu().kind(),
+                    });
+                }
+                self.ensure_healthy()?;
+                let mut p = self.params(CollectiveMode::AllReduce, dtype, op);
+                p.input = input;
+                p.output = output;
+                p.bytes = bytes as u64;
+                let threads = self.cfg.ll_threads;
+                let packets = bytes.div_ceil(8) as u32;
+                let blocks = packets.div_ceil(threads).clamp(1, self.cfg.ll_blocks);
+                self.record(Algorithm::LlOneShot);
+                // SAFETY: the caller's contract, and our scratch.
+                unsafe { stream.launch(&self.ll, LaunchConfig::new(blocks, threads), p) }
+            }
+            Algorithm::CopyEngine => Err(self.cannot("a copy-engine all-reduce")),
+            Algorithm::Direct => {
+                let mine = [(input, bytes), (output, bytes)];
+                if let Some(t) = self.exchange_all(&mine)? {
+                    let mut d = self.direct_params(CollectiveMode::AllReduce, bytes);
+                    d.common.dtype = dtype as u32;
+                    d.common.op = op as u32;
+                    (d.common.input, d.common.output) = (input, output);
+                    (d.inputs, d.outputs) = (t[0], t[1]);
+                    return self.launch_direct(stream, d, bytes / n);
+                }
+                if forced {
+                    return Err(self.cannot("the direct all-reduce on these buffers"));
+                }
+                // SAFETY: the caller's contract.
+                unsafe {
+                    self.all_reduce(
+                        input,
+                        output,
+                        count,
+                        dtype,
+                        op,
+                        stream,
+                        Some(Algorithm::Staged),
+                    )
+                }
+            }
+            Algorithm::Staged | Algorithm::TwoShotPut => {
+                // Pieces whose per-rank chunks (rounded to 16 bytes) fit the staging region
+                // (twice: the put variant keeps an all-gather half).
+                let (mode, halves) = match algo {
+                    Algorithm::TwoShotPut => (CollectiveMode::AllReducePut, 2),
+                    _ => (CollectiveMode::AllReduce, 1),
+                };
+                let piece = ((self.cfg.stage_bytes / (halves * n)) & !15) * n;
+                let mut off = 0;
+                while off < bytes {
+                    let len = piece.min(bytes - off);
+                    let mut p = self.params(mode, dtype, op);
+                    p.input = input.byte_add_cast(off as u64);
+                    p.output = output.byte_add_cast(off as u64);
+                    p.bytes = len as u64;
+                    self.launch_staged(stream, p)?;
+                    off += len;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Runs a per-part mode in pieces of at most `max_piece` bytes per part.
+    #[allow(clippy::too_many_arguments)]
+    fn parts(
+        &self,
+        mode: CollectiveMode,
+        input: DevicePtr<u8>,
+        output: DevicePtr<u8>,
+        part_bytes: usize,
+        max_piece: usize,
+        fill: impl Fn(&mut CollectiveParams),
+        stream: &Stream,
+    ) -> Result<()> {
+        let max_piece = max_piece.max(16) & !15;
+        let mut off = 0;
+        while off < part_bytes {
+            let len = max_piece.min(part_bytes - off);
+            let mut p = self.params(mode, DataType::U32, ReduceOp::Sum);
+            p.input = input.byte_add_cast(off as u64);
+            p.output = output.byte_add_cast(off as u64);
+            p.bytes = len as u64;
+            p.stride = part_bytes as u64;
+            fill(&mut p);
+            self.launch_staged(stream, p)?;
+            off += len;
+        }
+        Ok(())
+    }
+
+    /// The path of a per-part collective of `part` bytes: the forced one, or by size (the
+    /// copy engines where `ce` allows, then the direct kernel, then staging).
+    fn part_algorithm(&self, part: usize, ce: bool, algo: Option<Algorithm>) -> Result<Algorithm> {
+        match algo {
+            Some(Algorithm::LlOneShot | Algorithm::TwoShotPut) => {
+                Err(self.cannot("an all-reduce algorithm for this collective"))
+            }
+            Some(Algorithm::CopyEngine) if !ce => {
+                Err(self.cannot("a copy-engine reduction (use `direct` or `staged`)"))
+            }
+            Some(a) => Ok(a),
+            None if ce && part >= self.cfg.ce_min_bytes => Ok(Algorithm::CopyEngine),
+            None if part >= self.cfg.direct_min_bytes => Ok(Algorithm::Direct),
+            None => Ok(Algorithm::Staged),
+        }
+    }
+
+    /// Runs a per-part collective on the registered buffers (`shared` is what every rank
+    /// shares; `queue` gets the buffers table and the chosen algorithm). `Ok(false)`: some
+    /// rank cannot go direct and nothing was forced, so the caller stages.
+    fn try_direct(
+        &self,
+        algo: Algorithm,
+        forced: bool,
+        eligible: bool,
+        shared: &[(DevicePtr<u8>, usize)],
+        queue: impl FnOnce(&[[DevicePtr<u8>; MAX_DIRECT_RANKS]], Algorithm) -> Result<()>,
+    ) -> Result<bool> {
+        if algo == Algorithm::Staged {
+            return Ok(false);
+        }
+        let table = if eligible {
+            self.exchange_all(shared)?
+        } else {
+            // Still exchange, so that every rank learns that this one stages.
+            self.buffers
+                .exchange(&self.comm, &self.others(), shared, false)?;
+            None
+        };
+        match table {
+            Some(t) => queue(&t, algo).map(|()| true),
+            None if forced => Err(self.cannot("the direct path on these buffers")),
+            None => Ok(false),
+        }
+    }
+
+    /// All-gather: every rank's `count` elements land at `output[rank * count ..]` on every
+    /// rank. `algo` forces `Staged`, `Direct` or `CopyEngine`.
+    ///
+    /// # Safety
+    /// `input` holds `count` elements, `output` `nranks * count`; valid until the queued work
+    /// completes; every rank makes the same call.
+    pub unsafe fn all_gather(
+        &self,
+        input: DevicePtr<u8>,
+        output: DevicePtr<u8>,
+        count: usize,
+        dtype: DataType,
+        stream: &Stream,
+        algo: Option<Algorithm>,
+    ) -> Result<()> {
+        let bytes = count * dtype.size();
+        let (n, me) = (self.comm.size(), self.comm.rank());
+        if bytes == 0 {
+            return Ok(());
+        }
+        let a = self.part_algorithm(bytes, true, algo)?;
+        let eligible = direct::disjoint_or_at(input, bytes, output, n * bytes, Some(me * bytes));
+        let done = self.try_direct(
+            a,
+            algo.is_some(),
+            eligible,
+            &[(output, n * bytes)],
+            |t, a| {
+                if a == Algorithm::CopyEngine {
+                    let copies: Vec<_> = (0..n)
+                        .map(|q| (t[0][q].byte_add_cast((me * bytes) as u64), input, bytes))
+                        .collect();
+                    return self.copy_engine(stream, &self.others(), &copies);
+                }
+                let mut d = self.direct_params(CollectiveMode::AllGather, bytes);
+                (d.common.input, d.common.output) = (input, output);
+                d.inputs[me] = input;
+                d.outputs = t[0];
+                self.launch_direct(stream, d, n * bytes)
+            },
+        )?;
+        if done {
+            return Ok(());
+        }
+        // The input piece is offset within the input, the output piece within each part.
+        self.parts(
+            CollectiveMode::AllGather,
+            input,
+            output,
+            bytes,
+            self.cfg.stage_bytes,
+            |_| {},
+            stream,
+        )
+    }
+
+    /// Reduce-scatter: `input` holds `nranks * count` elements; rank r receives the reduction
+    /// of every rank's part r (`count` elements) in `output`. `algo` forces `Staged` or
+    /// `Direct`.
+    ///
+    /// # Safety
+    /// As [`Collectives::all_gather`], with `input` of `nranks * count` and `output` of `count`.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn reduce_scatter(
+        &self,
+        input: DevicePtr<u8>,
+        output: DevicePtr<u8>,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+        stream: &Stream,
+        algo: Option<Algorithm>,
+    ) -> Result<()> {
+        let bytes = count * dtype.size();
+        let (n, me) = (self.comm.size(), self.comm.rank());
+        if bytes == 0 {
+            return Ok(());
+        }
+        let a = self.part_algorithm(bytes, false, algo)?;
+        let eligible = direct::disjoint_or_at(output, bytes, input, n * bytes, Some(me * bytes));
+        let done = self.try_direct(
+            a,
+            algo.is_some(),
+            eligible,
+            &[(input, n * bytes)],
+            |t, _| {
+                let mut d = self.direct_params(CollectiveMode::ReduceScatter, bytes);
+                (d.common.dtype, d.common.op) = (dtype as u32, op as u32);
+                (d.common.input, d.common.output) = (input, output);
+                d.inputs = t[0];
+                d.outputs[me] = output;
+                self.launch_direct(stream, d, bytes)
+            },
+        )?;
+        if done {
+            return Ok(());
+        }
+        let max_piece = (self.cfg.stage_bytes / n) & !15;
+        self.parts(
+            CollectiveMode::ReduceScatter,
+            input,
+            output,
+            bytes,
+            max_piece,
+            |p| {
+                p.dtype = dtype as u32;
+                p.op = op as u32;
+            },
+            stream,
+        )
+    }
+
+    /// Broadcast of `root`'s `count` elements into every rank's `output`. `algo` forces
+    /// `Staged`, `Direct` or `CopyEngine`.
+    ///
+    /// # Safety
+    /// `input` (read on the root) and `output` hold `count` elements; as above.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn broadcast(
+        &self,
+        input: DevicePtr<u8>,
+        output: DevicePtr<u8>,
+        count: usize,
+        dtype: DataType,
+        root: usize,
+        stream: &Stream,
+        algo: Option<Algorithm>,
+    ) -> Result<()> {
+        self.check_rank(root)?;
+        let bytes = count * dtype.size();
+        let me = self.comm.rank();
+        if bytes == 0 {
+            return Ok(());
+        }
+        let a = self.part_algorithm(bytes, true, algo)?;
+        let eligible = me != root || direct::disjoint_or_at(input, bytes, output, bytes, Some(0));
+        let done = self.try_direct(a, algo.is_some(), eligible, &[(output, bytes)], |t, a| {
+            if a == Algorithm::CopyEngine {
+                let copies: Vec<_> = if me == root {
+                    (0..self.comm.size())
+                        .map(|q| (t[0][q], input, bytes))
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                return self.copy_engine(stream, &self.others(), &copies);
+            }
+            let mut d = self.direct_params(CollectiveMode::Broadcast, bytes);
+            (d.common.input, d.common.output) = (input, output);
+            d.common.root = root as u32;
+            d.inputs[me] = input;
+            d.outputs = t[0];
+            self.launch_direct(stream, d, bytes)
+        })?;
+        if done {
+            return Ok(());
+        }
+        self.parts(
+            CollectiveMode::Broadcast,
+            input,
+            output,
+            bytes,
+            self.cfg.stage_bytes,
+            |p| p.root = root as u32,
+            stream,
+        )
+    }
+
+    /// All-to-all: part p (`count` elements) of every rank's `input` lands as part r of rank
+    /// p's `output`. `algo` forces `Staged`, `Direct` or `CopyEngine` (the last two need
+    /// disjoint `input` and `output`; in place, every rank stages).
+    ///
+    /// # Safety
+    /// `input` and `output` hold `nranks * count` elements; as above.
+    pub unsafe fn all_to_all(
+        &self,
+        input: DevicePtr<u8>,
+        output: DevicePtr<u8>,
+        count: usize,
+        dtype: DataType,
+        stream: &Stream,
+        algo: Option<Algorithm>,
+    ) -> Result<()> {
+        let bytes = count * dtype.size();
+        let (n, me) = (self.comm.size(), self.comm.rank());
+        if bytes == 0 {
+            return Ok(());
+        }
+        let a = self.part_algorithm(bytes, true, algo)?;
+        let eligible = direct::disjoint_or_at(input, n * bytes, output, n * bytes, None);
+        let done = self.try_direct(
+            a,
+            algo.is_some(),
+            eligible,
+            &[(output, n * bytes)],
+            |t, a| {
+                if a == Algorithm::CopyEngine {
+                    let copies: Vec<_> = (0..n)
+                        .map(|q| {
+                            let dst = t[0][q].byte_add_cast((me * bytes) as u64);
+                            (dst, input.byte_add_cast((q * bytes) as u64), bytes)
+                        })
+                        .collect();
+                    return self.copy_engine(stream, &self.others(), &copies);
+                }
+                let mut d = self.direct_params(CollectiveMode::AllToAll, bytes);
+                (d.common.input, d.common.output) = (input, output);
+                d.inputs[me] = input;
+                d.outputs = t[0];
+                self.launch_direct(stream, d, n * bytes)
+            },
+        )?;
+        if done {
+            return Ok(());
+        }
+        let max_piece = (self.cfg.stage_bytes / n) & !15;
+        self.parts(
+            CollectiveMode::AllToAll,
+            input,
+            output,
+            bytes,
+            max_piece,
+            |_| {},
+            stream,
+        )
+    }
+
+    /// Whether a point-to-point transfer of `bytes` tries the copy engines on registered
+    /// buffers (the same answer on both sides).
+    fn p2p_direct(&self, bytes: usize) -> bool {
+        bytes >= self.cfg.direct_min_bytes && self.comm.size() <= MAX_DIRECT_RANKS
+    }
+
+    /// Sends `count` elements to `peer` (which calls [`Collectives::recv`]).
+    ///
+    /// # Safety
+    /// `input` holds `count` elements until the queued work completes.
+    pub unsafe fn send(
+        &self,
+        input: DevicePtr<u8>,
+        count: usize,
+        dtype: DataType,
+        peer: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.check_peer(peer)?;
+        let bytes = count * dtype.size();
+        if bytes == 0 {
+            return Ok(());
+        }
+        if self.p2p_direct(bytes) {
+            let got = self.buffers.exchange(&self.comm, &[peer], &[], true)?;
+            if let Some(dst) = got.as_ref().and_then(|g| g[0].first()) {
+                return self.copy_engine(stream, &[peer], &[(*dst, input, bytes)]);
+            }
+        }
+        self.parts(
+            CollectiveMode::Send,
+            input,
+            DevicePtr::NULL,
+            bytes,
+            self.cfg.stage_bytes,
+            |p| p.root = peer as u32,
+            stream,
+        )
+    }
+
+    /// Receives `count` elements from `peer` (which calls [`Collectives::send`]).
+    ///
+    /// # Safety
+    /// `output` holds `count` elements until the queued work completes.
+    pub unsafe fn recv(
+        &self,
+        output: DevicePtr<u8>,
+        count: usize,
+        dtype: DataType,
+        peer: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.check_peer(peer)?;
+        let bytes = count * dtype.size();
+        if bytes == 0 {
+            return Ok(());
+        }
+        if self.p2p_direct(bytes)
+            && self
+                .buffers
+                .exchange(&self.comm, &[peer], &[(output, bytes)], true)?
+                .is_some()
+        {
+            return self.copy_engine(stream, &[peer], &[]);
+        }
+        self.parts(
+            CollectiveMode::Recv,
+            DevicePtr::NULL,
+            output,
+            bytes,
+            self.cfg.stage_bytes,
+            |p| p.root = peer as u32,
+            stream,
+        )
+    }
+
+    /// Sends `count` elements of `input` to `next` and receives as many from `prev` into
+    /// `output`, both at once (as a grouped `ncclSend` + `ncclRecv`): on registered buffers
+    /// both directions move together; when staging, even ranks send first.
+    ///
+    /// # Safety
+    /// `input` and `output` hold `count` elements, do not overlap, and stay valid until the
+    /// queued work completes; `next` calls this with this rank as its `prev`, and `prev` with
+    /// this rank as its `next`.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn send_recv(
+        &self,
+        input: DevicePtr<u8>,
+        next: usize,
+        output: DevicePtr<u8>,
+        prev: usize,
+        count: usize,
+        dtype: DataType,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.check_peer(next)?;
+        self.check_peer(prev)?;
+        let bytes = count * dtype.size();
+        if bytes == 0 {
+            return Ok(());
+        }
+        if self.p2p_direct(bytes) {
+            let mut peers = vec![next];
+            if prev != next {
+                peers.push(prev);
+            }
+            let eligible = direct::disjoint_or_at(input, bytes, output, bytes, None);
+            let got = self
+                .buffers
+                .exchange(&self.comm, &peers, &[(output, bytes)], eligible)?;
+            if let Some(dst) = got.as_ref().and_then(|g| g[0].first()) {
+                return self.copy_engine(stream, &peers, &[(*dst, input, bytes)]);
+            }
+        }
+        // SAFETY: the caller's contract.
+        unsafe {
+            if self.comm.rank().is_multiple_of(2) {
+                self.send(input, count, dtype, next, stream)?;
+                self.recv(output, count, dtype, prev, stream)
+            } else {
+                self.recv(output, count, dtype, prev, stream)?;
+                self.send(input, count, dtype, next, stream)
+            }
+        }
+    }
+
+    fn check_rank(&self, r: usize) -> Result<()> {
+        if r < self.comm.size() {
+            Ok(())
+        } else {
+            Err(Error::Connect {
+                remote_rank: r,
+                transport: Transport::local_for(self.comm.gpu().kind()),
+                reason: format!("no such rank (world size {})", self.comm.size()),
+            })
+        }
+    }
+
+    fn check_peer(&self, r: usize) -> Result<()> {
+        self.check_rank(r)?;
+        if r == self.comm.rank() {
+            return Err(Error::Connect {
+                remote_rank: r,
+                transport: Transport::local_for(self.comm.gpu().kind()),
+                reason: "send/recv to oneself".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Queues `dst <- src` unless they are the same buffer.
+///
+/// # Safety
+/// Both hold `bytes` until the copy completes.
+unsafe fn copy_if_needed(
+    stream: &Stream,
+    dst: DevicePtr<u8>,
+    src: DevicePtr<u8>,
+    bytes: usize,
+) -> Result<()> {
+    if dst == src {
+        return Ok(());
+    }
+    // SAFETY: the caller's contract.
+    unsafe { stream.copy_dtod(dst, src, bytes) }
+}
