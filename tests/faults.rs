@@ -1,11 +1,18 @@
 //! A rank killed (SIGKILL of itself, as a crash would end it) at the worst moments: during
 //! set-up, during a PortChannel transfer, inside an all-reduce of each algorithm. Ranks run as
-//! processes (CPU backend unless `MSCCLPP_BACKEND` says otherwise). Every survivor must get an
+//! processes. Every survivor must get an
 //! error, or have its kernel released with `Error::Remote` naming the victim, within
 //! [`RELEASE_WITHIN`], and then exit cleanly; the parent waits for every child (none is left
 //! behind) and checks that no `/dev/shm/*mscclpp*` file appeared.
 //!
 //! Each test prints the survivors' release times (`cargo test --test faults -- --nocapture`).
+//!
+//! The backend is the one `MSCCLPP_BACKEND` selects (`cpu`, or `cuda`; unset: CUDA when a GPU
+//! is present, else the CPU backend), in the parent and every child alike. On CUDA each rank
+//! takes its own GPU, rank `r` device `r`; a case needing more ranks than there are GPUs is not
+//! run (it says `NOT RUN` on stderr), so on 2 GPUs the 2-rank cases run:
+//! `MSCCLPP_BACKEND=cuda cargo test --release --test faults -- --nocapture` (or through the GPU
+//! bundle: `bash gpu-bundle/run-tests.sh faults`).
 
 mod common;
 
@@ -21,7 +28,7 @@ use mscclpp::host::Error;
 use mscclpp::host::bootstrap::{Bootstrap, TcpBootstrap};
 use mscclpp::host::communicator::Communicator;
 use mscclpp::host::connection::EndpointConfig;
-use mscclpp::host::gpu::{LaunchConfig, Stream};
+use mscclpp::host::gpu::{BackendKind, LaunchConfig, Stream};
 use mscclpp::host::port_channel::PortChannelService;
 use mscclpp::host::transport::Transport;
 use mscclpp::kernels;
@@ -55,6 +62,9 @@ fn shm_files() -> BTreeSet<String> {
 /// survivor exited successfully within the bound, the victim died of SIGKILL, every child was
 /// reaped and no shared-memory file was left.
 fn run_fault(test: &str, n: usize, victim: usize) {
+    if !enough_devices(test, n) {
+        return;
+    }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let before = shm_files();
     let t0 = Instant::now();
@@ -130,6 +140,21 @@ fn run_fault(test: &str, n: usize, victim: usize) {
     let leaked: Vec<_> = shm_files().difference(&before).cloned().collect();
     assert!(leaked.is_empty(), "files left in /dev/shm: {leaked:?}");
     println!("{test}: whole case {took:?}");
+}
+
+/// Whether the backend under test has a device for each of `n` ranks (always on the CPU
+/// backend, whose ranks may share its one device; on CUDA, one GPU per rank). Says `NOT RUN`
+/// when not.
+fn enough_devices(test: &str, n: usize) -> bool {
+    let kind = common::backend();
+    let devices = kind.device_count().expect("device count");
+    let enough = kind == BackendKind::Cpu || devices >= n;
+    if !enough {
+        eprintln!(
+            "NOT RUN: {test} needs {n} GPUs (one per rank), the {kind:?} backend has {devices}"
+        );
+    }
+    enough
 }
 
 fn now_ns() -> u128 {
@@ -602,6 +627,9 @@ fault_case!(
 /// comes (ranks as threads): `Error::Aborted` within [`WATCHED_WITHIN`].
 #[test]
 fn abort_ends_a_bootstrap_barrier() {
+    if !enough_devices("abort_ends_a_bootstrap_barrier", 2) {
+        return;
+    }
     common::ranks_as_threads(2, |comm| {
         if comm.rank() == 1 {
             // Alive but never joins; stays until rank 0 is done.
