@@ -82,11 +82,8 @@ fn check(dtype: DataType, got: &[u8], want: &[f64], what: &str) {
 /// place with an input 4 bytes into its allocation (16 for the direct path, which needs
 /// 16-byte alignment).
 fn all_reduce_case(c: &Collectives, count: usize, algo: Option<Algorithm>) {
-    let off = if algo == Some(Algorithm::Direct) {
-        16
-    } else {
-        4
-    };
+    let registered = matches!(algo, Some(Algorithm::Direct | Algorithm::CopyEngine));
+    let off = if registered { 16 } else { 4 };
     let comm = c.communicator();
     let (rank, n) = (comm.rank(), comm.size());
     let g = comm.gpu();
@@ -329,6 +326,7 @@ fn all_reduce_2_ranks_every_type_op_and_algorithm() {
         // chunk per rank that is not a multiple of the block count), and picked automatically.
         for count in [8, 1024, 24_592] {
             all_reduce_case(c, count, Some(Algorithm::Direct));
+            all_reduce_case(c, count, Some(Algorithm::CopyEngine));
         }
     });
 }
@@ -349,6 +347,7 @@ fn all_reduce_3_4_and_8_ranks() {
             all_reduce_case(c, 5, Some(Algorithm::LlOneShot));
             all_reduce_case(c, 997, Some(Algorithm::Staged));
             all_reduce_case(c, 1024, Some(Algorithm::Direct));
+            all_reduce_case(c, 1040, Some(Algorithm::CopyEngine));
             all_reduce_case(c, 1999, Some(Algorithm::TwoShotPut));
         });
     }
@@ -391,6 +390,7 @@ fn collectives_as_processes() {
             all_reduce_case(&c, 1031, None);
             all_reduce_case(&c, 4099, Some(Algorithm::TwoShotPut));
             all_reduce_case(&c, 4096, Some(Algorithm::Direct));
+            all_reduce_case(&c, 4096, Some(Algorithm::CopyEngine));
             others_case(&c, 257, None);
             others_case(&c, 2048, Some(Algorithm::CopyEngine));
             others_case(&c, 2048, Some(Algorithm::Direct));
@@ -418,9 +418,10 @@ fn direct_registration_cache_and_fallback() {
         let g = comm.gpu();
         let stream = g.stream().unwrap();
         let dtype = DataType::U32;
-        // Above the CPU backend's LL limit (64 KiB), so the direct path is the automatic one.
-        let count = 20_000;
-        let bytes = count * 4;
+        // Above the LL limit and the direct threshold, so the direct path is the automatic one.
+        let cfg = c.config();
+        let bytes = (cfg.ll_max_bytes.max(cfg.direct_min_bytes) + 4096) & !15;
+        let count = bytes / 4;
         let want: Vec<f64> = (0..count)
             .map(|i| reduce(ReduceOp::Sum, (0..n).map(|r| value(r, i)), dtype))
             .collect();

@@ -188,6 +188,10 @@ pub enum CollectiveMode {
     /// Meet the peers whose bit is set in `root` (direct kernel only; the host brackets
     /// copy-engine transfers with it).
     Barrier = 8,
+    /// Reduce chunk `rank` of every rank's input into this rank's output only, without a
+    /// closing barrier (direct kernel; the copy-engine all-reduce then copies the chunk to
+    /// every peer).
+    ReduceChunk = 9,
 }
 
 /// Parameters of the collective kernels (`ll_all_reduce_kernel`, `staged_collective_kernel`).

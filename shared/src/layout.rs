@@ -133,6 +133,10 @@ pub const TRIGGER_CONSTANTS: &[(&str, u64)] = {
             "MSCCLPP_MODE_BARRIER",
             crate::CollectiveMode::Barrier as u64,
         ),
+        (
+            "MSCCLPP_MODE_REDUCE_CHUNK",
+            crate::CollectiveMode::ReduceChunk as u64,
+        ),
         ("MSCCLPP_MAX_DIRECT_RANKS", crate::MAX_DIRECT_RANKS as u64),
     ]
 };

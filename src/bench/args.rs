@@ -24,7 +24,7 @@ options:
   -w, --warmup_iters N     untimed eager iterations first (default 5)
   -c, --check [0|1]        fill rank- and index-dependent data, check every element (#wrong)
   -a, --algo NAME          force an algorithm: ll | put (allreduce), staged | direct, ce
-                           (allgather, broadcast, alltoall) | auto
+                           (ce: not reducescatter) | auto
                            (default auto: chosen by size, as Collectives::all_reduce does)
   -d, --datatype T         f32 | f16 | bf16 | i32 | u32 (default f16)
   -o, --op OP              sum | min | max (default sum)
@@ -457,7 +457,10 @@ pub fn parse(args: &[String]) -> Result<Command, BoxError> {
             Algorithm::LlOneShot | Algorithm::TwoShotPut => op == Op::AllReduce,
             Algorithm::Staged | Algorithm::Direct => op != Op::SendRecv,
             Algorithm::CopyEngine => {
-                matches!(op, Op::AllGather | Op::Broadcast | Op::AllToAll)
+                matches!(
+                    op,
+                    Op::AllReduce | Op::AllGather | Op::Broadcast | Op::AllToAll
+                )
             }
         };
         if !fits {

@@ -22,7 +22,9 @@
 //!   the peers' buffers themselves (`mscclpp_device::collectives::direct`).
 //! - `CopyEngine` (all-gather, broadcast, all-to-all, send/recv, from `ce_min_bytes`; send/recv
 //!   whenever direct): the registered buffers again, moved by the copy engines
-//!   (`cuMemcpyAsync` into the peers' mapped buffers) between two block barriers.
+//!   (`cuMemcpyAsync` into the peers' mapped buffers) between two block barriers. For
+//!   all-reduce (forced only), the direct kernel first reduces each rank's own chunk, reading
+//!   the peers' inputs, and the copy engines then spread the chunks.
 //!
 //! The direct and copy-engine paths cost one bootstrap message per peer per call (host side),
 //! which a CUDA graph pays once, at capture. They need every buffer to be device memory this
@@ -67,7 +69,8 @@ pub enum Algorithm {
     /// On the callers' registered buffers, by one kernel (every collective but send/recv).
     Direct,
     /// On the callers' registered buffers, by the copy engines (all-gather, broadcast,
-    /// all-to-all, send/recv).
+    /// all-to-all, send/recv; all-reduce: the direct kernel reduces each rank's chunk, the copy
+    /// engines spread it).
     CopyEngine,
 }
 
@@ -549,16 +552,45 @@ impl Collectives {
                 // SAFETY: the caller's contract, and our scratch.
                 unsafe { stream.launch(&self.ll, LaunchConfig::new(blocks, threads), p) }
             }
-            Algorithm::CopyEngine => Err(self.cannot("a copy-engine all-reduce")),
-            Algorithm::Direct => {
+            Algorithm::Direct | Algorithm::CopyEngine => {
                 let mine = [(input, bytes), (output, bytes)];
-                if let Some(t) = self.exchange_all(&mine)? {
-                    let mut d = self.direct_params(CollectiveMode::AllReduce, bytes);
+                let eligible = direct::disjoint_or_at(input, bytes, output, bytes, Some(0));
+                let table = if eligible {
+                    self.exchange_all(&mine)?
+                } else {
+                    self.buffers
+                        .exchange(&self.comm, &self.others(), &mine, false)?;
+                    None
+                };
+                if let Some(t) = table {
+                    let ce = algo == Algorithm::CopyEngine;
+                    let mode = if ce {
+                        CollectiveMode::ReduceChunk
+                    } else {
+                        CollectiveMode::AllReduce
+                    };
+                    let mut d = self.direct_params(mode, bytes);
                     d.common.dtype = dtype as u32;
                     d.common.op = op as u32;
                     (d.common.input, d.common.output) = (input, output);
                     (d.inputs, d.outputs) = (t[0], t[1]);
-                    return self.launch_direct(stream, d, bytes / n);
+                    self.launch_direct(stream, d, bytes / n)?;
+                    if !ce {
+                        return Ok(());
+                    }
+                    // Chunk `rank` (as the kernel splits) to every peer, then one barrier.
+                    let me = self.comm.rank();
+                    let chunk = up16(bytes.div_ceil(n));
+                    let at = me * chunk;
+                    let len = bytes.saturating_sub(at).min(chunk);
+                    let src = output.byte_add_cast(at as u64);
+                    for q in self.others() {
+                        let dst = t[1][q].byte_add_cast(at as u64);
+                        // SAFETY: chunk `me` of the peer's registered output (its `bytes`).
+                        unsafe { copy_if_needed(stream, dst, src, len)? };
+                    }
+                    self.record(Algorithm::CopyEngine);
+                    return self.launch_barrier(stream, &self.others());
                 }
                 if forced {
                     return Err(self.cannot("the direct all-reduce on these buffers"));
