@@ -288,6 +288,14 @@ impl RegisteredMemory {
                 gpu.kind()
             )));
         }
+        if flags & !FLAG_HAS_IPC != 0 {
+            return Err(bad(format!("unknown flag bits {flags:#04x}")));
+        }
+        if flags & FLAG_HAS_IPC == 0 && bytemuck::bytes_of(&ipc).iter().any(|&b| b != 0) {
+            // Nothing on the wire is ignored: an absent handle is all zero (found by the
+            // `registered_memory` fuzz target).
+            return Err(bad("an IPC handle without the flag that says it is there".into()));
+        }
         let ipc = if flags & FLAG_HAS_IPC != 0 {
             crate::gpu::validate_ipc_handle(&ipc, backend)?;
             if ipc.size != size {

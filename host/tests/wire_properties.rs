@@ -232,3 +232,40 @@ fn ethernet_frames_never_panic() {
         let _ = EndpointInfo::decode(&rng.bytes(n));
     }
 }
+
+#[test]
+fn registered_memory_ignores_no_byte() {
+    // Found by the `registered_memory` fuzz target: a memory without an IPC handle was
+    // accepted whatever the handle's bytes held, and unknown flag bits were ignored.
+    let g = cpu();
+    let buf = g.alloc(4096).unwrap();
+    let bs =
+        mscclpp_host::bootstrap::TcpBootstrap::init(mscclpp_host::bootstrap::BootstrapConfig::new(
+            0,
+            1,
+            "127.0.0.1:1".parse::<std::net::SocketAddr>().unwrap(),
+        ))
+        .unwrap();
+    let comm =
+        mscclpp_host::communicator::Communicator::new(std::sync::Arc::new(bs), g.clone()).unwrap();
+    let reg = comm.register_buffer(&buf, Transport::Ethernet).unwrap();
+    let valid = reg.serialize();
+    assert!(RegisteredMemory::deserialize(&valid, &g, 0, false).is_ok());
+    let handle_at = valid.len() - std::mem::size_of::<IpcMemHandle>();
+    for i in handle_at..valid.len() {
+        let mut bad = valid.clone();
+        bad[i] = 1;
+        assert!(
+            RegisteredMemory::deserialize(&bad, &g, 0, false).is_err(),
+            "a handle byte ({i}) was ignored"
+        );
+    }
+    for bit in 1..8 {
+        let mut bad = valid.clone();
+        bad[7] |= 1 << bit; // the flags byte
+        assert!(
+            RegisteredMemory::deserialize(&bad, &g, 0, false).is_err(),
+            "flag bit {bit} was ignored"
+        );
+    }
+}
