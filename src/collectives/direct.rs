@@ -44,6 +44,13 @@ const ENTRY: usize = 16 + registered_memory::WIRE_LEN;
 /// Bootstrap tag of the per-call messages.
 const TAG: u64 = 0x0d1_ec70_0000;
 
+/// Whether parts of `part` bytes at every pointer in `ptrs` move as whole 16-byte vectors
+/// (what the direct kernel requires of the buffers it does not receive through the exchange,
+/// and of every part: a buffer of whole vectors can still hold parts that are not).
+pub fn whole_vectors(ptrs: &[DevicePtr<u8>], part: usize) -> bool {
+    part.is_multiple_of(16) && ptrs.iter().all(|p| p.addr().is_multiple_of(16))
+}
+
 /// Whether `[a, a + a_len)` and `[b, b + b_len)` are disjoint, or `a` is exactly `b + at` (the
 /// in-place layouts the direct kernels serve: every element is read and written by one
 /// thread, or only ever by its owner).

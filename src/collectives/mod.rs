@@ -554,7 +554,8 @@ impl Collectives {
             }
             Algorithm::Direct | Algorithm::CopyEngine => {
                 let mine = [(input, bytes), (output, bytes)];
-                let eligible = direct::disjoint_or_at(input, bytes, output, bytes, Some(0));
+                let eligible = direct::disjoint_or_at(input, bytes, output, bytes, Some(0))
+                    && direct::whole_vectors(&[input, output], bytes);
                 let table = if eligible {
                     self.exchange_all(&mine)?
                 } else {
@@ -726,7 +727,8 @@ impl Collectives {
             return Ok(());
         }
         let a = self.part_algorithm(bytes, true, algo)?;
-        let eligible = direct::disjoint_or_at(input, bytes, output, n * bytes, Some(me * bytes));
+        let eligible = direct::disjoint_or_at(input, bytes, output, n * bytes, Some(me * bytes))
+            && direct::whole_vectors(&[input, output], bytes);
         let done = self.try_direct(
             a,
             algo.is_some(),
@@ -784,7 +786,8 @@ impl Collectives {
             return Ok(());
         }
         let a = self.part_algorithm(bytes, false, algo)?;
-        let eligible = direct::disjoint_or_at(output, bytes, input, n * bytes, Some(me * bytes));
+        let eligible = direct::disjoint_or_at(output, bytes, input, n * bytes, Some(me * bytes))
+            && direct::whole_vectors(&[input, output], bytes);
         let done = self.try_direct(
             a,
             algo.is_some(),
@@ -840,7 +843,10 @@ impl Collectives {
             return Ok(());
         }
         let a = self.part_algorithm(bytes, true, algo)?;
-        let eligible = me != root || direct::disjoint_or_at(input, bytes, output, bytes, Some(0));
+        let eligible = (me != root
+            || direct::disjoint_or_at(input, bytes, output, bytes, Some(0))
+                && direct::whole_vectors(&[input], bytes))
+            && direct::whole_vectors(&[output], bytes);
         let done = self.try_direct(a, algo.is_some(), eligible, &[(output, bytes)], |t, a| {
             if a == Algorithm::CopyEngine {
                 let copies: Vec<_> = if me == root {
@@ -894,7 +900,8 @@ impl Collectives {
             return Ok(());
         }
         let a = self.part_algorithm(bytes, true, algo)?;
-        let eligible = direct::disjoint_or_at(input, n * bytes, output, n * bytes, None);
+        let eligible = direct::disjoint_or_at(input, n * bytes, output, n * bytes, None)
+            && direct::whole_vectors(&[input, output], bytes);
         let done = self.try_direct(
             a,
             algo.is_some(),
