@@ -253,9 +253,20 @@ fn invalid_trigger_is_refused(comm: Communicator) {
         assert!(err.contains("memory id 7"), "{err}");
         assert!(comm.status().is_aborted());
         assert!(svc.stop().is_err());
+        // The communicator is aborted now, so its bootstrap waits fail at once; a send still
+        // goes through and tells rank 1 that it may drop its end.
+        assert!(matches!(
+            comm.bootstrap().barrier(),
+            Err(mscclpp::host::Error::Aborted { .. })
+        ));
+        comm.bootstrap().send(1, DONE_TAG, b"").unwrap();
+    } else {
+        comm.bootstrap().recv(0, DONE_TAG).unwrap();
     }
-    comm.bootstrap().barrier().unwrap();
 }
+
+/// Tag of `invalid_trigger_is_refused`'s all-clear from rank 0.
+const DONE_TAG: u64 = 99;
 
 #[test]
 fn memory_channel_threads() {
