@@ -28,9 +28,10 @@ pub const PACKET_PING_PONG: KernelSpec<PingPongParams> =
 pub const PORT_PING_PONG: KernelSpec<PortPingPongParams> =
     KernelSpec::new("port_ping_pong_kernel", k::port_ping_pong_kernel);
 
-/// `ll_all_reduce_kernel`: one-shot LL16 all-reduce.
-pub const LL_ALL_REDUCE: KernelSpec<CollectiveParams> =
-    KernelSpec::new("ll_all_reduce_kernel", c::ll_all_reduce_kernel);
+/// `ll_collective_kernel`: one-shot LL16 all-reduce, all-gather, reduce-scatter, all-to-all
+/// and two-rank exchange.
+pub const LL_COLLECTIVE: KernelSpec<CollectiveParams> =
+    KernelSpec::new("ll_collective_kernel", c::ll_collective_kernel);
 /// `staged_collective_kernel`: every collective through the staging buffers.
 pub const STAGED_COLLECTIVE: KernelSpec<CollectiveParams> =
     KernelSpec::new("staged_collective_kernel", c::staged_collective_kernel);
@@ -46,7 +47,7 @@ pub const ALL_NAMES: &[&str] = &[
     MEMORY_PING_PONG.name,
     PACKET_PING_PONG.name,
     PORT_PING_PONG.name,
-    LL_ALL_REDUCE.name,
+    LL_COLLECTIVE.name,
     STAGED_COLLECTIVE.name,
     DIRECT_COLLECTIVE.name,
 ];

@@ -139,9 +139,14 @@ fn all_reduce_case(c: &Collectives, count: usize, algo: Option<Algorithm>) {
 fn others_case(c: &Collectives, count: usize, algo: Option<Algorithm>) {
     let registered = matches!(algo, Some(Algorithm::Direct | Algorithm::CopyEngine));
     let ag_off = if registered { 0 } else { 2 };
-    // Reduce-scatter has no copy-engine variant.
+    // Reduce-scatter has no copy-engine variant, broadcast no LL one.
     let rs_algo = if algo == Some(Algorithm::CopyEngine) {
         Some(Algorithm::Direct)
+    } else {
+        algo
+    };
+    let bc_algo = if algo == Some(Algorithm::LlOneShot) {
+        None
     } else {
         algo
     };
@@ -225,7 +230,7 @@ fn others_case(c: &Collectives, count: usize, algo: Option<Algorithm>) {
         let b = g.alloc(part.max(1)).unwrap();
         b.copy_from_host(0, &data(dtype, rank, count, 0)).unwrap();
         // SAFETY: as above.
-        unsafe { c.broadcast(b.ptr(), b.ptr(), count, dtype, root, &stream, algo) }.unwrap();
+        unsafe { c.broadcast(b.ptr(), b.ptr(), count, dtype, root, &stream, bc_algo) }.unwrap();
         stream.synchronize().unwrap();
         b.copy_to_host(0, &mut got).unwrap();
         let want: Vec<f64> = (0..count).map(|i| value(root, i)).collect();
@@ -365,6 +370,8 @@ fn other_collectives_2_3_4_and_8_ranks() {
             others_case(c, 1024, Some(Algorithm::Direct));
             others_case(c, 1024, Some(Algorithm::CopyEngine));
             others_case(c, 1024, Some(Algorithm::Staged));
+            others_case(c, 1013, Some(Algorithm::LlOneShot));
+            others_case(c, 7, Some(Algorithm::LlOneShot));
         });
     }
 }
@@ -377,6 +384,7 @@ fn odd_rank_counts_5_and_7() {
             all_reduce_case(c, 1001, Some(Algorithm::TwoShotPut));
             others_case(c, 11, None);
             others_case(c, 1040, Some(Algorithm::Direct));
+            others_case(c, 333, Some(Algorithm::LlOneShot));
         });
     }
 }
@@ -394,6 +402,7 @@ fn collectives_as_processes() {
             others_case(&c, 257, None);
             others_case(&c, 2048, Some(Algorithm::CopyEngine));
             others_case(&c, 2048, Some(Algorithm::Direct));
+            others_case(&c, 257, Some(Algorithm::LlOneShot));
             c.communicator().bootstrap().barrier().unwrap();
         }
         None => {

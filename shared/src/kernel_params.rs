@@ -194,7 +194,7 @@ pub enum CollectiveMode {
     ReduceChunk = 9,
 }
 
-/// Parameters of the collective kernels (`ll_all_reduce_kernel`, `staged_collective_kernel`).
+/// Parameters of the collective kernels (`ll_collective_kernel`, `staged_collective_kernel`).
 ///
 /// `channels` points at `max_blocks * nranks` MemoryChannel handles in device memory: row `b`
 /// (one per block) holds one channel per peer rank (the entry of `rank` itself is unused). Each

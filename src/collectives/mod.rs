@@ -8,8 +8,10 @@
 //! `mscclpp_device::collectives`.
 //!
 //! Algorithms (chosen by size unless the caller forces one with [`Algorithm`]):
-//! - `LlOneShot` (all-reduce up to `ll_max_bytes`): every rank writes its input as LL16 packets
-//!   into every peer's scratch and reduces what arrives: one hop, no barrier.
+//! - `LlOneShot` (all-reduce up to `ll_max_bytes`; all-gather, reduce-scatter, all-to-all and
+//!   a two-rank `send_recv` up to `ll_part_max_bytes` per part): every rank writes its input
+//!   (or each peer's part of it) as LL16 packets into every peer's scratch and reduces or
+//!   copies what arrives: one hop, no barrier.
 //! - `Staged` (everything, any size): input is staged in the rank's scratch, ranks meet at a
 //!   block barrier, and each rank reads its peers' staging over NVLink; all-reduce is a
 //!   reduce-scatter followed by an all-gather. Large operations run in pieces of the staging
@@ -91,8 +93,12 @@ impl Algorithm {
 /// Sizes of the communicator-owned buffers and launch shapes.
 #[derive(Clone, Copy, Debug)]
 pub struct CollectiveConfig {
-    /// Largest all-reduce the LL algorithm serves, bytes.
+    /// Largest all-reduce the LL algorithm serves, bytes (also the most any LL call may move
+    /// per part: the size of an LL slot).
     pub ll_max_bytes: usize,
+    /// Largest part for which all-gather, reduce-scatter, all-to-all and a two-rank
+    /// `send_recv` take the LL algorithm unless another is forced (at most `ll_max_bytes`).
+    pub ll_part_max_bytes: usize,
     /// Staging bytes per rank (an operation larger than fits runs in pieces).
     pub stage_bytes: usize,
     /// Rows of channels (one per block): at least `staged_blocks` and `direct_blocks`.
@@ -124,6 +130,7 @@ impl CollectiveConfig {
         match kind {
             BackendKind::Cuda => Self {
                 ll_max_bytes: 1 << 20,
+                ll_part_max_bytes: 256 << 10,
                 stage_bytes: 64 << 20,
                 max_blocks: 128,
                 staged_blocks: 64,
@@ -137,6 +144,7 @@ impl CollectiveConfig {
             },
             BackendKind::Cpu => Self {
                 ll_max_bytes: 64 << 10,
+                ll_part_max_bytes: 16 << 10,
                 stage_bytes: 1 << 20,
                 max_blocks: 2,
                 staged_blocks: 2,
@@ -151,7 +159,8 @@ impl CollectiveConfig {
         }
     }
 
-    /// Applies the tuning variables `MSCCLPP_DIRECT_MIN_BYTES`, `MSCCLPP_CE_MIN_BYTES`,
+    /// Applies the tuning variables `MSCCLPP_LL_PART_MAX_BYTES`, `MSCCLPP_DIRECT_MIN_BYTES`,
+    /// `MSCCLPP_CE_MIN_BYTES`,
     /// `MSCCLPP_DIRECT_BLOCKS` and `MSCCLPP_DIRECT_THREADS` where set (every rank must see the
     /// same values). Unparsable values are ignored with a warning.
     pub fn with_env(mut self) -> Self {
@@ -168,6 +177,9 @@ impl CollectiveConfig {
         }
         if let Some(v) = var("MSCCLPP_CE_MIN_BYTES") {
             self.ce_min_bytes = v;
+        }
+        if let Some(v) = var("MSCCLPP_LL_PART_MAX_BYTES") {
+            self.ll_part_max_bytes = v.min(self.ll_max_bytes);
         }
         if let Some(v) = var("MSCCLPP_DIRECT_BLOCKS") {
             self.direct_blocks = (v as u32).clamp(1, 1024);
@@ -234,7 +246,7 @@ impl Collectives {
             }
         }
         let module = g.load_ptx(crate::DEVICE_PTX)?;
-        let ll = module.kernel(kernels::LL_ALL_REDUCE)?;
+        let ll = module.kernel(kernels::LL_COLLECTIVE)?;
         let staged = module.kernel(kernels::STAGED_COLLECTIVE)?;
         let direct = module.kernel(kernels::DIRECT_COLLECTIVE)?;
         let ll_slot_bytes = (up16(cfg.ll_max_bytes).div_ceil(8) * 16) as u64;
@@ -396,6 +408,39 @@ impl Collectives {
         unsafe { stream.launch(&self.staged, cfg, p) }
     }
 
+    /// Queues the LL kernel for `p` (its mode, buffers and `bytes` per part filled in).
+    fn launch_ll(&self, stream: &Stream, p: CollectiveParams) -> Result<()> {
+        if p.bytes as usize > self.cfg.ll_max_bytes {
+            return Err(self.cannot("an LL call above ll_max_bytes per part"));
+        }
+        self.ensure_healthy()?;
+        let threads = self.cfg.ll_threads;
+        let packets = p.bytes.div_ceil(8) as u32;
+        let blocks = packets.div_ceil(threads).clamp(1, self.cfg.ll_blocks);
+        self.record(Algorithm::LlOneShot);
+        // SAFETY: the caller's contract (buffers sized for the mode), and our scratch.
+        unsafe { stream.launch(&self.ll, LaunchConfig::new(blocks, threads), p) }
+    }
+
+    /// Queues an LL call of a per-part collective.
+    #[allow(clippy::too_many_arguments)]
+    fn ll_parts(
+        &self,
+        stream: &Stream,
+        mode: CollectiveMode,
+        input: DevicePtr<u8>,
+        output: DevicePtr<u8>,
+        part: usize,
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        let mut p = self.params(mode, dtype, op);
+        (p.input, p.output) = (input, output);
+        p.bytes = part as u64;
+        p.stride = part as u64;
+        self.launch_ll(stream, p)
+    }
+
     /// The ranks other than this one.
     fn others(&self) -> Vec<usize> {
         (0..self.comm.size())
@@ -534,23 +579,8 @@ impl Collectives {
         }
         match algo {
             Algorithm::LlOneShot => {
-                if bytes > self.cfg.ll_max_bytes {
-                    return Err(Error::Unsupported {
-                        what: "the LL all-reduce above ll_max_bytes",
-                        backend: self.comm.gpu().kind(),
-                    });
-                }
-                self.ensure_healthy()?;
-                let mut p = self.params(CollectiveMode::AllReduce, dtype, op);
-                p.input = input;
-                p.output = output;
-                p.bytes = bytes as u64;
-                let threads = self.cfg.ll_threads;
-                let packets = bytes.div_ceil(8) as u32;
-                let blocks = packets.div_ceil(threads).clamp(1, self.cfg.ll_blocks);
-                self.record(Algorithm::LlOneShot);
-                // SAFETY: the caller's contract, and our scratch.
-                unsafe { stream.launch(&self.ll, LaunchConfig::new(blocks, threads), p) }
+                let mode = CollectiveMode::AllReduce;
+                self.ll_parts(stream, mode, input, output, bytes, dtype, op)
             }
             Algorithm::Direct | Algorithm::CopyEngine => {
                 let mine = [(input, bytes), (output, bytes)];
@@ -660,13 +690,22 @@ impl Collectives {
         Ok(())
     }
 
-    /// The path of a per-part collective of `part` bytes: the forced one, or by size (the
-    /// copy engines where `ce` allows, then the direct kernel, then staging).
-    fn part_algorithm(&self, part: usize, ce: bool, algo: Option<Algorithm>) -> Result<Algorithm> {
+    /// The path of a per-part collective of `part` bytes: the forced one, or by size (LL
+    /// where `ll` allows, the copy engines where `ce` allows, then the direct kernel, then
+    /// staging).
+    fn part_algorithm(
+        &self,
+        part: usize,
+        ll: bool,
+        ce: bool,
+        algo: Option<Algorithm>,
+    ) -> Result<Algorithm> {
         match algo {
-            Some(Algorithm::LlOneShot | Algorithm::TwoShotPut) => {
+            Some(Algorithm::TwoShotPut) => {
                 Err(self.cannot("an all-reduce algorithm for this collective"))
             }
+            Some(Algorithm::LlOneShot) if !ll => Err(self.cannot("an LL broadcast")),
+            None if ll && part <= self.cfg.ll_part_max_bytes => Ok(Algorithm::LlOneShot),
             Some(Algorithm::CopyEngine) if !ce => {
                 Err(self.cannot("a copy-engine reduction (use `direct` or `staged`)"))
             }
@@ -726,7 +765,11 @@ impl Collectives {
         if bytes == 0 {
             return Ok(());
         }
-        let a = self.part_algorithm(bytes, true, algo)?;
+        let a = self.part_algorithm(bytes, true, true, algo)?;
+        if a == Algorithm::LlOneShot {
+            let (mode, op) = (CollectiveMode::AllGather, ReduceOp::Sum);
+            return self.ll_parts(stream, mode, input, output, bytes, dtype, op);
+        }
         let eligible = direct::disjoint_or_at(input, bytes, output, n * bytes, Some(me * bytes))
             && direct::whole_vectors(&[input, output], bytes);
         let done = self.try_direct(
@@ -785,7 +828,11 @@ impl Collectives {
         if bytes == 0 {
             return Ok(());
         }
-        let a = self.part_algorithm(bytes, false, algo)?;
+        let a = self.part_algorithm(bytes, true, false, algo)?;
+        if a == Algorithm::LlOneShot {
+            let mode = CollectiveMode::ReduceScatter;
+            return self.ll_parts(stream, mode, input, output, bytes, dtype, op);
+        }
         let eligible = direct::disjoint_or_at(output, bytes, input, n * bytes, Some(me * bytes))
             && direct::whole_vectors(&[input, output], bytes);
         let done = self.try_direct(
@@ -842,7 +889,7 @@ impl Collectives {
         if bytes == 0 {
             return Ok(());
         }
-        let a = self.part_algorithm(bytes, true, algo)?;
+        let a = self.part_algorithm(bytes, false, true, algo)?;
         let eligible = (me != root
             || direct::disjoint_or_at(input, bytes, output, bytes, Some(0))
                 && direct::whole_vectors(&[input], bytes))
@@ -899,7 +946,11 @@ impl Collectives {
         if bytes == 0 {
             return Ok(());
         }
-        let a = self.part_algorithm(bytes, true, algo)?;
+        let a = self.part_algorithm(bytes, true, true, algo)?;
+        if a == Algorithm::LlOneShot {
+            let (mode, op) = (CollectiveMode::AllToAll, ReduceOp::Sum);
+            return self.ll_parts(stream, mode, input, output, bytes, dtype, op);
+        }
         let eligible = direct::disjoint_or_at(input, n * bytes, output, n * bytes, None)
             && direct::whole_vectors(&[input, output], bytes);
         let done = self.try_direct(
@@ -1039,6 +1090,14 @@ impl Collectives {
         let bytes = count * dtype.size();
         if bytes == 0 {
             return Ok(());
+        }
+        // Two ranks: one LL exchange for small messages (every rank of the communicator takes
+        // part, as LL launches must).
+        if self.comm.size() == 2 && bytes <= self.cfg.ll_part_max_bytes {
+            let mut p = self.params(CollectiveMode::Send, dtype, ReduceOp::Sum);
+            (p.input, p.output, p.root) = (input, output, next as u32);
+            p.bytes = bytes as u64;
+            return self.launch_ll(stream, p);
         }
         if self.p2p_direct(bytes) {
             let mut peers = vec![next];

@@ -5,10 +5,13 @@
 //! `(b, r)` of rank `q`. Two regions of the scratch are used (offsets in `CollectiveParams`):
 //!
 //! - LL region: `2 × nranks` slots of `ll_slot_bytes`, double-buffered by the parity of the
-//!   call's flag. [`ll_all_reduce_kernel`] writes its input as LL16 packets into slot `rank` of
-//!   every peer and reduces what arrives in its own slots; no barrier is needed (the flags
-//!   carry the synchronisation). A peer is never more than one LL call ahead (it cannot finish
-//!   call `k + 1` before this rank has written its packets of `k + 1`), so two halves suffice.
+//!   call's flag. [`ll_collective_kernel`] writes its input (or the part meant for that peer)
+//!   as LL16 packets into slot `rank` of every peer and reduces or copies what arrives in its
+//!   own slots; no barrier is needed (the flags carry the synchronisation). Every LL launch
+//!   exchanges packets with every peer (or is a two-rank exchange), so a peer is never more
+//!   than one LL call ahead (it cannot finish call `k + 1` before this rank has written its
+//!   packets of `k + 1`), and two halves suffice. A broadcast, where only the root sends, would
+//!   break that bound, so it has no LL variant.
 //! - Staging region: [`staged_collective_kernel`] copies input there, meets every peer at a
 //!   block barrier (signal + wait on the block's channel to each peer), and reads the peers'
 //!   staging directly. Block `b` only touches sub-slice `b` of every part, and sub-slice `b` of
@@ -134,89 +137,182 @@ fn block_reduce_into(
     }
 }
 
-/// The LL all-reduce's body; returns false if a packet wait gave up.
+/// Which LL collective a launch runs (from `CollectiveParams::mode`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum LlMode {
+    /// Reduce everyone's `bytes` into every output.
+    AllReduce,
+    /// Everyone's `bytes` to part `rank` of every output (parts `stride` apart).
+    AllGather,
+    /// Reduce part `rank` (of `stride`-spaced parts) of everyone's input into my output.
+    ReduceScatter,
+    /// Part `q` of my input to part `rank` of rank `q`'s output.
+    AllToAll,
+    /// My `bytes` to `root`, and `root`'s to my output (a two-rank exchange).
+    SendRecv,
+}
+
+impl LlMode {
+    fn from_mode(mode: u32) -> Option<Self> {
+        Some(match mode {
+            m if m == CollectiveMode::AllReduce as u32 => Self::AllReduce,
+            m if m == CollectiveMode::AllGather as u32 => Self::AllGather,
+            m if m == CollectiveMode::ReduceScatter as u32 => Self::ReduceScatter,
+            m if m == CollectiveMode::AllToAll as u32 => Self::AllToAll,
+            m if m == CollectiveMode::Send as u32 => Self::SendRecv,
+            _ => return None,
+        })
+    }
+
+    /// Whether this launch exchanges packets with `q`.
+    fn talks_to(self, p: &CollectiveParams, q: u32) -> bool {
+        q != p.rank && (self != Self::SendRecv || q == p.root)
+    }
+
+    /// Where the packets for `q` come from (parts for all-to-all and reduce-scatter).
+    fn source(self, p: &CollectiveParams, q: u32) -> *const u8 {
+        let input = p.input.as_ptr() as *const u8;
+        match self {
+            // SAFETY: the host sized `input` as `nranks` parts `stride` apart.
+            Self::ReduceScatter | Self::AllToAll => unsafe {
+                input.add((q as u64 * p.stride) as usize)
+            },
+            _ => input,
+        }
+    }
+}
+
+/// The LL collectives' body; returns false if a packet wait gave up.
 #[inline(always)]
-fn ll_all_reduce(p: &CollectiveParams, flag: u32, dtype: DataType, op: ReduceOp) -> bool {
+fn ll_collective(
+    p: &CollectiveParams,
+    mode: LlMode,
+    flag: u32,
+    dtype: DataType,
+    op: ReduceOp,
+) -> bool {
     let n = packet::packets_for::<LL16Packet>(p.bytes as usize) as u64;
     let half = (flag & 1) as u64 * p.nranks as u64 * p.ll_slot_bytes;
     let tid = arch::global_thread_idx() as u64;
     let nthreads = arch::global_thread_count() as u64;
-    let input = p.input.as_ptr();
     let output = p.output.as_ptr();
-    // 1. My payload, as packets, into slot `rank` of every peer.
+    let me = p.rank;
+    // 1. My payload for every peer, as packets, into its slot `rank`. A thread handles the
+    //    same packet index `i` in both steps, so in-place layouts read before they write.
     let mut i = tid;
     while i < n {
         let off = i * 8;
         let len = (p.bytes - off) as usize;
-        // SAFETY: `off < bytes`; `input` holds `bytes`.
-        let w = unsafe { packet::read_payload::<LL16Packet>(input.add(off as usize), len) };
         for q in 0..p.nranks {
-            if q == p.rank {
+            if !mode.talks_to(p, q) {
                 continue;
             }
             let ch = channel(p, 0, q);
-            // SAFETY: slot `rank` of the peer's LL region holds `ll_slot_bytes >= n * 16`.
+            // SAFETY: `off < bytes` inside the source part; slot `rank` of the peer's LL
+            // region holds `ll_slot_bytes >= n * 16`.
             unsafe {
+                let w =
+                    packet::read_payload::<LL16Packet>(mode.source(p, q).add(off as usize), len);
                 let dst = ch
                     .dst
                     .as_ptr()
-                    .add((half + p.rank as u64 * p.ll_slot_bytes + i * 16) as usize)
+                    .add((half + me as u64 * p.ll_slot_bytes + i * 16) as usize)
                     as *mut LL16Packet;
                 LL16Packet::store(dst, w, flag);
             }
         }
         i += nthreads;
     }
-    // 2. Reduce my payload with every peer's packets.
+    // 2. What arrives in my slots, reduced into or copied to my output.
+    let packet_from = |q: u32, i: u64| {
+        // SAFETY: slot `q` of my LL region, written by peer `q`.
+        unsafe {
+            let src = p
+                .scratch
+                .as_ptr()
+                .add((half + q as u64 * p.ll_slot_bytes + i * 16) as usize)
+                as *const LL16Packet;
+            packet::read_packet(src, flag, p.status)
+        }
+    };
     let mut i = tid;
     while i < n {
         let off = i * 8;
         let len = (p.bytes - off) as usize;
-        // SAFETY: as above.
-        let mut acc = unsafe { packet::read_payload::<LL16Packet>(input.add(off as usize), len) };
-        for q in 0..p.nranks {
-            if q == p.rank {
-                continue;
+        // SAFETY (block): every pointer below is a part of `input` / `output` as the host
+        // sized them for the mode, at `off < bytes`.
+        unsafe {
+            match mode {
+                LlMode::AllReduce | LlMode::ReduceScatter => {
+                    let mut acc = packet::read_payload::<LL16Packet>(
+                        mode.source(p, me).add(off as usize),
+                        len,
+                    );
+                    for q in 0..p.nranks {
+                        if !mode.talks_to(p, q) {
+                            continue;
+                        }
+                        let Ok(w) = packet_from(q, i) else {
+                            return false;
+                        };
+                        acc = [
+                            reduce_word(acc[0], w[0], dtype, op),
+                            reduce_word(acc[1], w[1], dtype, op),
+                        ];
+                    }
+                    packet::write_payload::<LL16Packet>(output.add(off as usize), acc, len);
+                }
+                LlMode::AllGather | LlMode::AllToAll => {
+                    for q in 0..p.nranks {
+                        let w = if q == me {
+                            packet::read_payload::<LL16Packet>(
+                                mode.source(p, me).add(off as usize),
+                                len,
+                            )
+                        } else {
+                            let Ok(w) = packet_from(q, i) else {
+                                return false;
+                            };
+                            w
+                        };
+                        let dst = output.add((q as u64 * p.stride + off) as usize);
+                        packet::write_payload::<LL16Packet>(dst, w, len);
+                    }
+                }
+                LlMode::SendRecv => {
+                    let Ok(w) = packet_from(p.root, i) else {
+                        return false;
+                    };
+                    packet::write_payload::<LL16Packet>(output.add(off as usize), w, len);
+                }
             }
-            // SAFETY: slot `q` of my LL region, written by peer `q`.
-            let w = unsafe {
-                let src = p
-                    .scratch
-                    .as_ptr()
-                    .add((half + q as u64 * p.ll_slot_bytes + i * 16) as usize)
-                    as *const LL16Packet;
-                packet::read_packet(src, flag, p.status)
-            };
-            let Ok(w) = w else {
-                return false;
-            };
-            acc = [
-                reduce_word(acc[0], w[0], dtype, op),
-                reduce_word(acc[1], w[1], dtype, op),
-            ];
         }
-        // SAFETY: `output` holds `bytes`.
-        unsafe { packet::write_payload::<LL16Packet>(output.add(off as usize), acc, len) };
         i += nthreads;
     }
     true
 }
 
 crate::kernel! {
-    /// One-shot all-reduce with LL16 packets (small messages): every thread of the grid sends
-    /// its share of packets to every peer, then reduces the packets that arrive. The flag comes
-    /// from `ll_flags` on the device (see `CollectiveParams::ll_flags`); the last block to
-    /// finish advances it, so the same launch replayed from a CUDA graph stays correct.
-    fn ll_all_reduce_kernel(p: CollectiveParams) {
-        let (Some(dtype), Some(op)) = (DataType::from_u32(p.dtype), ReduceOp::from_u32(p.op))
-        else {
+    /// One-shot collectives with LL16 packets (small messages; `mode`: all-reduce, all-gather,
+    /// reduce-scatter, all-to-all, or `Send` for a two-rank exchange with `root`): every thread
+    /// of the grid sends its share of packets to every peer, then reduces or copies the packets
+    /// that arrive. The flag comes from `ll_flags` on the device (see
+    /// `CollectiveParams::ll_flags`); the last block to finish advances it, so the same launch
+    /// replayed from a CUDA graph stays correct. Every rank of the communicator takes part in
+    /// every LL launch (the flags count launches).
+    fn ll_collective_kernel(p: CollectiveParams) {
+        let (Some(dtype), Some(op), Some(mode)) = (
+            DataType::from_u32(p.dtype),
+            ReduceOp::from_u32(p.op),
+            LlMode::from_mode(p.mode),
+        ) else {
             return;
         };
         let flags = p.ll_flags.as_ptr();
         // SAFETY: `ll_flags` points at two live u64 words; `[0]` was last written by the
         // previous launch, which completed before this one started (stream order).
         let flag = unsafe { arch::ld_relaxed_sys_u64(flags) } as u32 + 1;
-        let ok = ll_all_reduce(&p, flag, dtype, op);
+        let ok = ll_collective(&p, mode, flag, dtype, op);
         arch::sync_threads();
         if arch::thread_idx_x() == 0 && ok {
             arch::fence_acq_rel_sys();

@@ -387,7 +387,7 @@ MSCCLPP_CHECK_OFFSET(PortPingPongParams, role, 116);
 MSCCLPP_CHECK_OFFSET(PortPingPongParams, flush, 120);
 MSCCLPP_CHECK_OFFSET(PortPingPongParams, reserved, 124);
 
-/* Collective kernels (ll_all_reduce_kernel, staged_collective_kernel). */
+/* Collective kernels (ll_collective_kernel, staged_collective_kernel). */
 typedef struct CollectiveParams {
   MSCCLPP_ALIGNAS(8) uint64_t status; /* DeviceStatus */
   uint64_t channels;      /* max_blocks * nranks MemoryChannelDeviceHandle */
