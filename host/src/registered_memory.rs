@@ -294,7 +294,9 @@ impl RegisteredMemory {
         if flags & FLAG_HAS_IPC == 0 && bytemuck::bytes_of(&ipc).iter().any(|&b| b != 0) {
             // Nothing on the wire is ignored: an absent handle is all zero (found by the
             // `registered_memory` fuzz target).
-            return Err(bad("an IPC handle without the flag that says it is there".into()));
+            return Err(bad(
+                "an IPC handle without the flag that says it is there".into()
+            ));
         }
         let ipc = if flags & FLAG_HAS_IPC != 0 {
             crate::gpu::validate_ipc_handle(&ipc, backend)?;
