@@ -10,8 +10,7 @@
 //! `cargo test --test soak -- --nocapture` prints the count, the time and which algorithms ran.
 //! `MSCCLPP_SOAK_OPS` changes the count (e.g. for a longer run); with
 //! `MSCCLPP_SOAK_KEEP_GOING` set, a wrong result is printed (`SOAK MISMATCH`) and the run goes
-//! on, failing at the end, instead of failing at the first. `MSCCLPP_SOAK_ALL` also draws the
-//! cases of a known bug that are otherwise avoided ([`Call::hits_direct_tail_bug`]).
+//! on, failing at the end, instead of failing at the first.
 
 mod common;
 
@@ -191,24 +190,6 @@ impl Call {
         )
     }
 
-    /// Whether this call, with `part` bytes per rank, may take the direct path with a part
-    /// that is not a multiple of 16 bytes: all-gather, all-to-all and reduce-scatter then
-    /// leave the last 8 bytes of each part unwritten (found by this test, 2026-11-30, on the
-    /// CPU backend; see RELIABILITY.md). Such draws are rounded up to 16 bytes unless
-    /// `MSCCLPP_SOAK_ALL` is set; drop this once the direct kernels handle the tail.
-    fn hits_direct_tail_bug(self, part: usize, direct_min_bytes: usize) -> bool {
-        let direct = match self {
-            Call::AllGather(a) | Call::AllToAll(a) | Call::ReduceScatter(_, a) => a,
-            _ => return false,
-        };
-        !part.is_multiple_of(16)
-            && match direct {
-                Some(Algorithm::Direct) => true,
-                None => part >= direct_min_bytes,
-                Some(_) => false,
-            }
-    }
-
     fn name(self) -> &'static str {
         match self {
             Call::AllReduce { .. } => "all_reduce",
@@ -245,8 +226,7 @@ fn soak(c: &Collectives, ops: usize) -> Tally {
     let stream = g.stream().unwrap();
     let cap = n * MAX_COUNT * 4 + MAX_OFFSET;
     let (inb, outb) = (g.alloc(cap).unwrap(), g.alloc(cap).unwrap());
-    let (ll_max, direct_min) = (c.config().ll_max_bytes, c.config().direct_min_bytes);
-    let all_cases = std::env::var_os("MSCCLPP_SOAK_ALL").is_some();
+    let ll_max = c.config().ll_max_bytes;
     let mut rng = Rng(SEED);
     let mut tally = Tally {
         calls: 0,
@@ -262,9 +242,6 @@ fn soak(c: &Collectives, ops: usize) -> Tally {
         let call = Call::draw(&mut rng, n, count * es, ll_max);
         // Mostly give a forced buffer path a length it can take (a multiple of 16 bytes).
         if call.forces_buffer_path() && rng.below(4) != 0 {
-            count = (count * es).next_multiple_of(16) / es;
-        }
-        if !all_cases && call.hits_direct_tail_bug(count * es, direct_min) {
             count = (count * es).next_multiple_of(16) / es;
         }
         let (in_off, out_off) = (16 * rng.below(MAX_OFFSET / 16 + 1), 16 * rng.below(5));
