@@ -8,10 +8,10 @@
 //! `mscclpp_device::collectives`.
 //!
 //! Algorithms (chosen by size unless the caller forces one with [`Algorithm`]):
-//! - `LlOneShot` (all-reduce up to `ll_max_bytes`; all-gather, reduce-scatter, all-to-all and
-//!   a two-rank `send_recv` up to `ll_part_max_bytes` per part): every rank writes its input
-//!   (or each peer's part of it) as LL16 packets into every peer's scratch and reduces or
-//!   copies what arrives: one hop, no barrier.
+//! - `LlOneShot` (all-reduce and a two-rank `send_recv` up to `ll_max_bytes`; all-gather,
+//!   reduce-scatter and all-to-all up to `ll_part_max_bytes` per part): every rank writes its
+//!   input (or each peer's part of it) as LL16 packets into every peer's scratch and reduces
+//!   or copies what arrives: one hop, no barrier.
 //! - `Staged` (everything, any size): input is staged in the rank's scratch, ranks meet at a
 //!   block barrier, and each rank reads its peers' staging over NVLink; all-reduce is a
 //!   reduce-scatter followed by an all-gather. Large operations run in pieces of the staging
@@ -96,8 +96,9 @@ pub struct CollectiveConfig {
     /// Largest all-reduce the LL algorithm serves, bytes (also the most any LL call may move
     /// per part: the size of an LL slot).
     pub ll_max_bytes: usize,
-    /// Largest part for which all-gather, reduce-scatter, all-to-all and a two-rank
-    /// `send_recv` take the LL algorithm unless another is forced (at most `ll_max_bytes`).
+    /// Largest part for which all-gather, reduce-scatter and all-to-all take the LL algorithm
+    /// unless another is forced (at most `ll_max_bytes`; a two-rank `send_recv` takes it up to
+    /// `ll_max_bytes`).
     pub ll_part_max_bytes: usize,
     /// Staging bytes per rank (an operation larger than fits runs in pieces).
     pub stage_bytes: usize,
@@ -130,7 +131,7 @@ impl CollectiveConfig {
         match kind {
             BackendKind::Cuda => Self {
                 ll_max_bytes: 1 << 20,
-                ll_part_max_bytes: 256 << 10,
+                ll_part_max_bytes: 512 << 10,
                 stage_bytes: 64 << 20,
                 max_blocks: 128,
                 staged_blocks: 64,
@@ -1093,7 +1094,7 @@ impl Collectives {
         }
         // Two ranks: one LL exchange for small messages (every rank of the communicator takes
         // part, as LL launches must).
-        if self.comm.size() == 2 && bytes <= self.cfg.ll_part_max_bytes {
+        if self.comm.size() == 2 && bytes <= self.cfg.ll_max_bytes {
             let mut p = self.params(CollectiveMode::Send, dtype, ReduceOp::Sum);
             (p.input, p.output, p.root) = (input, output, next as u32);
             p.bytes = bytes as u64;
