@@ -111,6 +111,12 @@ pub struct CollectiveConfig {
     pub direct_min_bytes: usize,
     /// Smallest operation that moves by copy engine (all-gather, broadcast, all-to-all).
     pub ce_min_bytes: usize,
+    /// Pieces of a copy-engine all-reduce (the copies of one overlap the kernel of the next).
+    pub ce_pieces: u32,
+    /// Smallest piece of a copy-engine all-reduce, bytes.
+    pub ce_min_piece_bytes: usize,
+    /// Smallest all-reduce that takes the copy-engine algorithm unless one is forced.
+    pub ce_all_reduce_min_bytes: usize,
     /// Most blocks of the direct kernel.
     pub direct_blocks: u32,
     /// Threads per block of the direct kernel.
@@ -137,6 +143,9 @@ impl CollectiveConfig {
                 staged_blocks: 64,
                 direct_min_bytes: 1 << 20,
                 ce_min_bytes: 16 << 20,
+                ce_pieces: 8,
+                ce_min_piece_bytes: 4 << 20,
+                ce_all_reduce_min_bytes: 128 << 20,
                 direct_blocks: 128,
                 direct_threads: 512,
                 threads: 512,
@@ -151,6 +160,9 @@ impl CollectiveConfig {
                 staged_blocks: 2,
                 direct_min_bytes: 4 << 10,
                 ce_min_bytes: 64 << 10,
+                ce_pieces: 3,
+                ce_min_piece_bytes: 16 << 10,
+                ce_all_reduce_min_bytes: 256 << 10,
                 direct_blocks: 2,
                 direct_threads: 16,
                 threads: 16,
@@ -161,7 +173,8 @@ impl CollectiveConfig {
     }
 
     /// Applies the tuning variables `MSCCLPP_LL_PART_MAX_BYTES`, `MSCCLPP_DIRECT_MIN_BYTES`,
-    /// `MSCCLPP_CE_MIN_BYTES`,
+    /// `MSCCLPP_CE_MIN_BYTES`, `MSCCLPP_CE_PIECES`, `MSCCLPP_CE_MIN_PIECE_BYTES`,
+    /// `MSCCLPP_CE_ALL_REDUCE_MIN_BYTES`,
     /// `MSCCLPP_DIRECT_BLOCKS` and `MSCCLPP_DIRECT_THREADS` where set (every rank must see the
     /// same values). Unparsable values are ignored with a warning.
     pub fn with_env(mut self) -> Self {
@@ -181,6 +194,15 @@ impl CollectiveConfig {
         }
         if let Some(v) = var("MSCCLPP_LL_PART_MAX_BYTES") {
             self.ll_part_max_bytes = v.min(self.ll_max_bytes);
+        }
+        if let Some(v) = var("MSCCLPP_CE_PIECES") {
+            self.ce_pieces = (v as u32).clamp(1, 1024);
+        }
+        if let Some(v) = var("MSCCLPP_CE_MIN_PIECE_BYTES") {
+            self.ce_min_piece_bytes = v;
+        }
+        if let Some(v) = var("MSCCLPP_CE_ALL_REDUCE_MIN_BYTES") {
+            self.ce_all_reduce_min_bytes = v;
         }
         if let Some(v) = var("MSCCLPP_DIRECT_BLOCKS") {
             self.direct_blocks = (v as u32).clamp(1, 1024);
@@ -205,6 +227,10 @@ pub struct Collectives {
     staged: Kernel<CollectiveParams>,
     direct: Kernel<DirectCollectiveParams>,
     buffers: direct::DirectBuffers,
+    /// Second stream of the copy-engine all-reduce, and its fork and join events.
+    side: Stream,
+    piece_done: mscclpp_host::gpu::Event,
+    side_done: mscclpp_host::gpu::Event,
     scratch: DeviceBuffer,
     channel_table: DeviceBuffer,
     _channels: Vec<MemoryChannel>,
@@ -296,6 +322,9 @@ impl Collectives {
             staged,
             direct,
             buffers: direct::DirectBuffers::default(),
+            side: g.stream()?,
+            piece_done: g.event()?,
+            side_done: g.event()?,
             scratch,
             channel_table,
             _channels: channels,
@@ -544,6 +573,64 @@ impl Collectives {
         }
     }
 
+    /// The copy-engine all-reduce on registered buffers `t` (`t[0]` inputs, `t[1]` outputs), in
+    /// pieces of about `bytes / ce_pieces`, each an all-reduce of its own: the direct kernel
+    /// reduces this rank's chunk of the piece on `stream`, and the copy engines send it to
+    /// every peer on the side stream while the kernel of the next piece runs. The side stream
+    /// then meets the peers (their copies into this output have landed) and `stream` waits for
+    /// it. Nobody reads chunk `rank` of a peer's piece but this rank, which has finished
+    /// reading it when the copy starts, so in place is safe.
+    fn ce_all_reduce(
+        &self,
+        stream: &Stream,
+        t: &[[DevicePtr<u8>; MAX_DIRECT_RANKS]],
+        input: DevicePtr<u8>,
+        output: DevicePtr<u8>,
+        bytes: usize,
+        (dtype, op): (DataType, ReduceOp),
+    ) -> Result<()> {
+        let (n, me) = (self.comm.size(), self.comm.rank());
+        let pieces = self.cfg.ce_pieces.max(1) as usize;
+        let piece = up16(bytes.div_ceil(pieces)).max(self.cfg.ce_min_piece_bytes.max(16) & !15);
+        let side = &self.side;
+        let mut off = 0;
+        while off < bytes {
+            let len = piece.min(bytes - off);
+            // Entries past `nranks` stay null.
+            let at = |p: DevicePtr<u8>| {
+                if p.is_null() {
+                    p
+                } else {
+                    p.byte_add_cast::<u8>(off as u64)
+                }
+            };
+            let mut d = self.direct_params(CollectiveMode::ReduceChunk, len);
+            d.common.dtype = dtype as u32;
+            d.common.op = op as u32;
+            (d.common.input, d.common.output) = (at(input), at(output));
+            d.inputs = t[0].map(at);
+            d.outputs = t[1].map(at);
+            self.launch_direct(stream, d, len / n)?;
+            stream.record(&self.piece_done)?;
+            side.wait_event(&self.piece_done)?;
+            // Chunk `rank` of the piece, as the kernel splits it.
+            let chunk = up16(len.div_ceil(n));
+            let (c_at, c_len) = (me * chunk, len.saturating_sub(me * chunk).min(chunk));
+            let src = d.outputs[me].byte_add_cast(c_at as u64);
+            for q in self.others() {
+                let dst = d.outputs[q].byte_add_cast(c_at as u64);
+                // SAFETY: chunk `me` of the piece in the peer's registered output.
+                unsafe { copy_if_needed(side, dst, src, c_len)? };
+            }
+            off += len;
+        }
+        self.launch_barrier(side, &self.others())?;
+        side.record(&self.side_done)?;
+        stream.wait_event(&self.side_done)?;
+        self.record(Algorithm::CopyEngine);
+        Ok(())
+    }
+
     /// All-reduce of `count` elements of `dtype` from `input` into `output` (they may be the
     /// same buffer).
     ///
@@ -568,6 +655,8 @@ impl Collectives {
         let forced = algo.is_some();
         let algo = algo.unwrap_or(if bytes <= self.cfg.ll_max_bytes {
             Algorithm::LlOneShot
+        } else if bytes >= self.cfg.ce_all_reduce_min_bytes {
+            Algorithm::CopyEngine
         } else if bytes >= self.cfg.direct_min_bytes {
             Algorithm::Direct
         } else {
@@ -595,34 +684,16 @@ impl Collectives {
                     None
                 };
                 if let Some(t) = table {
-                    let ce = algo == Algorithm::CopyEngine;
-                    let mode = if ce {
-                        CollectiveMode::ReduceChunk
-                    } else {
-                        CollectiveMode::AllReduce
-                    };
-                    let mut d = self.direct_params(mode, bytes);
+                    let ops = (dtype, op);
+                    if algo == Algorithm::CopyEngine {
+                        return self.ce_all_reduce(stream, &t, input, output, bytes, ops);
+                    }
+                    let mut d = self.direct_params(CollectiveMode::AllReduce, bytes);
                     d.common.dtype = dtype as u32;
                     d.common.op = op as u32;
                     (d.common.input, d.common.output) = (input, output);
                     (d.inputs, d.outputs) = (t[0], t[1]);
-                    self.launch_direct(stream, d, bytes / n)?;
-                    if !ce {
-                        return Ok(());
-                    }
-                    // Chunk `rank` (as the kernel splits) to every peer, then one barrier.
-                    let me = self.comm.rank();
-                    let chunk = up16(bytes.div_ceil(n));
-                    let at = me * chunk;
-                    let len = bytes.saturating_sub(at).min(chunk);
-                    let src = output.byte_add_cast(at as u64);
-                    for q in self.others() {
-                        let dst = t[1][q].byte_add_cast(at as u64);
-                        // SAFETY: chunk `me` of the peer's registered output (its `bytes`).
-                        unsafe { copy_if_needed(stream, dst, src, len)? };
-                    }
-                    self.record(Algorithm::CopyEngine);
-                    return self.launch_barrier(stream, &self.others());
+                    return self.launch_direct(stream, d, bytes / n);
                 }
                 if forced {
                     return Err(self.cannot("the direct all-reduce on these buffers"));
