@@ -297,6 +297,14 @@ fn others_case(c: &Collectives, count: usize, algo: Option<Algorithm>) {
             &want,
             &format!("send_recv {dtype:?} n={n} count={count}"),
         );
+        let cfg = c.config();
+        if n == 2 && part > cfg.ll_max_bytes && part < cfg.ce_min_bytes && part.is_multiple_of(16) {
+            assert_eq!(
+                c.last_algorithm(),
+                Some(Algorithm::Direct),
+                "send_recv of {part} B"
+            );
+        }
     }
     assert!(comm.status().error().is_none());
 }
@@ -367,6 +375,8 @@ fn other_collectives_2_3_4_and_8_ranks() {
             // 16-byte multiples: the registered paths (automatic from 4 KiB on the CPU
             // backend, and forced).
             others_case(c, 4096, None);
+            // Between the LL limit and the copy engines: the direct kernel's send_recv.
+            others_case(c, 24_000, None);
             others_case(c, 1024, Some(Algorithm::Direct));
             others_case(c, 1024, Some(Algorithm::CopyEngine));
             others_case(c, 1024, Some(Algorithm::Staged));

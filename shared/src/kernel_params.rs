@@ -178,7 +178,8 @@ pub enum CollectiveMode {
     Broadcast = 3,
     /// Part p (`bytes`) of rank r's input lands as part r of rank p's output.
     AllToAll = 4,
-    /// Send `bytes` to `root` (the peer).
+    /// Send `bytes` to `root` (the peer). The LL kernel: a two-rank exchange with `root`; the
+    /// direct kernel: `send_recv`, input into `root`'s output.
     Send = 5,
     /// Receive `bytes` from `root` (the peer).
     Recv = 6,

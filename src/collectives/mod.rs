@@ -159,7 +159,7 @@ impl CollectiveConfig {
                 max_blocks: 2,
                 staged_blocks: 2,
                 direct_min_bytes: 4 << 10,
-                ce_min_bytes: 64 << 10,
+                ce_min_bytes: 128 << 10,
                 ce_pieces: 3,
                 ce_min_piece_bytes: 16 << 10,
                 ce_all_reduce_min_bytes: 256 << 10,
@@ -1176,12 +1176,34 @@ impl Collectives {
             if prev != next {
                 peers.push(prev);
             }
-            let eligible = direct::disjoint_or_at(input, bytes, output, bytes, None);
+            // Below `ce_min_bytes` the direct kernel moves the data (one launch), which needs
+            // whole vectors on both sides; every rank decides the same way from the flags.
+            let sm = bytes < self.cfg.ce_min_bytes;
+            let eligible = direct::disjoint_or_at(input, bytes, output, bytes, None)
+                && (!sm || direct::whole_vectors(&[input, output], bytes));
             let got = self
                 .buffers
                 .exchange(&self.comm, &peers, &[(output, bytes)], eligible)?;
-            if let Some(dst) = got.as_ref().and_then(|g| g[0].first()) {
-                return self.copy_engine(stream, &peers, &[(*dst, input, bytes)]);
+            if let Some(got) = got {
+                let Some(&dst) = got[0].first() else {
+                    self.comm.abort();
+                    return Err(Error::MalformedMemory {
+                        rank: next,
+                        reason: "send_recv without its output".into(),
+                    });
+                };
+                if !sm {
+                    return self.copy_engine(stream, &peers, &[(dst, input, bytes)]);
+                }
+                let mut d = self.direct_params(CollectiveMode::Send, bytes);
+                (d.common.input, d.common.output) = (input, output);
+                d.common.root = next as u32;
+                d.inputs[self.comm.rank()] = input;
+                // The kernel meets exactly the ranks with an output entry.
+                for (&q, theirs) in peers.iter().zip(&got) {
+                    d.outputs[q] = theirs.first().copied().unwrap_or(DevicePtr::NULL);
+                }
+                return self.launch_direct(stream, d, bytes);
             }
         }
         // SAFETY: the caller's contract.

@@ -21,6 +21,8 @@
 //! - all-gather, all-to-all, broadcast: stores only: part `r` of every rank's output
 //!   (all-to-all: part `r` of rank `q`'s output comes from part `q` of the input; broadcast:
 //!   only the root stores).
+//! - send (`send_recv`): its input into rank `root`'s output, between meetings with exactly
+//!   the ranks whose `outputs` entry is set (the next and previous rank of the exchange).
 //! - barrier: one meeting with the peers whose bit is set in `root`; the host brackets
 //!   copy-engine transfers with it.
 //!
@@ -164,12 +166,32 @@ crate::kernel! {
             barrier_with(p, |q| q < 32 && p.root & (1 << q) != 0);
             return;
         }
-        if !barrier(p, None) {
-            return;
-        }
         let input = |q: u32| d.inputs[q as usize].as_ptr() as *const u8;
         let output = |q: u32| d.outputs[q as usize].as_ptr();
         let all = |_| true;
+        if p.mode == CollectiveMode::Send as u32 {
+            // send_recv: meet the ranks with an output entry (next and prev), write my input
+            // into `root`'s output, and meet them again.
+            let meet = |q: u32| q < n && !d.outputs[q as usize].is_null();
+            if !barrier_with(p, meet) {
+                return;
+            }
+            let (s, e) = sub_slice(p.bytes, b, nb);
+            // SAFETY: `root`'s output holds `bytes` (it shared it), my input too.
+            unsafe {
+                let sp = Spread {
+                    nv: (e - s) / 16,
+                    src: |q| input(q).add(s as usize),
+                    dst: |q| output(q).add(s as usize),
+                };
+                copy_spread(&sp, me, |q| q == p.root, n);
+            }
+            barrier_with(p, meet);
+            return;
+        }
+        if !barrier(p, None) {
+            return;
+        }
         // SAFETY (whole body): the host sized every rank's buffers for the mode (module docs)
         // and mapped them here; every offset below stays inside a part of `bytes` or `stride`.
         unsafe {
