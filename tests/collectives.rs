@@ -310,13 +310,23 @@ fn others_case(c: &Collectives, count: usize, algo: Option<Algorithm>) {
 }
 
 /// Runs `body` on `n` ranks. On the CUDA backend with fewer GPUs than ranks (several ranks
-/// sharing a GPU in one process) the case is not run: that configuration hangs on 2×H200 (seen
-/// 2026-11-30, not yet understood) and is not one users run; it says so on stderr.
+/// sharing a GPU), the collectives refuse, as NCCL does, and this checks that every rank gets
+/// that typed error (a kernel of one rank would otherwise wait for another's queued behind it
+/// on the same GPU, or behind the driver's device-wide synchronisation in `cuMemFree`).
 fn run(n: usize, body: impl Fn(&Collectives) + Sync) {
     let kind = common::backend();
     let devices = kind.device_count().unwrap_or(1);
     if kind == BackendKind::Cuda && n > devices {
-        eprintln!("NOT RUN: {n} ranks on {devices} GPUs (ranks sharing a GPU); see run()'s docs");
+        eprintln!("{n} ranks on {devices} GPUs: checking that the collectives refuse");
+        ranks_as_threads(n, |comm: Communicator| {
+            let cfg = CollectiveConfig::for_backend(comm.gpu().kind());
+            let r = Collectives::with_config(Arc::new(comm), cfg);
+            assert!(
+                matches!(r, Err(mscclpp::host::Error::DuplicateGpu { .. })),
+                "ranks sharing a GPU: {:?}",
+                r.err()
+            );
+        });
         return;
     }
     ranks_as_threads(n, |comm: Communicator| {

@@ -414,6 +414,18 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// Two ranks on one node drive the same GPU, which the collectives do not support (as
+    /// NCCL: a kernel of one rank would wait for the other's, queued behind it or behind a
+    /// device-wide synchronisation of the driver).
+    #[error("ranks {first} and {second} both use GPU {device}; collectives need one GPU per rank")]
+    DuplicateGpu {
+        /// The lower rank.
+        first: usize,
+        /// The higher rank.
+        second: usize,
+        /// The GPU's PCI bus id.
+        device: String,
+    },
     /// Memory of another node was used where a local mapping is needed.
     #[error("memory {id} of rank {rank} is not mapped in this process")]
     MemoryNotMapped {

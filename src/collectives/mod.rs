@@ -272,6 +272,26 @@ impl Collectives {
                 });
             }
         }
+        // One GPU per rank (CUDA), checked on every rank alike.
+        let mine = match g.pci_bus_id() {
+            Some(id) => format!("{:?}/{id}", comm.bootstrap().node_of(rank)),
+            None => String::new(),
+        };
+        let all = comm.all_gather(mine.as_bytes())?;
+        for (second, b) in all.iter().enumerate() {
+            let first = all[..second].iter().position(|a| a == b);
+            if let (Some(first), false) = (first, b.is_empty()) {
+                return Err(Error::DuplicateGpu {
+                    first,
+                    second,
+                    device: String::from_utf8_lossy(b)
+                        .rsplit('/')
+                        .next()
+                        .unwrap_or_default()
+                        .to_string(),
+                });
+            }
+        }
         let module = g.load_ptx(crate::DEVICE_PTX)?;
         let ll = module.kernel(kernels::LL_COLLECTIVE)?;
         let staged = module.kernel(kernels::STAGED_COLLECTIVE)?;

@@ -137,6 +137,15 @@ impl Gpu {
         }
     }
 
+    /// The physical device's PCI bus id (CUDA); `None` on the CPU backend, whose devices are
+    /// all the same memory.
+    pub fn pci_bus_id(&self) -> Option<String> {
+        match &self.inner.imp {
+            DeviceImpl::Cuda(d) => Some(d.pci_bus_id()),
+            DeviceImpl::Cpu(_) => None,
+        }
+    }
+
     /// Allocates `bytes` of zeroed device memory that can be exported over IPC.
     pub fn alloc(&self, bytes: usize) -> Result<DeviceBuffer> {
         let imp = match &self.inner.imp {

@@ -186,6 +186,12 @@ impl Device {
         self.name.clone()
     }
 
+    /// The device's PCI bus id, e.g. `0000:18:00.0` (names the physical GPU whatever
+    /// `CUDA_VISIBLE_DEVICES` says).
+    pub fn pci_bus_id(&self) -> String {
+        self.pci_bus_id.clone()
+    }
+
     /// The allocation of this device that `addr` lies in, as `(base, size, buffer id)`; the
     /// buffer id (`CU_POINTER_ATTRIBUTE_BUFFER_ID`) is unique for the life of the process, so a
     /// freed address reused by a new allocation gets a new id.
