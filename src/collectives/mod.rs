@@ -172,7 +172,8 @@ impl CollectiveConfig {
         }
     }
 
-    /// Applies the tuning variables `MSCCLPP_LL_PART_MAX_BYTES`, `MSCCLPP_DIRECT_MIN_BYTES`,
+    /// Applies the tuning variables `MSCCLPP_LL_BLOCKS`, `MSCCLPP_LL_THREADS`,
+    /// `MSCCLPP_LL_PART_MAX_BYTES`, `MSCCLPP_DIRECT_MIN_BYTES`,
     /// `MSCCLPP_CE_MIN_BYTES`, `MSCCLPP_CE_PIECES`, `MSCCLPP_CE_MIN_PIECE_BYTES`,
     /// `MSCCLPP_CE_ALL_REDUCE_MIN_BYTES`,
     /// `MSCCLPP_DIRECT_BLOCKS` and `MSCCLPP_DIRECT_THREADS` where set (every rank must see the
@@ -194,6 +195,12 @@ impl CollectiveConfig {
         }
         if let Some(v) = var("MSCCLPP_LL_PART_MAX_BYTES") {
             self.ll_part_max_bytes = v.min(self.ll_max_bytes);
+        }
+        if let Some(v) = var("MSCCLPP_LL_BLOCKS") {
+            self.ll_blocks = (v as u32).clamp(1, 1024);
+        }
+        if let Some(v) = var("MSCCLPP_LL_THREADS") {
+            self.ll_threads = (v as u32).clamp(32, 1024);
         }
         if let Some(v) = var("MSCCLPP_CE_PIECES") {
             self.ce_pieces = (v as u32).clamp(1, 1024);

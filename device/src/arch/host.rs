@@ -140,6 +140,11 @@ pub fn fence_sc_sys() {
 pub fn fence_acq_rel_sys() {
     fence(Ordering::AcqRel)
 }
+/// Acquire-release fence (the host has one scope).
+#[inline(always)]
+pub fn fence_acq_rel_gpu() {
+    fence(Ordering::AcqRel)
+}
 /// LL16 read: two relaxed 8-byte loads (each half carries its own flag).
 ///
 /// # Safety

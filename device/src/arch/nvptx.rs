@@ -192,6 +192,13 @@ pub fn fence_acq_rel_sys() {
     // SAFETY: a fence has no operands.
     unsafe { asm!("fence.acq_rel.sys;", options(nostack)) };
 }
+/// `fence.acq_rel.gpu`: orders this thread's accesses for the other threads of this GPU only
+/// (cheaper than the system-scope fence when nothing outside the GPU reads the data).
+#[inline(always)]
+pub fn fence_acq_rel_gpu() {
+    // SAFETY: a fence has no operands.
+    unsafe { asm!("fence.acq_rel.gpu;", options(nostack)) };
+}
 /// `ld.volatile.global.v4.u32` (LL16 packet read).
 ///
 /// # Safety

@@ -315,7 +315,9 @@ crate::kernel! {
         let ok = ll_collective(&p, mode, flag, dtype, op);
         arch::sync_threads();
         if arch::thread_idx_x() == 0 && ok {
-            arch::fence_acq_rel_sys();
+            // Only this GPU's blocks (and its next launch, after the kernel boundary) read the
+            // flag words, so a GPU-scope fence orders this block's packet reads before them.
+            arch::fence_acq_rel_gpu();
             // SAFETY: as above.
             unsafe {
                 let done = arch::atom_add_relaxed_gpu_u64(flags.add(1), 1);
