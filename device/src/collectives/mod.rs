@@ -314,7 +314,12 @@ crate::kernel! {
         let flag = unsafe { arch::ld_relaxed_sys_u64(flags) } as u32 + 1;
         let ok = ll_collective(&p, mode, flag, dtype, op);
         arch::sync_threads();
-        if arch::thread_idx_x() == 0 && ok {
+        if arch::thread_idx_x() == 0 && ok && arch::grid_dim_x() == 1 {
+            // A single block is the last one: no count needed (the next launch reads the word
+            // after the kernel boundary).
+            // SAFETY: as below.
+            unsafe { arch::st_relaxed_sys_u64(flags, flag as u64) };
+        } else if arch::thread_idx_x() == 0 && ok {
             // Only this GPU's blocks (and its next launch, after the kernel boundary) read the
             // flag words, so a GPU-scope fence orders this block's packet reads before them.
             arch::fence_acq_rel_gpu();

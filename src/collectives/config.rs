@@ -1,0 +1,171 @@
+//! What a caller chooses: the algorithms ([`Algorithm`]) and the sizes and launch shapes
+//! ([`CollectiveConfig`]) of one `Collectives`.
+
+use mscclpp_host::gpu::BackendKind;
+
+/// An algorithm a caller can force.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Algorithm {
+    /// One-shot LL16 packets (all-reduce only; up to `ll_max_bytes`).
+    LlOneShot,
+    /// Through the staging buffers, reading the peers' staging (every collective).
+    Staged,
+    /// All-reduce where only writes cross the links: reduce-scatter by puts into the peers'
+    /// staging, a local reduction, and an all-gather by puts.
+    TwoShotPut,
+    /// On the callers' registered buffers, by one kernel (every collective but send/recv).
+    Direct,
+    /// On the callers' registered buffers, by the copy engines (all-gather, broadcast,
+    /// all-to-all, send/recv; all-reduce: the direct kernel reduces each rank's chunk, the copy
+    /// engines spread it).
+    CopyEngine,
+}
+
+impl Algorithm {
+    /// Parses an algorithm name (`ll`, `staged`, `put`, `direct`, `ce`).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "ll" | "ll-one-shot" | "ll_one_shot" => Some(Self::LlOneShot),
+            "staged" | "rs-ag" => Some(Self::Staged),
+            "put" | "two-shot-put" => Some(Self::TwoShotPut),
+            "direct" | "zero-copy" => Some(Self::Direct),
+            "ce" | "copy-engine" => Some(Self::CopyEngine),
+            _ => None,
+        }
+    }
+}
+
+/// Sizes of the communicator-owned buffers and launch shapes.
+#[derive(Clone, Copy, Debug)]
+pub struct CollectiveConfig {
+    /// Largest all-reduce the LL algorithm serves, bytes (also the most any LL call may move
+    /// per part: the size of an LL slot).
+    pub ll_max_bytes: usize,
+    /// Largest part for which all-gather, reduce-scatter and all-to-all take the LL algorithm
+    /// unless another is forced (at most `ll_max_bytes`; a two-rank `send_recv` takes it up to
+    /// `ll_max_bytes`).
+    pub ll_part_max_bytes: usize,
+    /// Staging bytes per rank (an operation larger than fits runs in pieces).
+    pub stage_bytes: usize,
+    /// Rows of channels (one per block): at least `staged_blocks` and `direct_blocks`.
+    pub max_blocks: u32,
+    /// Most blocks of the staged kernel.
+    pub staged_blocks: u32,
+    /// Smallest operation (bytes per rank, or per part) that takes the direct path unless an
+    /// algorithm is forced.
+    pub direct_min_bytes: usize,
+    /// Smallest operation that moves by copy engine (all-gather, broadcast, all-to-all).
+    pub ce_min_bytes: usize,
+    /// Pieces of a copy-engine all-reduce (the copies of one overlap the kernel of the next).
+    pub ce_pieces: u32,
+    /// Smallest piece of a copy-engine all-reduce, bytes.
+    pub ce_min_piece_bytes: usize,
+    /// Smallest all-reduce that takes the copy-engine algorithm unless one is forced.
+    pub ce_all_reduce_min_bytes: usize,
+    /// Most blocks of the direct kernel.
+    pub direct_blocks: u32,
+    /// Threads per block of the direct kernel.
+    pub direct_threads: u32,
+    /// Threads per block of the staged kernel (it uses 80 registers a thread on sm_90, so at
+    /// most 768 fit a block).
+    pub threads: u32,
+    /// Blocks of the LL kernel.
+    pub ll_blocks: u32,
+    /// Threads per block of the LL kernel.
+    pub ll_threads: u32,
+}
+
+impl CollectiveConfig {
+    /// Defaults for a backend: GPU-sized on CUDA, small on the CPU backend (threads are OS
+    /// threads there).
+    pub fn for_backend(kind: BackendKind) -> Self {
+        match kind {
+            BackendKind::Cuda => Self {
+                ll_max_bytes: 1 << 20,
+                ll_part_max_bytes: 512 << 10,
+                stage_bytes: 64 << 20,
+                max_blocks: 128,
+                staged_blocks: 64,
+                direct_min_bytes: 1 << 20,
+                ce_min_bytes: 16 << 20,
+                ce_pieces: 8,
+                ce_min_piece_bytes: 4 << 20,
+                ce_all_reduce_min_bytes: 128 << 20,
+                direct_blocks: 128,
+                direct_threads: 512,
+                threads: 512,
+                ll_blocks: 32,
+                ll_threads: 1024,
+            },
+            BackendKind::Cpu => Self {
+                ll_max_bytes: 64 << 10,
+                ll_part_max_bytes: 16 << 10,
+                stage_bytes: 1 << 20,
+                max_blocks: 2,
+                staged_blocks: 2,
+                direct_min_bytes: 4 << 10,
+                ce_min_bytes: 128 << 10,
+                ce_pieces: 3,
+                ce_min_piece_bytes: 16 << 10,
+                ce_all_reduce_min_bytes: 256 << 10,
+                direct_blocks: 2,
+                direct_threads: 16,
+                threads: 16,
+                ll_blocks: 2,
+                ll_threads: 16,
+            },
+        }
+    }
+
+    /// Applies the tuning variables `MSCCLPP_LL_BLOCKS`, `MSCCLPP_LL_THREADS`,
+    /// `MSCCLPP_LL_PART_MAX_BYTES`, `MSCCLPP_DIRECT_MIN_BYTES`,
+    /// `MSCCLPP_CE_MIN_BYTES`, `MSCCLPP_CE_PIECES`, `MSCCLPP_CE_MIN_PIECE_BYTES`,
+    /// `MSCCLPP_CE_ALL_REDUCE_MIN_BYTES`,
+    /// `MSCCLPP_DIRECT_BLOCKS` and `MSCCLPP_DIRECT_THREADS` where set (every rank must see the
+    /// same values). Unparsable values are ignored with a warning.
+    pub fn with_env(mut self) -> Self {
+        fn var(name: &str) -> Option<usize> {
+            let v = std::env::var(name).ok()?;
+            let parsed = v.trim().parse().ok();
+            if parsed.is_none() {
+                tracing::warn!("{name}={v:?} is not a number; ignored");
+            }
+            parsed
+        }
+        if let Some(v) = var("MSCCLPP_DIRECT_MIN_BYTES") {
+            self.direct_min_bytes = v;
+        }
+        if let Some(v) = var("MSCCLPP_CE_MIN_BYTES") {
+            self.ce_min_bytes = v;
+        }
+        if let Some(v) = var("MSCCLPP_LL_PART_MAX_BYTES") {
+            self.ll_part_max_bytes = v.min(self.ll_max_bytes);
+        }
+        if let Some(v) = var("MSCCLPP_LL_BLOCKS") {
+            self.ll_blocks = (v as u32).clamp(1, 1024);
+        }
+        if let Some(v) = var("MSCCLPP_LL_THREADS") {
+            self.ll_threads = (v as u32).clamp(32, 1024);
+        }
+        if let Some(v) = var("MSCCLPP_CE_PIECES") {
+            self.ce_pieces = (v as u32).clamp(1, 1024);
+        }
+        if let Some(v) = var("MSCCLPP_CE_MIN_PIECE_BYTES") {
+            self.ce_min_piece_bytes = v;
+        }
+        if let Some(v) = var("MSCCLPP_CE_ALL_REDUCE_MIN_BYTES") {
+            self.ce_all_reduce_min_bytes = v;
+        }
+        if let Some(v) = var("MSCCLPP_DIRECT_BLOCKS") {
+            self.direct_blocks = (v as u32).clamp(1, 1024);
+        }
+        if let Some(v) = var("MSCCLPP_DIRECT_THREADS") {
+            self.direct_threads = (v as u32).clamp(32, 1024);
+        }
+        self.max_blocks = self
+            .max_blocks
+            .max(self.staged_blocks)
+            .max(self.direct_blocks);
+        self
+    }
+}

@@ -1,0 +1,429 @@
+//! How each algorithm is queued: kernel parameter blocks and launches (LL, staged, direct), the
+//! exchange of registered buffers before a direct call, copy-engine transfers between barriers,
+//! and the choice of path for a per-part collective. The public operations in `mod.rs` call
+//! these; every rank makes the same calls in the same order, so the choices agree.
+
+use mscclpp_host::gpu::{BackendKind, LaunchConfig, Stream};
+use mscclpp_host::transport::Transport;
+use mscclpp_host::{Error, Result};
+use mscclpp_shared::{
+    CollectiveMode, CollectiveParams, DataType, DevicePtr, DirectCollectiveParams,
+    MAX_DIRECT_RANKS, ReduceOp,
+};
+
+use super::{Algorithm, Collectives, up16};
+
+impl Collectives {
+    pub(super) fn record(&self, a: Algorithm) {
+        use Algorithm::*;
+        let v = match a {
+            LlOneShot => 1,
+            Staged => 2,
+            TwoShotPut => 3,
+            Direct => 4,
+            CopyEngine => 5,
+        };
+        self.last.store(v, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub(super) fn params(
+        &self,
+        mode: CollectiveMode,
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> CollectiveParams {
+        CollectiveParams {
+            status: self.comm.status().device_ptr(),
+            channels: self.channel_table.ptr().cast(),
+            input: DevicePtr::NULL,
+            output: DevicePtr::NULL,
+            scratch: self.scratch.ptr(),
+            bytes: 0,
+            ll_flags: self.ll_flags.ptr().cast(),
+            ll_slot_bytes: self.ll_slot_bytes,
+            stage_offset: self.stage_offset,
+            stride: 0,
+            reserved: 0,
+            dtype: dtype as u32,
+            op: op as u32,
+            mode: mode as u32,
+            rank: self.comm.rank() as u32,
+            nranks: self.comm.size() as u32,
+            root: 0,
+            max_blocks: self.cfg.max_blocks,
+        }
+    }
+
+    pub(super) fn staged_config(&self, bytes: u64) -> LaunchConfig {
+        let per_block: u64 = if self.comm.gpu().kind() == BackendKind::Cuda {
+            64 << 10
+        } else {
+            1 << 20
+        };
+        let blocks = bytes
+            .div_ceil(per_block)
+            .clamp(1, self.cfg.staged_blocks.min(self.cfg.max_blocks) as u64)
+            as u32;
+        LaunchConfig::new(blocks, self.cfg.threads).with_shared_mem(16)
+    }
+
+    /// Refuses to queue work on a communicator that already failed: a device wait gave up
+    /// (its recorded error), a peer died or `abort()` was called. A launch would only wait
+    /// until the abort flag releases it.
+    pub(super) fn ensure_healthy(&self) -> Result<()> {
+        match self
+            .comm
+            .status()
+            .error()
+            .or_else(|| self.comm.async_error())
+        {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    pub(super) fn launch_staged(&self, stream: &Stream, p: CollectiveParams) -> Result<()> {
+        self.ensure_healthy()?;
+        self.record(if p.mode == CollectiveMode::AllReducePut as u32 {
+            Algorithm::TwoShotPut
+        } else {
+            Algorithm::Staged
+        });
+        let cfg = self.staged_config(p.bytes);
+        // SAFETY: the callers' contracts (input/output ranges) and our scratch and channel
+        // table, which live as long as `self`.
+        unsafe { stream.launch(&self.staged, cfg, p) }
+    }
+
+    /// Queues the LL kernel for `p` (its mode, buffers and `bytes` per part filled in).
+    pub(super) fn launch_ll(&self, stream: &Stream, p: CollectiveParams) -> Result<()> {
+        if p.bytes as usize > self.cfg.ll_max_bytes {
+            return Err(self.cannot("an LL call above ll_max_bytes per part"));
+        }
+        self.ensure_healthy()?;
+        let threads = self.cfg.ll_threads;
+        let packets = p.bytes.div_ceil(8) as u32;
+        let blocks = packets.div_ceil(threads).clamp(1, self.cfg.ll_blocks);
+        self.record(Algorithm::LlOneShot);
+        // SAFETY: the caller's contract (buffers sized for the mode), and our scratch.
+        unsafe { stream.launch(&self.ll, LaunchConfig::new(blocks, threads), p) }
+    }
+
+    /// Queues an LL call of a per-part collective.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn ll_parts(
+        &self,
+        stream: &Stream,
+        mode: CollectiveMode,
+        input: DevicePtr<u8>,
+        output: DevicePtr<u8>,
+        part: usize,
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        let mut p = self.params(mode, dtype, op);
+        (p.input, p.output) = (input, output);
+        p.bytes = part as u64;
+        p.stride = part as u64;
+        self.launch_ll(stream, p)
+    }
+
+    /// The ranks other than this one.
+    pub(super) fn others(&self) -> Vec<usize> {
+        (0..self.comm.size())
+            .filter(|&q| q != self.comm.rank())
+            .collect()
+    }
+
+    /// Registers and exchanges the buffers of a symmetric direct call: every rank shares
+    /// `mine` with every other. Returns, per shared buffer, every rank's copy as addressed here
+    /// (indexed by rank), or `None` when some rank cannot go direct (then all stage).
+    pub(super) fn exchange_all(
+        &self,
+        mine: &[(DevicePtr<u8>, usize)],
+    ) -> Result<Option<Vec<[DevicePtr<u8>; MAX_DIRECT_RANKS]>>> {
+        if self.comm.size() > MAX_DIRECT_RANKS {
+            return Ok(None);
+        }
+        let peers = self.others();
+        let Some(got) = self.buffers.exchange(&self.comm, &peers, mine, true)? else {
+            return Ok(None);
+        };
+        let mut table = vec![[DevicePtr::NULL; MAX_DIRECT_RANKS]; mine.len()];
+        for (k, &(p, _)) in mine.iter().enumerate() {
+            table[k][self.comm.rank()] = p;
+        }
+        for (&q, theirs) in peers.iter().zip(&got) {
+            if theirs.len() != mine.len() {
+                self.comm.abort();
+                return Err(Error::MalformedMemory {
+                    rank: q,
+                    reason: format!("{} buffers for a call sharing {}", theirs.len(), mine.len()),
+                });
+            }
+            for (k, &p) in theirs.iter().enumerate() {
+                table[k][q] = p;
+            }
+        }
+        Ok(Some(table))
+    }
+
+    pub(super) fn direct_params(
+        &self,
+        mode: CollectiveMode,
+        bytes: usize,
+    ) -> DirectCollectiveParams {
+        let mut common = self.params(mode, DataType::U32, ReduceOp::Sum);
+        common.bytes = bytes as u64;
+        common.stride = bytes as u64;
+        DirectCollectiveParams {
+            common,
+            ..Default::default()
+        }
+    }
+
+    /// Queues the direct kernel over `work` bytes (what one rank moves).
+    pub(super) fn launch_direct(
+        &self,
+        stream: &Stream,
+        d: DirectCollectiveParams,
+        work: usize,
+    ) -> Result<()> {
+        self.ensure_healthy()?;
+        let per_block: usize = if self.comm.gpu().kind() == BackendKind::Cuda {
+            64 << 10
+        } else {
+            1 << 20
+        };
+        let most = self.cfg.direct_blocks.min(self.cfg.max_blocks) as usize;
+        let blocks = work.div_ceil(per_block).clamp(1, most) as u32;
+        let cfg = LaunchConfig::new(blocks, self.cfg.direct_threads).with_shared_mem(16);
+        self.record(Algorithm::Direct);
+        // SAFETY: the buffers were registered and sized by the caller's contract; the channel
+        // table lives as long as `self`.
+        unsafe { stream.launch(&self.direct, cfg, d) }
+    }
+
+    /// Queues one block meeting the ranks in `peers` (copy-engine brackets).
+    pub(super) fn launch_barrier(&self, stream: &Stream, peers: &[usize]) -> Result<()> {
+        self.ensure_healthy()?;
+        let mut d = self.direct_params(CollectiveMode::Barrier, 0);
+        d.common.root = peers.iter().fold(0u32, |m, &q| m | (1 << q));
+        let cfg = LaunchConfig::new(1, 32).with_shared_mem(16);
+        // SAFETY: touches only the channel table's semaphores, which live as long as `self`.
+        unsafe { stream.launch(&self.direct, cfg, d) }
+    }
+
+    /// Queues `copies` (destination, source, bytes) on the copy engines between two barriers
+    /// with `peers`.
+    pub(super) fn copy_engine(
+        &self,
+        stream: &Stream,
+        peers: &[usize],
+        copies: &[(DevicePtr<u8>, DevicePtr<u8>, usize)],
+    ) -> Result<()> {
+        self.launch_barrier(stream, peers)?;
+        for &(dst, src, len) in copies {
+            // SAFETY: ranges of registered buffers of the sizes the caller's contract gives.
+            unsafe { copy_if_needed(stream, dst, src, len)? };
+        }
+        self.record(Algorithm::CopyEngine);
+        self.launch_barrier(stream, peers)
+    }
+
+    /// The unsupported-path error of a forced algorithm.
+    pub(super) fn cannot(&self, what: &'static str) -> Error {
+        Error::Unsupported {
+            what,
+            backend: self.comm.gpu().kind(),
+        }
+    }
+
+    /// The copy-engine all-reduce on registered buffers `t` (`t[0]` inputs, `t[1]` outputs), in
+    /// pieces of about `bytes / ce_pieces`, each an all-reduce of its own: the direct kernel
+    /// reduces this rank's chunk of the piece on `stream`, and the copy engines send it to
+    /// every peer on the side stream while the kernel of the next piece runs. The side stream
+    /// then meets the peers (their copies into this output have landed) and `stream` waits for
+    /// it. Nobody reads chunk `rank` of a peer's piece but this rank, which has finished
+    /// reading it when the copy starts, so in place is safe.
+    pub(super) fn ce_all_reduce(
+        &self,
+        stream: &Stream,
+        t: &[[DevicePtr<u8>; MAX_DIRECT_RANKS]],
+        input: DevicePtr<u8>,
+        output: DevicePtr<u8>,
+        bytes: usize,
+        (dtype, op): (DataType, ReduceOp),
+    ) -> Result<()> {
+        let (n, me) = (self.comm.size(), self.comm.rank());
+        let pieces = self.cfg.ce_pieces.max(1) as usize;
+        let piece = up16(bytes.div_ceil(pieces)).max(self.cfg.ce_min_piece_bytes.max(16) & !15);
+        let side = &self.side;
+        let mut off = 0;
+        while off < bytes {
+            let len = piece.min(bytes - off);
+            // Entries past `nranks` stay null.
+            let at = |p: DevicePtr<u8>| {
+                if p.is_null() {
+                    p
+                } else {
+                    p.byte_add_cast::<u8>(off as u64)
+                }
+            };
+            let mut d = self.direct_params(CollectiveMode::ReduceChunk, len);
+            d.common.dtype = dtype as u32;
+            d.common.op = op as u32;
+            (d.common.input, d.common.output) = (at(input), at(output));
+            d.inputs = t[0].map(at);
+            d.outputs = t[1].map(at);
+            self.launch_direct(stream, d, len / n)?;
+            stream.record(&self.piece_done)?;
+            side.wait_event(&self.piece_done)?;
+            // Chunk `rank` of the piece, as the kernel splits it.
+            let chunk = up16(len.div_ceil(n));
+            let (c_at, c_len) = (me * chunk, len.saturating_sub(me * chunk).min(chunk));
+            let src = d.outputs[me].byte_add_cast(c_at as u64);
+            for q in self.others() {
+                let dst = d.outputs[q].byte_add_cast(c_at as u64);
+                // SAFETY: chunk `me` of the piece in the peer's registered output.
+                unsafe { copy_if_needed(side, dst, src, c_len)? };
+            }
+            off += len;
+        }
+        self.launch_barrier(side, &self.others())?;
+        side.record(&self.side_done)?;
+        stream.wait_event(&self.side_done)?;
+        self.record(Algorithm::CopyEngine);
+        Ok(())
+    }
+
+    /// Runs a per-part mode in pieces of at most `max_piece` bytes per part.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn parts(
+        &self,
+        mode: CollectiveMode,
+        input: DevicePtr<u8>,
+        output: DevicePtr<u8>,
+        part_bytes: usize,
+        max_piece: usize,
+        fill: impl Fn(&mut CollectiveParams),
+        stream: &Stream,
+    ) -> Result<()> {
+        let max_piece = max_piece.max(16) & !15;
+        let mut off = 0;
+        while off < part_bytes {
+            let len = max_piece.min(part_bytes - off);
+            let mut p = self.params(mode, DataType::U32, ReduceOp::Sum);
+            p.input = input.byte_add_cast(off as u64);
+            p.output = output.byte_add_cast(off as u64);
+            p.bytes = len as u64;
+            p.stride = part_bytes as u64;
+            fill(&mut p);
+            self.launch_staged(stream, p)?;
+            off += len;
+        }
+        Ok(())
+    }
+
+    /// The path of a per-part collective of `part` bytes: the forced one, or by size (LL
+    /// where `ll` allows, the copy engines where `ce` allows, then the direct kernel, then
+    /// staging).
+    pub(super) fn part_algorithm(
+        &self,
+        part: usize,
+        ll: bool,
+        ce: bool,
+        algo: Option<Algorithm>,
+    ) -> Result<Algorithm> {
+        match algo {
+            Some(Algorithm::TwoShotPut) => {
+                Err(self.cannot("an all-reduce algorithm for this collective"))
+            }
+            Some(Algorithm::LlOneShot) if !ll => Err(self.cannot("an LL broadcast")),
+            None if ll && part <= self.cfg.ll_part_max_bytes => Ok(Algorithm::LlOneShot),
+            Some(Algorithm::CopyEngine) if !ce => {
+                Err(self.cannot("a copy-engine reduction (use `direct` or `staged`)"))
+            }
+            Some(a) => Ok(a),
+            None if ce && part >= self.cfg.ce_min_bytes => Ok(Algorithm::CopyEngine),
+            None if part >= self.cfg.direct_min_bytes => Ok(Algorithm::Direct),
+            None => Ok(Algorithm::Staged),
+        }
+    }
+
+    /// Runs a per-part collective on the registered buffers (`shared` is what every rank
+    /// shares; `queue` gets the buffers table and the chosen algorithm). `Ok(false)`: some
+    /// rank cannot go direct and nothing was forced, so the caller stages.
+    pub(super) fn try_direct(
+        &self,
+        algo: Algorithm,
+        forced: bool,
+        eligible: bool,
+        shared: &[(DevicePtr<u8>, usize)],
+        queue: impl FnOnce(&[[DevicePtr<u8>; MAX_DIRECT_RANKS]], Algorithm) -> Result<()>,
+    ) -> Result<bool> {
+        if algo == Algorithm::Staged {
+            return Ok(false);
+        }
+        let table = if eligible {
+            self.exchange_all(shared)?
+        } else {
+            // Still exchange, so that every rank learns that this one stages.
+            self.buffers
+                .exchange(&self.comm, &self.others(), shared, false)?;
+            None
+        };
+        match table {
+            Some(t) => queue(&t, algo).map(|()| true),
+            None if forced => Err(self.cannot("the direct path on these buffers")),
+            None => Ok(false),
+        }
+    }
+
+    /// Whether a point-to-point transfer of `bytes` tries the copy engines on registered
+    /// buffers (the same answer on both sides).
+    pub(super) fn p2p_direct(&self, bytes: usize) -> bool {
+        bytes >= self.cfg.direct_min_bytes && self.comm.size() <= MAX_DIRECT_RANKS
+    }
+
+    pub(super) fn check_rank(&self, r: usize) -> Result<()> {
+        if r < self.comm.size() {
+            Ok(())
+        } else {
+            Err(Error::Connect {
+                remote_rank: r,
+                transport: Transport::local_for(self.comm.gpu().kind()),
+                reason: format!("no such rank (world size {})", self.comm.size()),
+            })
+        }
+    }
+
+    pub(super) fn check_peer(&self, r: usize) -> Result<()> {
+        self.check_rank(r)?;
+        if r == self.comm.rank() {
+            return Err(Error::Connect {
+                remote_rank: r,
+                transport: Transport::local_for(self.comm.gpu().kind()),
+                reason: "send/recv to oneself".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Queues `dst <- src` unless they are the same buffer.
+///
+/// # Safety
+/// Both hold `bytes` until the copy completes.
+pub(super) unsafe fn copy_if_needed(
+    stream: &Stream,
+    dst: DevicePtr<u8>,
+    src: DevicePtr<u8>,
+    bytes: usize,
+) -> Result<()> {
+    if dst == src {
+        return Ok(());
+    }
+    // SAFETY: the caller's contract.
+    unsafe { stream.copy_dtod(dst, src, bytes) }
+}
