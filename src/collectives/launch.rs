@@ -214,18 +214,40 @@ impl Collectives {
         unsafe { stream.launch(&self.direct, cfg, d) }
     }
 
-    /// Queues `copies` (destination, source, bytes) on the copy engines between two barriers
-    /// with `peers`.
+    /// Queues `copies` (target rank, destination, source, bytes) on the copy engines between
+    /// two barriers with `peers`. The copy into this rank's own buffer runs on the side stream,
+    /// beside the barrier and the copies over NVLink (another copy engine), and is joined
+    /// before the closing barrier.
     pub(super) fn copy_engine(
         &self,
         stream: &Stream,
         peers: &[usize],
-        copies: &[(DevicePtr<u8>, DevicePtr<u8>, usize)],
+        copies: &[(usize, DevicePtr<u8>, DevicePtr<u8>, usize)],
     ) -> Result<()> {
+        let me = self.comm.rank();
+        let local: Vec<_> = copies
+            .iter()
+            .filter(|&&(q, dst, src, _)| q == me && dst != src)
+            .collect();
+        if !local.is_empty() {
+            stream.record(&self.piece_done)?;
+            self.side.wait_event(&self.piece_done)?;
+            for &&(_, dst, src, len) in &local {
+                // SAFETY: ranges of this rank's buffers of the sizes the caller's contract
+                // gives; no peer touches them (they are this rank's own part).
+                unsafe { copy_if_needed(&self.side, dst, src, len)? };
+            }
+            self.side.record(&self.side_done)?;
+        }
         self.launch_barrier(stream, peers)?;
-        for &(dst, src, len) in copies {
-            // SAFETY: ranges of registered buffers of the sizes the caller's contract gives.
-            unsafe { copy_if_needed(stream, dst, src, len)? };
+        for &(q, dst, src, len) in copies {
+            if q != me {
+                // SAFETY: ranges of registered buffers of the sizes the caller's contract gives.
+                unsafe { copy_if_needed(stream, dst, src, len)? };
+            }
+        }
+        if !local.is_empty() {
+            stream.wait_event(&self.side_done)?;
         }
         self.record(Algorithm::CopyEngine);
         self.launch_barrier(stream, peers)

@@ -365,7 +365,7 @@ impl Collectives {
             |t, a| {
                 if a == Algorithm::CopyEngine {
                     let copies: Vec<_> = (0..n)
-                        .map(|q| (t[0][q].byte_add_cast((me * bytes) as u64), input, bytes))
+                        .map(|q| (q, t[0][q].byte_add_cast((me * bytes) as u64), input, bytes))
                         .collect();
                     return self.copy_engine(stream, &self.others(), &copies);
                 }
@@ -483,7 +483,7 @@ impl Collectives {
             if a == Algorithm::CopyEngine {
                 let copies: Vec<_> = if me == root {
                     (0..self.comm.size())
-                        .map(|q| (t[0][q], input, bytes))
+                        .map(|q| (q, t[0][q], input, bytes))
                         .collect()
                 } else {
                     Vec::new()
@@ -548,7 +548,7 @@ impl Collectives {
                     let copies: Vec<_> = (0..n)
                         .map(|q| {
                             let dst = t[0][q].byte_add_cast((me * bytes) as u64);
-                            (dst, input.byte_add_cast((q * bytes) as u64), bytes)
+                            (q, dst, input.byte_add_cast((q * bytes) as u64), bytes)
                         })
                         .collect();
                     return self.copy_engine(stream, &self.others(), &copies);
@@ -595,7 +595,7 @@ impl Collectives {
         if self.p2p_direct(bytes) {
             let got = self.buffers.exchange(&self.comm, &[peer], &[], true)?;
             if let Some(dst) = got.as_ref().and_then(|g| g[0].first()) {
-                return self.copy_engine(stream, &[peer], &[(*dst, input, bytes)]);
+                return self.copy_engine(stream, &[peer], &[(peer, *dst, input, bytes)]);
             }
         }
         self.parts(
@@ -700,7 +700,7 @@ impl Collectives {
                     });
                 };
                 if !sm {
-                    return self.copy_engine(stream, &peers, &[(dst, input, bytes)]);
+                    return self.copy_engine(stream, &peers, &[(next, dst, input, bytes)]);
                 }
                 let mut d = self.direct_params(CollectiveMode::Send, bytes);
                 (d.common.input, d.common.output) = (input, output);
