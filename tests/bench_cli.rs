@@ -225,7 +225,7 @@ fn bad_command_lines_say_why() {
         ("allreduce --bogus", 2, "unknown option \"--bogus\""),
         ("allreduce -b", 2, "-b needs a value"),
         ("allreduce -b 1M -e 1K", 2, "is below -b"),
-        ("broadcast -a ll", 2, "not an algorithm of broadcast"),
+        ("broadcast -a put", 2, "not an algorithm of broadcast"),
         ("signal -c", 2, "applies to collectives"),
         ("allreduce -G 1", 1, "CUDA graphs need the CUDA backend"),
         ("allreduce --baseline nccl", 1, "needs the CUDA backend"),

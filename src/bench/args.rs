@@ -23,7 +23,7 @@ options:
   -n, --iters N            timed iterations per size (default: enough for ~5 ms, 20..1000)
   -w, --warmup_iters N     untimed eager iterations first (default 5)
   -c, --check [0|1]        fill rank- and index-dependent data, check every element (#wrong)
-  -a, --algo NAME          force an algorithm: put (allreduce), ll (not broadcast), staged,
+  -a, --algo NAME          force an algorithm: put (allreduce), ll, staged,
                            direct, ce (not reducescatter) | auto
                            (default auto: chosen by size, as Collectives::all_reduce does)
   -d, --datatype T         f32 | f16 | bf16 | i32 | u32 (default f16)
@@ -455,7 +455,7 @@ pub fn parse(args: &[String]) -> Result<Command, BoxError> {
     if let Some(algo) = c.algo {
         let fits = match algo {
             Algorithm::TwoShotPut => op == Op::AllReduce,
-            Algorithm::LlOneShot => !matches!(op, Op::Broadcast | Op::SendRecv),
+            Algorithm::LlOneShot => op != Op::SendRecv,
             Algorithm::Staged | Algorithm::Direct => op != Op::SendRecv,
             Algorithm::CopyEngine => {
                 matches!(
@@ -537,7 +537,7 @@ mod tests {
             ("allreduce -d f64", "data types"),
             ("allreduce -o prod", "reductions"),
             ("allreduce -a fast", "not an algorithm"),
-            ("broadcast -a ll", "not an algorithm of broadcast"),
+            ("broadcast -a put", "not an algorithm of broadcast"),
             ("reducescatter -a ce", "not an algorithm of reducescatter"),
             ("sendrecv -a staged", "sendrecv picks its own"),
             ("allreduce -b 1M -e 1K", "below"),

@@ -361,7 +361,9 @@ impl Collectives {
             Some(Algorithm::TwoShotPut) => {
                 Err(self.cannot("an all-reduce algorithm for this collective"))
             }
-            Some(Algorithm::LlOneShot) if !ll => Err(self.cannot("an LL broadcast")),
+            Some(Algorithm::LlOneShot) if !ll => {
+                Err(self.cannot("an LL variant of this collective"))
+            }
             None if ll && part <= self.cfg.ll_part_max_bytes => Ok(Algorithm::LlOneShot),
             Some(Algorithm::CopyEngine) if !ce => {
                 Err(self.cannot("a copy-engine reduction (use `direct` or `staged`)"))

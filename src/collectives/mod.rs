@@ -474,7 +474,13 @@ impl Collectives {
         if bytes == 0 {
             return Ok(());
         }
-        let a = self.part_algorithm(bytes, false, true, algo)?;
+        let a = self.part_algorithm(bytes, true, true, algo)?;
+        if a == Algorithm::LlOneShot {
+            let mut p = self.params(CollectiveMode::Broadcast, dtype, ReduceOp::Sum);
+            (p.input, p.output, p.root) = (input, output, root as u32);
+            p.bytes = bytes as u64;
+            return self.launch_ll(stream, p);
+        }
         let eligible = (me != root
             || direct::disjoint_or_at(input, bytes, output, bytes, Some(0))
                 && direct::whole_vectors(&[input], bytes))

@@ -8,10 +8,10 @@
 //!   call's flag. [`ll_collective_kernel`] writes its input (or the part meant for that peer)
 //!   as LL16 packets into slot `rank` of every peer and reduces or copies what arrives in its
 //!   own slots; no barrier is needed (the flags carry the synchronisation). Every LL launch
-//!   exchanges packets with every peer (or is a two-rank exchange), so a peer is never more
-//!   than one LL call ahead (it cannot finish call `k + 1` before this rank has written its
-//!   packets of `k + 1`), and two halves suffice. A broadcast, where only the root sends, would
-//!   break that bound, so it has no LL variant.
+//!   exchanges packets with every peer (or is a two-rank exchange; a broadcast's non-roots
+//!   send one ack packet to every peer), so a peer is never more than one LL call ahead (it
+//!   cannot finish call `k + 1` before this rank has written its packets of `k + 1`), and two
+//!   halves suffice.
 //! - Staging region: [`staged_collective_kernel`] copies input there, meets every peer at a
 //!   block barrier (signal + wait on the block's channel to each peer), and reads the peers'
 //!   staging directly. Block `b` only touches sub-slice `b` of every part, and sub-slice `b` of
@@ -150,6 +150,11 @@ enum LlMode {
     AllToAll,
     /// My `bytes` to `root`, and `root`'s to my output (a two-rank exchange).
     SendRecv,
+    /// `root`'s `bytes` to every output. Every other rank sends every peer one empty packet
+    /// (an ack, written first thing) and every rank waits for the acks it is sent, so that,
+    /// as in the other modes, every rank hears from every peer in every LL call: that is
+    /// what keeps a peer from running more than one call ahead of a slot's reader.
+    Broadcast,
 }
 
 impl LlMode {
@@ -160,6 +165,7 @@ impl LlMode {
             m if m == CollectiveMode::ReduceScatter as u32 => Self::ReduceScatter,
             m if m == CollectiveMode::AllToAll as u32 => Self::AllToAll,
             m if m == CollectiveMode::Send as u32 => Self::SendRecv,
+            m if m == CollectiveMode::Broadcast as u32 => Self::Broadcast,
             _ => return None,
         })
     }
@@ -199,20 +205,25 @@ fn ll_collective(
     let me = p.rank;
     // 1. My payload for every peer, as packets, into its slot `rank`. A thread handles the
     //    same packet index `i` in both steps, so in-place layouts read before they write.
+    // Broadcast: the root sends its data, the others one ack packet each.
+    let ack_only = mode == LlMode::Broadcast && me != p.root;
     let mut i = tid;
     while i < n {
         let off = i * 8;
         let len = (p.bytes - off) as usize;
         for q in 0..p.nranks {
-            if !mode.talks_to(p, q) {
+            if !mode.talks_to(p, q) || (ack_only && i > 0) {
                 continue;
             }
             let ch = channel(p, 0, q);
             // SAFETY: `off < bytes` inside the source part; slot `rank` of the peer's LL
             // region holds `ll_slot_bytes >= n * 16`.
             unsafe {
-                let w =
-                    packet::read_payload::<LL16Packet>(mode.source(p, q).add(off as usize), len);
+                let w = if ack_only {
+                    [0; 2]
+                } else {
+                    packet::read_payload::<LL16Packet>(mode.source(p, q).add(off as usize), len)
+                };
                 let dst = ch
                     .dst
                     .as_ptr()
@@ -285,6 +296,26 @@ fn ll_collective(
                     };
                     packet::write_payload::<LL16Packet>(output.add(off as usize), w, len);
                 }
+                LlMode::Broadcast => {
+                    let w = if me == p.root {
+                        packet::read_payload::<LL16Packet>(
+                            mode.source(p, me).add(off as usize),
+                            len,
+                        )
+                    } else {
+                        let Ok(w) = packet_from(p.root, i) else {
+                            return false;
+                        };
+                        w
+                    };
+                    packet::write_payload::<LL16Packet>(output.add(off as usize), w, len);
+                    // The acks (packet 0 of every rank but the root and me).
+                    for q in 0..p.nranks {
+                        if i == 0 && q != me && q != p.root && packet_from(q, 0).is_err() {
+                            return false;
+                        }
+                    }
+                }
             }
         }
         i += nthreads;
@@ -294,7 +325,8 @@ fn ll_collective(
 
 crate::kernel! {
     /// One-shot collectives with LL16 packets (small messages; `mode`: all-reduce, all-gather,
-    /// reduce-scatter, all-to-all, or `Send` for a two-rank exchange with `root`): every thread
+    /// reduce-scatter, all-to-all, broadcast, or `Send` for a two-rank exchange with `root`):
+    /// every thread
     /// of the grid sends its share of packets to every peer, then reduces or copies the packets
     /// that arrive. The flag comes from `ll_flags` on the device (see
     /// `CollectiveParams::ll_flags`); the last block to finish advances it, so the same launch
