@@ -41,8 +41,9 @@ pub struct CollectiveConfig {
     /// Largest all-reduce the LL algorithm serves, bytes (also the most any LL call may move
     /// per part: the size of an LL slot).
     pub ll_max_bytes: usize,
-    /// Largest part for which all-gather, reduce-scatter and all-to-all take the LL algorithm
-    /// unless another is forced (at most `ll_max_bytes`; a two-rank `send_recv` takes it up to
+    /// Largest part for which all-gather, reduce-scatter, all-to-all and broadcast take the LL
+    /// algorithm unless another is forced (at most `ll_max_bytes`; a two-rank `send_recv`
+    /// takes it up to
     /// `ll_max_bytes`).
     pub ll_part_max_bytes: usize,
     /// Staging bytes per rank (an operation larger than fits runs in pieces).

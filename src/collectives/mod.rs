@@ -9,9 +9,10 @@
 //!
 //! Algorithms (chosen by size unless the caller forces one with [`Algorithm`]):
 //! - `LlOneShot` (all-reduce and a two-rank `send_recv` up to `ll_max_bytes`; all-gather,
-//!   reduce-scatter and all-to-all up to `ll_part_max_bytes` per part): every rank writes its
-//!   input (or each peer's part of it) as LL16 packets into every peer's scratch and reduces
-//!   or copies what arrives: one hop, no barrier.
+//!   reduce-scatter, all-to-all and broadcast up to `ll_part_max_bytes` per part): every rank
+//!   writes its input (or each peer's part of it; a broadcast's non-roots an ack) as LL16
+//!   packets into every peer's scratch and reduces or copies what arrives: one hop, no
+//!   barrier.
 //! - `Staged` (everything, any size): input is staged in the rank's scratch, ranks meet at a
 //!   block barrier, and each rank reads its peers' staging over NVLink; all-reduce is a
 //!   reduce-scatter followed by an all-gather. Large operations run in pieces of the staging
