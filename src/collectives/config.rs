@@ -43,8 +43,7 @@ pub struct CollectiveConfig {
     pub ll_max_bytes: usize,
     /// Largest part for which all-gather, reduce-scatter, all-to-all and broadcast take the LL
     /// algorithm unless another is forced (at most `ll_max_bytes`; a two-rank `send_recv`
-    /// takes it up to
-    /// `ll_max_bytes`).
+    /// takes it up to `ll_max_bytes`).
     pub ll_part_max_bytes: usize,
     /// Staging bytes per rank (an operation larger than fits runs in pieces).
     pub stage_bytes: usize,
