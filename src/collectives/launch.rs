@@ -319,6 +319,80 @@ impl Collectives {
         Ok(())
     }
 
+    /// The copy-engine all-reduce by pushes (`ce_push`), in pieces whose chunks fit one of two
+    /// staging slots: per piece, on `stream`, a barrier (the slot is free everywhere: each rank
+    /// waited for its reduction of the piece two before; inputs are ready), the copy engines
+    /// write chunk `q` of this rank's input into rank `q`'s slot, and a barrier (all arrived);
+    /// then, on the side stream, the direct kernel reduces chunk `rank` from the input and the
+    /// slot and writes it into every rank's output, while `stream` pushes the next piece. A
+    /// last barrier, after every reduction, tells each rank its output is complete. Only
+    /// writes cross the links. In place is safe: a rank's chunk `q` is overwritten by rank `q`
+    /// only after the barrier that follows this rank's push of it.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn push_all_reduce(
+        &self,
+        stream: &Stream,
+        t: &[[DevicePtr<u8>; MAX_DIRECT_RANKS]],
+        input: DevicePtr<u8>,
+        bytes: usize,
+        (dtype, op): (DataType, ReduceOp),
+    ) -> Result<()> {
+        let (n, me) = (self.comm.size(), self.comm.rank());
+        let others = self.others();
+        let slot_chunk = (self.cfg.stage_bytes / (2 * n)) & !15;
+        if slot_chunk < 16 {
+            return Err(self.cannot("a push all-reduce with a staging region this small"));
+        }
+        let my_stage = self.scratch.ptr().byte_add_cast::<u8>(self.stage_offset);
+        let side = &self.side;
+        let (mut off, mut k) = (0, 0);
+        while off < bytes {
+            let len = (slot_chunk * n).min(bytes - off);
+            let chunk = up16(len.div_ceil(n));
+            let slot = (k % 2) * n * slot_chunk;
+            if k >= 2 {
+                stream.wait_event(&self.reduced[k % 2])?;
+            }
+            self.launch_barrier(stream, &others)?;
+            for &q in &others {
+                let (c_at, c_len) = (q * chunk, len.saturating_sub(q * chunk).min(chunk));
+                if c_len == 0 {
+                    continue;
+                }
+                let dst = self.peer_stage[q].byte_add_cast((slot + me * slot_chunk) as u64);
+                let src = input.byte_add_cast((off + c_at) as u64);
+                // SAFETY: chunk `q` of this piece of my input; rank `q`'s slot for me holds
+                // `slot_chunk >= chunk` bytes of its staging region.
+                unsafe { copy_if_needed(stream, dst, src, c_len)? };
+            }
+            self.launch_barrier(stream, &others)?;
+            stream.record(&self.piece_done)?;
+            side.wait_event(&self.piece_done)?;
+            let at = |p: DevicePtr<u8>| {
+                if p.is_null() {
+                    p
+                } else {
+                    p.byte_add_cast::<u8>(off as u64)
+                }
+            };
+            let mut d = self.direct_params(CollectiveMode::ReduceScratch, len);
+            d.common.dtype = dtype as u32;
+            d.common.op = op as u32;
+            d.common.scratch = my_stage.byte_add_cast(slot as u64);
+            d.common.stride = slot_chunk as u64;
+            d.inputs[me] = at(input);
+            d.outputs = t[1].map(at);
+            self.launch_direct(side, d, len / n)?;
+            side.record(&self.reduced[k % 2])?;
+            off += len;
+            k += 1;
+        }
+        side.record(&self.side_done)?;
+        stream.wait_event(&self.side_done)?;
+        self.record(Algorithm::CopyEngine);
+        self.launch_barrier(stream, &others)
+    }
+
     /// Runs a per-part mode in pieces of at most `max_piece` bytes per part.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn parts(
