@@ -644,25 +644,3 @@ fn ll_modes_back_to_back_3_and_4_ranks() {
         });
     }
 }
-
-/// The copy-engine all-reduce by pushes (`ce_push`), with a staging region small enough that
-/// it runs in many pieces through both slots, in place and out of place, 2 and 3 ranks.
-#[test]
-fn push_all_reduce_in_pieces() {
-    for n in [2, 3] {
-        let kind = common::backend();
-        if kind == BackendKind::Cuda && n > kind.device_count().unwrap_or(1) {
-            continue; // refused there (see run()); covered by the 2-rank case
-        }
-        ranks_as_threads(n, |comm: Communicator| {
-            let mut cfg = CollectiveConfig::for_backend(comm.gpu().kind());
-            cfg.ce_push = true;
-            cfg.stage_bytes = 6 << 10;
-            let c = Collectives::with_config(Arc::new(comm), cfg).expect("collectives");
-            for count in [8, 1024, 24_592] {
-                all_reduce_case(&c, count, Some(Algorithm::CopyEngine));
-            }
-            c.communicator().bootstrap().barrier().unwrap();
-        });
-    }
-}

@@ -193,10 +193,6 @@ pub enum CollectiveMode {
     /// closing barrier (direct kernel; the copy-engine all-reduce then copies the chunk to
     /// every peer).
     ReduceChunk = 9,
-    /// Reduce chunk `rank` of this rank's input with the peers' contributions in `scratch`
-    /// (peer `q`'s at `q * stride`) into chunk `rank` of every rank's output; no barrier
-    /// (direct kernel; the copy-engine push all-reduce).
-    ReduceScratch = 10,
 }
 
 /// Parameters of the collective kernels (`ll_collective_kernel`, `staged_collective_kernel`).

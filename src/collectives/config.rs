@@ -60,10 +60,6 @@ pub struct CollectiveConfig {
     /// 1 on 2×H200: overlapping measured slower there (350 GB/s at 1 GiB in one piece, 305 in
     /// 4, 296 in 8: the kernel's NVLink reads and the copies compete for the same links).
     pub ce_pieces: u32,
-    /// The copy-engine all-reduce pushes (copy engines write each peer's chunk into its
-    /// staging, then the direct kernel reduces and writes the result into every output),
-    /// instead of reducing by NVLink loads first (`MSCCLPP_CE_PUSH=1`).
-    pub ce_push: bool,
     /// Smallest piece of a copy-engine all-reduce, bytes.
     pub ce_min_piece_bytes: usize,
     /// Smallest all-reduce that takes the copy-engine algorithm unless one is forced.
@@ -95,7 +91,6 @@ impl CollectiveConfig {
                 direct_min_bytes: 1 << 20,
                 ce_min_bytes: 16 << 20,
                 ce_pieces: 1,
-                ce_push: false,
                 ce_min_piece_bytes: 4 << 20,
                 ce_all_reduce_min_bytes: 128 << 20,
                 direct_blocks: 128,
@@ -113,7 +108,6 @@ impl CollectiveConfig {
                 direct_min_bytes: 4 << 10,
                 ce_min_bytes: 128 << 10,
                 ce_pieces: 3,
-                ce_push: false,
                 ce_min_piece_bytes: 16 << 10,
                 ce_all_reduce_min_bytes: 256 << 10,
                 direct_blocks: 2,
@@ -127,7 +121,7 @@ impl CollectiveConfig {
 
     /// Applies the tuning variables `MSCCLPP_LL_BLOCKS`, `MSCCLPP_LL_THREADS`,
     /// `MSCCLPP_LL_PART_MAX_BYTES`, `MSCCLPP_DIRECT_MIN_BYTES`,
-    /// `MSCCLPP_STAGE_BYTES`, `MSCCLPP_CE_PUSH`, `MSCCLPP_CE_MIN_BYTES`, `MSCCLPP_CE_PIECES`, `MSCCLPP_CE_MIN_PIECE_BYTES`,
+    /// `MSCCLPP_CE_MIN_BYTES`, `MSCCLPP_CE_PIECES`, `MSCCLPP_CE_MIN_PIECE_BYTES`,
     /// `MSCCLPP_CE_ALL_REDUCE_MIN_BYTES`,
     /// `MSCCLPP_DIRECT_BLOCKS` and `MSCCLPP_DIRECT_THREADS` where set (every rank must see the
     /// same values). Unparsable values are ignored with a warning.
@@ -154,12 +148,6 @@ impl CollectiveConfig {
         }
         if let Some(v) = var("MSCCLPP_LL_THREADS") {
             self.ll_threads = (v as u32).clamp(32, 1024);
-        }
-        if let Some(v) = var("MSCCLPP_STAGE_BYTES") {
-            self.stage_bytes = v.max(4096);
-        }
-        if let Some(v) = var("MSCCLPP_CE_PUSH") {
-            self.ce_push = v != 0;
         }
         if let Some(v) = var("MSCCLPP_CE_PIECES") {
             self.ce_pieces = (v as u32).clamp(1, 1024);

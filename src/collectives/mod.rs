@@ -77,14 +77,10 @@ pub struct Collectives {
     side: Stream,
     piece_done: mscclpp_host::gpu::Event,
     side_done: mscclpp_host::gpu::Event,
-    /// The push all-reduce's "piece reduced" events, one per staging slot.
-    reduced: [mscclpp_host::gpu::Event; 2],
     scratch: DeviceBuffer,
     channel_table: DeviceBuffer,
     _channels: Vec<MemoryChannel>,
     _peers: Vec<RegisteredMemory>,
-    /// Every rank's staging region as addressed here (null for this rank).
-    peer_stage: Vec<DevicePtr<u8>>,
     _connections: Vec<Arc<dyn Connection>>,
     ll_slot_bytes: u64,
     stage_offset: u64,
@@ -163,13 +159,6 @@ impl Collectives {
                 *slot = Some(comm.recv_memory(q, SCRATCH_TAG)?);
             }
         }
-        let peer_stage = peers
-            .iter()
-            .map(|m| match m {
-                Some(m) => m.range(stage_offset, cfg.stage_bytes as u64),
-                None => Ok(DevicePtr::NULL),
-            })
-            .collect::<Result<Vec<_>>>()?;
         let mut channels = Vec::new();
         let mut table = vec![MemoryChannelDeviceHandle::default(); cfg.max_blocks as usize * n];
         for b in 0..cfg.max_blocks as usize {
@@ -202,11 +191,9 @@ impl Collectives {
             side: g.stream()?,
             piece_done: g.event()?,
             side_done: g.event()?,
-            reduced: [g.event()?, g.event()?],
             scratch,
             channel_table,
             _channels: channels,
-            peer_stage,
             _peers: peers.into_iter().flatten().collect(),
             _connections: connections.into_iter().flatten().collect(),
             ll_slot_bytes,
@@ -295,9 +282,6 @@ impl Collectives {
                 };
                 if let Some(t) = table {
                     let ops = (dtype, op);
-                    if algo == Algorithm::CopyEngine && self.cfg.ce_push {
-                        return self.push_all_reduce(stream, &t, input, bytes, ops);
-                    }
                     if algo == Algorithm::CopyEngine {
                         return self.ce_all_reduce(stream, &t, input, output, bytes, ops);
                     }

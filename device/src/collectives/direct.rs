@@ -189,30 +189,6 @@ crate::kernel! {
             barrier_with(p, meet);
             return;
         }
-        if p.mode == CollectiveMode::ReduceScratch as u32 {
-            // No barrier: the host brackets it (the contributions arrived; the outputs land).
-            let chunk = up16(p.bytes.div_ceil(n as u64));
-            let at = me as u64 * chunk;
-            let (s, e) = sub_slice(p.bytes.saturating_sub(at).min(chunk), b, nb);
-            let scratch = p.scratch.as_ptr() as *const u8;
-            // SAFETY: the host sized the scratch slots (`nranks` of `stride` bytes, each
-            // holding at least this chunk) and every rank's output piece.
-            unsafe {
-                let sp = Spread {
-                    nv: (e - s) / 16,
-                    src: |q: u32| {
-                        if q == me {
-                            input(me).add((at + s) as usize)
-                        } else {
-                            scratch.add((q as u64 * p.stride + s) as usize)
-                        }
-                    },
-                    dst: |q| output(q).add((at + s) as usize),
-                };
-                reduce_spread(&sp, me, all, all, n, dtype, op);
-            }
-            return;
-        }
         if !barrier(p, None) {
             return;
         }
