@@ -75,6 +75,8 @@ pub struct CollectiveConfig {
     pub ll_blocks: u32,
     /// Threads per block of the LL kernel.
     pub ll_threads: u32,
+    /// Most packets an LL call sends per peer in a single block (one thread a packet).
+    pub ll_single_block_packets: u32,
 }
 
 impl CollectiveConfig {
@@ -98,6 +100,7 @@ impl CollectiveConfig {
                 threads: 512,
                 ll_blocks: 128,
                 ll_threads: 256,
+                ll_single_block_packets: 512,
             },
             BackendKind::Cpu => Self {
                 ll_max_bytes: 64 << 10,
@@ -115,6 +118,7 @@ impl CollectiveConfig {
                 threads: 16,
                 ll_blocks: 2,
                 ll_threads: 16,
+                ll_single_block_packets: 0,
             },
         }
     }

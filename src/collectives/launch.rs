@@ -101,9 +101,16 @@ impl Collectives {
             return Err(self.cannot("an LL call above ll_max_bytes per part"));
         }
         self.ensure_healthy()?;
-        let threads = self.cfg.ll_threads;
         let packets = p.bytes.div_ceil(8) as u32;
-        let blocks = packets.div_ceil(threads).clamp(1, self.cfg.ll_blocks);
+        // Up to `ll_single_block_packets` packets: one block, one thread a packet (a single
+        // block stores the next flag without the grid's block count: 0.3 µs less at 4 KiB on
+        // 2×H200); beyond, `ll_threads`-thread blocks.
+        let (blocks, threads) = if packets <= self.cfg.ll_single_block_packets {
+            (1, packets.next_multiple_of(32).clamp(32, 1024))
+        } else {
+            let t = self.cfg.ll_threads;
+            (packets.div_ceil(t).clamp(1, self.cfg.ll_blocks), t)
+        };
         self.record(Algorithm::LlOneShot);
         // SAFETY: the caller's contract (buffers sized for the mode), and our scratch.
         unsafe { stream.launch(&self.ll, LaunchConfig::new(blocks, threads), p) }
