@@ -56,12 +56,6 @@ pub struct CollectiveConfig {
     pub direct_min_bytes: usize,
     /// Smallest operation that moves by copy engine (all-gather, broadcast, all-to-all).
     pub ce_min_bytes: usize,
-    /// Pieces of a copy-engine all-reduce (the copies of one overlap the kernel of the next).
-    /// 1 on 2×H200: overlapping measured slower there (350 GB/s at 1 GiB in one piece, 305 in
-    /// 4, 296 in 8: the kernel's NVLink reads and the copies compete for the same links).
-    pub ce_pieces: u32,
-    /// Smallest piece of a copy-engine all-reduce, bytes.
-    pub ce_min_piece_bytes: usize,
     /// Smallest all-reduce that takes the copy-engine algorithm unless one is forced.
     pub ce_all_reduce_min_bytes: usize,
     /// Most blocks of the direct kernel.
@@ -92,8 +86,6 @@ impl CollectiveConfig {
                 staged_blocks: 64,
                 direct_min_bytes: 1 << 20,
                 ce_min_bytes: 16 << 20,
-                ce_pieces: 1,
-                ce_min_piece_bytes: 4 << 20,
                 ce_all_reduce_min_bytes: 128 << 20,
                 direct_blocks: 128,
                 direct_threads: 512,
@@ -110,8 +102,6 @@ impl CollectiveConfig {
                 staged_blocks: 2,
                 direct_min_bytes: 4 << 10,
                 ce_min_bytes: 128 << 10,
-                ce_pieces: 3,
-                ce_min_piece_bytes: 16 << 10,
                 ce_all_reduce_min_bytes: 256 << 10,
                 direct_blocks: 2,
                 direct_threads: 16,
@@ -125,7 +115,7 @@ impl CollectiveConfig {
 
     /// Applies the tuning variables `MSCCLPP_LL_BLOCKS`, `MSCCLPP_LL_THREADS`,
     /// `MSCCLPP_LL_PART_MAX_BYTES`, `MSCCLPP_DIRECT_MIN_BYTES`,
-    /// `MSCCLPP_CE_MIN_BYTES`, `MSCCLPP_CE_PIECES`, `MSCCLPP_CE_MIN_PIECE_BYTES`,
+    /// `MSCCLPP_CE_MIN_BYTES`,
     /// `MSCCLPP_CE_ALL_REDUCE_MIN_BYTES`,
     /// `MSCCLPP_DIRECT_BLOCKS` and `MSCCLPP_DIRECT_THREADS` where set (every rank must see the
     /// same values). Unparsable values are ignored with a warning.
@@ -153,12 +143,6 @@ impl CollectiveConfig {
         if let Some(v) = var("MSCCLPP_LL_THREADS") {
             self.ll_threads = (v as u32).clamp(32, 1024);
         }
-        if let Some(v) = var("MSCCLPP_CE_PIECES") {
-            self.ce_pieces = (v as u32).clamp(1, 1024);
-        }
-        if let Some(v) = var("MSCCLPP_CE_MIN_PIECE_BYTES") {
-            self.ce_min_piece_bytes = v;
-        }
         if let Some(v) = var("MSCCLPP_CE_ALL_REDUCE_MIN_BYTES") {
             self.ce_all_reduce_min_bytes = v;
         }
@@ -168,10 +152,7 @@ impl CollectiveConfig {
         if let Some(v) = var("MSCCLPP_DIRECT_THREADS") {
             self.direct_threads = (v as u32).clamp(32, 1024);
         }
-        self.max_blocks = self
-            .max_blocks
-            .max(self.staged_blocks)
-            .max(self.direct_blocks);
+        // `max_blocks` follows in `Collectives::with_config`, which every configuration passes.
         self
     }
 }

@@ -237,14 +237,14 @@ impl Collectives {
             .filter(|&&(q, dst, src, _)| q == me && dst != src)
             .collect();
         if !local.is_empty() {
-            stream.record(&self.piece_done)?;
-            self.side.wait_event(&self.piece_done)?;
+            stream.record(&self.fork)?;
+            self.side.wait_event(&self.fork)?;
             for &&(_, dst, src, len) in &local {
                 // SAFETY: ranges of this rank's buffers of the sizes the caller's contract
                 // gives; no peer touches them (they are this rank's own part).
                 unsafe { copy_if_needed(&self.side, dst, src, len)? };
             }
-            self.side.record(&self.side_done)?;
+            self.side.record(&self.join)?;
         }
         self.launch_barrier(stream, peers)?;
         for &(q, dst, src, len) in copies {
@@ -254,7 +254,7 @@ impl Collectives {
             }
         }
         if !local.is_empty() {
-            stream.wait_event(&self.side_done)?;
+            stream.wait_event(&self.join)?;
         }
         self.record(Algorithm::CopyEngine);
         self.launch_barrier(stream, peers)
@@ -268,13 +268,13 @@ impl Collectives {
         }
     }
 
-    /// The copy-engine all-reduce on registered buffers `t` (`t[0]` inputs, `t[1]` outputs), in
-    /// pieces of about `bytes / ce_pieces`, each an all-reduce of its own: the direct kernel
-    /// reduces this rank's chunk of the piece on `stream`, and the copy engines send it to
-    /// every peer on the side stream while the kernel of the next piece runs. The side stream
-    /// then meets the peers (their copies into this output have landed) and `stream` waits for
-    /// it. Nobody reads chunk `rank` of a peer's piece but this rank, which has finished
-    /// reading it when the copy starts, so in place is safe.
+    /// The copy-engine all-reduce on registered buffers `t` (`t[0]` inputs, `t[1]` outputs):
+    /// the direct kernel reduces this rank's chunk into its output, reading the peers'
+    /// inputs, then the copy engines write that chunk into every peer's output and a barrier
+    /// tells each rank its output is complete. Nobody reads chunk `rank` of a peer's buffer but
+    /// this rank, which has finished reading it when the copies start, so in place is safe.
+    /// (Overlapping the two phases in pieces on a second stream, and pushing by copy engine
+    /// first, were measured slower on 2×H200; see BENCHMARKS.md.)
     pub(super) fn ce_all_reduce(
         &self,
         stream: &Stream,
@@ -285,45 +285,22 @@ impl Collectives {
         (dtype, op): (DataType, ReduceOp),
     ) -> Result<()> {
         let (n, me) = (self.comm.size(), self.comm.rank());
-        let pieces = self.cfg.ce_pieces.max(1) as usize;
-        let piece = up16(bytes.div_ceil(pieces)).max(self.cfg.ce_min_piece_bytes.max(16) & !15);
-        let side = &self.side;
-        let mut off = 0;
-        while off < bytes {
-            let len = piece.min(bytes - off);
-            // Entries past `nranks` stay null.
-            let at = |p: DevicePtr<u8>| {
-                if p.is_null() {
-                    p
-                } else {
-                    p.byte_add_cast::<u8>(off as u64)
-                }
-            };
-            let mut d = self.direct_params(CollectiveMode::ReduceChunk, len);
-            d.common.dtype = dtype as u32;
-            d.common.op = op as u32;
-            (d.common.input, d.common.output) = (at(input), at(output));
-            d.inputs = t[0].map(at);
-            d.outputs = t[1].map(at);
-            self.launch_direct(stream, d, len / n)?;
-            stream.record(&self.piece_done)?;
-            side.wait_event(&self.piece_done)?;
-            // Chunk `rank` of the piece, as the kernel splits it.
-            let chunk = up16(len.div_ceil(n));
-            let (c_at, c_len) = (me * chunk, len.saturating_sub(me * chunk).min(chunk));
-            let src = d.outputs[me].byte_add_cast(c_at as u64);
-            for q in self.others() {
-                let dst = d.outputs[q].byte_add_cast(c_at as u64);
-                // SAFETY: chunk `me` of the piece in the peer's registered output.
-                unsafe { copy_if_needed(side, dst, src, c_len)? };
-            }
-            off += len;
+        let mut d = self.direct_params(CollectiveMode::ReduceChunk, bytes);
+        d.common.dtype = dtype as u32;
+        d.common.op = op as u32;
+        (d.common.input, d.common.output) = (input, output);
+        (d.inputs, d.outputs) = (t[0], t[1]);
+        self.launch_direct(stream, d, bytes / n)?;
+        // Chunk `rank`, as the kernel splits it.
+        let chunk = up16(bytes.div_ceil(n));
+        let (at, len) = (me * chunk, bytes.saturating_sub(me * chunk).min(chunk));
+        let src = output.byte_add_cast(at as u64);
+        for q in self.others() {
+            // SAFETY: chunk `me` of the peer's registered output (its `bytes`).
+            unsafe { copy_if_needed(stream, t[1][q].byte_add_cast(at as u64), src, len)? };
         }
-        self.launch_barrier(side, &self.others())?;
-        side.record(&self.side_done)?;
-        stream.wait_event(&self.side_done)?;
         self.record(Algorithm::CopyEngine);
-        Ok(())
+        self.launch_barrier(stream, &self.others())
     }
 
     /// Runs a per-part mode in pieces of at most `max_piece` bytes per part.

@@ -73,10 +73,11 @@ pub struct Collectives {
     staged: Kernel<CollectiveParams>,
     direct: Kernel<DirectCollectiveParams>,
     buffers: direct::DirectBuffers,
-    /// Second stream of the copy-engine all-reduce, and its fork and join events.
+    /// Second stream of the copy-engine paths (a rank's copy into its own buffer), and its
+    /// fork and join events.
     side: Stream,
-    piece_done: mscclpp_host::gpu::Event,
-    side_done: mscclpp_host::gpu::Event,
+    fork: mscclpp_host::gpu::Event,
+    join: mscclpp_host::gpu::Event,
     scratch: DeviceBuffer,
     channel_table: DeviceBuffer,
     _channels: Vec<MemoryChannel>,
@@ -189,8 +190,8 @@ impl Collectives {
             direct,
             buffers: direct::DirectBuffers::default(),
             side: g.stream()?,
-            piece_done: g.event()?,
-            side_done: g.event()?,
+            fork: g.event()?,
+            join: g.event()?,
             scratch,
             channel_table,
             _channels: channels,
