@@ -6,7 +6,7 @@ use mscclpp_host::gpu::BackendKind;
 /// An algorithm a caller can force.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Algorithm {
-    /// One-shot LL16 packets (all-reduce only; up to `ll_max_bytes`).
+    /// One-shot LL16 packets (small messages; every collective, `send_recv` on two ranks).
     LlOneShot,
     /// Through the staging buffers, reading the peers' staging (every collective).
     Staged,
@@ -22,6 +22,15 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
+    /// Every algorithm, in declaration order (`ALL[a as usize] == a`).
+    pub const ALL: [Algorithm; 5] = [
+        Self::LlOneShot,
+        Self::Staged,
+        Self::TwoShotPut,
+        Self::Direct,
+        Self::CopyEngine,
+    ];
+
     /// Parses an algorithm name (`ll`, `staged`, `put`, `direct`, `ce`).
     pub fn parse(s: &str) -> Option<Self> {
         match s {
@@ -154,5 +163,17 @@ impl CollectiveConfig {
         }
         // `max_blocks` follows in `Collectives::with_config`, which every configuration passes.
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Algorithm;
+
+    #[test]
+    fn all_lists_every_algorithm_at_its_discriminant() {
+        for (i, a) in Algorithm::ALL.iter().enumerate() {
+            assert_eq!(*a as usize, i, "{a:?}");
+        }
     }
 }

@@ -15,15 +15,8 @@ use super::{Algorithm, Collectives, up16};
 
 impl Collectives {
     pub(super) fn record(&self, a: Algorithm) {
-        use Algorithm::*;
-        let v = match a {
-            LlOneShot => 1,
-            Staged => 2,
-            TwoShotPut => 3,
-            Direct => 4,
-            CopyEngine => 5,
-        };
-        self.last.store(v, std::sync::atomic::Ordering::Relaxed);
+        self.last
+            .store(a as u8 + 1, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub(super) fn params(

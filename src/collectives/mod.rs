@@ -212,10 +212,9 @@ impl Collectives {
     /// The algorithm the last call on this rank actually ran (after any fallback from the
     /// direct paths to staging), or `None` before the first call.
     pub fn last_algorithm(&self) -> Option<Algorithm> {
-        use Algorithm::*;
-        let all = [LlOneShot, Staged, TwoShotPut, Direct, CopyEngine];
         let v = self.last.load(std::sync::atomic::Ordering::Relaxed) as usize;
-        v.checked_sub(1).and_then(|i| all.get(i).copied())
+        v.checked_sub(1)
+            .and_then(|i| Algorithm::ALL.get(i).copied())
     }
 
     /// How many caller allocations the direct paths registered on this rank, and how many
@@ -274,39 +273,24 @@ impl Collectives {
                 let mine = [(input, bytes), (output, bytes)];
                 let eligible = direct::disjoint_or_at(input, bytes, output, bytes, Some(0))
                     && direct::whole_vectors(&[input, output], bytes);
-                let table = if eligible {
-                    self.exchange_all(&mine)?
-                } else {
-                    self.buffers
-                        .exchange(&self.comm, &self.others(), &mine, false)?;
-                    None
-                };
-                if let Some(t) = table {
-                    let ops = (dtype, op);
-                    if algo == Algorithm::CopyEngine {
-                        return self.ce_all_reduce(stream, &t, input, output, bytes, ops);
+                let done = self.try_direct(algo, forced, eligible, &mine, |t, a| {
+                    if a == Algorithm::CopyEngine {
+                        return self.ce_all_reduce(stream, t, input, output, bytes, (dtype, op));
                     }
                     let mut d = self.direct_params(CollectiveMode::AllReduce, bytes);
                     d.common.dtype = dtype as u32;
                     d.common.op = op as u32;
                     (d.common.input, d.common.output) = (input, output);
                     (d.inputs, d.outputs) = (t[0], t[1]);
-                    return self.launch_direct(stream, d, bytes / n);
-                }
-                if forced {
-                    return Err(self.cannot("the direct all-reduce on these buffers"));
+                    self.launch_direct(stream, d, bytes / n)
+                })?;
+                if done {
+                    return Ok(());
                 }
                 // SAFETY: the caller's contract.
                 unsafe {
-                    self.all_reduce(
-                        input,
-                        output,
-                        count,
-                        dtype,
-                        op,
-                        stream,
-                        Some(Algorithm::Staged),
-                    )
+                    let staged = Some(Algorithm::Staged);
+                    self.all_reduce(input, output, count, dtype, op, stream, staged)
                 }
             }
             Algorithm::Staged | Algorithm::TwoShotPut => {
