@@ -29,7 +29,7 @@
 //! The host uses this kernel only when `bytes` (and `stride`) are multiples of 16 and every
 //! pointer is 16-byte aligned, so everything moves in whole 16-byte vectors.
 
-use super::{barrier, barrier_with, sub_slice, up16};
+use super::{barrier, barrier_with, begin, sub_slice, up16};
 use crate::arch;
 use crate::reduce::reduce_word;
 use mscclpp_shared::{CollectiveMode, DataType, DirectCollectiveParams, ReduceOp};
@@ -150,13 +150,7 @@ crate::kernel! {
     /// bytes of dynamic shared memory and at most `common.max_blocks` blocks.
     fn direct_collective_kernel(d: DirectCollectiveParams) {
         let p = &d.common;
-        let fail = arch::dynamic_shared_mem() as *mut u32;
-        if arch::thread_idx_x() == 0 {
-            // SAFETY: the launcher gives at least 4 bytes of shared memory.
-            unsafe { fail.write_volatile(0) };
-        }
-        let (Some(dtype), Some(op)) = (DataType::from_u32(p.dtype), ReduceOp::from_u32(p.op))
-        else {
+        let Some((dtype, op)) = begin(p) else {
             return;
         };
         let (b, nb) = (arch::block_idx_x() as u64, arch::grid_dim_x() as u64);

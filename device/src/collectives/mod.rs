@@ -85,6 +85,18 @@ fn barrier_with(p: &CollectiveParams, meet: impl Fn(u32) -> bool) -> bool {
     unsafe { fail.read_volatile() == 0 }
 }
 
+/// The start of a kernel that uses [`barrier`]: clears the block's barrier-failure word
+/// (dynamic shared memory; read only after the barrier's first `sync_threads`) and decodes the
+/// data type and operator, `None` for values this build does not know.
+#[inline(always)]
+fn begin(p: &CollectiveParams) -> Option<(DataType, ReduceOp)> {
+    if arch::thread_idx_x() == 0 {
+        // SAFETY: the launchers give at least 4 bytes of dynamic shared memory.
+        unsafe { (arch::dynamic_shared_mem() as *mut u32).write_volatile(0) };
+    }
+    Some((DataType::from_u32(p.dtype)?, ReduceOp::from_u32(p.op)?))
+}
+
 /// Block-collective copy of `len` bytes.
 #[inline(always)]
 fn block_copy(dst: *mut u8, src: *const u8, len: u64) {
@@ -371,13 +383,7 @@ crate::kernel! {
     /// Every collective through the staging region (see the module docs and `CollectiveMode`).
     /// Needs 16 bytes of dynamic shared memory.
     fn staged_collective_kernel(p: CollectiveParams) {
-        let fail = arch::dynamic_shared_mem() as *mut u32;
-        if arch::thread_idx_x() == 0 {
-            // SAFETY: the launcher gives at least 4 bytes of shared memory.
-            unsafe { fail.write_volatile(0) };
-        }
-        let (Some(dtype), Some(op)) = (DataType::from_u32(p.dtype), ReduceOp::from_u32(p.op))
-        else {
+        let Some((dtype, op)) = begin(&p) else {
             return;
         };
         let b = arch::block_idx_x();
