@@ -7,45 +7,15 @@ mod common;
 use std::sync::Arc;
 
 use common::ranks_as_threads;
+use common::values::{REDUCE_OPS as OPS, TYPES, decode, encode};
 use mscclpp::collectives::{Algorithm, CollectiveConfig, Collectives};
-use mscclpp::device::reduce::{bf16_to_f32, f16_to_f32_soft, f32_to_bf16, f32_to_f16_soft};
 use mscclpp::host::communicator::Communicator;
 use mscclpp::host::gpu::BackendKind;
 use mscclpp::shared::{DataType, ReduceOp};
 
-const TYPES: [DataType; 5] = [
-    DataType::F32,
-    DataType::F16,
-    DataType::BF16,
-    DataType::I32,
-    DataType::U32,
-];
-const OPS: [ReduceOp; 3] = [ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max];
-
 /// A small integer, exact in every type even after summing 8 of them.
 fn value(rank: usize, i: usize) -> f64 {
     ((rank * 7 + i * 13) % 23) as f64 - 5.0 * ((i + rank) % 2) as f64
-}
-
-fn encode(dtype: DataType, v: f64) -> Vec<u8> {
-    match dtype {
-        DataType::F32 => (v as f32).to_le_bytes().to_vec(),
-        DataType::F16 => f32_to_f16_soft(v as f32).to_le_bytes().to_vec(),
-        DataType::BF16 => f32_to_bf16(v as f32).to_le_bytes().to_vec(),
-        DataType::I32 => (v as i32).to_le_bytes().to_vec(),
-        // Unsigned: shift into range.
-        DataType::U32 => ((v + 10.0) as u32).to_le_bytes().to_vec(),
-    }
-}
-
-fn decode(dtype: DataType, b: &[u8]) -> f64 {
-    match dtype {
-        DataType::F32 => f32::from_le_bytes(b.try_into().unwrap()) as f64,
-        DataType::F16 => f16_to_f32_soft(u16::from_le_bytes(b.try_into().unwrap())) as f64,
-        DataType::BF16 => bf16_to_f32(u16::from_le_bytes(b.try_into().unwrap())) as f64,
-        DataType::I32 => i32::from_le_bytes(b.try_into().unwrap()) as f64,
-        DataType::U32 => u32::from_le_bytes(b.try_into().unwrap()) as f64 - 10.0,
-    }
 }
 
 fn data(dtype: DataType, rank: usize, count: usize, part: usize) -> Vec<u8> {

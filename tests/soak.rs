@@ -19,8 +19,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::ranks_as_threads;
+use common::values::{REDUCE_OPS, TYPES, decode, encode_into as encode};
 use mscclpp::collectives::{Algorithm, CollectiveConfig, Collectives};
-use mscclpp::device::reduce::{bf16_to_f32, f16_to_f32_soft, f32_to_bf16, f32_to_f16_soft};
 use mscclpp::host::Error;
 use mscclpp::host::communicator::Communicator;
 use mscclpp::host::gpu::{BackendKind, DeviceBuffer};
@@ -37,15 +37,6 @@ const MAX_COUNT: usize = 16 << 10;
 const MAX_OFFSET: usize = 64;
 /// Longest one collective may take before the test calls it a hang.
 const HANG: Duration = Duration::from_secs(60);
-
-const TYPES: [DataType; 5] = [
-    DataType::F32,
-    DataType::F16,
-    DataType::BF16,
-    DataType::I32,
-    DataType::U32,
-];
-const REDUCE_OPS: [ReduceOp; 3] = [ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max];
 
 /// xorshift64*: deterministic, the same sequence on both ranks.
 struct Rng(u64);
@@ -77,28 +68,6 @@ impl Rng {
 /// summed over the ranks.
 fn value(call: usize, rank: usize, i: usize) -> f64 {
     ((call * 5 + rank * 7 + i * 13) % 23) as f64 - 5.0 * ((i + rank + call) % 2) as f64
-}
-
-/// Appends `v` as `dtype` to `out`.
-fn encode(dtype: DataType, v: f64, out: &mut Vec<u8>) {
-    match dtype {
-        DataType::F32 => out.extend_from_slice(&(v as f32).to_le_bytes()),
-        DataType::F16 => out.extend_from_slice(&f32_to_f16_soft(v as f32).to_le_bytes()),
-        DataType::BF16 => out.extend_from_slice(&f32_to_bf16(v as f32).to_le_bytes()),
-        DataType::I32 => out.extend_from_slice(&(v as i32).to_le_bytes()),
-        // Unsigned: shifted into range.
-        DataType::U32 => out.extend_from_slice(&((v + 10.0) as u32).to_le_bytes()),
-    }
-}
-
-fn decode(dtype: DataType, b: &[u8]) -> f64 {
-    match dtype {
-        DataType::F32 => f32::from_le_bytes(b.try_into().unwrap()) as f64,
-        DataType::F16 => f16_to_f32_soft(u16::from_le_bytes(b.try_into().unwrap())) as f64,
-        DataType::BF16 => bf16_to_f32(u16::from_le_bytes(b.try_into().unwrap())) as f64,
-        DataType::I32 => i32::from_le_bytes(b.try_into().unwrap()) as f64,
-        DataType::U32 => u32::from_le_bytes(b.try_into().unwrap()) as f64 - 10.0,
-    }
 }
 
 /// `rank`'s input of call `call`: `count` elements.

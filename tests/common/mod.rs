@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod values;
+
 use mscclpp::host::gpu::{BackendKind, Gpu, Module};
 
 /// The backend under test.
