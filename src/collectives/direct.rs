@@ -69,7 +69,8 @@ pub fn disjoint_or_at(
 /// The caches of one `Collectives`.
 #[derive(Default)]
 pub struct DirectBuffers {
-    local: Mutex<HashMap<u64, RegisteredMemory>>,
+    /// The registration (kept alive) and its wire form (sent on every call), by allocation id.
+    local: Mutex<HashMap<u64, (RegisteredMemory, Vec<u8>)>>,
     remote: Mutex<HashMap<(usize, u64), RegisteredMemory>>,
 }
 
@@ -167,15 +168,18 @@ impl DirectBuffers {
                 return None;
             }
             match comm.register_allocation(&a) {
-                Ok(reg) => local.insert(a.id, reg),
+                Ok(reg) => {
+                    let wire = reg.serialize();
+                    local.insert(a.id, (reg, wire))
+                }
                 Err(e) => {
                     tracing::debug!(error = %e, "buffer not registrable; collectives stage it");
                     return None;
                 }
             };
         }
-        let reg = local.get(&a.id)?;
-        Some((offset, len as u64, reg.serialize()))
+        let (_, wire) = local.get(&a.id)?;
+        Some((offset, len as u64, wire.clone()))
     }
 
     /// A peer's message: `None` if it cannot go direct, else its buffers mapped here.

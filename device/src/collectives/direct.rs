@@ -32,7 +32,9 @@
 use super::{barrier, barrier_with, begin, sub_slice, up16};
 use crate::arch;
 use crate::reduce::reduce_word;
-use mscclpp_shared::{CollectiveMode, DataType, DirectCollectiveParams, ReduceOp};
+use mscclpp_shared::{
+    CollectiveMode, DataType, DirectCollectiveParams, MAX_DIRECT_RANKS, ReduceOp,
+};
 
 /// 16-byte vectors a thread keeps in flight per step (loads are issued before their uses).
 const UNROLL: usize = 4;
@@ -153,6 +155,9 @@ crate::kernel! {
         let Some((dtype, op)) = begin(p) else {
             return;
         };
+        if p.nranks as usize > MAX_DIRECT_RANKS || p.rank >= p.nranks {
+            return; // the tables hold MAX_DIRECT_RANKS entries; the host never launches this
+        }
         let (b, nb) = (arch::block_idx_x() as u64, arch::grid_dim_x() as u64);
         let (n, me) = (p.nranks, p.rank);
         if p.mode == CollectiveMode::Barrier as u32 {
