@@ -266,3 +266,54 @@ pub struct DirectCollectiveParams {
 }
 
 static_assertions::assert_eq_size!(DirectCollectiveParams, [u64; 30]);
+
+/// Most pipeline chunks one call of `port_all_reduce_kernel` cuts its chunk into (the length
+/// of the completion-counter array the host allocates).
+pub const MAX_PORT_CHUNKS: usize = 1024;
+
+/// Parameters of `port_all_reduce_kernel`, the copy-engine all-reduce pipelined through
+/// PortChannels: every byte crosses the links by copy engine. Rank `r` reduces chunk `r`
+/// piece by piece (pieces of `chunk` bytes): each peer `q` puts its input's piece into `r`'s
+/// scratch ring (`ring_slots` slots of `chunk` bytes for each sender at `ring_offset + q *
+/// ring_slots * chunk`), `r` reduces it with its own input locally and puts the result into
+/// every peer's output. `direct` gives this rank's input and output (`common.input` /
+/// `common.output`) and the block barriers; proxy memory ids and offsets name the buffers the
+/// copies use: this rank's input and output registrations, and rank `q`'s output registration
+/// as mapped here (`dst_memories[q]` at `dst_offsets[q]`).
+#[repr(C, align(8))]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct PortCollectiveParams {
+    /// Buffers and the block barriers, as for the direct kernel.
+    pub direct: DirectCollectiveParams,
+    /// Two PortChannels per rank (entries of `rank` unused): `2q` carries pieces of this
+    /// rank's input into rank `q`'s ring (its `dst` is `q`'s scratch), `2q + 1` reduced pieces
+    /// into `q`'s output. Each has its own semaphore; their `src` (and the second's `dst`) are
+    /// replaced per put by the ids below.
+    pub ports: DevicePtr<crate::PortChannelDeviceHandle>,
+    /// [`MAX_PORT_CHUNKS`] completion counters, zero between calls (the block that completes
+    /// a piece resets its counter).
+    pub counters: DevicePtr<u64>,
+    /// Bytes per pipeline piece (a multiple of 16; at most [`MAX_PORT_CHUNKS`] pieces a
+    /// chunk).
+    pub chunk: u64,
+    /// Offset of the ring region in every rank's scratch.
+    pub ring_offset: u64,
+    /// Ring slots per sender.
+    pub ring_slots: u32,
+    /// Proxy memory id of this rank's input's registration.
+    pub input_memory: u32,
+    /// Offset of this rank's input in its registration.
+    pub input_offset: u64,
+    /// Offset of this rank's output in its registration.
+    pub output_offset: u64,
+    /// Offset of rank q's output in its registration.
+    pub dst_offsets: [u64; MAX_DIRECT_RANKS],
+    /// Proxy memory id of this rank's output's registration.
+    pub output_memory: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
+    /// Proxy memory id of rank q's output's registration (mapped here).
+    pub dst_memories: [u32; MAX_DIRECT_RANKS],
+}
+
+static_assertions::assert_eq_size!(PortCollectiveParams, [u64; 50]);

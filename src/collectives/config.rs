@@ -69,6 +69,8 @@ pub struct CollectiveConfig {
     pub ce_all_reduce_min_bytes: usize,
     /// Most blocks of the direct kernel.
     pub direct_blocks: u32,
+    /// Bytes (of what one rank moves) per block of the direct kernel, up to `direct_blocks`.
+    pub direct_block_bytes: usize,
     /// Threads per block of the direct kernel.
     pub direct_threads: u32,
     /// Threads per block of the staged kernel (it uses 80 registers a thread on sm_90, so at
@@ -80,6 +82,11 @@ pub struct CollectiveConfig {
     pub ll_threads: u32,
     /// Most packets an LL call sends per peer in a single block (one thread a packet).
     pub ll_single_block_packets: u32,
+    /// Pipeline piece of the copy-engine all-reduce, bytes: the copy engines spread each
+    /// piece of a rank's reduced chunk through a PortChannel while the SMs reduce the next
+    /// (raised so that a chunk has at most `MAX_PORT_CHUNKS` pieces). 0: reduce the whole
+    /// chunk, then copy it (no proxy).
+    pub ce_piece_bytes: usize,
 }
 
 impl CollectiveConfig {
@@ -97,11 +104,13 @@ impl CollectiveConfig {
                 ce_min_bytes: 16 << 20,
                 ce_all_reduce_min_bytes: 128 << 20,
                 direct_blocks: 128,
+                direct_block_bytes: 64 << 10,
                 direct_threads: 512,
                 threads: 512,
                 ll_blocks: 128,
                 ll_threads: 256,
                 ll_single_block_packets: 512,
+                ce_piece_bytes: 4 << 20,
             },
             BackendKind::Cpu => Self {
                 ll_max_bytes: 64 << 10,
@@ -113,11 +122,13 @@ impl CollectiveConfig {
                 ce_min_bytes: 128 << 10,
                 ce_all_reduce_min_bytes: 256 << 10,
                 direct_blocks: 2,
+                direct_block_bytes: 1 << 20,
                 direct_threads: 16,
                 threads: 16,
                 ll_blocks: 2,
                 ll_threads: 16,
                 ll_single_block_packets: 0,
+                ce_piece_bytes: 16 << 10,
             },
         }
     }
@@ -125,8 +136,8 @@ impl CollectiveConfig {
     /// Applies the tuning variables `MSCCLPP_LL_BLOCKS`, `MSCCLPP_LL_THREADS`,
     /// `MSCCLPP_LL_PART_MAX_BYTES`, `MSCCLPP_DIRECT_MIN_BYTES`,
     /// `MSCCLPP_CE_MIN_BYTES`,
-    /// `MSCCLPP_CE_ALL_REDUCE_MIN_BYTES`,
-    /// `MSCCLPP_DIRECT_BLOCKS` and `MSCCLPP_DIRECT_THREADS` where set (every rank must see the
+    /// `MSCCLPP_CE_ALL_REDUCE_MIN_BYTES`, `MSCCLPP_CE_PIECE_BYTES`,
+    /// `MSCCLPP_DIRECT_BLOCKS`, `MSCCLPP_DIRECT_BLOCK_BYTES` and `MSCCLPP_DIRECT_THREADS` where set (every rank must see the
     /// same values). Unparsable values are ignored with a warning.
     pub fn with_env(mut self) -> Self {
         fn var(name: &str) -> Option<usize> {
@@ -155,8 +166,14 @@ impl CollectiveConfig {
         if let Some(v) = var("MSCCLPP_CE_ALL_REDUCE_MIN_BYTES") {
             self.ce_all_reduce_min_bytes = v;
         }
+        if let Some(v) = var("MSCCLPP_CE_PIECE_BYTES") {
+            self.ce_piece_bytes = v;
+        }
         if let Some(v) = var("MSCCLPP_DIRECT_BLOCKS") {
             self.direct_blocks = (v as u32).clamp(1, 1024);
+        }
+        if let Some(v) = var("MSCCLPP_DIRECT_BLOCK_BYTES") {
+            self.direct_block_bytes = v.max(16);
         }
         if let Some(v) = var("MSCCLPP_DIRECT_THREADS") {
             self.direct_threads = (v as u32).clamp(32, 1024);
