@@ -6,7 +6,7 @@ use mscclpp_device::kernels as k;
 use mscclpp_host::gpu::KernelSpec;
 use mscclpp_shared::{
     BlockSumParams, CollectiveParams, CopyParams, DirectCollectiveParams, FifoPushParams,
-    PingPongParams, PortCollectiveParams, PortPingPongParams,
+    PingPongParams, PortPingPongParams,
 };
 
 /// `copy_kernel`: grid-stride copy.
@@ -38,9 +38,6 @@ pub const STAGED_COLLECTIVE: KernelSpec<CollectiveParams> =
 /// `direct_collective_kernel`: every collective on the callers' registered buffers.
 pub const DIRECT_COLLECTIVE: KernelSpec<DirectCollectiveParams> =
     KernelSpec::new("direct_collective_kernel", c::direct_collective_kernel);
-/// `port_all_reduce_kernel`: the copy-engine all-reduce, pipelined through PortChannels.
-pub const PORT_ALL_REDUCE: KernelSpec<PortCollectiveParams> =
-    KernelSpec::new("port_all_reduce_kernel", c::port_all_reduce_kernel);
 
 /// Every built-in kernel's entry point name (checked against the PTX by a test).
 pub const ALL_NAMES: &[&str] = &[
@@ -53,5 +50,4 @@ pub const ALL_NAMES: &[&str] = &[
     LL_COLLECTIVE.name,
     STAGED_COLLECTIVE.name,
     DIRECT_COLLECTIVE.name,
-    PORT_ALL_REDUCE.name,
 ];

@@ -279,15 +279,6 @@ fn others_case(c: &Collectives, count: usize, algo: Option<Algorithm>) {
 /// that typed error (a kernel of one rank would otherwise wait for another's queued behind it
 /// on the same GPU, or behind the driver's device-wide synchronisation in `cuMemFree`).
 fn run(n: usize, body: impl Fn(&Collectives) + Sync) {
-    run_with(n, |cfg| cfg, body)
-}
-
-/// [`run`] with the backend's configuration changed by `tune` on every rank.
-fn run_with(
-    n: usize,
-    tune: impl Fn(CollectiveConfig) -> CollectiveConfig + Sync,
-    body: impl Fn(&Collectives) + Sync,
-) {
     let kind = common::backend();
     let devices = kind.device_count().unwrap_or(1);
     if kind == BackendKind::Cuda && n > devices {
@@ -304,7 +295,7 @@ fn run_with(
         return;
     }
     ranks_as_threads(n, |comm: Communicator| {
-        let cfg = tune(CollectiveConfig::for_backend(comm.gpu().kind()));
+        let cfg = CollectiveConfig::for_backend(comm.gpu().kind());
         let c = Collectives::with_config(Arc::new(comm), cfg).expect("collectives");
         body(&c);
         c.communicator().bootstrap().barrier().unwrap();
@@ -326,25 +317,6 @@ fn all_reduce_2_ranks_every_type_op_and_algorithm() {
             all_reduce_case(c, count, Some(Algorithm::CopyEngine));
         }
     });
-}
-
-/// The copy-engine all-reduce pipelined in 1 KiB pieces (many times around the 4-slot scratch
-/// rings; a rank of 3 with an empty chunk at the smallest size) and unpipelined
-/// (`ce_piece_bytes = 0`), calls back to back with the same and with new buffers.
-#[test]
-fn copy_engine_all_reduce_pieces() {
-    for (piece, n) in [(1024, 2), (1024, 3), (0, 2)] {
-        let tune = |mut cfg: CollectiveConfig| {
-            cfg.ce_piece_bytes = piece;
-            cfg
-        };
-        run_with(n, tune, |c| {
-            for count in [8, 24_592] {
-                all_reduce_case(c, count, Some(Algorithm::CopyEngine));
-            }
-            assert_eq!(c.last_algorithm(), Some(Algorithm::CopyEngine));
-        });
-    }
 }
 
 #[test]

@@ -1,9 +1,8 @@
 //! `PortChannelService`: a proxy that serves PortChannels — MSCCL++'s `ProxyService`.
 //!
-//! Callers add the semaphores before `start` and memories at any time (before a trigger names
-//! them: the proxy sees a memory once `add_memory` returned); ids are indices into those tables
-//! (memory ids `< 512`, semaphore ids `< 1024`, the trigger's field widths). The memory table is
-//! behind a read-write lock: the proxy thread reads it per trigger, `add_memory` appends. The proxy thread then serves each trigger of its FIFO:
+//! Before `start`, callers add the memories and semaphores the channels will name; ids are
+//! indices into those tables (memory ids `< 512`, semaphore ids `< 1024`, the trigger's field
+//! widths). The proxy thread then serves each trigger of its FIFO:
 //!
 //! - every field is validated first ([`validate_trigger`]): the type bits, the semaphore id,
 //!   and for DATA both memory ids and `offset + size` against both memories' registered sizes.
@@ -15,7 +14,7 @@
 //! - FLAG: the semaphore's `signal` (the connection orders it after the writes before it);
 //! - SYNC: `connection.flush(timeout)`, after which the FIFO's flush position is completed.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use mscclpp_shared::trigger::{MAX_MEMORY_ID, MAX_SEMAPHORE_ID};
@@ -128,21 +127,17 @@ fn validate_with(
     })
 }
 
-/// The memory table: appended by `add_memory`, read by the proxy thread.
-type Memories = Arc<RwLock<Vec<RegisteredMemory>>>;
-
 /// The tables the proxy validates triggers against.
 struct Tables {
-    memories: Memories,
+    memories: Vec<RegisteredMemory>,
     semaphores: Vec<Arc<Host2DeviceSemaphore>>,
 }
 
 impl Tables {
     fn serve(&self, t: ProxyTrigger, pos: u64) -> Result<()> {
-        let memories = self.memories.read().unwrap_or_else(|e| e.into_inner());
         let v = validate_with(
             t,
-            |id| memories.get(id).map(|m| m.size() as u64),
+            |id| self.memories.get(id).map(|m| m.size() as u64),
             self.semaphores.len(),
             pos,
         )?;
@@ -153,8 +148,8 @@ impl Tables {
         let sem = self.semaphores.get(v.semaphore).ok_or_else(missing)?;
         let conn = sem.connection();
         if let Some(c) = v.copy {
-            let dst = memories.get(c.dst).ok_or_else(missing)?;
-            let src = memories.get(c.src).ok_or_else(missing)?;
+            let dst = self.memories.get(c.dst).ok_or_else(missing)?;
+            let src = self.memories.get(c.src).ok_or_else(missing)?;
             conn.write(dst, c.dst_offset, src, c.src_offset, c.size)?;
         }
         if v.kind.contains(TriggerType::FLAG) {
@@ -179,7 +174,6 @@ pub struct PortChannelService {
     fifo_status: Arc<StatusBlock>,
     comm_status: Arc<StatusBlock>,
     handle: mscclpp_shared::FifoDeviceHandle,
-    memories: Memories,
     tables: Option<Tables>,
     numa_node: Option<u32>,
     backend: crate::gpu::BackendKind,
@@ -192,15 +186,13 @@ impl PortChannelService {
         let fifo = Fifo::new(comm.gpu(), fifo_size)?;
         let fifo_status = Arc::new(StatusBlock::new(comm.gpu(), DEFAULT_SPIN_LIMIT)?);
         let handle = fifo.device_handle(fifo_status.device_ptr());
-        let memories = Memories::default();
         Ok(Self {
             fifo: Some(fifo),
             fifo_status,
             comm_status: comm.status().clone(),
             handle,
-            memories: memories.clone(),
             tables: Some(Tables {
-                memories,
+                memories: Vec::new(),
                 semaphores: Vec::new(),
             }),
             numa_node: comm.gpu().numa_node(),
@@ -217,25 +209,17 @@ impl PortChannelService {
         })
     }
 
-    /// Adds a memory channels and triggers may name, before or after `start`; returns its id.
-    pub fn add_memory(&self, mem: RegisteredMemory) -> Result<u32> {
-        let mut memories = self.memories.write().unwrap_or_else(|e| e.into_inner());
-        let id = memories.len() as u32;
+    /// Adds a memory channels may name; returns its id.
+    pub fn add_memory(&mut self, mem: RegisteredMemory) -> Result<u32> {
+        let t = self.tables()?;
+        let id = t.memories.len() as u32;
         if id > MAX_MEMORY_ID {
             return Err(Error::RegisterMemory {
                 reason: format!("a proxy serves at most {} memories", MAX_MEMORY_ID + 1),
             });
         }
-        memories.push(mem);
+        t.memories.push(mem);
         Ok(id)
-    }
-
-    /// How many memories are registered (ids `0..memories()` are taken).
-    pub fn memories(&self) -> usize {
-        self.memories
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .len()
     }
 
     /// Adds a semaphore (and its connection); returns its id.
@@ -282,9 +266,8 @@ impl PortChannelService {
                 pos: 0,
                 reason: format!("semaphore id {semaphore_id} not registered"),
             })?;
-        let registered = self.memories();
         for id in [dst, src] {
-            if id as usize >= registered {
+            if id as usize >= t.memories.len() {
                 return Err(Error::InvalidTrigger {
                     pos: 0,
                     reason: format!("memory id {id} not registered"),

@@ -50,7 +50,6 @@ layouts! {
     PortPingPongParams { status, channel, bytes, iterations, role, flush, reserved }
     CollectiveParams { status, channels, input, output, scratch, bytes, ll_flags, ll_slot_bytes, stage_offset, stride, reserved, dtype, op, mode, rank, nranks, root, max_blocks }
     DirectCollectiveParams { common, inputs, outputs }
-    PortCollectiveParams { direct, ports, counters, chunk, ring_offset, ring_slots, input_memory, input_offset, output_offset, dst_offsets, output_memory, reserved, dst_memories }
     IpcMemHandle { kind, device, owner_pid, owner_fd, token, alloc_size, offset, size, cuda }
 }
 
@@ -139,6 +138,5 @@ pub const TRIGGER_CONSTANTS: &[(&str, u64)] = {
             crate::CollectiveMode::ReduceChunk as u64,
         ),
         ("MSCCLPP_MAX_DIRECT_RANKS", crate::MAX_DIRECT_RANKS as u64),
-        ("MSCCLPP_MAX_PORT_CHUNKS", crate::MAX_PORT_CHUNKS as u64),
     ]
 };

@@ -33,8 +33,7 @@ pub use fifo::{DEFAULT_FIFO_SIZE, FifoDeviceHandle};
 pub use ipc::IpcMemHandle;
 pub use kernel_params::{
     BlockSumParams, CollectiveMode, CollectiveParams, CopyParams, DataType, DirectCollectiveParams,
-    FifoPushParams, MAX_DIRECT_RANKS, MAX_PORT_CHUNKS, PingPongParams, PortCollectiveParams,
-    PortPingPongParams, ReduceOp,
+    FifoPushParams, MAX_DIRECT_RANKS, PingPongParams, PortPingPongParams, ReduceOp,
 };
 pub use memory_channel::MemoryChannelDeviceHandle;
 pub use packet::{LL8Packet, LL16Packet};

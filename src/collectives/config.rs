@@ -82,11 +82,6 @@ pub struct CollectiveConfig {
     pub ll_threads: u32,
     /// Most packets an LL call sends per peer in a single block (one thread a packet).
     pub ll_single_block_packets: u32,
-    /// Pipeline piece of the copy-engine all-reduce, bytes: the copy engines spread each
-    /// piece of a rank's reduced chunk through a PortChannel while the SMs reduce the next
-    /// (raised so that a chunk has at most `MAX_PORT_CHUNKS` pieces). 0: reduce the whole
-    /// chunk, then copy it (no proxy).
-    pub ce_piece_bytes: usize,
 }
 
 impl CollectiveConfig {
@@ -107,10 +102,9 @@ impl CollectiveConfig {
                 direct_block_bytes: 64 << 10,
                 direct_threads: 512,
                 threads: 512,
-                ll_blocks: 128,
+                ll_blocks: 512,
                 ll_threads: 256,
                 ll_single_block_packets: 512,
-                ce_piece_bytes: 4 << 20,
             },
             BackendKind::Cpu => Self {
                 ll_max_bytes: 64 << 10,
@@ -128,7 +122,6 @@ impl CollectiveConfig {
                 ll_blocks: 2,
                 ll_threads: 16,
                 ll_single_block_packets: 0,
-                ce_piece_bytes: 16 << 10,
             },
         }
     }
@@ -136,7 +129,7 @@ impl CollectiveConfig {
     /// Applies the tuning variables `MSCCLPP_LL_BLOCKS`, `MSCCLPP_LL_THREADS`,
     /// `MSCCLPP_LL_PART_MAX_BYTES`, `MSCCLPP_DIRECT_MIN_BYTES`,
     /// `MSCCLPP_CE_MIN_BYTES`,
-    /// `MSCCLPP_CE_ALL_REDUCE_MIN_BYTES`, `MSCCLPP_CE_PIECE_BYTES`,
+    /// `MSCCLPP_CE_ALL_REDUCE_MIN_BYTES`,
     /// `MSCCLPP_DIRECT_BLOCKS`, `MSCCLPP_DIRECT_BLOCK_BYTES` and `MSCCLPP_DIRECT_THREADS` where set (every rank must see the
     /// same values). Unparsable values are ignored with a warning.
     pub fn with_env(mut self) -> Self {
@@ -165,9 +158,6 @@ impl CollectiveConfig {
         }
         if let Some(v) = var("MSCCLPP_CE_ALL_REDUCE_MIN_BYTES") {
             self.ce_all_reduce_min_bytes = v;
-        }
-        if let Some(v) = var("MSCCLPP_CE_PIECE_BYTES") {
-            self.ce_piece_bytes = v;
         }
         if let Some(v) = var("MSCCLPP_DIRECT_BLOCKS") {
             self.direct_blocks = (v as u32).clamp(1, 1024);

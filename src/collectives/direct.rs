@@ -72,9 +72,6 @@ pub struct DirectBuffers {
     /// The registration (kept alive) and its wire form (sent on every call), by allocation id.
     local: Mutex<HashMap<u64, (RegisteredMemory, Vec<u8>)>>,
     remote: Mutex<HashMap<(usize, u64), RegisteredMemory>>,
-    /// The registrations of the last exchange, by rank, in buffer order (with each buffer's
-    /// offset in its registration).
-    last: Mutex<HashMap<usize, Vec<(RegisteredMemory, u64)>>>,
 }
 
 impl DirectBuffers {
@@ -90,7 +87,6 @@ impl DirectBuffers {
         mine: &[(DevicePtr<u8>, usize)],
         eligible: bool,
     ) -> Result<Option<Vec<Vec<DevicePtr<u8>>>>> {
-        self.last.lock().unwrap_or_else(|e| e.into_inner()).clear();
         let msg = self.message(comm, mine, eligible);
         for &q in peers {
             comm.bootstrap().send(q, TAG, &msg)?;
@@ -117,13 +113,6 @@ impl DirectBuffers {
         let local = self.local.lock().unwrap_or_else(|e| e.into_inner()).len();
         let remote = self.remote.lock().unwrap_or_else(|e| e.into_inner()).len();
         (local, remote)
-    }
-
-    /// Shared buffer `k` of the last exchange as rank `rank` registered it (this rank's own
-    /// registration, or the peer's mapped here), and the buffer's offset in it.
-    pub fn last_registration(&self, rank: usize, k: usize) -> Option<(RegisteredMemory, u64)> {
-        let last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        last.get(&rank)?.get(k).cloned()
     }
 
     /// This rank's message: `ok = 0` (and no entries) unless every buffer can be shared.
@@ -189,11 +178,7 @@ impl DirectBuffers {
                 }
             };
         }
-        let (reg, wire) = local.get(&a.id)?;
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        last.entry(comm.rank())
-            .or_default()
-            .push((reg.clone(), offset));
+        let (_, wire) = local.get(&a.id)?;
         Some((offset, len as u64, wire.clone()))
     }
 
@@ -234,8 +219,6 @@ impl DirectBuffers {
                 }
             };
             ptrs.push(mem.range(offset, len)?);
-            let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-            last.entry(q).or_default().push((mem, offset));
         }
         Ok(Some(ptrs))
     }

@@ -8,12 +8,9 @@ use mscclpp_host::transport::Transport;
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::{
     CollectiveMode, CollectiveParams, DataType, DevicePtr, DirectCollectiveParams,
-    MAX_DIRECT_RANKS, MAX_PORT_CHUNKS, PortCollectiveParams, ReduceOp,
+    MAX_DIRECT_RANKS, ReduceOp,
 };
 
-use std::sync::Arc;
-
-use super::port::{Ports, RING_SLOTS};
 use super::{Algorithm, Collectives, up16};
 
 impl Collectives {
@@ -193,18 +190,13 @@ impl Collectives {
         work: usize,
     ) -> Result<()> {
         self.ensure_healthy()?;
-        let cfg = self.direct_config(work);
+        let most = self.cfg.direct_blocks.min(self.cfg.max_blocks) as usize;
+        let blocks = work.div_ceil(self.cfg.direct_block_bytes).clamp(1, most) as u32;
+        let cfg = LaunchConfig::new(blocks, self.cfg.direct_threads).with_shared_mem(16);
         self.record(Algorithm::Direct);
         // SAFETY: the buffers were registered and sized by the caller's contract; the channel
         // table lives as long as `self`.
         unsafe { stream.launch(&self.direct, cfg, d) }
-    }
-
-    /// The direct kernels' launch shape for `work` bytes (what one rank moves).
-    pub(super) fn direct_config(&self, work: usize) -> LaunchConfig {
-        let most = self.cfg.direct_blocks.min(self.cfg.max_blocks) as usize;
-        let blocks = work.div_ceil(self.cfg.direct_block_bytes).clamp(1, most) as u32;
-        LaunchConfig::new(blocks, self.cfg.direct_threads).with_shared_mem(16)
     }
 
     /// Queues one block meeting the ranks in `peers` (copy-engine brackets).
@@ -297,99 +289,6 @@ impl Collectives {
         }
         self.record(Algorithm::CopyEngine);
         self.launch_barrier(stream, &self.others())
-    }
-
-    /// The pipelined copy-engine all-reduce's proxy, set up on the first call that needs it
-    /// (every rank reaches it in the same call).
-    pub(super) fn ports(&self) -> Result<Arc<Ports>> {
-        let mut ports = self.ports.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(p) = ports.as_ref() {
-            return Ok(p.clone());
-        }
-        let p = Arc::new(Ports::new(
-            &self.comm,
-            &self.connections,
-            self.scratch_reg.clone(),
-            &self.peer_scratch,
-        )?);
-        *ports = Some(p.clone());
-        Ok(p)
-    }
-
-    /// The pipeline piece of a copy-engine all-reduce of `bytes`, or `None` when it runs
-    /// unpipelined (`ce_piece_bytes == 0`, or the scratch rings cannot hold pieces small
-    /// enough for `MAX_PORT_CHUNKS` pieces a chunk). The same answer on every rank.
-    pub(super) fn port_piece(&self, bytes: usize) -> Option<usize> {
-        let n = self.comm.size();
-        let least = up16(up16(bytes.div_ceil(n)).div_ceil(MAX_PORT_CHUNKS));
-        let most = (self.cfg.stage_bytes / (n * RING_SLOTS)) & !15;
-        let want = up16(self.cfg.ce_piece_bytes).max(least).min(most);
-        (self.cfg.ce_piece_bytes > 0 && want >= least && want > 0).then_some(want)
-    }
-
-    /// Whether this rank can take a copy-engine all-reduce of `bytes` (said in the direct
-    /// exchange, so every rank agrees): when pipelined, its proxy can name the call's buffers.
-    pub(super) fn port_ready(&self, bytes: usize) -> Result<bool> {
-        if self.port_piece(bytes).is_none() {
-            return Ok(true);
-        }
-        Ok(self.ports()?.has_room(self.comm.size() + 1))
-    }
-
-    /// The pipelined copy-engine all-reduce on registered buffers `t` (`t[0]` inputs, `t[1]`
-    /// outputs; the last exchange shared this rank's input and output, in that order) in
-    /// pieces of `piece` bytes: the copy engines carry pieces of input into the owners' scratch
-    /// rings and reduced pieces back while the SMs reduce (`mscclpp_device::collectives::port`).
-    pub(super) fn port_all_reduce(
-        &self,
-        stream: &Stream,
-        t: &[[DevicePtr<u8>; MAX_DIRECT_RANKS]],
-        bytes: usize,
-        piece: usize,
-        (dtype, op): (DataType, ReduceOp),
-    ) -> Result<()> {
-        let (n, me) = (self.comm.size(), self.comm.rank());
-        let ports = self.ports()?;
-        let registered = |q: usize, k: usize| {
-            let (reg, off) =
-                self.buffers
-                    .last_registration(q, k)
-                    .ok_or_else(|| Error::MalformedMemory {
-                        rank: q,
-                        reason: "a buffer missing from this call's exchange".into(),
-                    })?;
-            Ok::<_, Error>((ports.memory_id(q, &reg)?, off))
-        };
-        let mut d = self.direct_params(CollectiveMode::AllReduce, bytes);
-        d.common.dtype = dtype as u32;
-        d.common.op = op as u32;
-        (d.common.input, d.common.output) = (t[0][me], t[1][me]);
-        (d.inputs, d.outputs) = (t[0], t[1]);
-        let mut pp = PortCollectiveParams {
-            direct: d,
-            ports: ports.table.ptr().cast(),
-            counters: ports.counters.ptr().cast(),
-            chunk: piece as u64,
-            ring_offset: self.stage_offset,
-            ring_slots: RING_SLOTS as u32,
-            ..Default::default()
-        };
-        (pp.input_memory, pp.input_offset) = registered(me, 0)?;
-        (pp.output_memory, pp.output_offset) = registered(me, 1)?;
-        for q in self.others() {
-            (pp.dst_memories[q], pp.dst_offsets[q]) = registered(q, 1)?;
-        }
-        // A failed proxy has aborted the communicator: this refuses.
-        self.ensure_healthy()?;
-        // Reducer blocks as the direct kernel's, and the sender block.
-        let most = self.cfg.direct_blocks.min(self.cfg.max_blocks).max(2);
-        let reducers = self.direct_config(bytes / n).grid.min(most - 1);
-        let cfg = LaunchConfig::new(reducers + 1, self.cfg.direct_threads).with_shared_mem(16);
-        self.record(Algorithm::CopyEngine);
-        // SAFETY: the buffers were registered and sized by the caller's contract, and the
-        // proxy holds their registrations; the rings fit the staging region (`port_piece`);
-        // the channel table, the port table and the counters live as long as `self`.
-        unsafe { stream.launch(&self.port, cfg, pp) }
     }
 
     /// Runs a per-part mode in pieces of at most `max_piece` bytes per part.

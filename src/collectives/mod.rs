@@ -43,7 +43,6 @@
 mod config;
 mod direct;
 mod launch;
-mod port;
 
 pub use config::{Algorithm, CollectiveConfig};
 
@@ -59,7 +58,7 @@ use mscclpp_host::transport::Transport;
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::{
     CollectiveMode, CollectiveParams, DataType, DevicePtr, DirectCollectiveParams,
-    MemoryChannelDeviceHandle, PortCollectiveParams, ReduceOp,
+    MemoryChannelDeviceHandle, ReduceOp,
 };
 
 use crate::kernels;
@@ -73,12 +72,7 @@ pub struct Collectives {
     ll: Kernel<CollectiveParams>,
     staged: Kernel<CollectiveParams>,
     direct: Kernel<DirectCollectiveParams>,
-    port: Kernel<PortCollectiveParams>,
     buffers: direct::DirectBuffers,
-    /// The pipelined copy-engine all-reduce's proxy and channels, set up on first use.
-    ports: std::sync::Mutex<Option<Arc<port::Ports>>>,
-    /// This rank's scratch registration (the proxy's memory 0).
-    scratch_reg: RegisteredMemory,
     /// Second stream of the copy-engine paths (a rank's copy into its own buffer), and its
     /// fork and join events.
     side: Stream,
@@ -87,10 +81,8 @@ pub struct Collectives {
     scratch: DeviceBuffer,
     channel_table: DeviceBuffer,
     _channels: Vec<MemoryChannel>,
-    /// Every peer's scratch registration, mapped here, by rank (`None` for this one).
-    peer_scratch: Vec<Option<RegisteredMemory>>,
-    /// The connection to every peer, by rank (`None` for this one).
-    connections: Vec<Option<Arc<dyn Connection>>>,
+    _peers: Vec<RegisteredMemory>,
+    _connections: Vec<Arc<dyn Connection>>,
     ll_slot_bytes: u64,
     stage_offset: u64,
     ll_flags: DeviceBuffer,
@@ -151,7 +143,6 @@ impl Collectives {
         let ll = module.kernel(kernels::LL_COLLECTIVE)?;
         let staged = module.kernel(kernels::STAGED_COLLECTIVE)?;
         let direct = module.kernel(kernels::DIRECT_COLLECTIVE)?;
-        let port = module.kernel(kernels::PORT_ALL_REDUCE)?;
         let ll_slot_bytes = (up16(cfg.ll_max_bytes).div_ceil(8) * 16) as u64;
         let stage_offset = 2 * n as u64 * ll_slot_bytes;
         let scratch = g.alloc(stage_offset as usize + cfg.stage_bytes + 16 * n)?;
@@ -197,18 +188,15 @@ impl Collectives {
             ll,
             staged,
             direct,
-            port,
             buffers: direct::DirectBuffers::default(),
-            ports: std::sync::Mutex::new(None),
-            scratch_reg: reg,
             side: g.stream()?,
             fork: g.event()?,
             join: g.event()?,
             scratch,
             channel_table,
             _channels: channels,
-            peer_scratch: peers,
-            connections,
+            _peers: peers.into_iter().flatten().collect(),
+            _connections: connections.into_iter().flatten().collect(),
             ll_slot_bytes,
             stage_offset,
             ll_flags,
@@ -284,12 +272,8 @@ impl Collectives {
             Algorithm::Direct | Algorithm::CopyEngine => {
                 let mine = [(input, bytes), (output, bytes)];
                 let eligible = direct::disjoint_or_at(input, bytes, output, bytes, Some(0))
-                    && direct::whole_vectors(&[input, output], bytes)
-                    && (algo != Algorithm::CopyEngine || self.port_ready(bytes)?);
+                    && direct::whole_vectors(&[input, output], bytes);
                 let done = self.try_direct(algo, forced, eligible, &mine, |t, a| {
-                    if let (Algorithm::CopyEngine, Some(piece)) = (a, self.port_piece(bytes)) {
-                        return self.port_all_reduce(stream, t, bytes, piece, (dtype, op));
-                    }
                     if a == Algorithm::CopyEngine {
                         return self.ce_all_reduce(stream, t, input, output, bytes, (dtype, op));
                     }

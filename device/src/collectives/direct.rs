@@ -41,10 +41,10 @@ const UNROLL: usize = 4;
 
 /// What a block moves: vectors `[0, nv)` from `src(q) + i * 16` of the ranks `q` it reads, to
 /// `dst(q) + i * 16` of the ranks it writes.
-pub(super) struct Spread<S, D> {
-    pub(super) nv: u64,
-    pub(super) src: S,
-    pub(super) dst: D,
+struct Spread<S, D> {
+    nv: u64,
+    src: S,
+    dst: D,
 }
 
 /// Loads vector `j` from `src`, or zeros past `nv`.
@@ -68,7 +68,7 @@ unsafe fn load(src: *const u8, j: u64, nv: u64) -> [u32; 4] {
 /// Every `src(q)` / `dst(q)` holds `nv * 16` bytes (kernel contract).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn reduce_spread<S, D>(
+unsafe fn reduce_spread<S, D>(
     s: &Spread<S, D>,
     first: u32,
     readers: impl Fn(u32) -> bool,

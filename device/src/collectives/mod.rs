@@ -20,10 +20,8 @@
 //!   staging buffer a peer may still be reading from the previous launch.
 
 pub mod direct;
-pub mod port;
 
 pub use direct::direct_collective_kernel;
-pub use port::port_all_reduce_kernel;
 
 use crate::arch;
 use crate::copy::copy;

@@ -439,38 +439,6 @@ MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, common, 0);
 MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, inputs, 112);
 MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, outputs, 176);
 
-/* port_all_reduce_kernel: the copy-engine all-reduce, pipelined through PortChannels. */
-#define MSCCLPP_MAX_PORT_CHUNKS 1024u
-typedef struct PortCollectiveParams {
-  DirectCollectiveParams direct;                  /* this rank's input/output, block barriers */
-  uint64_t ports;                                 /* PortChannelDeviceHandle[2 * nranks] */
-  uint64_t counters;                              /* uint64_t[MSCCLPP_MAX_PORT_CHUNKS], zero */
-  uint64_t chunk;                                 /* bytes per pipeline piece */
-  uint64_t ring_offset;                           /* ring region offset in every scratch */
-  uint32_t ring_slots;                            /* ring slots per sender */
-  uint32_t input_memory;                          /* proxy memory id of this input */
-  uint64_t input_offset;                          /* this input's offset in its memory */
-  uint64_t output_offset;                         /* this output's offset in its memory */
-  uint64_t dst_offsets[MSCCLPP_MAX_DIRECT_RANKS];  /* rank q's output's offset in its memory */
-  uint32_t output_memory;                         /* proxy memory id of this output */
-  uint32_t reserved;                              /* zero */
-  uint32_t dst_memories[MSCCLPP_MAX_DIRECT_RANKS]; /* proxy memory id of rank q's output */
-} PortCollectiveParams;
-MSCCLPP_CHECK_LAYOUT(PortCollectiveParams, 400, 8);
-MSCCLPP_CHECK_OFFSET(PortCollectiveParams, direct, 0);
-MSCCLPP_CHECK_OFFSET(PortCollectiveParams, ports, 240);
-MSCCLPP_CHECK_OFFSET(PortCollectiveParams, counters, 248);
-MSCCLPP_CHECK_OFFSET(PortCollectiveParams, chunk, 256);
-MSCCLPP_CHECK_OFFSET(PortCollectiveParams, ring_offset, 264);
-MSCCLPP_CHECK_OFFSET(PortCollectiveParams, ring_slots, 272);
-MSCCLPP_CHECK_OFFSET(PortCollectiveParams, input_memory, 276);
-MSCCLPP_CHECK_OFFSET(PortCollectiveParams, input_offset, 280);
-MSCCLPP_CHECK_OFFSET(PortCollectiveParams, output_offset, 288);
-MSCCLPP_CHECK_OFFSET(PortCollectiveParams, dst_offsets, 296);
-MSCCLPP_CHECK_OFFSET(PortCollectiveParams, output_memory, 360);
-MSCCLPP_CHECK_OFFSET(PortCollectiveParams, reserved, 364);
-MSCCLPP_CHECK_OFFSET(PortCollectiveParams, dst_memories, 368);
-
 /* ---------------------------------------------------------------------------------------- */
 /* Inter-process (shared/src/ipc.rs)                                                        */
 /* ---------------------------------------------------------------------------------------- */
