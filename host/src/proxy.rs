@@ -68,14 +68,8 @@ pub struct ProxyService {
     stop: Arc<AtomicBool>,
     error: Arc<Mutex<Option<Error>>>,
     status: Arc<StatusBlock>,
-    /// The thread; it hands back its FIFO and handler when it ends, so that what they own
-    /// (the FIFO's device words, the handler's semaphores) lives until `stop` or drop, after
-    /// an error too: GPU code may still touch them until the abort reaches it.
-    thread: Option<std::thread::JoinHandle<Served>>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
-
-/// What the proxy thread served, handed back when it ends.
-type Served = (Fifo, Box<dyn ProxyHandler>);
 
 impl ProxyService {
     /// Starts serving `fifo` with `handler`. Waits on `fifo` report through `status`, whose
@@ -109,20 +103,18 @@ impl ProxyService {
                     backoff.reset();
                     if let Err(e) = handler.handle(trigger, pos) {
                         tracing::error!("proxy: trigger at {pos} failed: {e}");
-
                         *error2.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
                         status2.abort();
                         for s in &also_abort {
                             s.abort();
                         }
-                        return (fifo, handler);
+                        return;
                     }
                     fifo.pop();
                     if trigger.kind().contains(TriggerType::SYNC) {
                         fifo.complete_flush(pos);
                     }
                 }
-                (fifo, handler)
             })
             .map_err(|source| Error::ProxyStart { source })?;
         Ok(Self {
