@@ -5,7 +5,10 @@
 # binaries of the workspace (unit and integration tests) and the release binaries and examples.
 # They are copied, debug info stripped, into the git-ignored folder `gpu-bundle/` together with
 # `gpu-bundle/run-tests.sh`, which runs every test binary with
-#   MSCCLPP_BACKEND=cuda NCCL_NVLS_ENABLE=0 <binary> --include-ignored
+#   MSCCLPP_BACKEND=cuda NCCL_NVLS_ENABLE=0 <binary> --include-ignored --test-threads 1
+# (one test at a time: on 2xH200 the channels and collectives binaries hung with the default
+# parallel test threads and pass one test at a time; every multi-rank test uses all the GPUs,
+# so likely two tests' kernels each held one GPU while waiting for their peer on the other)
 # (so tests marked `#[ignore = "needs CUDA"]` run too), prints one PASS/FAIL line per binary and
 # exits non-zero if any failed.
 #
@@ -101,7 +104,7 @@ while IFS=$'\t' read -r kind pkg file; do
     dir="$root/$pkg"; [ -d "$dir" ] || dir="$bundle"
     start=$SECONDS
     ( cd "$dir" && CARGO_MANIFEST_DIR="$dir" timeout "${MSCCLPP_TEST_TIMEOUT:-300}" \
-        "$bundle/$file" --include-ignored "${filter[@]}" "${extra[@]}" ) >"$logs/$name.log" 2>&1
+        "$bundle/$file" --include-ignored --test-threads 1 "${filter[@]}" "${extra[@]}" ) >"$logs/$name.log" 2>&1
     rc=$?
     summary="$(grep -E '^test result:' "$logs/$name.log" | tail -1)"
     if [ "$rc" -eq 0 ]; then
