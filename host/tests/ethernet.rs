@@ -362,6 +362,9 @@ fn peer_that_drops_its_connection_is_reported() {
         if me == 1 {
             drop(conn);
             comm.bootstrap().barrier().unwrap();
+            // Stay until rank 0 has checked that its communicator is not aborted: a rank that
+            // ends closes its bootstrap link, and a closed link does abort the survivor.
+            comm.bootstrap().barrier().unwrap();
             return;
         }
         comm.bootstrap().barrier().unwrap();
@@ -388,6 +391,7 @@ fn peer_that_drops_its_connection_is_reported() {
             Err(Error::EthernetPeerClosed { remote_rank: 1, .. })
         ));
         assert!(!comm.status().is_aborted());
+        comm.bootstrap().barrier().unwrap();
     });
 }
 
