@@ -518,66 +518,27 @@ fn raw_header(op: u32, id: u32, a: u64, b: u64, c: u64) -> [u8; HEADER_LEN] {
 /// Builds a hostile frame from (the Ethernet memory's id, a Shm-only memory's id).
 type HostileFrame = dyn Fn(u32, u32) -> Vec<u8> + Sync;
 
+/// A WRITE frame for memory `id` at `offset` with `len` bytes of 0xcc payload.
+fn write_frame(id: u32, offset: u64, len: u64) -> Vec<u8> {
+    let mut v = Frame::Write { id, offset, len }.encode().to_vec();
+    v.extend_from_slice(&vec![0xcc; len as usize]);
+    v
+}
+
 #[test]
 fn hostile_frames_are_refused_without_copying() {
     let (id, listener) = UniqueId::bind(loopback()).unwrap();
     // id (the Ethernet one), id of a Shm-only memory; the hostile frames to try.
     let cases: Vec<(&str, Box<HostileFrame>)> = vec![
-        (
-            "past the end",
-            Box::new(|e, _| {
-                let mut v = Frame::Write {
-                    id: e,
-                    offset: 4000,
-                    len: 200,
-                }
-                .encode()
-                .to_vec();
-                v.extend_from_slice(&[0xcc; 200]);
-                v
-            }),
-        ),
+        ("past the end", Box::new(|e, _| write_frame(e, 4000, 200))),
         (
             "offset overflow",
-            Box::new(|e, _| {
-                let mut v = Frame::Write {
-                    id: e,
-                    offset: u64::MAX - 3,
-                    len: 8,
-                }
-                .encode()
-                .to_vec();
-                v.extend_from_slice(&[0xcc; 8]);
-                v
-            }),
+            Box::new(|e, _| write_frame(e, u64::MAX - 3, 8)),
         ),
-        (
-            "unknown id",
-            Box::new(|_, _| {
-                let mut v = Frame::Write {
-                    id: 9999,
-                    offset: 0,
-                    len: 8,
-                }
-                .encode()
-                .to_vec();
-                v.extend_from_slice(&[0xcc; 8]);
-                v
-            }),
-        ),
+        ("unknown id", Box::new(|_, _| write_frame(9999, 0, 8))),
         (
             "not registered for Ethernet",
-            Box::new(|_, s| {
-                let mut v = Frame::Write {
-                    id: s,
-                    offset: 0,
-                    len: 8,
-                }
-                .encode()
-                .to_vec();
-                v.extend_from_slice(&[0xcc; 8]);
-                v
-            }),
+            Box::new(|_, s| write_frame(s, 0, 8)),
         ),
         (
             "misaligned update",
