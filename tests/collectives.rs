@@ -11,7 +11,7 @@ use common::values::{REDUCE_OPS as OPS, TYPES, decode, encode};
 use mscclpp::collectives::{Algorithm, CollectiveConfig, Collectives};
 use mscclpp::host::communicator::Communicator;
 use mscclpp::host::gpu::BackendKind;
-use mscclpp::shared::{DataType, ReduceOp};
+use mscclpp::shared::{DataType, DevicePtr, ReduceOp};
 
 /// A small integer, exact in every type even after summing 8 of them.
 fn value(rank: usize, i: usize) -> f64 {
@@ -420,23 +420,16 @@ fn direct_registration_cache_and_fallback() {
             .map(|i| reduce(ReduceOp::Sum, (0..n).map(|r| value(r, i)), dtype))
             .collect();
         let buf = g.alloc(bytes + 16).unwrap();
+        // An in-place sum of `count` elements at `p`, waited for.
+        let sum_in_place = |p: DevicePtr<u8>, algo: Option<Algorithm>| {
+            // SAFETY: every `p` below holds `bytes`.
+            unsafe { c.all_reduce(p, p, count, dtype, ReduceOp::Sum, &stream, algo) }
+                .map(|()| stream.synchronize().unwrap())
+        };
         let before = c.registered_buffers();
         for round in 0..5 {
             buf.copy_from_host(0, &data(dtype, rank, count, 0)).unwrap();
-            // SAFETY: `buf` holds `bytes`.
-            unsafe {
-                c.all_reduce(
-                    buf.ptr(),
-                    buf.ptr(),
-                    count,
-                    dtype,
-                    ReduceOp::Sum,
-                    &stream,
-                    None,
-                )
-            }
-            .unwrap();
-            stream.synchronize().unwrap();
+            sum_in_place(buf.ptr(), None).unwrap();
             assert_eq!(c.last_algorithm(), Some(Algorithm::Direct), "round {round}");
             let mut got = vec![0u8; bytes];
             buf.copy_to_host(0, &mut got).unwrap();
@@ -455,47 +448,21 @@ fn direct_registration_cache_and_fallback() {
         buf.copy_from_host(off, &data(dtype, rank, count, 0))
             .unwrap();
         let p = buf.ptr().byte_add_cast(off as u64);
-        // SAFETY: `buf` holds `bytes` from `off`.
-        unsafe { c.all_reduce(p, p, count, dtype, ReduceOp::Sum, &stream, None) }.unwrap();
-        stream.synchronize().unwrap();
+        sum_in_place(p, None).unwrap();
         assert_eq!(c.last_algorithm(), Some(Algorithm::Staged));
         let mut got = vec![0u8; bytes];
         buf.copy_to_host(off, &mut got).unwrap();
         check(dtype, &got, &want, "fallback to staging");
 
         // Forced: a typed error on both ranks, and nothing queued.
-        // SAFETY: as above.
-        let r = unsafe {
-            c.all_reduce(
-                p,
-                p,
-                count,
-                dtype,
-                ReduceOp::Sum,
-                &stream,
-                Some(Algorithm::Direct),
-            )
-        };
+        let r = sum_in_place(p, Some(Algorithm::Direct));
         assert!(
             matches!(r, Err(mscclpp::host::Error::Unsupported { .. })),
             "forced direct on a misaligned buffer: {r:?}"
         );
         // The communicator is still usable.
         buf.copy_from_host(0, &data(dtype, rank, count, 0)).unwrap();
-        // SAFETY: as above.
-        unsafe {
-            c.all_reduce(
-                buf.ptr(),
-                buf.ptr(),
-                count,
-                dtype,
-                ReduceOp::Sum,
-                &stream,
-                None,
-            )
-        }
-        .unwrap();
-        stream.synchronize().unwrap();
+        sum_in_place(buf.ptr(), None).unwrap();
         buf.copy_to_host(0, &mut got).unwrap();
         check(dtype, &got, &want, "after the refused call");
 
@@ -504,20 +471,7 @@ fn direct_registration_cache_and_fallback() {
         other
             .copy_from_host(0, &data(dtype, rank, count, 0))
             .unwrap();
-        // SAFETY: `other` holds `bytes`.
-        unsafe {
-            c.all_reduce(
-                other.ptr(),
-                other.ptr(),
-                count,
-                dtype,
-                ReduceOp::Sum,
-                &stream,
-                None,
-            )
-        }
-        .unwrap();
-        stream.synchronize().unwrap();
+        sum_in_place(other.ptr(), None).unwrap();
         other.copy_to_host(0, &mut got).unwrap();
         check(dtype, &got, &want, "second allocation");
         assert_eq!(c.registered_buffers().0, after.0 + 1);
