@@ -410,10 +410,9 @@ fn all_reduce_inside(comm: Communicator, victim: usize, algo: Algorithm, count: 
     let bytes = count * 4;
     let buf = g.alloc(bytes).unwrap();
     let n = comm.size() as u32;
-    for _ in 0..2 {
-        buf.copy_from_host(0, bytemuck::cast_slice(&vec![1u32; count]))
-            .unwrap();
-        // SAFETY: `buf` holds `count` u32 until the stream is synchronized.
+    // The test's in-place all-reduce, queued (not waited for).
+    let queue = || {
+        // SAFETY: `buf` holds `count` u32 and outlives every wait on the stream below.
         unsafe {
             c.all_reduce(
                 buf.ptr(),
@@ -425,7 +424,11 @@ fn all_reduce_inside(comm: Communicator, victim: usize, algo: Algorithm, count: 
                 Some(algo),
             )
         }
-        .unwrap();
+    };
+    for _ in 0..2 {
+        buf.copy_from_host(0, bytemuck::cast_slice(&vec![1u32; count]))
+            .unwrap();
+        queue().unwrap();
         assert!(
             stream.synchronize_timeout(RELEASE_WITHIN).unwrap(),
             "a good all-reduce hung"
@@ -441,36 +444,14 @@ fn all_reduce_inside(comm: Communicator, victim: usize, algo: Algorithm, count: 
         die_now();
     }
     let start = Instant::now();
-    // SAFETY: as above.
-    let queued = unsafe {
-        c.all_reduce(
-            buf.ptr(),
-            buf.ptr(),
-            count,
-            DataType::U32,
-            ReduceOp::Sum,
-            &stream,
-            Some(algo),
-        )
-    };
+    let queued = queue();
     if let Err(e) = queued {
         println!("FAULT all_reduce refused: {e}");
     }
     expect_released(&comm, &stream, start, victim);
     // Later calls fail at once or are released at once; none hangs.
     let again = Instant::now();
-    // SAFETY: as above.
-    let queued = unsafe {
-        c.all_reduce(
-            buf.ptr(),
-            buf.ptr(),
-            count,
-            DataType::U32,
-            ReduceOp::Sum,
-            &stream,
-            Some(algo),
-        )
-    };
+    let queued = queue();
     let finished = queued.is_err() || stream.synchronize_timeout(RELEASE_WITHIN).is_ok();
     assert!(finished, "a later all-reduce hung");
     println!(
