@@ -128,10 +128,9 @@ impl CollectiveConfig {
 
     /// Applies the tuning variables `MSCCLPP_LL_BLOCKS`, `MSCCLPP_LL_THREADS`,
     /// `MSCCLPP_LL_PART_MAX_BYTES`, `MSCCLPP_DIRECT_MIN_BYTES`,
-    /// `MSCCLPP_CE_MIN_BYTES`,
-    /// `MSCCLPP_CE_ALL_REDUCE_MIN_BYTES`,
-    /// `MSCCLPP_DIRECT_BLOCKS`, `MSCCLPP_DIRECT_BLOCK_BYTES` and `MSCCLPP_DIRECT_THREADS` where set (every rank must see the
-    /// same values). Unparsable values are ignored with a warning.
+    /// `MSCCLPP_CE_MIN_BYTES`, `MSCCLPP_CE_ALL_REDUCE_MIN_BYTES`, `MSCCLPP_DIRECT_BLOCKS`,
+    /// `MSCCLPP_DIRECT_BLOCK_BYTES` and `MSCCLPP_DIRECT_THREADS` where set (every rank must
+    /// see the same values). Unparsable values are ignored with a warning.
     pub fn with_env(mut self) -> Self {
         fn var(name: &str) -> Option<usize> {
             let v = std::env::var(name).ok()?;
