@@ -193,6 +193,11 @@ pub enum CollectiveMode {
     /// closing barrier (direct kernel; the copy-engine all-reduce then copies the chunk to
     /// every peer).
     ReduceChunk = 9,
+    /// Reduce `bytes` from every `inputs[q]` (`q < nranks`, all addressed here, `inputs[rank]`
+    /// first) into `outputs[rank]`, with no barrier (direct kernel; a piece of the pipelined
+    /// copy-engine all-reduce, whose inputs are the copies peers made into this rank's
+    /// scratch).
+    ReduceLocal = 10,
 }
 
 /// Parameters of the collective kernels (`ll_collective_kernel`, `staged_collective_kernel`).

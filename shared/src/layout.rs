@@ -137,6 +137,10 @@ pub const TRIGGER_CONSTANTS: &[(&str, u64)] = {
             "MSCCLPP_MODE_REDUCE_CHUNK",
             crate::CollectiveMode::ReduceChunk as u64,
         ),
+        (
+            "MSCCLPP_MODE_REDUCE_LOCAL",
+            crate::CollectiveMode::ReduceLocal as u64,
+        ),
         ("MSCCLPP_MAX_DIRECT_RANKS", crate::MAX_DIRECT_RANKS as u64),
     ]
 };

@@ -67,6 +67,12 @@ pub struct CollectiveConfig {
     pub ce_min_bytes: usize,
     /// Smallest all-reduce that takes the copy-engine algorithm unless one is forced.
     pub ce_all_reduce_min_bytes: usize,
+    /// Scratch bytes per rank of the copy-engine all-reduce, allocated on its first call: two
+    /// slots per peer, each receiving one piece (so it bounds the piece size).
+    pub ce_scratch_bytes: usize,
+    /// Fewest pieces the copy-engine all-reduce cuts each rank's chunk into (pieces overlap
+    /// the copies with the reduction; each costs a few microseconds of synchronisation).
+    pub ce_min_pieces: usize,
     /// Most blocks of the direct kernel.
     pub direct_blocks: u32,
     /// Bytes (of what one rank moves) per block of the direct kernel, up to `direct_blocks`.
@@ -98,6 +104,8 @@ impl CollectiveConfig {
                 direct_min_bytes: 1 << 20,
                 ce_min_bytes: 16 << 20,
                 ce_all_reduce_min_bytes: 128 << 20,
+                ce_scratch_bytes: 256 << 20,
+                ce_min_pieces: 2,
                 direct_blocks: 128,
                 direct_block_bytes: 64 << 10,
                 direct_threads: 512,
@@ -115,6 +123,9 @@ impl CollectiveConfig {
                 direct_min_bytes: 4 << 10,
                 ce_min_bytes: 128 << 10,
                 ce_all_reduce_min_bytes: 256 << 10,
+                // Small, so that the tests' all-reduces run in many pieces through both slots.
+                ce_scratch_bytes: 8 << 10,
+                ce_min_pieces: 2,
                 direct_blocks: 2,
                 direct_block_bytes: 1 << 20,
                 direct_threads: 16,
@@ -128,7 +139,8 @@ impl CollectiveConfig {
 
     /// Applies the tuning variables `MSCCLPP_LL_BLOCKS`, `MSCCLPP_LL_THREADS`,
     /// `MSCCLPP_LL_PART_MAX_BYTES`, `MSCCLPP_DIRECT_MIN_BYTES`,
-    /// `MSCCLPP_CE_MIN_BYTES`, `MSCCLPP_CE_ALL_REDUCE_MIN_BYTES`, `MSCCLPP_DIRECT_BLOCKS`,
+    /// `MSCCLPP_CE_MIN_BYTES`, `MSCCLPP_CE_ALL_REDUCE_MIN_BYTES`, `MSCCLPP_CE_SCRATCH_BYTES`,
+    /// `MSCCLPP_CE_PIECES` (`ce_min_pieces`), `MSCCLPP_DIRECT_BLOCKS`,
     /// `MSCCLPP_DIRECT_BLOCK_BYTES` and `MSCCLPP_DIRECT_THREADS` where set (every rank must
     /// see the same values). Unparsable values are ignored with a warning.
     pub fn with_env(mut self) -> Self {
@@ -157,6 +169,12 @@ impl CollectiveConfig {
         }
         if let Some(v) = var("MSCCLPP_CE_ALL_REDUCE_MIN_BYTES") {
             self.ce_all_reduce_min_bytes = v;
+        }
+        if let Some(v) = var("MSCCLPP_CE_SCRATCH_BYTES") {
+            self.ce_scratch_bytes = v.max(1 << 10);
+        }
+        if let Some(v) = var("MSCCLPP_CE_PIECES") {
+            self.ce_min_pieces = v.clamp(1, 1 << 10);
         }
         if let Some(v) = var("MSCCLPP_DIRECT_BLOCKS") {
             self.direct_blocks = (v as u32).clamp(1, 1024);

@@ -8,10 +8,10 @@ use mscclpp_host::transport::Transport;
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::{
     CollectiveMode, CollectiveParams, DataType, DevicePtr, DirectCollectiveParams,
-    MAX_DIRECT_RANKS, ReduceOp,
+    MAX_DIRECT_RANKS, MemoryChannelDeviceHandle, ReduceOp,
 };
 
-use super::{Algorithm, Collectives, up16};
+use super::{Algorithm, Collectives};
 
 impl Collectives {
     pub(super) fn record(&self, a: Algorithm) {
@@ -201,8 +201,26 @@ impl Collectives {
 
     /// Queues one block meeting the ranks in `peers` (copy-engine brackets).
     pub(super) fn launch_barrier(&self, stream: &Stream, peers: &[usize]) -> Result<()> {
+        self.launch_barrier_row(stream, peers, 0)
+    }
+
+    /// [`launch_barrier`](Self::launch_barrier) on channel row `row` (`< max_blocks`), for
+    /// meetings queued on concurrent streams, which must not share a row's semaphores.
+    pub(super) fn launch_barrier_row(
+        &self,
+        stream: &Stream,
+        peers: &[usize],
+        row: u32,
+    ) -> Result<()> {
         self.ensure_healthy()?;
         let mut d = self.direct_params(CollectiveMode::Barrier, 0);
+        let handle = std::mem::size_of::<MemoryChannelDeviceHandle>() as u64;
+        let row = row.min(self.cfg.max_blocks - 1);
+        d.common.channels = d
+            .common
+            .channels
+            .byte_add_cast(row as u64 * self.comm.size() as u64 * handle);
+        d.common.max_blocks -= row;
         d.common.root = peers.iter().fold(0u32, |m, &q| m | (1 << q));
         let cfg = LaunchConfig::new(1, 32).with_shared_mem(16);
         // SAFETY: touches only the channel table's semaphores, which live as long as `self`.
@@ -254,41 +272,6 @@ impl Collectives {
             what,
             backend: self.comm.gpu().kind(),
         }
-    }
-
-    /// The copy-engine all-reduce on registered buffers `t` (`t[0]` inputs, `t[1]` outputs):
-    /// the direct kernel reduces this rank's chunk into its output, reading the peers'
-    /// inputs, then the copy engines write that chunk into every peer's output and a barrier
-    /// tells each rank its output is complete. Nobody reads chunk `rank` of a peer's buffer but
-    /// this rank, which has finished reading it when the copies start, so in place is safe.
-    /// (Overlapping the two phases in pieces on a second stream, and pushing by copy engine
-    /// first, were measured slower on 2×H200; see BENCHMARKS.md.)
-    pub(super) fn ce_all_reduce(
-        &self,
-        stream: &Stream,
-        t: &[[DevicePtr<u8>; MAX_DIRECT_RANKS]],
-        input: DevicePtr<u8>,
-        output: DevicePtr<u8>,
-        bytes: usize,
-        (dtype, op): (DataType, ReduceOp),
-    ) -> Result<()> {
-        let (n, me) = (self.comm.size(), self.comm.rank());
-        let mut d = self.direct_params(CollectiveMode::ReduceChunk, bytes);
-        d.common.dtype = dtype as u32;
-        d.common.op = op as u32;
-        (d.common.input, d.common.output) = (input, output);
-        (d.inputs, d.outputs) = (t[0], t[1]);
-        self.launch_direct(stream, d, bytes / n)?;
-        // Chunk `rank`, as the kernel splits it.
-        let chunk = up16(bytes.div_ceil(n));
-        let (at, len) = (me * chunk, bytes.saturating_sub(me * chunk).min(chunk));
-        let src = output.byte_add_cast(at as u64);
-        for q in self.others() {
-            // SAFETY: chunk `me` of the peer's registered output (its `bytes`).
-            unsafe { copy_if_needed(stream, t[1][q].byte_add_cast(at as u64), src, len)? };
-        }
-        self.record(Algorithm::CopyEngine);
-        self.launch_barrier(stream, &self.others())
     }
 
     /// Runs a per-part mode in pieces of at most `max_piece` bytes per part.

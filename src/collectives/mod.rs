@@ -26,8 +26,8 @@
 //! - `CopyEngine` (all-gather, broadcast, all-to-all, send/recv, from `ce_min_bytes`; send/recv
 //!   whenever direct): the registered buffers again, moved by the copy engines
 //!   (`cuMemcpyAsync` into the peers' mapped buffers) between two block barriers. For
-//!   all-reduce (forced only), the direct kernel first reduces each rank's own chunk, reading
-//!   the peers' inputs, and the copy engines then spread the chunks.
+//!   all-reduce (from `ce_all_reduce_min_bytes`), a pipelined reduce-scatter and all-gather by
+//!   copy engine through a scratch buffer of its own (`ce_all_reduce.rs`).
 //!
 //! The direct and copy-engine paths cost one bootstrap message per peer per call (host side),
 //! which a CUDA graph pays once, at capture. They need every buffer to be device memory this
@@ -40,6 +40,7 @@
 //! Every rank must call the same collectives in the same order (as with NCCL); `send` and
 //! `recv` pair up between two ranks.
 
+mod ce_all_reduce;
 mod config;
 mod direct;
 mod launch;
@@ -78,6 +79,8 @@ pub struct Collectives {
     side: Stream,
     fork: mscclpp_host::gpu::Event,
     join: mscclpp_host::gpu::Event,
+    /// The copy-engine all-reduce's streams, events and scratch.
+    ce: ce_all_reduce::Pipeline,
     scratch: DeviceBuffer,
     channel_table: DeviceBuffer,
     _channels: Vec<MemoryChannel>,
@@ -106,7 +109,9 @@ impl Collectives {
 
     /// Sets up collectives with `cfg` (identical on every rank).
     pub fn with_config(comm: Arc<Communicator>, mut cfg: CollectiveConfig) -> Result<Self> {
-        cfg.max_blocks = cfg.max_blocks.max(cfg.staged_blocks).max(cfg.direct_blocks);
+        cfg.max_blocks = (cfg.max_blocks.max(cfg.staged_blocks))
+            .max(cfg.direct_blocks)
+            .max(ce_all_reduce::ROWS);
         let (rank, n) = (comm.rank(), comm.size());
         let g = comm.gpu().clone();
         let t = Transport::local_for(g.kind());
@@ -192,6 +197,7 @@ impl Collectives {
             side: g.stream()?,
             fork: g.event()?,
             join: g.event()?,
+            ce: ce_all_reduce::Pipeline::new(&g)?,
             scratch,
             channel_table,
             _channels: channels,
@@ -270,12 +276,19 @@ impl Collectives {
                 self.ll_parts(stream, mode, input, output, bytes, dtype, op)
             }
             Algorithm::Direct | Algorithm::CopyEngine => {
-                let mine = [(input, bytes), (output, bytes)];
-                let eligible = direct::disjoint_or_at(input, bytes, output, bytes, Some(0))
+                let mut mine = vec![(input, bytes), (output, bytes)];
+                let mut eligible = direct::disjoint_or_at(input, bytes, output, bytes, Some(0))
                     && direct::whole_vectors(&[input, output], bytes);
+                if algo == Algorithm::CopyEngine {
+                    // Every rank shares its CE scratch too (or, without one, goes staged).
+                    match self.ce.scratch(self.comm.gpu(), self.cfg.ce_scratch_bytes) {
+                        Some(s) => mine.push(s),
+                        None => eligible = false,
+                    }
+                }
                 let done = self.try_direct(algo, forced, eligible, &mine, |t, a| {
                     if a == Algorithm::CopyEngine {
-                        return self.ce_all_reduce(stream, t, input, output, bytes, (dtype, op));
+                        return self.ce_all_reduce(stream, t, bytes, (dtype, op));
                     }
                     let mut d = self.direct_params(CollectiveMode::AllReduce, bytes);
                     d.common.dtype = dtype as u32;

@@ -2,9 +2,9 @@
 //! copies. The host registers every rank's input and output on first use and hands each rank
 //! all of them, mapped into its address space ([`DirectCollectiveParams`]).
 //!
-//! Every mode is: a block barrier with the peers (their buffers are ready: each peer's stream
-//! reached this call, so it is done with whatever it did to them before), the block's share of
-//! the work, and a second barrier (every peer's writes into this rank's output have landed, so
+//! Every mode but reduce-local is: a block barrier with the peers (their buffers are ready:
+//! each peer's stream reached this call, so it is done with whatever it did to them before),
+//! the block's share of the work, and a second barrier (every peer's writes into this rank's output have landed, so
 //! the output is final when the kernel ends). Block `b` of every rank handles sub-slice `b` of
 //! every part and meets only block `b` of its peers, so blocks never wait for each other.
 //!
@@ -25,6 +25,9 @@
 //!   the ranks whose `outputs` entry is set (the next and previous rank of the exchange).
 //! - barrier: one meeting with the peers whose bit is set in `root`; the host brackets
 //!   copy-engine transfers with it.
+//! - reduce-local: no meeting and no remote access: `bytes` of every `inputs[q]` reduced into
+//!   `outputs[rank]` (the host points the inputs at its own input and at the pieces the peers
+//!   copied into its scratch, and orders everything by streams and barriers).
 //!
 //! The host uses this kernel only when `bytes` (and `stride`) are multiples of 16 and every
 //! pointer is 16-byte aligned, so everything moves in whole 16-byte vectors.
@@ -186,6 +189,22 @@ crate::kernel! {
                 copy_spread(&sp, me, |q| q == p.root, n);
             }
             barrier_with(p, meet);
+            return;
+        }
+        if p.mode == CollectiveMode::ReduceLocal as u32 {
+            // A piece of the pipelined copy-engine all-reduce: every source is local (the
+            // host's stream order and barriers made them ready), so no meeting.
+            let (s, e) = sub_slice(p.bytes, b, nb);
+            // SAFETY: the host passes `nranks` sources and `outputs[rank]`, each holding
+            // `bytes`.
+            unsafe {
+                let sp = Spread {
+                    nv: (e - s) / 16,
+                    src: |q| input(q).add(s as usize),
+                    dst: |q| output(q).add(s as usize),
+                };
+                reduce_spread(&sp, me, all, |q| q == me, n, dtype, op);
+            }
             return;
         }
         if !barrier(p, None) {

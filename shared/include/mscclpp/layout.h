@@ -133,6 +133,7 @@
 #define MSCCLPP_MODE_ALL_REDUCE_PUT 7u
 #define MSCCLPP_MODE_BARRIER 8u
 #define MSCCLPP_MODE_REDUCE_CHUNK 9u
+#define MSCCLPP_MODE_REDUCE_LOCAL 10u
 #define MSCCLPP_MAX_DIRECT_RANKS 8u
 
 /* DeviceStatus.error_detail: the wait site in the top byte, the watched address below it. */
