@@ -28,10 +28,17 @@ pub const PACKET_PING_PONG: KernelSpec<PingPongParams> =
 pub const PORT_PING_PONG: KernelSpec<PortPingPongParams> =
     KernelSpec::new("port_ping_pong_kernel", k::port_ping_pong_kernel);
 
-/// `ll_collective_kernel`: one-shot LL16 all-reduce, all-gather, reduce-scatter, all-to-all
-/// and two-rank exchange.
+/// `ll_collective_kernel`: one-shot LL16 reduce-scatter, all-to-all, broadcast and two-rank
+/// exchange (and all-reduce and all-gather, which `LL_ALL_REDUCE` / `LL_ALL_GATHER` serve
+/// faster).
 pub const LL_COLLECTIVE: KernelSpec<CollectiveParams> =
     KernelSpec::new("ll_collective_kernel", c::ll_collective_kernel);
+/// `ll_all_reduce_kernel`: the LL all-reduce in a kernel of its own (fewer branches).
+pub const LL_ALL_REDUCE: KernelSpec<CollectiveParams> =
+    KernelSpec::new("ll_all_reduce_kernel", c::ll_all_reduce_kernel);
+/// `ll_all_gather_kernel`: the LL all-gather in a kernel of its own.
+pub const LL_ALL_GATHER: KernelSpec<CollectiveParams> =
+    KernelSpec::new("ll_all_gather_kernel", c::ll_all_gather_kernel);
 /// `staged_collective_kernel`: every collective through the staging buffers.
 pub const STAGED_COLLECTIVE: KernelSpec<CollectiveParams> =
     KernelSpec::new("staged_collective_kernel", c::staged_collective_kernel);
@@ -48,6 +55,8 @@ pub const ALL_NAMES: &[&str] = &[
     PACKET_PING_PONG.name,
     PORT_PING_PONG.name,
     LL_COLLECTIVE.name,
+    LL_ALL_REDUCE.name,
+    LL_ALL_GATHER.name,
     STAGED_COLLECTIVE.name,
     DIRECT_COLLECTIVE.name,
 ];

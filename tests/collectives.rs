@@ -105,10 +105,11 @@ fn all_reduce_case(c: &Collectives, count: usize, algo: Option<Algorithm>) {
 }
 
 /// Every collective but all-reduce at `count` elements with `algo` (forced where given; the
-/// all-gather output is 2 bytes into its allocation unless a registered path is forced).
+/// all-gather output is 2 bytes into its allocation for odd counts unless a registered path is
+/// forced, and aligned for even counts, which the LL kernel's word path serves).
 fn others_case(c: &Collectives, count: usize, algo: Option<Algorithm>) {
     let registered = matches!(algo, Some(Algorithm::Direct | Algorithm::CopyEngine));
-    let ag_off = if registered { 0 } else { 2 };
+    let ag_off = if registered || count.is_multiple_of(2) { 0 } else { 2 };
     // Reduce-scatter has no copy-engine variant.
     let rs_algo = if algo == Some(Algorithm::CopyEngine) {
         Some(Algorithm::Direct)
@@ -122,7 +123,7 @@ fn others_case(c: &Collectives, count: usize, algo: Option<Algorithm>) {
     for dtype in [DataType::F16, DataType::U32] {
         let es = dtype.size();
         let part = count * es;
-        // all_gather (unaligned output by 2 bytes)
+        // all_gather (output unaligned by 2 bytes for odd counts)
         let input = g.alloc(part.max(1)).unwrap();
         input
             .copy_from_host(0, &data(dtype, rank, count, 0))
@@ -310,6 +311,11 @@ fn all_reduce_2_ranks_every_type_op_and_algorithm() {
             all_reduce_case(c, count, Some(Algorithm::Staged));
             all_reduce_case(c, count, Some(Algorithm::TwoShotPut));
         }
+        // Whole 8-byte words (the LL kernel's word path; 6 elements are whole words only for
+        // 4-byte types).
+        for count in [6, 1024] {
+            all_reduce_case(c, count, Some(Algorithm::LlOneShot));
+        }
         // The direct path: forced, at sizes every type splits into 16-byte chunks (and a
         // chunk per rank that is not a multiple of the block count), and picked automatically.
         for count in [8, 1024, 24_592] {
@@ -333,6 +339,7 @@ fn all_reduce_3_4_and_8_ranks() {
     for n in [3, 4, 8] {
         run(n, |c| {
             all_reduce_case(c, 5, Some(Algorithm::LlOneShot));
+            all_reduce_case(c, 1024, Some(Algorithm::LlOneShot));
             all_reduce_case(c, 997, Some(Algorithm::Staged));
             all_reduce_case(c, 1024, Some(Algorithm::Direct));
             all_reduce_case(c, 1040, Some(Algorithm::CopyEngine));
@@ -356,6 +363,7 @@ fn other_collectives_2_3_4_and_8_ranks() {
             others_case(c, 1024, Some(Algorithm::CopyEngine));
             others_case(c, 1024, Some(Algorithm::Staged));
             others_case(c, 1013, Some(Algorithm::LlOneShot));
+            others_case(c, 1024, Some(Algorithm::LlOneShot));
             others_case(c, 7, Some(Algorithm::LlOneShot));
         });
     }

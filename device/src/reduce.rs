@@ -101,7 +101,10 @@ fn op_f32(a: f32, b: f32, op: ReduceOp) -> f32 {
     }
 }
 
-/// `op(a, b)` lane by lane, for words of `dtype`.
+/// `op(a, b)` lane by lane, for words of `dtype`. Sums of f16 and bf16 pairs use the GPU's
+/// packed adds (`add.rn.f16x2` / `add.rn.bf16x2`, correctly rounded); the soft path (the CPU
+/// backend, min and max) rounds through f32, which can differ from them in the last bit when a
+/// sum is not exact in f32 (operands more than 13 (f16) or 16 (bf16) binades apart).
 #[inline(always)]
 pub fn reduce_word(a: u32, b: u32, dtype: DataType, op: ReduceOp) -> u32 {
     match dtype {
@@ -120,6 +123,11 @@ pub fn reduce_word(a: u32, b: u32, dtype: DataType, op: ReduceOp) -> u32 {
             ReduceOp::Max => a.max(b),
         },
         DataType::F16 => {
+            if op == ReduceOp::Sum
+                && let Some(r) = arch::add_f16x2(a, b)
+            {
+                return r;
+            }
             let lane = |x: u32, y: u32| {
                 let r = op_f32(arch::cvt_f32_f16(x as u16), arch::cvt_f32_f16(y as u16), op);
                 arch::cvt_rn_f16_f32(r) as u32
@@ -127,6 +135,11 @@ pub fn reduce_word(a: u32, b: u32, dtype: DataType, op: ReduceOp) -> u32 {
             lane(a & 0xffff, b & 0xffff) | (lane(a >> 16, b >> 16) << 16)
         }
         DataType::BF16 => {
+            if op == ReduceOp::Sum
+                && let Some(r) = arch::add_bf16x2(a, b)
+            {
+                return r;
+            }
             let lane = |x: u32, y: u32| {
                 let r = op_f32(bf16_to_f32(x as u16), bf16_to_f32(y as u16), op);
                 f32_to_bf16(r) as u32

@@ -105,8 +105,13 @@ impl Collectives {
             (packets.div_ceil(t).clamp(1, self.cfg.ll_blocks), t)
         };
         self.record(Algorithm::LlOneShot);
+        let kernel = match p.mode {
+            m if m == CollectiveMode::AllReduce as u32 => &self.ll_all_reduce,
+            m if m == CollectiveMode::AllGather as u32 => &self.ll_all_gather,
+            _ => &self.ll,
+        };
         // SAFETY: the caller's contract (buffers sized for the mode), and our scratch.
-        unsafe { stream.launch(&self.ll, LaunchConfig::new(blocks, threads), p) }
+        unsafe { stream.launch(kernel, LaunchConfig::new(blocks, threads), p) }
     }
 
     /// Queues an LL call of a per-part collective.

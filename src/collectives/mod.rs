@@ -71,6 +71,8 @@ pub struct Collectives {
     cfg: CollectiveConfig,
     _module: Module,
     ll: Kernel<CollectiveParams>,
+    ll_all_reduce: Kernel<CollectiveParams>,
+    ll_all_gather: Kernel<CollectiveParams>,
     staged: Kernel<CollectiveParams>,
     direct: Kernel<DirectCollectiveParams>,
     buffers: direct::DirectBuffers,
@@ -146,6 +148,8 @@ impl Collectives {
         }
         let module = g.load_ptx(crate::DEVICE_PTX)?;
         let ll = module.kernel(kernels::LL_COLLECTIVE)?;
+        let ll_all_reduce = module.kernel(kernels::LL_ALL_REDUCE)?;
+        let ll_all_gather = module.kernel(kernels::LL_ALL_GATHER)?;
         let staged = module.kernel(kernels::STAGED_COLLECTIVE)?;
         let direct = module.kernel(kernels::DIRECT_COLLECTIVE)?;
         let ll_slot_bytes = (up16(cfg.ll_max_bytes).div_ceil(8) * 16) as u64;
@@ -191,6 +195,8 @@ impl Collectives {
             cfg,
             _module: module,
             ll,
+            ll_all_reduce,
+            ll_all_gather,
             staged,
             direct,
             buffers: direct::DirectBuffers::default(),

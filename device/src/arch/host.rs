@@ -237,6 +237,16 @@ pub fn spin_step(iteration: u64) {
 pub fn trap() -> ! {
     panic!("device trap")
 }
+/// `add.rn.f16x2` where the hardware has it: never on the host.
+#[inline(always)]
+pub fn add_f16x2(_a: u32, _b: u32) -> Option<u32> {
+    None
+}
+/// `add.rn.bf16x2` where the hardware has it: never on the host.
+#[inline(always)]
+pub fn add_bf16x2(_a: u32, _b: u32) -> Option<u32> {
+    None
+}
 /// Half to float (the software twin of `cvt.f32.f16`).
 #[inline(always)]
 pub fn cvt_f32_f16(h: u16) -> f32 {

@@ -304,6 +304,26 @@ pub fn trap() -> ! {
     // SAFETY: `trap` aborts the kernel; nothing after it runs.
     unsafe { nvptx::trap() }
 }
+/// `add.rn.f16x2`: two half sums in one instruction (`None`: use the soft path).
+#[inline(always)]
+pub fn add_f16x2(a: u32, b: u32) -> Option<u32> {
+    let r: u32;
+    // SAFETY: a register operation.
+    unsafe {
+        asm!("add.rn.f16x2 {r}, {a}, {b};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, options(nomem, nostack, pure))
+    };
+    Some(r)
+}
+/// `add.rn.bf16x2` (sm_90): two bfloat16 sums in one instruction (`None`: use the soft path).
+#[inline(always)]
+pub fn add_bf16x2(a: u32, b: u32) -> Option<u32> {
+    let r: u32;
+    // SAFETY: a register operation.
+    unsafe {
+        asm!("add.rn.bf16x2 {r}, {a}, {b};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, options(nomem, nostack, pure))
+    };
+    Some(r)
+}
 /// `cvt.f32.f16`: half to float.
 #[inline(always)]
 pub fn cvt_f32_f16(h: u16) -> f32 {
