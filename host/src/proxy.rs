@@ -7,8 +7,10 @@
 //!
 //! Failure model: a handler error (an invalid trigger, a failed copy) is sticky. The proxy
 //! records it, sets the abort flag of its `StatusBlock` (releasing every GPU waiter), and
-//! stops; [`ProxyService::error`] and [`ProxyService::stop`] return it. Stopping the service
-//! also sets the abort flag, so no GPU thread waits for a proxy that is gone.
+//! stops serving; [`ProxyService::error`] and [`ProxyService::stop`] return it. The FIFO and
+//! the handler (with the device words GPU threads push to and poll) live until `stop` or drop
+//! joins the thread, never less: a kernel may touch them until the abort reaches it. Stopping
+//! the service also sets the abort flag, so no GPU thread waits for a proxy that is gone.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -108,6 +110,12 @@ impl ProxyService {
                         for s in &also_abort {
                             s.abort();
                         }
+                        // Kernels may still push to the FIFO and poll the handler's semaphore
+                        // words until the abort reaches them: both stay alive (serving
+                        // nothing) until `stop` or drop, which join this thread.
+                        while !stop2.load(Ordering::Acquire) {
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
                         return;
                     }
                     fifo.pop();
@@ -168,5 +176,77 @@ impl ProxyService {
 impl Drop for ProxyService {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::{BackendKind, Gpu};
+    use mscclpp_device::fifo::FifoDevice;
+    use mscclpp_shared::TriggerFields;
+    use std::time::Instant;
+
+    /// Fails every trigger; records when it is dropped.
+    struct Failing(Arc<AtomicBool>);
+
+    impl ProxyHandler for Failing {
+        fn handle(&mut self, _: ProxyTrigger, pos: u64) -> Result<()> {
+            Err(Error::InvalidTrigger {
+                pos,
+                reason: "refused by the test handler".into(),
+            })
+        }
+    }
+
+    impl Drop for Failing {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Release);
+        }
+    }
+
+    /// After a handler error the FIFO and the handler stay alive (a kernel may still push and
+    /// poll) until `stop`, which frees them and returns the error.
+    #[test]
+    fn a_failed_proxy_keeps_its_fifo_and_handler_until_stopped() {
+        let g = Gpu::open(BackendKind::Cpu, 0).unwrap();
+        let status = Arc::new(StatusBlock::new(&g, 0).unwrap());
+        let fifo = Fifo::new(&g, 4).unwrap();
+        let h = fifo.device_handle(status.device_ptr());
+        let dropped = Arc::new(AtomicBool::new(false));
+        let handler = Box::new(Failing(dropped.clone()));
+        let svc = ProxyService::start(fifo, handler, status.clone(), vec![], None).unwrap();
+        let trigger = ProxyTrigger::new(TriggerFields {
+            kind: TriggerType::DATA,
+            ..Default::default()
+        })
+        .unwrap();
+        h.push(trigger).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !svc.failed() {
+            assert!(Instant::now() < deadline, "the proxy never failed");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(status.is_aborted());
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            !dropped.load(Ordering::Acquire),
+            "the failed proxy freed its handler while kernels may still use it"
+        );
+        // The FIFO's memory is still there: a kernel's next push lands in it.
+        assert!(h.push(trigger).is_ok());
+        match svc.stop() {
+            Err(Error::ProxyFailed { source }) => {
+                assert!(
+                    matches!(*source, Error::InvalidTrigger { pos: 0, .. }),
+                    "{source}"
+                )
+            }
+            other => panic!("stop returned {other:?}, not the handler's error"),
+        }
+        assert!(
+            dropped.load(Ordering::Acquire),
+            "stop did not free the handler"
+        );
     }
 }
