@@ -195,6 +195,9 @@ fn abort_releases_a_waiting_kernel(comm: Communicator) {
         !stream.query().unwrap(),
         "the kernel returned without a signal"
     );
+    // Both ranks have seen their kernel waiting before either aborts: an abort reaches the
+    // peer through the bootstrap and would release its kernel before its check above.
+    comm.bootstrap().barrier().unwrap();
     comm.abort();
     assert!(
         stream.synchronize_timeout(Duration::from_secs(20)).unwrap(),
