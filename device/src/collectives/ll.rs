@@ -262,21 +262,35 @@ fn ll_receive(p: &CollectiveParams, flag: u32, half: u64, q: u32, i: u64) -> Res
     .map_err(|_| ())
 }
 
+/// The whole-word LL calls' skeleton: step 1 ([`ll_send_words`]), then `arrived(i, half)` for
+/// each packet index `i` of this thread (it reads what the peers sent with [`ll_receive`] and
+/// writes the output); false as soon as one gives up.
+#[inline(always)]
+fn ll_words(p: &CollectiveParams, flag: u32, arrived: impl Fn(u64, u64) -> bool) -> bool {
+    let half = (flag & 1) as u64 * p.nranks as u64 * p.ll_slot_bytes;
+    ll_send_words(p, flag, half);
+    let n = p.bytes / 8;
+    let nthreads = arch::global_thread_count() as u64;
+    let mut i = arch::global_thread_idx() as u64;
+    while i < n {
+        if !arrived(i, half) {
+            return false;
+        }
+        i += nthreads;
+    }
+    true
+}
+
 /// [`ll_collective`]'s all-reduce for whole words ([`ll_whole_words`]): the same steps with
 /// plain u32 loads and stores and no per-mode branches. Callers pass a constant `dtype` and
 /// `op` for the common sums, so that their loops carry no type dispatch.
 #[inline(always)]
 fn ll_all_reduce_words(p: &CollectiveParams, flag: u32, dtype: DataType, op: ReduceOp) -> bool {
-    let half = (flag & 1) as u64 * p.nranks as u64 * p.ll_slot_bytes;
-    ll_send_words(p, flag, half);
-    let n = p.bytes / 8;
-    let nthreads = arch::global_thread_count() as u64;
     let (input, output) = (
         p.input.as_ptr() as *const u32,
         p.output.as_ptr() as *mut u32,
     );
-    let mut i = arch::global_thread_idx() as u64;
-    while i < n {
+    ll_words(p, flag, |i, half| {
         // SAFETY: word pair `i` lies inside `input` and `output` (whole words).
         let mut acc = unsafe { pair_at(input, i) };
         for q in 0..p.nranks {
@@ -296,25 +310,19 @@ fn ll_all_reduce_words(p: &CollectiveParams, flag: u32, dtype: DataType, op: Red
             output.add(2 * i as usize).write(acc[0]);
             output.add(2 * i as usize + 1).write(acc[1]);
         }
-        i += nthreads;
-    }
-    true
+        true
+    })
 }
 
 /// [`ll_collective`]'s all-gather for whole words ([`ll_whole_words`], and a whole-word
 /// `stride`): every rank's packet `i` to word pair `i` of its part of the output.
 #[inline(always)]
 fn ll_all_gather_words(p: &CollectiveParams, flag: u32) -> bool {
-    let half = (flag & 1) as u64 * p.nranks as u64 * p.ll_slot_bytes;
-    ll_send_words(p, flag, half);
-    let n = p.bytes / 8;
-    let nthreads = arch::global_thread_count() as u64;
     let (input, output) = (
         p.input.as_ptr() as *const u32,
         p.output.as_ptr() as *mut u32,
     );
-    let mut i = arch::global_thread_idx() as u64;
-    while i < n {
+    ll_words(p, flag, |i, half| {
         for q in 0..p.nranks {
             let w = if q == p.rank {
                 // SAFETY: word pair `i` lies inside `input`.
@@ -332,9 +340,8 @@ fn ll_all_gather_words(p: &CollectiveParams, flag: u32) -> bool {
                 part.add(2 * i as usize + 1).write(w[1]);
             }
         }
-        i += nthreads;
-    }
-    true
+        true
+    })
 }
 
 /// The flag of this LL launch: one more than `ll_flags[0]`, the flag of the last completed one.
