@@ -314,15 +314,24 @@ pub fn add_f16x2(a: u32, b: u32) -> Option<u32> {
     };
     Some(r)
 }
-/// `add.rn.bf16x2` (sm_90): two bfloat16 sums in one instruction (`None`: use the soft path).
+/// `add.rn.bf16x2` (sm_90 and newer): two bfloat16 sums in one instruction (`None`: use the
+/// soft path, as on targets before sm_90, which lack the instruction).
 #[inline(always)]
 pub fn add_bf16x2(a: u32, b: u32) -> Option<u32> {
-    let r: u32;
-    // SAFETY: a register operation.
-    unsafe {
-        asm!("add.rn.bf16x2 {r}, {a}, {b};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, options(nomem, nostack, pure))
-    };
-    Some(r)
+    #[cfg(target_feature = "sm_90")]
+    {
+        let r: u32;
+        // SAFETY: a register operation.
+        unsafe {
+            asm!("add.rn.bf16x2 {r}, {a}, {b};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, options(nomem, nostack, pure))
+        };
+        Some(r)
+    }
+    #[cfg(not(target_feature = "sm_90"))]
+    {
+        let _ = (a, b);
+        None
+    }
 }
 /// `cvt.f32.f16`: half to float.
 #[inline(always)]
