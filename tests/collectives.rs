@@ -109,7 +109,11 @@ fn all_reduce_case(c: &Collectives, count: usize, algo: Option<Algorithm>) {
 /// forced, and aligned for even counts, which the LL kernel's word path serves).
 fn others_case(c: &Collectives, count: usize, algo: Option<Algorithm>) {
     let registered = matches!(algo, Some(Algorithm::Direct | Algorithm::CopyEngine));
-    let ag_off = if registered || count.is_multiple_of(2) { 0 } else { 2 };
+    let ag_off = if registered || count.is_multiple_of(2) {
+        0
+    } else {
+        2
+    };
     // Reduce-scatter has no copy-engine variant.
     let rs_algo = if algo == Some(Algorithm::CopyEngine) {
         Some(Algorithm::Direct)
