@@ -220,10 +220,11 @@ pub struct CollectiveParams {
     pub scratch: DevicePtr<u8>,
     /// Bytes of the operation (per rank or per part, see [`CollectiveMode`]).
     pub bytes: u64,
-    /// Two device words of the LL all-reduce: `[0]` the flag of the last completed call, `[1]`
-    /// the count of blocks that finished the current call. The kernel reads `[0] + 1` as its
-    /// flag and its last block stores it back, so the flag advances on the device and CUDA-graph
-    /// replays of a captured call use fresh flags.
+    /// Two device words of the LL kernels: `[0]` the flag of the last completed call, `[1]` the
+    /// count of blocks of the current call that have read it. Every thread reads `[0] + 1` as
+    /// its flag; the block that brings the count to the grid size stores it back and resets
+    /// the count, so the flag advances on the device and CUDA-graph replays of a captured call
+    /// use fresh flags.
     pub ll_flags: DevicePtr<u64>,
     /// Bytes of one rank's LL slot (one half of the double buffer holds `nranks` slots).
     pub ll_slot_bytes: u64,

@@ -344,36 +344,54 @@ fn ll_all_gather_words(p: &CollectiveParams, flag: u32) -> bool {
     })
 }
 
-/// The flag of this LL launch: one more than `ll_flags[0]`, the flag of the last completed one.
+/// The start of every LL launch: its flag (one more than `ll_flags[0]`, the flag of the last
+/// completed launch, read by every thread) and, in a grid of several blocks, this block's
+/// place in the count of blocks that have read it (`ll_flags[1]`; thread 0 only, else 0).
+///
+/// Ordering: every thread's read of `ll_flags[0]` comes before the block's barrier, and thread
+/// 0's GPU-scope fence after it (cheap here: nothing else is in flight) orders them before the
+/// block's increment. The block that brings the count to the grid size therefore knows that
+/// every block of the launch has read the old flag, and [`ll_finish`] lets it store the new one
+/// (a single block knows it from the barrier alone).
 #[inline(always)]
-fn ll_flag(p: &CollectiveParams) -> u32 {
+fn ll_begin(p: &CollectiveParams) -> (u32, u64) {
+    let flags = p.ll_flags.as_ptr();
     // SAFETY: `ll_flags` points at two live u64 words; `[0]` was last written by the previous
     // launch, which completed before this one started (stream order).
-    unsafe { arch::ld_relaxed_sys_u64(p.ll_flags.as_ptr()) as u32 + 1 }
+    let flag = unsafe { arch::ld_relaxed_sys_u64(flags) } as u32 + 1;
+    // Every thread of the block has read the flag before its thread 0 may store the next one
+    // (in `ll_finish`, or count the block, below).
+    arch::sync_threads();
+    let mut place = 0;
+    if arch::grid_dim_x() > 1 && arch::thread_idx_x() == 0 {
+        arch::fence_acq_rel_gpu();
+        // SAFETY: as above (`[1]` is the count).
+        place = unsafe { arch::atom_add_relaxed_gpu_u64(flags.add(1), 1) };
+    }
+    (flag, place)
 }
 
-/// The end of every LL launch: once every block is done (and none gave up), the last one
-/// stores `flag` as the flag of the last completed launch.
+/// The end of every LL launch: the block that came last in [`ll_begin`]'s count (or the only
+/// block) stores `flag` as the flag of the last completed launch and resets the count, unless
+/// its thread 0 gave up (`ok`). Nothing of this launch reads the words after its start, and the
+/// next launch reads them after the kernel boundary, so no block waits for the others here.
 #[inline(always)]
-fn ll_finish(p: &CollectiveParams, flag: u32, ok: bool) {
+fn ll_finish(p: &CollectiveParams, (flag, place): (u32, u64), ok: bool) {
     let flags = p.ll_flags.as_ptr();
-    arch::sync_threads();
-    if arch::thread_idx_x() == 0 && ok && arch::grid_dim_x() == 1 {
-        // A single block is the last one: no count needed (the next launch reads the word
-        // after the kernel boundary).
-        // SAFETY: as below.
+    let blocks = arch::grid_dim_x() as u64;
+    if arch::thread_idx_x() != 0 || !ok {
+        return;
+    }
+    if blocks == 1 {
+        // SAFETY: as in `ll_begin`.
         unsafe { arch::st_relaxed_sys_u64(flags, flag as u64) };
-    } else if arch::thread_idx_x() == 0 && ok {
-        // Only this GPU's blocks (and its next launch, after the kernel boundary) read the
-        // flag words, so a GPU-scope fence orders this block's packet reads before them.
+    } else if place + 1 == blocks {
+        // Acquire side of the count: the stores below come after every block's read.
         arch::fence_acq_rel_gpu();
-        // SAFETY: `ll_flags` points at two live u64 words (the count and the flag).
+        // SAFETY: as in `ll_begin`.
         unsafe {
-            let done = arch::atom_add_relaxed_gpu_u64(flags.add(1), 1);
-            if done + 1 == arch::grid_dim_x() as u64 {
-                arch::st_relaxed_sys_u64(flags.add(1), 0);
-                arch::st_relaxed_sys_u64(flags, flag as u64);
-            }
+            arch::st_relaxed_sys_u64(flags.add(1), 0);
+            arch::st_relaxed_sys_u64(flags, flag as u64);
         }
     }
 }
@@ -383,10 +401,10 @@ crate::kernel! {
     /// all-to-all, broadcast, `Send` for a two-rank exchange with `root`, or all-reduce and
     /// all-gather, which the host launches as [`ll_all_reduce_kernel`] and
     /// [`ll_all_gather_kernel`]): every thread of the grid sends its share of packets to every
-    /// peer, then reduces or copies the packets that arrive. The flag comes from `ll_flags` on the device (see `CollectiveParams::ll_flags`);
-    /// the last block to finish advances it, so the same launch replayed from a CUDA graph
-    /// stays correct. Every rank of the communicator takes part in every LL launch (the flags
-    /// count launches).
+    /// peer, then reduces or copies the packets that arrive. The flag comes from `ll_flags` on
+    /// the device (see `CollectiveParams::ll_flags`); the block that starts last advances it,
+    /// so the same launch replayed from a CUDA graph stays correct. Every rank of the
+    /// communicator takes part in every LL launch (the flags count launches).
     fn ll_collective_kernel(p: CollectiveParams) {
         let (Some(dtype), Some(op), Some(mode)) = (
             DataType::from_u32(p.dtype),
@@ -395,9 +413,9 @@ crate::kernel! {
         ) else {
             return;
         };
-        let flag = ll_flag(&p);
-        let ok = ll_collective(&p, mode, flag, dtype, op);
-        ll_finish(&p, flag, ok);
+        let start = ll_begin(&p);
+        let ok = ll_collective(&p, mode, start.0, dtype, op);
+        ll_finish(&p, start, ok);
     }
 }
 
@@ -411,7 +429,8 @@ crate::kernel! {
         else {
             return;
         };
-        let flag = ll_flag(&p);
+        let start = ll_begin(&p);
+        let flag = start.0;
         let ok = match (ll_whole_words(&p), dtype, op) {
             (false, ..) => ll_collective(&p, LlMode::AllReduce, flag, dtype, op),
             (true, DataType::F16, ReduceOp::Sum) => {
@@ -425,7 +444,7 @@ crate::kernel! {
             }
             (true, ..) => ll_all_reduce_words(&p, flag, dtype, op),
         };
-        ll_finish(&p, flag, ok);
+        ll_finish(&p, start, ok);
     }
 }
 
@@ -433,12 +452,13 @@ crate::kernel! {
     /// The LL all-gather (`mode` is ignored), in a kernel of its own like
     /// [`ll_all_reduce_kernel`], with a path for whole words.
     fn ll_all_gather_kernel(p: CollectiveParams) {
-        let flag = ll_flag(&p);
+        let start = ll_begin(&p);
+        let flag = start.0;
         let ok = if ll_whole_words(&p) && p.stride.is_multiple_of(8) {
             ll_all_gather_words(&p, flag)
         } else {
             ll_collective(&p, LlMode::AllGather, flag, DataType::U32, ReduceOp::Sum)
         };
-        ll_finish(&p, flag, ok);
+        ll_finish(&p, start, ok);
     }
 }

@@ -396,7 +396,7 @@ typedef struct CollectiveParams {
   uint64_t output;
   uint64_t scratch;
   uint64_t bytes;
-  uint64_t ll_flags;      /* u64[2]: last completed LL flag, finished blocks */
+  uint64_t ll_flags;      /* u64[2]: last completed LL flag, blocks that read it */
   uint64_t ll_slot_bytes;
   uint64_t stage_offset;
   uint64_t stride;
