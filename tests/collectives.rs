@@ -580,3 +580,51 @@ fn ll_modes_back_to_back_3_and_4_ranks() {
         });
     }
 }
+
+/// A receiver that shares a smaller buffer than its sender writes (a `recv` of fewer elements
+/// than the `send`) makes the sender's call a typed error instead of a copy past the buffer;
+/// the receiver's queued wait is released by its abort. Both ranks return their collectives,
+/// so that neither frees its semaphores while the other's kernel may still signal them.
+#[test]
+fn send_larger_than_the_peers_recv_is_refused() {
+    const DONE: u64 = 0x5e_0d;
+    ranks_as_threads(2, |comm: Communicator| {
+        let cfg = CollectiveConfig::for_backend(comm.gpu().kind());
+        // Registered paths from 4 KiB: 8 and 16 KiB both go direct on every backend default.
+        let cfg = CollectiveConfig {
+            direct_min_bytes: 4 << 10,
+            ..cfg
+        };
+        let c = Collectives::with_config(Arc::new(comm), cfg).expect("collectives");
+        let comm = c.communicator();
+        let g = comm.gpu();
+        let stream = g.stream().unwrap();
+        let count = 4096;
+        let buf = g.alloc(count * 4).unwrap();
+        if c.communicator().rank() == 0 {
+            // SAFETY: `buf` holds `count` u32.
+            let r = unsafe { c.send(buf.ptr(), count, DataType::U32, 1, &stream) };
+            match r {
+                Err(mscclpp::host::Error::MalformedMemory { rank: 1, reason }) => {
+                    assert!(reason.contains("recv's output"), "{reason}")
+                }
+                other => panic!("a send into a smaller recv buffer: {other:?}"),
+            }
+            assert!(comm.status().is_aborted());
+            comm.bootstrap().send(1, DONE, b"").unwrap();
+        } else {
+            // SAFETY: as above (half of it).
+            unsafe { c.recv(buf.ptr(), count / 2, DataType::U32, 0, &stream) }.unwrap();
+            comm.bootstrap().recv(0, DONE).unwrap();
+            comm.abort();
+            assert!(
+                stream
+                    .synchronize_timeout(std::time::Duration::from_secs(20))
+                    .unwrap(),
+                "the receiver's wait was not released"
+            );
+        }
+        drop(stream);
+        (c, buf)
+    });
+}

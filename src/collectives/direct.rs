@@ -51,6 +51,29 @@ pub fn whole_vectors(ptrs: &[DevicePtr<u8>], part: usize) -> bool {
     part.is_multiple_of(16) && ptrs.iter().all(|p| p.addr().is_multiple_of(16))
 }
 
+/// A buffer a peer shared: its address here and the length it declared.
+pub type Shared = (DevicePtr<u8>, usize);
+
+/// Checks that peer `q` shared at least `need` bytes for `what` (a peer that called with a
+/// smaller count, or another configuration, would otherwise be written past its buffer). On a
+/// shortfall it aborts the communicator (the peers may already wait in a kernel) and says so.
+pub fn need_len(
+    comm: &Communicator,
+    q: usize,
+    shared: usize,
+    need: usize,
+    what: &str,
+) -> Result<()> {
+    if shared >= need {
+        return Ok(());
+    }
+    comm.abort();
+    Err(Error::MalformedMemory {
+        rank: q,
+        reason: format!("{what}: {shared} bytes shared, {need} needed (same call on every rank?)"),
+    })
+}
+
 /// Whether `[a, a + a_len)` and `[b, b + b_len)` are disjoint, or `a` is exactly `b + at` (the
 /// in-place layouts the direct kernels serve: every element is read and written by one
 /// thread, or only ever by its owner).
@@ -76,7 +99,9 @@ pub struct DirectBuffers {
 
 impl DirectBuffers {
     /// Shares `mine` (this rank's buffers the peers need: address and length) with `peers`,
-    /// and returns every peer's shared buffers as addressed here, in `peers` order; `None` when
+    /// and returns every peer's shared buffers as addressed here, with the lengths the peer
+    /// declared (checked against its registration, not against what the caller needs: see
+    /// [`need_len`]), in `peers` order; `None` when
     /// some rank cannot go direct (then every rank returns `None`), e.g. because it passed
     /// `eligible = false` (its buffers overlap in a way the direct path cannot serve). Every
     /// rank in `peers` makes the matching call with this rank in its `peers`.
@@ -86,7 +111,7 @@ impl DirectBuffers {
         peers: &[usize],
         mine: &[(DevicePtr<u8>, usize)],
         eligible: bool,
-    ) -> Result<Option<Vec<Vec<DevicePtr<u8>>>>> {
+    ) -> Result<Option<Vec<Vec<Shared>>>> {
         let msg = self.message(comm, mine, eligible);
         for &q in peers {
             comm.bootstrap().send(q, TAG, &msg)?;
@@ -183,12 +208,7 @@ impl DirectBuffers {
     }
 
     /// A peer's message: `None` if it cannot go direct, else its buffers mapped here.
-    fn decode(
-        &self,
-        comm: &Communicator,
-        q: usize,
-        b: &[u8],
-    ) -> Result<Option<Vec<DevicePtr<u8>>>> {
+    fn decode(&self, comm: &Communicator, q: usize, b: &[u8]) -> Result<Option<Vec<Shared>>> {
         let bad = |reason: String| Error::MalformedMemory { rank: q, reason };
         if b.len() < HEADER || b[..4] != MAGIC || b[4] != VERSION {
             return Err(bad("not a direct-collective message of this version".into()));
@@ -218,7 +238,7 @@ impl DirectBuffers {
                     m
                 }
             };
-            ptrs.push(mem.range(offset, len)?);
+            ptrs.push((mem.range(offset, len)?, len as usize));
         }
         Ok(Some(ptrs))
     }

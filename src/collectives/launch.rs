@@ -11,7 +11,7 @@ use mscclpp_shared::{
     MAX_DIRECT_RANKS, MemoryChannelDeviceHandle, ReduceOp,
 };
 
-use super::{Algorithm, Collectives};
+use super::{Algorithm, Collectives, direct};
 
 impl Collectives {
     pub(super) fn record(&self, a: Algorithm) {
@@ -166,7 +166,9 @@ impl Collectives {
                     reason: format!("{} buffers for a call sharing {}", theirs.len(), mine.len()),
                 });
             }
-            for (k, &p) in theirs.iter().enumerate() {
+            for (k, (&(p, len), &(_, need))) in theirs.iter().zip(mine).enumerate() {
+                // A symmetric call: every rank shares buffers as large as this rank's.
+                direct::need_len(&self.comm, q, len, need, "a direct collective's buffer")?;
                 table[k][q] = p;
             }
         }

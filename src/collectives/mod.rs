@@ -612,8 +612,9 @@ impl Collectives {
         }
         if self.p2p_direct(bytes) {
             let got = self.buffers.exchange(&self.comm, &[peer], &[], true)?;
-            if let Some(dst) = got.as_ref().and_then(|g| g[0].first()) {
-                return self.copy_engine(stream, &[peer], &[(peer, *dst, input, bytes)]);
+            if let Some(&(dst, len)) = got.as_ref().and_then(|g| g[0].first()) {
+                direct::need_len(&self.comm, peer, len, bytes, "recv's output")?;
+                return self.copy_engine(stream, &[peer], &[(peer, dst, input, bytes)]);
             }
         }
         self.parts(
@@ -710,13 +711,14 @@ impl Collectives {
                 .buffers
                 .exchange(&self.comm, &peers, &[(output, bytes)], eligible)?;
             if let Some(got) = got {
-                let Some(&dst) = got[0].first() else {
+                let Some(&(dst, len)) = got[0].first() else {
                     self.comm.abort();
                     return Err(Error::MalformedMemory {
                         rank: next,
                         reason: "send_recv without its output".into(),
                     });
                 };
+                direct::need_len(&self.comm, next, len, bytes, "send_recv's output")?;
                 if !sm {
                     return self.copy_engine(stream, &peers, &[(next, dst, input, bytes)]);
                 }
@@ -726,7 +728,7 @@ impl Collectives {
                 d.inputs[self.comm.rank()] = input;
                 // The kernel meets exactly the ranks with an output entry.
                 for (&q, theirs) in peers.iter().zip(&got) {
-                    d.outputs[q] = theirs.first().copied().unwrap_or(DevicePtr::NULL);
+                    d.outputs[q] = theirs.first().map_or(DevicePtr::NULL, |&(p, _)| p);
                 }
                 return self.launch_direct(stream, d, bytes);
             }
