@@ -628,3 +628,43 @@ fn send_larger_than_the_peers_recv_is_refused() {
         (c, buf)
     });
 }
+
+/// Ranks configured with different copy-engine scratch sizes would cut the copy-engine
+/// all-reduce into different pieces (and write past the smaller scratch): the exchange
+/// refuses it on every rank before anything is queued.
+#[test]
+fn mismatched_ce_scratch_sizes_are_refused() {
+    ranks_as_threads(2, |comm: Communicator| {
+        let cfg = CollectiveConfig::for_backend(comm.gpu().kind());
+        let cfg = CollectiveConfig {
+            ce_scratch_bytes: cfg.ce_scratch_bytes << comm.rank(),
+            ..cfg
+        };
+        let c = Collectives::with_config(Arc::new(comm), cfg).expect("collectives");
+        let g = c.communicator().gpu();
+        let stream = g.stream().unwrap();
+        let count = 1024;
+        let buf = g.alloc(count * 4).unwrap();
+        // SAFETY: `buf` holds `count` u32.
+        let r = unsafe {
+            c.all_reduce(
+                buf.ptr(),
+                buf.ptr(),
+                count,
+                DataType::U32,
+                ReduceOp::Sum,
+                &stream,
+                Some(Algorithm::CopyEngine),
+            )
+        };
+        match r {
+            Err(mscclpp::host::Error::MalformedMemory { reason, .. }) => {
+                assert!(reason.contains("where this rank shares"), "{reason}")
+            }
+            other => panic!("mismatched CE scratch sizes: {other:?}"),
+        }
+        assert!(c.communicator().status().is_aborted());
+        drop(stream);
+        (c, buf)
+    });
+}

@@ -74,6 +74,29 @@ pub fn need_len(
     })
 }
 
+/// Checks that peer `q` shared exactly `mine` bytes for `what`, as every rank of a symmetric
+/// call does (a different length means another count or configuration there, e.g. another
+/// CE scratch size, which would also cut the work differently); else as [`need_len`].
+pub fn same_len(
+    comm: &Communicator,
+    q: usize,
+    shared: usize,
+    mine: usize,
+    what: &str,
+) -> Result<()> {
+    if shared == mine {
+        return Ok(());
+    }
+    comm.abort();
+    Err(Error::MalformedMemory {
+        rank: q,
+        reason: format!(
+            "{what}: {shared} bytes shared where this rank shares {mine} (same call and \
+             configuration on every rank?)"
+        ),
+    })
+}
+
 /// Whether `[a, a + a_len)` and `[b, b + b_len)` are disjoint, or `a` is exactly `b + at` (the
 /// in-place layouts the direct kernels serve: every element is read and written by one
 /// thread, or only ever by its owner).

@@ -141,8 +141,9 @@ impl Collectives {
     }
 
     /// Registers and exchanges the buffers of a symmetric direct call: every rank shares
-    /// `mine` with every other. Returns, per shared buffer, every rank's copy as addressed here
-    /// (indexed by rank), or `None` when some rank cannot go direct (then all stage).
+    /// `mine` with every other, with the same lengths (checked: another length is an error).
+    /// Returns, per shared buffer, every rank's copy as addressed here (indexed by rank), or
+    /// `None` when some rank cannot go direct (then all stage).
     pub(super) fn exchange_all(
         &self,
         mine: &[(DevicePtr<u8>, usize)],
@@ -167,8 +168,7 @@ impl Collectives {
                 });
             }
             for (k, (&(p, len), &(_, need))) in theirs.iter().zip(mine).enumerate() {
-                // A symmetric call: every rank shares buffers as large as this rank's.
-                direct::need_len(&self.comm, q, len, need, "a direct collective's buffer")?;
+                direct::same_len(&self.comm, q, len, need, "a direct collective's buffer")?;
                 table[k][q] = p;
             }
         }
