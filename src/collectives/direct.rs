@@ -24,7 +24,10 @@
 //! stale mapping is never used for new memory; the old one stays mapped (bounded as above).
 //!
 //! A message that cannot be decoded or mapped is an error; the rank then aborts the
-//! communicator, because its peers may already be waiting in the kernel for it.
+//! communicator, because its peers may already be waiting in the kernel for it. So is a
+//! declared length shorter than what this rank will write there ([`need_len`]), or, in a
+//! symmetric call, any length other than this rank's own ([`same_len`]): another count or
+//! configuration on that peer.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -124,10 +127,10 @@ impl DirectBuffers {
     /// Shares `mine` (this rank's buffers the peers need: address and length) with `peers`,
     /// and returns every peer's shared buffers as addressed here, with the lengths the peer
     /// declared (checked against its registration, not against what the caller needs: see
-    /// [`need_len`]), in `peers` order; `None` when
-    /// some rank cannot go direct (then every rank returns `None`), e.g. because it passed
-    /// `eligible = false` (its buffers overlap in a way the direct path cannot serve). Every
-    /// rank in `peers` makes the matching call with this rank in its `peers`.
+    /// [`need_len`]), in `peers` order; `None` when some rank cannot go direct (then every rank
+    /// returns `None`), e.g. because it passed `eligible = false` (its buffers overlap in a way
+    /// the direct path cannot serve). Every rank in `peers` makes the matching call with this
+    /// rank in its `peers`.
     pub fn exchange(
         &self,
         comm: &Communicator,
