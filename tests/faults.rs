@@ -660,6 +660,12 @@ fault_case!(
     |c, v| all_reduce_inside(c, v, Algorithm::TwoShotPut, 64 * 1024)
 );
 fault_case!(
+    /// (c) The victim dies while the survivor is inside the pipelined copy-engine all-reduce
+    /// (its per-call exchange, or the barriers of its three streams).
+    killed_inside_all_reduce_copy_engine, 2, 1,
+    |c, v| all_reduce_inside(c, v, Algorithm::CopyEngine, 64 * 1024)
+);
+fault_case!(
     /// (c) As above with 3 ranks: both survivors are released and name the victim.
     killed_inside_all_reduce_3_ranks, 3, 1,
     |c, v| all_reduce_inside(c, v, Algorithm::Staged, 4099)
