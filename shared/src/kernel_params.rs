@@ -189,14 +189,11 @@ pub enum CollectiveMode {
     /// Meet the peers whose bit is set in `root` (direct kernel only; the host brackets
     /// copy-engine transfers with it).
     Barrier = 8,
-    /// Reduce chunk `rank` of every rank's input into this rank's output only, without a
-    /// closing barrier (direct kernel; the copy-engine all-reduce then copies the chunk to
-    /// every peer).
-    ReduceChunk = 9,
     /// Reduce `bytes` from every `inputs[q]` (`q < nranks`, all addressed here, `inputs[rank]`
     /// first) into `outputs[rank]`, with no barrier (direct kernel; a piece of the pipelined
     /// copy-engine all-reduce, whose inputs are the copies peers made into this rank's
-    /// scratch).
+    /// scratch). 9 was `ReduceChunk`, retired with the unpipelined copy-engine all-reduce, and
+    /// is not reused.
     ReduceLocal = 10,
 }
 

@@ -134,10 +134,6 @@ pub const TRIGGER_CONSTANTS: &[(&str, u64)] = {
             crate::CollectiveMode::Barrier as u64,
         ),
         (
-            "MSCCLPP_MODE_REDUCE_CHUNK",
-            crate::CollectiveMode::ReduceChunk as u64,
-        ),
-        (
             "MSCCLPP_MODE_REDUCE_LOCAL",
             crate::CollectiveMode::ReduceLocal as u64,
         ),

@@ -13,10 +13,6 @@
 //! - all-reduce: chunk `r` of every rank's output, reduced from chunk `r` of every rank's input
 //!   (remote loads, then remote stores). Nobody else touches chunk `r` anywhere, so in place is
 //!   safe; each element is read and written by the same thread.
-//! - reduce-chunk: as the all-reduce, but into its own output only, and without the closing
-//!   barrier: the host then copies the chunk into every peer's output by copy engine (nobody
-//!   reads chunk `r` of a peer's buffer but rank `r`, which is done reading it) and queues one
-//!   barrier.
 //! - reduce-scatter: its own output only, from part `r` of every input (remote loads).
 //! - all-gather, all-to-all, broadcast: stores only: part `r` of every rank's output
 //!   (all-to-all: part `r` of rank `q`'s output comes from part `q` of the input; broadcast:
@@ -213,9 +209,7 @@ crate::kernel! {
         // SAFETY (whole body): the host sized every rank's buffers for the mode (module docs)
         // and mapped them here; every offset below stays inside a part of `bytes` or `stride`.
         unsafe {
-            if p.mode == CollectiveMode::AllReduce as u32
-                || p.mode == CollectiveMode::ReduceChunk as u32
-            {
+            if p.mode == CollectiveMode::AllReduce as u32 {
                 let chunk = up16(p.bytes.div_ceil(n as u64));
                 let at = me as u64 * chunk;
                 let (s, e) = sub_slice(p.bytes.saturating_sub(at).min(chunk), b, nb);
@@ -225,11 +219,6 @@ crate::kernel! {
                     src: |q| input(q).add(off),
                     dst: |q| output(q).add(off),
                 };
-                if p.mode == CollectiveMode::ReduceChunk as u32 {
-                    reduce_spread(&sp, me, all, |q| q == me, n, dtype, op);
-                    // No closing barrier: the host queues the copies and then one.
-                    return;
-                }
                 reduce_spread(&sp, me, all, all, n, dtype, op);
             } else if p.mode == CollectiveMode::ReduceScatter as u32 {
                 let (s, e) = sub_slice(p.bytes, b, nb);

@@ -132,7 +132,7 @@
 #define MSCCLPP_MODE_RECV 6u
 #define MSCCLPP_MODE_ALL_REDUCE_PUT 7u
 #define MSCCLPP_MODE_BARRIER 8u
-#define MSCCLPP_MODE_REDUCE_CHUNK 9u
+/* 9 (reduce-chunk) is retired and not reused. */
 #define MSCCLPP_MODE_REDUCE_LOCAL 10u
 #define MSCCLPP_MAX_DIRECT_RANKS 8u
 
