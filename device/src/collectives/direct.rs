@@ -4,9 +4,10 @@
 //!
 //! Every mode but reduce-local is: a block barrier with the peers (their buffers are ready:
 //! each peer's stream reached this call, so it is done with whatever it did to them before),
-//! the block's share of the work, and a second barrier (every peer's writes into this rank's output have landed, so
-//! the output is final when the kernel ends). Block `b` of every rank handles sub-slice `b` of
-//! every part and meets only block `b` of its peers, so blocks never wait for each other.
+//! the block's share of the work, and a second barrier (every peer's writes into this rank's
+//! output have landed, so the output is final when the kernel ends). Block `b` of every rank
+//! handles sub-slice `b` of every part and meets only block `b` of its peers, so blocks never
+//! wait for each other.
 //!
 //! Who writes what (rank `r`, `n` ranks, part = `bytes`, or a chunk of `bytes / n` for the
 //! all-reduce):
@@ -166,6 +167,13 @@ crate::kernel! {
         }
         let input = |q: u32| d.inputs[q as usize].as_ptr() as *const u8;
         let output = |q: u32| d.outputs[q as usize].as_ptr();
+        // `len` bytes at offset `off` of every rank's input, to the same bytes of the outputs
+        // (the pointers are only formed here; `reduce_spread` reads and writes them).
+        let same_offset = |off: u64, len: u64| Spread {
+            nv: len / 16,
+            src: move |q| input(q).wrapping_add(off as usize),
+            dst: move |q| output(q).wrapping_add(off as usize),
+        };
         let all = |_| true;
         if p.mode == CollectiveMode::Send as u32 {
             // send_recv: meet the ranks with an output entry (next and prev), write my input
@@ -176,14 +184,7 @@ crate::kernel! {
             }
             let (s, e) = sub_slice(p.bytes, b, nb);
             // SAFETY: `root`'s output holds `bytes` (it shared it), my input too.
-            unsafe {
-                let sp = Spread {
-                    nv: (e - s) / 16,
-                    src: |q| input(q).add(s as usize),
-                    dst: |q| output(q).add(s as usize),
-                };
-                copy_spread(&sp, me, |q| q == p.root, n);
-            }
+            unsafe { copy_spread(&same_offset(s, e - s), me, |q| q == p.root, n) };
             barrier_with(p, meet);
             return;
         }
@@ -193,14 +194,7 @@ crate::kernel! {
             let (s, e) = sub_slice(p.bytes, b, nb);
             // SAFETY: the host passes `nranks` sources and `outputs[rank]`, each holding
             // `bytes`.
-            unsafe {
-                let sp = Spread {
-                    nv: (e - s) / 16,
-                    src: |q| input(q).add(s as usize),
-                    dst: |q| output(q).add(s as usize),
-                };
-                reduce_spread(&sp, me, all, |q| q == me, n, dtype, op);
-            }
+            unsafe { reduce_spread(&same_offset(s, e - s), me, all, |q| q == me, n, dtype, op) };
             return;
         }
         if !barrier(p, None) {
@@ -213,13 +207,7 @@ crate::kernel! {
                 let chunk = up16(p.bytes.div_ceil(n as u64));
                 let at = me as u64 * chunk;
                 let (s, e) = sub_slice(p.bytes.saturating_sub(at).min(chunk), b, nb);
-                let off = (at + s) as usize;
-                let sp = Spread {
-                    nv: (e - s) / 16,
-                    src: |q| input(q).add(off),
-                    dst: |q| output(q).add(off),
-                };
-                reduce_spread(&sp, me, all, all, n, dtype, op);
+                reduce_spread(&same_offset(at + s, e - s), me, all, all, n, dtype, op);
             } else if p.mode == CollectiveMode::ReduceScatter as u32 {
                 let (s, e) = sub_slice(p.bytes, b, nb);
                 let from = (me as u64 * p.stride + s) as usize;
@@ -240,12 +228,7 @@ crate::kernel! {
             } else if p.mode == CollectiveMode::Broadcast as u32 {
                 if me == p.root {
                     let (s, e) = sub_slice(p.bytes, b, nb);
-                    let sp = Spread {
-                        nv: (e - s) / 16,
-                        src: |q| input(q).add(s as usize),
-                        dst: |q| output(q).add(s as usize),
-                    };
-                    copy_spread(&sp, me, all, n);
+                    copy_spread(&same_offset(s, e - s), me, all, n);
                 }
             } else if p.mode == CollectiveMode::AllToAll as u32 {
                 let (s, e) = sub_slice(p.bytes, b, nb);
