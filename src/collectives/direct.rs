@@ -58,8 +58,7 @@ pub fn whole_vectors(ptrs: &[DevicePtr<u8>], part: usize) -> bool {
 pub type Shared = (DevicePtr<u8>, usize);
 
 /// Checks that peer `q` shared at least `need` bytes for `what` (a peer that called with a
-/// smaller count, or another configuration, would otherwise be written past its buffer). On a
-/// shortfall it aborts the communicator (the peers may already wait in a kernel) and says so.
+/// smaller count, or another configuration, would otherwise be written past its buffer).
 pub fn need_len(
     comm: &Communicator,
     q: usize,
@@ -70,16 +69,16 @@ pub fn need_len(
     if shared >= need {
         return Ok(());
     }
-    comm.abort();
-    Err(Error::MalformedMemory {
-        rank: q,
-        reason: format!("{what}: {shared} bytes shared, {need} needed (same call on every rank?)"),
-    })
+    Err(refuse(
+        comm,
+        q,
+        format!("{what}: {shared} bytes shared, {need} needed (same call on every rank?)"),
+    ))
 }
 
 /// Checks that peer `q` shared exactly `mine` bytes for `what`, as every rank of a symmetric
 /// call does (a different length means another count or configuration there, e.g. another
-/// CE scratch size, which would also cut the work differently); else as [`need_len`].
+/// CE scratch size, which would also cut the work differently).
 pub fn same_len(
     comm: &Communicator,
     q: usize,
@@ -90,14 +89,21 @@ pub fn same_len(
     if shared == mine {
         return Ok(());
     }
-    comm.abort();
-    Err(Error::MalformedMemory {
-        rank: q,
-        reason: format!(
+    Err(refuse(
+        comm,
+        q,
+        format!(
             "{what}: {shared} bytes shared where this rank shares {mine} (same call and \
              configuration on every rank?)"
         ),
-    })
+    ))
+}
+
+/// The error of a peer's shared buffer that cannot be used; aborts the communicator first,
+/// because the peers may already wait in a kernel for this rank.
+fn refuse(comm: &Communicator, q: usize, reason: String) -> Error {
+    comm.abort();
+    Error::MalformedMemory { rank: q, reason }
 }
 
 /// Whether `[a, a + a_len)` and `[b, b + b_len)` are disjoint, or `a` is exactly `b + at` (the
