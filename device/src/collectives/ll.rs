@@ -12,7 +12,9 @@ use super::channel;
 use crate::arch;
 use crate::packet::{self, Packet};
 use crate::reduce::reduce_word;
-use mscclpp_shared::{CollectiveMode, CollectiveParams, DataType, LL16Packet, ReduceOp};
+use mscclpp_shared::{
+    CollectiveMode, CollectiveParams, DataType, DeviceErrorCode, LL16Packet, ReduceOp,
+};
 
 /// Which LL collective a launch runs (from `CollectiveParams::mode`).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -75,7 +77,7 @@ fn ll_collective(
     op: ReduceOp,
 ) -> bool {
     let n = packet::packets_for::<LL16Packet>(p.bytes as usize) as u64;
-    let half = (flag & 1) as u64 * p.nranks as u64 * p.ll_slot_bytes;
+    let half = ll_half(p, flag);
     let tid = arch::global_thread_idx() as u64;
     let nthreads = arch::global_thread_count() as u64;
     let output = p.output.as_ptr();
@@ -92,37 +94,20 @@ fn ll_collective(
             if !mode.talks_to(p, q) || (ack_only && i > 0) {
                 continue;
             }
-            let ch = channel(p, 0, q);
-            // SAFETY: `off < bytes` inside the source part; slot `rank` of the peer's LL
-            // region holds `ll_slot_bytes >= n * 16`.
-            unsafe {
-                let w = if ack_only {
-                    [0; 2]
-                } else {
+            let w = if ack_only {
+                [0; 2]
+            } else {
+                // SAFETY: `off < bytes` inside the source part.
+                unsafe {
                     packet::read_payload::<LL16Packet>(mode.source(p, q).add(off as usize), len)
-                };
-                let dst = ch
-                    .dst
-                    .as_ptr()
-                    .add((half + me as u64 * p.ll_slot_bytes + i * 16) as usize)
-                    as *mut LL16Packet;
-                LL16Packet::store(dst, w, flag);
-            }
+                }
+            };
+            ll_send(p, flag, half, q, i, w);
         }
         i += nthreads;
     }
     // 2. What arrives in my slots, reduced into or copied to my output.
-    let packet_from = |q: u32, i: u64| {
-        // SAFETY: slot `q` of my LL region, written by peer `q`.
-        unsafe {
-            let src = p
-                .scratch
-                .as_ptr()
-                .add((half + q as u64 * p.ll_slot_bytes + i * 16) as usize)
-                as *const LL16Packet;
-            packet::read_packet(src, flag, p.status)
-        }
-    };
+    let packet_from = |q: u32, i: u64| ll_receive(p, flag, half, q, i);
     let mut i = tid;
     while i < n {
         let off = i * 8;
@@ -235,23 +220,42 @@ fn ll_send_words(p: &CollectiveParams, flag: u32, half: u64) {
     while i < n {
         // SAFETY: word pair `i` lies inside `input` (`bytes` long, whole words).
         let w = unsafe { pair_at(input, i) };
-        let at = (half + p.rank as u64 * p.ll_slot_bytes + i * 16) as usize;
         for q in 0..p.nranks {
             if q != p.rank {
-                let dst = channel(p, 0, q).dst.as_ptr();
-                // SAFETY: slot `rank` of peer `q`'s LL region holds `ll_slot_bytes >= n * 16`.
-                unsafe { LL16Packet::store(dst.add(at) as *mut LL16Packet, w, flag) };
+                ll_send(p, flag, half, q, i, w);
             }
         }
         i += nthreads;
     }
 }
 
+/// Offset of this launch's half of the LL region (double-buffered by the flag's parity).
+#[inline(always)]
+fn ll_half(p: &CollectiveParams, flag: u32) -> u64 {
+    (flag & 1) as u64 * p.nranks as u64 * p.ll_slot_bytes
+}
+
+/// Packet `i` (payload `w`) into slot `rank` of peer `q`'s LL region.
+#[inline(always)]
+fn ll_send(p: &CollectiveParams, flag: u32, half: u64, q: u32, i: u64, w: [u32; 2]) {
+    let at = (half + p.rank as u64 * p.ll_slot_bytes + i * 16) as usize;
+    let dst = channel(p, 0, q).dst.as_ptr();
+    // SAFETY: slot `rank` of peer `q`'s LL region (mapped here) holds
+    // `ll_slot_bytes >= packets * 16`, and `i` is a packet of this call.
+    unsafe { LL16Packet::store(dst.add(at) as *mut LL16Packet, w, flag) };
+}
+
 /// Packet `i` from peer `q` (slot `q` of this rank's LL region), waiting for it.
 #[inline(always)]
-fn ll_receive(p: &CollectiveParams, flag: u32, half: u64, q: u32, i: u64) -> Result<[u32; 2], ()> {
+fn ll_receive(
+    p: &CollectiveParams,
+    flag: u32,
+    half: u64,
+    q: u32,
+    i: u64,
+) -> Result<[u32; 2], DeviceErrorCode> {
     let at = (half + q as u64 * p.ll_slot_bytes + i * 16) as usize;
-    // SAFETY: slot `q` of my LL region (`ll_slot_bytes >= n * 16`), written by peer `q`.
+    // SAFETY: slot `q` of my LL region (`ll_slot_bytes >= packets * 16`), written by peer `q`.
     unsafe {
         packet::read_packet(
             p.scratch.as_ptr().add(at) as *const LL16Packet,
@@ -259,7 +263,6 @@ fn ll_receive(p: &CollectiveParams, flag: u32, half: u64, q: u32, i: u64) -> Res
             p.status,
         )
     }
-    .map_err(|_| ())
 }
 
 /// The whole-word LL calls' skeleton: step 1 ([`ll_send_words`]), then `arrived(i, half)` for
@@ -267,7 +270,7 @@ fn ll_receive(p: &CollectiveParams, flag: u32, half: u64, q: u32, i: u64) -> Res
 /// writes the output); false as soon as one gives up.
 #[inline(always)]
 fn ll_words(p: &CollectiveParams, flag: u32, arrived: impl Fn(u64, u64) -> bool) -> bool {
-    let half = (flag & 1) as u64 * p.nranks as u64 * p.ll_slot_bytes;
+    let half = ll_half(p, flag);
     ll_send_words(p, flag, half);
     let n = p.bytes / 8;
     let nthreads = arch::global_thread_count() as u64;
