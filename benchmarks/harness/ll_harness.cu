@@ -1,5 +1,6 @@
 // LL all-reduce harness (2 GPUs of one process, f16 sum, out of place, CUDA-graph replay of 50
 // launches, median of 10): a minimal LL16 kernel, a put + system fence + per-block flag kernel,
+// a minimal LL128 kernel (shapes: steps per warp x threads per block),
 // and any kernel of ours taking CollectiveParams, loaded from PTX files given as
 // `file.ptx[:kernel]` (default kernel ll_collective_kernel), e.g. the PTX the build embeds
 // (target/release/build/mscclpp-*/out/mscclpp_device.ptx) with `:ll_all_reduce_kernel`.
@@ -80,6 +81,43 @@ __global__ void putflag(Args a) {
   finish(a.counter, flag);
 }
 
+// LL128: 128-byte lines, each written by 8 lanes with one 16-byte store apiece; the last 8 bytes
+// of a line are the flag, so a line carries 120 data bytes and a warp moves 4 lines (480 data
+// bytes) per step. Relies on a warp's 128-byte-aligned store reaching the peer whole (as NCCL's
+// LL128 does on NVLink). Data lanes take 16 contiguous bytes of the step's 480, flag lanes 8 of
+// the last 32. Every warp first sends U steps, then receives them.
+template <int U>
+__global__ void ll128(Args a, size_t bytes) {
+  uint32_t flag = (uint32_t)*(volatile unsigned long long*)a.counter + 1;
+  size_t half = (flag & 1) * 2 * a.cap_vec;  // uint4 units; a half holds 2 MiB of lines
+  size_t steps = (bytes + 479) / 480;
+  int lane = threadIdx.x & 31; bool fl = (lane & 7) == 7;
+  size_t off = fl ? 448 + 8 * (lane >> 3) : 16 * (lane - (lane >> 3));
+  size_t w = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5, nw = ((size_t)gridDim.x * blockDim.x) >> 5;
+  const char* in = (const char*)a.in;
+  for (size_t g0 = w; g0 < steps; g0 += nw * U) {
+    uint4 v[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      size_t g = g0 + u * nw;
+      if (g < steps) {
+        if (fl) { uint2 d = *(const uint2*)(in + g * 480 + off); v[u] = make_uint4(d.x, d.y, flag, flag); }
+        else v[u] = *(const uint4*)(in + g * 480 + off);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) { size_t g = g0 + u * nw; if (g < steps) st_v4(a.peer + half + g * 32 + lane, v[u]); }
+  }
+  for (size_t g = w; g < steps; g += nw) {
+    uint4 v;
+    for (;;) { v = ld_v4(a.mine + half + g * 32 + lane); bool ok = !fl || (v.z == flag && v.w == flag); if (__all_sync(0xffffffffu, ok)) break; }
+    char* out = (char*)a.out;
+    if (fl) { uint2 d = *(const uint2*)(in + g * 480 + off); *(uint2*)(out + g * 480 + off) = make_uint2(add2(d.x, v.x), add2(d.y, v.y)); }
+    else { uint4 d = *(const uint4*)(in + g * 480 + off); *(uint4*)(out + g * 480 + off) = make_uint4(add2(d.x, v.x), add2(d.y, v.y), add2(d.z, v.z), add2(d.w, v.w)); }
+  }
+  finish(a.counter, flag);
+}
+
 int main(int argc, char** argv) {
   size_t cap = 1 << 20;
   std::vector<std::string> ptxs; for (int i = 1; i < argc; i++) ptxs.push_back(argv[i]);
@@ -87,7 +125,7 @@ int main(int argc, char** argv) {
   cudaStream_t st[2];
   for (int d = 0; d < 2; d++) {
     CK(cudaSetDevice(d)); CK(cudaDeviceEnablePeerAccess(1 - d, 0));
-    CK(cudaMalloc(&in[d], cap)); CK(cudaMalloc(&out[d], cap)); CK(cudaMalloc(&scr[d], 4 * cap));
+    CK(cudaMalloc(&in[d], cap + 4096)); CK(cudaMalloc(&out[d], cap + 4096)); CK(cudaMalloc(&scr[d], 4 * cap));
     CK(cudaMalloc(&flags[d], 2 * 1024 * 8)); CK(cudaMalloc(&ctr[d], 16));
     CK(cudaMemset(scr[d], 0, 4 * cap)); CK(cudaMemset(flags[d], 0, 2 * 1024 * 8)); CK(cudaMemset(ctr[d], 0, 16));
     std::vector<__half> h(cap / 2); for (size_t i = 0; i < h.size(); i++) h[i] = __float2half((float)((i * 3 + d) % 11));
@@ -112,13 +150,15 @@ int main(int argc, char** argv) {
     MemoryChannelDeviceHandle tab[2] = {}; tab[1 - d].dst = (uint64_t)oscr[1 - d];
     CK(cudaSetDevice(d)); CK(cudaMemcpy(otab[d], tab, sizeof tab, cudaMemcpyHostToDevice));
   }
-  for (int kind = 0; kind < 2 + (int)ptxs.size(); kind++)
+  const int K = 3;  // built-in kernels: ll16, putflag, ll128
+  for (int kind = 0; kind < K + (int)ptxs.size(); kind++)
   for (size_t bytes : {16384ul, 65536ul, 262144ul, 1048576ul}) {
     std::vector<std::pair<int,int>> shapes;
-    if (kind == 0) shapes = {{0,256}}; else if (kind >= 2) shapes = {{0,256},{0,512},{0,128}}; else shapes = {{16,512},{64,512}};
+    if (kind == 0) shapes = {{0,256}}; else if (kind >= K) shapes = {{0,256},{0,512},{0,128}}; else if (kind == 2) shapes = {{1,256},{2,256},{4,256},{1,512},{2,512},{1,1024}}; else shapes = {{16,512},{64,512}};
     for (auto sh : shapes) {
       int threads = sh.second;
-      int blocks = kind != 1 ? (int)std::min<size_t>(512, (bytes / 8 + threads - 1) / threads) : sh.first;
+      int blocks = kind == 2 ? (int)std::max<size_t>(1, std::min<size_t>(132 * 4, ((bytes + 479) / 480 + (threads / 32) * sh.first - 1) / ((threads / 32) * sh.first)))
+                 : kind != 1 ? (int)std::min<size_t>(512, (bytes / 8 + threads - 1) / threads) : sh.first;
       CollectiveParams op[2];
       for (int d = 0; d < 2; d++) {
         op[d] = CollectiveParams{};
@@ -139,7 +179,10 @@ int main(int argc, char** argv) {
         for (int i = 0; i < per_graph; i++) {
           if (kind == 0) ll16<<<blocks, threads, 0, st[d]>>>(a[d]);
           else if (kind == 1) putflag<<<blocks, threads, 0, st[d]>>>(a[d]);
-          else { void* args[] = {&op[d]}; if (cuLaunchKernel(ofn[d][kind - 2], blocks, 1, 1, threads, 1, 1, 0, st[d], args, nullptr)) { printf("launch failed\n"); exit(1); } }
+          else if (kind == 2 && sh.first == 1) ll128<1><<<blocks, threads, 0, st[d]>>>(a[d], bytes);
+          else if (kind == 2 && sh.first == 2) ll128<2><<<blocks, threads, 0, st[d]>>>(a[d], bytes);
+          else if (kind == 2) ll128<4><<<blocks, threads, 0, st[d]>>>(a[d], bytes);
+          else { void* args[] = {&op[d]}; if (cuLaunchKernel(ofn[d][kind - K], blocks, 1, 1, threads, 1, 1, 0, st[d], args, nullptr)) { printf("launch failed\n"); exit(1); } }
         }
         CK(cudaStreamEndCapture(st[d], &g));
         CK(cudaGraphInstantiate(&ge[d], g, 0));
@@ -156,7 +199,7 @@ int main(int argc, char** argv) {
       // check
       std::vector<__half> h(bytes / 2); CK(cudaSetDevice(0)); CK(cudaMemcpy(h.data(), out[0], bytes, cudaMemcpyDeviceToHost));
       size_t bad = 0; for (size_t i = 0; i < h.size(); i++) if (__half2float(h[i]) != (float)((i * 3) % 11 + (i * 3 + 1) % 11)) bad++;
-      printf("%s %8zu B  blocks %4d threads %4d: %7.2f us (min %7.2f) bad %zu\n", kind == 0 ? "ll16   " : kind == 1 ? "putflag" : ptxs[kind - 2].c_str(), bytes, blocks, threads, ts[ts.size() / 2], ts[0], bad);
+      printf("%s %8zu B  blocks %4d threads %4d: %7.2f us (min %7.2f) bad %zu\n", kind == 0 ? "ll16   " : kind == 1 ? "putflag" : kind == 2 ? "ll128  " : ptxs[kind - K].c_str(), bytes, blocks, threads, ts[ts.size() / 2], ts[0], bad);
     }
   }
   return 0;
