@@ -39,6 +39,9 @@ pub const LL_ALL_REDUCE: KernelSpec<CollectiveParams> =
 /// `ll_all_gather_kernel`: the LL all-gather in a kernel of its own.
 pub const LL_ALL_GATHER: KernelSpec<CollectiveParams> =
     KernelSpec::new("ll_all_gather_kernel", c::ll_all_gather_kernel);
+/// `ll128_all_reduce_kernel`: the all-reduce with LL128 lines (medium messages).
+pub const LL128_ALL_REDUCE: KernelSpec<CollectiveParams> =
+    KernelSpec::new("ll128_all_reduce_kernel", c::ll128_all_reduce_kernel);
 /// `staged_collective_kernel`: every collective through the staging buffers.
 pub const STAGED_COLLECTIVE: KernelSpec<CollectiveParams> =
     KernelSpec::new("staged_collective_kernel", c::staged_collective_kernel);
@@ -57,6 +60,7 @@ pub const ALL_NAMES: &[&str] = &[
     LL_COLLECTIVE.name,
     LL_ALL_REDUCE.name,
     LL_ALL_GATHER.name,
+    LL128_ALL_REDUCE.name,
     STAGED_COLLECTIVE.name,
     DIRECT_COLLECTIVE.name,
 ];

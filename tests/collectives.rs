@@ -315,6 +315,17 @@ fn all_reduce_2_ranks_every_type_op_and_algorithm() {
             all_reduce_case(c, count, Some(Algorithm::Staged));
             all_reduce_case(c, count, Some(Algorithm::TwoShotPut));
         }
+        // 1031 elements (2 or 4 KiB) are in the LL128 range of the CPU backend's defaults.
+        all_reduce_case(c, 1031, None);
+        let cfg = c.config();
+        if (cfg.ll128_min_bytes..=cfg.ll128_max_bytes).contains(&(1031 * 4)) {
+            assert_eq!(c.last_algorithm(), Some(Algorithm::Ll128));
+        }
+        // LL128: less than one line, exactly one warp step of f16 (480 B), and many steps
+        // with a partial last one (out of place from an unaligned input, then in place).
+        for count in [1, 7, 240, 1031, 4001] {
+            all_reduce_case(c, count, Some(Algorithm::Ll128));
+        }
         // Whole 8-byte words (the LL kernel's word path; 6 elements are whole words only for
         // 4-byte types).
         for count in [6, 1024] {
@@ -344,6 +355,8 @@ fn all_reduce_3_4_and_8_ranks() {
         run(n, |c| {
             all_reduce_case(c, 5, Some(Algorithm::LlOneShot));
             all_reduce_case(c, 1024, Some(Algorithm::LlOneShot));
+            all_reduce_case(c, 5, Some(Algorithm::Ll128));
+            all_reduce_case(c, 1024, Some(Algorithm::Ll128));
             all_reduce_case(c, 997, Some(Algorithm::Staged));
             all_reduce_case(c, 1024, Some(Algorithm::Direct));
             all_reduce_case(c, 1040, Some(Algorithm::CopyEngine));
@@ -378,6 +391,7 @@ fn odd_rank_counts_5_and_7() {
     for n in [5, 7] {
         run(n, |c| {
             all_reduce_case(c, 13, Some(Algorithm::LlOneShot));
+            all_reduce_case(c, 613, Some(Algorithm::Ll128));
             all_reduce_case(c, 1001, Some(Algorithm::TwoShotPut));
             others_case(c, 11, None);
             others_case(c, 1040, Some(Algorithm::Direct));
@@ -491,7 +505,8 @@ fn direct_registration_cache_and_fallback() {
     });
 }
 
-/// LL calls of every mode queued back to back with no host synchronisation in between (so a
+/// LL calls of every mode (and LL128 all-reduces, which share the LL flag) queued back to back
+/// with no host synchronisation in between (so a
 /// fast rank may run ahead of a slow one), broadcasts with rotating roots among them; every
 /// result checked once the stream drains. (The race the broadcast's acks prevent, a root two
 /// calls ahead of a slot's reader, needs a reader slower than this backend makes it: with the
@@ -511,12 +526,12 @@ fn ll_modes_back_to_back_3_and_4_ranks() {
             let input = g.alloc(n * part).unwrap();
             let all_in: Vec<u8> = (0..n).flat_map(|p| data(dtype, rank, count, p)).collect();
             input.copy_from_host(0, &all_in).unwrap();
-            let rounds = 12;
+            let rounds = 18;
             // (kind, output buffer, root)
             let mut outs = Vec::new();
             for k in 0..rounds {
                 let out = g.alloc(n * part).unwrap();
-                let kind = k % 5;
+                let kind = k % 6;
                 let root = k % n;
                 // SAFETY: `input` and `out` hold `n * part` bytes, alive until the checks.
                 unsafe {
@@ -533,6 +548,15 @@ fn ll_modes_back_to_back_3_and_4_ranks() {
                         1 => c.broadcast(input.ptr(), out.ptr(), count, dtype, root, &stream, ll),
                         2 => c.all_gather(input.ptr(), out.ptr(), count, dtype, &stream, ll),
                         3 => c.all_to_all(input.ptr(), out.ptr(), count, dtype, &stream, ll),
+                        5 => c.all_reduce(
+                            input.ptr(),
+                            out.ptr(),
+                            count,
+                            dtype,
+                            ReduceOp::Sum,
+                            &stream,
+                            Some(Algorithm::Ll128),
+                        ),
                         _ => c.reduce_scatter(
                             input.ptr(),
                             out.ptr(),
@@ -551,7 +575,7 @@ fn ll_modes_back_to_back_3_and_4_ranks() {
             for (k, (kind, out, root)) in outs.iter().enumerate() {
                 let v = |r: usize, i: usize| value(r, i);
                 let want: Vec<f64> = match kind {
-                    0 => (0..count)
+                    0 | 5 => (0..count)
                         .map(|i| reduce(ReduceOp::Sum, (0..n).map(|r| v(r, i)), dtype))
                         .collect(),
                     1 => (0..count).map(|i| v(*root, i)).collect(),

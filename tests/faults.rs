@@ -650,6 +650,12 @@ fault_case!(
     |c, v| all_reduce_inside(c, v, Algorithm::LlOneShot, 1024)
 );
 fault_case!(
+    /// (c) The victim dies while the survivor is inside an LL128 all-reduce (its warps wait
+    /// for lines together and must leave together).
+    killed_inside_all_reduce_ll128, 2, 1,
+    |c, v| all_reduce_inside(c, v, Algorithm::Ll128, 2048)
+);
+fault_case!(
     /// (c) The victim dies while the survivor is inside a staged all-reduce.
     killed_inside_all_reduce_staged, 2, 1,
     |c, v| all_reduce_inside(c, v, Algorithm::Staged, 64 * 1024)

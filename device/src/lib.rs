@@ -18,6 +18,7 @@
 //! | [`port_channel`] | PortChannel: put / signal / flush through the host proxy |
 //! | [`memory_channel`] | MemoryChannel: direct put / get / packets / signal / wait |
 //! | [`packet`] | LL8 / LL16 packet write and read |
+//! | [`ll128`] | LL128 lines: a warp's write and read of 128-byte lines |
 //! | [`copy`] | collective copies |
 //! | [`kernels`] | the built-in kernels |
 //!
@@ -61,6 +62,7 @@ pub mod collectives;
 pub mod copy;
 pub mod fifo;
 pub mod kernels;
+pub mod ll128;
 pub mod memory_channel;
 pub mod packet;
 pub mod port_channel;

@@ -51,7 +51,33 @@ pub fn spin_until(
     status: DevicePtr<DeviceStatus>,
     site: WaitSite,
     addr: u64,
+    ready: impl FnMut() -> bool,
+) -> Result<(), DeviceErrorCode> {
+    spin(status, site, addr, ready, |aborted| aborted)
+}
+
+/// [`spin_until`] for a whole warp: `ready()` must return the same value on every lane (a
+/// warp vote), and the lanes also agree on when to give up (a vote on the abort flag), so they
+/// leave together. Every lane of the warp must call it.
+#[inline(always)]
+pub fn spin_until_warp(
+    status: DevicePtr<DeviceStatus>,
+    site: WaitSite,
+    addr: u64,
+    ready: impl FnMut() -> bool,
+) -> Result<(), DeviceErrorCode> {
+    spin(status, site, addr, ready, arch::vote_any_sync)
+}
+
+/// The loop of [`spin_until`] and [`spin_until_warp`]; `agree` turns this thread's view of the
+/// abort flag into the decision its group takes (the spin limit is the same on every thread).
+#[inline(always)]
+fn spin(
+    status: DevicePtr<DeviceStatus>,
+    site: WaitSite,
+    addr: u64,
     mut ready: impl FnMut() -> bool,
+    agree: impl Fn(bool) -> bool,
 ) -> Result<(), DeviceErrorCode> {
     if ready() {
         return Ok(());
@@ -67,7 +93,7 @@ pub fn spin_until(
         }
         iteration += 1;
         if iteration.is_multiple_of(ABORT_CHECK_INTERVAL) {
-            if aborted(status) {
+            if agree(aborted(status)) {
                 record_error(status, DeviceErrorCode::Aborted, error_detail(site, addr));
                 return Err(DeviceErrorCode::Aborted);
             }

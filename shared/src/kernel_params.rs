@@ -246,9 +246,14 @@ pub struct CollectiveParams {
     pub root: u32,
     /// Rows of `channels` (blocks may not exceed it).
     pub max_blocks: u32,
+    /// Offset of the LL128 region in every scratch buffer (LL128 kernels): like the LL16
+    /// region, two halves of `nranks` slots of `ll128_slot_bytes`, chosen by the flag's parity.
+    pub ll128_offset: u64,
+    /// Bytes of one rank's LL128 slot (LL128 kernels).
+    pub ll128_slot_bytes: u64,
 }
 
-static_assertions::assert_eq_size!(CollectiveParams, [u64; 14]);
+static_assertions::assert_eq_size!(CollectiveParams, [u64; 16]);
 
 /// Most ranks a direct collective serves (one node's NVLink domain).
 pub const MAX_DIRECT_RANKS: usize = 8;
@@ -268,4 +273,4 @@ pub struct DirectCollectiveParams {
     pub outputs: [DevicePtr<u8>; MAX_DIRECT_RANKS],
 }
 
-static_assertions::assert_eq_size!(DirectCollectiveParams, [u64; 30]);
+static_assertions::assert_eq_size!(DirectCollectiveParams, [u64; 32]);

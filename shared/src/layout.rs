@@ -48,7 +48,7 @@ layouts! {
     FifoPushParams { status, fifo, per_thread, reserved }
     PingPongParams { status, channel, bytes, iterations, role, flag_base, reserved }
     PortPingPongParams { status, channel, bytes, iterations, role, flush, reserved }
-    CollectiveParams { status, channels, input, output, scratch, bytes, ll_flags, ll_slot_bytes, stage_offset, stride, reserved, dtype, op, mode, rank, nranks, root, max_blocks }
+    CollectiveParams { status, channels, input, output, scratch, bytes, ll_flags, ll_slot_bytes, stage_offset, stride, reserved, dtype, op, mode, rank, nranks, root, max_blocks, ll128_offset, ll128_slot_bytes }
     DirectCollectiveParams { common, inputs, outputs }
     IpcMemHandle { kind, device, owner_pid, owner_fd, token, alloc_size, offset, size, cuda }
 }

@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use mscclpp_shared::ipc;
 use mscclpp_shared::layout::{LAYOUTS, StructLayout, TRIGGER_CONSTANTS};
+use mscclpp_shared::packet::ll128;
 use mscclpp_shared::status::error_detail;
 use mscclpp_shared::trigger::{self, ProxyTrigger, TriggerFields, TriggerType, commit_parity};
 use mscclpp_shared::{DEFAULT_FIFO_SIZE, DeviceErrorCode, WaitSite};
@@ -68,6 +69,16 @@ fn extra_constants() -> Vec<(&'static str, u64)> {
         ),
         ("MSCCLPP_IPC_KIND_CUDA", ipc::IPC_KIND_CUDA.into()),
         ("MSCCLPP_IPC_KIND_CPU", ipc::IPC_KIND_CPU.into()),
+        ("MSCCLPP_LL128_LINE_BYTES", ll128::LINE_BYTES as u64),
+        (
+            "MSCCLPP_LL128_LINE_DATA_BYTES",
+            ll128::LINE_DATA_BYTES as u64,
+        ),
+        ("MSCCLPP_LL128_LANES_PER_LINE", ll128::LANES_PER_LINE as u64),
+        (
+            "MSCCLPP_LL128_WARP_DATA_BYTES",
+            ll128::WARP_DATA_BYTES as u64,
+        ),
     ]
 }
 

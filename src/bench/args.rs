@@ -23,7 +23,7 @@ options:
   -n, --iters N            timed iterations per size (default: enough for ~5 ms, 20..1000)
   -w, --warmup_iters N     untimed eager iterations first (default 5)
   -c, --check [0|1]        fill rank- and index-dependent data, check every element (#wrong)
-  -a, --algo NAME          force an algorithm: put (allreduce), ll, staged,
+  -a, --algo NAME          force an algorithm: put, ll128 (allreduce), ll, staged,
                            direct, ce (not reducescatter) | auto
                            (default auto: chosen by size, as Collectives::all_reduce does)
   -d, --datatype T         f32 | f16 | bf16 | i32 | u32 (default f16)
@@ -366,7 +366,9 @@ pub fn parse(args: &[String]) -> Result<Command, BoxError> {
                 c.algo = match v.as_str() {
                     "auto" => None,
                     _ => Some(Algorithm::parse(&v).ok_or_else(|| {
-                        format!("-a {v:?}: not an algorithm (ll, staged, put, direct, ce, auto)")
+                        format!(
+                            "-a {v:?}: not an algorithm (ll, ll128, staged, put, direct, ce, auto)"
+                        )
                     })?),
                 };
             }
@@ -454,7 +456,7 @@ pub fn parse(args: &[String]) -> Result<Command, BoxError> {
     };
     if let Some(algo) = c.algo {
         let fits = match algo {
-            Algorithm::TwoShotPut => op == Op::AllReduce,
+            Algorithm::TwoShotPut | Algorithm::Ll128 => op == Op::AllReduce,
             Algorithm::LlOneShot => op != Op::SendRecv,
             Algorithm::Staged | Algorithm::Direct => op != Op::SendRecv,
             Algorithm::CopyEngine => {

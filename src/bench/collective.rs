@@ -16,7 +16,7 @@
 
 use std::sync::Arc;
 
-use mscclpp::collectives::{Algorithm, Collectives};
+use mscclpp::collectives::{Algorithm, CollectiveConfig, Collectives};
 use mscclpp::host::communicator::Communicator;
 use mscclpp::host::gpu::{BackendKind, DeviceBuffer, Event, Stream};
 use mscclpp::shared::DevicePtr;
@@ -345,11 +345,18 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
         }
     }
     let ll_max = coll.config().ll_max_bytes;
-    if a.algo == Some(Algorithm::LlOneShot) && shapes.iter().any(|s| s.size > ll_max) {
+    let limit = match a.algo {
+        Some(Algorithm::LlOneShot) => Some(("ll", ll_max)),
+        Some(Algorithm::Ll128) => Some(("ll128", coll.config().ll128_max_bytes)),
+        _ => None,
+    };
+    if let Some((name, max)) = limit
+        && shapes.iter().any(|s| s.size > max)
+    {
         notes.push(format!(
-            "# -a ll: sizes above {ll_max} B (the LL limit) skipped"
+            "# -a {name}: sizes above {max} B (its limit) skipped"
         ));
-        shapes.retain(|s| s.size <= ll_max);
+        shapes.retain(|s| s.size <= max);
     }
     let inplace = a.inplace && a.op.has_in_place();
     let max_bytes = shapes
@@ -385,7 +392,7 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
         }),
     };
     if rank == 0 {
-        print_header(plan, &info, ll_max);
+        print_header(plan, &info, coll.config());
         for note in &notes {
             println!("{note}");
         }
@@ -509,7 +516,7 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
     Ok((rank == 0).then_some((info, rows)))
 }
 
-fn print_header(plan: &Plan, info: &RunInfo, ll_max: usize) {
+fn print_header(plan: &Plan, info: &RunInfo, cfg: CollectiveConfig) {
     let a = &plan.args;
     if plan.backend == BackendKind::Cpu {
         println!(
@@ -523,7 +530,10 @@ fn print_header(plan: &Plan, info: &RunInfo, ll_max: usize) {
     );
     let algo = match a.algo {
         Some(x) => format!("{} (forced)", algo_name(Some(x))),
-        None if a.op == Op::AllReduce => format!("by size (LL up to {ll_max} B)"),
+        None if a.op == Op::AllReduce => format!(
+            "by size (LL128 {}-{} B, else LL up to {} B)",
+            cfg.ll128_min_bytes, cfg.ll128_max_bytes, cfg.ll_max_bytes
+        ),
         None => "staged".to_string(),
     };
     let timing = if plan.graph_launches > 0 {

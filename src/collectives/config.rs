@@ -19,19 +19,23 @@ pub enum Algorithm {
     /// all-to-all, send/recv; all-reduce: the direct kernel reduces each rank's chunk, the copy
     /// engines spread it).
     CopyEngine,
+    /// One-shot all-reduce with LL128 lines (medium messages: 120 of every 128 bytes on the
+    /// links are data, against 8 of 16 for LL16). All-reduce only.
+    Ll128,
 }
 
 impl Algorithm {
     /// Every algorithm, in declaration order (`ALL[a as usize] == a`).
-    pub const ALL: [Algorithm; 5] = [
+    pub const ALL: [Algorithm; 6] = [
         Self::LlOneShot,
         Self::Staged,
         Self::TwoShotPut,
         Self::Direct,
         Self::CopyEngine,
+        Self::Ll128,
     ];
 
-    /// Parses an algorithm name (`ll`, `staged`, `put`, `direct`, `ce`).
+    /// Parses an algorithm name (`ll`, `staged`, `put`, `direct`, `ce`, `ll128`).
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "ll" | "ll-one-shot" | "ll_one_shot" => Some(Self::LlOneShot),
@@ -39,6 +43,7 @@ impl Algorithm {
             "put" | "two-shot-put" => Some(Self::TwoShotPut),
             "direct" | "zero-copy" => Some(Self::Direct),
             "ce" | "copy-engine" => Some(Self::CopyEngine),
+            "ll128" | "ll-128" => Some(Self::Ll128),
             _ => None,
         }
     }
@@ -54,6 +59,17 @@ pub struct CollectiveConfig {
     /// algorithm unless another is forced (at most `ll_max_bytes`; a two-rank `send_recv`
     /// takes it up to `ll_max_bytes`).
     pub ll_part_max_bytes: usize,
+    /// Smallest all-reduce that takes the LL128 algorithm unless one is forced.
+    pub ll128_min_bytes: usize,
+    /// Largest all-reduce the LL128 algorithm serves, bytes (sizes its slots).
+    pub ll128_max_bytes: usize,
+    /// Most threads per block of the LL128 kernel (a multiple of 32).
+    pub ll128_threads: u32,
+    /// Blocks the LL128 kernel aims for: its blocks shrink (by halves, down to one warp) until
+    /// the call's 480-byte warp steps give it at least this many.
+    pub ll128_blocks: u32,
+    /// Most blocks of the LL128 kernel (its warps loop over the steps beyond).
+    pub ll128_max_blocks: u32,
     /// Staging bytes per rank (an operation larger than fits runs in pieces).
     pub stage_bytes: usize,
     /// Rows of channels (one per block): at least `staged_blocks` and `direct_blocks`.
@@ -98,6 +114,11 @@ impl CollectiveConfig {
             BackendKind::Cuda => Self {
                 ll_max_bytes: 1 << 20,
                 ll_part_max_bytes: 512 << 10,
+                ll128_min_bytes: 64 << 10,
+                ll128_max_bytes: 2 << 20,
+                ll128_threads: 1024,
+                ll128_blocks: 64,
+                ll128_max_blocks: 1024,
                 stage_bytes: 64 << 20,
                 max_blocks: 128,
                 staged_blocks: 64,
@@ -117,6 +138,12 @@ impl CollectiveConfig {
             BackendKind::Cpu => Self {
                 ll_max_bytes: 64 << 10,
                 ll_part_max_bytes: 16 << 10,
+                // Between LL16's small sizes and the direct kernel, as on the GPU.
+                ll128_min_bytes: 2 << 10,
+                ll128_max_bytes: 16 << 10,
+                ll128_threads: 32,
+                ll128_blocks: 2,
+                ll128_max_blocks: 2,
                 stage_bytes: 1 << 20,
                 max_blocks: 2,
                 staged_blocks: 2,
@@ -138,7 +165,8 @@ impl CollectiveConfig {
     }
 
     /// Applies the tuning variables `MSCCLPP_LL_BLOCKS`, `MSCCLPP_LL_THREADS`,
-    /// `MSCCLPP_LL_PART_MAX_BYTES`, `MSCCLPP_DIRECT_MIN_BYTES`,
+    /// `MSCCLPP_LL_PART_MAX_BYTES`, `MSCCLPP_LL128_MIN_BYTES`, `MSCCLPP_LL128_THREADS`,
+    /// `MSCCLPP_LL128_BLOCKS`, `MSCCLPP_DIRECT_MIN_BYTES`,
     /// `MSCCLPP_CE_MIN_BYTES`, `MSCCLPP_CE_ALL_REDUCE_MIN_BYTES`, `MSCCLPP_CE_SCRATCH_BYTES`,
     /// `MSCCLPP_CE_PIECES` (`ce_min_pieces`), `MSCCLPP_DIRECT_BLOCKS`,
     /// `MSCCLPP_DIRECT_BLOCK_BYTES` and `MSCCLPP_DIRECT_THREADS` where set (every rank must
@@ -160,6 +188,15 @@ impl CollectiveConfig {
         }
         if let Some(v) = var("MSCCLPP_LL_PART_MAX_BYTES") {
             self.ll_part_max_bytes = v.min(self.ll_max_bytes);
+        }
+        if let Some(v) = var("MSCCLPP_LL128_MIN_BYTES") {
+            self.ll128_min_bytes = v;
+        }
+        if let Some(v) = var("MSCCLPP_LL128_THREADS") {
+            self.ll128_threads = (v as u32).clamp(32, 1024) & !31;
+        }
+        if let Some(v) = var("MSCCLPP_LL128_BLOCKS") {
+            self.ll128_blocks = (v as u32).clamp(1, 1024);
         }
         if let Some(v) = var("MSCCLPP_LL_BLOCKS") {
             self.ll_blocks = (v as u32).clamp(1, 1024);

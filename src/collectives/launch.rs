@@ -8,7 +8,7 @@ use mscclpp_host::transport::Transport;
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::{
     CollectiveMode, CollectiveParams, DataType, DevicePtr, DirectCollectiveParams,
-    MAX_DIRECT_RANKS, MemoryChannelDeviceHandle, ReduceOp,
+    MAX_DIRECT_RANKS, MemoryChannelDeviceHandle, ReduceOp, packet::ll128,
 };
 
 use super::{Algorithm, Collectives, direct};
@@ -35,6 +35,8 @@ impl Collectives {
             ll_flags: self.ll_flags.ptr().cast(),
             ll_slot_bytes: self.ll_slot_bytes,
             stage_offset: self.stage_offset,
+            ll128_offset: self.ll128_offset,
+            ll128_slot_bytes: self.ll128_slot_bytes,
             stride: 0,
             reserved: 0,
             dtype: dtype as u32,
@@ -112,6 +114,38 @@ impl Collectives {
         };
         // SAFETY: the caller's contract (buffers sized for the mode), and our scratch.
         unsafe { stream.launch(kernel, LaunchConfig::new(blocks, threads), p) }
+    }
+
+    /// Queues the LL128 all-reduce for `p` (buffers and `bytes` filled in). One warp per
+    /// 480-byte step: blocks of `ll128_threads`, halved (down to one warp) until there are at
+    /// least `ll128_blocks` of them, at most `ll128_max_blocks` (the warps loop beyond).
+    pub(super) fn launch_ll128(&self, stream: &Stream, p: CollectiveParams) -> Result<()> {
+        if p.bytes as usize > self.cfg.ll128_max_bytes {
+            return Err(self.cannot("an LL128 call above ll128_max_bytes"));
+        }
+        self.ensure_healthy()?;
+        let steps = p.bytes.div_ceil(ll128::WARP_DATA_BYTES as u64);
+        let warp = ll128::WARP_LANES as u32;
+        let mut threads = (self.cfg.ll128_threads / warp).max(1) * warp;
+        while threads > warp
+            && steps.div_ceil((threads / warp) as u64) < self.cfg.ll128_blocks as u64
+        {
+            threads /= 2;
+        }
+        threads = (threads / warp).max(1) * warp;
+        let blocks = steps
+            .div_ceil((threads / warp) as u64)
+            .clamp(1, self.cfg.ll128_max_blocks.max(1) as u64) as u32;
+        self.record(Algorithm::Ll128);
+        // SAFETY: the caller's contract (buffers of `bytes`), and our scratch, whose LL128
+        // region holds `ll128_slot_bytes` per slot for up to `ll128_max_bytes`.
+        unsafe {
+            stream.launch(
+                &self.ll128_all_reduce,
+                LaunchConfig::new(blocks, threads),
+                p,
+            )
+        }
     }
 
     /// Queues an LL call of a per-part collective.
@@ -320,7 +354,7 @@ impl Collectives {
         algo: Option<Algorithm>,
     ) -> Result<Algorithm> {
         match algo {
-            Some(Algorithm::TwoShotPut) => {
+            Some(Algorithm::TwoShotPut | Algorithm::Ll128) => {
                 Err(self.cannot("an all-reduce algorithm for this collective"))
             }
             Some(Algorithm::LlOneShot) if !ll => {

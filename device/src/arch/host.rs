@@ -16,8 +16,14 @@
 pub mod grid;
 
 pub use grid::{
-    block_dim_x, block_idx_x, dynamic_shared_mem, grid_dim_x, sync_threads, thread_idx_x,
+    block_dim_x, block_idx_x, dynamic_shared_mem, grid_dim_x, sync_threads, sync_warp,
+    thread_idx_x, vote_all_sync, vote_any_sync,
 };
+
+/// Whether a warp's 16-byte stores to one aligned 128-byte line reach memory as one write
+/// (LL128's premise). Not on the host: emulated lanes store one by one, so LL128 orders the
+/// flag's store after its line's data (see `crate::ll128`).
+pub const WARP_LINE_STORES_WHOLE: bool = false;
 
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 

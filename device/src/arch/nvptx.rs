@@ -46,6 +46,44 @@ pub fn sync_threads() {
     unsafe { nvptx::_syncthreads() }
 }
 
+/// `bar.warp.sync 0xffffffff`: every lane of the warp must call it.
+#[inline(always)]
+pub fn sync_warp() {
+    // SAFETY: a warp barrier over the full mask; the uniform-control-flow rule is the caller's.
+    unsafe { asm!("bar.warp.sync 0xffffffff;", options(nostack)) };
+}
+
+/// `vote.sync.all.pred` over the full warp: whether `pred` holds on every lane. Every lane must
+/// call it.
+#[inline(always)]
+pub fn vote_all_sync(pred: bool) -> bool {
+    let r: u32;
+    // SAFETY: a warp vote over the full mask; no memory access.
+    unsafe {
+        asm!("{{ .reg .pred p, q; setp.ne.u32 p, {x}, 0; vote.sync.all.pred q, p, 0xffffffff; selp.u32 {r}, 1, 0, q; }}",
+             x = in(reg32) pred as u32, r = out(reg32) r, options(nostack))
+    };
+    r != 0
+}
+
+/// `vote.sync.any.pred` over the full warp: whether `pred` holds on some lane. Every lane must
+/// call it.
+#[inline(always)]
+pub fn vote_any_sync(pred: bool) -> bool {
+    let r: u32;
+    // SAFETY: a warp vote over the full mask; no memory access.
+    unsafe {
+        asm!("{{ .reg .pred p, q; setp.ne.u32 p, {x}, 0; vote.sync.any.pred q, p, 0xffffffff; selp.u32 {r}, 1, 0, q; }}",
+             x = in(reg32) pred as u32, r = out(reg32) r, options(nostack))
+    };
+    r != 0
+}
+
+/// Whether a warp's 16-byte stores to one aligned 128-byte line reach memory (local or over
+/// NVLink) as one write, so that a reader never sees part of the line (LL128's premise, which
+/// NCCL's LL128 protocol rests on too; the PTX memory model does not promise it).
+pub const WARP_LINE_STORES_WHOLE: bool = true;
+
 /// Generic address of this block's dynamic shared memory.
 #[inline(always)]
 pub fn dynamic_shared_mem() -> *mut u8 {

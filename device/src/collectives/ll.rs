@@ -357,7 +357,7 @@ fn ll_all_gather_words(p: &CollectiveParams, flag: u32) -> bool {
 /// every block of the launch has read the old flag, and [`ll_finish`] lets it store the new one
 /// (a single block knows it from the barrier alone).
 #[inline(always)]
-fn ll_begin(p: &CollectiveParams) -> (u32, u64) {
+pub(super) fn ll_begin(p: &CollectiveParams) -> (u32, u64) {
     let flags = p.ll_flags.as_ptr();
     // SAFETY: `ll_flags` points at two live u64 words; `[0]` was last written by the previous
     // launch, which completed before this one started (stream order).
@@ -379,7 +379,7 @@ fn ll_begin(p: &CollectiveParams) -> (u32, u64) {
 /// its thread 0 gave up (`ok`). Nothing of this launch reads the words after its start, and the
 /// next launch reads them after the kernel boundary, so no block waits for the others here.
 #[inline(always)]
-fn ll_finish(p: &CollectiveParams, (flag, place): (u32, u64), ok: bool) {
+pub(super) fn ll_finish(p: &CollectiveParams, (flag, place): (u32, u64), ok: bool) {
     let flags = p.ll_flags.as_ptr();
     let blocks = arch::grid_dim_x() as u64;
     if arch::thread_idx_x() != 0 || !ok {

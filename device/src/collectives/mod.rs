@@ -12,6 +12,9 @@
 //!   send one ack packet to every peer), so a peer is never more than one LL call ahead (it
 //!   cannot finish call `k + 1` before this rank has written its packets of `k + 1`), and two
 //!   halves suffice.
+//! - LL128 region: the same shape with slots of `ll128_slot_bytes`, for
+//!   [`ll128_all_reduce_kernel`] (128-byte lines of 120 data bytes written by a warp; see
+//!   `ll128.rs`).
 //! - Staging region: [`staged_collective_kernel`] copies input there, meets every peer at a
 //!   block barrier (signal + wait on the block's channel to each peer), and reads the peers'
 //!   staging directly. Block `b` only touches sub-slice `b` of every part, and sub-slice `b` of
@@ -21,9 +24,11 @@
 
 pub mod direct;
 pub mod ll;
+pub mod ll128;
 
 pub use direct::direct_collective_kernel;
 pub use ll::{ll_all_gather_kernel, ll_all_reduce_kernel, ll_collective_kernel};
+pub use ll128::ll128_all_reduce_kernel;
 
 use crate::arch;
 use crate::copy::copy;

@@ -305,6 +305,15 @@ MSCCLPP_CHECK_LAYOUT(LL8Packet, 8, 8);
 MSCCLPP_CHECK_OFFSET(LL8Packet, data, 0);
 MSCCLPP_CHECK_OFFSET(LL8Packet, flag, 4);
 
+/* LL128 lines (packet::ll128): 128 bytes, 120 data + an 8-byte flag (two u32 equal to the
+ * expected flag), written by 8 lanes of a warp with one 16-byte store each. A warp step is 4
+ * lines carrying 480 data bytes: lane l writes bytes 16*(l%8) of line l/8; data lanes take 16
+ * contiguous bytes of the step each (in lane order), flag lanes (l%8 == 7) 8 bytes of the last 32. */
+#define MSCCLPP_LL128_LINE_BYTES 128u
+#define MSCCLPP_LL128_LINE_DATA_BYTES 120u
+#define MSCCLPP_LL128_LANES_PER_LINE 8u
+#define MSCCLPP_LL128_WARP_DATA_BYTES 480u
+
 /* ---------------------------------------------------------------------------------------- */
 /* Kernel parameters (shared/src/kernel_params.rs): each kernel takes one of these by value  */
 /* ---------------------------------------------------------------------------------------- */
@@ -408,8 +417,10 @@ typedef struct CollectiveParams {
   uint32_t nranks;
   uint32_t root;
   uint32_t max_blocks;
+  uint64_t ll128_offset;     /* LL128 region in every scratch buffer: 2 x nranks slots */
+  uint64_t ll128_slot_bytes;
 } CollectiveParams;
-MSCCLPP_CHECK_LAYOUT(CollectiveParams, 112, 8);
+MSCCLPP_CHECK_LAYOUT(CollectiveParams, 128, 8);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, status, 0);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, channels, 8);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, input, 16);
@@ -428,6 +439,8 @@ MSCCLPP_CHECK_OFFSET(CollectiveParams, rank, 96);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, nranks, 100);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, root, 104);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, max_blocks, 108);
+MSCCLPP_CHECK_OFFSET(CollectiveParams, ll128_offset, 112);
+MSCCLPP_CHECK_OFFSET(CollectiveParams, ll128_slot_bytes, 120);
 
 /* direct_collective_kernel: the callers' own buffers of every rank, mapped here. */
 typedef struct DirectCollectiveParams {
@@ -435,10 +448,10 @@ typedef struct DirectCollectiveParams {
   uint64_t inputs[MSCCLPP_MAX_DIRECT_RANKS];  /* rank q's input as addressed here; null past nranks */
   uint64_t outputs[MSCCLPP_MAX_DIRECT_RANKS]; /* rank q's output as addressed here */
 } DirectCollectiveParams;
-MSCCLPP_CHECK_LAYOUT(DirectCollectiveParams, 240, 8);
+MSCCLPP_CHECK_LAYOUT(DirectCollectiveParams, 256, 8);
 MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, common, 0);
-MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, inputs, 112);
-MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, outputs, 176);
+MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, inputs, 128);
+MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, outputs, 192);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Inter-process (shared/src/ipc.rs)                                                        */

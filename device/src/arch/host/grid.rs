@@ -5,8 +5,14 @@
 //! thread-local; `sync_threads` is a barrier over the threads of one block; each block owns a
 //! zeroed dynamic shared-memory region of the size given at launch.
 //!
-//! A thread that panics (a device `trap`) poisons its block's barrier so that its siblings stop
-//! at their next `sync_threads` instead of waiting forever; `run_grid` then reports the panic.
+//! Warps are the block's threads in groups of [`WARP_SIZE`] (the last may be short): each has
+//! a barrier of its own, which `sync_warp` waits at and the votes (`vote_all_sync`,
+//! `vote_any_sync`) combine their lanes' predicates in. As on the GPU, every lane of the warp
+//! must make the same warp calls in the same order.
+//!
+//! A thread that panics (a device `trap`) poisons its block's barriers so that its siblings stop
+//! at their next `sync_threads` or warp call instead of waiting forever; `run_grid` then
+//! reports the panic.
 //! Waits on other memory (semaphores, FIFO) are bounded by `DeviceStatus` as on the GPU.
 
 use std::boxed::Box;
@@ -72,7 +78,11 @@ pub const MAX_THREADS: u32 = 4096;
 /// Stack of each emulated GPU thread.
 const THREAD_STACK: usize = 256 * 1024;
 
-/// A block barrier that a panicking thread can poison (std's `Barrier` cannot be).
+/// Lanes of an emulated warp.
+pub const WARP_SIZE: u32 = 32;
+
+/// A barrier over a block or a warp that a panicking thread can poison (std's `Barrier`
+/// cannot be), and that combines one predicate per thread on the way (the warp votes).
 struct BlockBarrier {
     state: Mutex<BarrierState>,
     cv: Condvar,
@@ -81,7 +91,13 @@ struct BlockBarrier {
 
 struct BarrierState {
     arrived: u32,
+    /// Arrivals of the current generation whose predicate was true.
+    true_votes: u32,
     generation: u64,
+    /// `(all, any)` of the last completed generation's predicates. A waiter reads it under the
+    /// lock as soon as it wakes; the next generation cannot complete (and overwrite it) before
+    /// that waiter arrives again.
+    last_vote: (bool, bool),
     poisoned: bool,
 }
 
@@ -90,7 +106,9 @@ impl BlockBarrier {
         Self {
             state: Mutex::new(BarrierState {
                 arrived: 0,
+                true_votes: 0,
                 generation: 0,
+                last_vote: (true, false),
                 poisoned: false,
             }),
             cv: Condvar::new(),
@@ -99,17 +117,25 @@ impl BlockBarrier {
     }
 
     fn wait(&self) {
+        self.wait_vote(true);
+    }
+
+    /// Waits for every thread and returns `(all, any)` of their `pred`s.
+    fn wait_vote(&self, pred: bool) -> (bool, bool) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if s.poisoned {
             drop(s);
             panic!("a sibling thread of this block trapped");
         }
         s.arrived += 1;
+        s.true_votes += pred as u32;
         if s.arrived == self.count {
+            s.last_vote = (s.true_votes == self.count, s.true_votes > 0);
             s.arrived = 0;
+            s.true_votes = 0;
             s.generation += 1;
             self.cv.notify_all();
-            return;
+            return s.last_vote;
         }
         let generation = s.generation;
         while s.generation == generation && !s.poisoned {
@@ -119,6 +145,7 @@ impl BlockBarrier {
             drop(s);
             panic!("a sibling thread of this block trapped");
         }
+        s.last_vote
     }
 
     fn poison(&self) {
@@ -130,7 +157,29 @@ impl BlockBarrier {
 
 struct BlockCtx {
     barrier: BlockBarrier,
+    /// One barrier per warp.
+    warps: Box<[BlockBarrier]>,
     smem: Box<[u128]>,
+}
+
+impl BlockCtx {
+    fn new(dims: GridDims, smem_words: usize) -> Self {
+        let warps = dims.block.div_ceil(WARP_SIZE);
+        Self {
+            barrier: BlockBarrier::new(dims.block),
+            warps: (0..warps)
+                .map(|w| BlockBarrier::new((dims.block - w * WARP_SIZE).min(WARP_SIZE)))
+                .collect(),
+            smem: std::vec![0u128; smem_words].into_boxed_slice(),
+        }
+    }
+
+    fn poison(&self) {
+        self.barrier.poison();
+        for w in self.warps.iter() {
+            w.poison();
+        }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -186,6 +235,36 @@ pub fn sync_threads() {
     }
 }
 
+/// This thread's warp barrier (`None` outside the emulator).
+fn warp_barrier<'a>() -> Option<&'a BlockBarrier> {
+    let c = ctx();
+    if c.block.is_null() {
+        return None;
+    }
+    // SAFETY: as in `sync_threads`.
+    let block = unsafe { &*c.block };
+    block.warps.get((c.thread_idx / WARP_SIZE) as usize)
+}
+
+/// `bar.warp.sync` over this thread's warp (no-op outside the emulator).
+pub fn sync_warp() {
+    if let Some(w) = warp_barrier() {
+        w.wait();
+    }
+}
+
+/// Whether `pred` holds on every lane of this thread's warp (`pred` itself outside the
+/// emulator). Every lane must call it.
+pub fn vote_all_sync(pred: bool) -> bool {
+    warp_barrier().map_or(pred, |w| w.wait_vote(pred).0)
+}
+
+/// Whether `pred` holds on some lane of this thread's warp (`pred` itself outside the
+/// emulator). Every lane must call it.
+pub fn vote_any_sync(pred: bool) -> bool {
+    warp_barrier().map_or(pred, |w| w.wait_vote(pred).1)
+}
+
 /// This block's dynamic shared memory (null outside the emulator or when none was requested).
 pub fn dynamic_shared_mem() -> *mut u8 {
     let c = ctx();
@@ -223,12 +302,7 @@ pub fn run_grid(dims: GridDims, kernel: &(dyn Fn() + Sync)) -> Result<(), GridEr
         return Err(GridError::BadDims(dims));
     }
     let words = (dims.shared_mem_bytes as usize).div_ceil(16);
-    let blocks: Vec<BlockCtx> = (0..dims.grid)
-        .map(|_| BlockCtx {
-            barrier: BlockBarrier::new(dims.block),
-            smem: std::vec![0u128; words].into_boxed_slice(),
-        })
-        .collect();
+    let blocks: Vec<BlockCtx> = (0..dims.grid).map(|_| BlockCtx::new(dims, words)).collect();
     let first_trap: Mutex<Option<GridError>> = Mutex::new(None);
     let spawn_error: Mutex<Option<GridError>> = Mutex::new(None);
     std::thread::scope(|scope| {
@@ -253,7 +327,7 @@ pub fn run_grid(dims: GridDims, kernel: &(dyn Fn() + Sync)) -> Result<(), GridEr
                         CTX.with(|c| c.set(ThreadCtx::HOST));
                         if let Err(payload) = result {
                             // SAFETY: as in `sync_threads`.
-                            unsafe { &*block.0 }.barrier.poison();
+                            unsafe { &*block.0 }.poison();
                             let message = payload
                                 .downcast_ref::<&str>()
                                 .map(|s| s.to_string())
@@ -276,7 +350,7 @@ pub fn run_grid(dims: GridDims, kernel: &(dyn Fn() + Sync)) -> Result<(), GridEr
                         Some(GridError::Spawn(e.to_string()));
                     // Release the threads already started that would wait for the missing ones.
                     for blk in &blocks {
-                        blk.barrier.poison();
+                        blk.poison();
                     }
                     break 'spawn;
                 }
@@ -294,4 +368,63 @@ pub fn run_grid(dims: GridDims, kernel: &(dyn Fn() + Sync)) -> Result<(), GridEr
 
 fn is_secondary(e: Option<&GridError>) -> bool {
     matches!(e, Some(GridError::Trap { message, .. }) if message.contains("sibling thread"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// Votes combine exactly the lanes of one warp (the last warp of a block short), and many
+    /// votes in a row never mix generations.
+    #[test]
+    fn warp_votes_combine_their_own_lanes() {
+        let dims = GridDims {
+            grid: 2,
+            block: 40,
+            shared_mem_bytes: 0,
+        };
+        let wrong = AtomicU32::new(0);
+        run_grid(dims, &|| {
+            let t = thread_idx_x();
+            for round in 0..50u32 {
+                // Lane 3 of warp 0 is false in odd rounds only; warp 1 (8 lanes) all true
+                // in even rounds, only its lane 0 in odd ones.
+                let pred = if t < WARP_SIZE {
+                    !(t == 3 && round % 2 == 1)
+                } else {
+                    round % 2 == 0 || t == WARP_SIZE
+                };
+                let all = vote_all_sync(pred);
+                let any = vote_any_sync(!pred);
+                let want_all = round % 2 == 0;
+                if all != want_all || any == want_all {
+                    wrong.fetch_add(1, Ordering::Relaxed);
+                }
+                sync_warp();
+            }
+        })
+        .unwrap();
+        assert_eq!(wrong.load(Ordering::Relaxed), 0);
+    }
+
+    /// A lane that traps releases its warp siblings waiting in a vote.
+    #[test]
+    fn a_trap_releases_the_warp() {
+        let dims = GridDims {
+            grid: 1,
+            block: 32,
+            shared_mem_bytes: 0,
+        };
+        let r = run_grid(dims, &|| {
+            if thread_idx_x() == 5 {
+                panic!("lane 5 traps");
+            }
+            vote_all_sync(true);
+        });
+        assert!(
+            matches!(&r, Err(GridError::Trap { thread: 5, .. })),
+            "{r:?}"
+        );
+    }
 }

@@ -1,0 +1,178 @@
+//! The LL128 all-reduce: every rank writes its input as LL128 lines (`crate::ll128`) into a
+//! slot of every peer's LL128 region and reduces the lines that arrive in its own slots with its
+//! input. One hop and no barrier, like the LL16 kernels, but 120 of every 128 bytes on the
+//! links are data (LL16: 8 of 16), which is what medium messages (tens of KiB to a few MiB)
+//! are bound by.
+//!
+//! Who writes and reads what: the LL128 region (`ll128_offset` in every scratch buffer) is two
+//! halves of `nranks` slots of `ll128_slot_bytes`, the half chosen by the flag's parity as in
+//! the LL16 region. Slot `r` of rank `q`'s half is written only by rank `r` (warp `w` writes
+//! the lines of the steps `w`, `w + nwarps`, …) and read only by rank `q` (the same steps by
+//! its warp `w`). The flag comes from `ll_flags`, shared with the LL16 kernels: every LL launch
+//! of either kind exchanges data with every peer, so a peer is never more than one LL call
+//! ahead and two halves suffice (see the parent module). The two kinds never share a region,
+//! so a stale line is never read as a packet or the other way round.
+//!
+//! Launch: a multiple of 32 threads a block; every lane of a warp runs the same steps.
+
+use super::channel;
+use super::ll::{ll_begin, ll_finish};
+use crate::arch;
+use crate::ll128::{read_line_part, store_line_part};
+use crate::reduce::reduce_word;
+use mscclpp_shared::packet::ll128;
+use mscclpp_shared::{CollectiveParams, DataType, ReduceOp};
+
+/// `len` (at most `width`, 8 or 16) bytes at `src` as little-endian u32 words, zero beyond.
+///
+/// # Safety
+/// `src` is valid for `len` bytes.
+#[inline(always)]
+unsafe fn read_part(src: *const u8, len: usize, width: usize) -> [u32; 4] {
+    let mut w = [0u32; 4];
+    if len == width && src.addr().is_multiple_of(width) {
+        if width == 16 {
+            // SAFETY: 16 readable, 16-byte aligned bytes.
+            return unsafe { arch::ld_v4_u32(src as *const u32) };
+        }
+        // SAFETY: 8 readable, 8-byte aligned bytes.
+        let d = unsafe { (src as *const u64).read() };
+        return [d as u32, (d >> 32) as u32, 0, 0];
+    }
+    let mut i = 0;
+    while i < len {
+        // SAFETY: `i < len`.
+        w[i / 4] |= (unsafe { src.add(i).read() } as u32) << (8 * (i % 4));
+        i += 1;
+    }
+    w
+}
+
+/// Writes the first `len` (at most `width`) bytes of `w` to `dst`.
+///
+/// # Safety
+/// `dst` is valid for `len` bytes.
+#[inline(always)]
+unsafe fn write_part(dst: *mut u8, w: [u32; 4], len: usize, width: usize) {
+    if len == width && dst.addr().is_multiple_of(width) {
+        if width == 16 {
+            // SAFETY: 16 writable, 16-byte aligned bytes.
+            unsafe { arch::st_v4_u32(dst as *mut u32, w) };
+        } else {
+            // SAFETY: 8 writable, 8-byte aligned bytes.
+            unsafe { (dst as *mut u64).write(w[0] as u64 | ((w[1] as u64) << 32)) };
+        }
+        return;
+    }
+    let mut i = 0;
+    while i < len {
+        // SAFETY: `i < len`.
+        unsafe { dst.add(i).write((w[i / 4] >> (8 * (i % 4))) as u8) };
+        i += 1;
+    }
+}
+
+/// The all-reduce body; false if a line wait gave up. Callers pass a constant `dtype` and `op`
+/// for the common sums, so that their loops carry no type dispatch.
+#[inline(always)]
+fn ll128_all_reduce(p: &CollectiveParams, flag: u32, dtype: DataType, op: ReduceOp) -> bool {
+    let lane = (arch::thread_idx_x() % ll128::WARP_LANES as u32) as usize;
+    let warp = (arch::global_thread_idx() / ll128::WARP_LANES as u32) as u64;
+    let nwarps = (arch::global_thread_count() / ll128::WARP_LANES as u32) as u64;
+    let steps = p.bytes.div_ceil(ll128::WARP_DATA_BYTES as u64);
+    let (off, width) = ll128::lane_data(lane);
+    // This lane's 16 bytes of step `step`'s lines in slot `slot` of this call's half, from the
+    // start of a scratch buffer.
+    let half_slots = (flag & 1) as u64 * p.nranks as u64;
+    let at = |slot: u32, step: u64| {
+        p.ll128_offset
+            + (half_slots + slot as u64) * p.ll128_slot_bytes
+            + step * ll128::WARP_LINE_BYTES as u64
+            + (lane * 16) as u64
+    };
+    let (input, output) = (p.input.as_ptr() as *const u8, p.output.as_ptr());
+    // The bytes of step `g` this lane carries: offset and length (0 past the end).
+    let piece = |g: u64| {
+        let start = g * ll128::WARP_DATA_BYTES as u64 + off as u64;
+        (
+            start as usize,
+            p.bytes.saturating_sub(start).min(width as u64) as usize,
+        )
+    };
+    // 1. My input, step by step, into slot `rank` of every peer. A lane reads the same bytes
+    //    here as it writes in step 2, so in-place calls read before they write.
+    let mut g = warp;
+    while g < steps {
+        let (start, len) = piece(g);
+        // SAFETY: `start + len <= bytes`, inside `input`.
+        let v = unsafe { read_part(input.add(start), len, width) };
+        for q in 0..p.nranks {
+            if q != p.rank {
+                let dst = channel(p, 0, q).dst.as_ptr();
+                // SAFETY: slot `rank` of peer `q`'s LL128 region (mapped here) holds
+                // `ll128_slot_bytes >= steps * WARP_LINE_BYTES`; the part is 16-byte aligned.
+                unsafe {
+                    store_line_part(dst.add(at(p.rank, g) as usize) as *mut u32, v, lane, flag)
+                };
+            }
+        }
+        g += nwarps;
+    }
+    // 2. What arrives, reduced with my input into my output.
+    let words = width / 4;
+    let mut g = warp;
+    while g < steps {
+        let (start, len) = piece(g);
+        // SAFETY: as above.
+        let mut acc = unsafe { read_part(input.add(start), len, width) };
+        for q in 0..p.nranks {
+            if q == p.rank {
+                continue;
+            }
+            // SAFETY: slot `q` of my LL128 region, written by peer `q`.
+            let src = unsafe { p.scratch.as_ptr().add(at(q, g) as usize) } as *const u32;
+            // SAFETY: as above.
+            let Ok(w) = (unsafe { read_line_part(src, lane, flag, p.status) }) else {
+                return false;
+            };
+            // (All four indices, so that `acc` stays in registers.)
+            for k in 0..4 {
+                if k < words {
+                    acc[k] = reduce_word(acc[k], w[k], dtype, op);
+                }
+            }
+        }
+        // SAFETY: `start + len <= bytes`, inside `output`.
+        unsafe { write_part(output.add(start), acc, len, width) };
+        g += nwarps;
+    }
+    true
+}
+
+crate::kernel! {
+    /// The LL128 all-reduce (`mode` is ignored; launch with a multiple of 32 threads a block):
+    /// every warp sends its steps of 480 bytes as 4 lines to every peer, then reduces the
+    /// peers' lines of the same steps into the output. Sums of f16, bf16 and f32 carry no type
+    /// dispatch. The flag comes from `ll_flags`, advanced as by the LL16 kernels.
+    fn ll128_all_reduce_kernel(p: CollectiveParams) {
+        let (Some(dtype), Some(op)) = (DataType::from_u32(p.dtype), ReduceOp::from_u32(p.op))
+        else {
+            return;
+        };
+        let start = ll_begin(&p);
+        let flag = start.0;
+        let ok = match (dtype, op) {
+            (DataType::F16, ReduceOp::Sum) => {
+                ll128_all_reduce(&p, flag, DataType::F16, ReduceOp::Sum)
+            }
+            (DataType::BF16, ReduceOp::Sum) => {
+                ll128_all_reduce(&p, flag, DataType::BF16, ReduceOp::Sum)
+            }
+            (DataType::F32, ReduceOp::Sum) => {
+                ll128_all_reduce(&p, flag, DataType::F32, ReduceOp::Sum)
+            }
+            _ => ll128_all_reduce(&p, flag, dtype, op),
+        };
+        ll_finish(&p, start, ok);
+    }
+}
