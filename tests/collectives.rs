@@ -438,9 +438,15 @@ fn direct_registration_cache_and_fallback() {
         let g = comm.gpu();
         let stream = g.stream().unwrap();
         let dtype = DataType::U32;
-        // Above the LL limit and the direct threshold, so the direct path is the automatic one.
+        // Above the LL and LL128 limits and the direct threshold, so the direct path is the
+        // automatic one.
         let cfg = c.config();
-        let bytes = (cfg.ll_max_bytes.max(cfg.direct_min_bytes) + 4096) & !15;
+        let bytes = (cfg
+            .ll_max_bytes
+            .max(cfg.ll128_max_bytes)
+            .max(cfg.direct_min_bytes)
+            + 4096)
+            & !15;
         let count = bytes / 4;
         let want: Vec<f64> = (0..count)
             .map(|i| reduce(ReduceOp::Sum, (0..n).map(|r| value(r, i)), dtype))

@@ -110,7 +110,7 @@ enum Call {
 }
 
 impl Call {
-    fn draw(rng: &mut Rng, n: usize, bytes: usize, ll_max: usize) -> Self {
+    fn draw(rng: &mut Rng, n: usize, bytes: usize, (ll_max, ll128_max): (usize, usize)) -> Self {
         let any = |rng: &mut Rng, algos: &[Algorithm]| {
             let i = rng.below(algos.len() + 1);
             algos.get(i).copied() // one past the end: the automatic choice
@@ -121,6 +121,9 @@ impl Call {
                 let mut algos = vec![Staged, TwoShotPut, Direct];
                 if bytes <= ll_max {
                     algos.push(LlOneShot);
+                }
+                if bytes <= ll128_max {
+                    algos.push(Ll128);
                 }
                 Call::AllReduce {
                     op: rng.pick(&REDUCE_OPS),
@@ -195,7 +198,8 @@ fn soak(c: &Collectives, ops: usize) -> Tally {
     let stream = g.stream().unwrap();
     let cap = n * MAX_COUNT * 4 + MAX_OFFSET;
     let (inb, outb) = (g.alloc(cap).unwrap(), g.alloc(cap).unwrap());
-    let ll_max = c.config().ll_max_bytes;
+    let cfg = c.config();
+    let ll_limits = (cfg.ll_max_bytes, cfg.ll128_max_bytes);
     let mut rng = Rng(SEED);
     let mut tally = Tally {
         calls: 0,
@@ -208,7 +212,7 @@ fn soak(c: &Collectives, ops: usize) -> Tally {
         let dtype = rng.pick(&TYPES);
         let es = dtype.size();
         let mut count = rng.count();
-        let call = Call::draw(&mut rng, n, count * es, ll_max);
+        let call = Call::draw(&mut rng, n, count * es, ll_limits);
         // Mostly give a forced buffer path a length it can take (a multiple of 16 bytes).
         if call.forces_buffer_path() && rng.below(4) != 0 {
             count = (count * es).next_multiple_of(16) / es;
