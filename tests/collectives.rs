@@ -542,27 +542,22 @@ fn ll_modes_back_to_back_3_and_4_ranks() {
                 // SAFETY: `input` and `out` hold `n * part` bytes, alive until the checks.
                 unsafe {
                     match kind {
-                        0 => c.all_reduce(
+                        0 | 5 => c.all_reduce(
                             input.ptr(),
                             out.ptr(),
                             count,
                             dtype,
                             ReduceOp::Sum,
                             &stream,
-                            ll,
+                            if kind == 0 {
+                                ll
+                            } else {
+                                Some(Algorithm::Ll128)
+                            },
                         ),
                         1 => c.broadcast(input.ptr(), out.ptr(), count, dtype, root, &stream, ll),
                         2 => c.all_gather(input.ptr(), out.ptr(), count, dtype, &stream, ll),
                         3 => c.all_to_all(input.ptr(), out.ptr(), count, dtype, &stream, ll),
-                        5 => c.all_reduce(
-                            input.ptr(),
-                            out.ptr(),
-                            count,
-                            dtype,
-                            ReduceOp::Sum,
-                            &stream,
-                            Some(Algorithm::Ll128),
-                        ),
                         _ => c.reduce_scatter(
                             input.ptr(),
                             out.ptr(),
