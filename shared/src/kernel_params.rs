@@ -219,9 +219,10 @@ pub struct CollectiveParams {
     pub bytes: u64,
     /// Two device words of the LL kernels: `[0]` the flag of the last completed call, `[1]` the
     /// count of blocks of the current call that have read it. Every thread reads `[0] + 1` as
-    /// its flag; the block that brings the count to the grid size stores it back and resets
-    /// the count, so the flag advances on the device and CUDA-graph replays of a captured call
-    /// use fresh flags.
+    /// its flag; once every working block has counted itself, the launch's last block (the
+    /// keeper; a single block: its thread 0 at its end) stores it back and resets the count, so
+    /// the flag advances on the device and CUDA-graph replays of a captured call use fresh
+    /// flags.
     pub ll_flags: DevicePtr<u64>,
     /// Bytes of one rank's LL slot (one half of the double buffer holds `nranks` slots).
     pub ll_slot_bytes: u64,

@@ -107,6 +107,7 @@ impl Collectives {
             (packets.div_ceil(t).clamp(1, self.cfg.ll_blocks), t)
         };
         self.record(Algorithm::LlOneShot);
+        let blocks = with_keeper(blocks);
         let kernel = match p.mode {
             m if m == CollectiveMode::AllReduce as u32 => &self.ll_all_reduce,
             m if m == CollectiveMode::AllGather as u32 => &self.ll_all_gather,
@@ -136,6 +137,7 @@ impl Collectives {
         let blocks = steps
             .div_ceil((threads / warp) as u64)
             .clamp(1, self.cfg.ll128_max_blocks.max(1) as u64) as u32;
+        let blocks = with_keeper(blocks);
         self.record(Algorithm::Ll128);
         // SAFETY: the caller's contract (buffers of `bytes`), and our scratch, whose LL128
         // region holds `ll128_slot_bytes` per slot for up to `ll128_max_bytes`.
@@ -429,6 +431,12 @@ impl Collectives {
         }
         Ok(())
     }
+}
+
+/// An LL launch's grid for `blocks` working blocks: one more, the keeper that advances the
+/// launch's flag, when there are several (`mscclpp_device::collectives::ll::ll_begin`).
+fn with_keeper(blocks: u32) -> u32 {
+    if blocks > 1 { blocks + 1 } else { blocks }
 }
 
 /// Queues `dst <- src` unless they are the same buffer.

@@ -44,6 +44,15 @@ pub unsafe fn ld_acquire_sys_u64(p: *const u64) -> u64 {
     // SAFETY: the caller's contract (module docs).
     unsafe { a64(p) }.load(Ordering::Acquire)
 }
+/// Acquire load (the host has one scope).
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
+#[inline(always)]
+pub unsafe fn ld_acquire_gpu_u64(p: *const u64) -> u64 {
+    // SAFETY: the caller's contract (module docs).
+    unsafe { a64(p) }.load(Ordering::Acquire)
+}
 /// Relaxed load.
 ///
 /// # Safety
@@ -99,6 +108,15 @@ pub unsafe fn st_release_sys_v2_u64(p: *mut u64, lo: u64, hi: u64) {
 /// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn red_add_release_sys_u64(p: *mut u64, v: u64) {
+    // SAFETY: the caller's contract (module docs).
+    unsafe { a64(p) }.fetch_add(v, Ordering::Release);
+}
+/// Release add (the host has one scope).
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
+#[inline(always)]
+pub unsafe fn red_add_release_gpu_u64(p: *mut u64, v: u64) {
     // SAFETY: the caller's contract (module docs).
     unsafe { a64(p) }.fetch_add(v, Ordering::Release);
 }

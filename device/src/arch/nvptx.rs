@@ -108,6 +108,19 @@ pub unsafe fn ld_acquire_sys_u64(p: *const u64) -> u64 {
     };
     v
 }
+/// `ld.acquire.gpu.u64`: an acquire load for readers on this GPU only.
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
+#[inline(always)]
+pub unsafe fn ld_acquire_gpu_u64(p: *const u64) -> u64 {
+    let v: u64;
+    // SAFETY: the caller guarantees `p` (module docs).
+    unsafe {
+        asm!("ld.acquire.gpu.u64 {v}, [{p}];", v = out(reg64) v, p = in(reg64) p, options(nostack))
+    };
+    v
+}
 /// `ld.relaxed.sys.u64`.
 ///
 /// # Safety
@@ -177,6 +190,17 @@ pub unsafe fn red_add_release_sys_u64(p: *mut u64, v: u64) {
     // SAFETY: the caller guarantees `p` (module docs).
     unsafe {
         asm!("red.release.sys.global.add.u64 [{p}], {v};", p = in(reg64) p, v = in(reg64) v, options(nostack))
+    };
+}
+/// `red.release.gpu.global.add.u64`: a release add for readers on this GPU only.
+///
+/// # Safety
+/// The pointer arguments are valid and aligned for their width (module docs).
+#[inline(always)]
+pub unsafe fn red_add_release_gpu_u64(p: *mut u64, v: u64) {
+    // SAFETY: the caller guarantees `p` (module docs).
+    unsafe {
+        asm!("red.release.gpu.global.add.u64 [{p}], {v};", p = in(reg64) p, v = in(reg64) v, options(nostack))
     };
 }
 /// `red.relaxed.sys.global.add.u64`.

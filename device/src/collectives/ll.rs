@@ -12,8 +12,9 @@ use super::channel;
 use crate::arch;
 use crate::packet::{self, Packet};
 use crate::reduce::reduce_word;
+use crate::wait::spin_until;
 use mscclpp_shared::{
-    CollectiveMode, CollectiveParams, DataType, DeviceErrorCode, LL16Packet, ReduceOp,
+    CollectiveMode, CollectiveParams, DataType, DeviceErrorCode, LL16Packet, ReduceOp, WaitSite,
 };
 
 /// Which LL collective a launch runs (from `CollectiveParams::mode`).
@@ -72,14 +73,14 @@ impl LlMode {
 fn ll_collective(
     p: &CollectiveParams,
     mode: LlMode,
-    flag: u32,
+    l: LlLaunch,
     dtype: DataType,
     op: ReduceOp,
 ) -> bool {
+    let flag = l.flag;
     let n = packet::packets_for::<LL16Packet>(p.bytes as usize) as u64;
     let half = ll_half(p, flag);
-    let tid = arch::global_thread_idx() as u64;
-    let nthreads = arch::global_thread_count() as u64;
+    let (tid, nthreads) = (l.tid, l.nthreads);
     let output = p.output.as_ptr();
     let me = p.rank;
     // 1. My payload for every peer, as packets, into its slot `rank`. A thread handles the
@@ -212,17 +213,17 @@ unsafe fn pair_at(base: *const u32, i: u64) -> [u32; 2] {
 /// Step 1 of the whole-word all-reduce and all-gather: this rank's input, packet by packet, into
 /// slot `rank` of every peer.
 #[inline(always)]
-fn ll_send_words(p: &CollectiveParams, flag: u32, half: u64) {
+fn ll_send_words(p: &CollectiveParams, l: LlLaunch, half: u64) {
     let n = p.bytes / 8;
-    let nthreads = arch::global_thread_count() as u64;
+    let nthreads = l.nthreads;
     let input = p.input.as_ptr() as *const u32;
-    let mut i = arch::global_thread_idx() as u64;
+    let mut i = l.tid;
     while i < n {
         // SAFETY: word pair `i` lies inside `input` (`bytes` long, whole words).
         let w = unsafe { pair_at(input, i) };
         for q in 0..p.nranks {
             if q != p.rank {
-                ll_send(p, flag, half, q, i, w);
+                ll_send(p, l.flag, half, q, i, w);
             }
         }
         i += nthreads;
@@ -269,12 +270,12 @@ fn ll_receive(
 /// each packet index `i` of this thread (it reads what the peers sent with [`ll_receive`] and
 /// writes the output); false as soon as one gives up.
 #[inline(always)]
-fn ll_words(p: &CollectiveParams, flag: u32, arrived: impl Fn(u64, u64) -> bool) -> bool {
-    let half = ll_half(p, flag);
-    ll_send_words(p, flag, half);
+fn ll_words(p: &CollectiveParams, l: LlLaunch, arrived: impl Fn(u64, u64) -> bool) -> bool {
+    let half = ll_half(p, l.flag);
+    ll_send_words(p, l, half);
     let n = p.bytes / 8;
-    let nthreads = arch::global_thread_count() as u64;
-    let mut i = arch::global_thread_idx() as u64;
+    let nthreads = l.nthreads;
+    let mut i = l.tid;
     while i < n {
         if !arrived(i, half) {
             return false;
@@ -288,12 +289,13 @@ fn ll_words(p: &CollectiveParams, flag: u32, arrived: impl Fn(u64, u64) -> bool)
 /// plain u32 loads and stores and no per-mode branches. Callers pass a constant `dtype` and
 /// `op` for the common sums, so that their loops carry no type dispatch.
 #[inline(always)]
-fn ll_all_reduce_words(p: &CollectiveParams, flag: u32, dtype: DataType, op: ReduceOp) -> bool {
+fn ll_all_reduce_words(p: &CollectiveParams, l: LlLaunch, dtype: DataType, op: ReduceOp) -> bool {
+    let flag = l.flag;
     let (input, output) = (
         p.input.as_ptr() as *const u32,
         p.output.as_ptr() as *mut u32,
     );
-    ll_words(p, flag, |i, half| {
+    ll_words(p, l, |i, half| {
         // SAFETY: word pair `i` lies inside `input` and `output` (whole words).
         let mut acc = unsafe { pair_at(input, i) };
         for q in 0..p.nranks {
@@ -320,12 +322,13 @@ fn ll_all_reduce_words(p: &CollectiveParams, flag: u32, dtype: DataType, op: Red
 /// [`ll_collective`]'s all-gather for whole words ([`ll_whole_words`], and a whole-word
 /// `stride`): every rank's packet `i` to word pair `i` of its part of the output.
 #[inline(always)]
-fn ll_all_gather_words(p: &CollectiveParams, flag: u32) -> bool {
+fn ll_all_gather_words(p: &CollectiveParams, l: LlLaunch) -> bool {
+    let flag = l.flag;
     let (input, output) = (
         p.input.as_ptr() as *const u32,
         p.output.as_ptr() as *mut u32,
     );
-    ll_words(p, flag, |i, half| {
+    ll_words(p, l, |i, half| {
         for q in 0..p.nranks {
             let w = if q == p.rank {
                 // SAFETY: word pair `i` lies inside `input`.
@@ -347,55 +350,87 @@ fn ll_all_gather_words(p: &CollectiveParams, flag: u32) -> bool {
     })
 }
 
-/// The start of every LL launch: its flag (one more than `ll_flags[0]`, the flag of the last
-/// completed launch, read by every thread) and, in a grid of several blocks, this block's
-/// place in the count of blocks that have read it (`ll_flags[1]`; thread 0 only, else 0).
+/// One LL launch as a working thread of it sees it (from [`ll_begin`]).
+#[derive(Clone, Copy)]
+pub(super) struct LlLaunch {
+    /// The launch's flag: one more than the last completed launch's.
+    pub flag: u32,
+    /// This thread's index among the launch's working threads.
+    pub tid: u64,
+    /// The launch's working threads (every block's but the keeper's).
+    pub nthreads: u64,
+}
+
+/// The start of every LL launch: every thread reads `ll_flags[0]`, the flag of the last
+/// completed launch; the launch's flag is one more. `None` for the threads of the keeper
+/// block, which have nothing else to do.
 ///
-/// Ordering: every thread's read of `ll_flags[0]` comes before the block's barrier, and thread
-/// 0's GPU-scope fence after it (cheap here: nothing else is in flight) orders them before the
-/// block's increment. The block that brings the count to the grid size therefore knows that
-/// every block of the launch has read the old flag, and [`ll_finish`] lets it store the new one
-/// (a single block knows it from the barrier alone).
+/// Who advances the flag, so that the same launch replayed from a CUDA graph uses a fresh one:
+/// - One block: its thread 0, in [`ll_finish`], after the block's barrier here (every thread
+///   of the block has read the old flag by then).
+/// - Several blocks: the last block is the keeper; it moves no data. Thread 0 of every other
+///   block adds 1 to `ll_flags[1]` with release right after the barrier (so after every read
+///   of its block), and the keeper's thread 0 waits (acquire) until the count equals the
+///   working blocks, then resets the count and stores the new flag. The next launch reads the
+///   words after the kernel boundary. Nothing is left for the working blocks to do at their
+///   end: on 2×H200 the former scheme (every block counted itself with a fenced atomic at its
+///   start, and the block that counted last fenced and stored the flag at its end) cost
+///   0.33–0.41 µs more a call from 4 KiB to 64 KiB in a CUDA C model of both
+///   (`benchmarks/harness/ll_timeline.cu`).
 #[inline(always)]
-pub(super) fn ll_begin(p: &CollectiveParams) -> (u32, u64) {
+pub(super) fn ll_begin(p: &CollectiveParams) -> Option<LlLaunch> {
     let flags = p.ll_flags.as_ptr();
     // SAFETY: `ll_flags` points at two live u64 words; `[0]` was last written by the previous
     // launch, which completed before this one started (stream order).
     let flag = unsafe { arch::ld_relaxed_sys_u64(flags) } as u32 + 1;
-    // Every thread of the block has read the flag before its thread 0 may store the next one
-    // (in `ll_finish`, or count the block, below).
     arch::sync_threads();
-    let mut place = 0;
-    if arch::grid_dim_x() > 1 && arch::thread_idx_x() == 0 {
-        arch::fence_acq_rel_gpu();
-        // SAFETY: as above (`[1]` is the count).
-        place = unsafe { arch::atom_add_relaxed_gpu_u64(flags.add(1), 1) };
+    let (grid, block, dim) = (arch::grid_dim_x(), arch::block_idx_x(), arch::block_dim_x());
+    let t = arch::thread_idx_x();
+    if grid == 1 {
+        return Some(LlLaunch {
+            flag,
+            tid: t as u64,
+            nthreads: dim as u64,
+        });
     }
-    (flag, place)
+    let workers = grid - 1;
+    if block == workers {
+        if t == 0 {
+            // SAFETY: as above (`[1]` is the count).
+            let count = unsafe { flags.add(1) };
+            let counted = spin_until(p.status, WaitSite::GridBarrier, count as u64, || {
+                // SAFETY: as above.
+                (unsafe { arch::ld_acquire_gpu_u64(count) }) == workers as u64
+            });
+            if counted.is_ok() {
+                // SAFETY: as above.
+                unsafe {
+                    arch::st_relaxed_sys_u64(count, 0);
+                    arch::st_relaxed_sys_u64(flags, flag as u64);
+                }
+            }
+        }
+        return None;
+    }
+    if t == 0 {
+        // SAFETY: as above.
+        unsafe { arch::red_add_release_gpu_u64(flags.add(1), 1) };
+    }
+    Some(LlLaunch {
+        flag,
+        tid: (block * dim + t) as u64,
+        nthreads: (workers * dim) as u64,
+    })
 }
 
-/// The end of every LL launch: the block that came last in [`ll_begin`]'s count (or the only
-/// block) stores `flag` as the flag of the last completed launch and resets the count, unless
-/// its thread 0 gave up (`ok`). Nothing of this launch reads the words after its start, and the
-/// next launch reads them after the kernel boundary, so no block waits for the others here.
+/// The end of every LL launch: in a single-block launch, thread 0 stores the launch's flag as
+/// the flag of the last completed launch, unless it gave up (`ok`). (Several blocks: the
+/// keeper did it, see [`ll_begin`].)
 #[inline(always)]
-pub(super) fn ll_finish(p: &CollectiveParams, (flag, place): (u32, u64), ok: bool) {
-    let flags = p.ll_flags.as_ptr();
-    let blocks = arch::grid_dim_x() as u64;
-    if arch::thread_idx_x() != 0 || !ok {
-        return;
-    }
-    if blocks == 1 {
+pub(super) fn ll_finish(p: &CollectiveParams, l: LlLaunch, ok: bool) {
+    if arch::grid_dim_x() == 1 && arch::thread_idx_x() == 0 && ok {
         // SAFETY: as in `ll_begin`.
-        unsafe { arch::st_relaxed_sys_u64(flags, flag as u64) };
-    } else if place + 1 == blocks {
-        // Acquire side of the count: the stores below come after every block's read.
-        arch::fence_acq_rel_gpu();
-        // SAFETY: as in `ll_begin`.
-        unsafe {
-            arch::st_relaxed_sys_u64(flags.add(1), 0);
-            arch::st_relaxed_sys_u64(flags, flag as u64);
-        }
+        unsafe { arch::st_relaxed_sys_u64(p.ll_flags.as_ptr(), l.flag as u64) };
     }
 }
 
@@ -403,10 +438,11 @@ crate::kernel! {
     /// One-shot collectives with LL16 packets (small messages; `mode`: reduce-scatter,
     /// all-to-all, broadcast, `Send` for a two-rank exchange with `root`, or all-reduce and
     /// all-gather, which the host launches as [`ll_all_reduce_kernel`] and
-    /// [`ll_all_gather_kernel`]): every thread of the grid sends its share of packets to every
+    /// [`ll_all_gather_kernel`]): every working thread sends its share of packets to every
     /// peer, then reduces or copies the packets that arrive. The flag comes from `ll_flags` on
-    /// the device (see `CollectiveParams::ll_flags`); the block that starts last advances it,
-    /// so the same launch replayed from a CUDA graph stays correct. Every rank of the
+    /// the device (see `CollectiveParams::ll_flags`); a launch of several blocks has one more,
+    /// the keeper, which advances it (see `ll_begin`), so the same launch replayed from a CUDA
+    /// graph stays correct. Every rank of the
     /// communicator takes part in every LL launch (the flags count launches).
     fn ll_collective_kernel(p: CollectiveParams) {
         let (Some(dtype), Some(op), Some(mode)) = (
@@ -416,9 +452,11 @@ crate::kernel! {
         ) else {
             return;
         };
-        let start = ll_begin(&p);
-        let ok = ll_collective(&p, mode, start.0, dtype, op);
-        ll_finish(&p, start, ok);
+        let Some(l) = ll_begin(&p) else {
+            return;
+        };
+        let ok = ll_collective(&p, mode, l, dtype, op);
+        ll_finish(&p, l, ok);
     }
 }
 
@@ -432,22 +470,23 @@ crate::kernel! {
         else {
             return;
         };
-        let start = ll_begin(&p);
-        let flag = start.0;
+        let Some(l) = ll_begin(&p) else {
+            return;
+        };
         let ok = match (ll_whole_words(&p), dtype, op) {
-            (false, ..) => ll_collective(&p, LlMode::AllReduce, flag, dtype, op),
+            (false, ..) => ll_collective(&p, LlMode::AllReduce, l, dtype, op),
             (true, DataType::F16, ReduceOp::Sum) => {
-                ll_all_reduce_words(&p, flag, DataType::F16, ReduceOp::Sum)
+                ll_all_reduce_words(&p, l, DataType::F16, ReduceOp::Sum)
             }
             (true, DataType::BF16, ReduceOp::Sum) => {
-                ll_all_reduce_words(&p, flag, DataType::BF16, ReduceOp::Sum)
+                ll_all_reduce_words(&p, l, DataType::BF16, ReduceOp::Sum)
             }
             (true, DataType::F32, ReduceOp::Sum) => {
-                ll_all_reduce_words(&p, flag, DataType::F32, ReduceOp::Sum)
+                ll_all_reduce_words(&p, l, DataType::F32, ReduceOp::Sum)
             }
-            (true, ..) => ll_all_reduce_words(&p, flag, dtype, op),
+            (true, ..) => ll_all_reduce_words(&p, l, dtype, op),
         };
-        ll_finish(&p, start, ok);
+        ll_finish(&p, l, ok);
     }
 }
 
@@ -455,13 +494,14 @@ crate::kernel! {
     /// The LL all-gather (`mode` is ignored), in a kernel of its own like
     /// [`ll_all_reduce_kernel`], with a path for whole words.
     fn ll_all_gather_kernel(p: CollectiveParams) {
-        let start = ll_begin(&p);
-        let flag = start.0;
-        let ok = if ll_whole_words(&p) && p.stride.is_multiple_of(8) {
-            ll_all_gather_words(&p, flag)
-        } else {
-            ll_collective(&p, LlMode::AllGather, flag, DataType::U32, ReduceOp::Sum)
+        let Some(l) = ll_begin(&p) else {
+            return;
         };
-        ll_finish(&p, start, ok);
+        let ok = if ll_whole_words(&p) && p.stride.is_multiple_of(8) {
+            ll_all_gather_words(&p, l)
+        } else {
+            ll_collective(&p, LlMode::AllGather, l, DataType::U32, ReduceOp::Sum)
+        };
+        ll_finish(&p, l, ok);
     }
 }

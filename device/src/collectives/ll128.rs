@@ -16,7 +16,7 @@
 //! Launch: a multiple of 32 threads a block; every lane of a warp runs the same steps.
 
 use super::channel;
-use super::ll::{ll_begin, ll_finish};
+use super::ll::{LlLaunch, ll_begin, ll_finish};
 use crate::arch;
 use crate::ll128::{read_line_part, store_line_part};
 use crate::reduce::reduce_word;
@@ -75,10 +75,11 @@ unsafe fn write_part(dst: *mut u8, w: [u32; 4], len: usize, width: usize) {
 /// The all-reduce body; false if a line wait gave up. Callers pass a constant `dtype` and `op`
 /// for the common sums, so that their loops carry no type dispatch.
 #[inline(always)]
-fn ll128_all_reduce(p: &CollectiveParams, flag: u32, dtype: DataType, op: ReduceOp) -> bool {
+fn ll128_all_reduce(p: &CollectiveParams, l: LlLaunch, dtype: DataType, op: ReduceOp) -> bool {
+    let flag = l.flag;
     let lane = (arch::thread_idx_x() % ll128::WARP_LANES as u32) as usize;
-    let warp = (arch::global_thread_idx() / ll128::WARP_LANES as u32) as u64;
-    let nwarps = (arch::global_thread_count() / ll128::WARP_LANES as u32) as u64;
+    let warp = l.tid / ll128::WARP_LANES as u64;
+    let nwarps = l.nthreads / ll128::WARP_LANES as u64;
     let steps = p.bytes.div_ceil(ll128::WARP_DATA_BYTES as u64);
     let (off, width) = ll128::lane_data(lane);
     // This lane's 16 bytes of step `step`'s lines in slot `slot` of this call's half, from the
@@ -159,20 +160,21 @@ crate::kernel! {
         else {
             return;
         };
-        let start = ll_begin(&p);
-        let flag = start.0;
+        let Some(l) = ll_begin(&p) else {
+            return;
+        };
         let ok = match (dtype, op) {
             (DataType::F16, ReduceOp::Sum) => {
-                ll128_all_reduce(&p, flag, DataType::F16, ReduceOp::Sum)
+                ll128_all_reduce(&p, l, DataType::F16, ReduceOp::Sum)
             }
             (DataType::BF16, ReduceOp::Sum) => {
-                ll128_all_reduce(&p, flag, DataType::BF16, ReduceOp::Sum)
+                ll128_all_reduce(&p, l, DataType::BF16, ReduceOp::Sum)
             }
             (DataType::F32, ReduceOp::Sum) => {
-                ll128_all_reduce(&p, flag, DataType::F32, ReduceOp::Sum)
+                ll128_all_reduce(&p, l, DataType::F32, ReduceOp::Sum)
             }
-            _ => ll128_all_reduce(&p, flag, dtype, op),
+            _ => ll128_all_reduce(&p, l, dtype, op),
         };
-        ll_finish(&p, start, ok);
+        ll_finish(&p, l, ok);
     }
 }
