@@ -654,21 +654,19 @@ fn send_larger_than_the_peers_recv_is_refused() {
     });
 }
 
-/// Ranks configured with different copy-engine scratch sizes would cut the copy-engine
-/// all-reduce into different pieces (and write past the smaller scratch): the exchange
-/// refuses it on every rank before anything is queued.
+/// Ranks that make the same direct all-reduce with different element counts (a caller's
+/// mistake; configurations that differ are refused earlier, at set-up) would have the larger
+/// one write past the smaller one's buffer: the per-call exchange refuses it on every rank
+/// before anything is queued. (Until the set-up check, different copy-engine scratch sizes
+/// reached this check too.)
 #[test]
-fn mismatched_ce_scratch_sizes_are_refused() {
+fn mismatched_all_reduce_lengths_are_refused() {
     ranks_as_threads(2, |comm: Communicator| {
         let cfg = CollectiveConfig::for_backend(comm.gpu().kind());
-        let cfg = CollectiveConfig {
-            ce_scratch_bytes: cfg.ce_scratch_bytes << comm.rank(),
-            ..cfg
-        };
         let c = Collectives::with_config(Arc::new(comm), cfg).expect("collectives");
         let g = c.communicator().gpu();
         let stream = g.stream().unwrap();
-        let count = 1024;
+        let count = 1024 << c.communicator().rank();
         let buf = g.alloc(count * 4).unwrap();
         // SAFETY: `buf` holds `count` u32.
         let r = unsafe {
@@ -679,17 +677,42 @@ fn mismatched_ce_scratch_sizes_are_refused() {
                 DataType::U32,
                 ReduceOp::Sum,
                 &stream,
-                Some(Algorithm::CopyEngine),
+                Some(Algorithm::Direct),
             )
         };
         match r {
             Err(mscclpp::host::Error::MalformedMemory { reason, .. }) => {
                 assert!(reason.contains("where this rank shares"), "{reason}")
             }
-            other => panic!("mismatched CE scratch sizes: {other:?}"),
+            other => panic!("mismatched all-reduce lengths: {other:?}"),
         }
         assert!(c.communicator().status().is_aborted());
         drop(stream);
         (c, buf)
+    });
+}
+
+/// A rank configured differently from its peer (here the LL128 range, which picks each call's
+/// algorithm; a different buffer size would make a peer write past the buffer) is refused at
+/// set-up on both ranks, naming the setting and the other rank, instead of hanging or
+/// corrupting later.
+#[test]
+fn mismatched_configs_are_refused_at_setup() {
+    ranks_as_threads(2, |comm: Communicator| {
+        let rank = comm.rank();
+        let mut cfg = CollectiveConfig::for_backend(comm.gpu().kind());
+        if rank == 1 {
+            cfg.ll128_min_bytes += 16;
+        }
+        let r = Collectives::with_config(Arc::new(comm), cfg);
+        match r {
+            Err(mscclpp::host::Error::ConfigMismatch {
+                what, rank: other, ..
+            }) => {
+                assert_eq!(what, "ll128_min_bytes");
+                assert_eq!(other, 1 - rank);
+            }
+            other => panic!("rank {rank}: {:?}", other.err()),
+        }
     });
 }

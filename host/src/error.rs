@@ -426,6 +426,23 @@ pub enum Error {
         /// The GPU's PCI bus id.
         device: String,
     },
+    /// A setting that every rank must share differs between two ranks (the collectives'
+    /// configuration: the sizes of the buffers peers write into, the thresholds that pick each
+    /// call's algorithm, the launch shapes whose blocks meet across ranks). Refused at set-up,
+    /// where it would otherwise write past a peer's buffer or leave a kernel waiting.
+    #[error(
+        "{what} is {mine} on this rank but {theirs} on rank {rank}; every rank must use the same"
+    )]
+    ConfigMismatch {
+        /// The setting.
+        what: &'static str,
+        /// This rank's value.
+        mine: u64,
+        /// The other rank.
+        rank: usize,
+        /// Its value.
+        theirs: u64,
+    },
     /// Memory of another node was used where a local mapping is needed.
     #[error("memory {id} of rank {rank} is not mapped in this process")]
     MemoryNotMapped {

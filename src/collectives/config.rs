@@ -165,13 +165,68 @@ impl CollectiveConfig {
         }
     }
 
+    /// Every setting with its name, in a fixed order: what every rank must share (checked at
+    /// `Collectives::with_config`).
+    pub fn settings(&self) -> [(&'static str, u64); 22] {
+        // Destructured, so that a new field cannot be left out.
+        let Self {
+            ll_max_bytes,
+            ll_part_max_bytes,
+            ll128_min_bytes,
+            ll128_max_bytes,
+            ll128_threads,
+            ll128_blocks,
+            ll128_max_blocks,
+            stage_bytes,
+            max_blocks,
+            staged_blocks,
+            direct_min_bytes,
+            ce_min_bytes,
+            ce_all_reduce_min_bytes,
+            ce_scratch_bytes,
+            ce_min_pieces,
+            direct_blocks,
+            direct_block_bytes,
+            direct_threads,
+            threads,
+            ll_blocks,
+            ll_threads,
+            ll_single_block_packets,
+        } = *self;
+        [
+            ("ll_max_bytes", ll_max_bytes as u64),
+            ("ll_part_max_bytes", ll_part_max_bytes as u64),
+            ("ll128_min_bytes", ll128_min_bytes as u64),
+            ("ll128_max_bytes", ll128_max_bytes as u64),
+            ("ll128_threads", ll128_threads as u64),
+            ("ll128_blocks", ll128_blocks as u64),
+            ("ll128_max_blocks", ll128_max_blocks as u64),
+            ("stage_bytes", stage_bytes as u64),
+            ("max_blocks", max_blocks as u64),
+            ("staged_blocks", staged_blocks as u64),
+            ("direct_min_bytes", direct_min_bytes as u64),
+            ("ce_min_bytes", ce_min_bytes as u64),
+            ("ce_all_reduce_min_bytes", ce_all_reduce_min_bytes as u64),
+            ("ce_scratch_bytes", ce_scratch_bytes as u64),
+            ("ce_min_pieces", ce_min_pieces as u64),
+            ("direct_blocks", direct_blocks as u64),
+            ("direct_block_bytes", direct_block_bytes as u64),
+            ("direct_threads", direct_threads as u64),
+            ("threads", threads as u64),
+            ("ll_blocks", ll_blocks as u64),
+            ("ll_threads", ll_threads as u64),
+            ("ll_single_block_packets", ll_single_block_packets as u64),
+        ]
+    }
+
     /// Applies the tuning variables `MSCCLPP_LL_BLOCKS`, `MSCCLPP_LL_THREADS`,
     /// `MSCCLPP_LL_PART_MAX_BYTES`, `MSCCLPP_LL128_MIN_BYTES`, `MSCCLPP_LL128_THREADS`,
     /// `MSCCLPP_LL128_BLOCKS`, `MSCCLPP_DIRECT_MIN_BYTES`,
     /// `MSCCLPP_CE_MIN_BYTES`, `MSCCLPP_CE_ALL_REDUCE_MIN_BYTES`, `MSCCLPP_CE_SCRATCH_BYTES`,
     /// `MSCCLPP_CE_PIECES` (`ce_min_pieces`), `MSCCLPP_DIRECT_BLOCKS`,
     /// `MSCCLPP_DIRECT_BLOCK_BYTES` and `MSCCLPP_DIRECT_THREADS` where set (every rank must
-    /// see the same values). Unparsable values are ignored with a warning.
+    /// see the same values: `Collectives::with_config` refuses a configuration that differs
+    /// from another rank's with `Error::ConfigMismatch`). Unparsable values are ignored with a warning.
     pub fn with_env(mut self) -> Self {
         fn var(name: &str) -> Option<usize> {
             let v = std::env::var(name).ok()?;

@@ -108,6 +108,36 @@ fn up16(x: usize) -> usize {
     (x + 15) & !15
 }
 
+/// Refuses a configuration that differs from any other rank's (`Error::ConfigMismatch` naming
+/// the first setting that differs and the rank), by one all-gather of every setting. A peer's
+/// answer of the wrong length counts as a mismatch.
+fn check_same_config(comm: &Communicator, cfg: &CollectiveConfig) -> Result<()> {
+    let settings = cfg.settings();
+    let mine: Vec<u8> = settings.iter().flat_map(|(_, v)| v.to_le_bytes()).collect();
+    for (rank, theirs) in comm.all_gather(&mine)?.iter().enumerate() {
+        if theirs.len() != mine.len() {
+            return Err(Error::ConfigMismatch {
+                what: "the size of the collectives' settings (bytes)",
+                mine: mine.len() as u64,
+                rank,
+                theirs: theirs.len() as u64,
+            });
+        }
+        for (&(what, v), b) in settings.iter().zip(theirs.chunks_exact(8)) {
+            let t = u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+            if t != v {
+                return Err(Error::ConfigMismatch {
+                    what,
+                    mine: v,
+                    rank,
+                    theirs: t,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Collectives {
     /// Sets up collectives with the backend's default configuration. Every rank calls it.
     pub fn new(comm: Arc<Communicator>) -> Result<Self> {
@@ -115,7 +145,8 @@ impl Collectives {
         Self::with_config(comm, cfg)
     }
 
-    /// Sets up collectives with `cfg` (identical on every rank).
+    /// Sets up collectives with `cfg`, which must be identical on every rank: a rank whose
+    /// settings differ from another's gets `Error::ConfigMismatch` (and so does the other).
     pub fn with_config(comm: Arc<Communicator>, mut cfg: CollectiveConfig) -> Result<Self> {
         cfg.max_blocks = (cfg.max_blocks.max(cfg.staged_blocks))
             .max(cfg.direct_blocks)
@@ -152,6 +183,7 @@ impl Collectives {
                 });
             }
         }
+        check_same_config(&comm, &cfg)?;
         let module = g.load_ptx(crate::DEVICE_PTX)?;
         let ll = module.kernel(kernels::LL_COLLECTIVE)?;
         let ll_all_reduce = module.kernel(kernels::LL_ALL_REDUCE)?;
