@@ -33,6 +33,13 @@ use super::report::{self, BaseRow, Row, RunInfo};
 const AUTO_TARGET_US: f64 = 5_000.0;
 const AUTO_MIN_ITERS: u32 = 20;
 const AUTO_MAX_ITERS: u32 = 1000;
+/// Microseconds since the Unix epoch (host wall clock: comparable across the ranks of a node).
+fn wall_us() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_micros() as f64)
+}
+
 /// Untimed work before the first timed row of a GPU run (see `Rank::warm_gpus`).
 const WARM_GPUS: std::time::Duration = std::time::Duration::from_millis(200);
 /// Calls per round of that work.
@@ -169,8 +176,9 @@ impl Rank<'_> {
     }
 
     /// Times `run` (one operation queued on `self.stream`); returns µs per operation on this
-    /// rank and the iterations per timed run.
-    fn measure(&self, run: &dyn Fn() -> Result<(), BoxError>) -> Result<(f64, u32), BoxError> {
+    /// rank, the iterations per timed run, and the host's wall-clock time (µs since the Unix
+    /// epoch) when it launched the timed work.
+    fn measure(&self, run: &dyn Fn() -> Result<(), BoxError>) -> Result<(f64, u32, f64), BoxError> {
         if !self.warmed.replace(true) && self.plan.backend == BackendKind::Cuda {
             self.warm_gpus(run)?;
         }
@@ -204,6 +212,7 @@ impl Rank<'_> {
             }
         };
         let launches = self.plan.graph_launches;
+        let launched;
         let per_run = if launches > 0 {
             let graph = self.stream.capture(|| -> Result<(), BoxError> {
                 for _ in 0..iters {
@@ -216,6 +225,7 @@ impl Rank<'_> {
             unsafe { graph.launch(&self.stream) }?;
             self.stream.synchronize()?;
             bs.barrier()?;
+            launched = wall_us();
             self.stream.record(&self.e0)?;
             for _ in 0..launches {
                 // SAFETY: as above.
@@ -226,6 +236,7 @@ impl Rank<'_> {
             iters as f64 * launches as f64
         } else {
             bs.barrier()?;
+            launched = wall_us();
             self.stream.record(&self.e0)?;
             for _ in 0..iters {
                 run()?;
@@ -235,7 +246,8 @@ impl Rank<'_> {
             iters as f64
         };
         self.failed()?;
-        Ok((self.e1.elapsed_ms(&self.e0)? as f64 * 1e3 / per_run, iters))
+        let us = self.e1.elapsed_ms(&self.e0)? as f64 * 1e3 / per_run;
+        Ok((us, iters, launched))
     }
 
     /// Runs `run` untimed, in rounds of [`WARM_ROUND`] calls, until some rank has spent
@@ -456,13 +468,13 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
             }
             Ok(())
         };
-        let (t, iters) = r.measure(&ours)?;
+        let (t, iters, launched) = r.measure(&ours)?;
         let wrong = if a.check {
             Some(r.check(sh, &ours)?)
         } else {
             None
         };
-        let mut base_t = (f64::NAN, None);
+        let mut base_t = (f64::NAN, None, f64::NAN);
         if let Some(b) = &base {
             let theirs = || -> Result<(), BoxError> {
                 // SAFETY: as for `ours`.
@@ -477,20 +489,23 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
                     }
                 }
             };
-            let (bt, _) = r.measure(&theirs)?;
+            let (bt, _, blaunched) = r.measure(&theirs)?;
             let bw = if a.check {
                 Some(r.check(sh, &theirs)?)
             } else {
                 None
             };
-            base_t = (bt, bw);
+            base_t = (bt, bw, blaunched);
         }
-        // Rank 0 collects [time, wrong, baseline time, baseline wrong] (-1: not measured).
+        // Rank 0 collects [time, wrong, baseline time, baseline wrong, launch time, baseline
+        // launch time] (-1: not measured).
         let mine: Vec<u8> = [
             t,
             wrong.map_or(-1.0, |w| w as f64),
             base_t.0,
             base_t.1.map_or(-1.0, |w| w as f64),
+            launched,
+            base_t.2,
         ]
         .iter()
         .flat_map(|x| x.to_le_bytes())
@@ -521,11 +536,16 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
             Op::AllReduce if n == 1 => "copy".to_string(),
             _ => algo_name(coll.last_algorithm()),
         };
+        let spread = |time: usize, launch: usize| {
+            let ranks: Vec<(f64, f64)> = field(time).into_iter().zip(field(launch)).collect();
+            report::Spread::of(&ranks)
+        };
         let row = Row {
             size: sh.size,
             count: sh.count,
             algo,
             iters,
+            spread: spread(0, 4),
             time_us,
             algbw: bw(time_us),
             busbw: bw(time_us) * factor,
@@ -534,6 +554,7 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
                 let bt = mean(field(2));
                 BaseRow {
                     time_us: bt,
+                    spread: spread(2, 5),
                     algbw: bw(bt),
                     busbw: bw(bt) * factor,
                     wrong: base_t.1.and(total(field(3))),
@@ -541,6 +562,19 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
             }),
         };
         println!("{}", report::line(&row, dtype_name(dt)));
+        let spreads = [
+            ("ours", Some(row.spread)),
+            ("baseline", row.base.as_ref().map(|b| b.spread)),
+        ];
+        for (who, s) in spreads {
+            if let Some(s) = s.filter(|s| s.uneven()) {
+                println!(
+                    "# {} B, {who}: ranks took {:.2} to {:.2} us; their hosts launched the timed \
+                     work {:.0} us apart (a late launch makes the others wait inside their timing)",
+                    sh.size, s.fastest_us, s.slowest_us, s.launch_skew_us
+                );
+            }
+        }
         rows.push(row);
     }
     comm.bootstrap().barrier()?;

@@ -363,8 +363,10 @@ mod tests {
                     algbw: size as f64 / t / 1e3,
                     busbw: size as f64 / t / 1e3,
                     wrong: None,
+                    spread: Default::default(),
                     base: Some(BaseRow {
                         time_us: t * 1.2,
+                        spread: Default::default(),
                         algbw: 1.0,
                         busbw: size as f64 / t / 1.2e3,
                         wrong: None,

@@ -8,6 +8,8 @@ use std::fmt::Write as _;
 pub struct BaseRow {
     /// Mean over ranks of the time per operation, µs.
     pub time_us: f64,
+    /// How the ranks' times differ, and why they may.
+    pub spread: Spread,
     /// Bytes / time, GB/s.
     pub algbw: f64,
     /// `algbw` × the op's factor, GB/s.
@@ -35,8 +37,43 @@ pub struct Row {
     pub busbw: f64,
     /// Wrong elements over all ranks (with `-c`).
     pub wrong: Option<u64>,
+    /// How the ranks' times differ, and why they may.
+    pub spread: Spread,
     /// The baseline, if one ran.
     pub base: Option<BaseRow>,
+}
+
+/// The ranks' times of one measurement and how far apart their hosts launched the timed work.
+/// Each rank times its own stream from just before its launch, so a rank that launches late
+/// makes the others' kernels wait for it inside their timed interval: a slowest rank far above
+/// the fastest, with a launch skew to match, is host skew, not the collective.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Spread {
+    /// The slowest rank's time per operation, µs.
+    pub slowest_us: f64,
+    /// The fastest rank's, µs.
+    pub fastest_us: f64,
+    /// Latest minus earliest host wall-clock time of the timed launch, µs.
+    pub launch_skew_us: f64,
+}
+
+impl Spread {
+    /// From every rank's (time per operation, launch wall-clock time), µs.
+    pub fn of(ranks: &[(f64, f64)]) -> Self {
+        let max = |v: &mut dyn Iterator<Item = f64>| v.fold(f64::NAN, f64::max);
+        let min = |v: &mut dyn Iterator<Item = f64>| v.fold(f64::NAN, f64::min);
+        Self {
+            slowest_us: max(&mut ranks.iter().map(|r| r.0)),
+            fastest_us: min(&mut ranks.iter().map(|r| r.0)),
+            launch_skew_us: max(&mut ranks.iter().map(|r| r.1))
+                - min(&mut ranks.iter().map(|r| r.1)),
+        }
+    }
+
+    /// Whether the slowest rank took more than twice the fastest's time.
+    pub fn uneven(&self) -> bool {
+        self.slowest_us > 2.0 * self.fastest_us
+    }
 }
 
 impl Row {
@@ -198,7 +235,9 @@ pub fn json_lines(info: &RunInfo, rows: &[Row]) -> String {
              \"algo\":{},\"nranks\":{},\"backend\":{},\"device\":{},\"graph_launches\":{},\
              \"iters\":{},\"time_us\":{},\"algbw_gbps\":{},\"busbw_gbps\":{},\"wrong\":{},\
              \"baseline\":{},\"base_time_us\":{},\"base_algbw_gbps\":{},\"base_busbw_gbps\":{},\
-             \"base_wrong\":{},\"speedup\":{}}}",
+             \"base_wrong\":{},\"speedup\":{},\"slowest_rank_us\":{},\"fastest_rank_us\":{},\
+             \"launch_skew_us\":{},\"base_slowest_rank_us\":{},\"base_fastest_rank_us\":{},\
+             \"base_launch_skew_us\":{}}}",
             string(info.op),
             r.size,
             r.count,
@@ -223,6 +262,12 @@ pub fn json_lines(info: &RunInfo, rows: &[Row]) -> String {
             b.map_or_else(|| "null".into(), |b| num(b.busbw)),
             opt(b.and_then(|b| b.wrong)),
             r.speedup().map_or_else(|| "null".into(), num),
+            num(r.spread.slowest_us),
+            num(r.spread.fastest_us),
+            num(r.spread.launch_skew_us),
+            b.map_or_else(|| "null".into(), |b| num(b.spread.slowest_us)),
+            b.map_or_else(|| "null".into(), |b| num(b.spread.fastest_us)),
+            b.map_or_else(|| "null".into(), |b| num(b.spread.launch_skew_us)),
         );
     }
     s
@@ -242,13 +287,26 @@ mod tests {
             algbw: size as f64 / t / 1e3,
             busbw: size as f64 / t / 1e3,
             wrong: Some(0),
+            spread: Spread::default(),
             base: base.map(|b| BaseRow {
                 time_us: b,
+                spread: Spread::default(),
                 algbw: 1.0,
                 busbw: 1.0,
                 wrong: None,
             }),
         }
+    }
+
+    #[test]
+    fn spread_of_ranks() {
+        let s = Spread::of(&[(10.0, 1_000.0), (2.5, 1_400.0)]);
+        assert_eq!(
+            (s.slowest_us, s.fastest_us, s.launch_skew_us),
+            (10.0, 2.5, 400.0)
+        );
+        assert!(s.uneven());
+        assert!(!Spread::of(&[(3.0, 5.0), (2.0, 5.0)]).uneven());
     }
 
     #[test]

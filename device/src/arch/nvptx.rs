@@ -357,9 +357,18 @@ pub fn nanosleep(ns: u32) {
     // SAFETY: a scheduling hint with no memory effects.
     unsafe { asm!("nanosleep.u32 {n};", n = in(reg32) ns, options(nomem, nostack)) };
 }
-/// One step of a spin loop. On the GPU a spin is cheap; nothing to do.
+/// Polls a waiting thread makes before it backs off.
+const SPIN_BACKOFF_AFTER: u64 = 64;
+/// One step of a spin loop: nothing for the first [`SPIN_BACKOFF_AFTER`] polls (a wait that
+/// ends within microseconds, the common case, is not slowed), then a `nanosleep` of about
+/// 100 ns between polls, so that a long wait of many threads (an LL kernel of 512 blocks all
+/// polling their packets) does not flood the memory system the awaited stores must cross.
 #[inline(always)]
-pub fn spin_step(_iteration: u64) {}
+pub fn spin_step(iteration: u64) {
+    if iteration >= SPIN_BACKOFF_AFTER {
+        nanosleep(100);
+    }
+}
 /// Stops the kernel (the panic handler and failed invariants).
 #[inline(always)]
 pub fn trap() -> ! {
