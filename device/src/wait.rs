@@ -1,6 +1,8 @@
 //! Bounded, abortable spinning: the one loop every device wait goes through.
 //!
-//! A wait polls its condition; every [`ABORT_CHECK_INTERVAL`] iterations it reads the
+//! A wait polls its condition, with `arch::spin_step` between polls (on the GPU nothing for
+//! the first 64 polls, then about 100 ns of `nanosleep`; on the host yields, then sleeps);
+//! every [`ABORT_CHECK_INTERVAL`] iterations it reads the
 //! `DeviceStatus::abort` word (host-mapped, relaxed system-scope load), and after
 //! `DeviceStatus::spin_limit` iterations (0 = no limit) it gives up. Either way it records the
 //! first error of the status word (`error_code` by compare-and-swap from 0, then
