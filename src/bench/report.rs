@@ -60,14 +60,14 @@ pub struct Spread {
 impl Spread {
     /// From every rank's (time per operation, launch wall-clock time), µs.
     pub fn of(ranks: &[(f64, f64)]) -> Self {
-        let max = |v: &mut dyn Iterator<Item = f64>| v.fold(f64::NAN, f64::max);
-        let min = |v: &mut dyn Iterator<Item = f64>| v.fold(f64::NAN, f64::min);
-        Self {
-            slowest_us: max(&mut ranks.iter().map(|r| r.0)),
-            fastest_us: min(&mut ranks.iter().map(|r| r.0)),
-            launch_skew_us: max(&mut ranks.iter().map(|r| r.1))
-                - min(&mut ranks.iter().map(|r| r.1)),
+        let (mut s, mut launches) = (Self::default(), (f64::NAN, f64::NAN));
+        (s.slowest_us, s.fastest_us) = (f64::NAN, f64::NAN);
+        for &(time, launch) in ranks {
+            (s.slowest_us, s.fastest_us) = (s.slowest_us.max(time), s.fastest_us.min(time));
+            launches = (launches.0.min(launch), launches.1.max(launch));
         }
+        s.launch_skew_us = launches.1 - launches.0;
+        s
     }
 
     /// Whether the slowest rank took more than twice the fastest's time.
