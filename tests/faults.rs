@@ -41,7 +41,8 @@ const HANG_GUARD: Duration = Duration::from_secs(40);
 /// How long the victim lets the survivor wait inside the operation before it dies.
 const DIE_AFTER: Duration = Duration::from_millis(200);
 
-/// How long a survivor of a set-up failure stays alive after its error.
+/// How long a survivor stays alive after its error (set-up failures, and rank 0 of the slow-peer
+/// cases), so that the other survivors see the victim die before they see this rank leave.
 const SURVIVOR_LINGER: Duration = Duration::from_millis(500);
 
 /// The cases share two cores; run one at a time so the release times mean something.
@@ -585,6 +586,9 @@ fn collective_with_a_slow_peer(comm: Communicator, victim: usize, op: BootstrapO
                 waited < DIE_AFTER + WATCHED_WITHIN,
                 "{op:?} returned only after {waited:?} (the victim died after {DIE_AFTER:?})"
             );
+            // Stay until rank 2 has seen the victim's death: leaving at once closes this
+            // rank's bootstrap link too, and rank 2 could see that first (a CI run did).
+            std::thread::sleep(SURVIVOR_LINGER);
         }
     }
 }
