@@ -1,6 +1,7 @@
 //! Every collective, algorithm, data type and operator, checked exactly against a host
-//! reference, for 2, 3, 4 and 8 ranks (threads), awkward sizes (1 element, primes, pieces
-//! larger than the staging buffer) and unaligned offsets, in place and out of place.
+//! reference: on 2 to 8 ranks as threads and 3 to 8 as processes, at awkward sizes (1
+//! element, primes, pieces larger than the staging buffer) and unaligned offsets, in place and
+//! out of place.
 
 mod common;
 
@@ -52,6 +53,11 @@ fn check(dtype: DataType, got: &[u8], want: &[f64], what: &str) {
 /// place with an input 4 bytes into its allocation (16 for the direct path, which needs
 /// 16-byte alignment).
 fn all_reduce_case(c: &Collectives, count: usize, algo: Option<Algorithm>) {
+    all_reduce_ops(c, count, algo, &OPS);
+}
+
+/// As [`all_reduce_case`], with the operators `ops` only.
+fn all_reduce_ops(c: &Collectives, count: usize, algo: Option<Algorithm>, ops: &[ReduceOp]) {
     let registered = matches!(algo, Some(Algorithm::Direct | Algorithm::CopyEngine));
     let off = if registered { 16 } else { 4 };
     let comm = c.communicator();
@@ -59,7 +65,7 @@ fn all_reduce_case(c: &Collectives, count: usize, algo: Option<Algorithm>) {
     let g = comm.gpu();
     let stream = g.stream().unwrap();
     for dtype in TYPES {
-        for op in OPS {
+        for &op in ops {
             let es = dtype.size();
             let bytes = count * es;
             let input = g.alloc(bytes + off).unwrap();
@@ -349,80 +355,145 @@ fn all_reduce_large_runs_in_pieces() {
     });
 }
 
-#[test]
-fn all_reduce_3_4_and_8_ranks() {
-    for n in [3, 4, 8] {
-        run(n, |c| {
-            all_reduce_case(c, 5, Some(Algorithm::LlOneShot));
-            all_reduce_case(c, 1024, Some(Algorithm::LlOneShot));
-            all_reduce_case(c, 5, Some(Algorithm::Ll128));
-            all_reduce_case(c, 1024, Some(Algorithm::Ll128));
-            all_reduce_case(c, 997, Some(Algorithm::Staged));
-            all_reduce_case(c, 1024, Some(Algorithm::Direct));
-            all_reduce_case(c, 1040, Some(Algorithm::CopyEngine));
-            all_reduce_case(c, 1999, Some(Algorithm::TwoShotPut));
-        });
+/// The count an all-reduce by `algo` is checked at on more than two ranks: odd or prime for
+/// the packet and staged paths, whole 16-byte vectors of every type for the registered ones.
+fn awkward_count(algo: Option<Algorithm>) -> usize {
+    match algo {
+        None | Some(Algorithm::LlTwoShot) => 1031,
+        Some(Algorithm::LlOneShot) => 13,
+        Some(Algorithm::Ll128) => 613,
+        Some(Algorithm::Staged) => 997,
+        Some(Algorithm::TwoShotPut) => 1999,
+        Some(Algorithm::Direct | Algorithm::CopyEngine) => 1040,
     }
 }
 
+/// Every all-reduce algorithm (and the automatic choice), then every other collective by each
+/// algorithm that serves it, on however many ranks `c` has. Each all-reduce runs every type
+/// with one operator, which rotates with the rank count and the algorithm, so that the rank
+/// counts together run every operator by every algorithm (the two-rank test runs every
+/// type with every operator by every algorithm).
+fn every_algorithm(c: &Collectives) {
+    let n = c.communicator().size();
+    let algos = std::iter::once(None).chain(Algorithm::ALL.map(Some));
+    for (k, algo) in algos.enumerate() {
+        all_reduce_ops(c, awkward_count(algo), algo, &[OPS[(n + k) % OPS.len()]]);
+    }
+    // 1 element and a prime through the automatic choice, whole vectors by every algorithm
+    // that moves them (LL128 serves all-reduce only).
+    others_case(c, 1, None);
+    others_case(c, 1013, None);
+    for algo in Algorithm::ALL {
+        match algo {
+            Algorithm::Ll128 | Algorithm::TwoShotPut | Algorithm::LlTwoShot => {
+                all_reduce_only_is_refused(c, algo)
+            }
+            Algorithm::LlOneShot | Algorithm::Staged => others_case(c, 333, Some(algo)),
+            Algorithm::Direct | Algorithm::CopyEngine => others_case(c, 1040, Some(algo)),
+        }
+    }
+}
+
+/// An all-reduce algorithm forced on another collective is a typed error on every rank, with
+/// nothing queued and the communicator still usable.
+fn all_reduce_only_is_refused(c: &Collectives, algo: Algorithm) {
+    let g = c.communicator().gpu();
+    let stream = g.stream().unwrap();
+    let n = c.communicator().size();
+    let buf = g.alloc(64 * n).unwrap();
+    // SAFETY: `buf` holds `n` parts of 16 u32; nothing is queued on refusal.
+    let r = unsafe { c.all_gather(buf.ptr(), buf.ptr(), 16, DataType::U32, &stream, Some(algo)) };
+    assert!(
+        matches!(r, Err(mscclpp::host::Error::Unsupported { .. })),
+        "all_gather by {algo:?}: {r:?}"
+    );
+    assert!(!c.communicator().status().is_aborted());
+}
+
+/// 2 to 8 ranks as threads, every algorithm of every collective (odd and even counts).
 #[test]
-fn other_collectives_2_3_4_and_8_ranks() {
-    for n in [2, 3, 4, 8] {
+fn every_algorithm_2_to_8_ranks() {
+    for n in 2..=8 {
+        run(n, every_algorithm);
+    }
+}
+
+/// More of the automatic choice on 2, 4 and 8 ranks: every type and operator of all-reduce,
+/// and the other collectives at the sizes where the automatic choice changes path.
+#[test]
+fn automatic_choice_2_4_and_8_ranks() {
+    for n in [2, 4, 8] {
         run(n, |c| {
-            others_case(c, 1, None);
-            others_case(c, 1013, None);
+            all_reduce_case(c, 7, None);
+            all_reduce_case(c, 1024, None);
             // 16-byte multiples: the registered paths (automatic from 4 KiB on the CPU
-            // backend, and forced).
+            // backend).
             others_case(c, 4096, None);
             // Between the LL limit and the copy engines: the direct kernel's send_recv.
             others_case(c, 24_000, None);
-            others_case(c, 1024, Some(Algorithm::Direct));
-            others_case(c, 1024, Some(Algorithm::CopyEngine));
-            others_case(c, 1024, Some(Algorithm::Staged));
-            others_case(c, 1013, Some(Algorithm::LlOneShot));
             others_case(c, 1024, Some(Algorithm::LlOneShot));
             others_case(c, 7, Some(Algorithm::LlOneShot));
+            two_shot_choice(c);
         });
     }
 }
 
-#[test]
-fn odd_rank_counts_5_and_7() {
-    for n in [5, 7] {
-        run(n, |c| {
-            all_reduce_case(c, 13, Some(Algorithm::LlOneShot));
-            all_reduce_case(c, 613, Some(Algorithm::Ll128));
-            all_reduce_case(c, 1001, Some(Algorithm::TwoShotPut));
-            others_case(c, 11, None);
-            others_case(c, 1040, Some(Algorithm::Direct));
-            others_case(c, 333, Some(Algorithm::LlOneShot));
-        });
-    }
+/// The two-shot LL all-reduce: chosen from `ll_two_shot_min_bytes` on `ll_two_shot_min_ranks`
+/// ranks or more (not below either), and a forced call too small for every rank to own a part
+/// runs one-shot; every result checked (the last of the types, u32, decides the size).
+fn two_shot_choice(c: &Collectives) {
+    let cfg = c.config();
+    let n = c.communicator().size();
+    let ops = [ReduceOp::Max];
+    let count = cfg.ll_two_shot_min_bytes / 4 + 3;
+    all_reduce_ops(c, count, None, &ops);
+    let many = n >= cfg.ll_two_shot_min_ranks;
+    assert_eq!(
+        c.last_algorithm() == Some(Algorithm::LlTwoShot),
+        many,
+        "{n} ranks, {count} u32"
+    );
+    all_reduce_ops(c, count - 8, None, &ops);
+    assert_ne!(
+        c.last_algorithm(),
+        Some(Algorithm::LlTwoShot),
+        "below the minimum"
+    );
+    all_reduce_ops(c, count, Some(Algorithm::LlTwoShot), &ops);
+    assert_eq!(c.last_algorithm(), Some(Algorithm::LlTwoShot), "forced");
+    all_reduce_ops(c, 2, Some(Algorithm::LlTwoShot), &ops);
+    assert_eq!(
+        c.last_algorithm(),
+        Some(Algorithm::LlOneShot),
+        "forced, 8 bytes"
+    );
 }
 
-/// Three ranks as separate processes (the collectives over memory mapped across processes).
+/// Ranks as separate processes (the collectives over memory mapped across processes): every
+/// algorithm on 3 to 8 ranks, as [`every_algorithm_2_to_8_ranks`] does with threads.
 #[test]
-fn collectives_as_processes() {
+fn every_algorithm_as_processes_3_to_8_ranks() {
+    const TEST: &str = "every_algorithm_as_processes_3_to_8_ranks";
     match common::child_communicator() {
         Some(comm) => {
             let c = Collectives::new(Arc::new(comm)).expect("collectives");
-            all_reduce_case(&c, 1031, None);
-            all_reduce_case(&c, 4099, Some(Algorithm::TwoShotPut));
-            all_reduce_case(&c, 4096, Some(Algorithm::Direct));
-            all_reduce_case(&c, 4096, Some(Algorithm::CopyEngine));
-            others_case(&c, 257, None);
-            others_case(&c, 2048, Some(Algorithm::CopyEngine));
-            others_case(&c, 2048, Some(Algorithm::Direct));
-            others_case(&c, 257, Some(Algorithm::LlOneShot));
+            every_algorithm(&c);
             c.communicator().bootstrap().barrier().unwrap();
         }
         None => {
             let kind = common::backend();
-            if kind == BackendKind::Cuda && kind.device_count().unwrap_or(1) < 3 {
-                eprintln!("NOT RUN: 3 ranks as processes need 3 GPUs");
-                return;
+            let gpus = if kind == BackendKind::Cuda {
+                kind.device_count().unwrap_or(0)
+            } else {
+                usize::MAX
+            };
+            for n in 3..=8 {
+                if n > gpus {
+                    eprintln!("NOT RUN: {n} ranks as processes need {n} GPUs ({gpus} here)");
+                    continue;
+                }
+                common::ranks_as_processes(n, TEST);
             }
-            common::ranks_as_processes(3, "collectives_as_processes")
         }
     }
 }

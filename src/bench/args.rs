@@ -23,7 +23,7 @@ options:
   -n, --iters N            timed iterations per size (default: enough for ~5 ms, 20..1000)
   -w, --warmup_iters N     untimed eager iterations first (default 5)
   -c, --check [0|1]        fill rank- and index-dependent data, check every element (#wrong)
-  -a, --algo NAME          force an algorithm: put, ll128 (allreduce), ll, staged,
+  -a, --algo NAME          force an algorithm: put, ll128, ll2 (allreduce), ll, staged,
                            direct, ce (not reducescatter) | auto
                            (default auto: chosen by size, as Collectives::all_reduce does)
   -d, --datatype T         f32 | f16 | bf16 | i32 | u32 (default f16)
@@ -223,6 +223,7 @@ pub fn algo_name(a: Option<Algorithm>) -> String {
         None => "auto".into(),
         Some(Algorithm::LlOneShot) => "ll".into(),
         Some(Algorithm::Staged) => "staged".into(),
+        Some(Algorithm::LlTwoShot) => "ll2".into(),
         Some(other) => format!("{other:?}").to_ascii_lowercase(),
     }
 }
@@ -367,7 +368,7 @@ pub fn parse(args: &[String]) -> Result<Command, BoxError> {
                     "auto" => None,
                     _ => Some(Algorithm::parse(&v).ok_or_else(|| {
                         format!(
-                            "-a {v:?}: not an algorithm (ll, ll128, staged, put, direct, ce, auto)"
+                            "-a {v:?}: not an algorithm (ll, ll128, ll2, staged, put, direct, ce, auto)"
                         )
                     })?),
                 };
@@ -456,7 +457,7 @@ pub fn parse(args: &[String]) -> Result<Command, BoxError> {
     };
     if let Some(algo) = c.algo {
         let fits = match algo {
-            Algorithm::TwoShotPut | Algorithm::Ll128 => op == Op::AllReduce,
+            Algorithm::TwoShotPut | Algorithm::Ll128 | Algorithm::LlTwoShot => op == Op::AllReduce,
             Algorithm::LlOneShot => op != Op::SendRecv,
             Algorithm::Staged | Algorithm::Direct => op != Op::SendRecv,
             Algorithm::CopyEngine => {

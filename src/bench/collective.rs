@@ -390,6 +390,7 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
     let ll_max = coll.config().ll_max_bytes;
     let limit = match a.algo {
         Some(Algorithm::LlOneShot) => Some(("ll", ll_max)),
+        Some(Algorithm::LlTwoShot) => Some(("ll2", ll_max)),
         Some(Algorithm::Ll128) => Some(("ll128", coll.config().ll128_max_bytes)),
         _ => None,
     };

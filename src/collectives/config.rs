@@ -22,20 +22,26 @@ pub enum Algorithm {
     /// One-shot all-reduce with LL128 lines (medium messages: 120 of every 128 bytes on the
     /// links are data, against 8 of 16 for LL16). All-reduce only.
     Ll128,
+    /// All-reduce as an LL16 reduce-scatter and all-gather in one launch: each rank reduces
+    /// one part and sends it on, so it sends `2 (n - 1) / n` of the data instead of the
+    /// one-shot's `n - 1` times, for one more hop (medium messages on more than a few ranks).
+    /// All-reduce only; a call too small for every rank to own a part runs one-shot.
+    LlTwoShot,
 }
 
 impl Algorithm {
     /// Every algorithm, in declaration order (`ALL[a as usize] == a`).
-    pub const ALL: [Algorithm; 6] = [
+    pub const ALL: [Algorithm; 7] = [
         Self::LlOneShot,
         Self::Staged,
         Self::TwoShotPut,
         Self::Direct,
         Self::CopyEngine,
         Self::Ll128,
+        Self::LlTwoShot,
     ];
 
-    /// Parses an algorithm name (`ll`, `staged`, `put`, `direct`, `ce`, `ll128`).
+    /// Parses an algorithm name (`ll`, `staged`, `put`, `direct`, `ce`, `ll128`, `ll2`).
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "ll" | "ll-one-shot" | "ll_one_shot" => Some(Self::LlOneShot),
@@ -44,6 +50,7 @@ impl Algorithm {
             "direct" | "zero-copy" => Some(Self::Direct),
             "ce" | "copy-engine" => Some(Self::CopyEngine),
             "ll128" | "ll-128" => Some(Self::Ll128),
+            "ll2" | "ll-two-shot" => Some(Self::LlTwoShot),
             _ => None,
         }
     }
@@ -70,6 +77,13 @@ pub struct CollectiveConfig {
     pub ll128_blocks: u32,
     /// Most blocks of the LL128 kernel (its warps loop over the steps beyond).
     pub ll128_max_blocks: u32,
+    /// Fewest ranks on which all-reduce takes the two-shot LL algorithm (unless one is
+    /// forced): from `ll_two_shot_min_bytes` to `ll_max_bytes`, instead of the one-shot LL16
+    /// and LL128 ones, which send `n - 1` copies of the data where it sends `2 (n - 1) / n`.
+    pub ll_two_shot_min_ranks: usize,
+    /// Smallest all-reduce that takes the two-shot LL algorithm on `ll_two_shot_min_ranks`
+    /// ranks or more (below, the one-shot's single hop wins).
+    pub ll_two_shot_min_bytes: usize,
     /// Staging bytes per rank (an operation larger than fits runs in pieces).
     pub stage_bytes: usize,
     /// Rows of channels (one per block): at least `staged_blocks` and `direct_blocks`.
@@ -122,6 +136,11 @@ impl CollectiveConfig {
                 ll128_threads: 512,
                 ll128_blocks: 64,
                 ll128_max_blocks: 1024,
+                // Not measured on more than 2 GPUs yet: the traffic argument (see
+                // `ll_two_shot_min_ranks`) and MSCCL++'s choice on 8 Hopper GPUs (all-pairs
+                // packets to 16 KiB, two-shot packets to 1 MiB).
+                ll_two_shot_min_ranks: 4,
+                ll_two_shot_min_bytes: 16 << 10,
                 stage_bytes: 64 << 20,
                 max_blocks: 128,
                 staged_blocks: 64,
@@ -147,6 +166,9 @@ impl CollectiveConfig {
                 ll128_threads: 32,
                 ll128_blocks: 2,
                 ll128_max_blocks: 2,
+                // As on the GPU, at the CPU backend's sizes.
+                ll_two_shot_min_ranks: 4,
+                ll_two_shot_min_bytes: 1 << 10,
                 stage_bytes: 1 << 20,
                 max_blocks: 2,
                 staged_blocks: 2,
@@ -169,7 +191,7 @@ impl CollectiveConfig {
 
     /// Every setting with its name, in a fixed order: what every rank must share (checked at
     /// `Collectives::with_config`).
-    pub fn settings(&self) -> [(&'static str, u64); 22] {
+    pub fn settings(&self) -> [(&'static str, u64); 24] {
         // Destructured, so that a new field cannot be left out.
         let Self {
             ll_max_bytes,
@@ -179,6 +201,8 @@ impl CollectiveConfig {
             ll128_threads,
             ll128_blocks,
             ll128_max_blocks,
+            ll_two_shot_min_ranks,
+            ll_two_shot_min_bytes,
             stage_bytes,
             max_blocks,
             staged_blocks,
@@ -203,6 +227,8 @@ impl CollectiveConfig {
             ("ll128_threads", ll128_threads as u64),
             ("ll128_blocks", ll128_blocks as u64),
             ("ll128_max_blocks", ll128_max_blocks as u64),
+            ("ll_two_shot_min_ranks", ll_two_shot_min_ranks as u64),
+            ("ll_two_shot_min_bytes", ll_two_shot_min_bytes as u64),
             ("stage_bytes", stage_bytes as u64),
             ("max_blocks", max_blocks as u64),
             ("staged_blocks", staged_blocks as u64),
@@ -223,7 +249,8 @@ impl CollectiveConfig {
 
     /// Applies the tuning variables `MSCCLPP_LL_BLOCKS`, `MSCCLPP_LL_THREADS`,
     /// `MSCCLPP_LL_PART_MAX_BYTES`, `MSCCLPP_LL128_MIN_BYTES`, `MSCCLPP_LL128_THREADS`,
-    /// `MSCCLPP_LL128_BLOCKS`, `MSCCLPP_DIRECT_MIN_BYTES`,
+    /// `MSCCLPP_LL128_BLOCKS`, `MSCCLPP_LL_TWO_SHOT_MIN_RANKS`, `MSCCLPP_LL_TWO_SHOT_MIN_BYTES`,
+    /// `MSCCLPP_DIRECT_MIN_BYTES`,
     /// `MSCCLPP_CE_MIN_BYTES`, `MSCCLPP_CE_ALL_REDUCE_MIN_BYTES`, `MSCCLPP_CE_SCRATCH_BYTES`,
     /// `MSCCLPP_CE_PIECES` (`ce_min_pieces`), `MSCCLPP_DIRECT_BLOCKS`,
     /// `MSCCLPP_DIRECT_BLOCK_BYTES` and `MSCCLPP_DIRECT_THREADS` where set (every rank must
@@ -255,6 +282,12 @@ impl CollectiveConfig {
         }
         if let Some(v) = var("MSCCLPP_LL128_BLOCKS") {
             self.ll128_blocks = (v as u32).clamp(1, 1024);
+        }
+        if let Some(v) = var("MSCCLPP_LL_TWO_SHOT_MIN_RANKS") {
+            self.ll_two_shot_min_ranks = v;
+        }
+        if let Some(v) = var("MSCCLPP_LL_TWO_SHOT_MIN_BYTES") {
+            self.ll_two_shot_min_bytes = v;
         }
         if let Some(v) = var("MSCCLPP_LL_BLOCKS") {
             self.ll_blocks = (v as u32).clamp(1, 1024);

@@ -96,25 +96,57 @@ impl Collectives {
             return Err(self.cannot("an LL call above ll_max_bytes per part"));
         }
         self.ensure_healthy()?;
-        let packets = p.bytes.div_ceil(8) as u32;
-        // Up to `ll_single_block_packets` packets: one block, one thread a packet (a single
-        // block stores the next flag without the grid's block count: 0.3 µs less at 4 KiB on
-        // 2×H200); beyond, `ll_threads`-thread blocks.
+        self.record(Algorithm::LlOneShot);
+        let kernel = match p.mode {
+            m if m == CollectiveMode::AllReduce as u32 => &self.ll_all_reduce,
+            m if m == CollectiveMode::AllGather as u32 => &self.ll_all_gather,
+            _ => &self.ll,
+        };
+        let shape = self.ll_shape(p.bytes.div_ceil(8));
+        // SAFETY: the caller's contract (buffers sized for the mode), and our scratch.
+        unsafe { stream.launch(kernel, shape, p) }
+    }
+
+    /// The launch shape of an LL kernel whose threads handle `packets` packet indices (each
+    /// for every peer): up to `ll_single_block_packets`, one block, one thread a packet (a
+    /// single block stores the next flag without the grid's block count: 0.3 µs less at 4 KiB
+    /// on 2×H200); beyond, blocks of `ll_threads` and the keeper block.
+    fn ll_shape(&self, packets: u64) -> LaunchConfig {
+        let packets = packets.min(u32::MAX as u64) as u32;
         let (blocks, threads) = if packets <= self.cfg.ll_single_block_packets {
             (1, packets.next_multiple_of(32).clamp(32, 1024))
         } else {
             let t = self.cfg.ll_threads;
             (packets.div_ceil(t).clamp(1, self.cfg.ll_blocks), t)
         };
-        self.record(Algorithm::LlOneShot);
-        let blocks = with_keeper(blocks);
-        let kernel = match p.mode {
-            m if m == CollectiveMode::AllReduce as u32 => &self.ll_all_reduce,
-            m if m == CollectiveMode::AllGather as u32 => &self.ll_all_gather,
-            _ => &self.ll,
-        };
-        // SAFETY: the caller's contract (buffers sized for the mode), and our scratch.
-        unsafe { stream.launch(kernel, LaunchConfig::new(blocks, threads), p) }
+        LaunchConfig::new(with_keeper(blocks), threads)
+    }
+
+    /// Queues the two-shot LL all-reduce for `p` (buffers and `bytes` filled in): one part of
+    /// whole packets per rank (`stride`). A call too small for every rank to own a non-empty
+    /// part (fewer than about `8 n (n - 1)` bytes), or whose two parts of packets do not fit an
+    /// LL slot (two ranks near `ll_max_bytes`), runs the one-shot kernel instead, which serves
+    /// every size up to `ll_max_bytes`; every rank decides alike from the same sizes.
+    pub(super) fn launch_ll_two_shot(
+        &self,
+        stream: &Stream,
+        mut p: CollectiveParams,
+    ) -> Result<()> {
+        if p.bytes as usize > self.cfg.ll_max_bytes {
+            return Err(self.cannot("an LL call above ll_max_bytes per part"));
+        }
+        let n = p.nranks as u64;
+        let part = p.bytes.div_ceil(n).next_multiple_of(8);
+        if (n - 1) * part >= p.bytes || 4 * part > self.ll_slot_bytes {
+            return self.launch_ll(stream, p);
+        }
+        self.ensure_healthy()?;
+        self.record(Algorithm::LlTwoShot);
+        p.stride = part;
+        let shape = self.ll_shape(part / 8);
+        // SAFETY: the caller's contract (buffers of `bytes`), and our scratch, whose LL slots
+        // hold `ll_slot_bytes >= 4 * part`: two parts of packets.
+        unsafe { stream.launch(&self.ll_two_shot_all_reduce, shape, p) }
     }
 
     /// Queues the LL128 all-reduce for `p` (buffers and `bytes` filled in). One warp per
@@ -356,7 +388,7 @@ impl Collectives {
         algo: Option<Algorithm>,
     ) -> Result<Algorithm> {
         match algo {
-            Some(Algorithm::TwoShotPut | Algorithm::Ll128) => {
+            Some(Algorithm::TwoShotPut | Algorithm::Ll128 | Algorithm::LlTwoShot) => {
                 Err(self.cannot("an all-reduce algorithm for this collective"))
             }
             Some(Algorithm::LlOneShot) if !ll => {

@@ -77,6 +77,7 @@ pub struct Collectives {
     ll_all_reduce: Kernel<CollectiveParams>,
     ll_all_gather: Kernel<CollectiveParams>,
     ll128_all_reduce: Kernel<CollectiveParams>,
+    ll_two_shot_all_reduce: Kernel<CollectiveParams>,
     staged: Kernel<CollectiveParams>,
     direct: Kernel<DirectCollectiveParams>,
     buffers: direct::DirectBuffers,
@@ -189,6 +190,7 @@ impl Collectives {
         let ll_all_reduce = module.kernel(kernels::LL_ALL_REDUCE)?;
         let ll_all_gather = module.kernel(kernels::LL_ALL_GATHER)?;
         let ll128_all_reduce = module.kernel(kernels::LL128_ALL_REDUCE)?;
+        let ll_two_shot_all_reduce = module.kernel(kernels::LL_TWO_SHOT_ALL_REDUCE)?;
         let staged = module.kernel(kernels::STAGED_COLLECTIVE)?;
         let direct = module.kernel(kernels::DIRECT_COLLECTIVE)?;
         // Scratch: the LL16 region, the LL128 region (each two halves of `n` slots), staging.
@@ -240,6 +242,7 @@ impl Collectives {
             ll_all_reduce,
             ll_all_gather,
             ll128_all_reduce,
+            ll_two_shot_all_reduce,
             staged,
             direct,
             buffers: direct::DirectBuffers::default(),
@@ -307,8 +310,22 @@ impl Collectives {
             return Ok(());
         }
         let forced = algo.is_some();
+        let n = self.comm.size();
         let ll128 = self.cfg.ll128_min_bytes..=self.cfg.ll128_max_bytes;
-        let algo = algo.unwrap_or(if ll128.contains(&bytes) {
+        let many = n >= self.cfg.ll_two_shot_min_ranks;
+        let algo = algo.unwrap_or(if many && bytes >= self.cfg.ll_two_shot_min_bytes {
+            // Up to `ll_max_bytes`; beyond, the direct or staged paths (on this many ranks,
+            // the one-shot LL128 would send `n - 1` copies of a large message).
+            if bytes <= self.cfg.ll_max_bytes {
+                Algorithm::LlTwoShot
+            } else if bytes >= self.cfg.ce_all_reduce_min_bytes {
+                Algorithm::CopyEngine
+            } else if bytes >= self.cfg.direct_min_bytes {
+                Algorithm::Direct
+            } else {
+                Algorithm::Staged
+            }
+        } else if ll128.contains(&bytes) {
             Algorithm::Ll128
         } else if bytes <= self.cfg.ll_max_bytes {
             Algorithm::LlOneShot
@@ -319,7 +336,6 @@ impl Collectives {
         } else {
             Algorithm::Staged
         });
-        let n = self.comm.size();
         if n == 1 {
             // SAFETY: the caller's contract.
             return unsafe { copy_if_needed(stream, output, input, bytes) };
@@ -333,6 +349,11 @@ impl Collectives {
                 let mut p = self.params(CollectiveMode::AllReduce, dtype, op);
                 (p.input, p.output, p.bytes) = (input, output, bytes as u64);
                 self.launch_ll128(stream, p)
+            }
+            Algorithm::LlTwoShot => {
+                let mut p = self.params(CollectiveMode::AllReduce, dtype, op);
+                (p.input, p.output, p.bytes) = (input, output, bytes as u64);
+                self.launch_ll_two_shot(stream, p)
             }
             Algorithm::Direct | Algorithm::CopyEngine => {
                 let mut mine = vec![(input, bytes), (output, bytes)];

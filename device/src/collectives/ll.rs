@@ -232,13 +232,13 @@ fn ll_send_words(p: &CollectiveParams, l: LlLaunch, half: u64) {
 
 /// Offset of this launch's half of the LL region (double-buffered by the flag's parity).
 #[inline(always)]
-fn ll_half(p: &CollectiveParams, flag: u32) -> u64 {
+pub(super) fn ll_half(p: &CollectiveParams, flag: u32) -> u64 {
     (flag & 1) as u64 * p.nranks as u64 * p.ll_slot_bytes
 }
 
 /// Packet `i` (payload `w`) into slot `rank` of peer `q`'s LL region.
 #[inline(always)]
-fn ll_send(p: &CollectiveParams, flag: u32, half: u64, q: u32, i: u64, w: [u32; 2]) {
+pub(super) fn ll_send(p: &CollectiveParams, flag: u32, half: u64, q: u32, i: u64, w: [u32; 2]) {
     let at = (half + p.rank as u64 * p.ll_slot_bytes + i * 16) as usize;
     let dst = channel(p, 0, q).dst.as_ptr();
     // SAFETY: slot `rank` of peer `q`'s LL region (mapped here) holds
@@ -248,7 +248,7 @@ fn ll_send(p: &CollectiveParams, flag: u32, half: u64, q: u32, i: u64, w: [u32; 
 
 /// Packet `i` from peer `q` (slot `q` of this rank's LL region), waiting for it.
 #[inline(always)]
-fn ll_receive(
+pub(super) fn ll_receive(
     p: &CollectiveParams,
     flag: u32,
     half: u64,
