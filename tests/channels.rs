@@ -377,3 +377,66 @@ fn dead_peer_releases_the_survivor() {
     ));
     println!("survivor released after {waited:?}");
 }
+
+/// The end of a program: the rank that finishes its last collective first closes its
+/// bootstrap with a goodbye, and the others, still finishing theirs, do not fail for it; what
+/// they still want from it fails at once; only after the leave grace do they abort, naming it.
+#[test]
+fn a_rank_that_finishes_first_does_not_fail_the_others() {
+    const TAG: u64 = 77;
+    ranks_as_threads(3, |comm: Communicator| {
+        comm.set_leave_grace(Duration::from_secs(3));
+        comm.bootstrap().barrier().unwrap();
+        if comm.rank() == 0 {
+            return; // drops the communicator and its bootstrap, with a goodbye
+        }
+        // Well after rank 0's connections closed (the health monitor looks every 20 ms).
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(comm.async_error().is_none(), "{:?}", comm.async_error());
+        let other = 3 - comm.rank();
+        comm.bootstrap().send(other, TAG, b"still here").unwrap();
+        assert_eq!(comm.bootstrap().recv(other, TAG).unwrap(), b"still here");
+        let t = std::time::Instant::now();
+        let e = comm.bootstrap().recv(0, TAG).unwrap_err();
+        assert!(
+            matches!(e, mscclpp::host::Error::BootstrapPeerClosed { .. }),
+            "{e}"
+        );
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        // After the grace: aborted, blaming rank 0.
+        let t = std::time::Instant::now();
+        while !comm.status().is_aborted() {
+            assert!(t.elapsed() < Duration::from_secs(20), "never aborted");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        match comm.async_error() {
+            Some(mscclpp::host::Error::Remote { rank: 0, reason }) => {
+                assert!(reason.contains("finished"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
+    });
+}
+
+/// A rank whose communicator failed (here: aborted) closes without a goodbye, so the others
+/// abort at once, as for a rank that died, not after the leave grace.
+#[test]
+fn a_rank_that_failed_leaves_without_goodbye() {
+    ranks_as_threads(3, |comm: Communicator| {
+        comm.set_leave_grace(Duration::from_secs(600));
+        comm.bootstrap().barrier().unwrap();
+        if comm.rank() == 0 {
+            comm.abort();
+            return;
+        }
+        let t = std::time::Instant::now();
+        while !comm.status().is_aborted() {
+            assert!(t.elapsed() < Duration::from_secs(20), "never aborted");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(matches!(
+            comm.async_error(),
+            Some(mscclpp::host::Error::Remote { rank: 0, .. })
+        ));
+    });
+}

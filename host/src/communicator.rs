@@ -31,6 +31,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
+use std::time::Duration;
 
 use mscclpp_shared::DevicePtr;
 
@@ -125,12 +126,29 @@ pub struct Communicator {
     _health: HealthMonitor,
 }
 
+impl Drop for Communicator {
+    /// A communicator that failed on its own (aborted, or a device wait gave up, with no dead
+    /// peer to blame), or one dropped while its thread panics, makes its bootstrap close
+    /// without a goodbye, so that the peers abort at once instead of after [`LEAVE_GRACE`].
+    /// (After a dead peer, the peers see that peer's death themselves.)
+    fn drop(&mut self) {
+        let failed = self.watched.alive.dead().is_none()
+            && (self.status.is_aborted() || self.status.error().is_some());
+        if failed || std::thread::panicking() {
+            self.watched.inner.forgo_goodbye();
+        }
+    }
+}
+
 /// What a communicator's waits check: the peer the health monitor found dead (sticky) and the
 /// abort flag.
 #[derive(Clone)]
 struct Alive {
     dead: Arc<std::sync::Mutex<Option<(usize, String)>>>,
     status: Arc<StatusBlock>,
+    /// The health monitor's grace for a peer that left, in milliseconds ([`LEAVE_GRACE`]
+    /// unless [`Communicator::set_leave_grace`] changed it).
+    leave_grace_ms: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Alive {
@@ -232,6 +250,12 @@ impl Bootstrap for WatchedBootstrap {
     fn dead_peer(&self) -> Option<(usize, String)> {
         self.inner.dead_peer()
     }
+    fn left_peer(&self) -> Option<(usize, std::time::Duration)> {
+        self.inner.left_peer()
+    }
+    fn forgo_goodbye(&self) {
+        self.inner.forgo_goodbye()
+    }
     fn recv_watched(
         &self,
         peer: usize,
@@ -267,8 +291,17 @@ impl Bootstrap for WatchedBootstrap {
 /// How often the health monitor looks at the bootstrap links.
 pub const HEALTH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(20);
 
-/// Watches the bootstrap for a dead peer; on one, records it (sticky) and aborts the
-/// communicator's status, which releases every device wait of this rank.
+/// How long a communicator keeps running after a peer closed its bootstrap with a goodbye (it
+/// finished normally) before it aborts as for a dead peer. Ranks finish their last collective
+/// at slightly different times, and the first to finish leaves first: the others must not
+/// fail for it. A rank that left early by mistake (a calls mismatch, an error handled by
+/// returning) releases the others' device waits after this long instead of the spin limit;
+/// their host waits for a message from it fail at once.
+pub const LEAVE_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Watches the bootstrap for a dead peer (or one that left more than [`LEAVE_GRACE`] ago); on
+/// one, records it (sticky) and aborts the communicator's status, which releases every device
+/// wait of this rank.
 struct HealthMonitor {
     stop: Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -279,13 +312,27 @@ impl HealthMonitor {
     fn start(bootstrap: &Arc<dyn Bootstrap>, alive: &Alive) -> Result<Self> {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (stop2, dead2) = (stop.clone(), alive.dead.clone());
+        let grace = alive.leave_grace_ms.clone();
         let (bs, st) = (Arc::downgrade(bootstrap), alive.status.clone());
         let thread = std::thread::Builder::new()
             .name("mscclpp-health".into())
             .spawn(move || {
                 while !stop2.load(Ordering::Acquire) {
                     let Some(bs) = bs.upgrade() else { return };
-                    if let Some(d) = bs.dead_peer() {
+                    let grace = Duration::from_millis(grace.load(Ordering::Relaxed));
+                    let left = bs.left_peer().filter(|&(_, ago)| ago >= grace);
+                    let gone = bs.dead_peer().or_else(|| {
+                        left.map(|(rank, ago)| {
+                            let why = format!(
+                                "finished and closed its bootstrap {:.1} s ago while this \
+                                 communicator was still in use (calls that do not match \
+                                 across ranks?)",
+                                ago.as_secs_f64()
+                            );
+                            (rank, why)
+                        })
+                    });
+                    if let Some(d) = gone {
                         tracing::error!(
                             "rank {} is gone ({}); aborting the communicator",
                             d.0,
@@ -323,6 +370,7 @@ impl Communicator {
         let alive = Alive {
             dead: Arc::default(),
             status: status.clone(),
+            leave_grace_ms: Arc::new((LEAVE_GRACE.as_millis() as u64).into()),
         };
         let health = HealthMonitor::start(&bootstrap, &alive)?;
         let watched = Arc::new(WatchedBootstrap {
@@ -389,6 +437,16 @@ impl Communicator {
     /// Releases every device wait of this communicator and makes later set-up calls fail.
     pub fn abort(&self) {
         self.status.abort();
+    }
+
+    /// How long this communicator keeps running after a peer left with a goodbye before it
+    /// aborts as for a dead peer ([`LEAVE_GRACE`] by default).
+    pub fn set_leave_grace(&self, grace: Duration) {
+        let ms = grace.as_millis().min(u64::MAX as u128) as u64;
+        self.watched
+            .alive
+            .leave_grace_ms
+            .store(ms, Ordering::Relaxed);
     }
 
     /// The sticky asynchronous error of this communicator: a dead peer (`Error::Remote`), or an

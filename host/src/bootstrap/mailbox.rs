@@ -2,7 +2,10 @@
 //! (peer, channel, tag); receivers take the oldest frame of their key, so messages of other keys
 //! wait in their queues instead of being dropped, and any order of receives works. When a
 //! connection ends, its reader records why; every pending and later receive from that peer
-//! fails at once with that reason (frames already queued are still delivered first).
+//! fails at once with that reason (frames already queued are still delivered first). A link
+//! that ends after the peer's goodbye is recorded as [`LinkDown::Left`]: receives from that
+//! peer fail the same way, but it is not a failure to blame ([`Mailbox::first_down`] skips it;
+//! [`Mailbox::first_left`] tells when it left).
 //!
 //! One mutex guards the queues and the link states; one condition variable wakes receivers on
 //! every push and every link failure; every wait is bounded by its deadline.
@@ -18,8 +21,10 @@ use crate::error::Error;
 /// Why a peer's connection is down.
 #[derive(Debug, Clone)]
 pub(crate) enum LinkDown {
-    /// EOF or reset (the peer exited or dropped its bootstrap).
+    /// EOF or reset without a goodbye (the peer died, or closed its bootstrap after a failure).
     Closed,
+    /// EOF after the peer's goodbye: it finished normally and closed its bootstrap.
+    Left,
     /// A socket error.
     Io(io::ErrorKind, String),
     /// The peer sent a frame that does not parse; the connection was cut.
@@ -29,7 +34,7 @@ pub(crate) enum LinkDown {
 impl LinkDown {
     pub fn to_error(&self, ctx: &Ctx) -> Error {
         match self {
-            LinkDown::Closed => Error::BootstrapPeerClosed {
+            LinkDown::Closed | LinkDown::Left => Error::BootstrapPeerClosed {
                 rank: ctx.rank,
                 peer: ctx.peer,
                 op: ctx.op,
@@ -63,9 +68,11 @@ struct Key {
 struct State {
     queues: HashMap<Key, VecDeque<Vec<u8>>>,
     down: Vec<Option<LinkDown>>,
-    /// The peer whose link went down first (in time): the one a health monitor should blame,
-    /// since links of ranks that merely gave up after it follow.
+    /// The peer whose link went down first (in time) without a goodbye: the one a health
+    /// monitor should blame, since links of ranks that merely gave up after it follow.
     first_down: Option<usize>,
+    /// The first peer that left after its goodbye, and when.
+    first_left: Option<(usize, Instant)>,
 }
 
 #[derive(Debug)]
@@ -81,6 +88,7 @@ impl Mailbox {
                 queues: HashMap::new(),
                 down: vec![None; size],
                 first_down: None,
+                first_left: None,
             }),
             cv: Condvar::new(),
         }
@@ -98,9 +106,16 @@ impl Mailbox {
     /// Records why `peer`'s link ended (the first reason wins) and wakes its receivers.
     pub fn set_down(&self, peer: usize, why: LinkDown) {
         let mut st = lock(&self.state);
-        if let Some(slot) = st.down.get_mut(peer) {
-            slot.get_or_insert(why);
-            st.first_down.get_or_insert(peer);
+        if let Some(slot) = st.down.get_mut(peer)
+            && slot.is_none()
+        {
+            let left = matches!(why, LinkDown::Left);
+            *slot = Some(why);
+            if left {
+                st.first_left.get_or_insert((peer, Instant::now()));
+            } else {
+                st.first_down.get_or_insert(peer);
+            }
         }
         drop(st);
         self.cv.notify_all();
@@ -113,6 +128,11 @@ impl Mailbox {
         let st = lock(&self.state);
         let peer = st.first_down?;
         st.down.get(peer).cloned().flatten().map(|d| (peer, d))
+    }
+
+    /// The first peer that left after its goodbye, and when.
+    pub fn first_left(&self) -> Option<(usize, Instant)> {
+        lock(&self.state).first_left
     }
 
     pub fn down(&self, peer: usize) -> Option<LinkDown> {
@@ -189,5 +209,25 @@ mod tests {
         assert_eq!(peer, 2);
         assert!(matches!(why, LinkDown::Closed), "{why:?}");
         assert!(matches!(m.down(1), Some(LinkDown::Malformed(_))));
+    }
+
+    #[test]
+    fn a_peer_that_left_is_not_blamed_but_its_receives_fail() {
+        let m = Mailbox::new(3);
+        m.push(1, 0, 5, b"queued".to_vec());
+        m.set_down(1, LinkDown::Left);
+        assert!(m.first_down().is_none());
+        assert_eq!(m.first_left().map(|(p, _)| p), Some(1));
+        let soon = Instant::now() + std::time::Duration::from_secs(5);
+        assert_eq!(m.recv(1, 0, 5, soon).unwrap(), b"queued");
+        let t = Instant::now();
+        assert!(matches!(
+            m.recv(1, 0, 5, soon),
+            Err(RecvFail::Down(LinkDown::Left))
+        ));
+        assert!(t.elapsed() < std::time::Duration::from_secs(1));
+        // A later failure of another peer is blamed.
+        m.set_down(2, LinkDown::Closed);
+        assert_eq!(m.first_down().map(|(p, _)| p), Some(2));
     }
 }

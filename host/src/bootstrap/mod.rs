@@ -175,11 +175,22 @@ pub trait Bootstrap: Send + Sync {
     fn op_timeout(&self) -> Duration {
         Duration::from_secs(30)
     }
-    /// A peer whose connection has ended (it exited, crashed or sent garbage), with the reason,
-    /// if any: what a communicator's health monitor watches. The default knows of none.
+    /// A peer whose connection has ended without a goodbye (it crashed, was killed, failed, or
+    /// sent garbage), with the reason, if any: what a communicator's health monitor watches.
+    /// The default knows of none.
     fn dead_peer(&self) -> Option<(usize, String)> {
         None
     }
+    /// The first peer that closed its bootstrap after saying goodbye (it finished normally),
+    /// and how long ago. Receives from it fail at once; a communicator aborts for it only
+    /// after a grace period (`communicator::LEAVE_GRACE`), so that ranks finishing their last
+    /// collective a little later than it are not failed. The default knows of none.
+    fn left_peer(&self) -> Option<(usize, Duration)> {
+        None
+    }
+    /// Makes this rank close its connections without a goodbye (a communicator on it failed),
+    /// so that the peers abort at once, as for a rank that died. The default does nothing.
+    fn forgo_goodbye(&self) {}
     /// [`recv_timeout`](Self::recv_timeout) that calls `watch` at least every [`WATCH_SLICE`]
     /// while nothing has arrived and returns its error at once. The default waits in slices of
     /// `recv_timeout`.

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::io::{self, Read};
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
@@ -163,8 +163,10 @@ fn read_frame_header(stream: &TcpStream, buf: &mut [u8]) -> Result<bool, LinkDow
 
 /// The reader thread of one connection: frames into the mailbox until EOF or an error, then
 /// records why and closes the socket (which also answers a peer's closing FIN, see
-/// [`TcpBootstrap`]'s `Drop`).
+/// [`TcpBootstrap`]'s `Drop`). A connection that ends after the peer's goodbye is recorded as
+/// [`LinkDown::Left`], however it ends (a reset included), unless a frame was malformed.
 fn read_loop(peer: usize, stream: TcpStream, mailbox: &Mailbox) {
+    let mut said_goodbye = false;
     let why = loop {
         let mut h = [0u8; wire::DATA_HEADER_LEN];
         match read_frame_header(&stream, &mut h) {
@@ -183,6 +185,7 @@ fn read_loop(peer: usize, stream: TcpStream, mailbox: &Mailbox) {
             break LinkDown::Malformed(format!("cannot allocate a {len}-byte frame"));
         }
         match (&stream).take(header.len).read_to_end(&mut payload) {
+            Ok(_) if header.channel == wire::CHANNEL_GOODBYE => said_goodbye = true,
             Ok(n) if n == len => mailbox.push(peer, header.channel, header.tag, payload),
             Ok(_) => break LinkDown::Closed,
             Err(e) => break down_from(&e),
@@ -193,6 +196,10 @@ fn read_loop(peer: usize, stream: TcpStream, mailbox: &Mailbox) {
             "bootstrap: rank {peer} sent a malformed frame ({reason}); closing its connection"
         );
     }
+    let why = match why {
+        LinkDown::Closed | LinkDown::Io(..) if said_goodbye => LinkDown::Left,
+        other => other,
+    };
     mailbox.set_down(peer, why);
     let _ = stream.shutdown(Shutdown::Both);
 }
@@ -308,6 +315,8 @@ pub struct TcpBootstrap {
     mailbox: Arc<Mailbox>,
     links: Vec<Option<Link>>,
     coll_seq: AtomicU64,
+    /// Whether `Drop` says goodbye (cleared by [`Bootstrap::forgo_goodbye`]).
+    goodbye: AtomicBool,
 }
 
 impl std::fmt::Debug for TcpBootstrap {
@@ -406,6 +415,7 @@ impl TcpBootstrap {
             mailbox: Arc::new(Mailbox::new(1)),
             links: Vec::new(),
             coll_seq: AtomicU64::new(0),
+            goodbye: AtomicBool::new(true),
         }
     }
 
@@ -503,6 +513,7 @@ impl TcpBootstrap {
             mailbox: Arc::new(Mailbox::new(size)),
             links: Vec::with_capacity(size),
             coll_seq: AtomicU64::new(0),
+            goodbye: AtomicBool::new(true),
         };
         for (p, s) in streams.into_iter().enumerate() {
             let link = match s {
@@ -913,6 +924,11 @@ impl Drop for TcpBootstrap {
     /// reads ours, so our readers see EOF with nothing left unread (closing a socket with unread
     /// bytes would reset it and could discard what we sent last). After at most
     /// min(op deadline, 2 s) the sockets are shut down regardless and the reader threads joined.
+    ///
+    /// Unless a communicator on it failed ([`Bootstrap::forgo_goodbye`]) or the thread is
+    /// panicking, a goodbye frame goes first on every connection: the peers then know that this
+    /// rank finished rather than died, and do not abort their communicators for it (see
+    /// [`Bootstrap::left_peer`]).
     fn drop(&mut self) {
         let peers: Vec<usize> = self
             .links
@@ -921,6 +937,14 @@ impl Drop for TcpBootstrap {
             .filter(|(_, l)| l.is_some())
             .map(|(p, _)| p)
             .collect();
+        if self.goodbye.load(Ordering::Acquire) && !std::thread::panicking() {
+            let deadline = deadline_in(self.op_timeout.min(MAX_LINGER));
+            for &p in &peers {
+                let ctx = self.ctx(p, "goodbye", MAX_LINGER);
+                // Best effort: a peer already gone needs no goodbye.
+                let _ = self.send_frame(p, wire::CHANNEL_GOODBYE, 0, &[], deadline, ctx);
+            }
+        }
         for l in self.links.iter().flatten() {
             let _ = l.ctl.shutdown(Shutdown::Write);
         }
@@ -985,10 +1009,20 @@ impl Bootstrap for TcpBootstrap {
     fn broadcast_watched(&self, root: usize, data: &mut Vec<u8>, watch: Watch<'_>) -> Result<()> {
         TcpBootstrap::broadcast_watched(self, root, data, watch)
     }
+    fn left_peer(&self) -> Option<(usize, Duration)> {
+        self.mailbox
+            .first_left()
+            .map(|(peer, at)| (peer, at.elapsed()))
+    }
+    fn forgo_goodbye(&self) {
+        self.goodbye.store(false, Ordering::Release);
+    }
     fn dead_peer(&self) -> Option<(usize, String)> {
         self.mailbox.first_down().map(|(peer, why)| {
             let reason = match why {
                 super::mailbox::LinkDown::Closed => "closed its bootstrap connection".to_string(),
+                // `first_down` never names a peer that left.
+                super::mailbox::LinkDown::Left => "left after its goodbye".to_string(),
                 super::mailbox::LinkDown::Io(kind, msg) => {
                     format!("bootstrap link failed: {kind:?} {msg}")
                 }

@@ -40,7 +40,7 @@
 //!
 //! | offset | size | field | value |
 //! |---|---|---|---|
-//! | 0 | 4 | channel | [`CHANNEL_USER`] (user `send`/`recv`) or [`CHANNEL_COLLECTIVE`] (barrier, all-gather, broadcast) |
+//! | 0 | 4 | channel | [`CHANNEL_USER`] (user `send`/`recv`), [`CHANNEL_COLLECTIVE`] (barrier, all-gather, broadcast) or [`CHANNEL_GOODBYE`] (the last frame of a rank that finished normally; tag and length 0) |
 //! | 4 | 4 | reserved | 0 |
 //! | 8 | 8 | tag | user tag, or the collective's (operation, round, sequence) |
 //! | 16 | 8 | length | at most [`MAX_DATA_LEN`] |
@@ -80,6 +80,10 @@ pub const MAX_REJECT_BODY: usize = 8 + MAX_REASON_LEN;
 pub const CHANNEL_USER: u32 = 0;
 /// Data frame channel of the bootstrap's own collectives.
 pub const CHANNEL_COLLECTIVE: u32 = 1;
+/// Data frame channel of the goodbye: the last frame a rank sends on each connection when it
+/// closes its bootstrap after finishing normally (no payload, tag 0). A connection that ends
+/// without it is a rank that died or failed.
+pub const CHANNEL_GOODBYE: u32 = 2;
 
 /// Body length of a [`Table`] for `size` ranks.
 pub const fn table_body_len(size: usize) -> usize {
@@ -706,7 +710,7 @@ impl Reject {
 /// The 24-byte header of a data frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DataHeader {
-    /// [`CHANNEL_USER`] or [`CHANNEL_COLLECTIVE`].
+    /// [`CHANNEL_USER`], [`CHANNEL_COLLECTIVE`] or [`CHANNEL_GOODBYE`].
     pub channel: u32,
     /// Tag.
     pub tag: u64,
@@ -724,15 +728,19 @@ impl DataHeader {
         b
     }
 
-    /// Parses a header; the channel must be known and the length at most [`MAX_DATA_LEN`].
+    /// Parses a header; the channel must be known, the length at most [`MAX_DATA_LEN`] (and 0
+    /// with tag 0 for a goodbye).
     pub fn decode(b: &[u8; DATA_HEADER_LEN]) -> Result<Self, String> {
         let mut c = Cursor::new(b);
         let channel = c.u32()?;
         c.zero_u32("data.reserved")?;
         let tag = c.u64()?;
         let len = c.u64()?;
-        if channel != CHANNEL_USER && channel != CHANNEL_COLLECTIVE {
+        if channel != CHANNEL_USER && channel != CHANNEL_COLLECTIVE && channel != CHANNEL_GOODBYE {
             return Err(format!("unknown data channel {channel}"));
+        }
+        if channel == CHANNEL_GOODBYE && (tag != 0 || len != 0) {
+            return Err(format!("a goodbye with tag {tag} and {len} bytes"));
         }
         if len > MAX_DATA_LEN {
             return Err(format!(
