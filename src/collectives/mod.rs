@@ -13,9 +13,16 @@
 //!   writes its input (or each peer's part of it; a broadcast's non-roots an ack) as LL16
 //!   packets into every peer's scratch and reduces or copies what arrives: one hop, no
 //!   barrier.
-//! - `Ll128` (all-reduce from `ll128_min_bytes` to `ll128_max_bytes`): the same one-shot shape
-//!   with LL128 lines, 120 data bytes in every 128 (LL16: 8 in 16), written by a warp; the
-//!   medium sizes, which the links' bandwidth bounds, go almost twice as fast.
+//! - `Ll128` (all-reduce from `ll128_min_bytes` to `ll128_max_bytes` on fewer than
+//!   `ll_two_shot_min_ranks` ranks): the same one-shot shape with LL128 lines, 120 data bytes
+//!   in every 128 (LL16: 8 in 16), written by a warp; the medium sizes, which the links'
+//!   bandwidth bounds, go almost twice as fast.
+//! - `LlTwoShot` (all-reduce from `ll_two_shot_min_bytes` to `ll_max_bytes` on
+//!   `ll_two_shot_min_ranks` ranks or more): an LL16 reduce-scatter and all-gather in one
+//!   launch. A one-shot kernel sends `n - 1` copies of the data (LL128: 1.07 bytes a byte,
+//!   LL16: 2); this sends `2 (n - 1) / n` parts (4 (n - 1) / n bytes as packets) for one more
+//!   hop, which is less from 4 ranks on. Above `ll_max_bytes` those ranks go to the direct or
+//!   copy-engine paths, not to LL128.
 //! - `Staged` (everything, any size): input is staged in the rank's scratch, ranks meet at a
 //!   block barrier, and each rank reads its peers' staging over NVLink; all-reduce is a
 //!   reduce-scatter followed by an all-gather. Large operations run in pieces of the staging
