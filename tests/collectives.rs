@@ -469,6 +469,51 @@ fn two_shot_choice(c: &Collectives) {
     );
 }
 
+/// Nine ranks: one more than the registered paths serve (`MAX_DIRECT_RANKS`), so the sizes
+/// that take them on fewer ranks stage, with correct results, and forcing them is a typed
+/// error on every rank that leaves the communicator usable.
+#[test]
+fn nine_ranks_stage_where_the_registered_paths_stop() {
+    run(9, |c| {
+        let cfg = c.config();
+        let n = c.communicator().size();
+        assert!(n > mscclpp::shared::MAX_DIRECT_RANKS);
+        // An all-reduce above the LL sizes, and parts above the LL part size.
+        let count = (cfg.ll_max_bytes.max(cfg.direct_min_bytes) / 4 + 100).next_multiple_of(4);
+        assert!(count * 4 < cfg.ce_all_reduce_min_bytes);
+        all_reduce_ops(c, count, None, &[ReduceOp::Sum]);
+        assert_eq!(c.last_algorithm(), Some(Algorithm::Staged));
+        let part = (cfg.ll_part_max_bytes.max(cfg.direct_min_bytes) / 4 + 4).next_multiple_of(4);
+        others_case(c, part, None);
+        let g = c.communicator().gpu();
+        let stream = g.stream().unwrap();
+        let buf = g.alloc(n * part * 4).unwrap();
+        // Input and output at the same address: in place only for rank 0, so the ranks
+        // differ in whether their buffers could go direct, which must not make them wait
+        // apart (it did: rank 0 returned at once, the others waited for its exchange).
+        for algo in [Algorithm::Direct, Algorithm::CopyEngine] {
+            // SAFETY: `buf` holds `n` parts of `part` u32; nothing is queued on refusal.
+            let r = unsafe {
+                c.all_gather(
+                    buf.ptr(),
+                    buf.ptr(),
+                    part,
+                    DataType::U32,
+                    &stream,
+                    Some(algo),
+                )
+            };
+            assert!(
+                matches!(r, Err(mscclpp::host::Error::Unsupported { .. })),
+                "{algo:?} on {n} ranks: {r:?}"
+            );
+        }
+        assert!(!c.communicator().status().is_aborted());
+        // Still usable.
+        all_reduce_ops(c, 5, None, &[ReduceOp::Max]);
+    });
+}
+
 /// Ranks as separate processes (the collectives over memory mapped across processes): every
 /// algorithm on 3 to 8 ranks, as [`every_algorithm_2_to_8_ranks`] does with threads.
 #[test]

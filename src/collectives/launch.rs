@@ -419,6 +419,15 @@ impl Collectives {
         if algo == Algorithm::Staged {
             return Ok(false);
         }
+        if self.comm.size() > MAX_DIRECT_RANKS {
+            // Decided alike on every rank, with no exchange: an eligible rank must not skip
+            // the exchange that an ineligible one would wait in.
+            return if forced {
+                Err(self.cannot("the direct path on more than MAX_DIRECT_RANKS ranks"))
+            } else {
+                Ok(false)
+            };
+        }
         let table = if eligible {
             self.exchange_all(shared)?
         } else {
