@@ -318,31 +318,7 @@ impl Collectives {
         }
         let forced = algo.is_some();
         let n = self.comm.size();
-        let ll128 = self.cfg.ll128_min_bytes..=self.cfg.ll128_max_bytes;
-        let many = n >= self.cfg.ll_two_shot_min_ranks;
-        let algo = algo.unwrap_or(if many && bytes >= self.cfg.ll_two_shot_min_bytes {
-            // Up to `ll_max_bytes`; beyond, the direct or staged paths (on this many ranks,
-            // the one-shot LL128 would send `n - 1` copies of a large message).
-            if bytes <= self.cfg.ll_max_bytes {
-                Algorithm::LlTwoShot
-            } else if bytes >= self.cfg.ce_all_reduce_min_bytes {
-                Algorithm::CopyEngine
-            } else if bytes >= self.cfg.direct_min_bytes {
-                Algorithm::Direct
-            } else {
-                Algorithm::Staged
-            }
-        } else if ll128.contains(&bytes) {
-            Algorithm::Ll128
-        } else if bytes <= self.cfg.ll_max_bytes {
-            Algorithm::LlOneShot
-        } else if bytes >= self.cfg.ce_all_reduce_min_bytes {
-            Algorithm::CopyEngine
-        } else if bytes >= self.cfg.direct_min_bytes {
-            Algorithm::Direct
-        } else {
-            Algorithm::Staged
-        });
+        let algo = algo.unwrap_or_else(|| self.all_reduce_choice(bytes));
         if n == 1 {
             // SAFETY: the caller's contract.
             return unsafe { copy_if_needed(stream, output, input, bytes) };
@@ -413,6 +389,31 @@ impl Collectives {
                 }
                 Ok(())
             }
+        }
+    }
+
+    /// The all-reduce's algorithm for `bytes` when the caller forces none (module docs): on
+    /// fewer than `ll_two_shot_min_ranks` ranks LL128 in its range, else LL16 one-shot up to
+    /// `ll_max_bytes`; on more, the two-shot LL from `ll_two_shot_min_bytes` to `ll_max_bytes`
+    /// (the one-shot kernels would send `n - 1` copies), LL16 one-shot below; beyond the LL
+    /// sizes the copy engines, the direct kernel or staging, by size.
+    fn all_reduce_choice(&self, bytes: usize) -> Algorithm {
+        let cfg = &self.cfg;
+        let many = self.comm.size() >= cfg.ll_two_shot_min_ranks;
+        if !many && (cfg.ll128_min_bytes..=cfg.ll128_max_bytes).contains(&bytes) {
+            Algorithm::Ll128
+        } else if bytes <= cfg.ll_max_bytes {
+            if many && bytes >= cfg.ll_two_shot_min_bytes {
+                Algorithm::LlTwoShot
+            } else {
+                Algorithm::LlOneShot
+            }
+        } else if bytes >= cfg.ce_all_reduce_min_bytes {
+            Algorithm::CopyEngine
+        } else if bytes >= cfg.direct_min_bytes {
+            Algorithm::Direct
+        } else {
+            Algorithm::Staged
         }
     }
 

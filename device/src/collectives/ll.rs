@@ -266,6 +266,34 @@ pub(super) fn ll_receive(
     }
 }
 
+/// `mine` reduced with packet `i` from every peer (slot `q` of this rank's LL region, waiting
+/// for each): the reduction step of the LL all-reduce and reduce-scatter, and of the two-shot
+/// all-reduce's reduce-scatter half.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn reduce_arrivals(
+    p: &CollectiveParams,
+    flag: u32,
+    half: u64,
+    i: u64,
+    mine: [u32; 2],
+    dtype: DataType,
+    op: ReduceOp,
+) -> Result<[u32; 2], DeviceErrorCode> {
+    let mut acc = mine;
+    for q in 0..p.nranks {
+        if q == p.rank {
+            continue;
+        }
+        let w = ll_receive(p, flag, half, q, i)?;
+        acc = [
+            reduce_word(acc[0], w[0], dtype, op),
+            reduce_word(acc[1], w[1], dtype, op),
+        ];
+    }
+    Ok(acc)
+}
+
 /// The whole-word LL calls' skeleton: step 1 ([`ll_send_words`]), then `arrived(i, half)` for
 /// each packet index `i` of this thread (it reads what the peers sent with [`ll_receive`] and
 /// writes the output); false as soon as one gives up.
@@ -297,19 +325,10 @@ fn ll_all_reduce_words(p: &CollectiveParams, l: LlLaunch, dtype: DataType, op: R
     );
     ll_words(p, l, |i, half| {
         // SAFETY: word pair `i` lies inside `input` and `output` (whole words).
-        let mut acc = unsafe { pair_at(input, i) };
-        for q in 0..p.nranks {
-            if q == p.rank {
-                continue;
-            }
-            let Ok(w) = ll_receive(p, flag, half, q, i) else {
-                return false;
-            };
-            acc = [
-                reduce_word(acc[0], w[0], dtype, op),
-                reduce_word(acc[1], w[1], dtype, op),
-            ];
-        }
+        let mine = unsafe { pair_at(input, i) };
+        let Ok(acc) = reduce_arrivals(p, flag, half, i, mine, dtype, op) else {
+            return false;
+        };
         // SAFETY: as above.
         unsafe {
             output.add(2 * i as usize).write(acc[0]);

@@ -17,9 +17,8 @@
 //! launches it only when every part is non-empty, so that every rank hears from every peer in
 //! every call (what keeps a peer from running more than one LL call ahead of a slot's reader).
 
-use super::ll::{LlLaunch, ll_begin, ll_finish, ll_half, ll_receive, ll_send};
+use super::ll::{LlLaunch, ll_begin, ll_finish, ll_half, ll_receive, ll_send, reduce_arrivals};
 use crate::packet;
-use crate::reduce::reduce_word;
 use mscclpp_shared::{CollectiveParams, DataType, LL16Packet, ReduceOp};
 
 /// The two-shot all-reduce's body; returns false if a packet wait gave up.
@@ -55,19 +54,10 @@ fn ll_two_shot(p: &CollectiveParams, l: LlLaunch, dtype: DataType, op: ReduceOp)
             let at = (me as u64 * part + off) as usize;
             let left = (mine - off) as usize;
             // SAFETY: `off < mine`: inside my part of `input` and `output`.
-            let mut acc = unsafe { packet::read_payload::<LL16Packet>(input.add(at), left) };
-            for q in 0..n {
-                if q == me {
-                    continue;
-                }
-                let Ok(w) = ll_receive(p, flag, half, q, i) else {
-                    return false;
-                };
-                acc = [
-                    reduce_word(acc[0], w[0], dtype, op),
-                    reduce_word(acc[1], w[1], dtype, op),
-                ];
-            }
+            let own = unsafe { packet::read_payload::<LL16Packet>(input.add(at), left) };
+            let Ok(acc) = reduce_arrivals(p, flag, half, i, own, dtype, op) else {
+                return false;
+            };
             // SAFETY: as above.
             unsafe { packet::write_payload::<LL16Packet>(output.add(at), acc, left) };
             for q in 0..n {
