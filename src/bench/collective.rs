@@ -597,11 +597,15 @@ fn print_header(plan: &Plan, info: &RunInfo, cfg: CollectiveConfig) {
     );
     let algo = match a.algo {
         Some(x) => format!("{} (forced)", algo_name(Some(x))),
+        None if a.op == Op::AllReduce && info.nranks >= cfg.ll_two_shot_min_ranks => format!(
+            "by size (LL up to {} B, two-shot LL up to {} B; the algo column)",
+            cfg.ll_two_shot_min_bytes, cfg.ll_max_bytes
+        ),
         None if a.op == Op::AllReduce => format!(
-            "by size (LL128 {}-{} B, else LL up to {} B)",
+            "by size (LL128 {}-{} B, else LL up to {} B; the algo column)",
             cfg.ll128_min_bytes, cfg.ll128_max_bytes, cfg.ll_max_bytes
         ),
-        None => "staged".to_string(),
+        None => "by size (the algo column)".to_string(),
     };
     let timing = if plan.graph_launches > 0 {
         format!(
