@@ -627,7 +627,8 @@ fn direct_registration_cache_and_fallback() {
     });
 }
 
-/// LL calls of every mode (and LL128 all-reduces, which share the LL flag) queued back to back
+/// LL calls of every mode (and LL128 and two-shot LL all-reduces, which share the LL flag; the
+/// two-shot also the LL region, split another way) queued back to back
 /// with no host synchronisation in between (so a
 /// fast rank may run ahead of a slow one), broadcasts with rotating roots among them; every
 /// result checked once the stream drains. (The race the broadcast's acks prevent, a root two
@@ -648,27 +649,27 @@ fn ll_modes_back_to_back_3_and_4_ranks() {
             let input = g.alloc(n * part).unwrap();
             let all_in: Vec<u8> = (0..n).flat_map(|p| data(dtype, rank, count, p)).collect();
             input.copy_from_host(0, &all_in).unwrap();
-            let rounds = 18;
+            let rounds = 21;
             // (kind, output buffer, root)
             let mut outs = Vec::new();
             for k in 0..rounds {
                 let out = g.alloc(n * part).unwrap();
-                let kind = k % 6;
+                let kind = k % 7;
                 let root = k % n;
                 // SAFETY: `input` and `out` hold `n * part` bytes, alive until the checks.
                 unsafe {
                     match kind {
-                        0 | 5 => c.all_reduce(
+                        0 | 5 | 6 => c.all_reduce(
                             input.ptr(),
                             out.ptr(),
                             count,
                             dtype,
                             ReduceOp::Sum,
                             &stream,
-                            if kind == 0 {
-                                ll
-                            } else {
-                                Some(Algorithm::Ll128)
+                            match kind {
+                                0 => ll,
+                                5 => Some(Algorithm::Ll128),
+                                _ => Some(Algorithm::LlTwoShot),
                             },
                         ),
                         1 => c.broadcast(input.ptr(), out.ptr(), count, dtype, root, &stream, ll),
@@ -692,7 +693,7 @@ fn ll_modes_back_to_back_3_and_4_ranks() {
             for (k, (kind, out, root)) in outs.iter().enumerate() {
                 let v = |r: usize, i: usize| value(r, i);
                 let want: Vec<f64> = match kind {
-                    0 | 5 => (0..count)
+                    0 | 5 | 6 => (0..count)
                         .map(|i| reduce(ReduceOp::Sum, (0..n).map(|r| v(r, i)), dtype))
                         .collect(),
                     1 => (0..count).map(|i| v(*root, i)).collect(),

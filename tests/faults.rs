@@ -660,6 +660,12 @@ fault_case!(
     |c, v| all_reduce_inside(c, v, Algorithm::Ll128, 2048)
 );
 fault_case!(
+    /// (c) The victim dies while both survivors are inside a two-shot LL all-reduce (they
+    /// wait in its reduce-scatter half for the victim's part, or in its all-gather half).
+    killed_inside_all_reduce_ll_two_shot, 3, 1,
+    |c, v| all_reduce_inside(c, v, Algorithm::LlTwoShot, 1024)
+);
+fault_case!(
     /// (c) The victim dies while the survivor is inside a staged all-reduce.
     killed_inside_all_reduce_staged, 2, 1,
     |c, v| all_reduce_inside(c, v, Algorithm::Staged, 64 * 1024)

@@ -120,7 +120,7 @@ impl Call {
             0..=2 => {
                 let mut algos = vec![Staged, TwoShotPut, Direct];
                 if bytes <= ll_max {
-                    algos.push(LlOneShot);
+                    algos.extend([LlOneShot, LlTwoShot]);
                 }
                 if bytes <= ll128_max {
                     algos.push(Ll128);
