@@ -702,7 +702,7 @@ fn hostile_connections_on_a_rank_listener_are_rejected_while_the_mesh_forms() {
             ),
             (
                 "wrong version",
-                connect_send(rank1, &with_version(hello(m, 2, 1), 2)),
+                connect_send(rank1, &with_version(hello(m, 2, 1), wire::VERSION + 1)),
                 RejectCode::Version,
             ),
             (

@@ -51,7 +51,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 /// First 8 bytes of every control frame.
 pub const MARKER: [u8; 8] = *b"MSCLBOOT";
 /// Protocol version spoken by this build. Peers of another version are rejected at handshake.
-pub const VERSION: u32 = 1;
+/// 2 (sixth session): the goodbye data frame ([`CHANNEL_GOODBYE`]), which a version-1 peer
+/// would take for a malformed frame.
+pub const VERSION: u32 = 2;
 /// Bytes in a control frame header.
 pub const CONTROL_HEADER_LEN: usize = 24;
 /// Bytes in a data frame header.
@@ -854,6 +856,20 @@ mod tests {
         }
         .encode();
         assert_eq!(DataHeader::decode(&d).unwrap().tag, 3);
+        // A goodbye carries nothing: a tag or a payload makes it malformed.
+        let bye = |tag, len| {
+            DataHeader::decode(
+                &DataHeader {
+                    channel: CHANNEL_GOODBYE,
+                    tag,
+                    len,
+                }
+                .encode(),
+            )
+        };
+        assert!(bye(0, 0).is_ok());
+        assert!(bye(1, 0).is_err());
+        assert!(bye(0, 8).is_err());
     }
 
     #[test]
