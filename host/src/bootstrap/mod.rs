@@ -79,8 +79,11 @@
 //!   A listener refuses garbage, wrong magic, wrong version, oversized lengths and silent
 //!   connections with a `REJECT` and keeps serving; each connection's handshake runs on its own
 //!   thread, so none of them delays a valid peer.
-//! - `Drop` sends FIN on every connection, waits briefly (at most 2 s) for the peers' FINs so
-//!   nothing unread is reset, then shuts the sockets and joins every thread; it never panics.
+//! - `Drop` sends a goodbye frame on every connection (unless [`Bootstrap::forgo_goodbye`] was
+//!   called, or the thread is panicking), then FIN, waits briefly (at most 2 s) for the peers'
+//!   FINs so nothing unread is reset, then shuts the sockets and joins every thread; it never
+//!   panics. A peer tells a rank that finished ([`Bootstrap::left_peer`]) from one that died
+//!   ([`Bootstrap::dead_peer`]) by that goodbye; receives from either fail at once.
 //!
 //! Collectives (`barrier`, `all_gather`, `broadcast`, and `init`) must be called in the same
 //! order on every rank, from one thread at a time per rank; `send`/`recv` may be used from any
