@@ -4,7 +4,7 @@
 //!
 //! 1. `cudarc::driver::sys`: the raw `extern "C"` entry points, resolved from libcuda on first
 //!    use (feature `dynamic-loading`, so building needs no CUDA toolkit).
-//! 2. [`result`]: one thin function per driver call, returning `Result<_, DriverError>` with the
+//! 2. `result`: one thin function per driver call, returning `Result<_, DriverError>` with the
 //!    call's name and the code's name. All `unsafe` of this backend lives there and in the few
 //!    owner methods that hand raw handles to it.
 //! 3. The RAII owners below. Their `Drop`s never panic: a failing release is logged with
