@@ -42,6 +42,9 @@ pub const LL_ALL_GATHER: KernelSpec<CollectiveParams> =
 /// `ll128_all_reduce_kernel`: the all-reduce with LL128 lines (medium messages).
 pub const LL128_ALL_REDUCE: KernelSpec<CollectiveParams> =
     KernelSpec::new("ll128_all_reduce_kernel", c::ll128_all_reduce_kernel);
+/// `ll128_collective_kernel`: all-gather and reduce-scatter with LL128 lines.
+pub const LL128_COLLECTIVE: KernelSpec<CollectiveParams> =
+    KernelSpec::new("ll128_collective_kernel", c::ll128_collective_kernel);
 /// `ll_two_shot_all_reduce_kernel`: the all-reduce as an LL16 reduce-scatter and all-gather in
 /// one launch (medium messages on more than a few ranks).
 pub const LL_TWO_SHOT_ALL_REDUCE: KernelSpec<CollectiveParams> = KernelSpec::new(
@@ -67,6 +70,7 @@ pub const ALL_NAMES: &[&str] = &[
     LL_ALL_REDUCE.name,
     LL_ALL_GATHER.name,
     LL128_ALL_REDUCE.name,
+    LL128_COLLECTIVE.name,
     LL_TWO_SHOT_ALL_REDUCE.name,
     STAGED_COLLECTIVE.name,
     DIRECT_COLLECTIVE.name,

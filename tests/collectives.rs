@@ -120,9 +120,15 @@ fn others_case(c: &Collectives, count: usize, algo: Option<Algorithm>) {
     } else {
         2
     };
-    // Reduce-scatter has no copy-engine variant.
+    // Reduce-scatter has no copy-engine variant; LL128 serves all-gather and reduce-scatter
+    // only (the others take the automatic choice then).
     let rs_algo = if algo == Some(Algorithm::CopyEngine) {
         Some(Algorithm::Direct)
+    } else {
+        algo
+    };
+    let rest_algo = if algo == Some(Algorithm::Ll128) {
+        None
     } else {
         algo
     };
@@ -206,7 +212,7 @@ fn others_case(c: &Collectives, count: usize, algo: Option<Algorithm>) {
         let b = g.alloc(part.max(1)).unwrap();
         b.copy_from_host(0, &data(dtype, rank, count, 0)).unwrap();
         // SAFETY: as above.
-        unsafe { c.broadcast(b.ptr(), b.ptr(), count, dtype, root, &stream, algo) }.unwrap();
+        unsafe { c.broadcast(b.ptr(), b.ptr(), count, dtype, root, &stream, rest_algo) }.unwrap();
         stream.synchronize().unwrap();
         b.copy_to_host(0, &mut got).unwrap();
         let want: Vec<f64> = (0..count).map(|i| value(root, i)).collect();
@@ -220,7 +226,8 @@ fn others_case(c: &Collectives, count: usize, algo: Option<Algorithm>) {
         // all_to_all
         let a_out = g.alloc(n * part).unwrap();
         // SAFETY: as above.
-        unsafe { c.all_to_all(rs_in.ptr(), a_out.ptr(), count, dtype, &stream, algo) }.unwrap();
+        unsafe { c.all_to_all(rs_in.ptr(), a_out.ptr(), count, dtype, &stream, rest_algo) }
+            .unwrap();
         stream.synchronize().unwrap();
         let mut got = vec![0u8; n * part];
         a_out.copy_to_host(0, &mut got).unwrap();
@@ -332,6 +339,11 @@ fn all_reduce_2_ranks_every_type_op_and_algorithm() {
         for count in [1, 7, 240, 1031, 4001] {
             all_reduce_case(c, count, Some(Algorithm::Ll128));
         }
+        // LL128 all-gather and reduce-scatter: less than one line, many warp steps with a
+        // partial last one.
+        for count in [7, 4001] {
+            others_case(c, count, Some(Algorithm::Ll128));
+        }
         // Whole 8-byte words (the LL kernel's word path; 6 elements are whole words only for
         // 4-byte types).
         for count in [6, 1024] {
@@ -385,8 +397,10 @@ fn every_algorithm(c: &Collectives) {
     others_case(c, 1013, None);
     for algo in Algorithm::ALL {
         match algo {
-            Algorithm::Ll128 | Algorithm::TwoShotPut | Algorithm::LlTwoShot => {
-                all_reduce_only_is_refused(c, algo)
+            Algorithm::TwoShotPut | Algorithm::LlTwoShot => broadcast_refuses(c, algo),
+            Algorithm::Ll128 => {
+                others_case(c, 333, Some(algo));
+                broadcast_refuses(c, algo);
             }
             Algorithm::LlOneShot | Algorithm::Staged => others_case(c, 333, Some(algo)),
             Algorithm::Direct | Algorithm::CopyEngine => others_case(c, 1040, Some(algo)),
@@ -394,18 +408,28 @@ fn every_algorithm(c: &Collectives) {
     }
 }
 
-/// An all-reduce algorithm forced on another collective is a typed error on every rank, with
-/// nothing queued and the communicator still usable.
-fn all_reduce_only_is_refused(c: &Collectives, algo: Algorithm) {
+/// An algorithm forced on a collective it does not serve (here: a broadcast by an all-reduce,
+/// all-gather or reduce-scatter algorithm) is a typed error on every rank, with nothing queued
+/// and the communicator still usable.
+fn broadcast_refuses(c: &Collectives, algo: Algorithm) {
     let g = c.communicator().gpu();
     let stream = g.stream().unwrap();
-    let n = c.communicator().size();
-    let buf = g.alloc(64 * n).unwrap();
-    // SAFETY: `buf` holds `n` parts of 16 u32; nothing is queued on refusal.
-    let r = unsafe { c.all_gather(buf.ptr(), buf.ptr(), 16, DataType::U32, &stream, Some(algo)) };
+    let buf = g.alloc(64).unwrap();
+    // SAFETY: `buf` holds 16 u32; nothing is queued on refusal.
+    let r = unsafe {
+        c.broadcast(
+            buf.ptr(),
+            buf.ptr(),
+            16,
+            DataType::U32,
+            0,
+            &stream,
+            Some(algo),
+        )
+    };
     assert!(
         matches!(r, Err(mscclpp::host::Error::Unsupported { .. })),
-        "all_gather by {algo:?}: {r:?}"
+        "broadcast by {algo:?}: {r:?}"
     );
     assert!(!c.communicator().status().is_aborted());
 }
@@ -426,15 +450,82 @@ fn automatic_choice_2_4_and_8_ranks() {
         run(n, |c| {
             all_reduce_case(c, 7, None);
             all_reduce_case(c, 1024, None);
-            // 16-byte multiples: the registered paths (automatic from 4 KiB on the CPU
-            // backend).
+            // 16-byte multiples: the registered paths for broadcast and all-to-all
+            // (automatic from 4 KiB on the CPU backend), LL128 for all-gather and
+            // reduce-scatter (2-16 KiB parts there).
             others_case(c, 4096, None);
             // Between the LL limit and the copy engines: the direct kernel's send_recv.
             others_case(c, 24_000, None);
             others_case(c, 1024, Some(Algorithm::LlOneShot));
             others_case(c, 7, Some(Algorithm::LlOneShot));
             two_shot_choice(c);
+            ll128_parts_choice(c);
         });
+    }
+}
+
+/// All-gather and reduce-scatter take LL128 for parts from `ll128_part_min_bytes` to
+/// `ll128_max_bytes` (on any number of ranks) and LL16 just below; results checked.
+fn ll128_parts_choice(c: &Collectives) {
+    let cfg = c.config();
+    let n = c.communicator().size();
+    let g = c.communicator().gpu();
+    let stream = g.stream().unwrap();
+    for (count, want) in [
+        (cfg.ll128_part_min_bytes / 4, Algorithm::Ll128),
+        (cfg.ll128_part_min_bytes / 4 - 1, Algorithm::LlOneShot),
+    ] {
+        let input = g.alloc(count * 4).unwrap();
+        let output = g.alloc(n * count * 4).unwrap();
+        let rank = c.communicator().rank();
+        input
+            .copy_from_host(0, &data(DataType::U32, rank, count, 0))
+            .unwrap();
+        // SAFETY: `input` holds `count` u32, `output` `n` times as many.
+        unsafe {
+            c.all_gather(
+                input.ptr(),
+                output.ptr(),
+                count,
+                DataType::U32,
+                &stream,
+                None,
+            )
+        }
+        .unwrap();
+        assert_eq!(c.last_algorithm(), Some(want), "all_gather of {count} u32");
+        // SAFETY: as above.
+        let r = unsafe {
+            c.reduce_scatter(
+                output.ptr(),
+                input.ptr(),
+                count,
+                DataType::U32,
+                ReduceOp::Max,
+                &stream,
+                None,
+            )
+        };
+        r.unwrap();
+        assert_eq!(
+            c.last_algorithm(),
+            Some(want),
+            "reduce_scatter of {count} u32"
+        );
+        stream.synchronize().unwrap();
+        // The reduce-scatter's input was the gathered data: part `rank` of it is every
+        // rank's input, and their maximum is what it leaves here.
+        let mut got = vec![0u8; count * 4];
+        input.copy_to_host(0, &mut got).unwrap();
+        let want: Vec<f64> = (0..count)
+            .map(|i| reduce(ReduceOp::Max, (0..n).map(|_| value(rank, i)), DataType::U32))
+            .collect();
+        check(
+            DataType::U32,
+            &got,
+            &want,
+            &format!("gather then scatter of {count} u32"),
+        );
     }
 }
 

@@ -23,7 +23,8 @@ options:
   -n, --iters N            timed iterations per size (default: enough for ~5 ms, 20..1000)
   -w, --warmup_iters N     untimed eager iterations first (default 5)
   -c, --check [0|1]        fill rank- and index-dependent data, check every element (#wrong)
-  -a, --algo NAME          force an algorithm: put, ll128, ll2 (allreduce), ll, staged,
+  -a, --algo NAME          force an algorithm: put, ll2 (allreduce), ll128 (allreduce,
+                           allgather, reducescatter), ll, staged,
                            direct, ce (not reducescatter) | auto
                            (default auto: chosen by size, as Collectives::all_reduce does)
   -d, --datatype T         f32 | f16 | bf16 | i32 | u32 (default f16)
@@ -457,7 +458,8 @@ pub fn parse(args: &[String]) -> Result<Command, BoxError> {
     };
     if let Some(algo) = c.algo {
         let fits = match algo {
-            Algorithm::TwoShotPut | Algorithm::Ll128 | Algorithm::LlTwoShot => op == Op::AllReduce,
+            Algorithm::TwoShotPut | Algorithm::LlTwoShot => op == Op::AllReduce,
+            Algorithm::Ll128 => matches!(op, Op::AllReduce | Op::AllGather | Op::ReduceScatter),
             Algorithm::LlOneShot => op != Op::SendRecv,
             Algorithm::Staged | Algorithm::Direct => op != Op::SendRecv,
             Algorithm::CopyEngine => {

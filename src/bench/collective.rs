@@ -394,13 +394,14 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
         Some(Algorithm::Ll128) => Some(("ll128", coll.config().ll128_max_bytes)),
         _ => None,
     };
+    // The limits are per part (the whole message for all-reduce, broadcast and send/recv).
     if let Some((name, max)) = limit
-        && shapes.iter().any(|s| s.size > max)
+        && shapes.iter().any(|s| s.part * es > max)
     {
         notes.push(format!(
-            "# -a {name}: sizes above {max} B (its limit) skipped"
+            "# -a {name}: sizes with parts above {max} B (its limit) skipped"
         ));
-        shapes.retain(|s| s.size <= max);
+        shapes.retain(|s| s.part * es <= max);
     }
     let inplace = a.inplace && a.op.has_in_place();
     let max_bytes = shapes

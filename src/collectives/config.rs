@@ -19,8 +19,8 @@ pub enum Algorithm {
     /// all-to-all, send/recv; all-reduce: the direct kernel reduces each rank's chunk, the copy
     /// engines spread it).
     CopyEngine,
-    /// One-shot all-reduce with LL128 lines (medium messages: 120 of every 128 bytes on the
-    /// links are data, against 8 of 16 for LL16). All-reduce only.
+    /// One-shot all-reduce, all-gather and reduce-scatter with LL128 lines (medium messages:
+    /// 120 of every 128 bytes on the links are data, against 8 of 16 for LL16).
     Ll128,
     /// All-reduce as an LL16 reduce-scatter and all-gather in one launch: each rank reduces
     /// one part and sends it on, so it sends `2 (n - 1) / n` of the data instead of the
@@ -68,8 +68,12 @@ pub struct CollectiveConfig {
     pub ll_part_max_bytes: usize,
     /// Smallest all-reduce that takes the LL128 algorithm unless one is forced.
     pub ll128_min_bytes: usize,
-    /// Largest all-reduce the LL128 algorithm serves, bytes (sizes its slots).
+    /// Largest all-reduce (or all-gather or reduce-scatter part) the LL128 algorithm serves,
+    /// bytes (sizes its slots).
     pub ll128_max_bytes: usize,
+    /// Smallest part of an all-gather or reduce-scatter that takes the LL128 algorithm unless
+    /// one is forced (up to `ll128_max_bytes`).
+    pub ll128_part_min_bytes: usize,
     /// Most threads per block of the LL128 kernel (a multiple of 32).
     pub ll128_threads: u32,
     /// Blocks the LL128 kernel aims for: its blocks shrink (by halves, down to one warp) until
@@ -131,6 +135,7 @@ impl CollectiveConfig {
                 // 2xH200: LL16 is as fast to 128 KiB (3.4 us), LL128 faster from 256 KiB.
                 ll128_min_bytes: 128 << 10,
                 ll128_max_bytes: 2 << 20,
+                ll128_part_min_bytes: 128 << 10,
                 // 2xH200, 1 MiB: 6.11 us with 512-thread blocks, 6.28-6.51 with 1024 (the
                 // keeper block is as large as the others).
                 ll128_threads: 512,
@@ -163,6 +168,7 @@ impl CollectiveConfig {
                 // Between LL16's small sizes and the direct kernel, as on the GPU.
                 ll128_min_bytes: 2 << 10,
                 ll128_max_bytes: 16 << 10,
+                ll128_part_min_bytes: 2 << 10,
                 ll128_threads: 32,
                 ll128_blocks: 2,
                 ll128_max_blocks: 2,
@@ -191,13 +197,14 @@ impl CollectiveConfig {
 
     /// Every setting with its name, in a fixed order: what every rank must share (checked at
     /// `Collectives::with_config`).
-    pub fn settings(&self) -> [(&'static str, u64); 24] {
+    pub fn settings(&self) -> [(&'static str, u64); 25] {
         // Destructured, so that a new field cannot be left out.
         let Self {
             ll_max_bytes,
             ll_part_max_bytes,
             ll128_min_bytes,
             ll128_max_bytes,
+            ll128_part_min_bytes,
             ll128_threads,
             ll128_blocks,
             ll128_max_blocks,
@@ -224,6 +231,7 @@ impl CollectiveConfig {
             ("ll_part_max_bytes", ll_part_max_bytes as u64),
             ("ll128_min_bytes", ll128_min_bytes as u64),
             ("ll128_max_bytes", ll128_max_bytes as u64),
+            ("ll128_part_min_bytes", ll128_part_min_bytes as u64),
             ("ll128_threads", ll128_threads as u64),
             ("ll128_blocks", ll128_blocks as u64),
             ("ll128_max_blocks", ll128_max_blocks as u64),
@@ -248,7 +256,8 @@ impl CollectiveConfig {
     }
 
     /// Applies the tuning variables `MSCCLPP_LL_BLOCKS`, `MSCCLPP_LL_THREADS`,
-    /// `MSCCLPP_LL_PART_MAX_BYTES`, `MSCCLPP_LL128_MIN_BYTES`, `MSCCLPP_LL128_THREADS`,
+    /// `MSCCLPP_LL_PART_MAX_BYTES`, `MSCCLPP_LL128_MIN_BYTES`, `MSCCLPP_LL128_PART_MIN_BYTES`,
+    /// `MSCCLPP_LL128_THREADS`,
     /// `MSCCLPP_LL128_BLOCKS`, `MSCCLPP_LL_TWO_SHOT_MIN_RANKS`, `MSCCLPP_LL_TWO_SHOT_MIN_BYTES`,
     /// `MSCCLPP_DIRECT_MIN_BYTES`,
     /// `MSCCLPP_CE_MIN_BYTES`, `MSCCLPP_CE_ALL_REDUCE_MIN_BYTES`, `MSCCLPP_CE_SCRATCH_BYTES`,
@@ -276,6 +285,9 @@ impl CollectiveConfig {
         }
         if let Some(v) = var("MSCCLPP_LL128_MIN_BYTES") {
             self.ll128_min_bytes = v;
+        }
+        if let Some(v) = var("MSCCLPP_LL128_PART_MIN_BYTES") {
+            self.ll128_part_min_bytes = v;
         }
         if let Some(v) = var("MSCCLPP_LL128_THREADS") {
             self.ll128_threads = (v as u32).clamp(32, 1024) & !31;

@@ -149,8 +149,9 @@ impl Collectives {
         unsafe { stream.launch(&self.ll_two_shot_all_reduce, shape, p) }
     }
 
-    /// Queues the LL128 all-reduce for `p` (buffers and `bytes` filled in). One warp per
-    /// 480-byte step: blocks of `ll128_threads`, halved (down to one warp) until there are at
+    /// Queues the LL128 kernel for `p` (its mode, buffers, `bytes` per part and `stride`
+    /// filled in: the all-reduce's kernel, or the all-gather and reduce-scatter one). One warp
+    /// per 480-byte step: blocks of `ll128_threads`, halved (down to one warp) until there are at
     /// least `ll128_blocks` of them, at most `ll128_max_blocks` (the warps loop beyond).
     pub(super) fn launch_ll128(&self, stream: &Stream, p: CollectiveParams) -> Result<()> {
         if p.bytes as usize > self.cfg.ll128_max_bytes {
@@ -171,15 +172,45 @@ impl Collectives {
             .clamp(1, self.cfg.ll128_max_blocks.max(1) as u64) as u32;
         let blocks = with_keeper(blocks);
         self.record(Algorithm::Ll128);
-        // SAFETY: the caller's contract (buffers of `bytes`), and our scratch, whose LL128
-        // region holds `ll128_slot_bytes` per slot for up to `ll128_max_bytes`.
-        unsafe {
-            stream.launch(
-                &self.ll128_all_reduce,
-                LaunchConfig::new(blocks, threads),
-                p,
-            )
+        let kernel = if p.mode == CollectiveMode::AllReduce as u32 {
+            &self.ll128_all_reduce
+        } else {
+            &self.ll128_collective
+        };
+        // SAFETY: the caller's contract (buffers sized for the mode), and our scratch, whose
+        // LL128 region holds `ll128_slot_bytes` per slot for up to `ll128_max_bytes`.
+        unsafe { stream.launch(kernel, LaunchConfig::new(blocks, threads), p) }
+    }
+
+    /// Whether a per-part collective (all-gather, reduce-scatter) of `part` bytes takes LL128:
+    /// forced, or by size (`ll128_part_min_bytes` to `ll128_max_bytes`) when nothing is forced.
+    pub(super) fn ll128_part(&self, part: usize, algo: Option<Algorithm>) -> bool {
+        match algo {
+            Some(a) => a == Algorithm::Ll128,
+            None => {
+                self.comm.size() > 1
+                    && (self.cfg.ll128_part_min_bytes..=self.cfg.ll128_max_bytes).contains(&part)
+            }
         }
+    }
+
+    /// Queues an LL128 call of a per-part collective (all-gather, reduce-scatter).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn ll128_parts(
+        &self,
+        stream: &Stream,
+        mode: CollectiveMode,
+        input: DevicePtr<u8>,
+        output: DevicePtr<u8>,
+        part: usize,
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        let mut p = self.params(mode, dtype, op);
+        (p.input, p.output) = (input, output);
+        p.bytes = part as u64;
+        p.stride = part as u64;
+        self.launch_ll128(stream, p)
     }
 
     /// Queues an LL call of a per-part collective.

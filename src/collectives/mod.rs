@@ -84,6 +84,7 @@ pub struct Collectives {
     ll_all_reduce: Kernel<CollectiveParams>,
     ll_all_gather: Kernel<CollectiveParams>,
     ll128_all_reduce: Kernel<CollectiveParams>,
+    ll128_collective: Kernel<CollectiveParams>,
     ll_two_shot_all_reduce: Kernel<CollectiveParams>,
     staged: Kernel<CollectiveParams>,
     direct: Kernel<DirectCollectiveParams>,
@@ -197,6 +198,7 @@ impl Collectives {
         let ll_all_reduce = module.kernel(kernels::LL_ALL_REDUCE)?;
         let ll_all_gather = module.kernel(kernels::LL_ALL_GATHER)?;
         let ll128_all_reduce = module.kernel(kernels::LL128_ALL_REDUCE)?;
+        let ll128_collective = module.kernel(kernels::LL128_COLLECTIVE)?;
         let ll_two_shot_all_reduce = module.kernel(kernels::LL_TWO_SHOT_ALL_REDUCE)?;
         let staged = module.kernel(kernels::STAGED_COLLECTIVE)?;
         let direct = module.kernel(kernels::DIRECT_COLLECTIVE)?;
@@ -249,6 +251,7 @@ impl Collectives {
             ll_all_reduce,
             ll_all_gather,
             ll128_all_reduce,
+            ll128_collective,
             ll_two_shot_all_reduce,
             staged,
             direct,
@@ -437,6 +440,10 @@ impl Collectives {
         if bytes == 0 {
             return Ok(());
         }
+        if self.ll128_part(bytes, algo) {
+            let (mode, op) = (CollectiveMode::AllGather, ReduceOp::Sum);
+            return self.ll128_parts(stream, mode, input, output, bytes, dtype, op);
+        }
         let a = self.part_algorithm(bytes, true, true, algo)?;
         if a == Algorithm::LlOneShot {
             let (mode, op) = (CollectiveMode::AllGather, ReduceOp::Sum);
@@ -499,6 +506,10 @@ impl Collectives {
         let (n, me) = (self.comm.size(), self.comm.rank());
         if bytes == 0 {
             return Ok(());
+        }
+        if self.ll128_part(bytes, algo) {
+            let mode = CollectiveMode::ReduceScatter;
+            return self.ll128_parts(stream, mode, input, output, bytes, dtype, op);
         }
         // LL up to a whole slot: the direct reduce-scatter loads its parts over NVLink, which
         // is slower than packets up to 1 MiB parts (0.8× NCCL at 1 MiB parts on 2×H200).

@@ -1,8 +1,9 @@
-//! The LL128 all-reduce: every rank writes its input as LL128 lines (`crate::ll128`) into a
-//! slot of every peer's LL128 region and reduces the lines that arrive in its own slots with its
-//! input. One hop and no barrier, like the LL16 kernels, but 120 of every 128 bytes on the
-//! links are data (LL16: 8 of 16), which is what medium messages (tens of KiB to a few MiB)
-//! are bound by.
+//! The LL128 collectives: every rank writes its input (all-reduce, all-gather) or the part of
+//! it meant for each peer (reduce-scatter) as LL128 lines (`crate::ll128`) into a slot of every
+//! peer's LL128 region, and reduces the lines that arrive in its own slots with its input (or
+//! its own part of it), or copies them to the peers' parts of its output (all-gather). One hop
+//! and no barrier, like the LL16 kernels, but 120 of every 128 bytes on the links are data
+//! (LL16: 8 of 16), which is what medium messages (tens of KiB to a few MiB) are bound by.
 //!
 //! Who writes and reads what: the LL128 region (`ll128_offset` in every scratch buffer) is two
 //! halves of `nranks` slots of `ll128_slot_bytes`, the half chosen by the flag's parity as in
@@ -21,7 +22,19 @@ use crate::arch;
 use crate::ll128::{read_line_part, store_line_part};
 use crate::reduce::reduce_word;
 use mscclpp_shared::packet::ll128;
-use mscclpp_shared::{CollectiveParams, DataType, ReduceOp};
+use mscclpp_shared::{CollectiveMode, CollectiveParams, DataType, ReduceOp};
+
+/// What an LL128 launch computes (the all-reduce has a kernel of its own; the others come from
+/// `CollectiveParams::mode`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ll128Mode {
+    /// Everyone's `bytes` reduced into every output.
+    AllReduce,
+    /// Everyone's `bytes` to part `rank` of every output (parts `stride` apart).
+    AllGather,
+    /// Part `rank` (of `stride`-spaced parts) of everyone's input reduced into my output.
+    ReduceScatter,
+}
 
 /// `len` (at most `width`, 8 or 16) bytes at `src` as little-endian u32 words, zero beyond.
 ///
@@ -72,10 +85,16 @@ unsafe fn write_part(dst: *mut u8, w: [u32; 4], len: usize, width: usize) {
     }
 }
 
-/// The all-reduce body; false if a line wait gave up. Callers pass a constant `dtype` and `op`
-/// for the common sums, so that their loops carry no type dispatch.
+/// The LL128 body for `mode`; false if a line wait gave up. Callers pass a constant `mode`,
+/// and a constant `dtype` and `op` for the common sums, so that their loops carry no dispatch.
 #[inline(always)]
-fn ll128_all_reduce(p: &CollectiveParams, l: LlLaunch, dtype: DataType, op: ReduceOp) -> bool {
+fn ll128_collective(
+    p: &CollectiveParams,
+    l: LlLaunch,
+    mode: Ll128Mode,
+    dtype: DataType,
+    op: ReduceOp,
+) -> bool {
     let flag = l.flag;
     let lane = (arch::thread_idx_x() % ll128::WARP_LANES as u32) as usize;
     let warp = l.tid / ll128::WARP_LANES as u64;
@@ -92,6 +111,12 @@ fn ll128_all_reduce(p: &CollectiveParams, l: LlLaunch, dtype: DataType, op: Redu
             + (lane * 16) as u64
     };
     let (input, output) = (p.input.as_ptr() as *const u8, p.output.as_ptr());
+    // Where the bytes for rank `q` start: part `q` of the input for a reduce-scatter.
+    let source = |q: u32| match mode {
+        // SAFETY: the host sized `input` as `nranks` parts `stride` apart.
+        Ll128Mode::ReduceScatter => unsafe { input.add((q as u64 * p.stride) as usize) },
+        Ll128Mode::AllReduce | Ll128Mode::AllGather => input,
+    };
     // The bytes of step `g` this lane carries: offset and length (0 past the end).
     let piece = |g: u64| {
         let start = g * ll128::WARP_DATA_BYTES as u64 + off as u64;
@@ -100,15 +125,26 @@ fn ll128_all_reduce(p: &CollectiveParams, l: LlLaunch, dtype: DataType, op: Redu
             p.bytes.saturating_sub(start).min(width as u64) as usize,
         )
     };
-    // 1. My input, step by step, into slot `rank` of every peer. A lane reads the same bytes
-    //    here as it writes in step 2, so in-place calls read before they write.
+    // 1. My input (or its part for each peer), step by step, into slot `rank` of every peer.
+    //    A lane reads the same bytes here as it writes in step 2, so in-place calls read before
+    //    they write.
     let mut g = warp;
     while g < steps {
         let (start, len) = piece(g);
-        // SAFETY: `start + len <= bytes`, inside `input`.
-        let v = unsafe { read_part(input.add(start), len, width) };
+        let whole = if mode == Ll128Mode::ReduceScatter {
+            [0; 4]
+        } else {
+            // SAFETY: `start + len <= bytes`, inside `input`.
+            unsafe { read_part(input.add(start), len, width) }
+        };
         for q in 0..p.nranks {
             if q != p.rank {
+                let v = if mode == Ll128Mode::ReduceScatter {
+                    // SAFETY: `start + len <= bytes`, inside part `q` of `input`.
+                    unsafe { read_part(source(q).add(start), len, width) }
+                } else {
+                    whole
+                };
                 let dst = channel(p, 0, q).dst.as_ptr();
                 // SAFETY: slot `rank` of peer `q`'s LL128 region (mapped here) holds
                 // `ll128_slot_bytes >= steps * WARP_LINE_BYTES`; the part is 16-byte aligned.
@@ -119,13 +155,21 @@ fn ll128_all_reduce(p: &CollectiveParams, l: LlLaunch, dtype: DataType, op: Redu
         }
         g += nwarps;
     }
-    // 2. What arrives, reduced with my input into my output.
+    // 2. What arrives, reduced with my input (or my part of it) into my output, or copied to
+    //    the sender's part of it.
     let words = width / 4;
     let mut g = warp;
     while g < steps {
         let (start, len) = piece(g);
-        // SAFETY: as above.
-        let mut acc = unsafe { read_part(input.add(start), len, width) };
+        // SAFETY: as above (part `rank` of `input` for a reduce-scatter).
+        let mut acc = unsafe { read_part(source(p.rank).add(start), len, width) };
+        if mode == Ll128Mode::AllGather {
+            // SAFETY: part `rank` of `output` holds `bytes` at `stride * rank`.
+            unsafe {
+                let mine = output.add((p.rank as u64 * p.stride) as usize + start);
+                write_part(mine, acc, len, width);
+            }
+        }
         for q in 0..p.nranks {
             if q == p.rank {
                 continue;
@@ -136,6 +180,14 @@ fn ll128_all_reduce(p: &CollectiveParams, l: LlLaunch, dtype: DataType, op: Redu
             let Ok(w) = (unsafe { read_line_part(src, lane, flag, p.status) }) else {
                 return false;
             };
+            if mode == Ll128Mode::AllGather {
+                // SAFETY: part `q` of `output` holds `bytes` at `stride * q`.
+                unsafe {
+                    let theirs = output.add((q as u64 * p.stride) as usize + start);
+                    write_part(theirs, w, len, width);
+                }
+                continue;
+            }
             // (All four indices, so that `acc` stays in registers.)
             for k in 0..4 {
                 if k < words {
@@ -143,8 +195,10 @@ fn ll128_all_reduce(p: &CollectiveParams, l: LlLaunch, dtype: DataType, op: Redu
                 }
             }
         }
-        // SAFETY: `start + len <= bytes`, inside `output`.
-        unsafe { write_part(output.add(start), acc, len, width) };
+        if mode != Ll128Mode::AllGather {
+            // SAFETY: `start + len <= bytes`, inside `output`.
+            unsafe { write_part(output.add(start), acc, len, width) };
+        }
         g += nwarps;
     }
     true
@@ -163,17 +217,51 @@ crate::kernel! {
         let Some(l) = ll_begin(&p) else {
             return;
         };
+        let ar = Ll128Mode::AllReduce;
         let ok = match (dtype, op) {
             (DataType::F16, ReduceOp::Sum) => {
-                ll128_all_reduce(&p, l, DataType::F16, ReduceOp::Sum)
+                ll128_collective(&p, l, ar, DataType::F16, ReduceOp::Sum)
             }
             (DataType::BF16, ReduceOp::Sum) => {
-                ll128_all_reduce(&p, l, DataType::BF16, ReduceOp::Sum)
+                ll128_collective(&p, l, ar, DataType::BF16, ReduceOp::Sum)
             }
             (DataType::F32, ReduceOp::Sum) => {
-                ll128_all_reduce(&p, l, DataType::F32, ReduceOp::Sum)
+                ll128_collective(&p, l, ar, DataType::F32, ReduceOp::Sum)
             }
-            _ => ll128_all_reduce(&p, l, dtype, op),
+            _ => ll128_collective(&p, l, ar, dtype, op),
+        };
+        ll_finish(&p, l, ok);
+    }
+}
+
+crate::kernel! {
+    /// The LL128 all-gather and reduce-scatter (`mode`; parts `stride` apart, `bytes` each;
+    /// launch as [`ll128_all_reduce_kernel`]), in a kernel of their own so that the all-reduce
+    /// carries no mode branches.
+    fn ll128_collective_kernel(p: CollectiveParams) {
+        let (Some(dtype), Some(op)) = (DataType::from_u32(p.dtype), ReduceOp::from_u32(p.op))
+        else {
+            return;
+        };
+        let mode = match p.mode {
+            m if m == CollectiveMode::AllGather as u32 => Ll128Mode::AllGather,
+            m if m == CollectiveMode::ReduceScatter as u32 => Ll128Mode::ReduceScatter,
+            _ => return,
+        };
+        let Some(l) = ll_begin(&p) else {
+            return;
+        };
+        let ok = match (mode, dtype, op) {
+            (Ll128Mode::AllGather, ..) => {
+                ll128_collective(&p, l, Ll128Mode::AllGather, DataType::U32, ReduceOp::Sum)
+            }
+            (_, DataType::F16, ReduceOp::Sum) => {
+                ll128_collective(&p, l, Ll128Mode::ReduceScatter, DataType::F16, ReduceOp::Sum)
+            }
+            (_, DataType::BF16, ReduceOp::Sum) => {
+                ll128_collective(&p, l, Ll128Mode::ReduceScatter, DataType::BF16, ReduceOp::Sum)
+            }
+            _ => ll128_collective(&p, l, Ll128Mode::ReduceScatter, dtype, op),
         };
         ll_finish(&p, l, ok);
     }

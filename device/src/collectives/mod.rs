@@ -30,7 +30,7 @@ pub mod ll_two_shot;
 pub use direct::direct_collective_kernel;
 pub use ll::{ll_all_gather_kernel, ll_all_reduce_kernel, ll_collective_kernel};
 pub use ll_two_shot::ll_two_shot_all_reduce_kernel;
-pub use ll128::ll128_all_reduce_kernel;
+pub use ll128::{ll128_all_reduce_kernel, ll128_collective_kernel};
 
 use crate::arch;
 use crate::copy::copy;
