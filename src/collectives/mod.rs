@@ -14,9 +14,10 @@
 //!   packets into every peer's scratch and reduces or copies what arrives: one hop, no
 //!   barrier.
 //! - `Ll128` (all-reduce from `ll128_min_bytes` to `ll128_max_bytes` on fewer than
-//!   `ll_two_shot_min_ranks` ranks): the same one-shot shape with LL128 lines, 120 data bytes
-//!   in every 128 (LL16: 8 in 16), written by a warp; the medium sizes, which the links'
-//!   bandwidth bounds, go almost twice as fast.
+//!   `ll_two_shot_min_ranks` ranks; all-gather and reduce-scatter parts from
+//!   `ll128_part_min_bytes` to `ll128_max_bytes` on any number): the same one-shot shape with
+//!   LL128 lines, 120 data bytes in every 128 (LL16: 8 in 16), written by a warp; the medium
+//!   sizes, which the links' bandwidth bounds, go almost twice as fast.
 //! - `LlTwoShot` (all-reduce from `ll_two_shot_min_bytes` to `ll_max_bytes` on
 //!   `ll_two_shot_min_ranks` ranks or more): an LL16 reduce-scatter and all-gather in one
 //!   launch. A one-shot kernel sends `n - 1` copies of the data (LL128: 1.07 bytes a byte,
