@@ -134,7 +134,12 @@ impl CollectiveConfig {
                 ll_part_max_bytes: 512 << 10,
                 // 2xH200: LL16 is as fast to 128 KiB (3.4 us), LL128 faster from 256 KiB.
                 ll128_min_bytes: 128 << 10,
-                ll128_max_bytes: 2 << 20,
+                // 2xH200, sixth session: LL128 beats the direct kernel up to the largest size
+                // measured, 4 MiB (all-reduce 16.1 us against 22.4; all-gather and
+                // reduce-scatter 4 MiB parts 15.9 against 19.9-26.3).
+                ll128_max_bytes: 4 << 20,
+                // 2xH200: LL128 from 128 KiB parts (all-gather 256 KiB in all: 3.16 us, LL16
+                // 3.26; 64 KiB parts: LL16 2.94, LL128 3.07).
                 ll128_part_min_bytes: 128 << 10,
                 // 2xH200, 1 MiB: 6.11 us with 512-thread blocks, 6.28-6.51 with 1024 (the
                 // keeper block is as large as the others).
