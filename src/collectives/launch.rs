@@ -194,42 +194,21 @@ impl Collectives {
         }
     }
 
-    /// Queues an LL128 call of a per-part collective (all-gather, reduce-scatter).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn ll128_parts(
+    /// The parameters of a per-part call (LL and LL128): `part` bytes a part, the parts `part`
+    /// apart.
+    pub(super) fn part_params(
         &self,
-        stream: &Stream,
         mode: CollectiveMode,
-        input: DevicePtr<u8>,
-        output: DevicePtr<u8>,
+        (input, output): (DevicePtr<u8>, DevicePtr<u8>),
         part: usize,
         dtype: DataType,
         op: ReduceOp,
-    ) -> Result<()> {
+    ) -> CollectiveParams {
         let mut p = self.params(mode, dtype, op);
         (p.input, p.output) = (input, output);
         p.bytes = part as u64;
         p.stride = part as u64;
-        self.launch_ll128(stream, p)
-    }
-
-    /// Queues an LL call of a per-part collective.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn ll_parts(
-        &self,
-        stream: &Stream,
-        mode: CollectiveMode,
-        input: DevicePtr<u8>,
-        output: DevicePtr<u8>,
-        part: usize,
-        dtype: DataType,
-        op: ReduceOp,
-    ) -> Result<()> {
-        let mut p = self.params(mode, dtype, op);
-        (p.input, p.output) = (input, output);
-        p.bytes = part as u64;
-        p.stride = part as u64;
-        self.launch_ll(stream, p)
+        p
     }
 
     /// The ranks other than this one.

@@ -330,7 +330,10 @@ impl Collectives {
         match algo {
             Algorithm::LlOneShot => {
                 let mode = CollectiveMode::AllReduce;
-                self.ll_parts(stream, mode, input, output, bytes, dtype, op)
+                self.launch_ll(
+                    stream,
+                    self.part_params(mode, (input, output), bytes, dtype, op),
+                )
             }
             Algorithm::Ll128 => {
                 let mut p = self.params(CollectiveMode::AllReduce, dtype, op);
@@ -443,12 +446,18 @@ impl Collectives {
         }
         if self.ll128_part(bytes, algo) {
             let (mode, op) = (CollectiveMode::AllGather, ReduceOp::Sum);
-            return self.ll128_parts(stream, mode, input, output, bytes, dtype, op);
+            return self.launch_ll128(
+                stream,
+                self.part_params(mode, (input, output), bytes, dtype, op),
+            );
         }
         let a = self.part_algorithm(bytes, true, true, algo)?;
         if a == Algorithm::LlOneShot {
             let (mode, op) = (CollectiveMode::AllGather, ReduceOp::Sum);
-            return self.ll_parts(stream, mode, input, output, bytes, dtype, op);
+            return self.launch_ll(
+                stream,
+                self.part_params(mode, (input, output), bytes, dtype, op),
+            );
         }
         let eligible = direct::disjoint_or_at(input, bytes, output, n * bytes, Some(me * bytes))
             && direct::whole_vectors(&[input, output], bytes);
@@ -510,7 +519,10 @@ impl Collectives {
         }
         if self.ll128_part(bytes, algo) {
             let mode = CollectiveMode::ReduceScatter;
-            return self.ll128_parts(stream, mode, input, output, bytes, dtype, op);
+            return self.launch_ll128(
+                stream,
+                self.part_params(mode, (input, output), bytes, dtype, op),
+            );
         }
         // LL up to a whole slot: the direct reduce-scatter loads its parts over NVLink, which
         // is slower than packets up to 1 MiB parts (0.8× NCCL at 1 MiB parts on 2×H200).
@@ -522,7 +534,10 @@ impl Collectives {
         };
         if a == Algorithm::LlOneShot {
             let mode = CollectiveMode::ReduceScatter;
-            return self.ll_parts(stream, mode, input, output, bytes, dtype, op);
+            return self.launch_ll(
+                stream,
+                self.part_params(mode, (input, output), bytes, dtype, op),
+            );
         }
         let eligible = direct::disjoint_or_at(output, bytes, input, n * bytes, Some(me * bytes))
             && direct::whole_vectors(&[input, output], bytes);
@@ -646,7 +661,10 @@ impl Collectives {
         let a = self.part_algorithm(bytes, true, true, algo)?;
         if a == Algorithm::LlOneShot {
             let (mode, op) = (CollectiveMode::AllToAll, ReduceOp::Sum);
-            return self.ll_parts(stream, mode, input, output, bytes, dtype, op);
+            return self.launch_ll(
+                stream,
+                self.part_params(mode, (input, output), bytes, dtype, op),
+            );
         }
         let eligible = direct::disjoint_or_at(input, n * bytes, output, n * bytes, None)
             && direct::whole_vectors(&[input, output], bytes);
