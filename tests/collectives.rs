@@ -718,8 +718,9 @@ fn direct_registration_cache_and_fallback() {
     });
 }
 
-/// LL calls of every mode (and LL128 and two-shot LL all-reduces, which share the LL flag; the
-/// two-shot also the LL region, split another way) queued back to back
+/// LL calls of every mode (and LL128 all-reduces, all-gathers and reduce-scatters and two-shot
+/// LL all-reduces, which share the LL flag; the two-shot also the LL region, split another way)
+/// queued back to back
 /// with no host synchronisation in between (so a
 /// fast rank may run ahead of a slow one), broadcasts with rotating roots among them; every
 /// result checked once the stream drains. (The race the broadcast's acks prevent, a root two
@@ -740,12 +741,15 @@ fn ll_modes_back_to_back_3_and_4_ranks() {
             let input = g.alloc(n * part).unwrap();
             let all_in: Vec<u8> = (0..n).flat_map(|p| data(dtype, rank, count, p)).collect();
             input.copy_from_host(0, &all_in).unwrap();
-            let rounds = 21;
+            let ll128 = Some(Algorithm::Ll128);
+            let rounds = 27;
             // (kind, output buffer, root)
             let mut outs = Vec::new();
             for k in 0..rounds {
                 let out = g.alloc(n * part).unwrap();
-                let kind = k % 7;
+                let kind = k % 9;
+                // LL128 for kinds 5 (all-reduce), 7 (all-gather) and 8 (reduce-scatter).
+                let by = if kind >= 7 { ll128 } else { ll };
                 let root = k % n;
                 // SAFETY: `input` and `out` hold `n * part` bytes, alive until the checks.
                 unsafe {
@@ -764,7 +768,7 @@ fn ll_modes_back_to_back_3_and_4_ranks() {
                             },
                         ),
                         1 => c.broadcast(input.ptr(), out.ptr(), count, dtype, root, &stream, ll),
-                        2 => c.all_gather(input.ptr(), out.ptr(), count, dtype, &stream, ll),
+                        2 | 7 => c.all_gather(input.ptr(), out.ptr(), count, dtype, &stream, by),
                         3 => c.all_to_all(input.ptr(), out.ptr(), count, dtype, &stream, ll),
                         _ => c.reduce_scatter(
                             input.ptr(),
@@ -773,7 +777,7 @@ fn ll_modes_back_to_back_3_and_4_ranks() {
                             dtype,
                             ReduceOp::Sum,
                             &stream,
-                            ll,
+                            by,
                         ),
                     }
                 }
@@ -788,7 +792,7 @@ fn ll_modes_back_to_back_3_and_4_ranks() {
                         .map(|i| reduce(ReduceOp::Sum, (0..n).map(|r| v(r, i)), dtype))
                         .collect(),
                     1 => (0..count).map(|i| v(*root, i)).collect(),
-                    2 => (0..n)
+                    2 | 7 => (0..n)
                         .flat_map(|r| (0..count).map(move |i| v(r, i)))
                         .collect(),
                     3 => (0..n)

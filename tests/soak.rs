@@ -131,8 +131,20 @@ impl Call {
                     in_place: rng.below(2) == 0,
                 }
             }
-            3 => Call::AllGather(any(rng, &[Staged, Direct, CopyEngine])),
-            4 => Call::ReduceScatter(rng.pick(&REDUCE_OPS), any(rng, &[Staged, Direct])),
+            3 => {
+                let mut algos = vec![Staged, Direct, CopyEngine];
+                if bytes <= ll128_max {
+                    algos.push(Ll128);
+                }
+                Call::AllGather(any(rng, &algos))
+            }
+            4 => {
+                let mut algos = vec![Staged, Direct];
+                if bytes <= ll128_max {
+                    algos.push(Ll128);
+                }
+                Call::ReduceScatter(rng.pick(&REDUCE_OPS), any(rng, &algos))
+            }
             5 => Call::Broadcast(rng.below(n), any(rng, &[Staged, Direct, CopyEngine])),
             6 => Call::AllToAll(any(rng, &[Staged, Direct, CopyEngine])),
             _ => match rng.below(3) {
