@@ -52,8 +52,9 @@ static_assertions::const_assert_eq!(core::mem::align_of::<LL8Packet>(), 8);
 /// store after the data's instead, see `mscclpp_device::ll128`). A reader sees the line valid
 /// when its flag (two u32 equal to the expected flag) matches.
 ///
-/// A warp moves [`WARP_DATA_BYTES`] per step, as [`WARP_LINES`] lines. Lane `l` writes bytes
-/// `16 * (l % 8) ..` of line `l / 8`; its part of the step's data is [`lane_data`].
+/// A warp moves [`WARP_DATA_BYTES`](ll128::WARP_DATA_BYTES) per step, as
+/// [`WARP_LINES`](ll128::WARP_LINES) lines. Lane `l` writes bytes `16 * (l % 8) ..` of line
+/// `l / 8`; its part of the step's data is [`lane_data`](ll128::lane_data).
 pub mod ll128 {
     /// Bytes of a line.
     pub const LINE_BYTES: usize = 128;
