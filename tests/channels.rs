@@ -390,8 +390,14 @@ fn a_rank_that_finishes_first_does_not_fail_the_others() {
         if comm.rank() == 0 {
             return; // drops the communicator and its bootstrap, with a goodbye
         }
-        // Well after rank 0's connections closed (the health monitor looks every 20 ms).
-        std::thread::sleep(Duration::from_millis(300));
+        // Once rank 0's connections have closed, and a few health-monitor polls (20 ms) later.
+        let t = std::time::Instant::now();
+        while comm.bootstrap().left_peer().is_none() {
+            assert!(t.elapsed() < Duration::from_secs(20), "rank 0 never left");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(comm.bootstrap().left_peer().map(|(r, _)| r), Some(0));
+        std::thread::sleep(Duration::from_millis(200));
         assert!(comm.async_error().is_none(), "{:?}", comm.async_error());
         let other = 3 - comm.rank();
         comm.bootstrap().send(other, TAG, b"still here").unwrap();
