@@ -492,18 +492,10 @@ crate::kernel! {
         let Some(l) = ll_begin(&p) else {
             return;
         };
-        let ok = match (ll_whole_words(&p), dtype, op) {
-            (false, ..) => ll_collective(&p, LlMode::AllReduce, l, dtype, op),
-            (true, DataType::F16, ReduceOp::Sum) => {
-                ll_all_reduce_words(&p, l, DataType::F16, ReduceOp::Sum)
-            }
-            (true, DataType::BF16, ReduceOp::Sum) => {
-                ll_all_reduce_words(&p, l, DataType::BF16, ReduceOp::Sum)
-            }
-            (true, DataType::F32, ReduceOp::Sum) => {
-                ll_all_reduce_words(&p, l, DataType::F32, ReduceOp::Sum)
-            }
-            (true, ..) => ll_all_reduce_words(&p, l, dtype, op),
+        let ok = if ll_whole_words(&p) {
+            with_const_sums!(dtype, op, |d, o| ll_all_reduce_words(&p, l, d, o))
+        } else {
+            ll_collective(&p, LlMode::AllReduce, l, dtype, op)
         };
         ll_finish(&p, l, ok);
     }

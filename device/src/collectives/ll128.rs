@@ -218,18 +218,7 @@ crate::kernel! {
             return;
         };
         let ar = Ll128Mode::AllReduce;
-        let ok = match (dtype, op) {
-            (DataType::F16, ReduceOp::Sum) => {
-                ll128_collective(&p, l, ar, DataType::F16, ReduceOp::Sum)
-            }
-            (DataType::BF16, ReduceOp::Sum) => {
-                ll128_collective(&p, l, ar, DataType::BF16, ReduceOp::Sum)
-            }
-            (DataType::F32, ReduceOp::Sum) => {
-                ll128_collective(&p, l, ar, DataType::F32, ReduceOp::Sum)
-            }
-            _ => ll128_collective(&p, l, ar, dtype, op),
-        };
+        let ok = with_const_sums!(dtype, op, |d, o| ll128_collective(&p, l, ar, d, o));
         ll_finish(&p, l, ok);
     }
 }
@@ -251,17 +240,12 @@ crate::kernel! {
         let Some(l) = ll_begin(&p) else {
             return;
         };
-        let ok = match (mode, dtype, op) {
-            (Ll128Mode::AllGather, ..) => {
-                ll128_collective(&p, l, Ll128Mode::AllGather, DataType::U32, ReduceOp::Sum)
-            }
-            (_, DataType::F16, ReduceOp::Sum) => {
-                ll128_collective(&p, l, Ll128Mode::ReduceScatter, DataType::F16, ReduceOp::Sum)
-            }
-            (_, DataType::BF16, ReduceOp::Sum) => {
-                ll128_collective(&p, l, Ll128Mode::ReduceScatter, DataType::BF16, ReduceOp::Sum)
-            }
-            _ => ll128_collective(&p, l, Ll128Mode::ReduceScatter, dtype, op),
+        let ok = if mode == Ll128Mode::AllGather {
+            // Copies only: no type or operator.
+            ll128_collective(&p, l, Ll128Mode::AllGather, DataType::U32, ReduceOp::Sum)
+        } else {
+            let rs = Ll128Mode::ReduceScatter;
+            with_const_sums!(dtype, op, |d, o| ll128_collective(&p, l, rs, d, o))
         };
         ll_finish(&p, l, ok);
     }

@@ -111,12 +111,7 @@ crate::kernel! {
         let Some(l) = ll_begin(&p) else {
             return;
         };
-        let ok = match (dtype, op) {
-            (DataType::F16, ReduceOp::Sum) => ll_two_shot(&p, l, DataType::F16, ReduceOp::Sum),
-            (DataType::BF16, ReduceOp::Sum) => ll_two_shot(&p, l, DataType::BF16, ReduceOp::Sum),
-            (DataType::F32, ReduceOp::Sum) => ll_two_shot(&p, l, DataType::F32, ReduceOp::Sum),
-            _ => ll_two_shot(&p, l, dtype, op),
-        };
+        let ok = with_const_sums!(dtype, op, |d, o| ll_two_shot(&p, l, d, o));
         ll_finish(&p, l, ok);
     }
 }

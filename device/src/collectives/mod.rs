@@ -22,6 +22,30 @@
 //!   grid-wide synchronisation. Every launch starts with a barrier so that nobody overwrites a
 //!   staging buffer a peer may still be reading from the previous launch.
 
+/// Evaluates `$body` with `$d` and `$o` bound to the data type and operator of the call:
+/// constants for the common sums (f16, bf16, f32), so that the loops `$body` inlines carry no
+/// type dispatch for them, and `$dtype` / `$op` otherwise. The collective kernels' one dispatch
+/// on (type, operator).
+macro_rules! with_const_sums {
+    ($dtype:expr, $op:expr, |$d:ident, $o:ident| $body:expr) => {
+        match ($dtype, $op) {
+            (DataType::F16, ReduceOp::Sum) => {
+                let ($d, $o) = (DataType::F16, ReduceOp::Sum);
+                $body
+            }
+            (DataType::BF16, ReduceOp::Sum) => {
+                let ($d, $o) = (DataType::BF16, ReduceOp::Sum);
+                $body
+            }
+            (DataType::F32, ReduceOp::Sum) => {
+                let ($d, $o) = (DataType::F32, ReduceOp::Sum);
+                $body
+            }
+            ($d, $o) => $body,
+        }
+    };
+}
+
 pub mod direct;
 pub mod ll;
 pub mod ll128;
