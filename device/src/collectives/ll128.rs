@@ -17,7 +17,7 @@
 //! Launch: a multiple of 32 threads a block; every lane of a warp runs the same steps.
 
 use super::channel;
-use super::ll::{LlLaunch, ll_begin, ll_finish};
+use super::ll::{LlLaunch, ll_kernel};
 use crate::arch;
 use crate::ll128::{read_line_part, store_line_part};
 use crate::reduce::reduce_word;
@@ -210,16 +210,10 @@ crate::kernel! {
     /// peers' lines of the same steps into the output. Sums of f16, bf16 and f32 carry no type
     /// dispatch. The flag comes from `ll_flags`, advanced as by the LL16 kernels.
     fn ll128_all_reduce_kernel(p: CollectiveParams) {
-        let (Some(dtype), Some(op)) = (DataType::from_u32(p.dtype), ReduceOp::from_u32(p.op))
-        else {
-            return;
-        };
-        let Some(l) = ll_begin(&p) else {
-            return;
-        };
         let ar = Ll128Mode::AllReduce;
-        let ok = with_const_sums!(dtype, op, |d, o| ll128_collective(&p, l, ar, d, o));
-        ll_finish(&p, l, ok);
+        ll_kernel(&p, |l, dtype, op| {
+            with_const_sums!(dtype, op, |d, o| ll128_collective(&p, l, ar, d, o))
+        });
     }
 }
 
@@ -228,25 +222,19 @@ crate::kernel! {
     /// launch as [`ll128_all_reduce_kernel`]), in a kernel of their own so that the all-reduce
     /// carries no mode branches.
     fn ll128_collective_kernel(p: CollectiveParams) {
-        let (Some(dtype), Some(op)) = (DataType::from_u32(p.dtype), ReduceOp::from_u32(p.op))
-        else {
-            return;
-        };
         let mode = match p.mode {
             m if m == CollectiveMode::AllGather as u32 => Ll128Mode::AllGather,
             m if m == CollectiveMode::ReduceScatter as u32 => Ll128Mode::ReduceScatter,
             _ => return,
         };
-        let Some(l) = ll_begin(&p) else {
-            return;
-        };
-        let ok = if mode == Ll128Mode::AllGather {
-            // Copies only: no type or operator.
-            ll128_collective(&p, l, Ll128Mode::AllGather, DataType::U32, ReduceOp::Sum)
-        } else {
-            let rs = Ll128Mode::ReduceScatter;
-            with_const_sums!(dtype, op, |d, o| ll128_collective(&p, l, rs, d, o))
-        };
-        ll_finish(&p, l, ok);
+        ll_kernel(&p, |l, dtype, op| {
+            if mode == Ll128Mode::AllGather {
+                // Copies only: no type or operator.
+                ll128_collective(&p, l, Ll128Mode::AllGather, DataType::U32, ReduceOp::Sum)
+            } else {
+                let rs = Ll128Mode::ReduceScatter;
+                with_const_sums!(dtype, op, |d, o| ll128_collective(&p, l, rs, d, o))
+            }
+        });
     }
 }

@@ -17,7 +17,7 @@
 //! launches it only when every part is non-empty, so that every rank hears from every peer in
 //! every call (what keeps a peer from running more than one LL call ahead of a slot's reader).
 
-use super::ll::{LlLaunch, ll_begin, ll_finish, ll_half, ll_receive, ll_send, reduce_arrivals};
+use super::ll::{LlLaunch, ll_half, ll_kernel, ll_receive, ll_send, reduce_arrivals};
 use crate::packet;
 use mscclpp_shared::{CollectiveParams, DataType, LL16Packet, ReduceOp};
 
@@ -93,10 +93,6 @@ crate::kernel! {
     /// [`ll_collective_kernel`](super::ll_collective_kernel). Sums of f16, bf16 and f32 get
     /// loops without type dispatch, as in [`ll_all_reduce_kernel`](super::ll_all_reduce_kernel).
     fn ll_two_shot_all_reduce_kernel(p: CollectiveParams) {
-        let (Some(dtype), Some(op)) = (DataType::from_u32(p.dtype), ReduceOp::from_u32(p.op))
-        else {
-            return;
-        };
         // What the host guarantees, checked so that a bad launch reads and writes nothing:
         // whole packets per part, every part non-empty.
         let parts_ok = p.stride > 0
@@ -108,10 +104,8 @@ crate::kernel! {
         if !parts_ok {
             return;
         }
-        let Some(l) = ll_begin(&p) else {
-            return;
-        };
-        let ok = with_const_sums!(dtype, op, |d, o| ll_two_shot(&p, l, d, o));
-        ll_finish(&p, l, ok);
+        ll_kernel(&p, |l, dtype, op| {
+            with_const_sums!(dtype, op, |d, o| ll_two_shot(&p, l, d, o))
+        });
     }
 }
