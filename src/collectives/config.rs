@@ -56,6 +56,25 @@ impl Algorithm {
     }
 }
 
+/// A collective operation, as the algorithms declare what they serve
+/// ([`Algorithm::serves`]).
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Collective {
+    /// [`Collectives::all_reduce`](super::Collectives::all_reduce).
+    AllReduce,
+    /// [`Collectives::all_gather`](super::Collectives::all_gather).
+    AllGather,
+    /// [`Collectives::reduce_scatter`](super::Collectives::reduce_scatter).
+    ReduceScatter,
+    /// [`Collectives::broadcast`](super::Collectives::broadcast).
+    Broadcast,
+    /// [`Collectives::all_to_all`](super::Collectives::all_to_all).
+    AllToAll,
+    /// [`Collectives::send_recv`](super::Collectives::send_recv) (and `send` / `recv`).
+    SendRecv,
+}
+
 /// Sizes of the communicator-owned buffers and launch shapes.
 #[derive(Clone, Copy, Debug)]
 pub struct CollectiveConfig {

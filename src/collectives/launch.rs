@@ -11,7 +11,7 @@ use mscclpp_shared::{
     MAX_DIRECT_RANKS, MemoryChannelDeviceHandle, ReduceOp, packet::ll128,
 };
 
-use super::{Algorithm, Collectives, direct};
+use super::{Algorithm, CollectiveConfig, Collectives, direct};
 
 impl Collectives {
     pub(super) fn record(&self, a: Algorithm) {
@@ -50,16 +50,7 @@ impl Collectives {
     }
 
     pub(super) fn staged_config(&self, bytes: u64) -> LaunchConfig {
-        let per_block: u64 = if self.comm.gpu().kind() == BackendKind::Cuda {
-            64 << 10
-        } else {
-            1 << 20
-        };
-        let blocks = bytes
-            .div_ceil(per_block)
-            .clamp(1, self.cfg.staged_blocks.min(self.cfg.max_blocks) as u64)
-            as u32;
-        LaunchConfig::new(blocks, self.cfg.threads).with_shared_mem(16)
+        staged_shape(&self.cfg, self.comm.gpu().kind(), bytes)
     }
 
     /// Refuses to queue work on a communicator that already failed: a device wait gave up
@@ -112,14 +103,7 @@ impl Collectives {
     /// single block stores the next flag without the grid's block count: 0.3 µs less at 4 KiB
     /// on 2×H200); beyond, blocks of `ll_threads` and the keeper block.
     fn ll_shape(&self, packets: u64) -> LaunchConfig {
-        let packets = packets.min(u32::MAX as u64) as u32;
-        let (blocks, threads) = if packets <= self.cfg.ll_single_block_packets {
-            (1, packets.next_multiple_of(32).clamp(32, 1024))
-        } else {
-            let t = self.cfg.ll_threads;
-            (packets.div_ceil(t).clamp(1, self.cfg.ll_blocks), t)
-        };
-        LaunchConfig::new(with_keeper(blocks), threads)
+        ll_shape(&self.cfg, packets)
     }
 
     /// Queues the two-shot LL all-reduce for `p` (buffers and `bytes` filled in): one part of
@@ -135,11 +119,11 @@ impl Collectives {
         if p.bytes as usize > self.cfg.ll_max_bytes {
             return Err(self.cannot("an LL call above ll_max_bytes per part"));
         }
-        let n = p.nranks as u64;
-        let part = p.bytes.div_ceil(n).next_multiple_of(8);
-        if (n - 1) * part >= p.bytes || 4 * part > self.ll_slot_bytes {
+        let Some(part) =
+            super::select::two_shot_part(p.nranks as usize, p.bytes, self.ll_slot_bytes)
+        else {
             return self.launch_ll(stream, p);
-        }
+        };
         self.ensure_healthy()?;
         self.record(Algorithm::LlTwoShot);
         p.stride = part;
@@ -158,19 +142,7 @@ impl Collectives {
             return Err(self.cannot("an LL128 call above ll128_max_bytes"));
         }
         self.ensure_healthy()?;
-        let steps = p.bytes.div_ceil(ll128::WARP_DATA_BYTES as u64);
-        let warp = ll128::WARP_LANES as u32;
-        let mut threads = (self.cfg.ll128_threads / warp).max(1) * warp;
-        while threads > warp
-            && steps.div_ceil((threads / warp) as u64) < self.cfg.ll128_blocks as u64
-        {
-            threads /= 2;
-        }
-        threads = (threads / warp).max(1) * warp;
-        let blocks = steps
-            .div_ceil((threads / warp) as u64)
-            .clamp(1, self.cfg.ll128_max_blocks.max(1) as u64) as u32;
-        let blocks = with_keeper(blocks);
+        let shape = ll128_shape(&self.cfg, p.bytes);
         self.record(Algorithm::Ll128);
         let kernel = if p.mode == CollectiveMode::AllReduce as u32 {
             &self.ll128_all_reduce
@@ -179,19 +151,13 @@ impl Collectives {
         };
         // SAFETY: the caller's contract (buffers sized for the mode), and our scratch, whose
         // LL128 region holds `ll128_slot_bytes` per slot for up to `ll128_max_bytes`.
-        unsafe { stream.launch(kernel, LaunchConfig::new(blocks, threads), p) }
+        unsafe { stream.launch(kernel, shape, p) }
     }
 
     /// Whether a per-part collective (all-gather, reduce-scatter) of `part` bytes takes LL128:
     /// forced, or by size (`ll128_part_min_bytes` to `ll128_max_bytes`) when nothing is forced.
     pub(super) fn ll128_part(&self, part: usize, algo: Option<Algorithm>) -> bool {
-        match algo {
-            Some(a) => a == Algorithm::Ll128,
-            None => {
-                self.comm.size() > 1
-                    && (self.cfg.ll128_part_min_bytes..=self.cfg.ll128_max_bytes).contains(&part)
-            }
-        }
+        super::select::ll128_part(&self.cfg, self.comm.size(), part, algo)
     }
 
     /// The parameters of a per-part call (LL and LL128): `part` bytes a part, the parts `part`
@@ -275,9 +241,7 @@ impl Collectives {
         work: usize,
     ) -> Result<()> {
         self.ensure_healthy()?;
-        let most = self.cfg.direct_blocks.min(self.cfg.max_blocks) as usize;
-        let blocks = work.div_ceil(self.cfg.direct_block_bytes).clamp(1, most) as u32;
-        let cfg = LaunchConfig::new(blocks, self.cfg.direct_threads).with_shared_mem(16);
+        let cfg = direct_shape(&self.cfg, work);
         self.record(Algorithm::Direct);
         // SAFETY: the buffers were registered and sized by the caller's contract; the channel
         // table lives as long as `self`.
@@ -397,22 +361,7 @@ impl Collectives {
         ce: bool,
         algo: Option<Algorithm>,
     ) -> Result<Algorithm> {
-        match algo {
-            Some(Algorithm::TwoShotPut | Algorithm::Ll128 | Algorithm::LlTwoShot) => {
-                Err(self.cannot("an all-reduce algorithm for this collective"))
-            }
-            Some(Algorithm::LlOneShot) if !ll => {
-                Err(self.cannot("an LL variant of this collective"))
-            }
-            None if ll && part <= self.cfg.ll_part_max_bytes => Ok(Algorithm::LlOneShot),
-            Some(Algorithm::CopyEngine) if !ce => {
-                Err(self.cannot("a copy-engine reduction (use `direct` or `staged`)"))
-            }
-            Some(a) => Ok(a),
-            None if ce && part >= self.cfg.ce_min_bytes => Ok(Algorithm::CopyEngine),
-            None if part >= self.cfg.direct_min_bytes => Ok(Algorithm::Direct),
-            None => Ok(Algorithm::Staged),
-        }
+        super::select::part_algorithm(&self.cfg, part, ll, ce, algo).map_err(|w| self.cannot(w))
     }
 
     /// Runs a per-part collective on the registered buffers (`shared` is what every rank
@@ -456,7 +405,7 @@ impl Collectives {
     /// Whether a point-to-point transfer of `bytes` tries the copy engines on registered
     /// buffers (the same answer on both sides).
     pub(super) fn p2p_direct(&self, bytes: usize) -> bool {
-        bytes >= self.cfg.direct_min_bytes && self.comm.size() <= MAX_DIRECT_RANKS
+        super::select::p2p_direct(&self.cfg, self.comm.size(), bytes)
     }
 
     pub(super) fn check_rank(&self, r: usize) -> Result<()> {
@@ -505,4 +454,62 @@ pub(super) unsafe fn copy_if_needed(
     }
     // SAFETY: the caller's contract.
     unsafe { stream.copy_dtod(dst, src, bytes) }
+}
+
+/// The staged kernel's launch for a piece of `bytes`: a block per 64 KiB (CUDA) or 1 MiB (CPU
+/// backend), at most `staged_blocks` (and `max_blocks`).
+pub(super) fn staged_shape(
+    cfg: &CollectiveConfig,
+    backend: BackendKind,
+    bytes: u64,
+) -> LaunchConfig {
+    let per_block: u64 = if backend == BackendKind::Cuda {
+        64 << 10
+    } else {
+        1 << 20
+    };
+    let blocks = bytes
+        .div_ceil(per_block)
+        .clamp(1, cfg.staged_blocks.min(cfg.max_blocks) as u64) as u32;
+    LaunchConfig::new(blocks, cfg.threads).with_shared_mem(16)
+}
+
+/// The launch shape of an LL kernel whose threads handle `packets` packet indices (each
+/// for every peer): up to `ll_single_block_packets`, one block, one thread a packet (a
+/// single block stores the next flag without the grid's block count: 0.3 µs less at 4 KiB
+/// on 2×H200); beyond, blocks of `ll_threads` and the keeper block.
+pub(super) fn ll_shape(cfg: &CollectiveConfig, packets: u64) -> LaunchConfig {
+    let packets = packets.min(u32::MAX as u64) as u32;
+    let (blocks, threads) = if packets <= cfg.ll_single_block_packets {
+        (1, packets.next_multiple_of(32).clamp(32, 1024))
+    } else {
+        let t = cfg.ll_threads;
+        (packets.div_ceil(t).clamp(1, cfg.ll_blocks), t)
+    };
+    LaunchConfig::new(with_keeper(blocks), threads)
+}
+
+/// The LL128 kernels' launch for `bytes` per part: one warp per 480-byte step, blocks of
+/// `ll128_threads`, halved (down to one warp) until there are at least `ll128_blocks` of
+/// them, at most `ll128_max_blocks` (the warps loop beyond), and the keeper block.
+pub(super) fn ll128_shape(cfg: &CollectiveConfig, bytes: u64) -> LaunchConfig {
+    let steps = bytes.div_ceil(ll128::WARP_DATA_BYTES as u64);
+    let warp = ll128::WARP_LANES as u32;
+    let mut threads = (cfg.ll128_threads / warp).max(1) * warp;
+    while threads > warp && steps.div_ceil((threads / warp) as u64) < cfg.ll128_blocks as u64 {
+        threads /= 2;
+    }
+    threads = (threads / warp).max(1) * warp;
+    let blocks = steps
+        .div_ceil((threads / warp) as u64)
+        .clamp(1, cfg.ll128_max_blocks.max(1) as u64) as u32;
+    LaunchConfig::new(with_keeper(blocks), threads)
+}
+
+/// The direct kernel's launch over `work` bytes (what one rank moves): a block per
+/// `direct_block_bytes`, at most `direct_blocks` (and `max_blocks`).
+pub(super) fn direct_shape(cfg: &CollectiveConfig, work: usize) -> LaunchConfig {
+    let most = cfg.direct_blocks.min(cfg.max_blocks) as usize;
+    let blocks = work.div_ceil(cfg.direct_block_bytes).clamp(1, most) as u32;
+    LaunchConfig::new(blocks, cfg.direct_threads).with_shared_mem(16)
 }

@@ -55,8 +55,11 @@ mod ce_all_reduce;
 mod config;
 mod direct;
 mod launch;
+mod select;
+#[cfg(test)]
+mod select_pin;
 
-pub use config::{Algorithm, CollectiveConfig};
+pub use config::{Algorithm, Collective, CollectiveConfig};
 
 use std::sync::Arc;
 
@@ -70,7 +73,7 @@ use mscclpp_host::transport::Transport;
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::{
     CollectiveMode, CollectiveParams, DataType, DevicePtr, DirectCollectiveParams,
-    MemoryChannelDeviceHandle, ReduceOp, packet::ll128,
+    MemoryChannelDeviceHandle, ReduceOp,
 };
 
 use crate::kernels;
@@ -158,9 +161,7 @@ impl Collectives {
     /// Sets up collectives with `cfg`, which must be identical on every rank: a rank whose
     /// settings differ from another's gets `Error::ConfigMismatch` (and so does the other).
     pub fn with_config(comm: Arc<Communicator>, mut cfg: CollectiveConfig) -> Result<Self> {
-        cfg.max_blocks = (cfg.max_blocks.max(cfg.staged_blocks))
-            .max(cfg.direct_blocks)
-            .max(ce_all_reduce::ROWS);
+        cfg.max_blocks = select::channel_rows(&cfg);
         let (rank, n) = (comm.rank(), comm.size());
         let g = comm.gpu().clone();
         let t = Transport::local_for(g.kind());
@@ -204,11 +205,9 @@ impl Collectives {
         let staged = module.kernel(kernels::STAGED_COLLECTIVE)?;
         let direct = module.kernel(kernels::DIRECT_COLLECTIVE)?;
         // Scratch: the LL16 region, the LL128 region (each two halves of `n` slots), staging.
-        let ll_slot_bytes = (up16(cfg.ll_max_bytes).div_ceil(8) * 16) as u64;
-        let ll128_offset = 2 * n as u64 * ll_slot_bytes;
-        let ll128_slot_bytes = ll128::line_bytes_for(cfg.ll128_max_bytes) as u64;
-        let stage_offset = ll128_offset + 2 * n as u64 * ll128_slot_bytes;
-        let scratch = g.alloc(stage_offset as usize + cfg.stage_bytes + 16 * n)?;
+        let (ll_slot_bytes, ll128_offset, ll128_slot_bytes, stage_offset, scratch_len) =
+            select::scratch_layout(&cfg, n);
+        let scratch = g.alloc(scratch_len)?;
         let reg = comm.register_buffer(&scratch, t)?;
         let mut connections: Vec<Option<Arc<dyn Connection>>> = vec![None; n];
         for (q, slot) in connections.iter_mut().enumerate() {
@@ -405,23 +404,7 @@ impl Collectives {
     /// (the one-shot kernels would send `n - 1` copies), LL16 one-shot below; beyond the LL
     /// sizes the copy engines, the direct kernel or staging, by size.
     fn all_reduce_choice(&self, bytes: usize) -> Algorithm {
-        let cfg = &self.cfg;
-        let many = self.comm.size() >= cfg.ll_two_shot_min_ranks;
-        if !many && (cfg.ll128_min_bytes..=cfg.ll128_max_bytes).contains(&bytes) {
-            Algorithm::Ll128
-        } else if bytes <= cfg.ll_max_bytes {
-            if many && bytes >= cfg.ll_two_shot_min_bytes {
-                Algorithm::LlTwoShot
-            } else {
-                Algorithm::LlOneShot
-            }
-        } else if bytes >= cfg.ce_all_reduce_min_bytes {
-            Algorithm::CopyEngine
-        } else if bytes >= cfg.direct_min_bytes {
-            Algorithm::Direct
-        } else {
-            Algorithm::Staged
-        }
+        select::all_reduce_choice(&self.cfg, self.comm.size(), bytes)
     }
 
     /// All-gather: every rank's `count` elements land at `output[rank * count ..]` on every
