@@ -1,13 +1,25 @@
-//! The choice of algorithm, as a pure function of the configuration and the call (no GPU, no
-//! communicator), so that it can be tested over every size, rank count and forced algorithm.
+//! The one selection table: which algorithm a call takes when the caller forces none, from
+//! the collective, its size, the number of ranks and whether the callers' buffers can be
+//! registered; the check of a forced algorithm; and [`decide`], the whole choice as a pure
+//! function (what the dispatch in `collectives/mod.rs` does step by step, and what the
+//! pinning test checks over every size, rank count and forced algorithm).
+//!
+//! The table is read top to bottom; the first row of the call's collective whose condition
+//! holds and whose algorithm serves the call (its rank count, type and operator, and, on the
+//! first pass, nothing more) wins. An algorithm on the callers' registered buffers can decline
+//! the call after its exchange (some rank's buffers cannot be shared); the call then takes the
+//! first row whose algorithm needs no registration. Every collective's rows end with one that
+//! always holds. Every rank holds the same configuration (checked at set-up) and makes the same
+//! call, so every rank chooses alike.
 
-use mscclpp_shared::{MAX_DIRECT_RANKS, packet::ll128};
+use mscclpp_shared::{DataType, ReduceOp};
 
-use super::{Algorithm, Collective, CollectiveConfig, ce_all_reduce, up16};
+#[cfg(test)]
+use super::scratch::ScratchLayout;
+use super::{Algorithm, Collective, CollectiveConfig};
 
 /// One call as the choice sees it.
 #[derive(Clone, Copy, Debug)]
-#[cfg_attr(not(test), allow(dead_code))] // the pinning test's entry until the dispatch uses it
 pub(crate) struct Call {
     /// The collective (`SendRecv` for `send_recv`, `send` and `recv`).
     pub collective: Collective,
@@ -18,11 +30,25 @@ pub(crate) struct Call {
     pub bytes: usize,
     /// Ranks of the communicator.
     pub ranks: usize,
+    /// Element type.
+    pub dtype: DataType,
+    /// Operator (`Sum` where the collective does not reduce).
+    pub op: ReduceOp,
 }
 
-/// What a call runs.
+/// What a row (or a forced algorithm) leads to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(not(test), allow(dead_code))] // the pinning test's entry until the dispatch uses it
+pub(crate) enum Choice {
+    /// This algorithm queues the call.
+    Run(Algorithm),
+    /// A `send_recv` runs as a `send` and a `recv` (even ranks send first), each chosen on
+    /// its own.
+    Split,
+}
+
+/// What a call runs in the end.
+#[cfg(test)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Decision {
     /// A copy from input to output, no algorithm (an all-reduce on one rank).
     Copy,
@@ -30,220 +56,251 @@ pub(crate) enum Decision {
     Run(Algorithm),
 }
 
-/// Rows of channels (one per block) every configuration gets: enough for the staged and
-/// direct kernels and the copy-engine all-reduce's pipeline.
-pub(crate) fn channel_rows(cfg: &CollectiveConfig) -> u32 {
-    (cfg.max_blocks.max(cfg.staged_blocks))
-        .max(cfg.direct_blocks)
-        .max(ce_all_reduce::ROWS)
+/// One row of the table.
+struct Row {
+    collective: Collective,
+    /// For `SendRecv`: a row of `send` / `recv` alone.
+    one_way: bool,
+    choice: Choice,
+    when: fn(&CollectiveConfig, &Call) -> bool,
 }
 
-/// `(ll_slot_bytes, ll128_offset, ll128_slot_bytes, stage_offset, total)` of the scratch of
-/// `n` ranks: the LL16 region, the LL128 region (each two halves of `n` slots), staging.
-pub(crate) fn scratch_layout(cfg: &CollectiveConfig, n: usize) -> (u64, u64, u64, u64, usize) {
-    let ll_slot_bytes = (up16(cfg.ll_max_bytes).div_ceil(8) * 16) as u64;
-    let ll128_offset = 2 * n as u64 * ll_slot_bytes;
-    let ll128_slot_bytes = ll128::line_bytes_for(cfg.ll128_max_bytes) as u64;
-    let stage_offset = ll128_offset + 2 * n as u64 * ll128_slot_bytes;
-    let total = stage_offset as usize + cfg.stage_bytes + 16 * n;
-    (
-        ll_slot_bytes,
-        ll128_offset,
-        ll128_slot_bytes,
-        stage_offset,
-        total,
-    )
-}
-
-/// The all-reduce's algorithm for `bytes` when the caller forces none.
-pub(crate) fn all_reduce_choice(cfg: &CollectiveConfig, n: usize, bytes: usize) -> Algorithm {
-    let many = n >= cfg.ll_two_shot_min_ranks;
-    if !many && (cfg.ll128_min_bytes..=cfg.ll128_max_bytes).contains(&bytes) {
-        Algorithm::Ll128
-    } else if bytes <= cfg.ll_max_bytes {
-        if many && bytes >= cfg.ll_two_shot_min_bytes {
-            Algorithm::LlTwoShot
-        } else {
-            Algorithm::LlOneShot
-        }
-    } else if bytes >= cfg.ce_all_reduce_min_bytes {
-        Algorithm::CopyEngine
-    } else if bytes >= cfg.direct_min_bytes {
-        Algorithm::Direct
-    } else {
-        Algorithm::Staged
+const fn row(
+    collective: Collective,
+    a: Algorithm,
+    when: fn(&CollectiveConfig, &Call) -> bool,
+) -> Row {
+    Row {
+        collective,
+        one_way: false,
+        choice: Choice::Run(a),
+        when,
     }
 }
 
-/// Whether a per-part collective (all-gather, reduce-scatter) of `part` bytes takes LL128.
-pub(crate) fn ll128_part(
+const fn one_way(a: Algorithm, when: fn(&CollectiveConfig, &Call) -> bool) -> Row {
+    Row {
+        collective: SendRecv,
+        one_way: true,
+        choice: Choice::Run(a),
+        when,
+    }
+}
+
+fn always(_: &CollectiveConfig, _: &Call) -> bool {
+    true
+}
+
+use Algorithm::*;
+use Collective::*;
+
+/// The selection table (module docs). Sizes are a call's `bytes` (per part for all-gather,
+/// reduce-scatter and all-to-all).
+const TABLE: &[Row] = &[
+    // All-reduce: LL128 in its range on few ranks; on more, the two-shot LL, which sends
+    // 2 (n - 1) / n of the data where the one-shot kernels send n - 1 copies; LL16 below;
+    // beyond the LL sizes the copy engines, the direct kernel, staging.
+    row(AllReduce, Ll128, |c, x| {
+        x.ranks < c.ll_two_shot_min_ranks
+            && (c.ll128_min_bytes..=c.ll128_max_bytes).contains(&x.bytes)
+    }),
+    row(AllReduce, LlTwoShot, |c, x| {
+        x.ranks >= c.ll_two_shot_min_ranks
+            && (c.ll_two_shot_min_bytes..=c.ll_max_bytes).contains(&x.bytes)
+    }),
+    row(AllReduce, LlOneShot, |c, x| x.bytes <= c.ll_max_bytes),
+    row(AllReduce, CopyEngine, |c, x| {
+        x.bytes >= c.ce_all_reduce_min_bytes
+    }),
+    row(AllReduce, Direct, |c, x| x.bytes >= c.direct_min_bytes),
+    row(AllReduce, Staged, always),
+    // All-gather.
+    row(AllGather, Ll128, |c, x| {
+        x.ranks > 1 && (c.ll128_part_min_bytes..=c.ll128_max_bytes).contains(&x.bytes)
+    }),
+    row(AllGather, LlOneShot, |c, x| x.bytes <= c.ll_part_max_bytes),
+    row(AllGather, CopyEngine, |c, x| x.bytes >= c.ce_min_bytes),
+    row(AllGather, Direct, |c, x| x.bytes >= c.direct_min_bytes),
+    row(AllGather, Staged, always),
+    // Reduce-scatter: LL up to a whole slot (the direct kernel loads its parts over NVLink,
+    // which is slower than packets up to 1 MiB parts: 0.8x NCCL at 1 MiB on 2xH200); no copy
+    // engine (they do not reduce).
+    row(ReduceScatter, Ll128, |c, x| {
+        x.ranks > 1 && (c.ll128_part_min_bytes..=c.ll128_max_bytes).contains(&x.bytes)
+    }),
+    row(ReduceScatter, LlOneShot, |c, x| {
+        x.ranks > 1 && x.bytes <= c.ll_max_bytes || x.bytes <= c.ll_part_max_bytes
+    }),
+    row(ReduceScatter, Direct, |c, x| x.bytes >= c.direct_min_bytes),
+    row(ReduceScatter, Staged, always),
+    // Broadcast.
+    row(Broadcast, LlOneShot, |c, x| x.bytes <= c.ll_part_max_bytes),
+    row(Broadcast, CopyEngine, |c, x| x.bytes >= c.ce_min_bytes),
+    row(Broadcast, Direct, |c, x| x.bytes >= c.direct_min_bytes),
+    row(Broadcast, Staged, always),
+    // All-to-all.
+    row(AllToAll, LlOneShot, |c, x| x.bytes <= c.ll_part_max_bytes),
+    row(AllToAll, CopyEngine, |c, x| x.bytes >= c.ce_min_bytes),
+    row(AllToAll, Direct, |c, x| x.bytes >= c.direct_min_bytes),
+    row(AllToAll, Staged, always),
+    // send_recv: one LL exchange on two ranks (every rank of the communicator takes part,
+    // as LL launches must); on registered buffers the direct kernel (one launch), from
+    // `ce_min_bytes` the copy engines; else a send and a recv.
+    row(SendRecv, LlOneShot, |c, x| {
+        x.ranks == 2 && x.bytes <= c.ll_max_bytes
+    }),
+    row(SendRecv, Direct, |c, x| {
+        (c.direct_min_bytes..c.ce_min_bytes).contains(&x.bytes)
+    }),
+    row(SendRecv, CopyEngine, |c, x| x.bytes >= c.direct_min_bytes),
+    Row {
+        collective: SendRecv,
+        one_way: false,
+        choice: Choice::Split,
+        when: always,
+    },
+    // send and recv alone.
+    one_way(CopyEngine, |c, x| x.bytes >= c.direct_min_bytes),
+    one_way(Staged, always),
+];
+
+/// Whether `a` serves `call`'s ranks, type and operator (and point-to-point calls, for
+/// `send_recv` / `send` / `recv`), and, unless `registered`, needs no registered buffers.
+fn fits(a: Algorithm, call: &Call, registered: bool) -> bool {
+    let u = a.unit();
+    (registered || !u.registered)
+        && (call.collective != SendRecv || u.point_to_point)
+        && (u.serves_ranks)(call.ranks).is_ok()
+        && (u.serves_data)(call.dtype, call.op).is_ok()
+}
+
+/// What `call` takes: `forced` if that algorithm serves it (else `Err` with what it cannot
+/// do), or the first row that holds, among the algorithms that need no registered buffers
+/// unless `registered`.
+pub(crate) fn choose(
     cfg: &CollectiveConfig,
-    n: usize,
-    part: usize,
-    algo: Option<Algorithm>,
-) -> bool {
-    match algo {
-        Some(a) => a == Algorithm::Ll128,
-        None => n > 1 && (cfg.ll128_part_min_bytes..=cfg.ll128_max_bytes).contains(&part),
-    }
-}
-
-/// The path of a per-part collective of `part` bytes.
-pub(crate) fn part_algorithm(
-    cfg: &CollectiveConfig,
-    part: usize,
-    ll: bool,
-    ce: bool,
-    algo: Option<Algorithm>,
-) -> Result<Algorithm, &'static str> {
-    match algo {
-        Some(Algorithm::TwoShotPut | Algorithm::Ll128 | Algorithm::LlTwoShot) => {
-            Err("an all-reduce algorithm for this collective")
+    call: &Call,
+    forced: Option<Algorithm>,
+    registered: bool,
+) -> Result<Choice, &'static str> {
+    if let Some(a) = forced {
+        let u = a.unit();
+        if call.collective == SendRecv || !u.serves.contains(&call.collective) {
+            return Err(u.not_served);
         }
-        Some(Algorithm::LlOneShot) if !ll => Err("an LL variant of this collective"),
-        None if ll && part <= cfg.ll_part_max_bytes => Ok(Algorithm::LlOneShot),
-        Some(Algorithm::CopyEngine) if !ce => {
-            Err("a copy-engine reduction (use `direct` or `staged`)")
-        }
-        Some(a) => Ok(a),
-        None if ce && part >= cfg.ce_min_bytes => Ok(Algorithm::CopyEngine),
-        None if part >= cfg.direct_min_bytes => Ok(Algorithm::Direct),
-        None => Ok(Algorithm::Staged),
+        (u.serves_ranks)(call.ranks)?;
+        (u.serves_data)(call.dtype, call.op)?;
+        return Ok(Choice::Run(a));
     }
-}
-
-/// The two-shot LL all-reduce's part (bytes, whole packets) of `bytes` on `n` ranks, or `None`
-/// when the call is too small for every rank to own a non-empty part, or two parts of packets
-/// do not fit an LL slot of `ll_slot_bytes` (then the one-shot kernel runs).
-pub(crate) fn two_shot_part(n: usize, bytes: u64, ll_slot_bytes: u64) -> Option<u64> {
-    let n = n as u64;
-    let part = bytes.div_ceil(n).next_multiple_of(8);
-    if (n - 1) * part >= bytes || 4 * part > ll_slot_bytes {
-        None
-    } else {
-        Some(part)
-    }
-}
-
-/// Whether a point-to-point transfer of `bytes` tries the copy engines on registered buffers.
-pub(crate) fn p2p_direct(cfg: &CollectiveConfig, n: usize, bytes: usize) -> bool {
-    bytes >= cfg.direct_min_bytes && n <= MAX_DIRECT_RANKS
+    TABLE
+        .iter()
+        .filter(|r| r.collective == call.collective && r.one_way == call.one_way)
+        .filter(|r| match r.choice {
+            Choice::Run(a) => fits(a, call, registered),
+            Choice::Split => true,
+        })
+        .find(|r| (r.when)(cfg, call))
+        .map(|r| r.choice)
+        .ok_or("a call no algorithm serves")
 }
 
 /// What `call` runs, forced to `forced` or not, when every rank's buffers can (`registered`)
-/// or cannot be shared for the direct and copy-engine paths; `Err` with what is unsupported
-/// when a forced algorithm cannot serve it.
-#[cfg_attr(not(test), allow(dead_code))] // the pinning test's entry until the dispatch uses it
+/// or cannot be shared; `Err` with what is unsupported. The dispatch's steps, without a GPU:
+/// an all-reduce on one rank copies; otherwise [`choose`]; a `send_recv` that splits is
+/// decided as a `send` (its `recv` decides alike); an algorithm on registered buffers that
+/// cannot have them declines (a forced one is refused, else the choice is made again among
+/// the others); the chosen algorithm's `plan` says what finally runs.
+#[cfg(test)]
 pub(crate) fn decide(
     cfg: &CollectiveConfig,
     call: Call,
     forced: Option<Algorithm>,
     registered: bool,
 ) -> Result<Decision, &'static str> {
-    let (bytes, n) = (call.bytes, call.ranks);
-    let ll = |b: usize| {
-        if b > cfg.ll_max_bytes {
-            Err("an LL call above ll_max_bytes per part")
-        } else {
-            Ok(Decision::Run(Algorithm::LlOneShot))
-        }
-    };
-    let ll128 = |b: usize| {
-        if b > cfg.ll128_max_bytes {
-            Err("an LL128 call above ll128_max_bytes")
-        } else {
-            Ok(Decision::Run(Algorithm::Ll128))
-        }
-    };
-    let buffers = |a: Algorithm| {
-        if a == Algorithm::Staged {
-            Ok(Decision::Run(Algorithm::Staged))
-        } else if n > MAX_DIRECT_RANKS {
-            if forced.is_some() {
-                Err("the direct path on more than MAX_DIRECT_RANKS ranks")
-            } else {
-                Ok(Decision::Run(Algorithm::Staged))
+    if call.collective == AllReduce && call.ranks == 1 {
+        return Ok(Decision::Copy);
+    }
+    let layout = ScratchLayout::for_registered(cfg, call.ranks);
+    let mut choice = choose(cfg, &call, forced, true)?;
+    loop {
+        match choice {
+            Choice::Split => {
+                let half = Call {
+                    one_way: true,
+                    ..call
+                };
+                return decide(cfg, half, None, registered);
             }
-        } else if registered {
-            Ok(Decision::Run(a))
-        } else if forced.is_some() {
-            Err("the direct path on these buffers")
-        } else {
-            Ok(Decision::Run(Algorithm::Staged))
-        }
-    };
-    let p2p = p2p_direct(cfg, n, bytes) && registered;
-    match call.collective {
-        Collective::AllReduce => {
-            let algo = forced.unwrap_or_else(|| all_reduce_choice(cfg, n, bytes));
-            if n == 1 {
-                return Ok(Decision::Copy);
-            }
-            match algo {
-                Algorithm::LlOneShot => ll(bytes),
-                Algorithm::Ll128 => ll128(bytes),
-                Algorithm::LlTwoShot => {
-                    if bytes > cfg.ll_max_bytes {
-                        return ll(bytes);
-                    }
-                    let slot = scratch_layout(cfg, n).0;
-                    match two_shot_part(n, bytes as u64, slot) {
-                        Some(_) => Ok(Decision::Run(Algorithm::LlTwoShot)),
-                        None => ll(bytes),
-                    }
+            Choice::Run(a) if a.unit().registered && !registered => {
+                if forced.is_some() {
+                    return Err(DECLINED);
                 }
-                Algorithm::Direct => buffers(algo),
-                Algorithm::CopyEngine => match buffers(algo)? {
-                    Decision::Run(Algorithm::CopyEngine) => {
-                        let (_, piece, _, slot) =
-                            ce_all_reduce::plan(bytes, n, cfg.ce_scratch_bytes, cfg.ce_min_pieces);
-                        if piece > slot {
-                            Err("a copy-engine all-reduce with this little scratch")
-                        } else {
-                            Ok(Decision::Run(Algorithm::CopyEngine))
-                        }
-                    }
-                    other => Ok(other),
-                },
-                Algorithm::Staged | Algorithm::TwoShotPut => Ok(Decision::Run(algo)),
+                choice = choose(cfg, &call, None, false)?;
+            }
+            Choice::Run(a) => return (a.unit().plan)(cfg, &layout, &call).map(Decision::Run),
+        }
+    }
+}
+
+/// What a forced algorithm on registered buffers is refused as when some rank's cannot be
+/// shared.
+pub(crate) const DECLINED: &str = "the direct path on these buffers";
+
+#[cfg(test)]
+mod tests {
+    use super::{Choice, TABLE};
+
+    /// Every row's algorithm serves its collective (forced), or, for the point-to-point rows,
+    /// says it may be picked there; and every collective ends with a row that always holds.
+    #[test]
+    fn rows_name_algorithms_that_serve_them() {
+        for r in TABLE {
+            if let Choice::Run(a) = r.choice {
+                let u = a.unit();
+                if r.collective == super::SendRecv {
+                    assert!(u.point_to_point, "{a:?} in a send/recv row");
+                } else {
+                    assert!(u.serves.contains(&r.collective), "{a:?} {:?}", r.collective);
+                }
             }
         }
-        Collective::AllGather | Collective::ReduceScatter => {
-            if ll128_part(cfg, n, bytes, forced) {
-                return ll128(bytes);
-            }
-            let rs = call.collective == Collective::ReduceScatter;
-            let a = if rs && forced.is_none() && bytes <= cfg.ll_max_bytes && n > 1 {
-                Algorithm::LlOneShot
-            } else {
-                part_algorithm(cfg, bytes, true, !rs, forced)?
+        let cfg =
+            crate::collectives::CollectiveConfig::for_backend(mscclpp_host::gpu::BackendKind::Cuda);
+        for (c, one_way) in [
+            (super::AllReduce, false),
+            (super::AllGather, false),
+            (super::ReduceScatter, false),
+            (super::Broadcast, false),
+            (super::AllToAll, false),
+            (super::SendRecv, false),
+            (super::SendRecv, true),
+        ] {
+            let last = TABLE
+                .iter()
+                .rfind(|r| r.collective == c && r.one_way == one_way);
+            let Some(last) = last else {
+                panic!("{c:?} ({one_way}) has no rows");
             };
-            if a == Algorithm::LlOneShot {
-                return ll(bytes);
-            }
-            buffers(a)
-        }
-        Collective::Broadcast | Collective::AllToAll => {
-            let a = part_algorithm(cfg, bytes, true, true, forced)?;
-            if a == Algorithm::LlOneShot {
-                return ll(bytes);
-            }
-            buffers(a)
-        }
-        Collective::SendRecv if call.one_way => Ok(Decision::Run(if p2p {
-            Algorithm::CopyEngine
-        } else {
-            Algorithm::Staged
-        })),
-        Collective::SendRecv => {
-            if n == 2 && bytes <= cfg.ll_max_bytes {
-                Ok(Decision::Run(Algorithm::LlOneShot))
-            } else if p2p && bytes < cfg.ce_min_bytes {
-                Ok(Decision::Run(Algorithm::Direct))
-            } else if p2p {
-                Ok(Decision::Run(Algorithm::CopyEngine))
-            } else {
-                Ok(Decision::Run(Algorithm::Staged))
+            let ok = match last.choice {
+                Choice::Split => true,
+                Choice::Run(a) => a == super::Algorithm::Staged,
+            };
+            assert!(ok, "{c:?} ({one_way}) ends with {:?}", last.choice);
+            for bytes in [1, 1 << 10, 1 << 20, 1 << 30] {
+                for ranks in [1, 2, 8, 64] {
+                    let call = super::Call {
+                        collective: c,
+                        one_way,
+                        bytes,
+                        ranks,
+                        dtype: mscclpp_shared::DataType::F32,
+                        op: mscclpp_shared::ReduceOp::Sum,
+                    };
+                    assert!(
+                        (last.when)(&cfg, &call),
+                        "{c:?} ({one_way}) {bytes} {ranks}"
+                    );
+                }
             }
         }
     }

@@ -7,7 +7,7 @@
 //! must not be changed with the library: a difference is a change of behaviour.
 
 use mscclpp_host::gpu::{BackendKind, LaunchConfig};
-use mscclpp_shared::MAX_DIRECT_RANKS;
+use mscclpp_shared::{DataType, MAX_DIRECT_RANKS, ReduceOp};
 
 use super::select::{self, Call, Decision};
 use super::{Algorithm, Collective, CollectiveConfig};
@@ -26,20 +26,29 @@ fn library(cfg: &CollectiveConfig, call: Call, forced: Option<Algorithm>, reg: b
 }
 
 fn library_shapes(cfg: &CollectiveConfig, backend: BackendKind, x: u64) -> [LaunchConfig; 4] {
+    use super::algo::{direct, ll, ll128, staged};
     [
-        super::launch::ll_shape(cfg, x),
-        super::launch::ll128_shape(cfg, x),
-        super::launch::staged_shape(cfg, backend, x),
-        super::launch::direct_shape(cfg, x as usize),
+        ll::shape(cfg, x),
+        ll128::shape(cfg, x),
+        staged::shape(cfg, backend, x),
+        direct::shape(cfg, x as usize),
     ]
 }
 
 fn library_layout(cfg: &CollectiveConfig, n: usize) -> (u64, u64, u64, u64, usize) {
-    select::scratch_layout(cfg, n)
+    let l = super::scratch::ScratchLayout::for_registered(cfg, n);
+    let stage = l.stage_offset();
+    (
+        l.ll_slot_bytes(),
+        l.ll128_offset(),
+        l.ll128_slot_bytes(),
+        stage,
+        l.len(),
+    )
 }
 
 fn library_rows(cfg: &CollectiveConfig) -> u32 {
-    select::channel_rows(cfg)
+    super::channel_rows(cfg)
 }
 
 // ---- The reference (the code of e1cbef2, restated) ----
@@ -409,6 +418,8 @@ fn every_call_runs_what_it_ran_before_the_units() {
                         one_way,
                         bytes,
                         ranks: n,
+                        dtype: DataType::F32,
+                        op: ReduceOp::Sum,
                     };
                     let forcings: Vec<Option<Algorithm>> = if collective == Collective::SendRecv {
                         vec![None] // send_recv, send and recv take no algorithm
@@ -446,6 +457,8 @@ fn the_reference_says_what_the_readme_says() {
         one_way: false,
         bytes,
         ranks,
+        dtype: DataType::F32,
+        op: ReduceOp::Sum,
     };
     let auto = |cfg: &CollectiveConfig, c: Call, reg| reference(cfg, c, None, reg);
     let ar = Collective::AllReduce;
