@@ -450,6 +450,20 @@ mod tests {
     }
 
     #[test]
+    fn limits_name_settings_of_the_table() {
+        for row in CollectiveConfig::TABLE {
+            if let super::Limit::AtMost(other) = row.limit {
+                let found = CollectiveConfig::TABLE.iter().any(|r| r.name == other);
+                assert!(
+                    found,
+                    "{} is at most {other}, which is no setting",
+                    row.name
+                );
+            }
+        }
+    }
+
+    #[test]
     fn defaults_and_settings_follow_the_table() {
         for backend in [BackendKind::Cuda, BackendKind::Cpu] {
             let c = CollectiveConfig::for_backend(backend);

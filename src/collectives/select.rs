@@ -1,8 +1,8 @@
 //! The one selection table: which algorithm a call takes when the caller forces none, from
 //! the collective, its size, the number of ranks and whether the callers' buffers can be
-//! registered; the check of a forced algorithm; and [`decide`], the whole choice as a pure
-//! function (what the dispatch in `collectives/mod.rs` does step by step, and what the
-//! pinning test checks over every size, rank count and forced algorithm).
+//! registered; the check of a forced algorithm; and, for the tests, `decide`, the whole choice
+//! as a pure function (what the dispatch in `collectives/mod.rs` does step by step, and what
+//! the pinning test checks over every size, rank count and forced algorithm).
 //!
 //! The table is read top to bottom; the first row of the call's collective whose condition
 //! holds and whose algorithm serves the call (its rank count, type and operator, and, on the

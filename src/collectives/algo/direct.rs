@@ -124,7 +124,7 @@ impl Direct {
         pair_output(cx, next, &got, b)?;
         let mut d = cx.direct_params(CollectiveMode::Send, Context::MOVE, b);
         (d.common.input, d.common.output) = (input, output);
-        d.common.root = next as u32;
+        d.common.root = args.root();
         d.inputs[cx.rank()] = input;
         // The kernel meets exactly the ranks with an output entry.
         for (&q, theirs) in peers.iter().zip(&got) {
