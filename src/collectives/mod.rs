@@ -1,151 +1,96 @@
 //! Collectives on a communicator: `all_reduce` (sum, min, max over f32, f16, bf16, i32, u32),
-//! `all_gather`, `reduce_scatter`, `broadcast`, `all_to_all`, `send` / `recv`, in place or
-//! out of place, any element count, on a caller's stream.
+//! `all_gather`, `reduce_scatter`, `broadcast`, `all_to_all`, `send` / `recv` and
+//! `send_recv`, in place or out of place, any element count, on a caller's stream.
 //!
 //! [`Collectives::new`] connects every rank to every other on its node (CUDA IPC / shared
-//! memory), allocates a scratch buffer per rank that every peer maps, and builds one row of
-//! MemoryChannels (one per peer) for each block the kernels may use. The kernels are in
-//! `mscclpp_device::collectives`.
+//! memory), allocates a scratch buffer per rank that every peer maps, builds one row of
+//! MemoryChannels (one per peer) for each block the kernels may use (`setup.rs`), and sets up
+//! every algorithm. The kernels are in `mscclpp_device::collectives`.
 //!
-//! Algorithms (chosen by size unless the caller forces one with [`Algorithm`]):
-//! - `LlOneShot` (all-reduce and a two-rank `send_recv` up to `ll_max_bytes`; all-gather,
-//!   reduce-scatter, all-to-all and broadcast up to `ll_part_max_bytes` per part): every rank
-//!   writes its input (or each peer's part of it; a broadcast's non-roots an ack) as LL16
-//!   packets into every peer's scratch and reduces or copies what arrives: one hop, no
-//!   barrier.
-//! - `Ll128` (all-reduce from `ll128_min_bytes` to `ll128_max_bytes` on fewer than
+//! Where things are:
+//!
+//! | file | what |
+//! |---|---|
+//! | `mod.rs` | [`Collectives`]: set-up, the public calls, and the dispatch (choose, queue, fall back) |
+//! | `algo/` | one file per algorithm ([`Algorithm`]: `ll`, `ll128`, `ll_two_shot`, `staged`, `two_shot_put`, `direct`, `copy_engine`), each implementing one trait, registered by one line (`algo/mod.rs` says how to add one) |
+//! | `select.rs` | the one selection table (collective, size, ranks, registered or not → algorithm) |
+//! | `config.rs` | [`CollectiveConfig`], from one table of settings (defaults per backend, environment variables, limits) |
+//! | `scratch.rs` | the scratch layout (LL16, LL128, staging regions; the copy-engine scratch) |
+//! | `context.rs` | what the algorithms share: parameter blocks (the one place that sets a kernel's mode), health checks, the record of what ran |
+//! | `registered.rs` | the callers' buffers registered on first use and exchanged on every call of the direct and copy-engine paths |
+//! | `setup.rs` | the checks and the wiring of set-up |
+//!
+//! Algorithms (chosen by size unless the caller forces one with [`Algorithm`]; each file says
+//! more, the selection table says when):
+//! - `ll` (all-reduce and a two-rank `send_recv` up to `ll_max_bytes`; all-gather,
+//!   reduce-scatter, all-to-all and broadcast up to `ll_part_max_bytes` per part): LL16
+//!   packets into every peer's scratch: one hop, no barrier.
+//! - `ll128` (all-reduce from `ll128_min_bytes` to `ll128_max_bytes` on fewer than
 //!   `ll_two_shot_min_ranks` ranks; all-gather and reduce-scatter parts from
-//!   `ll128_part_min_bytes` to `ll128_max_bytes` on any number): the same one-shot shape with
-//!   LL128 lines, 120 data bytes in every 128 (LL16: 8 in 16), written by a warp; the medium
-//!   sizes, which the links' bandwidth bounds, go almost twice as fast.
-//! - `LlTwoShot` (all-reduce from `ll_two_shot_min_bytes` to `ll_max_bytes` on
+//!   `ll128_part_min_bytes` to `ll128_max_bytes` on any number): the same with LL128 lines.
+//! - `ll2` (all-reduce from `ll_two_shot_min_bytes` to `ll_max_bytes` on
 //!   `ll_two_shot_min_ranks` ranks or more): an LL16 reduce-scatter and all-gather in one
-//!   launch. A one-shot kernel sends `n - 1` copies of the data (LL128: 1.07 bytes a byte,
-//!   LL16: 2); this sends `2 (n - 1) / n` parts (4 (n - 1) / n bytes as packets) for one more
-//!   hop, which is less from 4 ranks on. Above `ll_max_bytes` those ranks go to the direct or
-//!   copy-engine paths, not to LL128.
-//! - `Staged` (everything, any size): input is staged in the rank's scratch, ranks meet at a
-//!   block barrier, and each rank reads its peers' staging over NVLink; all-reduce is a
-//!   reduce-scatter followed by an all-gather. Large operations run in pieces of the staging
-//!   size.
-//! - `TwoShotPut` (all-reduce, any size): only writes cross the links — each rank puts part `q`
-//!   of its input into rank `q`'s staging, reduces its own part locally, and puts the result
-//!   into every peer's staging.
-//! - `Direct` (every collective but send/recv, from `direct_min_bytes`): no staging; the
-//!   callers' buffers are registered on first use (`direct.rs`) and one kernel reads and writes
-//!   the peers' buffers themselves (`mscclpp_device::collectives::direct`).
-//! - `CopyEngine` (all-gather, broadcast, all-to-all, send/recv, from `ce_min_bytes`; send/recv
-//!   whenever direct): the registered buffers again, moved by the copy engines
-//!   (`cuMemcpyAsync` into the peers' mapped buffers) between two block barriers. For
-//!   all-reduce (from `ce_all_reduce_min_bytes`), a pipelined reduce-scatter and all-gather by
-//!   copy engine through a scratch buffer of its own (`ce_all_reduce.rs`).
+//!   launch. Above `ll_max_bytes` those ranks go to the direct or copy-engine paths, not to
+//!   LL128.
+//! - `staged` (everything, any size): through the staging region, in pieces.
+//! - `put` (all-reduce, any size): only writes cross the links.
+//! - `direct` (every collective but send/recv, from `direct_min_bytes`; `send_recv` below
+//!   `ce_min_bytes`): one kernel on the callers' registered buffers.
+//! - `ce` (all-gather, broadcast, all-to-all, `send_recv` from `ce_min_bytes`; `send` / `recv`
+//!   from `direct_min_bytes`; all-reduce from `ce_all_reduce_min_bytes`): the copy engines on
+//!   the registered buffers.
 //!
 //! The direct and copy-engine paths cost one bootstrap message per peer per call (host side),
 //! which a CUDA graph pays once, at capture. They need every buffer to be device memory this
 //! process allocated with an exportable allocator (`cuMemAlloc`, e.g. PyTorch's caching
 //! allocator), 16-byte aligned and a multiple of 16 bytes long, on at most
-//! [`MAX_DIRECT_RANKS`](mscclpp_shared::MAX_DIRECT_RANKS) ranks; otherwise every rank takes the staged path.
+//! [`MAX_DIRECT_RANKS`](mscclpp_shared::MAX_DIRECT_RANKS) ranks; otherwise every rank takes
+//! the staged path.
 //!
 //! Measured on 2×H200: see BENCHMARKS.md.
 //!
 //! Every rank must call the same collectives in the same order (as with NCCL); `send` and
 //! `recv` pair up between two ranks.
 
-mod ce_all_reduce;
+mod algo;
 mod config;
-mod direct;
-mod launch;
+mod context;
+mod registered;
+mod scratch;
+mod select;
+#[cfg(test)]
+mod select_pin;
+mod setup;
 
-pub use config::{Algorithm, CollectiveConfig};
+pub use algo::{Algorithm, Collective};
+pub use config::{CollectiveConfig, Limit, Setting};
 
 use std::sync::Arc;
 
+use mscclpp_host::Result;
 use mscclpp_host::communicator::Communicator;
-use mscclpp_host::connection::{Connection, EndpointConfig};
-use mscclpp_host::gpu::{DeviceBuffer, Kernel, Module, Stream};
-use mscclpp_host::memory_channel::MemoryChannel;
-use mscclpp_host::registered_memory::RegisteredMemory;
-use mscclpp_host::semaphore::MemoryDevice2DeviceSemaphore;
-use mscclpp_host::transport::Transport;
-use mscclpp_host::{Error, Result};
-use mscclpp_shared::{
-    CollectiveMode, CollectiveParams, DataType, DevicePtr, DirectCollectiveParams,
-    MemoryChannelDeviceHandle, ReduceOp, packet::ll128,
-};
+use mscclpp_host::gpu::{Module, Stream};
+use mscclpp_shared::{DataType, DevicePtr, ReduceOp};
 
-use crate::kernels;
-use launch::copy_if_needed;
+use algo::{Queue, Queued, UNITS};
+use context::{Args, Context, Peer, SetUp, copy_if_needed};
+use scratch::ScratchLayout;
+use select::{Call, Choice};
 
 /// The collectives of one communicator.
 pub struct Collectives {
-    comm: Arc<Communicator>,
-    cfg: CollectiveConfig,
+    /// Every algorithm's state, indexed by [`Algorithm`] (dropped first: streams, events).
+    units: Vec<Box<dyn Queue>>,
+    cx: Context,
     _module: Module,
-    ll: Kernel<CollectiveParams>,
-    ll_all_reduce: Kernel<CollectiveParams>,
-    ll_all_gather: Kernel<CollectiveParams>,
-    ll128_all_reduce: Kernel<CollectiveParams>,
-    ll128_collective: Kernel<CollectiveParams>,
-    ll_two_shot_all_reduce: Kernel<CollectiveParams>,
-    staged: Kernel<CollectiveParams>,
-    direct: Kernel<DirectCollectiveParams>,
-    buffers: direct::DirectBuffers,
-    /// Second stream of the copy-engine paths (a rank's copy into its own buffer), and its
-    /// fork and join events.
-    side: Stream,
-    fork: mscclpp_host::gpu::Event,
-    join: mscclpp_host::gpu::Event,
-    /// The copy-engine all-reduce's streams, events and scratch.
-    ce: ce_all_reduce::Pipeline,
-    scratch: DeviceBuffer,
-    channel_table: DeviceBuffer,
-    _channels: Vec<MemoryChannel>,
-    _peers: Vec<RegisteredMemory>,
-    _connections: Vec<Arc<dyn Connection>>,
-    ll_slot_bytes: u64,
-    ll128_offset: u64,
-    ll128_slot_bytes: u64,
-    stage_offset: u64,
-    ll_flags: DeviceBuffer,
-    /// The algorithm of the last queued call ([`Algorithm`] as `u8` + 1; 0 before any).
-    last: std::sync::atomic::AtomicU8,
 }
 
-const SCRATCH_TAG: u64 = 0x5c_0000;
-const SEMAPHORE_TAG: u64 = 0x5e_0000;
-
-fn up16(x: usize) -> usize {
-    (x + 15) & !15
-}
-
-/// Refuses a configuration that differs from any other rank's (`Error::ConfigMismatch` naming
-/// the first setting that differs and the rank), by one all-gather of every setting. A peer's
-/// answer of the wrong length counts as a mismatch.
-fn check_same_config(comm: &Communicator, cfg: &CollectiveConfig) -> Result<()> {
-    let settings = cfg.settings();
-    let mine: Vec<u8> = settings.iter().flat_map(|(_, v)| v.to_le_bytes()).collect();
-    for (rank, theirs) in comm.all_gather(&mine)?.iter().enumerate() {
-        if theirs.len() != mine.len() {
-            return Err(Error::ConfigMismatch {
-                what: "the size of the collectives' settings (bytes)",
-                mine: mine.len() as u64,
-                rank,
-                theirs: theirs.len() as u64,
-            });
-        }
-        for (&(what, v), b) in settings.iter().zip(theirs.chunks_exact(8)) {
-            let t = u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
-            if t != v {
-                return Err(Error::ConfigMismatch {
-                    what,
-                    mine: v,
-                    rank,
-                    theirs: t,
-                });
-            }
-        }
-    }
-    Ok(())
+/// Rows of channels for `cfg`: its `max_blocks`, raised to what every algorithm launches with.
+pub(crate) fn channel_rows(cfg: &CollectiveConfig) -> u32 {
+    UNITS
+        .iter()
+        .map(|u| (u.channel_rows)(cfg))
+        .fold(cfg.max_blocks, u32::max)
 }
 
 impl Collectives {
@@ -158,145 +103,50 @@ impl Collectives {
     /// Sets up collectives with `cfg`, which must be identical on every rank: a rank whose
     /// settings differ from another's gets `Error::ConfigMismatch` (and so does the other).
     pub fn with_config(comm: Arc<Communicator>, mut cfg: CollectiveConfig) -> Result<Self> {
-        cfg.max_blocks = (cfg.max_blocks.max(cfg.staged_blocks))
-            .max(cfg.direct_blocks)
-            .max(ce_all_reduce::ROWS);
-        let (rank, n) = (comm.rank(), comm.size());
+        cfg.max_blocks = channel_rows(&cfg);
+        setup::check_one_node(&comm)?;
+        setup::check_one_gpu_per_rank(&comm)?;
+        setup::check_same_config(&comm, &cfg)?;
         let g = comm.gpu().clone();
-        let t = Transport::local_for(g.kind());
-        for q in 0..n {
-            if !comm.same_node(q) {
-                return Err(Error::Connect {
-                    remote_rank: q,
-                    transport: t,
-                    reason: "collectives across nodes are not implemented yet".into(),
-                });
-            }
-        }
-        // One GPU per rank (CUDA), checked on every rank alike.
-        let mine = match g.pci_bus_id() {
-            Some(id) => format!("{:?}/{id}", comm.bootstrap().node_of(rank)),
-            None => String::new(),
-        };
-        let all = comm.all_gather(mine.as_bytes())?;
-        for (second, b) in all.iter().enumerate() {
-            let first = all[..second].iter().position(|a| a == b);
-            if let (Some(first), false) = (first, b.is_empty()) {
-                return Err(Error::DuplicateGpu {
-                    first,
-                    second,
-                    device: String::from_utf8_lossy(b)
-                        .rsplit('/')
-                        .next()
-                        .unwrap_or_default()
-                        .to_string(),
-                });
-            }
-        }
-        check_same_config(&comm, &cfg)?;
         let module = g.load_ptx(crate::DEVICE_PTX)?;
-        let ll = module.kernel(kernels::LL_COLLECTIVE)?;
-        let ll_all_reduce = module.kernel(kernels::LL_ALL_REDUCE)?;
-        let ll_all_gather = module.kernel(kernels::LL_ALL_GATHER)?;
-        let ll128_all_reduce = module.kernel(kernels::LL128_ALL_REDUCE)?;
-        let ll128_collective = module.kernel(kernels::LL128_COLLECTIVE)?;
-        let ll_two_shot_all_reduce = module.kernel(kernels::LL_TWO_SHOT_ALL_REDUCE)?;
-        let staged = module.kernel(kernels::STAGED_COLLECTIVE)?;
-        let direct = module.kernel(kernels::DIRECT_COLLECTIVE)?;
-        // Scratch: the LL16 region, the LL128 region (each two halves of `n` slots), staging.
-        let ll_slot_bytes = (up16(cfg.ll_max_bytes).div_ceil(8) * 16) as u64;
-        let ll128_offset = 2 * n as u64 * ll_slot_bytes;
-        let ll128_slot_bytes = ll128::line_bytes_for(cfg.ll128_max_bytes) as u64;
-        let stage_offset = ll128_offset + 2 * n as u64 * ll128_slot_bytes;
-        let scratch = g.alloc(stage_offset as usize + cfg.stage_bytes + 16 * n)?;
-        let reg = comm.register_buffer(&scratch, t)?;
-        let mut connections: Vec<Option<Arc<dyn Connection>>> = vec![None; n];
-        for (q, slot) in connections.iter_mut().enumerate() {
-            if q != rank {
-                *slot = Some(comm.connect(EndpointConfig::new(t), q, SCRATCH_TAG)?);
-                comm.send_memory(&reg, q, SCRATCH_TAG)?;
-            }
-        }
-        let mut peers: Vec<Option<RegisteredMemory>> = vec![None; n];
-        for (q, slot) in peers.iter_mut().enumerate() {
-            if q != rank {
-                *slot = Some(comm.recv_memory(q, SCRATCH_TAG)?);
-            }
-        }
-        let mut channels = Vec::new();
-        let mut table = vec![MemoryChannelDeviceHandle::default(); cfg.max_blocks as usize * n];
-        for b in 0..cfg.max_blocks as usize {
-            for q in 0..n {
-                let (Some(conn), Some(peer)) = (&connections[q], &peers[q]) else {
-                    continue;
-                };
-                let sem = MemoryDevice2DeviceSemaphore::new(
-                    &comm,
-                    conn.as_ref(),
-                    SEMAPHORE_TAG + b as u64,
-                )?;
-                let ch = MemoryChannel::new(sem, peer.clone(), scratch.ptr(), scratch.ptr())?;
-                table[b * n + q] = ch.device_handle()?;
-                channels.push(ch);
-            }
-        }
-        let channel_table = g.alloc(std::mem::size_of_val(table.as_slice()))?;
-        let ll_flags = g.alloc(16)?;
-        channel_table.copy_from_host(0, bytemuck::cast_slice(&table))?;
-        comm.bootstrap().barrier()?;
+        let s = SetUp {
+            module: &module,
+            gpu: &g,
+        };
+        let units = UNITS
+            .iter()
+            .map(|u| (u.set_up)(&s))
+            .collect::<Result<Vec<_>>>()?;
+        let layout = ScratchLayout::for_registered(&cfg, comm.size());
+        let wiring = setup::wire(&comm, &cfg, &layout)?;
         Ok(Self {
-            comm,
-            cfg,
+            units,
+            cx: Context::new(comm, cfg, layout, wiring),
             _module: module,
-            ll,
-            ll_all_reduce,
-            ll_all_gather,
-            ll128_all_reduce,
-            ll128_collective,
-            ll_two_shot_all_reduce,
-            staged,
-            direct,
-            buffers: direct::DirectBuffers::default(),
-            side: g.stream()?,
-            fork: g.event()?,
-            join: g.event()?,
-            ce: ce_all_reduce::Pipeline::new(&g)?,
-            scratch,
-            channel_table,
-            _channels: channels,
-            _peers: peers.into_iter().flatten().collect(),
-            _connections: connections.into_iter().flatten().collect(),
-            ll_slot_bytes,
-            ll128_offset,
-            ll128_slot_bytes,
-            stage_offset,
-            ll_flags,
-            last: std::sync::atomic::AtomicU8::new(0),
         })
     }
 
     /// The communicator.
     pub fn communicator(&self) -> &Arc<Communicator> {
-        &self.comm
+        &self.cx.comm
     }
 
     /// The algorithm the last call on this rank actually ran (after any fallback from the
     /// direct paths to staging), or `None` before the first call.
     pub fn last_algorithm(&self) -> Option<Algorithm> {
-        let v = self.last.load(std::sync::atomic::Ordering::Relaxed) as usize;
-        v.checked_sub(1)
-            .and_then(|i| Algorithm::ALL.get(i).copied())
+        self.cx.last()
     }
 
     /// How many caller allocations the direct paths registered on this rank, and how many
-    /// of the peers' allocations they mapped here (both only grow; see `collectives/direct.rs`).
+    /// of the peers' allocations they mapped here (both only grow; see
+    /// `collectives/registered.rs`).
     pub fn registered_buffers(&self) -> (usize, usize) {
-        self.buffers.counts()
+        self.cx.buffers.counts()
     }
 
     /// The configuration in use.
     pub fn config(&self) -> CollectiveConfig {
-        self.cfg
+        self.cx.cfg
     }
 
     /// All-reduce of `count` elements of `dtype` from `input` into `output` (they may be the
@@ -316,116 +166,13 @@ impl Collectives {
         stream: &Stream,
         algo: Option<Algorithm>,
     ) -> Result<()> {
-        let bytes = count * dtype.size();
-        if bytes == 0 {
-            return Ok(());
-        }
-        let forced = algo.is_some();
-        let n = self.comm.size();
-        let algo = algo.unwrap_or_else(|| self.all_reduce_choice(bytes));
-        if n == 1 {
-            // SAFETY: the caller's contract.
-            return unsafe { copy_if_needed(stream, output, input, bytes) };
-        }
-        match algo {
-            Algorithm::LlOneShot => {
-                let mode = CollectiveMode::AllReduce;
-                self.launch_ll(
-                    stream,
-                    self.part_params(mode, (input, output), bytes, dtype, op),
-                )
-            }
-            Algorithm::Ll128 => {
-                let mut p = self.params(CollectiveMode::AllReduce, dtype, op);
-                (p.input, p.output, p.bytes) = (input, output, bytes as u64);
-                self.launch_ll128(stream, p)
-            }
-            Algorithm::LlTwoShot => {
-                let mut p = self.params(CollectiveMode::AllReduce, dtype, op);
-                (p.input, p.output, p.bytes) = (input, output, bytes as u64);
-                self.launch_ll_two_shot(stream, p)
-            }
-            Algorithm::Direct | Algorithm::CopyEngine => {
-                let mut mine = vec![(input, bytes), (output, bytes)];
-                let mut eligible = direct::disjoint_or_at(input, bytes, output, bytes, Some(0))
-                    && direct::whole_vectors(&[input, output], bytes);
-                if algo == Algorithm::CopyEngine {
-                    // Every rank shares its CE scratch too (or, without one, goes staged).
-                    match self.ce.scratch(self.comm.gpu(), self.cfg.ce_scratch_bytes) {
-                        Some(s) => mine.push(s),
-                        None => eligible = false,
-                    }
-                }
-                let done = self.try_direct(algo, forced, eligible, &mine, |t, a| {
-                    if a == Algorithm::CopyEngine {
-                        return self.ce_all_reduce(stream, t, bytes, (dtype, op));
-                    }
-                    let mut d = self.direct_params(CollectiveMode::AllReduce, bytes);
-                    d.common.dtype = dtype as u32;
-                    d.common.op = op as u32;
-                    (d.common.input, d.common.output) = (input, output);
-                    (d.inputs, d.outputs) = (t[0], t[1]);
-                    self.launch_direct(stream, d, bytes / n)
-                })?;
-                if done {
-                    return Ok(());
-                }
-                // SAFETY: the caller's contract.
-                unsafe {
-                    let staged = Some(Algorithm::Staged);
-                    self.all_reduce(input, output, count, dtype, op, stream, staged)
-                }
-            }
-            Algorithm::Staged | Algorithm::TwoShotPut => {
-                // Pieces whose per-rank chunks (rounded to 16 bytes) fit the staging region
-                // (twice: the put variant keeps an all-gather half).
-                let (mode, halves) = match algo {
-                    Algorithm::TwoShotPut => (CollectiveMode::AllReducePut, 2),
-                    _ => (CollectiveMode::AllReduce, 1),
-                };
-                let piece = ((self.cfg.stage_bytes / (halves * n)) & !15) * n;
-                let mut off = 0;
-                while off < bytes {
-                    let len = piece.min(bytes - off);
-                    let mut p = self.params(mode, dtype, op);
-                    p.input = input.byte_add_cast(off as u64);
-                    p.output = output.byte_add_cast(off as u64);
-                    p.bytes = len as u64;
-                    self.launch_staged(stream, p)?;
-                    off += len;
-                }
-                Ok(())
-            }
-        }
-    }
-
-    /// The all-reduce's algorithm for `bytes` when the caller forces none (module docs): on
-    /// fewer than `ll_two_shot_min_ranks` ranks LL128 in its range, else LL16 one-shot up to
-    /// `ll_max_bytes`; on more, the two-shot LL from `ll_two_shot_min_bytes` to `ll_max_bytes`
-    /// (the one-shot kernels would send `n - 1` copies), LL16 one-shot below; beyond the LL
-    /// sizes the copy engines, the direct kernel or staging, by size.
-    fn all_reduce_choice(&self, bytes: usize) -> Algorithm {
-        let cfg = &self.cfg;
-        let many = self.comm.size() >= cfg.ll_two_shot_min_ranks;
-        if !many && (cfg.ll128_min_bytes..=cfg.ll128_max_bytes).contains(&bytes) {
-            Algorithm::Ll128
-        } else if bytes <= cfg.ll_max_bytes {
-            if many && bytes >= cfg.ll_two_shot_min_bytes {
-                Algorithm::LlTwoShot
-            } else {
-                Algorithm::LlOneShot
-            }
-        } else if bytes >= cfg.ce_all_reduce_min_bytes {
-            Algorithm::CopyEngine
-        } else if bytes >= cfg.direct_min_bytes {
-            Algorithm::Direct
-        } else {
-            Algorithm::Staged
-        }
+        let call = self.call(Collective::AllReduce, count, dtype, op);
+        // SAFETY: the caller's contract.
+        unsafe { self.run(self.args(call, input, output, Peer::None), algo, stream) }
     }
 
     /// All-gather: every rank's `count` elements land at `output[rank * count ..]` on every
-    /// rank. `algo` forces `Staged`, `Direct` or `CopyEngine`.
+    /// rank. `algo` forces one of the algorithms that serve it ([`Algorithm::serves`]).
     ///
     /// # Safety
     /// `input` holds `count` elements, `output` `nranks * count`; valid until the queued work
@@ -439,65 +186,14 @@ impl Collectives {
         stream: &Stream,
         algo: Option<Algorithm>,
     ) -> Result<()> {
-        let bytes = count * dtype.size();
-        let (n, me) = (self.comm.size(), self.comm.rank());
-        if bytes == 0 {
-            return Ok(());
-        }
-        if self.ll128_part(bytes, algo) {
-            let (mode, op) = (CollectiveMode::AllGather, ReduceOp::Sum);
-            return self.launch_ll128(
-                stream,
-                self.part_params(mode, (input, output), bytes, dtype, op),
-            );
-        }
-        let a = self.part_algorithm(bytes, true, true, algo)?;
-        if a == Algorithm::LlOneShot {
-            let (mode, op) = (CollectiveMode::AllGather, ReduceOp::Sum);
-            return self.launch_ll(
-                stream,
-                self.part_params(mode, (input, output), bytes, dtype, op),
-            );
-        }
-        let eligible = direct::disjoint_or_at(input, bytes, output, n * bytes, Some(me * bytes))
-            && direct::whole_vectors(&[input, output], bytes);
-        let done = self.try_direct(
-            a,
-            algo.is_some(),
-            eligible,
-            &[(output, n * bytes)],
-            |t, a| {
-                if a == Algorithm::CopyEngine {
-                    let copies: Vec<_> = (0..n)
-                        .map(|q| (q, t[0][q].byte_add_cast((me * bytes) as u64), input, bytes))
-                        .collect();
-                    return self.copy_engine(stream, &self.others(), &copies);
-                }
-                let mut d = self.direct_params(CollectiveMode::AllGather, bytes);
-                (d.common.input, d.common.output) = (input, output);
-                d.inputs[me] = input;
-                d.outputs = t[0];
-                self.launch_direct(stream, d, n * bytes)
-            },
-        )?;
-        if done {
-            return Ok(());
-        }
-        // The input piece is offset within the input, the output piece within each part.
-        self.parts(
-            CollectiveMode::AllGather,
-            input,
-            output,
-            bytes,
-            self.cfg.stage_bytes,
-            |_| {},
-            stream,
-        )
+        let call = self.call(Collective::AllGather, count, dtype, ReduceOp::Sum);
+        // SAFETY: the caller's contract.
+        unsafe { self.run(self.args(call, input, output, Peer::None), algo, stream) }
     }
 
     /// Reduce-scatter: `input` holds `nranks * count` elements; rank r receives the reduction
-    /// of every rank's part r (`count` elements) in `output`. `algo` forces `Staged` or
-    /// `Direct`.
+    /// of every rank's part r (`count` elements) in `output`. `algo` forces one of the
+    /// algorithms that serve it.
     ///
     /// # Safety
     /// As [`Collectives::all_gather`], with `input` of `nranks * count` and `output` of `count`.
@@ -512,69 +208,13 @@ impl Collectives {
         stream: &Stream,
         algo: Option<Algorithm>,
     ) -> Result<()> {
-        let bytes = count * dtype.size();
-        let (n, me) = (self.comm.size(), self.comm.rank());
-        if bytes == 0 {
-            return Ok(());
-        }
-        if self.ll128_part(bytes, algo) {
-            let mode = CollectiveMode::ReduceScatter;
-            return self.launch_ll128(
-                stream,
-                self.part_params(mode, (input, output), bytes, dtype, op),
-            );
-        }
-        // LL up to a whole slot: the direct reduce-scatter loads its parts over NVLink, which
-        // is slower than packets up to 1 MiB parts (0.8× NCCL at 1 MiB parts on 2×H200).
-        let ll_fits = algo.is_none() && bytes <= self.cfg.ll_max_bytes && n > 1;
-        let a = if ll_fits {
-            Algorithm::LlOneShot
-        } else {
-            self.part_algorithm(bytes, true, false, algo)?
-        };
-        if a == Algorithm::LlOneShot {
-            let mode = CollectiveMode::ReduceScatter;
-            return self.launch_ll(
-                stream,
-                self.part_params(mode, (input, output), bytes, dtype, op),
-            );
-        }
-        let eligible = direct::disjoint_or_at(output, bytes, input, n * bytes, Some(me * bytes))
-            && direct::whole_vectors(&[input, output], bytes);
-        let done = self.try_direct(
-            a,
-            algo.is_some(),
-            eligible,
-            &[(input, n * bytes)],
-            |t, _| {
-                let mut d = self.direct_params(CollectiveMode::ReduceScatter, bytes);
-                (d.common.dtype, d.common.op) = (dtype as u32, op as u32);
-                (d.common.input, d.common.output) = (input, output);
-                d.inputs = t[0];
-                d.outputs[me] = output;
-                self.launch_direct(stream, d, bytes)
-            },
-        )?;
-        if done {
-            return Ok(());
-        }
-        let max_piece = (self.cfg.stage_bytes / n) & !15;
-        self.parts(
-            CollectiveMode::ReduceScatter,
-            input,
-            output,
-            bytes,
-            max_piece,
-            |p| {
-                p.dtype = dtype as u32;
-                p.op = op as u32;
-            },
-            stream,
-        )
+        let call = self.call(Collective::ReduceScatter, count, dtype, op);
+        // SAFETY: the caller's contract.
+        unsafe { self.run(self.args(call, input, output, Peer::None), algo, stream) }
     }
 
-    /// Broadcast of `root`'s `count` elements into every rank's `output`. `algo` forces
-    /// `Staged`, `Direct` or `CopyEngine`.
+    /// Broadcast of `root`'s `count` elements into every rank's `output`. `algo` forces one
+    /// of the algorithms that serve it.
     ///
     /// # Safety
     /// `input` (read on the root) and `output` hold `count` elements; as above.
@@ -590,56 +230,19 @@ impl Collectives {
         algo: Option<Algorithm>,
     ) -> Result<()> {
         self.check_rank(root)?;
-        let bytes = count * dtype.size();
-        let me = self.comm.rank();
-        if bytes == 0 {
-            return Ok(());
+        let call = self.call(Collective::Broadcast, count, dtype, ReduceOp::Sum);
+        // SAFETY: the caller's contract.
+        unsafe {
+            self.run(
+                self.args(call, input, output, Peer::Root(root)),
+                algo,
+                stream,
+            )
         }
-        let a = self.part_algorithm(bytes, true, true, algo)?;
-        if a == Algorithm::LlOneShot {
-            let mut p = self.params(CollectiveMode::Broadcast, dtype, ReduceOp::Sum);
-            (p.input, p.output, p.root) = (input, output, root as u32);
-            p.bytes = bytes as u64;
-            return self.launch_ll(stream, p);
-        }
-        let eligible = (me != root
-            || direct::disjoint_or_at(input, bytes, output, bytes, Some(0))
-                && direct::whole_vectors(&[input], bytes))
-            && direct::whole_vectors(&[output], bytes);
-        let done = self.try_direct(a, algo.is_some(), eligible, &[(output, bytes)], |t, a| {
-            if a == Algorithm::CopyEngine {
-                let copies: Vec<_> = if me == root {
-                    (0..self.comm.size())
-                        .map(|q| (q, t[0][q], input, bytes))
-                        .collect()
-                } else {
-                    Vec::new()
-                };
-                return self.copy_engine(stream, &self.others(), &copies);
-            }
-            let mut d = self.direct_params(CollectiveMode::Broadcast, bytes);
-            (d.common.input, d.common.output) = (input, output);
-            d.common.root = root as u32;
-            d.inputs[me] = input;
-            d.outputs = t[0];
-            self.launch_direct(stream, d, bytes)
-        })?;
-        if done {
-            return Ok(());
-        }
-        self.parts(
-            CollectiveMode::Broadcast,
-            input,
-            output,
-            bytes,
-            self.cfg.stage_bytes,
-            |p| p.root = root as u32,
-            stream,
-        )
     }
 
     /// All-to-all: part p (`count` elements) of every rank's `input` lands as part r of rank
-    /// p's `output`. `algo` forces `Staged`, `Direct` or `CopyEngine` (the last two need
+    /// p's `output`. `algo` forces one of the algorithms that serve it (`direct` and `ce` need
     /// disjoint `input` and `output`; in place, every rank stages).
     ///
     /// # Safety
@@ -653,56 +256,9 @@ impl Collectives {
         stream: &Stream,
         algo: Option<Algorithm>,
     ) -> Result<()> {
-        let bytes = count * dtype.size();
-        let (n, me) = (self.comm.size(), self.comm.rank());
-        if bytes == 0 {
-            return Ok(());
-        }
-        let a = self.part_algorithm(bytes, true, true, algo)?;
-        if a == Algorithm::LlOneShot {
-            let (mode, op) = (CollectiveMode::AllToAll, ReduceOp::Sum);
-            return self.launch_ll(
-                stream,
-                self.part_params(mode, (input, output), bytes, dtype, op),
-            );
-        }
-        let eligible = direct::disjoint_or_at(input, n * bytes, output, n * bytes, None)
-            && direct::whole_vectors(&[input, output], bytes);
-        let done = self.try_direct(
-            a,
-            algo.is_some(),
-            eligible,
-            &[(output, n * bytes)],
-            |t, a| {
-                if a == Algorithm::CopyEngine {
-                    let copies: Vec<_> = (0..n)
-                        .map(|q| {
-                            let dst = t[0][q].byte_add_cast((me * bytes) as u64);
-                            (q, dst, input.byte_add_cast((q * bytes) as u64), bytes)
-                        })
-                        .collect();
-                    return self.copy_engine(stream, &self.others(), &copies);
-                }
-                let mut d = self.direct_params(CollectiveMode::AllToAll, bytes);
-                (d.common.input, d.common.output) = (input, output);
-                d.inputs[me] = input;
-                d.outputs = t[0];
-                self.launch_direct(stream, d, n * bytes)
-            },
-        )?;
-        if done {
-            return Ok(());
-        }
-        let max_piece = (self.cfg.stage_bytes / n) & !15;
-        self.parts(
-            CollectiveMode::AllToAll,
-            input,
-            output,
-            bytes,
-            max_piece,
-            |_| {},
-            stream,
-        )
+        let call = self.call(Collective::AllToAll, count, dtype, ReduceOp::Sum);
+        // SAFETY: the caller's contract.
+        unsafe { self.run(self.args(call, input, output, Peer::None), algo, stream) }
     }
 
     /// Sends `count` elements to `peer` (which calls [`Collectives::recv`]).
@@ -718,26 +274,10 @@ impl Collectives {
         stream: &Stream,
     ) -> Result<()> {
         self.check_peer(peer)?;
-        let bytes = count * dtype.size();
-        if bytes == 0 {
-            return Ok(());
-        }
-        if self.p2p_direct(bytes) {
-            let got = self.buffers.exchange(&self.comm, &[peer], &[], true)?;
-            if let Some(&(dst, len)) = got.as_ref().and_then(|g| g[0].first()) {
-                direct::need_len(&self.comm, peer, len, bytes, "recv's output")?;
-                return self.copy_engine(stream, &[peer], &[(peer, dst, input, bytes)]);
-            }
-        }
-        self.parts(
-            CollectiveMode::Send,
-            input,
-            DevicePtr::NULL,
-            bytes,
-            self.cfg.stage_bytes,
-            |p| p.root = peer as u32,
-            stream,
-        )
+        let call = self.one_way(count, dtype);
+        let args = self.args(call, input, DevicePtr::NULL, Peer::To(peer));
+        // SAFETY: the caller's contract.
+        unsafe { self.run(args, None, stream) }
     }
 
     /// Receives `count` elements from `peer` (which calls [`Collectives::send`]).
@@ -753,27 +293,10 @@ impl Collectives {
         stream: &Stream,
     ) -> Result<()> {
         self.check_peer(peer)?;
-        let bytes = count * dtype.size();
-        if bytes == 0 {
-            return Ok(());
-        }
-        if self.p2p_direct(bytes)
-            && self
-                .buffers
-                .exchange(&self.comm, &[peer], &[(output, bytes)], true)?
-                .is_some()
-        {
-            return self.copy_engine(stream, &[peer], &[]);
-        }
-        self.parts(
-            CollectiveMode::Recv,
-            DevicePtr::NULL,
-            output,
-            bytes,
-            self.cfg.stage_bytes,
-            |p| p.root = peer as u32,
-            stream,
-        )
+        let call = self.one_way(count, dtype);
+        let args = self.args(call, DevicePtr::NULL, output, Peer::From(peer));
+        // SAFETY: the caller's contract.
+        unsafe { self.run(args, None, stream) }
     }
 
     /// Sends `count` elements of `input` to `next` and receives as many from `prev` into
@@ -797,63 +320,123 @@ impl Collectives {
     ) -> Result<()> {
         self.check_peer(next)?;
         self.check_peer(prev)?;
-        let bytes = count * dtype.size();
-        if bytes == 0 {
+        let call = self.call(Collective::SendRecv, count, dtype, ReduceOp::Sum);
+        let args = self.args(call, input, output, Peer::Pair { next, prev });
+        // SAFETY: the caller's contract.
+        unsafe { self.run(args, None, stream) }
+    }
+
+    fn call(&self, collective: Collective, count: usize, dtype: DataType, op: ReduceOp) -> Call {
+        Call {
+            collective,
+            one_way: false,
+            bytes: count * dtype.size(),
+            ranks: self.cx.ranks(),
+            dtype,
+            op,
+        }
+    }
+
+    fn one_way(&self, count: usize, dtype: DataType) -> Call {
+        Call {
+            one_way: true,
+            ..self.call(Collective::SendRecv, count, dtype, ReduceOp::Sum)
+        }
+    }
+
+    fn args(&self, call: Call, input: DevicePtr<u8>, output: DevicePtr<u8>, peer: Peer) -> Args {
+        Args {
+            call,
+            input,
+            output,
+            peer,
+        }
+    }
+
+    /// The dispatch (what `select::decide` models): an all-reduce on one rank copies; else
+    /// the forced algorithm or the selection table's choice queues the call; an algorithm on
+    /// registered buffers that declines it (some rank's buffers cannot be shared) leaves it to
+    /// the table's first algorithm that needs none, unless it was forced (then the call is
+    /// refused, on every rank alike); a `send_recv` that splits runs as a `send` and a `recv`.
+    ///
+    /// # Safety
+    /// The public call's contract for `args`.
+    unsafe fn run(&self, args: Args, forced: Option<Algorithm>, stream: &Stream) -> Result<()> {
+        let (cx, call) = (&self.cx, &args.call);
+        if call.bytes == 0 {
             return Ok(());
         }
-        // Two ranks: one LL exchange for small messages (every rank of the communicator takes
-        // part, as LL launches must).
-        if self.comm.size() == 2 && bytes <= self.cfg.ll_max_bytes {
-            let mut p = self.params(CollectiveMode::Send, dtype, ReduceOp::Sum);
-            (p.input, p.output, p.root) = (input, output, next as u32);
-            p.bytes = bytes as u64;
-            return self.launch_ll(stream, p);
+        if call.collective == Collective::AllReduce && call.ranks == 1 {
+            // SAFETY: the caller's contract.
+            return unsafe { copy_if_needed(stream, args.output, args.input, call.bytes) };
         }
-        if self.p2p_direct(bytes) {
-            let mut peers = vec![next];
-            if prev != next {
-                peers.push(prev);
-            }
-            // Below `ce_min_bytes` the direct kernel moves the data (one launch), which needs
-            // whole vectors on both sides; every rank decides the same way from the flags.
-            let sm = bytes < self.cfg.ce_min_bytes;
-            let eligible = direct::disjoint_or_at(input, bytes, output, bytes, None)
-                && (!sm || direct::whole_vectors(&[input, output], bytes));
-            let got = self
-                .buffers
-                .exchange(&self.comm, &peers, &[(output, bytes)], eligible)?;
-            if let Some(got) = got {
-                let Some(&(dst, len)) = got[0].first() else {
-                    self.comm.abort();
-                    return Err(Error::MalformedMemory {
-                        rank: next,
-                        reason: "send_recv without its output".into(),
-                    });
-                };
-                direct::need_len(&self.comm, next, len, bytes, "send_recv's output")?;
-                if !sm {
-                    return self.copy_engine(stream, &peers, &[(next, dst, input, bytes)]);
+        let cannot = |w| cx.cannot(w);
+        let mut choice = select::choose(&cx.cfg, call, forced, true).map_err(cannot)?;
+        loop {
+            let a = match choice {
+                Choice::Run(a) => a,
+                // SAFETY: the caller's contract.
+                Choice::Split => return unsafe { self.split(args, stream) },
+            };
+            match self.units[a as usize].queue(cx, &args, stream)? {
+                Queued::Ran => return Ok(()),
+                Queued::Declined if forced.is_some() || !a.unit().registered => {
+                    return Err(cx.cannot(select::DECLINED));
                 }
-                let mut d = self.direct_params(CollectiveMode::Send, bytes);
-                (d.common.input, d.common.output) = (input, output);
-                d.common.root = next as u32;
-                d.inputs[self.comm.rank()] = input;
-                // The kernel meets exactly the ranks with an output entry.
-                for (&q, theirs) in peers.iter().zip(&got) {
-                    d.outputs[q] = theirs.first().map_or(DevicePtr::NULL, |&(p, _)| p);
+                Queued::Declined => {
+                    choice = select::choose(&cx.cfg, call, None, false).map_err(cannot)?;
                 }
-                return self.launch_direct(stream, d, bytes);
             }
         }
-        // SAFETY: the caller's contract.
+    }
+
+    /// A `send_recv` as a `send` to `next` and a `recv` from `prev`, even ranks sending first.
+    ///
+    /// # Safety
+    /// `send_recv`'s contract for `args`.
+    unsafe fn split(&self, args: Args, stream: &Stream) -> Result<()> {
+        let Peer::Pair { next, prev } = args.peer else {
+            return Err(self.cx.cannot("a split of anything but send_recv"));
+        };
+        let call = Call {
+            one_way: true,
+            ..args.call
+        };
+        let send = self.args(call, args.input, DevicePtr::NULL, Peer::To(next));
+        let recv = self.args(call, DevicePtr::NULL, args.output, Peer::From(prev));
+        // SAFETY: the caller's contract, split in two.
         unsafe {
-            if self.comm.rank().is_multiple_of(2) {
-                self.send(input, count, dtype, next, stream)?;
-                self.recv(output, count, dtype, prev, stream)
+            if self.cx.rank().is_multiple_of(2) {
+                self.run(send, None, stream)?;
+                self.run(recv, None, stream)
             } else {
-                self.recv(output, count, dtype, prev, stream)?;
-                self.send(input, count, dtype, next, stream)
+                self.run(recv, None, stream)?;
+                self.run(send, None, stream)
             }
         }
+    }
+
+    fn check_rank(&self, r: usize) -> Result<()> {
+        if r < self.cx.ranks() {
+            Ok(())
+        } else {
+            Err(mscclpp_host::Error::Connect {
+                remote_rank: r,
+                transport: mscclpp_host::transport::Transport::local_for(self.cx.comm.gpu().kind()),
+                reason: format!("no such rank (world size {})", self.cx.ranks()),
+            })
+        }
+    }
+
+    fn check_peer(&self, r: usize) -> Result<()> {
+        self.check_rank(r)?;
+        if r == self.cx.rank() {
+            return Err(mscclpp_host::Error::Connect {
+                remote_rank: r,
+                transport: mscclpp_host::transport::Transport::local_for(self.cx.comm.gpu().kind()),
+                reason: "send/recv to oneself".into(),
+            });
+        }
+        Ok(())
     }
 }

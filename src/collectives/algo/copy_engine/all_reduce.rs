@@ -32,11 +32,14 @@
 use std::sync::Mutex;
 
 use mscclpp_host::Result;
-use mscclpp_host::gpu::{DeviceBuffer, Event, Gpu, Stream};
-use mscclpp_shared::{CollectiveMode, DataType, DevicePtr, MAX_DIRECT_RANKS, ReduceOp};
+use mscclpp_host::gpu::{DeviceBuffer, Event, Gpu, Kernel, Stream};
+use mscclpp_shared::{CollectiveMode, DataType, DevicePtr, DirectCollectiveParams, ReduceOp};
 
-use super::launch::copy_if_needed;
-use super::{Algorithm, Collectives, up16};
+use super::super::direct;
+use crate::collectives::Algorithm;
+use crate::collectives::context::{Context, copy_if_needed};
+use crate::collectives::registered::Table;
+use crate::collectives::scratch::up16;
 
 /// Slots per peer in the CE scratch (a piece is copied while the previous one is reduced).
 pub const SLOTS: usize = 2;
@@ -109,91 +112,85 @@ pub fn plan(
     (chunk, piece, pieces, slot)
 }
 
-impl Collectives {
-    /// The pipelined copy-engine all-reduce (module docs) on registered buffers: `t[0]` every
-    /// rank's input, `t[1]` its output, `t[2]` its CE scratch, as addressed here.
-    pub(super) fn ce_all_reduce(
-        &self,
-        stream: &Stream,
-        t: &[[DevicePtr<u8>; MAX_DIRECT_RANKS]],
-        bytes: usize,
-        (dtype, op): (DataType, ReduceOp),
-    ) -> Result<()> {
-        let (n, me) = (self.comm.size(), self.comm.rank());
-        let ce = &self.ce;
-        let peers = self.others();
-        let scratch_len = self.cfg.ce_scratch_bytes;
-        let (chunk, piece, pieces, slot) = plan(bytes, n, scratch_len, self.cfg.ce_min_pieces);
-        if piece > slot {
-            return Err(self.cannot("a copy-engine all-reduce with this little scratch"));
+/// The pipelined copy-engine all-reduce (module docs) on registered buffers: `t[0]` every
+/// rank's input, `t[1]` its output, `t[2]` its CE scratch, as addressed here. `kernel` is the
+/// direct kernel (barriers and local reductions).
+pub fn run(
+    cx: &Context,
+    kernel: &Kernel<DirectCollectiveParams>,
+    ce: &Pipeline,
+    stream: &Stream,
+    t: &Table,
+    bytes: usize,
+    data: (DataType, ReduceOp),
+) -> Result<()> {
+    let (n, me) = (cx.ranks(), cx.rank());
+    let peers = cx.others();
+    let (chunk, piece, pieces, slot) = plan(bytes, n, cx.layout.ce_bytes(), cx.cfg.ce_min_pieces);
+    // Piece `k` of chunk `c`: (offset in the buffer, length).
+    let span = |c: usize, k: usize| {
+        let len = bytes.saturating_sub(c * chunk).min(chunk);
+        let s = (k * piece).min(len);
+        (c * chunk + s, ((k + 1) * piece).min(len) - s)
+    };
+    // Where rank `from`'s piece `k` lands in rank `to`'s scratch.
+    let slot_at = |to: usize, from: usize, k: usize| {
+        let i = if from < to { from } else { from - 1 };
+        ((i * SLOTS + k % SLOTS) * slot) as u64
+    };
+    let (input, output) = (t[0][me], t[1][me]);
+    cx.ensure_healthy()?;
+    stream.record(&ce.fork)?;
+    ce.scatter.wait_event(&ce.fork)?;
+    ce.gather.wait_event(&ce.fork)?;
+    for k in 0..pieces {
+        if k >= SLOTS {
+            ce.scatter.wait_event(&ce.slot_free[k % SLOTS])?;
         }
-        // Piece `k` of chunk `c`: (offset in the buffer, length).
-        let span = |c: usize, k: usize| {
-            let len = bytes.saturating_sub(c * chunk).min(chunk);
-            let s = (k * piece).min(len);
-            (c * chunk + s, ((k + 1) * piece).min(len) - s)
-        };
-        // Where rank `from`'s piece `k` lands in rank `to`'s scratch.
-        let slot_at = |to: usize, from: usize, k: usize| {
-            let i = if from < to { from } else { from - 1 };
-            ((i * SLOTS + k % SLOTS) * slot) as u64
-        };
-        let (input, output) = (t[0][me], t[1][me]);
-        self.ensure_healthy()?;
-        stream.record(&ce.fork)?;
-        ce.scatter.wait_event(&ce.fork)?;
-        ce.gather.wait_event(&ce.fork)?;
-        for k in 0..pieces {
-            if k >= SLOTS {
-                ce.scatter.wait_event(&ce.slot_free[k % SLOTS])?;
-            }
-            for &q in &peers {
-                let (at, len) = span(q, k);
-                let dst = t[2][q].byte_add_cast(slot_at(q, me, k));
-                // SAFETY: piece `k` of chunk `q` of this rank's input (its registered
-                // `bytes`) into a slot of rank `q`'s scratch, which holds `slot >= len`.
-                unsafe { copy_if_needed(&ce.scatter, dst, input.byte_add_cast(at as u64), len)? };
-            }
-            self.launch_barrier_row(&ce.scatter, &peers, ROW_SCATTER)?;
-            ce.scatter.record(&ce.data_ready)?;
-
-            stream.wait_event(&ce.data_ready)?;
-            let (at, len) = span(me, k);
-            if len > 0 {
-                let mut d = self.direct_params(CollectiveMode::ReduceLocal, len);
-                d.common.dtype = dtype as u32;
-                d.common.op = op as u32;
-                for q in 0..n {
-                    d.inputs[q] = if q == me {
-                        input.byte_add_cast(at as u64)
-                    } else {
-                        t[2][me].byte_add_cast(slot_at(me, q, k))
-                    };
-                }
-                d.outputs[me] = output.byte_add_cast(at as u64);
-                (d.common.input, d.common.output) = (d.inputs[me], d.outputs[me]);
-                self.launch_direct(stream, d, len)?;
-            }
-            stream.record(&ce.reduced)?;
-            if k + SLOTS < pieces {
-                self.launch_barrier_row(stream, &peers, ROW_REDUCE)?;
-                stream.record(&ce.slot_free[k % SLOTS])?;
-            }
-
-            ce.gather.wait_event(&ce.reduced)?;
-            let src = output.byte_add_cast(at as u64);
-            for &q in &peers {
-                // SAFETY: the reduced piece into the same place of rank `q`'s registered
-                // output (its `bytes`); only this rank writes chunk `me` there.
-                unsafe { copy_if_needed(&ce.gather, t[1][q].byte_add_cast(at as u64), src, len)? };
-            }
+        for &q in &peers {
+            let (at, len) = span(q, k);
+            let dst = t[2][q].byte_add_cast(slot_at(q, me, k));
+            // SAFETY: piece `k` of chunk `q` of this rank's input (its registered
+            // `bytes`) into a slot of rank `q`'s scratch, which holds `slot >= len`.
+            unsafe { copy_if_needed(&ce.scatter, dst, input.byte_add_cast(at as u64), len)? };
         }
-        self.launch_barrier_row(&ce.gather, &peers, ROW_GATHER)?;
-        ce.gather.record(&ce.gathered)?;
-        stream.wait_event(&ce.gathered)?;
-        self.record(Algorithm::CopyEngine);
-        Ok(())
+        direct::barrier(cx, kernel, &ce.scatter, &peers, ROW_SCATTER)?;
+        ce.scatter.record(&ce.data_ready)?;
+
+        stream.wait_event(&ce.data_ready)?;
+        let (at, len) = span(me, k);
+        if len > 0 {
+            let mut d = cx.direct_params(CollectiveMode::ReduceLocal, data, len);
+            for q in 0..n {
+                d.inputs[q] = if q == me {
+                    input.byte_add_cast(at as u64)
+                } else {
+                    t[2][me].byte_add_cast(slot_at(me, q, k))
+                };
+            }
+            d.outputs[me] = output.byte_add_cast(at as u64);
+            (d.common.input, d.common.output) = (d.inputs[me], d.outputs[me]);
+            direct::launch(cx, kernel, d, len, stream)?;
+        }
+        stream.record(&ce.reduced)?;
+        if k + SLOTS < pieces {
+            direct::barrier(cx, kernel, stream, &peers, ROW_REDUCE)?;
+            stream.record(&ce.slot_free[k % SLOTS])?;
+        }
+
+        ce.gather.wait_event(&ce.reduced)?;
+        let src = output.byte_add_cast(at as u64);
+        for &q in &peers {
+            // SAFETY: the reduced piece into the same place of rank `q`'s registered
+            // output (its `bytes`); only this rank writes chunk `me` there.
+            unsafe { copy_if_needed(&ce.gather, t[1][q].byte_add_cast(at as u64), src, len)? };
+        }
     }
+    direct::barrier(cx, kernel, &ce.gather, &peers, ROW_GATHER)?;
+    ce.gather.record(&ce.gathered)?;
+    stream.wait_event(&ce.gathered)?;
+    cx.record(Algorithm::CopyEngine);
+    Ok(())
 }
 
 #[cfg(test)]

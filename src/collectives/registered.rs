@@ -1,5 +1,6 @@
-//! The direct path's host side: callers' buffers registered on first use, cached, and made known
-//! to the peers on every call.
+//! The callers' buffers, registered on first use, cached, and made known to the peers on every
+//! call of an algorithm that works on them (`CollectiveAlgorithm::REGISTERED`: the direct kernel
+//! and the copy engines).
 //!
 //! A direct collective (`mscclpp_device::collectives::direct`, or copy-engine transfers) reads
 //! and writes the peers' own buffers, so each rank needs the peers' buffers mapped. On every
@@ -35,7 +36,9 @@ use std::sync::Mutex;
 use mscclpp_host::communicator::Communicator;
 use mscclpp_host::registered_memory::{self, RegisteredMemory};
 use mscclpp_host::{Error, Result};
-use mscclpp_shared::DevicePtr;
+use mscclpp_shared::{DevicePtr, MAX_DIRECT_RANKS};
+
+use super::context::Context;
 
 /// Most allocations one rank registers for direct collectives.
 pub const MAX_ALLOCATIONS: usize = 256;
@@ -123,13 +126,13 @@ pub fn disjoint_or_at(
 
 /// The caches of one `Collectives`.
 #[derive(Default)]
-pub struct DirectBuffers {
+pub struct RegisteredBuffers {
     /// The registration (kept alive) and its wire form (sent on every call), by allocation id.
     local: Mutex<HashMap<u64, (RegisteredMemory, Vec<u8>)>>,
     remote: Mutex<HashMap<(usize, u64), RegisteredMemory>>,
 }
 
-impl DirectBuffers {
+impl RegisteredBuffers {
     /// Shares `mine` (this rank's buffers the peers need: address and length) with `peers`,
     /// and returns every peer's shared buffers as addressed here, with the lengths the peer
     /// declared (checked against its registration, not against what the caller needs: see
@@ -274,4 +277,51 @@ impl DirectBuffers {
         }
         Ok(Some(ptrs))
     }
+}
+
+/// Every rank's copy of each shared buffer, as addressed here, indexed by rank.
+pub type Table = Vec<[DevicePtr<u8>; MAX_DIRECT_RANKS]>;
+
+/// Registers and exchanges the buffers of a symmetric call: every rank shares `mine` with
+/// every other, with the same lengths (checked: another length is an error). `eligible`:
+/// whether this rank's buffers suit the path (an ineligible rank still takes part in the
+/// exchange, so that every rank learns that it cannot). Returns the [`Table`] of every shared
+/// buffer, or `None` when some rank cannot go this way (then every rank gets `None`).
+pub fn share_all(
+    cx: &Context,
+    mine: &[(DevicePtr<u8>, usize)],
+    eligible: bool,
+) -> Result<Option<Table>> {
+    let (comm, n, me) = (&cx.comm, cx.ranks(), cx.rank());
+    if n > MAX_DIRECT_RANKS {
+        // Decided alike on every rank, with no exchange (the algorithms refuse such
+        // communicators before they get here).
+        return Ok(None);
+    }
+    let peers = cx.others();
+    if !eligible {
+        cx.buffers.exchange(comm, &peers, mine, false)?;
+        return Ok(None);
+    }
+    let Some(got) = cx.buffers.exchange(comm, &peers, mine, true)? else {
+        return Ok(None);
+    };
+    let mut table = vec![[DevicePtr::NULL; MAX_DIRECT_RANKS]; mine.len()];
+    for (k, &(p, _)) in mine.iter().enumerate() {
+        table[k][me] = p;
+    }
+    for (&q, theirs) in peers.iter().zip(&got) {
+        if theirs.len() != mine.len() {
+            comm.abort();
+            return Err(Error::MalformedMemory {
+                rank: q,
+                reason: format!("{} buffers for a call sharing {}", theirs.len(), mine.len()),
+            });
+        }
+        for (k, (&(p, len), &(_, need))) in theirs.iter().zip(mine).enumerate() {
+            same_len(comm, q, len, need, "a direct collective's buffer")?;
+            table[k][q] = p;
+        }
+    }
+    Ok(Some(table))
 }

@@ -1,0 +1,208 @@
+//! `ce`: the callers' registered buffers again (`registered.rs`), moved by the copy engines
+//! (`cuMemcpyAsync` into the peers' mapped buffers) between two block barriers (the direct
+//! kernel's `Barrier` mode). All-gather, broadcast and all-to-all from `ce_min_bytes`,
+//! `send_recv` from `ce_min_bytes`, `send` / `recv` from `direct_min_bytes`; all-reduce from
+//! `ce_all_reduce_min_bytes`, as a pipelined reduce-scatter and all-gather by copy engine
+//! through a scratch buffer of its own (`copy_engine/all_reduce.rs`). At most
+//! `MAX_DIRECT_RANKS` ranks; a call whose buffers some rank cannot share is declined (the
+//! dispatch then stages it).
+
+mod all_reduce;
+
+use mscclpp_host::Result;
+use mscclpp_host::gpu::{Event, Kernel, Stream};
+use mscclpp_shared::{DevicePtr, DirectCollectiveParams};
+
+use super::direct::{self, at_most_direct_ranks, pair_output, pair_peers, symmetric};
+use super::{Algorithm, Collective, CollectiveAlgorithm, Queued};
+use crate::collectives::CollectiveConfig;
+use crate::collectives::context::{Args, Context, Peer, SetUp, copy_if_needed};
+use crate::collectives::registered::{self, disjoint_or_at, need_len};
+use crate::collectives::scratch::{Region, ScratchLayout};
+use crate::collectives::select::Call;
+
+pub(crate) struct CopyEngine {
+    /// The direct kernel: barriers, and the all-reduce's local reductions.
+    direct: Kernel<DirectCollectiveParams>,
+    /// Second stream (a rank's copy into its own buffer), and its fork and join events.
+    side: Stream,
+    fork: Event,
+    join: Event,
+    /// The all-reduce's streams, events and scratch.
+    pipeline: all_reduce::Pipeline,
+}
+
+/// A copy the engines make: (target rank, destination, source, bytes).
+type Copy = (usize, DevicePtr<u8>, DevicePtr<u8>, usize);
+
+impl CollectiveAlgorithm for CopyEngine {
+    const ALGORITHM: Algorithm = Algorithm::CopyEngine;
+    const NAME: &'static str = "ce";
+    const ALIASES: &'static [&'static str] = &["copy-engine"];
+    const SERVES: &'static [Collective] = &[
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::Broadcast,
+        Collective::AllToAll,
+    ];
+    const NOT_SERVED: &'static str = "a copy-engine reduction (use `direct` or `staged`)";
+    const POINT_TO_POINT: bool = true;
+    const REGISTERED: bool = true;
+    const SCRATCH: &'static [Region] = &[Region::CopyEngine];
+
+    fn serves_ranks(ranks: usize) -> Result<(), &'static str> {
+        at_most_direct_ranks(ranks)
+    }
+
+    fn channel_rows(cfg: &CollectiveConfig) -> u32 {
+        cfg.direct_blocks.max(all_reduce::ROWS)
+    }
+
+    fn plan(
+        cfg: &CollectiveConfig,
+        layout: &ScratchLayout,
+        call: &Call,
+    ) -> Result<Algorithm, &'static str> {
+        if call.collective == Collective::AllReduce {
+            let (_, piece, _, slot) =
+                all_reduce::plan(call.bytes, call.ranks, layout.ce_bytes(), cfg.ce_min_pieces);
+            if piece > slot {
+                return Err("a copy-engine all-reduce with this little scratch");
+            }
+        }
+        Ok(Algorithm::CopyEngine)
+    }
+
+    fn set_up(s: &SetUp<'_>) -> Result<Self> {
+        Ok(Self {
+            direct: direct::load(s)?,
+            side: s.gpu.stream()?,
+            fork: s.gpu.event()?,
+            join: s.gpu.event()?,
+            pipeline: all_reduce::Pipeline::new(s.gpu)?,
+        })
+    }
+
+    fn queue(&self, cx: &Context, args: &Args, stream: &Stream) -> Result<Queued> {
+        let (n, me) = (cx.ranks(), cx.rank());
+        let (input, output, b) = (args.input, args.output, args.call.bytes);
+        match args.peer {
+            Peer::Pair { next, prev } => {
+                let peers = pair_peers(next, prev);
+                // Copy engines need no whole vectors.
+                let eligible = disjoint_or_at(input, b, output, b, None);
+                let got = cx
+                    .buffers
+                    .exchange(&cx.comm, &peers, &[(output, b)], eligible)?;
+                let Some(got) = got else {
+                    return Ok(Queued::Declined);
+                };
+                let dst = pair_output(cx, next, &got, b)?;
+                return self.copies(cx, stream, &peers, &[(next, dst, input, b)]);
+            }
+            Peer::To(peer) => {
+                let got = cx.buffers.exchange(&cx.comm, &[peer], &[], true)?;
+                let Some(&(dst, len)) = got.as_ref().and_then(|g| g.first()?.first()) else {
+                    return Ok(Queued::Declined);
+                };
+                need_len(&cx.comm, peer, len, b, "recv's output")?;
+                return self.copies(cx, stream, &[peer], &[(peer, dst, input, b)]);
+            }
+            Peer::From(peer) => {
+                let mine = [(output, b)];
+                if cx
+                    .buffers
+                    .exchange(&cx.comm, &[peer], &mine, true)?
+                    .is_none()
+                {
+                    return Ok(Queued::Declined);
+                }
+                return self.copies(cx, stream, &[peer], &[]);
+            }
+            Peer::None | Peer::Root(_) => {}
+        }
+        let (mut mine, mut eligible) = symmetric(cx, args);
+        if args.call.collective == Collective::AllReduce {
+            // Every rank shares its CE scratch too (or, without one, goes staged).
+            match self.pipeline.scratch(cx.comm.gpu(), cx.layout.ce_bytes()) {
+                Some(s) => mine.push(s),
+                None => eligible = false,
+            }
+        }
+        let Some(t) = registered::share_all(cx, &mine, eligible)? else {
+            return Ok(Queued::Declined);
+        };
+        let at = |q: usize| (q * b) as u64;
+        let copies: Vec<Copy> = match args.call.collective {
+            Collective::AllReduce => {
+                Self::plan(&cx.cfg, &cx.layout, &args.call).map_err(|w| cx.cannot(w))?;
+                let data = (args.call.dtype, args.call.op);
+                all_reduce::run(cx, &self.direct, &self.pipeline, stream, &t, b, data)?;
+                return Ok(Queued::Ran);
+            }
+            Collective::AllGather => (0..n)
+                .map(|q| (q, t[0][q].byte_add_cast(at(me)), input, b))
+                .collect(),
+            Collective::Broadcast if me == args.root() as usize => {
+                (0..n).map(|q| (q, t[0][q], input, b)).collect()
+            }
+            Collective::Broadcast => Vec::new(),
+            Collective::AllToAll => (0..n)
+                .map(|q| {
+                    (
+                        q,
+                        t[0][q].byte_add_cast(at(me)),
+                        input.byte_add_cast(at(q)),
+                        b,
+                    )
+                })
+                .collect(),
+            Collective::ReduceScatter | Collective::SendRecv => {
+                return Err(cx.cannot(Self::NOT_SERVED));
+            }
+        };
+        self.copies(cx, stream, &cx.others(), &copies)
+    }
+}
+
+impl CopyEngine {
+    /// Queues `copies` on the copy engines between two barriers with `peers`. The copy into
+    /// this rank's own buffer runs on the side stream, beside the barrier and the copies over
+    /// NVLink (another copy engine), and is joined before the closing barrier.
+    fn copies(
+        &self,
+        cx: &Context,
+        stream: &Stream,
+        peers: &[usize],
+        copies: &[Copy],
+    ) -> Result<Queued> {
+        let me = cx.rank();
+        let local: Vec<_> = copies
+            .iter()
+            .filter(|&&(q, dst, src, _)| q == me && dst != src)
+            .collect();
+        if !local.is_empty() {
+            stream.record(&self.fork)?;
+            self.side.wait_event(&self.fork)?;
+            for &&(_, dst, src, len) in &local {
+                // SAFETY: ranges of this rank's buffers of the sizes the caller's contract
+                // gives; no peer touches them (they are this rank's own part).
+                unsafe { copy_if_needed(&self.side, dst, src, len)? };
+            }
+            self.side.record(&self.join)?;
+        }
+        direct::barrier(cx, &self.direct, stream, peers, 0)?;
+        for &(q, dst, src, len) in copies {
+            if q != me {
+                // SAFETY: ranges of registered buffers of the sizes the caller's contract gives.
+                unsafe { copy_if_needed(stream, dst, src, len)? };
+            }
+        }
+        if !local.is_empty() {
+            stream.wait_event(&self.join)?;
+        }
+        cx.record(Algorithm::CopyEngine);
+        direct::barrier(cx, &self.direct, stream, peers, 0)?;
+        Ok(Queued::Ran)
+    }
+}

@@ -1,0 +1,263 @@
+//! `direct`: no staging. The callers' buffers are registered on first use and exchanged on
+//! every call (`registered.rs`), and one kernel reads and writes the peers' buffers themselves
+//! (`mscclpp_device::collectives::direct`). Every collective from `direct_min_bytes`, and
+//! `send_recv` below `ce_min_bytes`, on at most `MAX_DIRECT_RANKS` ranks; a call whose buffers
+//! some rank cannot share is declined (the dispatch then stages it). The same kernel's
+//! `Barrier` mode brackets the copy-engine transfers ([`barrier`]).
+
+use mscclpp_host::gpu::{Kernel, LaunchConfig, Stream};
+use mscclpp_host::{Error, Result};
+use mscclpp_shared::{
+    CollectiveMode, DevicePtr, DirectCollectiveParams, MAX_DIRECT_RANKS, MemoryChannelDeviceHandle,
+};
+
+use super::{Algorithm, Collective, CollectiveAlgorithm, Queued};
+use crate::collectives::CollectiveConfig;
+use crate::collectives::context::{Args, Context, Peer, SetUp};
+use crate::collectives::registered::{self, disjoint_or_at, need_len, whole_vectors};
+use crate::kernels;
+
+pub(crate) struct Direct {
+    kernel: Kernel<DirectCollectiveParams>,
+}
+
+impl CollectiveAlgorithm for Direct {
+    const ALGORITHM: Algorithm = Algorithm::Direct;
+    const NAME: &'static str = "direct";
+    const ALIASES: &'static [&'static str] = &["zero-copy"];
+    const SERVES: &'static [Collective] = &[
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+        Collective::Broadcast,
+        Collective::AllToAll,
+    ];
+    const NOT_SERVED: &'static str = "a direct variant of this collective";
+    const POINT_TO_POINT: bool = true;
+    const REGISTERED: bool = true;
+
+    fn serves_ranks(ranks: usize) -> Result<(), &'static str> {
+        at_most_direct_ranks(ranks)
+    }
+
+    fn channel_rows(cfg: &CollectiveConfig) -> u32 {
+        cfg.direct_blocks
+    }
+
+    fn set_up(s: &SetUp<'_>) -> Result<Self> {
+        Ok(Self { kernel: load(s)? })
+    }
+
+    fn queue(&self, cx: &Context, args: &Args, stream: &Stream) -> Result<Queued> {
+        let (call, n, me) = (&args.call, cx.ranks(), cx.rank());
+        let (input, output, b) = (args.input, args.output, call.bytes);
+        if let Peer::Pair { next, prev } = args.peer {
+            return self.send_recv(cx, args, (next, prev), stream);
+        }
+        if call.collective == Collective::SendRecv {
+            return Err(cx.cannot("the direct kernel for a send or recv alone"));
+        }
+        let (mine, eligible) = symmetric(cx, args);
+        let Some(t) = registered::share_all(cx, &mine, eligible)? else {
+            return Ok(Queued::Declined);
+        };
+        let reduce = (call.dtype, call.op);
+        let (mut d, work) = match call.collective {
+            Collective::AllReduce => {
+                let mut d = cx.direct_params(CollectiveMode::AllReduce, reduce, b);
+                (d.inputs, d.outputs) = (t[0], t[1]);
+                (d, b / n)
+            }
+            Collective::AllGather => {
+                let mut d = cx.direct_params(CollectiveMode::AllGather, Context::MOVE, b);
+                d.inputs[me] = input;
+                d.outputs = t[0];
+                (d, n * b)
+            }
+            Collective::ReduceScatter => {
+                let mut d = cx.direct_params(CollectiveMode::ReduceScatter, reduce, b);
+                d.inputs = t[0];
+                d.outputs[me] = output;
+                (d, b)
+            }
+            Collective::Broadcast => {
+                let mut d = cx.direct_params(CollectiveMode::Broadcast, Context::MOVE, b);
+                d.common.root = args.root();
+                d.inputs[me] = input;
+                d.outputs = t[0];
+                (d, b)
+            }
+            Collective::AllToAll => {
+                let mut d = cx.direct_params(CollectiveMode::AllToAll, Context::MOVE, b);
+                d.inputs[me] = input;
+                d.outputs = t[0];
+                (d, n * b)
+            }
+            Collective::SendRecv => return Err(cx.cannot(Self::NOT_SERVED)),
+        };
+        (d.common.input, d.common.output) = (input, output);
+        launch(cx, &self.kernel, d, work, stream)?;
+        Ok(Queued::Ran)
+    }
+}
+
+impl Direct {
+    /// `send_recv` in one launch: this rank's input into `next`'s output, `prev`'s into ours.
+    fn send_recv(
+        &self,
+        cx: &Context,
+        args: &Args,
+        (next, prev): (usize, usize),
+        stream: &Stream,
+    ) -> Result<Queued> {
+        let (input, output, b) = (args.input, args.output, args.call.bytes);
+        let peers = pair_peers(next, prev);
+        // The kernel moves whole vectors on both sides.
+        let eligible =
+            disjoint_or_at(input, b, output, b, None) && whole_vectors(&[input, output], b);
+        let got = cx
+            .buffers
+            .exchange(&cx.comm, &peers, &[(output, b)], eligible)?;
+        let Some(got) = got else {
+            return Ok(Queued::Declined);
+        };
+        pair_output(cx, next, &got, b)?;
+        let mut d = cx.direct_params(CollectiveMode::Send, Context::MOVE, b);
+        (d.common.input, d.common.output) = (input, output);
+        d.common.root = args.root();
+        d.inputs[cx.rank()] = input;
+        // The kernel meets exactly the ranks with an output entry.
+        for (&q, theirs) in peers.iter().zip(&got) {
+            d.outputs[q] = theirs.first().map_or(DevicePtr::NULL, |&(p, _)| p);
+        }
+        launch(cx, &self.kernel, d, b, stream)?;
+        Ok(Queued::Ran)
+    }
+}
+
+/// The ranks a `send_recv` exchanges buffers with: `next`, and `prev` when it differs.
+pub(super) fn pair_peers(next: usize, prev: usize) -> Vec<usize> {
+    let mut peers = vec![next];
+    if prev != next {
+        peers.push(prev);
+    }
+    peers
+}
+
+/// `next`'s output as `next` shared it (`got[0]`), checked to hold `bytes`.
+pub(super) fn pair_output(
+    cx: &Context,
+    next: usize,
+    got: &[Vec<registered::Shared>],
+    bytes: usize,
+) -> Result<DevicePtr<u8>> {
+    let Some(&(dst, len)) = got.first().and_then(|g| g.first()) else {
+        cx.comm.abort();
+        return Err(Error::MalformedMemory {
+            rank: next,
+            reason: "send_recv without its output".into(),
+        });
+    };
+    need_len(&cx.comm, next, len, bytes, "send_recv's output")?;
+    Ok(dst)
+}
+
+/// Refuses more than `MAX_DIRECT_RANKS` ranks (the kernels' parameter blocks hold that many
+/// buffers).
+pub(super) fn at_most_direct_ranks(ranks: usize) -> Result<(), &'static str> {
+    if ranks <= MAX_DIRECT_RANKS {
+        Ok(())
+    } else {
+        Err("the direct path on more than MAX_DIRECT_RANKS ranks")
+    }
+}
+
+/// The direct kernel.
+pub(super) fn load(s: &SetUp<'_>) -> Result<Kernel<DirectCollectiveParams>> {
+    s.kernel(kernels::DIRECT_COLLECTIVE)
+}
+
+/// The buffers a symmetric collective on registered buffers shares with every rank (what the
+/// peers write into or read from), and whether this rank's buffers suit the path: disjoint,
+/// or in place exactly where the kernels serve it (every element read and written by one
+/// thread, or only ever by its owner), and parts of whole 16-byte vectors.
+pub(super) fn symmetric(cx: &Context, args: &Args) -> (Vec<(DevicePtr<u8>, usize)>, bool) {
+    let (n, me) = (cx.ranks(), cx.rank());
+    let (input, output, b) = (args.input, args.output, args.call.bytes);
+    let both = whole_vectors(&[input, output], b);
+    match args.call.collective {
+        Collective::AllReduce => (
+            vec![(input, b), (output, b)],
+            disjoint_or_at(input, b, output, b, Some(0)) && both,
+        ),
+        Collective::AllGather => (
+            vec![(output, n * b)],
+            disjoint_or_at(input, b, output, n * b, Some(me * b)) && both,
+        ),
+        Collective::ReduceScatter => (
+            vec![(input, n * b)],
+            disjoint_or_at(output, b, input, n * b, Some(me * b)) && both,
+        ),
+        Collective::Broadcast => {
+            let root = args.root() as usize;
+            let source = me != root
+                || disjoint_or_at(input, b, output, b, Some(0)) && whole_vectors(&[input], b);
+            (vec![(output, b)], source && whole_vectors(&[output], b))
+        }
+        Collective::AllToAll => (
+            vec![(output, n * b)],
+            disjoint_or_at(input, n * b, output, n * b, None) && both,
+        ),
+        // Not symmetric: the point-to-point calls exchange with their peers only.
+        Collective::SendRecv => (Vec::new(), false),
+    }
+}
+
+/// Queues the direct kernel for `d` over `work` bytes (what one rank moves).
+pub(super) fn launch(
+    cx: &Context,
+    kernel: &Kernel<DirectCollectiveParams>,
+    d: DirectCollectiveParams,
+    work: usize,
+    stream: &Stream,
+) -> Result<()> {
+    cx.ensure_healthy()?;
+    let shape = shape(&cx.cfg, work);
+    cx.record(Algorithm::Direct);
+    // SAFETY: the buffers were registered and sized by the caller's contract; the channel
+    // table lives as long as the `Collectives`.
+    unsafe { stream.launch(kernel, shape, d) }
+}
+
+/// The direct kernel's launch over `work` bytes (what one rank moves): a block per
+/// `direct_block_bytes`, at most `direct_blocks` (and `max_blocks`).
+pub(crate) fn shape(cfg: &CollectiveConfig, work: usize) -> LaunchConfig {
+    let most = cfg.direct_blocks.min(cfg.max_blocks) as usize;
+    let blocks = work.div_ceil(cfg.direct_block_bytes).clamp(1, most) as u32;
+    LaunchConfig::new(blocks, cfg.direct_threads).with_shared_mem(16)
+}
+
+/// Queues one block meeting the ranks in `peers` on channel row `row` (`< max_blocks`; the
+/// meetings queued on concurrent streams use different rows, which do not share semaphores).
+pub(super) fn barrier(
+    cx: &Context,
+    kernel: &Kernel<DirectCollectiveParams>,
+    stream: &Stream,
+    peers: &[usize],
+    row: u32,
+) -> Result<()> {
+    cx.ensure_healthy()?;
+    let mut d = cx.direct_params(CollectiveMode::Barrier, Context::MOVE, 0);
+    let handle = std::mem::size_of::<MemoryChannelDeviceHandle>() as u64;
+    let row = row.min(cx.cfg.max_blocks - 1);
+    d.common.channels = d
+        .common
+        .channels
+        .byte_add_cast(row as u64 * cx.ranks() as u64 * handle);
+    d.common.max_blocks -= row;
+    d.common.root = peers.iter().fold(0u32, |m, &q| m | (1 << q));
+    let cfg = LaunchConfig::new(1, 32).with_shared_mem(16);
+    // SAFETY: touches only the channel table's semaphores, which live as long as the
+    // `Collectives`.
+    unsafe { stream.launch(kernel, cfg, d) }
+}

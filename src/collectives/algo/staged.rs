@@ -1,0 +1,216 @@
+//! `staged`: every collective through the staging region, any size. The input is staged in the
+//! rank's scratch, ranks meet at a block barrier, and each rank reads its peers' staging over
+//! NVLink; all-reduce is a reduce-scatter followed by an all-gather. Large operations run in
+//! pieces of the staging size. What every collective falls back to when nothing faster serves
+//! it. Kernel `mscclpp_device::collectives::staged_collective_kernel`.
+
+use mscclpp_host::Result;
+use mscclpp_host::gpu::{BackendKind, Kernel, LaunchConfig, Stream};
+use mscclpp_shared::{CollectiveMode, CollectiveParams, DataType, DevicePtr, ReduceOp};
+
+use super::{Algorithm, Collective, CollectiveAlgorithm, Queued};
+use crate::collectives::CollectiveConfig;
+use crate::collectives::context::{Args, Context, Peer, SetUp};
+use crate::collectives::scratch::Region;
+use crate::kernels;
+
+pub(crate) struct Staged {
+    kernel: Kernel<CollectiveParams>,
+}
+
+impl CollectiveAlgorithm for Staged {
+    const ALGORITHM: Algorithm = Algorithm::Staged;
+    const NAME: &'static str = "staged";
+    const ALIASES: &'static [&'static str] = &["rs-ag"];
+    const SERVES: &'static [Collective] = &[
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+        Collective::Broadcast,
+        Collective::AllToAll,
+    ];
+    const NOT_SERVED: &'static str = "a staged variant of this collective";
+    const POINT_TO_POINT: bool = true;
+    const SCRATCH: &'static [Region] = &[Region::Staging];
+
+    fn channel_rows(cfg: &CollectiveConfig) -> u32 {
+        cfg.staged_blocks
+    }
+
+    fn set_up(s: &SetUp<'_>) -> Result<Self> {
+        Ok(Self {
+            kernel: s.kernel(kernels::STAGED_COLLECTIVE)?,
+        })
+    }
+
+    fn queue(&self, cx: &Context, args: &Args, stream: &Stream) -> Result<Queued> {
+        let (call, n) = (&args.call, cx.ranks());
+        let (stage, per_rank) = (cx.cfg.stage_bytes, (cx.cfg.stage_bytes / n) & !15);
+        let (input, output) = (args.input, args.output);
+        let reduce = (call.dtype, call.op);
+        let (mode, data, input, output, max_piece) = match (call.collective, args.peer) {
+            (Collective::AllReduce, _) => {
+                let mode = CollectiveMode::AllReduce;
+                all_reduce(cx, &self.kernel, mode, Algorithm::Staged, args, stream)?;
+                return Ok(Queued::Ran);
+            }
+            // The input piece is offset within the input, the output piece within each part.
+            (Collective::AllGather, _) => (
+                CollectiveMode::AllGather,
+                Context::MOVE,
+                input,
+                output,
+                stage,
+            ),
+            (Collective::ReduceScatter, _) => (
+                CollectiveMode::ReduceScatter,
+                reduce,
+                input,
+                output,
+                per_rank,
+            ),
+            (Collective::Broadcast, _) => (
+                CollectiveMode::Broadcast,
+                Context::MOVE,
+                input,
+                output,
+                stage,
+            ),
+            (Collective::AllToAll, _) => (
+                CollectiveMode::AllToAll,
+                Context::MOVE,
+                input,
+                output,
+                per_rank,
+            ),
+            (Collective::SendRecv, Peer::To(_)) => (
+                CollectiveMode::Send,
+                Context::MOVE,
+                input,
+                DevicePtr::NULL,
+                stage,
+            ),
+            (Collective::SendRecv, Peer::From(_)) => (
+                CollectiveMode::Recv,
+                Context::MOVE,
+                DevicePtr::NULL,
+                output,
+                stage,
+            ),
+            // A send_recv splits into a send and a recv before it gets here.
+            (Collective::SendRecv, _) => return Err(cx.cannot("a staged send_recv in one call")),
+        };
+        let piece = Piece {
+            mode,
+            data,
+            root: args.root(),
+        };
+        parts(
+            cx,
+            &self.kernel,
+            piece,
+            (input, output),
+            call.bytes,
+            max_piece,
+            stream,
+        )?;
+        Ok(Queued::Ran)
+    }
+}
+
+/// What every piece of a per-part call shares.
+struct Piece {
+    mode: CollectiveMode,
+    data: (DataType, ReduceOp),
+    root: u32,
+}
+
+/// Runs a per-part mode in pieces of at most `max_piece` bytes per part.
+fn parts(
+    cx: &Context,
+    kernel: &Kernel<CollectiveParams>,
+    piece: Piece,
+    (input, output): (DevicePtr<u8>, DevicePtr<u8>),
+    part_bytes: usize,
+    max_piece: usize,
+    stream: &Stream,
+) -> Result<()> {
+    let max_piece = max_piece.max(16) & !15;
+    let mut off = 0;
+    while off < part_bytes {
+        let len = max_piece.min(part_bytes - off);
+        let mut p = cx.params(piece.mode, piece.data);
+        p.input = input.byte_add_cast(off as u64);
+        p.output = output.byte_add_cast(off as u64);
+        p.bytes = len as u64;
+        p.stride = part_bytes as u64;
+        p.root = piece.root;
+        launch(cx, kernel, p, Algorithm::Staged, stream)?;
+        off += len;
+    }
+    Ok(())
+}
+
+/// The staged kernel's all-reduce in `mode` (`AllReduce`, or `AllReducePut`, which keeps an
+/// all-gather half of the staging: `algorithm` says which), in pieces whose per-rank chunks
+/// (rounded to 16 bytes) fit the staging region.
+pub(super) fn all_reduce(
+    cx: &Context,
+    kernel: &Kernel<CollectiveParams>,
+    mode: CollectiveMode,
+    algorithm: Algorithm,
+    args: &Args,
+    stream: &Stream,
+) -> Result<()> {
+    let (n, bytes) = (cx.ranks(), args.call.bytes);
+    let halves = if algorithm == Algorithm::TwoShotPut {
+        2
+    } else {
+        1
+    };
+    let piece = ((cx.cfg.stage_bytes / (halves * n)) & !15) * n;
+    if piece == 0 {
+        return Err(cx.cannot("a staged all-reduce with under 16 staging bytes per rank"));
+    }
+    let mut off = 0;
+    while off < bytes {
+        let len = piece.min(bytes - off);
+        let mut p = cx.params(mode, (args.call.dtype, args.call.op));
+        p.input = args.input.byte_add_cast(off as u64);
+        p.output = args.output.byte_add_cast(off as u64);
+        p.bytes = len as u64;
+        launch(cx, kernel, p, algorithm, stream)?;
+        off += len;
+    }
+    Ok(())
+}
+
+/// Queues the staged kernel for one piece, recording `algorithm`.
+fn launch(
+    cx: &Context,
+    kernel: &Kernel<CollectiveParams>,
+    p: CollectiveParams,
+    algorithm: Algorithm,
+    stream: &Stream,
+) -> Result<()> {
+    cx.ensure_healthy()?;
+    cx.record(algorithm);
+    let shape = shape(&cx.cfg, cx.comm.gpu().kind(), p.bytes);
+    // SAFETY: the callers' contracts (input/output ranges) and our scratch and channel
+    // table, which live as long as the `Collectives`.
+    unsafe { stream.launch(kernel, shape, p) }
+}
+
+/// The staged kernel's launch for a piece of `bytes`: a block per 64 KiB (CUDA) or 1 MiB (CPU
+/// backend), at most `staged_blocks` (and `max_blocks`).
+pub(crate) fn shape(cfg: &CollectiveConfig, backend: BackendKind, bytes: u64) -> LaunchConfig {
+    let per_block: u64 = if backend == BackendKind::Cuda {
+        64 << 10
+    } else {
+        1 << 20
+    };
+    let blocks = bytes
+        .div_ceil(per_block)
+        .clamp(1, cfg.staged_blocks.min(cfg.max_blocks) as u64) as u32;
+    LaunchConfig::new(blocks, cfg.threads).with_shared_mem(16)
+}

@@ -1,0 +1,251 @@
+//! What every algorithm works with: the call's arguments ([`Args`]), what set-up hands each
+//! algorithm ([`SetUp`]), and the communicator-wide state its `queue` uses ([`Context`]):
+//! the scratch, the channel table, the LL flags, the registered-buffer caches, and the one
+//! place that writes a kernel's mode, element type and operator ([`Context::params`]).
+//!
+//! Device words here: `ll_flags` (two u64 in device memory, written and read only by the LL
+//! kernels; `CollectiveParams::ll_flags` says how), the channel table (written once by the
+//! host before the set-up's closing barrier, read by every kernel), and the scratch (module
+//! docs of `scratch.rs`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use mscclpp_host::communicator::Communicator;
+use mscclpp_host::connection::Connection;
+use mscclpp_host::gpu::{DeviceBuffer, Gpu, Kernel, KernelSpec, Module, Stream};
+use mscclpp_host::memory_channel::MemoryChannel;
+use mscclpp_host::registered_memory::RegisteredMemory;
+use mscclpp_host::{Error, Result};
+use mscclpp_shared::{
+    CollectiveMode, CollectiveParams, DataType, DevicePtr, DirectCollectiveParams, ReduceOp,
+};
+
+use super::registered::RegisteredBuffers;
+use super::scratch::ScratchLayout;
+use super::select::Call;
+use super::{Algorithm, CollectiveConfig};
+
+/// Who a call's data goes to or comes from, besides every rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Peer {
+    /// Every rank alike (all-reduce, all-gather, reduce-scatter, all-to-all).
+    None,
+    /// The broadcast's root.
+    Root(usize),
+    /// `send_recv`: sends to `next`, receives from `prev`.
+    Pair { next: usize, prev: usize },
+    /// `send` to this rank.
+    To(usize),
+    /// `recv` from this rank.
+    From(usize),
+}
+
+/// One call, as the algorithms queue it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Args {
+    /// What the choice sees.
+    pub call: Call,
+    /// Input (null for `recv`).
+    pub input: DevicePtr<u8>,
+    /// Output (null for `send`).
+    pub output: DevicePtr<u8>,
+    /// Root or peers.
+    pub peer: Peer,
+}
+
+impl Args {
+    /// The kernels' `root` word: the broadcast's root, the peer of `send` / `recv`, the next
+    /// rank of `send_recv`; 0 otherwise.
+    pub fn root(&self) -> u32 {
+        match self.peer {
+            Peer::None => 0,
+            Peer::Root(r) | Peer::To(r) | Peer::From(r) | Peer::Pair { next: r, .. } => r as u32,
+        }
+    }
+}
+
+/// What an algorithm's `set_up` gets.
+pub(crate) struct SetUp<'a> {
+    /// The built-in kernels' module.
+    pub module: &'a Module,
+    /// This rank's GPU.
+    pub gpu: &'a Gpu,
+}
+
+impl SetUp<'_> {
+    /// Loads a kernel of the module.
+    pub fn kernel<P: bytemuck::Pod>(&self, spec: KernelSpec<P>) -> Result<Kernel<P>> {
+        self.module.kernel(spec)
+    }
+}
+
+/// The communicator-wide state of one `Collectives` (module docs).
+pub(crate) struct Context {
+    pub comm: Arc<Communicator>,
+    pub cfg: CollectiveConfig,
+    pub layout: ScratchLayout,
+    /// The callers' buffers registered for the direct and copy-engine paths.
+    pub buffers: RegisteredBuffers,
+    scratch: DeviceBuffer,
+    channel_table: DeviceBuffer,
+    ll_flags: DeviceBuffer,
+    /// The algorithm of the last queued call ([`Algorithm`] as `u8` + 1; 0 before any).
+    last: AtomicU8,
+    _channels: Vec<MemoryChannel>,
+    _peers: Vec<RegisteredMemory>,
+    _connections: Vec<Arc<dyn Connection>>,
+}
+
+/// The parts of a [`Context`] that set-up builds.
+pub(crate) struct Wiring {
+    pub scratch: DeviceBuffer,
+    pub channel_table: DeviceBuffer,
+    pub ll_flags: DeviceBuffer,
+    pub channels: Vec<MemoryChannel>,
+    pub peers: Vec<RegisteredMemory>,
+    pub connections: Vec<Arc<dyn Connection>>,
+}
+
+impl Context {
+    pub fn new(
+        comm: Arc<Communicator>,
+        cfg: CollectiveConfig,
+        layout: ScratchLayout,
+        w: Wiring,
+    ) -> Self {
+        Self {
+            comm,
+            cfg,
+            layout,
+            buffers: RegisteredBuffers::default(),
+            scratch: w.scratch,
+            channel_table: w.channel_table,
+            ll_flags: w.ll_flags,
+            last: AtomicU8::new(0),
+            _channels: w.channels,
+            _peers: w.peers,
+            _connections: w.connections,
+        }
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.comm.rank()
+    }
+
+    /// Ranks of the communicator.
+    pub fn ranks(&self) -> usize {
+        self.comm.size()
+    }
+
+    /// The ranks other than this one.
+    pub fn others(&self) -> Vec<usize> {
+        (0..self.ranks()).filter(|&q| q != self.rank()).collect()
+    }
+
+    /// A collective kernel's parameters for `mode`, reducing `dtype` by `op`: the only place
+    /// that writes `mode`, `dtype` and `op` (calls that only move data pass
+    /// [`Context::MOVE`]'s type and operator, which their kernels ignore). Buffers, `bytes`,
+    /// `stride` and `root` are the caller's to fill in.
+    pub fn params(
+        &self,
+        mode: CollectiveMode,
+        (dtype, op): (DataType, ReduceOp),
+    ) -> CollectiveParams {
+        CollectiveParams {
+            status: self.comm.status().device_ptr(),
+            channels: self.channel_table.ptr().cast(),
+            input: DevicePtr::NULL,
+            output: DevicePtr::NULL,
+            scratch: self.scratch.ptr(),
+            bytes: 0,
+            ll_flags: self.ll_flags.ptr().cast(),
+            ll_slot_bytes: self.layout.ll_slot_bytes(),
+            stage_offset: self.layout.stage_offset(),
+            ll128_offset: self.layout.ll128_offset(),
+            ll128_slot_bytes: self.layout.ll128_slot_bytes(),
+            stride: 0,
+            reserved: 0,
+            dtype: dtype as u32,
+            op: op as u32,
+            mode: mode as u32,
+            rank: self.rank() as u32,
+            nranks: self.ranks() as u32,
+            root: 0,
+            max_blocks: self.cfg.max_blocks,
+        }
+    }
+
+    /// The type and operator of a call that moves data without reducing it.
+    pub const MOVE: (DataType, ReduceOp) = (DataType::U32, ReduceOp::Sum);
+
+    /// [`params`](Self::params) for the direct kernel, over `bytes` (and parts `bytes` apart);
+    /// no buffers yet.
+    pub fn direct_params(
+        &self,
+        mode: CollectiveMode,
+        data: (DataType, ReduceOp),
+        bytes: usize,
+    ) -> DirectCollectiveParams {
+        let mut common = self.params(mode, data);
+        common.bytes = bytes as u64;
+        common.stride = bytes as u64;
+        DirectCollectiveParams {
+            common,
+            ..Default::default()
+        }
+    }
+
+    /// Records `a` as what the last call ran.
+    pub fn record(&self, a: Algorithm) {
+        self.last.store(a as u8 + 1, Ordering::Relaxed);
+    }
+
+    /// What the last call ran.
+    pub fn last(&self) -> Option<Algorithm> {
+        let v = self.last.load(Ordering::Relaxed) as usize;
+        v.checked_sub(1)
+            .and_then(|i| Algorithm::ALL.get(i).copied())
+    }
+
+    /// Refuses to queue work on a communicator that already failed: a device wait gave up
+    /// (its recorded error), a peer died or `abort()` was called. A launch would only wait
+    /// until the abort flag releases it.
+    pub fn ensure_healthy(&self) -> Result<()> {
+        match self
+            .comm
+            .status()
+            .error()
+            .or_else(|| self.comm.async_error())
+        {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// The error of an algorithm that cannot serve a call (`what` it cannot do).
+    pub fn cannot(&self, what: &'static str) -> Error {
+        Error::Unsupported {
+            what,
+            backend: self.comm.gpu().kind(),
+        }
+    }
+}
+
+/// Queues `dst <- src` unless they are the same buffer.
+///
+/// # Safety
+/// Both hold `bytes` until the copy completes.
+pub(crate) unsafe fn copy_if_needed(
+    stream: &Stream,
+    dst: DevicePtr<u8>,
+    src: DevicePtr<u8>,
+    bytes: usize,
+) -> Result<()> {
+    if dst == src {
+        return Ok(());
+    }
+    // SAFETY: the caller's contract.
+    unsafe { stream.copy_dtod(dst, src, bytes) }
+}

@@ -1,0 +1,307 @@
+//! The one selection table: which algorithm a call takes when the caller forces none, from
+//! the collective, its size, the number of ranks and whether the callers' buffers can be
+//! registered; the check of a forced algorithm; and, for the tests, `decide`, the whole choice
+//! as a pure function (what the dispatch in `collectives/mod.rs` does step by step, and what
+//! the pinning test checks over every size, rank count and forced algorithm).
+//!
+//! The table is read top to bottom; the first row of the call's collective whose condition
+//! holds and whose algorithm serves the call (its rank count, type and operator, and, on the
+//! first pass, nothing more) wins. An algorithm on the callers' registered buffers can decline
+//! the call after its exchange (some rank's buffers cannot be shared); the call then takes the
+//! first row whose algorithm needs no registration. Every collective's rows end with one that
+//! always holds. Every rank holds the same configuration (checked at set-up) and makes the same
+//! call, so every rank chooses alike.
+
+use mscclpp_shared::{DataType, ReduceOp};
+
+#[cfg(test)]
+use super::scratch::ScratchLayout;
+use super::{Algorithm, Collective, CollectiveConfig};
+
+/// One call as the choice sees it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Call {
+    /// The collective (`SendRecv` for `send_recv`, `send` and `recv`).
+    pub collective: Collective,
+    /// `send` or `recv` alone (with `SendRecv`), not a `send_recv`.
+    pub one_way: bool,
+    /// Bytes: the whole message of all-reduce, broadcast and the point-to-point calls, one
+    /// part of the others.
+    pub bytes: usize,
+    /// Ranks of the communicator.
+    pub ranks: usize,
+    /// Element type.
+    pub dtype: DataType,
+    /// Operator (`Sum` where the collective does not reduce).
+    pub op: ReduceOp,
+}
+
+/// What a row (or a forced algorithm) leads to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Choice {
+    /// This algorithm queues the call.
+    Run(Algorithm),
+    /// A `send_recv` runs as a `send` and a `recv` (even ranks send first), each chosen on
+    /// its own.
+    Split,
+}
+
+/// What a call runs in the end.
+#[cfg(test)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Decision {
+    /// A copy from input to output, no algorithm (an all-reduce on one rank).
+    Copy,
+    /// This algorithm (what `Collectives::last_algorithm` then reports).
+    Run(Algorithm),
+}
+
+/// One row of the table.
+struct Row {
+    collective: Collective,
+    /// For `SendRecv`: a row of `send` / `recv` alone.
+    one_way: bool,
+    choice: Choice,
+    when: fn(&CollectiveConfig, &Call) -> bool,
+}
+
+const fn row(
+    collective: Collective,
+    a: Algorithm,
+    when: fn(&CollectiveConfig, &Call) -> bool,
+) -> Row {
+    Row {
+        collective,
+        one_way: false,
+        choice: Choice::Run(a),
+        when,
+    }
+}
+
+const fn one_way(a: Algorithm, when: fn(&CollectiveConfig, &Call) -> bool) -> Row {
+    Row {
+        collective: SendRecv,
+        one_way: true,
+        choice: Choice::Run(a),
+        when,
+    }
+}
+
+fn always(_: &CollectiveConfig, _: &Call) -> bool {
+    true
+}
+
+use Algorithm::*;
+use Collective::*;
+
+/// The selection table (module docs). Sizes are a call's `bytes` (per part for all-gather,
+/// reduce-scatter and all-to-all).
+const TABLE: &[Row] = &[
+    // All-reduce: LL128 in its range on few ranks; on more, the two-shot LL, which sends
+    // 2 (n - 1) / n of the data where the one-shot kernels send n - 1 copies; LL16 below;
+    // beyond the LL sizes the copy engines, the direct kernel, staging.
+    row(AllReduce, Ll128, |c, x| {
+        x.ranks < c.ll_two_shot_min_ranks
+            && (c.ll128_min_bytes..=c.ll128_max_bytes).contains(&x.bytes)
+    }),
+    row(AllReduce, LlTwoShot, |c, x| {
+        x.ranks >= c.ll_two_shot_min_ranks
+            && (c.ll_two_shot_min_bytes..=c.ll_max_bytes).contains(&x.bytes)
+    }),
+    row(AllReduce, LlOneShot, |c, x| x.bytes <= c.ll_max_bytes),
+    row(AllReduce, CopyEngine, |c, x| {
+        x.bytes >= c.ce_all_reduce_min_bytes
+    }),
+    row(AllReduce, Direct, |c, x| x.bytes >= c.direct_min_bytes),
+    row(AllReduce, Staged, always),
+    // All-gather.
+    row(AllGather, Ll128, |c, x| {
+        x.ranks > 1 && (c.ll128_part_min_bytes..=c.ll128_max_bytes).contains(&x.bytes)
+    }),
+    row(AllGather, LlOneShot, |c, x| x.bytes <= c.ll_part_max_bytes),
+    row(AllGather, CopyEngine, |c, x| x.bytes >= c.ce_min_bytes),
+    row(AllGather, Direct, |c, x| x.bytes >= c.direct_min_bytes),
+    row(AllGather, Staged, always),
+    // Reduce-scatter: LL up to a whole slot (the direct kernel loads its parts over NVLink,
+    // which is slower than packets up to 1 MiB parts: 0.8x NCCL at 1 MiB on 2xH200); no copy
+    // engine (they do not reduce).
+    row(ReduceScatter, Ll128, |c, x| {
+        x.ranks > 1 && (c.ll128_part_min_bytes..=c.ll128_max_bytes).contains(&x.bytes)
+    }),
+    row(ReduceScatter, LlOneShot, |c, x| {
+        x.ranks > 1 && x.bytes <= c.ll_max_bytes || x.bytes <= c.ll_part_max_bytes
+    }),
+    row(ReduceScatter, Direct, |c, x| x.bytes >= c.direct_min_bytes),
+    row(ReduceScatter, Staged, always),
+    // Broadcast.
+    row(Broadcast, LlOneShot, |c, x| x.bytes <= c.ll_part_max_bytes),
+    row(Broadcast, CopyEngine, |c, x| x.bytes >= c.ce_min_bytes),
+    row(Broadcast, Direct, |c, x| x.bytes >= c.direct_min_bytes),
+    row(Broadcast, Staged, always),
+    // All-to-all.
+    row(AllToAll, LlOneShot, |c, x| x.bytes <= c.ll_part_max_bytes),
+    row(AllToAll, CopyEngine, |c, x| x.bytes >= c.ce_min_bytes),
+    row(AllToAll, Direct, |c, x| x.bytes >= c.direct_min_bytes),
+    row(AllToAll, Staged, always),
+    // send_recv: one LL exchange on two ranks (every rank of the communicator takes part,
+    // as LL launches must); on registered buffers the direct kernel (one launch), from
+    // `ce_min_bytes` the copy engines; else a send and a recv.
+    row(SendRecv, LlOneShot, |c, x| {
+        x.ranks == 2 && x.bytes <= c.ll_max_bytes
+    }),
+    row(SendRecv, Direct, |c, x| {
+        (c.direct_min_bytes..c.ce_min_bytes).contains(&x.bytes)
+    }),
+    row(SendRecv, CopyEngine, |c, x| x.bytes >= c.direct_min_bytes),
+    Row {
+        collective: SendRecv,
+        one_way: false,
+        choice: Choice::Split,
+        when: always,
+    },
+    // send and recv alone.
+    one_way(CopyEngine, |c, x| x.bytes >= c.direct_min_bytes),
+    one_way(Staged, always),
+];
+
+/// Whether `a` serves `call`'s ranks, type and operator (and point-to-point calls, for
+/// `send_recv` / `send` / `recv`), and, unless `registered`, needs no registered buffers.
+fn fits(a: Algorithm, call: &Call, registered: bool) -> bool {
+    let u = a.unit();
+    (registered || !u.registered)
+        && (call.collective != SendRecv || u.point_to_point)
+        && (u.serves_ranks)(call.ranks).is_ok()
+        && (u.serves_data)(call.dtype, call.op).is_ok()
+}
+
+/// What `call` takes: `forced` if that algorithm serves it (else `Err` with what it cannot
+/// do), or the first row that holds, among the algorithms that need no registered buffers
+/// unless `registered`.
+pub(crate) fn choose(
+    cfg: &CollectiveConfig,
+    call: &Call,
+    forced: Option<Algorithm>,
+    registered: bool,
+) -> Result<Choice, &'static str> {
+    if let Some(a) = forced {
+        let u = a.unit();
+        if call.collective == SendRecv || !u.serves.contains(&call.collective) {
+            return Err(u.not_served);
+        }
+        (u.serves_ranks)(call.ranks)?;
+        (u.serves_data)(call.dtype, call.op)?;
+        return Ok(Choice::Run(a));
+    }
+    TABLE
+        .iter()
+        .filter(|r| r.collective == call.collective && r.one_way == call.one_way)
+        .filter(|r| match r.choice {
+            Choice::Run(a) => fits(a, call, registered),
+            Choice::Split => true,
+        })
+        .find(|r| (r.when)(cfg, call))
+        .map(|r| r.choice)
+        .ok_or("a call no algorithm serves")
+}
+
+/// What `call` runs, forced to `forced` or not, when every rank's buffers can (`registered`)
+/// or cannot be shared; `Err` with what is unsupported. The dispatch's steps, without a GPU:
+/// an all-reduce on one rank copies; otherwise [`choose`]; a `send_recv` that splits is
+/// decided as a `send` (its `recv` decides alike); an algorithm on registered buffers that
+/// cannot have them declines (a forced one is refused, else the choice is made again among
+/// the others); the chosen algorithm's `plan` says what finally runs.
+#[cfg(test)]
+pub(crate) fn decide(
+    cfg: &CollectiveConfig,
+    call: Call,
+    forced: Option<Algorithm>,
+    registered: bool,
+) -> Result<Decision, &'static str> {
+    if call.collective == AllReduce && call.ranks == 1 {
+        return Ok(Decision::Copy);
+    }
+    let layout = ScratchLayout::for_registered(cfg, call.ranks);
+    let mut choice = choose(cfg, &call, forced, true)?;
+    loop {
+        match choice {
+            Choice::Split => {
+                let half = Call {
+                    one_way: true,
+                    ..call
+                };
+                return decide(cfg, half, None, registered);
+            }
+            Choice::Run(a) if a.unit().registered && !registered => {
+                if forced.is_some() {
+                    return Err(DECLINED);
+                }
+                choice = choose(cfg, &call, None, false)?;
+            }
+            Choice::Run(a) => return (a.unit().plan)(cfg, &layout, &call).map(Decision::Run),
+        }
+    }
+}
+
+/// What a forced algorithm on registered buffers is refused as when some rank's cannot be
+/// shared.
+pub(crate) const DECLINED: &str = "the direct path on these buffers";
+
+#[cfg(test)]
+mod tests {
+    use super::{Choice, TABLE};
+
+    /// Every row's algorithm serves its collective (forced), or, for the point-to-point rows,
+    /// says it may be picked there; and every collective ends with a row that always holds.
+    #[test]
+    fn rows_name_algorithms_that_serve_them() {
+        for r in TABLE {
+            if let Choice::Run(a) = r.choice {
+                let u = a.unit();
+                if r.collective == super::SendRecv {
+                    assert!(u.point_to_point, "{a:?} in a send/recv row");
+                } else {
+                    assert!(u.serves.contains(&r.collective), "{a:?} {:?}", r.collective);
+                }
+            }
+        }
+        let cfg =
+            crate::collectives::CollectiveConfig::for_backend(mscclpp_host::gpu::BackendKind::Cuda);
+        for (c, one_way) in [
+            (super::AllReduce, false),
+            (super::AllGather, false),
+            (super::ReduceScatter, false),
+            (super::Broadcast, false),
+            (super::AllToAll, false),
+            (super::SendRecv, false),
+            (super::SendRecv, true),
+        ] {
+            let last = TABLE
+                .iter()
+                .rfind(|r| r.collective == c && r.one_way == one_way);
+            let Some(last) = last else {
+                panic!("{c:?} ({one_way}) has no rows");
+            };
+            let ok = match last.choice {
+                Choice::Split => true,
+                Choice::Run(a) => a == super::Algorithm::Staged,
+            };
+            assert!(ok, "{c:?} ({one_way}) ends with {:?}", last.choice);
+            for bytes in [1, 1 << 10, 1 << 20, 1 << 30] {
+                for ranks in [1, 2, 8, 64] {
+                    let call = super::Call {
+                        collective: c,
+                        one_way,
+                        bytes,
+                        ranks,
+                        dtype: mscclpp_shared::DataType::F32,
+                        op: mscclpp_shared::ReduceOp::Sum,
+                    };
+                    assert!(
+                        (last.when)(&cfg, &call),
+                        "{c:?} ({one_way}) {bytes} {ranks}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! What `Collectives::with_config` does before any algorithm runs: the checks every rank makes
+//! alike (one node, one GPU per rank, the same configuration), and the wiring: the scratch
+//! buffer every peer maps (laid out by `ScratchLayout`), a connection to every peer, and one
+//! row of MemoryChannels (one per peer) for each block the kernels may use, in a device
+//! table.
+//!
+//! Every rank makes the same bootstrap calls in the same order: the GPU ids' and the settings'
+//! all-gathers, then per peer `connect` and `send_memory` (tag `SCRATCH_TAG`), then per peer
+//! `recv_memory`, then per row and peer a semaphore (tag `SEMAPHORE_TAG + row`), then a
+//! barrier.
+
+use std::sync::Arc;
+
+use mscclpp_host::communicator::Communicator;
+use mscclpp_host::connection::{Connection, EndpointConfig};
+use mscclpp_host::memory_channel::MemoryChannel;
+use mscclpp_host::registered_memory::RegisteredMemory;
+use mscclpp_host::semaphore::MemoryDevice2DeviceSemaphore;
+use mscclpp_host::transport::Transport;
+use mscclpp_host::{Error, Result};
+use mscclpp_shared::MemoryChannelDeviceHandle;
+
+use super::CollectiveConfig;
+use super::context::Wiring;
+use super::scratch::ScratchLayout;
+
+const SCRATCH_TAG: u64 = 0x5c_0000;
+const SEMAPHORE_TAG: u64 = 0x5e_0000;
+
+/// Refuses ranks on other nodes (collectives across nodes are not implemented yet).
+pub(super) fn check_one_node(comm: &Communicator) -> Result<()> {
+    let t = Transport::local_for(comm.gpu().kind());
+    for q in 0..comm.size() {
+        if !comm.same_node(q) {
+            return Err(Error::Connect {
+                remote_rank: q,
+                transport: t,
+                reason: "collectives across nodes are not implemented yet".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Refuses two ranks on one GPU (CUDA), checked on every rank alike by one all-gather.
+pub(super) fn check_one_gpu_per_rank(comm: &Communicator) -> Result<()> {
+    let mine = match comm.gpu().pci_bus_id() {
+        Some(id) => format!("{:?}/{id}", comm.bootstrap().node_of(comm.rank())),
+        None => String::new(),
+    };
+    let all = comm.all_gather(mine.as_bytes())?;
+    for (second, b) in all.iter().enumerate() {
+        let first = all[..second].iter().position(|a| a == b);
+        if let (Some(first), false) = (first, b.is_empty()) {
+            return Err(Error::DuplicateGpu {
+                first,
+                second,
+                device: String::from_utf8_lossy(b)
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or_default()
+                    .to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a configuration that differs from any other rank's (`Error::ConfigMismatch` naming
+/// the first setting that differs and the rank), by one all-gather of every setting. A peer's
+/// answer of the wrong length counts as a mismatch.
+pub(super) fn check_same_config(comm: &Communicator, cfg: &CollectiveConfig) -> Result<()> {
+    let settings = cfg.settings();
+    let mine: Vec<u8> = settings.iter().flat_map(|(_, v)| v.to_le_bytes()).collect();
+    for (rank, theirs) in comm.all_gather(&mine)?.iter().enumerate() {
+        if theirs.len() != mine.len() {
+            return Err(Error::ConfigMismatch {
+                what: "the size of the collectives' settings (bytes)",
+                mine: mine.len() as u64,
+                rank,
+                theirs: theirs.len() as u64,
+            });
+        }
+        for (&(what, v), b) in settings.iter().zip(theirs.chunks_exact(8)) {
+            let t = u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+            if t != v {
+                return Err(Error::ConfigMismatch {
+                    what,
+                    mine: v,
+                    rank,
+                    theirs: t,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Allocates the scratch (`layout`), connects to every peer, maps their scratch and builds
+/// `cfg.max_blocks` rows of channels in a device table; ends with a barrier.
+pub(super) fn wire(
+    comm: &Arc<Communicator>,
+    cfg: &CollectiveConfig,
+    layout: &ScratchLayout,
+) -> Result<Wiring> {
+    let (rank, n) = (comm.rank(), comm.size());
+    let g = comm.gpu().clone();
+    let t = Transport::local_for(g.kind());
+    let scratch = g.alloc(layout.len())?;
+    let reg = comm.register_buffer(&scratch, t)?;
+    let mut connections: Vec<Option<Arc<dyn Connection>>> = vec![None; n];
+    for (q, slot) in connections.iter_mut().enumerate() {
+        if q != rank {
+            *slot = Some(comm.connect(EndpointConfig::new(t), q, SCRATCH_TAG)?);
+            comm.send_memory(&reg, q, SCRATCH_TAG)?;
+        }
+    }
+    let mut peers: Vec<Option<RegisteredMemory>> = vec![None; n];
+    for (q, slot) in peers.iter_mut().enumerate() {
+        if q != rank {
+            *slot = Some(comm.recv_memory(q, SCRATCH_TAG)?);
+        }
+    }
+    let mut channels = Vec::new();
+    let mut table = vec![MemoryChannelDeviceHandle::default(); cfg.max_blocks as usize * n];
+    for b in 0..cfg.max_blocks as usize {
+        for q in 0..n {
+            let (Some(conn), Some(peer)) = (&connections[q], &peers[q]) else {
+                continue;
+            };
+            let sem =
+                MemoryDevice2DeviceSemaphore::new(comm, conn.as_ref(), SEMAPHORE_TAG + b as u64)?;
+            let ch = MemoryChannel::new(sem, peer.clone(), scratch.ptr(), scratch.ptr())?;
+            table[b * n + q] = ch.device_handle()?;
+            channels.push(ch);
+        }
+    }
+    let channel_table = g.alloc(std::mem::size_of_val(table.as_slice()))?;
+    let ll_flags = g.alloc(16)?;
+    channel_table.copy_from_host(0, bytemuck::cast_slice(&table))?;
+    comm.bootstrap().barrier()?;
+    Ok(Wiring {
+        scratch,
+        channel_table,
+        ll_flags,
+        channels,
+        peers: peers.into_iter().flatten().collect(),
+        connections: connections.into_iter().flatten().collect(),
+    })
+}
