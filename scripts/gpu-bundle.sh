@@ -15,6 +15,7 @@
 # Usage:
 #   scripts/gpu-bundle.sh                  # the whole workspace
 #   scripts/gpu-bundle.sh -p mscclpp-host  # only these packages (any `cargo test` selection)
+#   scripts/gpu-bundle.sh -p mscclpp-tools # the tools (mscclpp-bench, …) and their tests
 #
 # Then run it with the `device` tool (`run`): carry ["gpu-bundle"], command
 #   bash gpu-bundle/run-tests.sh [test-name filter] [-- extra test-binary args]
@@ -65,13 +66,23 @@ bins_tsv="$(cargo build "${select[@]}" --release --bins --examples --message-for
 rm -rf "$bundle"
 mkdir -p "$bundle/tests" "$bundle/bin"
 : >"$bundle/manifest.tsv"
+# `cargo test --no-run` builds the binaries and examples too (integration tests run them), and
+# the build pass reports the same files again: each executable is copied once. Two different
+# files that would get one name in the bundle are an error, never a silent rename.
+declare -A source_of=()
 copy() { # kind pkg_dir name path
     local dest="$bundle/tests/$3"
     if [ "$1" = bin ]; then dest="$bundle/bin/$3"; fi
-    if [ -e "$dest" ]; then dest="$dest-$(basename "$2")"; fi
+    local key="${dest#"$bundle"/}"
+    if [ -n "${source_of[$key]:-}" ]; then
+        [ "${source_of[$key]}" = "$4" ] && return 0
+        echo "gpu-bundle: two executables would be $key: ${source_of[$key]} and $4 ($2); rename one target" >&2
+        exit 1
+    fi
+    source_of[$key]="$4"
     cp "$4" "$dest"
     strip --strip-debug "$dest" 2>/dev/null || echo "gpu-bundle: could not strip $dest" >&2
-    printf '%s\t%s\t%s\n' "$1" "$2" "${dest#"$bundle"/}" >>"$bundle/manifest.tsv"
+    printf '%s\t%s\t%s\n' "$1" "$2" "$key" >>"$bundle/manifest.tsv"
 }
 while IFS=$'\t' read -r kind pkg name path; do
     [ -n "$kind" ] && copy "$kind" "$pkg" "$name" "$path"
