@@ -391,7 +391,10 @@ mod tests {
         assert!(s.contains("NCCL 2.28.3") && s.contains("mscclpp-rs"));
         assert!(s.contains("H200 &lt;x2&gt;") && s.contains("time per operation"));
         for label in ["8B", "4K", "128M", "10us", "1ms", "300.0"] {
-            assert!(s.contains(&format!(">\n{label}\n<")), "no axis label {label}");
+            assert!(
+                s.contains(&format!(">\n{label}\n<")),
+                "no axis label {label}"
+            );
         }
         assert!(!s.contains("NaN") && !s.contains("inf"));
     }
