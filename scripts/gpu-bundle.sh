@@ -3,7 +3,10 @@
 #
 # The GPU machine has no Rust toolchain, so everything is compiled here: the release test
 # binaries of the workspace (unit and integration tests) and the release binaries and examples.
-# They are copied, debug info stripped, into the git-ignored folder `gpu-bundle/` together with
+# They are copied, each once, with symbols and debug info stripped (a panic message keeps its
+# file and line; run-tests.sh asks for no backtraces; the embedded PTX, about 1 MiB in every
+# binary that links the library, is most of what is left), into the git-ignored folder
+# `gpu-bundle/` together with
 # `gpu-bundle/run-tests.sh`, which runs every test binary with
 #   MSCCLPP_BACKEND=cuda NCCL_NVLS_ENABLE=0 <binary> --include-ignored --test-threads 1
 # (one test at a time: on 2xH200 the channels and collectives binaries hung with the default
@@ -81,7 +84,7 @@ copy() { # kind pkg_dir name path
     fi
     source_of[$key]="$4"
     cp "$4" "$dest"
-    strip --strip-debug "$dest" 2>/dev/null || echo "gpu-bundle: could not strip $dest" >&2
+    strip --strip-all "$dest" 2>/dev/null || echo "gpu-bundle: could not strip $dest" >&2
     printf '%s\t%s\t%s\n' "$1" "$2" "$key" >>"$bundle/manifest.tsv"
 }
 while IFS=$'\t' read -r kind pkg name path; do
