@@ -140,8 +140,8 @@ struct CollOpts {
     /// 0 on the CPU backend, which has no graphs]
     #[arg(short = 'G', long = "cudagraph", value_name = "N")]
     graph_launches: Option<u32>,
-    /// Ranks as threads, one GPU each [default: all GPUs, at least 2 (one GPU: 1); 2 on the
-    /// CPU backend]; ignored under a launcher
+    /// Ranks as threads, one GPU each; ignored under a launcher [default: every GPU when
+    /// there are two or more; else 2 on the CPU backend]
     #[arg(short = 'g', long = "ranks", value_name = "N",
           value_parser = clap::value_parser!(u64).range(1..))]
     ranks: Option<u64>,
