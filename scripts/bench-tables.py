@@ -31,9 +31,10 @@ def table(path):
     for r in rows:
         bw = r["size"] >= 1 << 20
         ours_bw = f"{r['busbw_gbps']:.1f}" if bw else ""
-        base_bw = f"{r['base_busbw_gbps']:.1f}" if bw and "base_busbw_gbps" in r else ""
-        base = f"{r['base_time_us']:.2f}" if "base_time_us" in r else ""
-        speed = f"{r['speedup']:.2f}×" if "speedup" in r else ""
+        # A run without a baseline has these fields as null (older files may lack them).
+        base_bw = f"{r['base_busbw_gbps']:.1f}" if bw and r.get("base_busbw_gbps") is not None else ""
+        base = f"{r['base_time_us']:.2f}" if r.get("base_time_us") is not None else ""
+        speed = f"{r['speedup']:.2f}×" if r.get("speedup") is not None else ""
         print(
             f"| {size(r['size'])} | {r['algo']} | {r['time_us']:.2f} | {base} | {speed} "
             f"| {ours_bw} | {base_bw} |"

@@ -3,7 +3,10 @@
 #
 # The GPU machine has no Rust toolchain, so everything is compiled here: the release test
 # binaries of the workspace (unit and integration tests) and the release binaries and examples.
-# They are copied, debug info stripped, into the git-ignored folder `gpu-bundle/` together with
+# They are copied, each once, with symbols and debug info stripped (a panic message keeps its
+# file and line; run-tests.sh asks for no backtraces; the embedded PTX, about 1 MiB in every
+# binary that links the library, is most of what is left), into the git-ignored folder
+# `gpu-bundle/` together with
 # `gpu-bundle/run-tests.sh`, which runs every test binary with
 #   MSCCLPP_BACKEND=cuda NCCL_NVLS_ENABLE=0 <binary> --include-ignored --test-threads 1
 # (one test at a time: on 2xH200 the channels and collectives binaries hung with the default
@@ -15,6 +18,7 @@
 # Usage:
 #   scripts/gpu-bundle.sh                  # the whole workspace
 #   scripts/gpu-bundle.sh -p mscclpp-host  # only these packages (any `cargo test` selection)
+#   scripts/gpu-bundle.sh -p mscclpp-tools # the tools (mscclpp-bench, …) and their tests
 #
 # Then run it with the `device` tool (`run`): carry ["gpu-bundle"], command
 #   bash gpu-bundle/run-tests.sh [test-name filter] [-- extra test-binary args]
@@ -65,13 +69,23 @@ bins_tsv="$(cargo build "${select[@]}" --release --bins --examples --message-for
 rm -rf "$bundle"
 mkdir -p "$bundle/tests" "$bundle/bin"
 : >"$bundle/manifest.tsv"
+# `cargo test --no-run` builds the binaries and examples too (integration tests run them), and
+# the build pass reports the same files again: each executable is copied once. Two different
+# files that would get one name in the bundle are an error, never a silent rename.
+declare -A source_of=()
 copy() { # kind pkg_dir name path
     local dest="$bundle/tests/$3"
     if [ "$1" = bin ]; then dest="$bundle/bin/$3"; fi
-    if [ -e "$dest" ]; then dest="$dest-$(basename "$2")"; fi
+    local key="${dest#"$bundle"/}"
+    if [ -n "${source_of[$key]:-}" ]; then
+        [ "${source_of[$key]}" = "$4" ] && return 0
+        echo "gpu-bundle: two executables would be $key: ${source_of[$key]} and $4 ($2); rename one target" >&2
+        exit 1
+    fi
+    source_of[$key]="$4"
     cp "$4" "$dest"
-    strip --strip-debug "$dest" 2>/dev/null || echo "gpu-bundle: could not strip $dest" >&2
-    printf '%s\t%s\t%s\n' "$1" "$2" "${dest#"$bundle"/}" >>"$bundle/manifest.tsv"
+    strip --strip-all "$dest" 2>/dev/null || echo "gpu-bundle: could not strip $dest" >&2
+    printf '%s\t%s\t%s\n' "$1" "$2" "$key" >>"$bundle/manifest.tsv"
 }
 while IFS=$'\t' read -r kind pkg name path; do
     [ -n "$kind" ] && copy "$kind" "$pkg" "$name" "$path"

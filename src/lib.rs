@@ -10,7 +10,12 @@
 //! | [`shared`] (`mscclpp-shared`) | every host↔device / process↔process layout, mirrored in `layout.h` | `include/mscclpp/*_device.hpp` structs |
 //! | [`device`] (`mscclpp-device`) | device API and kernels in `no_std` Rust (PTX and host builds) | `*_device.hpp` functions |
 //! | [`host`] (`mscclpp-host`) | backends, bootstrap, communicator, transports, proxy | `src/*.cc` |
-//! | `mscclpp` (this crate) | facade, kernel registry, embedded PTX, tools | `mscclpp` Python/C++ front |
+//! | `mscclpp` (this crate) | facade, collectives, kernel registry, embedded PTX | `mscclpp` Python/C++ front |
+//! | `mscclpp-tools` (`tools/`, not a dependency) | `mscclpp-bench`, `mscclpp-run`, `mscclpp-info` | `mscclpp-test`, `mpirun` |
+//!
+//! The libraries emit `tracing` events and install no subscriber; programs without one of
+//! their own call `mscclpp_log::init()` (crate `mscclpp-log`, `log/`), which shows them as
+//! `MSCCLPP_LOG` asks.
 //!
 //! ## Names
 //!

@@ -196,81 +196,118 @@ pub fn summary(rows: &[Row], checked: bool) -> String {
     s
 }
 
-fn num(x: f64) -> String {
+/// `x` rounded to 4 decimals (as the committed `benchmarks/**/*.json` hold them); `null` when
+/// not finite (a baseline that did not run).
+fn four_decimals<S: serde::Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
     if x.is_finite() {
-        format!("{x:.4}")
+        s.serialize_f64((x * 1e4).round() / 1e4)
     } else {
-        "null".into()
+        s.serialize_none()
     }
 }
 
-fn opt<T: ToString>(x: Option<T>) -> String {
-    x.map_or_else(|| "null".into(), |v| v.to_string())
+/// [`four_decimals`] of a value that may be absent.
+fn opt_four_decimals<S: serde::Serializer>(x: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+    match x {
+        Some(x) => four_decimals(x, s),
+        None => s.serialize_none(),
+    }
 }
 
-fn string(s: &str) -> String {
-    let mut o = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => o.push_str("\\\""),
-            '\\' => o.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(o, "\\u{:04x}", c as u32);
-            }
-            c => o.push(c),
+/// One line of `--json`: the row and what the run shares. The field names are the format:
+/// `scripts/bench-tables.py` and the committed `benchmarks/**/*.json` use them. A field that
+/// was not measured (no baseline, no `-c`) is `null`.
+#[derive(Debug, serde::Serialize)]
+pub struct JsonRow<'a> {
+    op: &'a str,
+    size: usize,
+    count: usize,
+    #[serde(rename = "type")]
+    dtype: &'a str,
+    redop: &'a str,
+    inplace: bool,
+    algo: &'a str,
+    nranks: usize,
+    backend: &'a str,
+    device: &'a str,
+    graph_launches: u32,
+    iters: u32,
+    #[serde(serialize_with = "four_decimals")]
+    time_us: f64,
+    #[serde(serialize_with = "four_decimals")]
+    algbw_gbps: f64,
+    #[serde(serialize_with = "four_decimals")]
+    busbw_gbps: f64,
+    wrong: Option<u64>,
+    baseline: Option<&'a str>,
+    #[serde(serialize_with = "opt_four_decimals")]
+    base_time_us: Option<f64>,
+    #[serde(serialize_with = "opt_four_decimals")]
+    base_algbw_gbps: Option<f64>,
+    #[serde(serialize_with = "opt_four_decimals")]
+    base_busbw_gbps: Option<f64>,
+    base_wrong: Option<u64>,
+    #[serde(serialize_with = "opt_four_decimals")]
+    speedup: Option<f64>,
+    #[serde(serialize_with = "four_decimals")]
+    slowest_rank_us: f64,
+    #[serde(serialize_with = "four_decimals")]
+    fastest_rank_us: f64,
+    #[serde(serialize_with = "four_decimals")]
+    launch_skew_us: f64,
+    #[serde(serialize_with = "opt_four_decimals")]
+    base_slowest_rank_us: Option<f64>,
+    #[serde(serialize_with = "opt_four_decimals")]
+    base_fastest_rank_us: Option<f64>,
+    #[serde(serialize_with = "opt_four_decimals")]
+    base_launch_skew_us: Option<f64>,
+}
+
+impl<'a> JsonRow<'a> {
+    /// The JSON line of `r`.
+    pub fn new(info: &'a RunInfo, r: &'a Row) -> Self {
+        let b = r.base.as_ref();
+        Self {
+            op: info.op,
+            size: r.size,
+            count: r.count,
+            dtype: info.dtype,
+            redop: info.redop,
+            inplace: info.inplace,
+            algo: &r.algo,
+            nranks: info.nranks,
+            backend: info.backend,
+            device: &info.device,
+            graph_launches: info.graph_launches,
+            iters: r.iters,
+            time_us: r.time_us,
+            algbw_gbps: r.algbw,
+            busbw_gbps: r.busbw,
+            wrong: r.wrong,
+            baseline: info.baseline.as_deref(),
+            base_time_us: b.map(|b| b.time_us),
+            base_algbw_gbps: b.map(|b| b.algbw),
+            base_busbw_gbps: b.map(|b| b.busbw),
+            base_wrong: b.and_then(|b| b.wrong),
+            speedup: r.speedup(),
+            slowest_rank_us: r.spread.slowest_us,
+            fastest_rank_us: r.spread.fastest_us,
+            launch_skew_us: r.spread.launch_skew_us,
+            base_slowest_rank_us: b.map(|b| b.spread.slowest_us),
+            base_fastest_rank_us: b.map(|b| b.spread.fastest_us),
+            base_launch_skew_us: b.map(|b| b.spread.launch_skew_us),
         }
     }
-    o.push('"');
-    o
 }
 
 /// One JSON object per row, one per line.
-pub fn json_lines(info: &RunInfo, rows: &[Row]) -> String {
+pub fn json_lines(info: &RunInfo, rows: &[Row]) -> Result<String, serde_json::Error> {
     let mut s = String::new();
     for r in rows {
-        let b = r.base.as_ref();
-        let _ = writeln!(
-            s,
-            "{{\"op\":{},\"size\":{},\"count\":{},\"type\":{},\"redop\":{},\"inplace\":{},\
-             \"algo\":{},\"nranks\":{},\"backend\":{},\"device\":{},\"graph_launches\":{},\
-             \"iters\":{},\"time_us\":{},\"algbw_gbps\":{},\"busbw_gbps\":{},\"wrong\":{},\
-             \"baseline\":{},\"base_time_us\":{},\"base_algbw_gbps\":{},\"base_busbw_gbps\":{},\
-             \"base_wrong\":{},\"speedup\":{},\"slowest_rank_us\":{},\"fastest_rank_us\":{},\
-             \"launch_skew_us\":{},\"base_slowest_rank_us\":{},\"base_fastest_rank_us\":{},\
-             \"base_launch_skew_us\":{}}}",
-            string(info.op),
-            r.size,
-            r.count,
-            string(info.dtype),
-            string(info.redop),
-            info.inplace,
-            string(&r.algo),
-            info.nranks,
-            string(info.backend),
-            string(&info.device),
-            info.graph_launches,
-            r.iters,
-            num(r.time_us),
-            num(r.algbw),
-            num(r.busbw),
-            opt(r.wrong),
-            info.baseline
-                .as_deref()
-                .map_or_else(|| "null".into(), string),
-            b.map_or_else(|| "null".into(), |b| num(b.time_us)),
-            b.map_or_else(|| "null".into(), |b| num(b.algbw)),
-            b.map_or_else(|| "null".into(), |b| num(b.busbw)),
-            opt(b.and_then(|b| b.wrong)),
-            r.speedup().map_or_else(|| "null".into(), num),
-            num(r.spread.slowest_us),
-            num(r.spread.fastest_us),
-            num(r.spread.launch_skew_us),
-            b.map_or_else(|| "null".into(), |b| num(b.spread.slowest_us)),
-            b.map_or_else(|| "null".into(), |b| num(b.spread.fastest_us)),
-            b.map_or_else(|| "null".into(), |b| num(b.spread.launch_skew_us)),
-        );
+        s.push_str(&serde_json::to_string(&JsonRow::new(info, r))?);
+        s.push('\n');
     }
-    s
+    Ok(s)
 }
 
 #[cfg(test)]
@@ -325,17 +362,57 @@ mod tests {
         let rows = [row(8, 10.0, Some(20.0)), row(1 << 20, 100.0, Some(50.0))];
         assert!(line(&rows[0], "f16").contains("2.00x"));
         assert!(header(true).contains("#wrong") && header(true).contains("speedup"));
-        let j = json_lines(&info, &rows);
+        let j = json_lines(&info, &rows).expect("serialised");
         assert_eq!(j.lines().count(), 2);
-        assert!(j.contains("\"device\":\"NVIDIA \\\"H200\\\"\""), "{j}");
-        assert!(
-            j.contains("\"speedup\":2.0000") && j.contains("\"base_wrong\":null"),
-            "{j}"
-        );
+        let first: serde_json::Value = serde_json::from_str(j.lines().next().unwrap()).unwrap();
+        assert_eq!(first["device"], "NVIDIA \"H200\"");
+        assert_eq!(first["type"], "f16");
+        assert_eq!(first["speedup"], 2.0);
+        assert_eq!(first["algbw_gbps"], 0.0008, "rounded to 4 decimals: {j}");
+        assert!(first["base_wrong"].is_null() && first["base_time_us"] == 20.0);
+        // Not measured: null, as before.
+        let mut lone = rows[0].clone();
+        lone.base = None;
+        lone.spread.launch_skew_us = f64::NAN;
+        let v: serde_json::Value =
+            serde_json::from_str(json_lines(&info, &[lone]).unwrap().trim()).unwrap();
+        assert!(v["speedup"].is_null() && v["base_busbw_gbps"].is_null());
+        assert!(v["launch_skew_us"].is_null());
         let s = summary(&rows, true);
         assert!(
             s.contains("geometric mean 1.00x") && s.contains("Wrong elements       : 0 OK"),
             "{s}"
+        );
+    }
+
+    /// Our lines have exactly the fields of the committed benchmark files (the newest format),
+    /// so `scripts/bench-tables.py` and older tooling read both.
+    #[test]
+    fn json_fields_match_the_committed_benchmarks() {
+        let committed = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../benchmarks/2xh200-2026-11-30-session6/ar.json"
+        );
+        let text = std::fs::read_to_string(committed).expect("the committed benchmark file");
+        let keys = |line: &str| -> Vec<String> {
+            let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+            v.as_object().expect("an object").keys().cloned().collect()
+        };
+        let info = RunInfo {
+            op: "allreduce",
+            dtype: "f16",
+            redop: "sum",
+            inplace: true,
+            nranks: 2,
+            backend: "cuda",
+            device: "H200".into(),
+            graph_launches: 1,
+            baseline: None,
+        };
+        let ours = json_lines(&info, &[row(64, 2.0, Some(3.0))]).expect("serialised");
+        assert_eq!(
+            keys(ours.trim()),
+            keys(text.lines().next().expect("a line"))
         );
     }
 }

@@ -1,14 +1,14 @@
-//! The modules of `mscclpp-bench` (`src/bin/mscclpp-bench.rs` includes this folder with
-//! `#[path]`; it is not part of the library):
+//! The modules of `mscclpp-bench` (the binary is `src/bin/mscclpp-bench.rs`):
 //!
 //! | module | what |
 //! |---|---|
-//! | [`args`] | the command line |
+//! | [`args`] | the command line (`clap`) |
+//! | [`placement`] | how many ranks as threads, on which backend (one GPU included) |
 //! | [`collective`] | one rank of a collective sweep: timing, checking, rows |
 //! | [`data`] | rank- and index-dependent test data and its host reference |
 //! | [`nccl`] | the NCCL baseline, loaded at run time |
-//! | [`report`] | the table, JSON lines and summary |
-//! | [`plot`] | the SVG plot |
+//! | [`report`] | the table, JSON lines (`serde_json`) and summary |
+//! | [`plot`] | the SVG or PNG plot (`plotters`) |
 //! | [`primitives`] | the primitive benchmarks (signal, packet, fifo, puts, copy engine) |
 //!
 //! Ranks run as threads of this process (one GPU each, [`mscclpp::world::run_local_ranks`]),
@@ -19,6 +19,7 @@ pub mod args;
 pub mod collective;
 pub mod data;
 pub mod nccl;
+pub mod placement;
 pub mod plot;
 pub mod primitives;
 pub mod report;
@@ -30,23 +31,7 @@ use mscclpp::host::bootstrap::{BootstrapConfig, TcpBootstrap};
 use mscclpp::host::communicator::Communicator;
 use mscclpp::host::gpu::{BackendKind, Gpu};
 
-/// The binary's error type.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// `e` followed by its sources, `: `-separated.
-pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let m = c.to_string();
-        if !s.ends_with(&m) {
-            s.push_str(": ");
-            s.push_str(&m);
-        }
-        cur = c.source();
-    }
-    s
-}
+pub use crate::{BoxError, chain};
 
 /// The rank variables of the launchers `BootstrapConfig::from_env` knows (mscclpp-run,
 /// torchrun, Open MPI, Slurm): when one is set, this process is one rank.

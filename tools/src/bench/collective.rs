@@ -363,35 +363,51 @@ impl Rank<'_> {
     }
 }
 
-/// Runs the sweep on this rank; rank 0 prints the table and returns the rows.
-pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<Row>)>, BoxError> {
-    let a = &plan.args;
-    let comm = Arc::new(comm);
-    let (rank, n) = (comm.rank(), comm.size());
-    let (dt, es) = (a.dtype, a.dtype.size());
-    let g = comm.gpu().clone();
-    let coll = Collectives::new(comm.clone())?;
-    let base = match a.baseline {
-        Some(Baseline::Nccl) => Some(nccl::Comm::new(&comm)?),
-        None => None,
+/// One library's numbers for one size on this rank.
+#[derive(Clone, Copy, Debug)]
+struct Sample {
+    /// µs per operation.
+    time_us: f64,
+    /// Wrong output elements (with `-c`).
+    wrong: Option<u64>,
+    /// Host wall-clock time of the timed launch, µs since the Unix epoch.
+    launched_us: f64,
+}
+
+impl Sample {
+    /// A library that did not run.
+    const NONE: Sample = Sample {
+        time_us: f64::NAN,
+        wrong: None,
+        launched_us: f64::NAN,
     };
+}
+
+/// The sizes that run: one [`Shape`] per distinct size, without the sizes a forced LL
+/// algorithm cannot serve; and a note (`# …`) for each size left out.
+fn shapes_to_run(
+    a: &CollArgs,
+    sizes: &[usize],
+    n: usize,
+    cfg: &CollectiveConfig,
+) -> (Vec<Shape>, Vec<String>) {
+    let es = a.dtype.size();
     let mut shapes: Vec<Shape> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
-    for &bytes in &plan.sizes {
+    for &bytes in sizes {
         match Shape::new(a.op, bytes, n, es) {
             Some(s) if shapes.last() != Some(&s) => shapes.push(s),
             Some(_) => {}
             None => notes.push(format!(
                 "# {bytes} B skipped: less than one {} element per rank and part",
-                dtype_name(dt)
+                dtype_name(a.dtype)
             )),
         }
     }
-    let ll_max = coll.config().ll_max_bytes;
     let limit = match a.algo {
-        Some(Algorithm::LlOneShot) => Some(("ll", ll_max)),
-        Some(Algorithm::LlTwoShot) => Some(("ll2", ll_max)),
-        Some(Algorithm::Ll128) => Some(("ll128", coll.config().ll128_max_bytes)),
+        Some(Algorithm::LlOneShot) => Some(("ll", cfg.ll_max_bytes)),
+        Some(Algorithm::LlTwoShot) => Some(("ll2", cfg.ll_max_bytes)),
+        Some(Algorithm::Ll128) => Some(("ll128", cfg.ll128_max_bytes)),
         _ => None,
     };
     // The limits are per part (the whole message for all-reduce, broadcast and send/recv).
@@ -403,26 +419,15 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
         ));
         shapes.retain(|s| s.part * es <= max);
     }
-    let inplace = a.inplace && a.op.has_in_place();
-    let max_bytes = shapes
-        .iter()
-        .map(|s| s.part * s.in_parts.max(s.out_parts) * es)
-        .max()
-        .unwrap_or(0);
-    let r = Rank {
-        plan,
-        comm: comm.clone(),
-        stream: g.stream()?,
-        e0: g.event()?,
-        e1: g.event()?,
-        send: g.alloc(if inplace { 0 } else { max_bytes })?,
-        recv: g.alloc(max_bytes)?,
-        inplace,
-        warmed: std::cell::Cell::new(false),
-    };
-    let info = RunInfo {
+    (shapes, notes)
+}
+
+/// What every row of the run shares (rank 0's view).
+fn run_info(plan: &Plan, inplace: bool, n: usize, device: String, baseline: bool) -> RunInfo {
+    let a = &plan.args;
+    RunInfo {
         op: a.op.name(),
-        dtype: dtype_name(dt),
+        dtype: dtype_name(a.dtype),
         redop: redop_name(a.redop),
         inplace,
         nranks: n,
@@ -430,27 +435,72 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
             BackendKind::Cuda => "cuda",
             BackendKind::Cpu => "cpu",
         },
-        device: g.name(),
+        device,
         graph_launches: plan.graph_launches,
-        baseline: base.as_ref().map(|_| match nccl::Nccl::load() {
+        baseline: baseline.then(|| match nccl::Nccl::load() {
             Ok(l) => format!("NCCL {}", l.version),
             Err(_) => "NCCL".into(),
         }),
-    };
-    if rank == 0 {
-        print_header(plan, &info, coll.config());
-        for note in &notes {
-            println!("{note}");
-        }
-        println!("{}", report::header(base.is_some()));
     }
-    let (next, prev) = ((rank + 1) % n, (rank + n - 1) % n);
-    let mut rows = Vec::new();
-    for sh in &shapes {
-        let (input, output) = r.places(sh);
-        let (inp, out) = (r.ptr(input), r.ptr(output));
-        let stream = &r.stream;
-        let part = sh.part;
+}
+
+impl<'a> Rank<'a> {
+    /// This rank's stream, events and buffers, sized for the largest of `shapes`.
+    fn new(plan: &'a Plan, comm: Arc<Communicator>, shapes: &[Shape]) -> Result<Self, BoxError> {
+        let es = plan.args.dtype.size();
+        let inplace = plan.args.inplace && plan.args.op.has_in_place();
+        let max_bytes = shapes
+            .iter()
+            .map(|s| s.part * s.in_parts.max(s.out_parts) * es)
+            .max()
+            .unwrap_or(0);
+        let g = comm.gpu().clone();
+        Ok(Self {
+            plan,
+            comm,
+            stream: g.stream()?,
+            e0: g.event()?,
+            e1: g.event()?,
+            send: g.alloc(if inplace { 0 } else { max_bytes })?,
+            recv: g.alloc(max_bytes)?,
+            inplace,
+            warmed: std::cell::Cell::new(false),
+        })
+    }
+
+    /// Times `run`, then checks it with `-c`; also returns the iterations per timed run.
+    fn sample(
+        &self,
+        sh: &Shape,
+        run: &dyn Fn() -> Result<(), BoxError>,
+    ) -> Result<(Sample, u32), BoxError> {
+        let (time_us, iters, launched_us) = self.measure(run)?;
+        let wrong = if self.plan.args.check {
+            Some(self.check(sh, run)?)
+        } else {
+            None
+        };
+        let s = Sample {
+            time_us,
+            wrong,
+            launched_us,
+        };
+        Ok((s, iters))
+    }
+
+    /// Our collective and, with a baseline, the baseline's, at one size.
+    fn sample_size(
+        &self,
+        sh: &Shape,
+        coll: &Collectives,
+        base: Option<&nccl::Comm>,
+    ) -> Result<(Sample, Sample, u32), BoxError> {
+        let a = &self.plan.args;
+        let (rank, n) = (self.rank(), self.n());
+        let (input, output) = self.places(sh);
+        let (inp, out) = (self.ptr(input), self.ptr(output));
+        let (stream, part, dt) = (&self.stream, sh.part, a.dtype);
+        let (next, prev) = ((rank + 1) % n, (rank + n - 1) % n);
         let ours = || -> Result<(), BoxError> {
             // SAFETY: `inp` and `out` address the parts `Shape` sized the buffers for, alive
             // for the whole sweep; every rank makes the same calls in the same order.
@@ -470,113 +520,158 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
             }
             Ok(())
         };
-        let (t, iters, launched) = r.measure(&ours)?;
-        let wrong = if a.check {
-            Some(r.check(sh, &ours)?)
-        } else {
-            None
+        let (mine, iters) = self.sample(sh, &ours)?;
+        let Some(b) = base else {
+            return Ok((mine, Sample::NONE, iters));
         };
-        let mut base_t = (f64::NAN, None, f64::NAN);
-        if let Some(b) = &base {
-            let theirs = || -> Result<(), BoxError> {
-                // SAFETY: as for `ours`.
-                unsafe {
-                    match a.op {
-                        Op::AllReduce => b.all_reduce(inp, out, part, dt, a.redop, stream),
-                        Op::AllGather => b.all_gather(inp, out, part, dt, stream),
-                        Op::ReduceScatter => b.reduce_scatter(inp, out, part, dt, a.redop, stream),
-                        Op::Broadcast => b.broadcast(inp, out, part, dt, a.root, stream),
-                        Op::AllToAll => b.all_to_all(inp, out, n, part, dt, stream),
-                        Op::SendRecv => b.send_recv(inp, next, out, prev, part, dt, stream),
-                    }
+        let theirs = || -> Result<(), BoxError> {
+            // SAFETY: as for `ours`.
+            unsafe {
+                match a.op {
+                    Op::AllReduce => b.all_reduce(inp, out, part, dt, a.redop, stream),
+                    Op::AllGather => b.all_gather(inp, out, part, dt, stream),
+                    Op::ReduceScatter => b.reduce_scatter(inp, out, part, dt, a.redop, stream),
+                    Op::Broadcast => b.broadcast(inp, out, part, dt, a.root, stream),
+                    Op::AllToAll => b.all_to_all(inp, out, n, part, dt, stream),
+                    Op::SendRecv => b.send_recv(inp, next, out, prev, part, dt, stream),
                 }
-            };
-            let (bt, _, blaunched) = r.measure(&theirs)?;
-            let bw = if a.check {
-                Some(r.check(sh, &theirs)?)
-            } else {
-                None
-            };
-            base_t = (bt, bw, blaunched);
+            }
+        };
+        Ok((mine, self.sample(sh, &theirs)?.0, iters))
+    }
+}
+
+/// Every rank's two samples of one size, as rank 0 gathers them: per rank, [time, wrong,
+/// baseline time, baseline wrong, launch time, baseline launch time] as little-endian f64
+/// (-1: not checked; NaN: not run).
+fn gather_samples(
+    comm: &Communicator,
+    ours: Sample,
+    theirs: Sample,
+) -> Result<Vec<Vec<u8>>, BoxError> {
+    let wrong = |s: Sample| s.wrong.map_or(-1.0, |w| w as f64);
+    let mine: Vec<u8> = [
+        ours.time_us,
+        wrong(ours),
+        theirs.time_us,
+        wrong(theirs),
+        ours.launched_us,
+        theirs.launched_us,
+    ]
+    .iter()
+    .flat_map(|x| x.to_le_bytes())
+    .collect();
+    Ok(comm.bootstrap().all_gather(&mine)?)
+}
+
+/// Rank 0's row from every rank's samples ([`gather_samples`]).
+fn row_of(
+    all: &[Vec<u8>],
+    sh: &Shape,
+    op: Op,
+    algo: String,
+    iters: u32,
+    checked: (bool, bool),
+    baseline: bool,
+) -> Row {
+    let n = all.len();
+    let field = |k: usize| -> Vec<f64> {
+        all.iter()
+            .filter_map(|b| {
+                Some(f64::from_le_bytes(
+                    b.get(8 * k..8 * k + 8)?.try_into().ok()?,
+                ))
+            })
+            .collect()
+    };
+    let mean = |v: Vec<f64>| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let total = |v: Vec<f64>| {
+        v.iter()
+            .all(|&w| w >= 0.0)
+            .then(|| v.iter().sum::<f64>() as u64)
+    };
+    let factor = op.busbw_factor(n);
+    let bw = |us: f64| sh.size as f64 / (us * 1e-6) / 1e9;
+    let spread = |time: usize, launch: usize| {
+        let ranks: Vec<(f64, f64)> = field(time).into_iter().zip(field(launch)).collect();
+        report::Spread::of(&ranks)
+    };
+    let time_us = mean(field(0));
+    Row {
+        size: sh.size,
+        count: sh.count,
+        algo,
+        iters,
+        spread: spread(0, 4),
+        time_us,
+        algbw: bw(time_us),
+        busbw: bw(time_us) * factor,
+        wrong: total(field(1)).filter(|_| checked.0),
+        base: baseline.then(|| {
+            let bt = mean(field(2));
+            BaseRow {
+                time_us: bt,
+                spread: spread(2, 5),
+                algbw: bw(bt),
+                busbw: bw(bt) * factor,
+                wrong: total(field(3)).filter(|_| checked.1),
+            }
+        }),
+    }
+}
+
+/// Prints `row`, and a comment for each library whose ranks took very different times.
+fn print_row(row: &Row, dtype: &str) {
+    println!("{}", report::line(row, dtype));
+    let spreads = [
+        ("ours", Some(row.spread)),
+        ("baseline", row.base.as_ref().map(|b| b.spread)),
+    ];
+    for (who, s) in spreads {
+        if let Some(s) = s.filter(|s| s.uneven()) {
+            println!(
+                "# {} B, {who}: ranks took {:.2} to {:.2} us; their hosts launched the timed \
+                 work {:.0} us apart (a late launch makes the others wait inside their timing)",
+                row.size, s.fastest_us, s.slowest_us, s.launch_skew_us
+            );
         }
-        // Rank 0 collects [time, wrong, baseline time, baseline wrong, launch time, baseline
-        // launch time] (-1: not measured).
-        let mine: Vec<u8> = [
-            t,
-            wrong.map_or(-1.0, |w| w as f64),
-            base_t.0,
-            base_t.1.map_or(-1.0, |w| w as f64),
-            launched,
-            base_t.2,
-        ]
-        .iter()
-        .flat_map(|x| x.to_le_bytes())
-        .collect();
-        let all = comm.bootstrap().all_gather(&mine)?;
+    }
+}
+
+/// Runs the sweep on this rank; rank 0 prints the table and returns the rows.
+pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<Row>)>, BoxError> {
+    let a = &plan.args;
+    let comm = Arc::new(comm);
+    let (rank, n) = (comm.rank(), comm.size());
+    let coll = Collectives::new(comm.clone())?;
+    let base = match a.baseline {
+        Some(Baseline::Nccl) => Some(nccl::Comm::new(&comm)?),
+        None => None,
+    };
+    let (shapes, notes) = shapes_to_run(a, &plan.sizes, n, &coll.config());
+    let r = Rank::new(plan, comm.clone(), &shapes)?;
+    let info = run_info(plan, r.inplace, n, comm.gpu().name(), base.is_some());
+    if rank == 0 {
+        print_header(plan, &info, coll.config());
+        for note in &notes {
+            println!("{note}");
+        }
+        println!("{}", report::header(base.is_some()));
+    }
+    let mut rows = Vec::new();
+    for sh in &shapes {
+        let (ours, theirs, iters) = r.sample_size(sh, &coll, base.as_ref())?;
+        let all = gather_samples(&comm, ours, theirs)?;
         if rank != 0 {
             continue;
         }
-        let field = |k: usize| -> Vec<f64> {
-            all.iter()
-                .filter_map(|b| {
-                    Some(f64::from_le_bytes(
-                        b.get(8 * k..8 * k + 8)?.try_into().ok()?,
-                    ))
-                })
-                .collect()
-        };
-        let mean = |v: Vec<f64>| v.iter().sum::<f64>() / v.len().max(1) as f64;
-        let total = |v: Vec<f64>| {
-            v.iter()
-                .all(|&w| w >= 0.0)
-                .then(|| v.iter().sum::<f64>() as u64)
-        };
-        let factor = a.op.busbw_factor(n);
-        let bw = |us: f64| sh.size as f64 / (us * 1e-6) / 1e9;
-        let time_us = mean(field(0));
         let algo = match a.op {
             Op::AllReduce if n == 1 => "copy".to_string(),
-            _ => algo_name(coll.last_algorithm()),
+            _ => algo_name(coll.last_algorithm()).to_string(),
         };
-        let spread = |time: usize, launch: usize| {
-            let ranks: Vec<(f64, f64)> = field(time).into_iter().zip(field(launch)).collect();
-            report::Spread::of(&ranks)
-        };
-        let row = Row {
-            size: sh.size,
-            count: sh.count,
-            algo,
-            iters,
-            spread: spread(0, 4),
-            time_us,
-            algbw: bw(time_us),
-            busbw: bw(time_us) * factor,
-            wrong: wrong.and(total(field(1))),
-            base: base.as_ref().map(|_| {
-                let bt = mean(field(2));
-                BaseRow {
-                    time_us: bt,
-                    spread: spread(2, 5),
-                    algbw: bw(bt),
-                    busbw: bw(bt) * factor,
-                    wrong: base_t.1.and(total(field(3))),
-                }
-            }),
-        };
-        println!("{}", report::line(&row, dtype_name(dt)));
-        let spreads = [
-            ("ours", Some(row.spread)),
-            ("baseline", row.base.as_ref().map(|b| b.spread)),
-        ];
-        for (who, s) in spreads {
-            if let Some(s) = s.filter(|s| s.uneven()) {
-                println!(
-                    "# {} B, {who}: ranks took {:.2} to {:.2} us; their hosts launched the timed \
-                     work {:.0} us apart (a late launch makes the others wait inside their timing)",
-                    sh.size, s.fastest_us, s.slowest_us, s.launch_skew_us
-                );
-            }
-        }
+        let checked = (ours.wrong.is_some(), theirs.wrong.is_some());
+        let row = row_of(&all, sh, a.op, algo, iters, checked, base.is_some());
+        print_row(&row, info.dtype);
         rows.push(row);
     }
     comm.bootstrap().barrier()?;
@@ -588,7 +683,7 @@ fn print_header(plan: &Plan, info: &RunInfo, cfg: CollectiveConfig) {
     let a = &plan.args;
     if plan.backend == BackendKind::Cpu {
         println!(
-            "# CPU backend (no GPU found, or MSCCLPP_BACKEND=cpu): the same kernels on OS threads; \
+            "# CPU backend: the same kernels on OS threads; \
              times are not GPU times, only the data check means something"
         );
     }

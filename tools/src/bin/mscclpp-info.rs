@@ -1,5 +1,6 @@
 //! `mscclpp-info`: which backend and devices this machine offers, and a self-check that the
 //! embedded kernels run on them (a copy and a shared-memory reduction, checked on the host).
+//! `MSCCLPP_LOG` shows the library's `tracing` events (warnings by default).
 
 use std::process::ExitCode;
 
@@ -8,6 +9,7 @@ use mscclpp::kernels;
 use mscclpp::shared::{BlockSumParams, CopyParams, DevicePtr};
 
 fn main() -> ExitCode {
+    mscclpp_tools::init_logging("mscclpp-info");
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -7,26 +7,27 @@
 //! mscclpp-run -n 2 -- mscclpp-bench reducescatter -c      # one process per rank
 //! mscclpp-bench packet -b 8 -e 4K                         # a primitive (two ranks)
 //! ```
-//! `mscclpp-bench --help` lists the options. One row per size: size, count, type, algorithm,
+//! `mscclpp-bench --help` lists the ops, `mscclpp-bench <op> --help` their options. One row per size: size, count, type, algorithm,
 //! iterations, time (µs, mean over ranks), algbw and busbw (GB/s, nccl-tests' formulas),
 //! `#wrong` (with `-c`), and with `--baseline nccl` NCCL's time and bus bandwidth and our
 //! speed-up. See `src/bench/collective.rs` for how times are taken.
 //!
 //! All local GPUs run from this process by default (one thread per rank); under a launcher
 //! (`mscclpp-run`, `mpirun`, `torchrun`, Slurm) each process is one rank. Without a GPU it runs
-//! on the CPU backend with 2 ranks, checks data, and says that its times mean nothing.
+//! on the CPU backend with 2 ranks, checks data, and says that its times mean nothing; with
+//! one GPU as well, saying why and how to use the GPU ([`placement`]).
+//! `MSCCLPP_LOG` shows the library's `tracing` events (warnings by default).
 //!
 //! Exit status: 0; 1 when a rank failed or `-c` found a wrong element; 2 for a bad command line.
 
-#[path = "../bench/mod.rs"]
-mod bench;
-
 use std::process::ExitCode;
 
-use bench::args::{self, Baseline, CollArgs, Command, Op, PrimArgs};
-use bench::collective::{self, Plan};
-use bench::{BoxError, Ranks, nccl, plot, primitives, report};
-use mscclpp::host::gpu::BackendKind;
+use mscclpp::host::bootstrap::BootstrapConfig;
+use mscclpp::host::gpu::{BACKEND_ENV, BackendKind};
+use mscclpp_tools::bench::args::{self, Baseline, CollArgs, Command, Op, PlotFormat, PrimArgs};
+use mscclpp_tools::bench::collective::{self, Plan};
+use mscclpp_tools::bench::placement::{self, Placement};
+use mscclpp_tools::bench::{self, BoxError, Ranks, nccl, plot, primitives, report};
 
 fn main() -> ExitCode {
     if std::env::var_os("NCCL_NVLS_ENABLE").is_none() {
@@ -34,19 +35,12 @@ fn main() -> ExitCode {
         // write the environment concurrently. NVLink multicast stays off (shared machines).
         unsafe { std::env::set_var("NCCL_NVLS_ENABLE", "0") };
     }
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    let cmd = match args::parse(&argv) {
+    let cmd = match args::parse(std::env::args_os()) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("mscclpp-bench: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => e.exit(),
     };
+    mscclpp_tools::init_logging("mscclpp-bench");
     let r = match cmd {
-        Command::Help => {
-            println!("{}", args::USAGE);
-            return ExitCode::SUCCESS;
-        }
         Command::Primitive(p) => run_primitive(&p),
         Command::Collective(c) => run_collective(c),
     };
@@ -75,55 +69,47 @@ fn run_primitive(p: &PrimArgs) -> Result<ExitCode, BoxError> {
             "# CPU backend (no GPU found): the same kernels on threads; times are not GPU times"
         );
     }
-    let (table, json) = primitives::report(p, &rows);
-    print!("{table}");
+    print!("{}", primitives::table(&rows));
     if let Some(path) = &p.json {
-        std::fs::write(path, json).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        std::fs::write(path, primitives::json_lines(p, &rows)?)
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn run_collective(a: CollArgs) -> Result<ExitCode, BoxError> {
+/// How the ranks of a collective run are started, and how many there are.
+fn placement(a: &CollArgs) -> Result<(Ranks, usize, Placement), BoxError> {
     let backend = BackendKind::select()?;
-    let usage = |m: String| -> BoxError { m.into() };
-    let (ranks, n) = match bench::launcher_var() {
-        Some(_) => {
-            let cfg = mscclpp::host::bootstrap::BootstrapConfig::from_env()?;
-            if let Some(g) = a.ranks
-                && g != cfg.size
-            {
-                eprintln!(
-                    "mscclpp-bench: -g {g} ignored: the launcher started {} ranks",
-                    cfg.size
-                );
-            }
-            (Ranks::Process, cfg.size)
+    if bench::launcher_var().is_some() {
+        let cfg = BootstrapConfig::from_env()?;
+        if let Some(g) = a.ranks
+            && g != cfg.size
+        {
+            eprintln!(
+                "mscclpp-bench: -g {g} ignored: the launcher started {} ranks",
+                cfg.size
+            );
         }
-        None => {
-            let devices = backend.device_count()?;
-            let n = match (a.ranks, backend) {
-                (Some(n), _) => n,
-                (None, BackendKind::Cpu) => 2,
-                (None, BackendKind::Cuda) => devices.max(2),
-            };
-            if backend == BackendKind::Cuda && n > devices {
-                return Err(usage(format!(
-                    "{n} ranks as threads need {n} GPUs, and {devices} are present{}",
-                    if a.ranks.is_none() {
-                        " (use -g 1 for one)"
-                    } else {
-                        ""
-                    }
-                )));
-            }
-            (Ranks::Threads(n), n)
-        }
-    };
+        let p = Placement {
+            backend,
+            ranks: cfg.size,
+            note: None,
+        };
+        return Ok((Ranks::Process, cfg.size, p));
+    }
+    let forced = std::env::var_os(BACKEND_ENV).is_some();
+    let p = placement::place_threads(backend, forced, backend.device_count()?, a.ranks)?;
+    Ok((Ranks::Threads(p.ranks), p.ranks, p))
+}
+
+/// Refuses what this backend and rank count cannot run; resolves `-G`.
+fn check_collective(a: &CollArgs, backend: BackendKind, n: usize) -> Result<u32, BoxError> {
     let graph_launches = match (a.graph_launches, backend) {
         (Some(g), BackendKind::Cpu) if g > 0 => {
-            return Err(usage(format!(
+            return Err(format!(
                 "-G {g}: CUDA graphs need the CUDA backend, and this run is on the CPU backend (use -G 0)"
-            )));
+            )
+            .into());
         }
         (Some(g), _) => g,
         (None, BackendKind::Cuda) => 1,
@@ -131,21 +117,25 @@ fn run_collective(a: CollArgs) -> Result<ExitCode, BoxError> {
     };
     if a.baseline == Some(Baseline::Nccl) {
         if backend != BackendKind::Cuda {
-            return Err(usage(
+            return Err(
                 "--baseline nccl needs the CUDA backend, and this run is on the CPU backend".into(),
-            ));
+            );
         }
         nccl::Nccl::load()?;
     }
     if a.op == Op::Broadcast && a.root >= n {
-        return Err(usage(format!(
-            "-r {}: the root must be below the {n} ranks",
-            a.root
-        )));
+        return Err(format!("-r {}: the root must be below the {n} ranks", a.root).into());
     }
-    if a.op == Op::SendRecv && n < 2 {
-        return Err(usage("sendrecv needs at least 2 ranks".into()));
+    if n < a.op.min_ranks() {
+        return Err(format!("{} needs at least {} ranks", a.op.name(), a.op.min_ranks()).into());
     }
+    Ok(graph_launches)
+}
+
+fn run_collective(a: CollArgs) -> Result<ExitCode, BoxError> {
+    let (ranks, n, placed) = placement(&a)?;
+    let backend = placed.backend;
+    let graph_launches = check_collective(&a, backend, n)?;
     let min = a.min.unwrap_or(8);
     let default_max = match backend {
         BackendKind::Cuda => 256 << 20,
@@ -164,13 +154,17 @@ fn run_collective(a: CollArgs) -> Result<ExitCode, BoxError> {
         return Ok(ExitCode::SUCCESS);
     };
     print!("{}", report::summary(&rows, plan.args.check));
+    if let Some(note) = placed.note {
+        println!("{note}");
+    }
     if let Some(path) = &plan.args.json {
-        std::fs::write(path, report::json_lines(&info, &rows))
+        std::fs::write(path, report::json_lines(&info, &rows)?)
             .map_err(|e| format!("writing {}: {e}", path.display()))?;
     }
     if let Some(path) = &plan.args.plot {
-        std::fs::write(path, plot::svg(&info, &rows))
-            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+        let format = PlotFormat::of(path)?;
+        plot::write(path, format, &info, &rows)
+            .map_err(|e| format!("plotting to {}: {}", path.display(), bench::chain(&*e)))?;
     }
     let wrong: u64 = rows.iter().filter_map(|r| r.wrong).sum();
     Ok(if wrong == 0 {

@@ -1,0 +1,735 @@
+//! The command line of `mscclpp-bench`, parsed by `clap`: one subcommand per collective or
+//! primitive (`mscclpp-bench allreduce -b 8 -e 1G -c`), then nccl-tests-style options.
+//! [`parse`] turns it into a [`Command`] with every default resolved that does not depend on
+//! the backend (sizes and CUDA graphs are resolved per backend in the binary).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use clap::error::ErrorKind;
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
+use mscclpp::collectives::{Algorithm, Collective};
+use mscclpp::shared::{DataType, ReduceOp};
+
+/// What every collective's `--help` ends with.
+const COLLECTIVE_NOTES: &str = "\
+sizes: allreduce, broadcast and sendrecv move SIZE bytes per rank; allgather, reducescatter
+and alltoall SIZE bytes in all (SIZE / nranks per rank and part), as in nccl-tests.
+busbw = algbw x 2(n-1)/n (allreduce), (n-1)/n (allgather, reducescatter, alltoall), 1 (others).
+
+launchers: under mpirun, torchrun, Slurm or mscclpp-run (MSCCLPP_RANK / RANK /
+OMPI_COMM_WORLD_RANK / SLURM_PROCID set) each process is one rank on GPU `local rank`.
+NCCL: found through MSCCLPP_NCCL_LIB (file or folder), then libnccl.so.2 / libnccl.so on the
+loader path, then Python's site-packages (nvidia/*/lib/libnccl.so.2).
+Logging: MSCCLPP_LOG=debug (or e.g. mscclpp_host=trace) shows the library's events.";
+
+/// What the top-level `--help` ends with.
+const NOTES: &str = "\
+Each op takes its own options: mscclpp-bench allreduce --help.
+Collectives: one row per size (size, count, type, algo, iters, time, algbw, busbw, #wrong;
+with --baseline nccl, NCCL's time and busbw and our speed-up). Primitives: two ranks, one
+row of time and GB/s per size. Without a GPU everything runs on the CPU backend (the same
+kernels on threads: the data check means something, the times do not).
+
+Exit status: 0; 1 when a rank failed or -c found a wrong element; 2 for a bad command line.";
+
+/// The command line as clap reads it.
+#[derive(Parser, Debug)]
+#[command(
+    name = "mscclpp-bench",
+    about = "mscclpp-rs's collectives and primitives measured nccl-tests style, optionally against NCCL",
+    after_help = NOTES,
+    subcommand_required = true,
+    arg_required_else_help = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    bench: Bench,
+}
+
+/// The collectives (nccl-tests style) and the primitives (two ranks).
+#[derive(Subcommand, Debug)]
+enum Bench {
+    /// all_reduce: SIZE bytes per rank, reduced over all ranks
+    #[command(aliases = ["all_reduce", "all-reduce"], after_help = COLLECTIVE_NOTES)]
+    Allreduce(CollOpts),
+    /// all_gather: SIZE bytes in all, SIZE / nranks from each rank
+    #[command(aliases = ["all_gather", "all-gather"], after_help = COLLECTIVE_NOTES)]
+    Allgather(CollOpts),
+    /// reduce_scatter: SIZE bytes in all, SIZE / nranks reduced onto each rank
+    #[command(aliases = ["reduce_scatter", "reduce-scatter"], after_help = COLLECTIVE_NOTES)]
+    Reducescatter(CollOpts),
+    /// broadcast: SIZE bytes from the root (-r) to every rank
+    #[command(after_help = COLLECTIVE_NOTES)]
+    Broadcast(CollOpts),
+    /// all_to_all: SIZE bytes in all, SIZE / nranks from each rank to each rank
+    #[command(aliases = ["all_to_all", "all-to-all"], after_help = COLLECTIVE_NOTES)]
+    Alltoall(CollOpts),
+    /// send_recv around a ring: SIZE bytes to the next rank, from the previous
+    #[command(aliases = ["send_recv", "send-recv"], after_help = COLLECTIVE_NOTES)]
+    Sendrecv(CollOpts),
+    /// MemoryChannel signal + wait round trip (us)
+    Signal(SweepOpts),
+    /// LL16 packet round trip of SIZE bytes (us)
+    Packet(SweepOpts),
+    /// FIFO push -> pop per trigger (us): one GPU thread pushes, a host thread pops
+    Fifo(SweepOpts),
+    /// PortChannel put_with_signal ping-pong: one-way GB/s per SIZE
+    PortPut(SweepOpts),
+    /// MemoryChannel put (SM copy into peer memory): GB/s per SIZE
+    MemoryPut(SweepOpts),
+    /// cuMemcpyAsync into peer memory (the copy-engine line): GB/s per SIZE
+    CopyEngine(SweepOpts),
+}
+
+/// The sweep: sizes, iterations and the JSON file (collectives and primitives).
+#[derive(Args, Clone, Debug)]
+struct SweepOpts {
+    /// Smallest size, bytes (K, M, G suffixes) [default: 8]
+    #[arg(short = 'b', long = "minbytes", value_name = "SIZE", value_parser = parse_size)]
+    min: Option<usize>,
+    /// Largest size [default: 256M on GPUs, 64K on the CPU backend; primitives: -b]
+    #[arg(short = 'e', long = "maxbytes", value_name = "SIZE", value_parser = parse_size)]
+    max: Option<usize>,
+    /// Size multiplier
+    #[arg(short = 'f', long = "stepfactor", value_name = "N", default_value_t = 2,
+          value_parser = clap::value_parser!(u64).range(2..))]
+    factor: u64,
+    /// Timed iterations per size [default: enough for ~5 ms, 20..1000; primitives: 100]
+    #[arg(short = 'n', long = "iters", value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    iters: Option<u32>,
+    /// Untimed eager iterations first [default: 5; primitives: 10]
+    #[arg(short = 'w', long = "warmup_iters", value_name = "N")]
+    warmup: Option<u32>,
+    /// Write one JSON object per row to FILE
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+/// Options of the collectives.
+#[derive(Args, Clone, Debug)]
+struct CollOpts {
+    #[command(flatten)]
+    sweep: SweepOpts,
+    /// Fill rank- and index-dependent data, check every element (#wrong); -c 0: off
+    #[arg(short = 'c', long = "check", value_name = "0|1", num_args = 0..=1,
+          default_missing_value = "1", value_parser = clap::value_parser!(u64))]
+    check: Option<u64>,
+    /// Force an algorithm (ll, ll128, ll2, staged, put, direct, ce), or auto: chosen by size
+    /// as the library does [default: auto]
+    #[arg(short = 'a', long = "algo", value_name = "NAME", value_parser = parse_algo)]
+    algo: Option<AlgoChoice>,
+    /// Data type
+    #[arg(short = 'd', long = "datatype", value_name = "T", value_enum, default_value_t = Dtype::F16)]
+    dtype: Dtype,
+    /// Reduction (allreduce, reducescatter)
+    #[arg(short = 'o', long = "op", value_name = "OP", value_enum, default_value_t = Redop::Sum)]
+    redop: Redop,
+    /// Broadcast root
+    #[arg(short = 'r', long = "root", value_name = "R", default_value_t = 0)]
+    root: usize,
+    /// In place (the default; all-to-all and send/recv are always out of place)
+    #[arg(long, overrides_with = "outofplace")]
+    inplace: bool,
+    /// Separate input and output buffers
+    #[arg(long, overrides_with = "inplace")]
+    outofplace: bool,
+    /// Capture the iterations in a CUDA graph and replay it N times; 0: eager launches
+    /// (allreduce then rounds -n up to an even number >= 4: LL flags) [default: 1 on GPUs,
+    /// 0 on the CPU backend, which has no graphs]
+    #[arg(short = 'G', long = "cudagraph", value_name = "N")]
+    graph_launches: Option<u32>,
+    /// Ranks as threads, one GPU each; ignored under a launcher [default: every GPU when
+    /// there are two or more; else 2 on the CPU backend]
+    #[arg(short = 'g', long = "ranks", value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    ranks: Option<u64>,
+    /// Also run this library on the same buffers; print its time and our speed-up
+    #[arg(long, value_name = "LIB", value_enum)]
+    baseline: Option<BaselineArg>,
+    /// Plot time and bus bandwidth against size (ours and the baseline's) to FILE.svg or
+    /// FILE.png
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
+}
+
+/// `-a`: an algorithm, or `auto`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AlgoChoice {
+    Auto,
+    Forced(Algorithm),
+}
+
+/// `-d`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Dtype {
+    #[value(name = "f32", aliases = ["float", "float32"])]
+    F32,
+    #[value(name = "f16", aliases = ["half", "float16"])]
+    F16,
+    #[value(name = "bf16", alias = "bfloat16")]
+    Bf16,
+    #[value(name = "i32", aliases = ["int", "int32"])]
+    I32,
+    #[value(name = "u32", alias = "uint32")]
+    U32,
+}
+
+impl Dtype {
+    fn data_type(self) -> DataType {
+        match self {
+            Self::F32 => DataType::F32,
+            Self::F16 => DataType::F16,
+            Self::Bf16 => DataType::BF16,
+            Self::I32 => DataType::I32,
+            Self::U32 => DataType::U32,
+        }
+    }
+}
+
+/// `-o`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Redop {
+    Sum,
+    Min,
+    Max,
+}
+
+impl Redop {
+    fn reduce_op(self) -> ReduceOp {
+        match self {
+            Self::Sum => ReduceOp::Sum,
+            Self::Min => ReduceOp::Min,
+            Self::Max => ReduceOp::Max,
+        }
+    }
+}
+
+/// `--baseline`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum BaselineArg {
+    /// NCCL, loaded at run time
+    Nccl,
+    /// No baseline
+    None,
+}
+
+/// A collective the bench measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// `all_reduce`.
+    AllReduce,
+    /// `all_gather`.
+    AllGather,
+    /// `reduce_scatter`.
+    ReduceScatter,
+    /// `broadcast`.
+    Broadcast,
+    /// `all_to_all`.
+    AllToAll,
+    /// `send` + `recv` around a ring.
+    SendRecv,
+}
+
+impl Op {
+    /// The collective it benchmarks, as the algorithms say what they serve.
+    pub fn collective(self) -> Collective {
+        match self {
+            Self::AllReduce => Collective::AllReduce,
+            Self::AllGather => Collective::AllGather,
+            Self::ReduceScatter => Collective::ReduceScatter,
+            Self::Broadcast => Collective::Broadcast,
+            Self::AllToAll => Collective::AllToAll,
+            Self::SendRecv => Collective::SendRecv,
+        }
+    }
+
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::AllReduce => "allreduce",
+            Self::AllGather => "allgather",
+            Self::ReduceScatter => "reducescatter",
+            Self::Broadcast => "broadcast",
+            Self::AllToAll => "alltoall",
+            Self::SendRecv => "sendrecv",
+        }
+    }
+
+    /// nccl-tests' bus-bandwidth factor for `n` ranks.
+    pub fn busbw_factor(self, n: usize) -> f64 {
+        let n = n as f64;
+        match self {
+            Self::AllReduce => 2.0 * (n - 1.0) / n,
+            Self::AllGather | Self::ReduceScatter | Self::AllToAll => (n - 1.0) / n,
+            Self::Broadcast | Self::SendRecv => 1.0,
+        }
+    }
+
+    /// Whether the op reduces (so `-o` matters).
+    pub fn reduces(self) -> bool {
+        matches!(self, Self::AllReduce | Self::ReduceScatter)
+    }
+
+    /// Whether the op can run in place.
+    pub fn has_in_place(self) -> bool {
+        !matches!(self, Self::AllToAll | Self::SendRecv)
+    }
+
+    /// The fewest ranks the op runs on.
+    pub fn min_ranks(self) -> usize {
+        match self {
+            Self::SendRecv => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// A primitive of the original bench (two ranks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Primitive {
+    /// MemoryChannel signal + wait round trip.
+    Signal,
+    /// LL16 packet round trip.
+    Packet,
+    /// FIFO push -> pop.
+    Fifo,
+    /// PortChannel put ping-pong.
+    PortPut,
+    /// MemoryChannel put.
+    MemoryPut,
+    /// Copy-engine copy into peer memory.
+    CopyEngine,
+}
+
+impl Primitive {
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Signal => "signal",
+            Self::Packet => "packet",
+            Self::Fifo => "fifo",
+            Self::PortPut => "port-put",
+            Self::MemoryPut => "memory-put",
+            Self::CopyEngine => "copy-engine",
+        }
+    }
+}
+
+/// A baseline library measured in the same run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Baseline {
+    /// NCCL, loaded at run time.
+    Nccl,
+}
+
+/// Options of a collective run (sizes and graph use are resolved per backend later).
+#[derive(Clone, Debug)]
+pub struct CollArgs {
+    /// The collective.
+    pub op: Op,
+    /// `-b`, bytes.
+    pub min: Option<usize>,
+    /// `-e`, bytes.
+    pub max: Option<usize>,
+    /// `-f`.
+    pub factor: usize,
+    /// `-n` (None: automatic).
+    pub iters: Option<u32>,
+    /// `-w`.
+    pub warmup: u32,
+    /// `-c`.
+    pub check: bool,
+    /// `-a` (None: by size).
+    pub algo: Option<Algorithm>,
+    /// `-d`.
+    pub dtype: DataType,
+    /// `-o`.
+    pub redop: ReduceOp,
+    /// `-r`.
+    pub root: usize,
+    /// `--inplace` / `--outofplace`.
+    pub inplace: bool,
+    /// `-G` (None: the backend's default).
+    pub graph_launches: Option<u32>,
+    /// `-g`.
+    pub ranks: Option<usize>,
+    /// `--baseline`.
+    pub baseline: Option<Baseline>,
+    /// `--json`.
+    pub json: Option<PathBuf>,
+    /// `--plot`.
+    pub plot: Option<PathBuf>,
+}
+
+/// Options of a primitive run (the original bench's).
+#[derive(Clone, Debug)]
+pub struct PrimArgs {
+    /// The primitive.
+    pub op: Primitive,
+    /// `-b`.
+    pub min: usize,
+    /// `-e`.
+    pub max: usize,
+    /// `-f`.
+    pub factor: usize,
+    /// `-n`.
+    pub iters: u32,
+    /// `-w`.
+    pub warmup: u32,
+    /// `--json`.
+    pub json: Option<PathBuf>,
+}
+
+/// What the command line asks for.
+#[derive(Clone, Debug)]
+pub enum Command {
+    /// A collective sweep.
+    Collective(CollArgs),
+    /// A primitive sweep.
+    Primitive(PrimArgs),
+}
+
+/// Parses the whole command line (program name first). `--help` and every refusal come back
+/// as a [`clap::Error`]: its `exit()` prints it and exits with 0 (help) or 2 (bad usage).
+pub fn parse<I, T>(argv: I) -> Result<Command, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = Cli::try_parse_from(argv)?;
+    cli.bench
+        .resolve()
+        .map_err(|m| Cli::command().error(ErrorKind::ArgumentConflict, m))
+}
+
+impl Bench {
+    /// The command with the op named and the defaults of its kind filled in.
+    fn resolve(self) -> Result<Command, String> {
+        let (op, opts) = match self {
+            Self::Allreduce(o) => (Op::AllReduce, o),
+            Self::Allgather(o) => (Op::AllGather, o),
+            Self::Reducescatter(o) => (Op::ReduceScatter, o),
+            Self::Broadcast(o) => (Op::Broadcast, o),
+            Self::Alltoall(o) => (Op::AllToAll, o),
+            Self::Sendrecv(o) => (Op::SendRecv, o),
+            Self::Signal(s) => return s.primitive(Primitive::Signal),
+            Self::Packet(s) => return s.primitive(Primitive::Packet),
+            Self::Fifo(s) => return s.primitive(Primitive::Fifo),
+            Self::PortPut(s) => return s.primitive(Primitive::PortPut),
+            Self::MemoryPut(s) => return s.primitive(Primitive::MemoryPut),
+            Self::CopyEngine(s) => return s.primitive(Primitive::CopyEngine),
+        };
+        opts.collective(op).map(Command::Collective)
+    }
+}
+
+impl SweepOpts {
+    /// `-e` not below `-b`.
+    fn check_sizes(&self) -> Result<(), String> {
+        match (self.min, self.max) {
+            (Some(b), Some(e)) if e < b => Err(format!("-e {e} is below -b {b}")),
+            _ => Ok(()),
+        }
+    }
+
+    fn primitive(self, op: Primitive) -> Result<Command, String> {
+        self.check_sizes()?;
+        let min = self.min.unwrap_or(8);
+        Ok(Command::Primitive(PrimArgs {
+            op,
+            min,
+            max: self.max.unwrap_or(min.max(8)),
+            factor: self.factor as usize,
+            iters: self.iters.unwrap_or(100),
+            warmup: self.warmup.unwrap_or(10),
+            json: self.json,
+        }))
+    }
+}
+
+impl CollOpts {
+    fn collective(self, op: Op) -> Result<CollArgs, String> {
+        self.sweep.check_sizes()?;
+        let algo = match self.algo {
+            Some(AlgoChoice::Forced(a)) if !a.serves(op.collective()) => {
+                return Err(format!(
+                    "-a {}: not an algorithm of {} (sendrecv picks its own)",
+                    algo_name(Some(a)),
+                    op.name()
+                ));
+            }
+            Some(AlgoChoice::Forced(a)) => Some(a),
+            Some(AlgoChoice::Auto) | None => None,
+        };
+        if let Some(p) = &self.plot {
+            PlotFormat::of(p)?;
+        }
+        Ok(CollArgs {
+            op,
+            min: self.sweep.min,
+            max: self.sweep.max,
+            factor: self.sweep.factor as usize,
+            iters: self.sweep.iters,
+            warmup: self.sweep.warmup.unwrap_or(5),
+            check: self.check.is_some_and(|c| c != 0),
+            algo,
+            dtype: self.dtype.data_type(),
+            redop: self.redop.reduce_op(),
+            root: self.root,
+            inplace: !self.outofplace,
+            graph_launches: self.graph_launches,
+            ranks: self.ranks.map(|n| n as usize),
+            baseline: match self.baseline {
+                Some(BaselineArg::Nccl) => Some(Baseline::Nccl),
+                Some(BaselineArg::None) | None => None,
+            },
+            json: self.sweep.json,
+            plot: self.plot,
+        })
+    }
+}
+
+/// The image format of `--plot`, from the file's extension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlotFormat {
+    /// `.svg`.
+    Svg,
+    /// `.png`.
+    Png,
+}
+
+impl PlotFormat {
+    /// The format `path` names, or why none.
+    pub fn of(path: &Path) -> Result<Self, String> {
+        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+        match ext.to_ascii_lowercase().as_str() {
+            "svg" => Ok(Self::Svg),
+            "png" => Ok(Self::Png),
+            _ => Err(format!(
+                "--plot {}: the file name ends in .svg or .png",
+                path.display()
+            )),
+        }
+    }
+}
+
+/// A short name of an algorithm (`auto` for none forced): [`Algorithm::name`].
+pub fn algo_name(a: Option<Algorithm>) -> &'static str {
+    a.map_or("auto", Algorithm::name)
+}
+
+/// `-a NAME`: `auto`, or a name [`Algorithm::parse`] knows.
+fn parse_algo(s: &str) -> Result<AlgoChoice, String> {
+    if s == "auto" {
+        return Ok(AlgoChoice::Auto);
+    }
+    Algorithm::parse(s)
+        .map(AlgoChoice::Forced)
+        .ok_or_else(|| "not an algorithm (ll, ll128, ll2, staged, put, direct, ce, auto)".into())
+}
+
+/// Parses `16`, `8K`, `1M`, `1G` (binary multiples; a trailing `B` is allowed); at least 1.
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let t = t.strip_suffix(['B', 'b']).unwrap_or(t);
+    let (num, shift) = match t.chars().last() {
+        Some('K' | 'k') => (&t[..t.len() - 1], 10),
+        Some('M' | 'm') => (&t[..t.len() - 1], 20),
+        Some('G' | 'g') => (&t[..t.len() - 1], 30),
+        _ => (t, 0),
+    };
+    let n: usize = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (a number with an optional K, M or G)"))?;
+    match n.checked_mul(1 << shift) {
+        Some(0) => Err("sizes start at 1 byte".into()),
+        Some(b) => Ok(b),
+        None => Err(format!("size {s:?} is too large")),
+    }
+}
+
+/// The short name of a data type.
+pub fn dtype_name(d: DataType) -> &'static str {
+    match d {
+        DataType::F32 => "f32",
+        DataType::F16 => "f16",
+        DataType::BF16 => "bf16",
+        DataType::I32 => "i32",
+        DataType::U32 => "u32",
+    }
+}
+
+/// The name of a reduction.
+pub fn redop_name(o: ReduceOp) -> &'static str {
+    match o {
+        ReduceOp::Sum => "sum",
+        ReduceOp::Min => "min",
+        ReduceOp::Max => "max",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_line(s: &str) -> Result<Command, clap::Error> {
+        parse(std::iter::once("mscclpp-bench").chain(s.split_whitespace()))
+    }
+
+    fn coll(s: &str) -> CollArgs {
+        match parse_line(s) {
+            Ok(Command::Collective(c)) => c,
+            other => panic!("{s}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("8"), Ok(8));
+        assert_eq!(parse_size("4K"), Ok(4096));
+        assert_eq!(parse_size("1MB"), Ok(1 << 20));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert!(parse_size("x").is_err());
+        assert!(parse_size("").is_err());
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("99999999999999999999G").is_err());
+    }
+
+    #[test]
+    fn collective_options() {
+        let c = coll(
+            "allreduce -b 8 -e 1G -f 4 -n 7 -w 0 -c -a staged -d bf16 -o max --outofplace -G 0 -g 4 --baseline nccl --json a.json --plot p.svg",
+        );
+        assert_eq!(c.op, Op::AllReduce);
+        assert_eq!((c.min, c.max, c.factor), (Some(8), Some(1 << 30), 4));
+        assert_eq!((c.iters, c.warmup, c.check), (Some(7), 0, true));
+        assert_eq!(c.algo, Some(Algorithm::Staged));
+        assert_eq!(
+            (c.dtype, c.redop, c.inplace),
+            (DataType::BF16, ReduceOp::Max, false)
+        );
+        assert_eq!((c.graph_launches, c.ranks), (Some(0), Some(4)));
+        assert_eq!(c.baseline, Some(Baseline::Nccl));
+        assert!(c.json.is_some() && c.plot.is_some());
+        let d = coll("allgather");
+        assert_eq!(
+            (d.dtype, d.redop, d.inplace, d.check, d.warmup, d.factor),
+            (DataType::F16, ReduceOp::Sum, true, false, 5, 2)
+        );
+        assert_eq!(
+            (d.min, d.max, d.iters, d.algo, d.baseline),
+            (None, None, None, None, None)
+        );
+        assert!(!coll("sendrecv -c 0").check);
+        assert!(coll("sendrecv -c 1 -n 3").check);
+        assert!(coll("broadcast --check=1").check);
+        assert!(coll("broadcast -c -r 1").check);
+        assert!(!coll("broadcast --check 0").check);
+        // The last of --inplace / --outofplace wins; aliases name the same op.
+        assert!(coll("allgather --outofplace --inplace").inplace);
+        assert!(!coll("allgather --inplace --outofplace").inplace);
+        assert_eq!(coll("all_reduce").op, Op::AllReduce);
+        assert_eq!(coll("reduce-scatter").op, Op::ReduceScatter);
+        assert_eq!(coll("allreduce -d float -o min").dtype, DataType::F32);
+        assert_eq!(coll("allreduce -a auto --baseline none").algo, None);
+        assert_eq!(coll("allreduce -a ll2").algo, Some(Algorithm::LlTwoShot));
+        assert!(coll("allreduce --plot x.PNG").plot.is_some());
+    }
+
+    #[test]
+    fn bad_arguments_are_refused_with_a_reason() {
+        for (line, needle) in [
+            ("allreduc", "unrecognized subcommand 'allreduc'"),
+            ("allreduce -x", "unexpected argument '-x'"),
+            (
+                "allreduce -b",
+                "a value is required for '--minbytes <SIZE>'",
+            ),
+            ("allreduce -b 0", "sizes start at 1 byte"),
+            (
+                "allreduce -d f64",
+                "invalid value 'f64' for '--datatype <T>'",
+            ),
+            ("allreduce -o prod", "invalid value 'prod' for '--op <OP>'"),
+            ("allreduce -a fast", "not an algorithm (ll, ll128"),
+            ("broadcast -a put", "not an algorithm of broadcast"),
+            ("reducescatter -a ce", "not an algorithm of reducescatter"),
+            ("sendrecv -a staged", "sendrecv picks its own"),
+            ("allreduce -b 1M -e 1K", "-e 1024 is below -b 1048576"),
+            ("allreduce -f 1", "invalid value '1' for '--stepfactor <N>'"),
+            ("allreduce -n 0", "invalid value '0' for '--iters <N>'"),
+            ("allreduce -g 0", "invalid value '0' for '--ranks <N>'"),
+            (
+                "allreduce --baseline mpi",
+                "invalid value 'mpi' for '--baseline <LIB>'",
+            ),
+            ("allreduce --plot p.pdf", "ends in .svg or .png"),
+            ("allreduce -c 2x", "invalid value '2x' for '--check"),
+            ("signal -c", "unexpected argument '-c'"),
+            ("packet -e 1K -b 4K", "below"),
+        ] {
+            match parse_line(line) {
+                Err(e) => {
+                    let msg = e.to_string();
+                    assert!(msg.contains(needle), "{line}: {msg}");
+                    assert_eq!(e.exit_code(), 2, "{line}");
+                }
+                Ok(c) => panic!("{line}: accepted as {c:?}"),
+            }
+        }
+        // No op: the help, on standard error, with exit status 2.
+        let e = parse_line("").expect_err("no op");
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains("allreduce"), "{e}");
+        assert_eq!(parse_line("--help").expect_err("help").exit_code(), 0);
+        assert_eq!(parse_line("allreduce -h").expect_err("help").exit_code(), 0);
+    }
+
+    #[test]
+    fn primitives_keep_their_defaults() {
+        match parse_line("packet -e 4K") {
+            Ok(Command::Primitive(p)) => {
+                assert_eq!(p.op, Primitive::Packet);
+                assert_eq!((p.min, p.max, p.iters, p.warmup), (8, 4096, 100, 10));
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse_line("port-put -b 64K -n 3 -w 2 -f 4 --json p.json") {
+            Ok(Command::Primitive(p)) => {
+                assert_eq!(p.op, Primitive::PortPut);
+                assert_eq!(
+                    (p.min, p.max, p.iters, p.warmup, p.factor),
+                    (65536, 65536, 3, 2, 4)
+                );
+                assert!(p.json.is_some());
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_forcible_algorithm_serves_all_reduce() {
+        for a in Algorithm::ALL {
+            assert!(a.serves(Op::AllReduce.collective()), "{a:?}");
+            assert!(!a.serves(Op::SendRecv.collective()), "{a:?}");
+        }
+    }
+
+    #[test]
+    fn bus_bandwidth_factors_match_nccl_tests() {
+        assert_eq!(Op::AllReduce.busbw_factor(2), 1.0);
+        assert_eq!(Op::AllReduce.busbw_factor(8), 1.75);
+        assert_eq!(Op::AllGather.busbw_factor(4), 0.75);
+        assert_eq!(Op::ReduceScatter.busbw_factor(4), 0.75);
+        assert_eq!(Op::AllToAll.busbw_factor(8), 0.875);
+        assert_eq!(Op::Broadcast.busbw_factor(8), 1.0);
+        assert_eq!(Op::SendRecv.busbw_factor(8), 1.0);
+    }
+}
