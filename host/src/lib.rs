@@ -21,6 +21,8 @@
 //! | [`numa`] | NUMA node CPU lists and thread binding (sysfs, no libnuma) |
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod backend;
+pub mod backoff;
 pub mod bootstrap;
 pub mod codec;
 pub mod communicator;
@@ -28,13 +30,17 @@ pub mod connection;
 pub mod error;
 pub mod fifo;
 pub mod gpu;
+pub mod health;
 pub mod memory_channel;
 pub mod numa;
 pub mod port_channel;
 pub mod proxy;
+mod random;
 pub mod registered_memory;
 pub mod semaphore;
+mod socket;
 pub mod status;
+mod sync;
 pub mod transport;
 
 pub use error::{Error, Result};

@@ -20,7 +20,6 @@ use mscclpp::host::fifo::Fifo;
 use mscclpp::host::gpu::{BackendKind, LaunchConfig};
 use mscclpp::host::memory_channel::MemoryChannel;
 use mscclpp::host::port_channel::PortChannelService;
-use mscclpp::host::semaphore::MemoryDevice2DeviceSemaphore;
 use mscclpp::host::status::StatusBlock;
 use mscclpp::host::transport::Transport;
 use mscclpp::kernels;
@@ -109,7 +108,7 @@ pub fn bench_rank(comm: &Communicator, a: &Args) -> Result<Vec<Row>, BoxError> {
         "signal" | "packet" => {
             let packet = a.op == "packet";
             let ch = MemoryChannel::new(
-                MemoryDevice2DeviceSemaphore::new(comm, conn.as_ref(), 0)?,
+                comm.build_memory_semaphore(conn.as_ref(), 0)?,
                 if packet { peer_pkts } else { peer_recv },
                 src.ptr(),
                 pkts.ptr(),
@@ -202,12 +201,12 @@ pub fn bench_rank(comm: &Communicator, a: &Args) -> Result<Vec<Row>, BoxError> {
             });
         }
         "port-put" => {
-            let mut svc = PortChannelService::new(comm, 512)?;
-            let sem = svc.build_and_add_semaphore(comm, conn.clone(), 1)?;
+            let mut svc = PortChannelService::builder(comm.gpu(), comm.status(), 512)?;
+            let sem = svc.add_semaphore(comm.build_semaphore(conn.clone(), 1)?)?;
             let dst = svc.add_memory(peer_recv)?;
             let s_id = svc.add_memory(comm.register_buffer(&src, t)?)?;
             let ch = svc.port_channel(sem, dst, s_id)?;
-            svc.start()?;
+            let svc = svc.start()?;
             let k = m.kernel(kernels::PORT_PING_PONG)?;
             for size in sizes(a) {
                 let mut samples = Vec::new();

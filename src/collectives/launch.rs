@@ -4,7 +4,6 @@
 //! these; every rank makes the same calls in the same order, so the choices agree.
 
 use mscclpp_host::gpu::{BackendKind, LaunchConfig, Stream};
-use mscclpp_host::transport::Transport;
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::{
     CollectiveMode, CollectiveParams, DataType, DevicePtr, DirectCollectiveParams,
@@ -463,10 +462,9 @@ impl Collectives {
         if r < self.comm.size() {
             Ok(())
         } else {
-            Err(Error::Connect {
-                remote_rank: r,
-                transport: Transport::local_for(self.comm.gpu().kind()),
-                reason: format!("no such rank (world size {})", self.comm.size()),
+            Err(Error::NoSuchRank {
+                rank: r,
+                size: self.comm.size(),
             })
         }
     }
@@ -474,11 +472,7 @@ impl Collectives {
     pub(super) fn check_peer(&self, r: usize) -> Result<()> {
         self.check_rank(r)?;
         if r == self.comm.rank() {
-            return Err(Error::Connect {
-                remote_rank: r,
-                transport: Transport::local_for(self.comm.gpu().kind()),
-                reason: "send/recv to oneself".into(),
-            });
+            return Err(Error::PeerIsSelf { rank: r });
         }
         Ok(())
     }

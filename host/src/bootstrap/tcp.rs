@@ -11,16 +11,15 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use super::mailbox::{LinkDown, Mailbox, RecvFail};
-use super::net::{
-    self, Acceptor, Ctx, Handshake, IoFail, Pending, deadline_in, later, lock, read_control,
-    reject, reject_for, remaining, write_full,
-};
+use super::net::{self, Acceptor, Ctx, Handshake, Pending, read_control, reject, reject_for};
 use super::root::{RootParams, RootService};
 use super::wire::{
     self, Abort, AbortCode, Accept, DataHeader, Join, Kind, PeerHello, Reject, RejectCode, Table,
 };
 use super::{Bootstrap, BootstrapConfig, Peer, RootListener, UniqueId, WATCH_SLICE, Watch};
 use crate::error::{Error, Result};
+use crate::socket::{IoFail, deadline_in, later, remaining, write_full};
+use crate::sync::lock;
 
 /// Longest a dropped bootstrap waits for its peers to acknowledge the close.
 const MAX_LINGER: Duration = Duration::from_secs(2);
@@ -532,33 +531,6 @@ impl TcpBootstrap {
         Ok(bs)
     }
 
-    /// This rank.
-    pub fn rank(&self) -> usize {
-        self.rank
-    }
-
-    /// Number of ranks.
-    pub fn size(&self) -> usize {
-        self.size
-    }
-
-    /// This rank's index among the ranks of its node (ranks with the same host identity, in rank
-    /// order).
-    pub fn local_rank(&self) -> usize {
-        self.nodes.local_rank.get(self.rank).copied().unwrap_or(0)
-    }
-
-    /// Number of ranks on this rank's node.
-    pub fn ranks_per_node(&self) -> usize {
-        self.node_of(self.rank)
-            .map_or(1, |n| self.nodes.members[n].len())
-    }
-
-    /// The node of `rank` (nodes are numbered in order of their lowest rank).
-    pub fn node_of(&self, rank: usize) -> Option<usize> {
-        self.nodes.node_of.get(rank).copied()
-    }
-
     /// Number of nodes.
     pub fn num_nodes(&self) -> usize {
         self.nodes.members.len()
@@ -572,11 +544,6 @@ impl TcpBootstrap {
     /// The address `rank` listened on during set-up (diagnostics).
     pub fn peer_addr(&self, rank: usize) -> Option<SocketAddr> {
         self.addrs.get(rank).copied()
-    }
-
-    /// Deadline of each operation.
-    pub fn op_timeout(&self) -> Duration {
-        self.op_timeout
     }
 
     /// Changes the deadline of each later operation.
@@ -706,52 +673,6 @@ impl TcpBootstrap {
         }
     }
 
-    /// Sends `data` to `peer` under `tag` (any rank, this one included). Messages of one
-    /// (sender, tag) pair arrive in order; different tags are independent.
-    pub fn send(&self, peer: usize, tag: u64, data: &[u8]) -> Result<()> {
-        let ctx = self.ctx(peer, "send", self.op_timeout);
-        self.send_frame(
-            peer,
-            wire::CHANNEL_USER,
-            tag,
-            data,
-            deadline_in(self.op_timeout),
-            ctx,
-        )
-    }
-
-    /// The next message from `peer` under `tag`, waiting up to the operation deadline.
-    pub fn recv(&self, peer: usize, tag: u64) -> Result<Vec<u8>> {
-        self.recv_timeout(peer, tag, self.op_timeout)
-    }
-
-    /// The next message from `peer` under `tag`, waiting up to `timeout`.
-    pub fn recv_timeout(&self, peer: usize, tag: u64, timeout: Duration) -> Result<Vec<u8>> {
-        let ctx = self.ctx(peer, "recv", timeout);
-        self.recv_frame(
-            peer,
-            wire::CHANNEL_USER,
-            tag,
-            deadline_in(timeout),
-            ctx,
-            None,
-        )
-    }
-
-    /// [`recv_timeout`](Self::recv_timeout), calling `watch` at least every [`WATCH_SLICE`]
-    /// while nothing has arrived; its error ends the wait (see [`Bootstrap::recv_watched`]).
-    pub fn recv_watched(
-        &self,
-        peer: usize,
-        tag: u64,
-        timeout: Duration,
-        watch: Watch<'_>,
-    ) -> Result<Vec<u8>> {
-        let ctx = self.ctx(peer, "recv", timeout);
-        let deadline = deadline_in(timeout);
-        self.recv_frame(peer, wire::CHANNEL_USER, tag, deadline, ctx, Some(watch))
-    }
-
     fn next_seq(&self) -> u64 {
         self.coll_seq.fetch_add(1, Ordering::Relaxed)
     }
@@ -798,33 +719,6 @@ impl TcpBootstrap {
         Ok(())
     }
 
-    /// Waits until every rank has called `barrier` (collective).
-    pub fn barrier(&self) -> Result<()> {
-        let deadline = deadline_in(self.op_timeout);
-        self.barrier_until(deadline, self.op_timeout, "barrier", None)
-    }
-
-    /// [`barrier`](Self::barrier), calling `watch` at least every [`WATCH_SLICE`] while it
-    /// waits; its error ends the barrier (see [`Bootstrap::barrier_watched`]).
-    pub fn barrier_watched(&self, watch: Watch<'_>) -> Result<()> {
-        watch()?;
-        let deadline = deadline_in(self.op_timeout);
-        self.barrier_until(deadline, self.op_timeout, "barrier", Some(watch))
-    }
-
-    /// Every rank contributes `data` (the same length on every rank); returns all contributions
-    /// in rank order (collective).
-    pub fn all_gather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
-        self.all_gather_with(data, None)
-    }
-
-    /// [`all_gather`](Self::all_gather), calling `watch` at least every [`WATCH_SLICE`] while
-    /// it waits; its error ends the operation (see [`Bootstrap::all_gather_watched`]).
-    pub fn all_gather_watched(&self, data: &[u8], watch: Watch<'_>) -> Result<Vec<Vec<u8>>> {
-        watch()?;
-        self.all_gather_with(data, Some(watch))
-    }
-
     fn all_gather_with(&self, data: &[u8], watch: Option<Watch<'_>>) -> Result<Vec<Vec<u8>>> {
         const OP: &str = "all_gather";
         let (n, me) = (self.size, self.rank);
@@ -859,26 +753,9 @@ impl TcpBootstrap {
         Ok(out)
     }
 
-    /// [`all_gather`](Self::all_gather) into one buffer of `size × data.len()` bytes.
+    /// [`all_gather`](Bootstrap::all_gather) into one buffer of `size × data.len()` bytes.
     pub fn all_gather_flat(&self, data: &[u8]) -> Result<Vec<u8>> {
         Ok(self.all_gather(data)?.concat())
-    }
-
-    /// Rank `root`'s `data` replaces `data` on every other rank (any length; collective).
-    pub fn broadcast(&self, root: usize, data: &mut Vec<u8>) -> Result<()> {
-        self.broadcast_with(root, data, None)
-    }
-
-    /// [`broadcast`](Self::broadcast), calling `watch` at least every [`WATCH_SLICE`] while it
-    /// waits; its error ends the operation (see [`Bootstrap::broadcast_watched`]).
-    pub fn broadcast_watched(
-        &self,
-        root: usize,
-        data: &mut Vec<u8>,
-        watch: Watch<'_>,
-    ) -> Result<()> {
-        watch()?;
-        self.broadcast_with(root, data, Some(watch))
     }
 
     fn broadcast_with(
@@ -956,41 +833,41 @@ impl Drop for TcpBootstrap {
 
 impl Bootstrap for TcpBootstrap {
     fn rank(&self) -> usize {
-        TcpBootstrap::rank(self)
+        self.rank
     }
+
     fn size(&self) -> usize {
-        TcpBootstrap::size(self)
+        self.size
     }
+
+    /// This rank's index among the ranks of its node (ranks with the same host identity, in
+    /// rank order).
     fn local_rank(&self) -> usize {
-        TcpBootstrap::local_rank(self)
+        self.nodes.local_rank.get(self.rank).copied().unwrap_or(0)
     }
+
     fn ranks_per_node(&self) -> usize {
-        TcpBootstrap::ranks_per_node(self)
+        self.node_of(self.rank)
+            .map_or(1, |n| self.nodes.members[n].len())
     }
+
+    /// The node of `rank` (nodes are numbered in order of their lowest rank).
     fn node_of(&self, rank: usize) -> Option<usize> {
-        TcpBootstrap::node_of(self, rank)
+        self.nodes.node_of.get(rank).copied()
     }
+
     fn send(&self, peer: usize, tag: u64, data: &[u8]) -> Result<()> {
-        TcpBootstrap::send(self, peer, tag, data)
+        let ctx = self.ctx(peer, "send", self.op_timeout);
+        self.send_frame(
+            peer,
+            wire::CHANNEL_USER,
+            tag,
+            data,
+            deadline_in(self.op_timeout),
+            ctx,
+        )
     }
-    fn recv(&self, peer: usize, tag: u64) -> Result<Vec<u8>> {
-        TcpBootstrap::recv(self, peer, tag)
-    }
-    fn recv_timeout(&self, peer: usize, tag: u64, timeout: Duration) -> Result<Vec<u8>> {
-        TcpBootstrap::recv_timeout(self, peer, tag, timeout)
-    }
-    fn all_gather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
-        TcpBootstrap::all_gather(self, data)
-    }
-    fn barrier(&self) -> Result<()> {
-        TcpBootstrap::barrier(self)
-    }
-    fn broadcast(&self, root: usize, data: &mut Vec<u8>) -> Result<()> {
-        TcpBootstrap::broadcast(self, root, data)
-    }
-    fn op_timeout(&self) -> Duration {
-        TcpBootstrap::op_timeout(self)
-    }
+
     fn recv_watched(
         &self,
         peer: usize,
@@ -998,17 +875,31 @@ impl Bootstrap for TcpBootstrap {
         timeout: Duration,
         watch: Watch<'_>,
     ) -> Result<Vec<u8>> {
-        TcpBootstrap::recv_watched(self, peer, tag, timeout, watch)
+        let ctx = self.ctx(peer, "recv", timeout);
+        let deadline = deadline_in(timeout);
+        self.recv_frame(peer, wire::CHANNEL_USER, tag, deadline, ctx, Some(watch))
     }
+
     fn barrier_watched(&self, watch: Watch<'_>) -> Result<()> {
-        TcpBootstrap::barrier_watched(self, watch)
+        watch()?;
+        let deadline = deadline_in(self.op_timeout);
+        self.barrier_until(deadline, self.op_timeout, "barrier", Some(watch))
     }
+
     fn all_gather_watched(&self, data: &[u8], watch: Watch<'_>) -> Result<Vec<Vec<u8>>> {
-        TcpBootstrap::all_gather_watched(self, data, watch)
+        watch()?;
+        self.all_gather_with(data, Some(watch))
     }
+
     fn broadcast_watched(&self, root: usize, data: &mut Vec<u8>, watch: Watch<'_>) -> Result<()> {
-        TcpBootstrap::broadcast_watched(self, root, data, watch)
+        watch()?;
+        self.broadcast_with(root, data, Some(watch))
     }
+
+    fn op_timeout(&self) -> Duration {
+        self.op_timeout
+    }
+
     fn left_peer(&self) -> Option<(usize, Duration)> {
         self.mailbox
             .first_left()

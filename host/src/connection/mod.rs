@@ -15,10 +15,13 @@ pub mod ethernet;
 #[cfg(feature = "ib")]
 pub mod ib;
 pub mod p2p;
+mod setup;
 
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
+pub use self::setup::MAX_FAILURE_REASON;
+pub(crate) use self::setup::{Context, LocalEndpoint};
 use crate::codec::{Reader, Writer};
 use crate::error::{Error, Result};
 use crate::registered_memory::RegisteredMemory;

@@ -25,20 +25,14 @@ pub use kernel::{KernelSpec, LaunchConfig};
 pub use mscclpp_device::arch::host::grid::GridDims;
 use mscclpp_shared::{DevicePtr, IpcMemHandle};
 
+pub use crate::backend::BackendKind;
 use crate::error::{Error, Result};
-
-/// Which implementation runs "device" work.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BackendKind {
-    /// NVIDIA GPUs through the CUDA driver API (libcuda loaded at run time).
-    Cuda,
-    /// Shared-memory "device" memory and kernels on OS threads.
-    Cpu,
-}
 
 /// Environment variable that forces a backend (`cuda` or `cpu`).
 pub const BACKEND_ENV: &str = "MSCCLPP_BACKEND";
 
+/// Selecting, parsing and counting (the enum itself lives in the crate-private `backend`
+/// module, below the error type that names it).
 impl BackendKind {
     /// `MSCCLPP_BACKEND` if set; else CUDA when libcuda loads and reports a device; else CPU,
     /// with a one-line notice on standard error (printed once per process).
@@ -568,7 +562,7 @@ impl Stream {
     /// bounded even if the device never finishes).
     pub fn synchronize_timeout(&self, timeout: std::time::Duration) -> Result<bool> {
         let deadline = std::time::Instant::now() + timeout;
-        let mut backoff = crate::proxy::Backoff::default();
+        let mut backoff = crate::backoff::Backoff::new();
         loop {
             if self.query()? {
                 return Ok(true);

@@ -61,19 +61,17 @@ pub(crate) mod sys;
 pub(crate) mod verbs;
 
 use std::collections::HashMap;
-use std::collections::hash_map::RandomState;
 use std::ffi::c_int;
-use std::hash::{BuildHasher, Hasher};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use self::sys::{IbvAhAttr, IbvGid, IbvGlobalRoute, IbvQpAttr, IbvSendWr, IbvSge, IbvWc};
 use self::verbs::{Context, MAX_SEND_WR, Verbs};
 use super::Connection;
 use crate::codec::{Reader, Writer};
-use crate::communicator::LocalMemories;
 use crate::error::{Error, Result};
+use crate::registered_memory::LocalMemories;
 use crate::registered_memory::RegisteredMemory;
 use crate::transport::Transport;
 
@@ -408,10 +406,9 @@ pub(crate) fn check_compatible(local: &QpInfo, remote: &QpInfo) -> Result<(), St
 // Set-up
 // ---------------------------------------------------------------------------------------------
 
+/// A random 24-bit packet sequence number.
 fn random_psn() -> u32 {
-    let mut h = RandomState::new().build_hasher();
-    h.write_u32(std::process::id());
-    (h.finish() as u32) & 0x00ff_ffff
+    (crate::random::token() as u32) & 0x00ff_ffff
 }
 
 /// The local half of an IB connection, made before the endpoints cross.
@@ -583,7 +580,7 @@ impl IbConnection {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.state)
     }
 
     fn failed(&self, (wr_id, status): (u64, u32)) -> Error {
