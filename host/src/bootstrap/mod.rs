@@ -101,7 +101,7 @@
 
 mod config;
 mod mailbox;
-pub(crate) mod net; // also used by connection::ethernet (deadline-bounded socket I/O)
+mod net;
 mod os;
 mod root;
 mod tcp;

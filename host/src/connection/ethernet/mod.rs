@@ -204,10 +204,9 @@ impl Failure {
                 op: what,
                 source: io::Error::new(*kind, msg.clone()),
             },
-            Failure::Local(why) => Error::EthernetIo {
+            Failure::Local(why) => Error::EthernetApply {
                 remote_rank,
-                op: "apply the peer's data on this rank's device",
-                source: io::Error::other(why.clone()),
+                reason: why.clone(),
             },
         }
     }

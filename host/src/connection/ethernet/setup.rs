@@ -187,12 +187,9 @@ fn connect_out(setup: &Setup<'_>, info: &EndpointInfo, deadline: Instant) -> Res
         addrs.sort_by_key(|a| !a.ip().is_loopback());
     }
     if addrs.is_empty() {
-        return Err(Error::EthernetHandshake {
+        return Err(Error::EthernetNoRoute {
             remote_rank: setup.remote_rank,
-            reason: format!(
-                "the peer is on another node and advertised only loopback addresses {:?}",
-                info.addrs
-            ),
+            addrs: info.addrs.clone(),
         });
     }
     let mut pause = Duration::from_millis(10);
@@ -209,9 +206,11 @@ fn connect_out(setup: &Setup<'_>, info: &EndpointInfo, deadline: Instant) -> Res
         }
         let Some(left) = remaining(deadline) else {
             return Err(match last {
-                Some((a, e)) => Error::EthernetHandshake {
+                Some((last, source)) => Error::EthernetConnect {
                     remote_rank: setup.remote_rank,
-                    reason: format!("could not connect to {addrs:?} (last, {a}: {e})"),
+                    addrs,
+                    last,
+                    source,
                 },
                 None => Error::EthernetTimeout {
                     remote_rank: setup.remote_rank,
