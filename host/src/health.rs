@@ -5,13 +5,13 @@
 //!
 //! Every bootstrap wait of a communicator — its set-up receives and every receive or collective
 //! through `Communicator::bootstrap` (`barrier`, `all_gather`, `broadcast`, `recv`) — goes
-//! through a [`WatchedBootstrap`]: it waits in slices of at most
+//! through a `WatchedBootstrap`: it waits in slices of at most
 //! [`WATCH_SLICE`](crate::bootstrap::WATCH_SLICE) and checks the communicator between them
-//! ([`Alive::check`]). So once the health monitor has seen a dead peer, or `abort()` was called
+//! (`Alive::check`). So once the health monitor has seen a dead peer, or `abort()` was called
 //! (or a proxy failed), the wait ends at once with the communicator's error ([`Error::Remote`]
 //! naming the dead rank, or [`Error::Aborted`]) instead of waiting for a live but slow rank or
 //! the bootstrap's operation deadline. A bootstrap failure caused by a dead peer is reported
-//! the same way ([`WatchedBootstrap::blame`]).
+//! the same way (`WatchedBootstrap::blame`).
 //!
 //! # The monitor
 //!
@@ -22,7 +22,7 @@
 //!
 //! Shared words: the dead peer (a mutex: written once by the monitor, read by every wait's
 //! check), the leave grace in milliseconds (an atomic, relaxed: written by
-//! [`Health::set_leave_grace`], read by the monitor), the monitor's stop flag (release/acquire:
+//! `Communicator::set_leave_grace`, read by the monitor), the monitor's stop flag (release/acquire:
 //! written by `Drop`, read by the monitor), and the status block's abort flag (its own
 //! protocol, `crate::status`).
 

@@ -71,7 +71,7 @@
 //! - Errors name the peer ([`Peer`]: rank and/or address) and the operation:
 //!   `BootstrapTimeout`, `BootstrapMissingRanks`, `BootstrapPeerClosed`, `BootstrapBadMagic`,
 //!   `BootstrapVersion`, `BootstrapMalformed`, `BootstrapRejected`, `BootstrapConnect`, … (see
-//!   [`Error`]).
+//!   [`Error`](crate::Error)).
 //! - A closed connection fails every pending and later receive from that peer at once (messages
 //!   it sent before closing are still delivered), and every later send to it.
 //! - Nothing read is trusted: marker, version, magic, kind, every length (handshake bodies are

@@ -1,7 +1,7 @@
 //! `RegisteredMemory`: a buffer made known to the communicator, locally or as a peer's.
 //!
 //! The owner registers a buffer (`Communicator::register_buffer` and friends, through the
-//! rank's [`LocalMemories`](registry::LocalMemories)) and sends its serialized form to peers
+//! rank's `LocalMemories`, `registry.rs`) and sends its serialized form to peers
 //! (`send_memory`); a peer deserializes it (`recv_memory`), mapping it when a same-node
 //! transport allows (CUDA IPC or the CPU backend's shared memory; within one process the
 //! owner's address is used directly). Proxies and connections name memories by these objects,
@@ -14,7 +14,7 @@
 //! | `wire.rs` | the serialized form and its checks |
 //!
 //! Who writes and reads the shared state here:
-//! - the token table ([`LIVE`]) is written by every local registration and read by
+//! - the token table (`LIVE`) is written by every local registration and read by
 //!   `deserialize` when a message claims memory of this very process; a mutex guards it;
 //! - the registry of network-writable memories is written by registration and by the last
 //!   drop of a `RegisteredMemory`, and read by the network receivers (registry module docs).

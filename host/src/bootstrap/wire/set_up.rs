@@ -11,7 +11,7 @@ use super::{
 /// A rank registers with the root (first frame on a rank → root connection).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Join {
-    /// Session magic from the [`UniqueId`](super::UniqueId).
+    /// Session magic from the [`UniqueId`](crate::bootstrap::UniqueId).
     pub magic: u64,
     /// Sender's rank.
     pub rank: usize,
@@ -272,7 +272,7 @@ impl Accept {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum RejectCode {
-    /// The first bytes were not [`MARKER`].
+    /// The first bytes were not [`MARKER`](super::MARKER).
     BadMarker,
     /// Wrong session magic (a peer of another job).
     BadMagic,

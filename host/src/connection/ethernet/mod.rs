@@ -20,7 +20,7 @@
 //! 1. Each side binds a listener ([`Listener::bind`]) on an ephemeral port *before* the endpoints
 //!    cross, and puts an [`EndpointInfo`] {random token, addresses} into its endpoint's `extra`.
 //!    It binds `MSCCLPP_SOCKET_IFNAME`'s IPv4 address when that is set (and advertises only it);
-//!    otherwise it binds 0.0.0.0 and advertises the address [`local_ip`] picks plus 127.0.0.1.
+//!    otherwise it binds 0.0.0.0 and advertises the address [`local_ip`](crate::bootstrap::local_ip) picks plus 127.0.0.1.
 //! 2. Each side connects its **outbound stream** to the peer (same node: loopback addresses
 //!    first; otherwise loopback addresses are skipped) and sends `HELLO {from, to, the peer's
 //!    token}`.
