@@ -20,7 +20,7 @@ use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use mscclpp::host::bootstrap::{BootstrapConfig, RootListener, TcpBootstrap, UniqueId};
+use mscclpp::host::bootstrap::{Bootstrap, BootstrapConfig, RootListener, TcpBootstrap, UniqueId};
 
 const RANKS: usize = 4;
 

@@ -20,7 +20,6 @@ use mscclpp::host::communicator::Communicator;
 use mscclpp::host::connection::EndpointConfig;
 use mscclpp::host::gpu::{BackendKind, LaunchConfig};
 use mscclpp::host::memory_channel::MemoryChannel;
-use mscclpp::host::semaphore::MemoryDevice2DeviceSemaphore;
 use mscclpp::host::transport::Transport;
 use mscclpp::kernels;
 use mscclpp::shared::{DevicePtr, PingPongParams};
@@ -51,7 +50,7 @@ fn rank_main(comm: Communicator) -> Result<f64> {
     comm.send_memory(&comm.register_buffer(&inbox, transport)?, peer, 0)?;
     let peer_inbox = comm.recv_memory(peer, 0)?;
 
-    let semaphore = MemoryDevice2DeviceSemaphore::new(&comm, conn.as_ref(), 0)?;
+    let semaphore = comm.build_memory_semaphore(conn.as_ref(), 0)?;
     // No LL packets in this example: no packet buffer.
     let channel = MemoryChannel::new(semaphore, peer_inbox, outbox.ptr(), DevicePtr::NULL)?;
 

@@ -50,12 +50,12 @@ fn rank_main(comm: Communicator) -> Result<f64> {
 
     // Ids are indices into the service's tables; a trigger names them, and the proxy checks
     // every id, offset and size against what was added here before copying anything.
-    let mut service = PortChannelService::new(&comm, DEFAULT_FIFO_SIZE)?;
-    let semaphore = service.build_and_add_semaphore(&comm, conn, 0)?;
+    let mut service = PortChannelService::builder(comm.gpu(), comm.status(), DEFAULT_FIFO_SIZE)?;
+    let semaphore = service.add_semaphore(comm.build_semaphore(conn, 0)?)?;
     let dst = service.add_memory(comm.recv_memory(peer, 0)?)?;
     let src = service.add_memory(comm.register_buffer(&outbox, transport)?)?;
     let channel = service.port_channel(semaphore, dst, src)?;
-    service.start()?;
+    let service = service.start()?;
 
     let module = gpu.load_ptx(mscclpp::DEVICE_PTX)?;
     let kernel = module.kernel(kernels::PORT_PING_PONG)?;

@@ -32,7 +32,6 @@ use mscclpp::host::connection::EndpointConfig;
 use mscclpp::host::gpu::{BackendKind, Event, KernelSpec, LaunchConfig, Stream};
 use mscclpp::host::memory_channel::MemoryChannel;
 use mscclpp::host::port_channel::PortChannelService;
-use mscclpp::host::semaphore::MemoryDevice2DeviceSemaphore;
 use mscclpp::host::transport::Transport;
 use mscclpp::shared::{
     DEFAULT_FIFO_SIZE, LL8Packet, LL16Packet, PingPongParams, PortPingPongParams,
@@ -102,24 +101,24 @@ fn rank_main(comm: Communicator, ptx: &Path) -> Result<Vec<(&'static str, f64)>>
 
     // Two MemoryChannels: into the peer's inbox (put + signal), into its packet buffer (LL).
     let direct = MemoryChannel::new(
-        MemoryDevice2DeviceSemaphore::new(&comm, conn.as_ref(), 0)?,
+        comm.build_memory_semaphore(conn.as_ref(), 0)?,
         comm.recv_memory(peer, 0)?,
         outbox.ptr(),
         packets.ptr(),
     )?;
     let packet_channel = MemoryChannel::new(
-        MemoryDevice2DeviceSemaphore::new(&comm, conn.as_ref(), 1)?,
+        comm.build_memory_semaphore(conn.as_ref(), 1)?,
         comm.recv_memory(peer, 1)?,
         outbox.ptr(),
         packets.ptr(),
     )?;
     // One PortChannel through this rank's proxy: from our outbox into the peer's port_inbox.
-    let mut service = PortChannelService::new(&comm, DEFAULT_FIFO_SIZE)?;
-    let semaphore = service.build_and_add_semaphore(&comm, conn.clone(), 2)?;
+    let mut service = PortChannelService::builder(comm.gpu(), comm.status(), DEFAULT_FIFO_SIZE)?;
+    let semaphore = service.add_semaphore(comm.build_semaphore(conn.clone(), 2)?)?;
     let dst = service.add_memory(comm.recv_memory(peer, 2)?)?;
     let src = service.add_memory(comm.register_buffer(&outbox, transport)?)?;
     let port = service.port_channel(semaphore, dst, src)?;
-    service.start()?;
+    let service = service.start()?;
 
     // The CUDA C++ kernels, from nvcc's PTX.
     let module = gpu.load_module_file(ptx)?;

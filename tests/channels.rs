@@ -14,7 +14,6 @@ use mscclpp::host::connection::{Connection, EndpointConfig};
 use mscclpp::host::gpu::LaunchConfig;
 use mscclpp::host::memory_channel::MemoryChannel;
 use mscclpp::host::port_channel::PortChannelService;
-use mscclpp::host::semaphore::MemoryDevice2DeviceSemaphore;
 use mscclpp::host::transport::Transport;
 use mscclpp::kernels;
 use mscclpp::shared::{DeviceErrorCode, LL16Packet, PingPongParams, PortPingPongParams};
@@ -45,14 +44,14 @@ fn memory_and_packet_ping_pong(comm: Communicator) {
     let peer_buf = comm.recv_memory(peer, 0).unwrap();
     let peer_pkts = comm.recv_memory(peer, 1).unwrap();
     let direct = MemoryChannel::new(
-        MemoryDevice2DeviceSemaphore::new(&comm, conn.as_ref(), 0).unwrap(),
+        comm.build_memory_semaphore(conn.as_ref(), 0).unwrap(),
         peer_buf,
         src.ptr(),
         pkts.ptr(),
     )
     .unwrap();
     let packets = MemoryChannel::new(
-        MemoryDevice2DeviceSemaphore::new(&comm, conn.as_ref(), 1).unwrap(),
+        comm.build_memory_semaphore(conn.as_ref(), 1).unwrap(),
         peer_pkts,
         src.ptr(),
         pkts.ptr(),
@@ -114,8 +113,10 @@ fn port_ping_pong(comm: Communicator) {
     let src = g.alloc(BYTES).unwrap();
     src.copy_from_host(0, &pattern(BYTES, 10 + rank as u8))
         .unwrap();
-    let mut svc = PortChannelService::new(&comm, 64).unwrap();
-    let sem = svc.build_and_add_semaphore(&comm, conn, 7).unwrap();
+    let mut svc = PortChannelService::builder(comm.gpu(), comm.status(), 64).unwrap();
+    let sem = svc
+        .add_semaphore(comm.build_semaphore(conn, 7).unwrap())
+        .unwrap();
     comm.send_memory(&comm.register_buffer(&recv_buf, t).unwrap(), peer, 3)
         .unwrap();
     let dst = svc.add_memory(comm.recv_memory(peer, 3).unwrap()).unwrap();
@@ -123,7 +124,7 @@ fn port_ping_pong(comm: Communicator) {
         .add_memory(comm.register_buffer(&src, t).unwrap())
         .unwrap();
     let ch = svc.port_channel(sem, dst, srcid).unwrap();
-    svc.start().unwrap();
+    let svc = svc.start().unwrap();
     let m = module(&g);
     let k = m.kernel(kernels::PORT_PING_PONG).unwrap();
     let stream = g.stream().unwrap();
@@ -169,7 +170,7 @@ fn abort_releases_a_waiting_kernel(comm: Communicator) {
     comm.send_memory(&comm.register_buffer(&buf, t).unwrap(), peer, 0)
         .unwrap();
     let ch = MemoryChannel::new(
-        MemoryDevice2DeviceSemaphore::new(&comm, conn.as_ref(), 0).unwrap(),
+        comm.build_memory_semaphore(conn.as_ref(), 0).unwrap(),
         comm.recv_memory(peer, 0).unwrap(),
         buf.ptr(),
         buf.ptr(),
@@ -221,8 +222,10 @@ fn invalid_trigger_is_refused(comm: Communicator) {
     let t = Transport::local_for(g.kind());
     let conn = connect(&comm);
     let buf = g.alloc(4096).unwrap();
-    let mut svc = PortChannelService::new(&comm, 16).unwrap();
-    let sem = svc.build_and_add_semaphore(&comm, conn, 0).unwrap();
+    let mut svc = PortChannelService::builder(comm.gpu(), comm.status(), 16).unwrap();
+    let sem = svc
+        .add_semaphore(comm.build_semaphore(conn, 0).unwrap())
+        .unwrap();
     comm.send_memory(&comm.register_buffer(&buf, t).unwrap(), peer, 0)
         .unwrap();
     let dst = svc.add_memory(comm.recv_memory(peer, 0).unwrap()).unwrap();
@@ -233,7 +236,7 @@ fn invalid_trigger_is_refused(comm: Communicator) {
     comm.bootstrap().barrier().unwrap();
     if rank == 0 {
         ch.dst = 7; // never registered
-        svc.start().unwrap();
+        let svc = svc.start().unwrap();
         let m = module(&g);
         let k = m.kernel(kernels::PORT_PING_PONG).unwrap();
         let stream = g.stream().unwrap();
@@ -334,7 +337,7 @@ fn dead_peer_releases_the_survivor() {
     comm.send_memory(&comm.register_buffer(&buf, t).unwrap(), peer, 0)
         .unwrap();
     let ch = MemoryChannel::new(
-        MemoryDevice2DeviceSemaphore::new(&comm, conn.as_ref(), 0).unwrap(),
+        comm.build_memory_semaphore(conn.as_ref(), 0).unwrap(),
         comm.recv_memory(peer, 0).unwrap(),
         buf.ptr(),
         buf.ptr(),

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use common::{module, pattern};
 use mscclpp::collectives::{Algorithm, Collectives};
 use mscclpp::host::Error;
-use mscclpp::host::bootstrap::{Bootstrap, TcpBootstrap};
+use mscclpp::host::bootstrap::{Bootstrap, TcpBootstrap, Watch};
 use mscclpp::host::communicator::Communicator;
 use mscclpp::host::connection::EndpointConfig;
 use mscclpp::host::gpu::{BackendKind, LaunchConfig, Stream};
@@ -280,30 +280,39 @@ impl Bootstrap for DieAtOp {
         self.step();
         self.inner.send(peer, tag, data)
     }
-    fn recv(&self, peer: usize, tag: u64) -> mscclpp::host::Result<Vec<u8>> {
-        self.step();
-        self.inner.recv(peer, tag)
-    }
-    fn recv_timeout(
+    fn recv_watched(
         &self,
         peer: usize,
         tag: u64,
         timeout: Duration,
+        watch: Watch<'_>,
     ) -> mscclpp::host::Result<Vec<u8>> {
         self.step();
-        self.inner.recv_timeout(peer, tag, timeout)
+        self.inner.recv_watched(peer, tag, timeout, watch)
     }
-    fn all_gather(&self, data: &[u8]) -> mscclpp::host::Result<Vec<Vec<u8>>> {
+    fn all_gather_watched(
+        &self,
+        data: &[u8],
+        watch: Watch<'_>,
+    ) -> mscclpp::host::Result<Vec<Vec<u8>>> {
         self.step();
-        self.inner.all_gather(data)
+        self.inner.all_gather_watched(data, watch)
     }
-    fn barrier(&self) -> mscclpp::host::Result<()> {
+    fn barrier_watched(&self, watch: Watch<'_>) -> mscclpp::host::Result<()> {
         self.step();
-        self.inner.barrier()
+        self.inner.barrier_watched(watch)
     }
-    fn broadcast(&self, root: usize, data: &mut Vec<u8>) -> mscclpp::host::Result<()> {
+    fn broadcast_watched(
+        &self,
+        root: usize,
+        data: &mut Vec<u8>,
+        watch: Watch<'_>,
+    ) -> mscclpp::host::Result<()> {
         self.step();
-        self.inner.broadcast(root, data)
+        self.inner.broadcast_watched(root, data, watch)
+    }
+    fn op_timeout(&self) -> Duration {
+        self.inner.op_timeout()
     }
     fn dead_peer(&self) -> Option<(usize, String)> {
         self.inner.dead_peer()
@@ -354,8 +363,10 @@ fn port_transfer(comm: Communicator, victim: usize) {
     let recv_buf = g.alloc(BYTES).unwrap();
     let src = g.alloc(BYTES).unwrap();
     src.copy_from_host(0, &pattern(BYTES, rank as u8)).unwrap();
-    let mut svc = PortChannelService::new(&comm, 64).unwrap();
-    let sem = svc.build_and_add_semaphore(&comm, conn, 7).unwrap();
+    let mut svc = PortChannelService::builder(comm.gpu(), comm.status(), 64).unwrap();
+    let sem = svc
+        .add_semaphore(comm.build_semaphore(conn, 7).unwrap())
+        .unwrap();
     comm.send_memory(&comm.register_buffer(&recv_buf, t).unwrap(), peer, 3)
         .unwrap();
     let dst = svc.add_memory(comm.recv_memory(peer, 3).unwrap()).unwrap();
@@ -363,7 +374,7 @@ fn port_transfer(comm: Communicator, victim: usize) {
         .add_memory(comm.register_buffer(&src, t).unwrap())
         .unwrap();
     let ch = svc.port_channel(sem, dst, srcid).unwrap();
-    svc.start().unwrap();
+    let svc = svc.start().unwrap();
     let m = module(&g);
     let k = m.kernel(kernels::PORT_PING_PONG).unwrap();
     let stream = g.stream().unwrap();

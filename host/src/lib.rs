@@ -7,20 +7,45 @@
 //! | [`gpu`] | the device runtime: `cuda` and `cpu` backends behind one API |
 //! | [`error`] | the crate's error type |
 //! | [`bootstrap`] | TCP bootstrap: `UniqueId`, rank/size from launcher env, tagged send/recv, all-gather, barrier, broadcast |
-//! | [`communicator`] | `Communicator`: register / send / receive memory, connect |
-//! | [`registered_memory`] | `RegisteredMemory` and its wire form |
+//! | [`health`] | a communicator's watched bootstrap and the monitor that notices a dead peer |
+//! | [`communicator`] | `Communicator`: registers memories and trades the serializable halves (memories, endpoints, semaphore stubs) with peers |
+//! | [`registered_memory`] | `RegisteredMemory`, its wire form, and the rank's registry of memories |
 //! | [`transport`] | `Transport`, `TransportFlags` |
-//! | [`connection`] | `Connection` and its transports |
-//! | [`semaphore`] | host side of the three semaphores |
+//! | [`connection`] | `Connection` and its transports, built from a local and a remote endpoint |
+//! | [`semaphore`] | host side of the three semaphores, built from a local and a remote stub |
 //! | [`memory_channel`] | MemoryChannel device-handle builder |
-//! | [`port_channel`] | `PortChannelService`: the proxy that serves PortChannels |
+//! | [`port_channel`] | `PortChannelService`: the proxy that serves PortChannels (builder, then running) |
 //! | [`codec`] | bounds-checked wire encoding helpers |
 //! | [`status`] | the abort flag and device error record (`DeviceStatus`) |
 //! | [`fifo`] | the proxy FIFO's host side (single consumer) |
 //! | [`proxy`] | `ProxyService`: the thread that serves a FIFO |
 //! | [`numa`] | NUMA node CPU lists and thread binding (sysfs, no libnuma) |
+//! | [`backoff`] | `Backoff`: spin, yield, then sleep in polling loops |
+//! | `backend`, `socket`, `sync`, `random` (crate-private) | `BackendKind` (re-exported by `gpu`); deadline-bounded socket I/O; poison-tolerant locks; random bytes |
+//!
+//! # Layers
+//!
+//! Imports point down only (`host/tests/layering.rs` fails on anything else, cycles included):
+//!
+//! | layer | modules |
+//! |---|---|
+//! | 9 | `communicator` |
+//! | 8 | `memory_channel`, `port_channel` |
+//! | 7 | `semaphore` |
+//! | 6 | `connection`, `proxy` |
+//! | 5 | `fifo`, `health`, `registered_memory` |
+//! | 4 | `bootstrap`, `status` |
+//! | 3 | `gpu`, `numa` |
+//! | 2 | `error` |
+//! | 1 | `transport` |
+//! | 0 | `backend`, `backoff`, `codec`, `random`, `socket`, `sync` |
+//!
+//! So the communicator sits on the connections, which sit on the registered memories, which sit
+//! on the GPU layer; nothing below knows the communicator.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod backend;
+pub mod backoff;
 pub mod bootstrap;
 pub mod codec;
 pub mod communicator;
@@ -28,13 +53,17 @@ pub mod connection;
 pub mod error;
 pub mod fifo;
 pub mod gpu;
+pub mod health;
 pub mod memory_channel;
 pub mod numa;
 pub mod port_channel;
 pub mod proxy;
+mod random;
 pub mod registered_memory;
 pub mod semaphore;
+mod socket;
 pub mod status;
+mod sync;
 pub mod transport;
 
 pub use error::{Error, Result};

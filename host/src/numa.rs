@@ -28,9 +28,10 @@ pub fn node_cpus(node: u32) -> Result<Vec<usize>> {
         path: path.clone().into(),
         source,
     })?;
-    parse_cpu_list(&text).ok_or(Error::NumaBind {
+    parse_cpu_list(&text).ok_or_else(|| Error::NumaCpuList {
         node,
-        reason: format!("cannot parse {path}: {text:?}"),
+        path: path.into(),
+        text,
     })
 }
 
@@ -48,7 +49,7 @@ pub fn bind_current_thread(node: u32) -> Result<()> {
     if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
         return Err(Error::NumaBind {
             node,
-            reason: std::io::Error::last_os_error().to_string(),
+            source: std::io::Error::last_os_error(),
         });
     }
     Ok(())

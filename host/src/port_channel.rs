@@ -1,8 +1,13 @@
 //! `PortChannelService`: a proxy that serves PortChannels — MSCCL++'s `ProxyService`.
 //!
-//! Before `start`, callers add the memories and semaphores the channels will name; ids are
-//! indices into those tables (memory ids `< 512`, semaphore ids `< 1024`, the trigger's field
-//! widths). The proxy thread then serves each trigger of its FIFO:
+//! Its lifecycle is two types (as rust-ibverbs' `QueuePairBuilder` → `QueuePair`): a
+//! [`PortChannelServiceBuilder`], built from what the service uses (the GPU that holds its FIFO
+//! and the communicator's status block, which a failed proxy aborts), takes the memories and
+//! semaphores the channels will name and makes the channels' device handles; ids are indices
+//! into those tables (memory ids `< 512`, semaphore ids `< 1024`, the trigger's field widths).
+//! [`PortChannelServiceBuilder::start`] consumes it and returns the running
+//! [`PortChannelService`], which has no way to add anything. Its proxy thread serves each
+//! trigger of its FIFO:
 //!
 //! - every field is validated first ([`validate_trigger`]): the type bits, the semaphore id,
 //!   and for DATA both memory ids and `offset + size` against both memories' registered sizes.
@@ -20,10 +25,9 @@ use std::time::Duration;
 use mscclpp_shared::trigger::{MAX_MEMORY_ID, MAX_SEMAPHORE_ID};
 use mscclpp_shared::{PortChannelDeviceHandle, ProxyTrigger, TriggerType};
 
-use crate::communicator::Communicator;
-use crate::connection::Connection;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, TriggerFault};
 use crate::fifo::Fifo;
+use crate::gpu::Gpu;
 use crate::proxy::{ProxyHandler, ProxyService};
 use crate::registered_memory::RegisteredMemory;
 use crate::semaphore::Host2DeviceSemaphore;
@@ -80,36 +84,40 @@ fn validate_with(
     semaphores: usize,
     pos: u64,
 ) -> Result<ValidTrigger> {
-    let bad = |reason: String| Error::InvalidTrigger { pos, reason };
+    let bad = |fault: TriggerFault| Error::InvalidTrigger { pos, fault };
     let kind = t.kind();
     if kind.is_empty() {
-        return Err(bad("no type bit set".into()));
+        return Err(bad(TriggerFault::NoType));
     }
     let semaphore = t.semaphore_id() as usize;
     if semaphore >= semaphores {
-        return Err(bad(format!("semaphore id {semaphore} not registered")));
+        return Err(bad(TriggerFault::Semaphore {
+            id: t.semaphore_id(),
+        }));
     }
     let copy = if kind.contains(TriggerType::DATA) {
-        let mem = |id: u32, what: &str| {
-            let id = id as usize;
-            memory_size(id)
-                .map(|size| (id, size))
-                .ok_or_else(|| bad(format!("{what} memory id {id} not registered")))
+        let mem = |id: u32, side: &'static str| {
+            memory_size(id as usize)
+                .map(|size| (id as usize, size))
+                .ok_or(bad(TriggerFault::Memory { side, id }))
         };
         let (dst, dst_size) = mem(t.dst_memory_id(), "dst")?;
         let (src, src_size) = mem(t.src_memory_id(), "src")?;
         let (size, src_offset, dst_offset) = (t.size(), t.src_offset(), t.dst_offset());
-        let fits = |offset: u64, len: u64| offset.checked_add(size).is_some_and(|e| e <= len);
-        if !fits(src_offset, src_size) {
-            return Err(bad(format!(
-                "src {src_offset}+{size} beyond {src_size} bytes"
-            )));
-        }
-        if !fits(dst_offset, dst_size) {
-            return Err(bad(format!(
-                "dst {dst_offset}+{size} beyond {dst_size} bytes"
-            )));
-        }
+        let check = |side: &'static str, offset: u64, registered: u64| {
+            if offset.checked_add(size).is_some_and(|e| e <= registered) {
+                Ok(())
+            } else {
+                Err(bad(TriggerFault::Range {
+                    side,
+                    offset,
+                    size,
+                    registered,
+                }))
+            }
+        };
+        check("src", src_offset, src_size)?;
+        check("dst", dst_offset, dst_size)?;
         Some(TriggerCopy {
             dst,
             dst_offset,
@@ -130,10 +138,20 @@ fn validate_with(
 /// The tables the proxy validates triggers against.
 struct Tables {
     memories: Vec<RegisteredMemory>,
-    semaphores: Vec<Arc<Host2DeviceSemaphore>>,
+    semaphores: Vec<Host2DeviceSemaphore>,
 }
 
 impl Tables {
+    fn memory(&self, id: usize, side: &'static str, pos: u64) -> Result<&RegisteredMemory> {
+        self.memories.get(id).ok_or(Error::InvalidTrigger {
+            pos,
+            fault: TriggerFault::Memory {
+                side,
+                id: id as u32,
+            },
+        })
+    }
+
     fn serve(&self, t: ProxyTrigger, pos: u64) -> Result<()> {
         let v = validate_with(
             t,
@@ -141,15 +159,19 @@ impl Tables {
             self.semaphores.len(),
             pos,
         )?;
-        let missing = || Error::InvalidTrigger {
-            pos,
-            reason: "a validated id is not in the table".into(),
-        };
-        let sem = self.semaphores.get(v.semaphore).ok_or_else(missing)?;
+        let sem = self
+            .semaphores
+            .get(v.semaphore)
+            .ok_or(Error::InvalidTrigger {
+                pos,
+                fault: TriggerFault::Semaphore {
+                    id: v.semaphore as u32,
+                },
+            })?;
         let conn = sem.connection();
         if let Some(c) = v.copy {
-            let dst = self.memories.get(c.dst).ok_or_else(missing)?;
-            let src = self.memories.get(c.src).ok_or_else(missing)?;
+            let dst = self.memory(c.dst, "dst", pos)?;
+            let src = self.memory(c.src, "src", pos)?;
             conn.write(dst, c.dst_offset, src, c.src_offset, c.size)?;
         }
         if v.kind.contains(TriggerType::FLAG) {
@@ -168,83 +190,68 @@ impl ProxyHandler for Tables {
     }
 }
 
-/// A proxy serving PortChannels of one communicator.
-pub struct PortChannelService {
-    fifo: Option<Fifo>,
+/// A port-channel service being configured: add memories and semaphores, make the channels'
+/// device handles, then [`start`](Self::start) it (module docs).
+pub struct PortChannelServiceBuilder {
+    fifo: Fifo,
     fifo_status: Arc<StatusBlock>,
     comm_status: Arc<StatusBlock>,
     handle: mscclpp_shared::FifoDeviceHandle,
-    tables: Option<Tables>,
+    tables: Tables,
     numa_node: Option<u32>,
-    backend: crate::gpu::BackendKind,
-    proxy: Option<ProxyService>,
 }
 
 impl PortChannelService {
-    /// A service with a FIFO of `fifo_size` slots on the communicator's device.
-    pub fn new(comm: &Communicator, fifo_size: u32) -> Result<Self> {
-        let fifo = Fifo::new(comm.gpu(), fifo_size)?;
-        let fifo_status = Arc::new(StatusBlock::new(comm.gpu(), DEFAULT_SPIN_LIMIT)?);
+    /// A service to configure, with a FIFO of `fifo_size` slots (a power of two) on `gpu`. A
+    /// failed proxy aborts `status` (the communicator's, whose waiters the channels' semaphores
+    /// release), and the proxy thread is bound to `gpu`'s NUMA node.
+    pub fn builder(
+        gpu: &Gpu,
+        status: &Arc<StatusBlock>,
+        fifo_size: u32,
+    ) -> Result<PortChannelServiceBuilder> {
+        let fifo = Fifo::new(gpu, fifo_size)?;
+        let fifo_status = Arc::new(StatusBlock::new(gpu, DEFAULT_SPIN_LIMIT)?);
         let handle = fifo.device_handle(fifo_status.device_ptr());
-        Ok(Self {
-            fifo: Some(fifo),
+        Ok(PortChannelServiceBuilder {
+            fifo,
             fifo_status,
-            comm_status: comm.status().clone(),
+            comm_status: Arc::clone(status),
             handle,
-            tables: Some(Tables {
+            tables: Tables {
                 memories: Vec::new(),
                 semaphores: Vec::new(),
-            }),
-            numa_node: comm.gpu().numa_node(),
-            backend: comm.gpu().kind(),
-            proxy: None,
+            },
+            numa_node: gpu.numa_node(),
         })
     }
+}
 
-    fn tables(&mut self) -> Result<&mut Tables> {
-        let backend = self.backend;
-        self.tables.as_mut().ok_or(Error::Unsupported {
-            what: "adding to a PortChannelService after start",
-            backend,
-        })
-    }
-
+impl PortChannelServiceBuilder {
     /// Adds a memory channels may name; returns its id.
     pub fn add_memory(&mut self, mem: RegisteredMemory) -> Result<u32> {
-        let t = self.tables()?;
-        let id = t.memories.len() as u32;
-        if id > MAX_MEMORY_ID {
-            return Err(Error::RegisterMemory {
-                reason: format!("a proxy serves at most {} memories", MAX_MEMORY_ID + 1),
+        let memories = &mut self.tables.memories;
+        if memories.len() > MAX_MEMORY_ID as usize {
+            return Err(Error::ProxyTableFull {
+                what: "memories",
+                max: MAX_MEMORY_ID as usize + 1,
             });
         }
-        t.memories.push(mem);
-        Ok(id)
+        memories.push(mem);
+        Ok(memories.len() as u32 - 1)
     }
 
     /// Adds a semaphore (and its connection); returns its id.
     pub fn add_semaphore(&mut self, sem: Host2DeviceSemaphore) -> Result<u32> {
-        let t = self.tables()?;
-        let id = t.semaphores.len() as u32;
-        if id > MAX_SEMAPHORE_ID {
-            return Err(Error::RegisterMemory {
-                reason: format!("a proxy serves at most {} semaphores", MAX_SEMAPHORE_ID + 1),
+        let semaphores = &mut self.tables.semaphores;
+        if semaphores.len() > MAX_SEMAPHORE_ID as usize {
+            return Err(Error::ProxyTableFull {
+                what: "semaphores",
+                max: MAX_SEMAPHORE_ID as usize + 1,
             });
         }
-        t.semaphores.push(Arc::new(sem));
-        Ok(id)
-    }
-
-    /// Builds a semaphore over `conn` with the peer (which does the same with `tag`) and adds
-    /// it; returns its id.
-    pub fn build_and_add_semaphore(
-        &mut self,
-        comm: &Communicator,
-        conn: Arc<dyn Connection>,
-        tag: u64,
-    ) -> Result<u32> {
-        let sem = Host2DeviceSemaphore::new(comm, conn, tag)?;
-        self.add_semaphore(sem)
+        semaphores.push(sem);
+        Ok(semaphores.len() as u32 - 1)
     }
 
     /// The device handle of a channel: semaphore `semaphore_id`, writing into memory `dst` from
@@ -255,22 +262,21 @@ impl PortChannelService {
         dst: u32,
         src: u32,
     ) -> Result<PortChannelDeviceHandle> {
-        let t = self.tables.as_ref().ok_or(Error::Unsupported {
-            what: "building channels after start (build them before)",
-            backend: self.backend,
-        })?;
+        let t = &self.tables;
         let sem = t
             .semaphores
             .get(semaphore_id as usize)
-            .ok_or_else(|| Error::InvalidTrigger {
-                pos: 0,
-                reason: format!("semaphore id {semaphore_id} not registered"),
+            .ok_or(Error::UnknownChannelId {
+                what: "semaphore",
+                id: semaphore_id,
+                registered: t.semaphores.len(),
             })?;
         for id in [dst, src] {
             if id as usize >= t.memories.len() {
-                return Err(Error::InvalidTrigger {
-                    pos: 0,
-                    reason: format!("memory id {id} not registered"),
+                return Err(Error::UnknownChannelId {
+                    what: "memory",
+                    id,
+                    registered: t.memories.len(),
                 });
             }
         }
@@ -284,34 +290,34 @@ impl PortChannelService {
         })
     }
 
-    /// Starts the proxy thread.
-    pub fn start(&mut self) -> Result<()> {
-        let (Some(fifo), Some(tables)) = (self.fifo.take(), self.tables.take()) else {
-            return Err(Error::Unsupported {
-                what: "starting a PortChannelService twice",
-                backend: self.backend,
-            });
-        };
-        self.proxy = Some(ProxyService::start(
-            fifo,
-            Box::new(tables),
-            self.fifo_status.clone(),
-            vec![self.comm_status.clone()],
+    /// Starts the proxy thread: the tables move to it, and the running service can only report
+    /// and stop.
+    pub fn start(self) -> Result<PortChannelService> {
+        let proxy = ProxyService::start(
+            self.fifo,
+            Box::new(self.tables),
+            self.fifo_status,
+            vec![self.comm_status],
             self.numa_node,
-        )?);
-        Ok(())
+        )?;
+        Ok(PortChannelService { proxy })
     }
+}
 
+/// A running proxy serving PortChannels of one communicator (made by
+/// [`PortChannelServiceBuilder::start`]). Dropping it stops the proxy.
+pub struct PortChannelService {
+    proxy: ProxyService,
+}
+
+impl PortChannelService {
     /// The proxy's sticky error, if it failed.
     pub fn error(&self) -> Option<String> {
-        self.proxy.as_ref().and_then(|p| p.error())
+        self.proxy.error()
     }
 
     /// Stops the proxy (releasing device waits on its FIFO) and returns its error, if any.
-    pub fn stop(&mut self) -> Result<()> {
-        match self.proxy.take() {
-            Some(p) => p.stop(),
-            None => Ok(()),
-        }
+    pub fn stop(self) -> Result<()> {
+        self.proxy.stop()
     }
 }

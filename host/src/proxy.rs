@@ -18,9 +18,11 @@ use std::time::Duration;
 
 use mscclpp_shared::{ProxyTrigger, TriggerType};
 
+use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::fifo::Fifo;
 use crate::status::StatusBlock;
+use crate::sync::lock;
 
 /// What serves triggers. `handle` is called on the proxy thread, in FIFO order.
 pub trait ProxyHandler: Send {
@@ -32,36 +34,6 @@ pub trait ProxyHandler: Send {
 impl<F: FnMut(ProxyTrigger, u64) -> Result<()> + Send> ProxyHandler for F {
     fn handle(&mut self, trigger: ProxyTrigger, pos: u64) -> Result<()> {
         self(trigger, pos)
-    }
-}
-
-/// Bounded spin, then yield, then sleep (crossbeam's `Backoff` idea, with a sleep cap).
-#[derive(Default)]
-pub struct Backoff {
-    step: u32,
-}
-
-impl Backoff {
-    /// Pure spins before yielding.
-    const SPIN: u32 = 64;
-    /// Yields before sleeping.
-    const YIELD: u32 = 256;
-
-    /// Waits a little, longer each time.
-    pub fn snooze(&mut self) {
-        if self.step < Self::SPIN {
-            std::hint::spin_loop();
-        } else if self.step < Self::YIELD {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(20));
-        }
-        self.step = self.step.saturating_add(1);
-    }
-
-    /// Work arrived: spin again next time.
-    pub fn reset(&mut self) {
-        self.step = 0;
     }
 }
 
@@ -96,7 +68,7 @@ impl ProxyService {
                 {
                     tracing::warn!("proxy: could not bind to NUMA node {node}: {e}");
                 }
-                let mut backoff = Backoff::default();
+                let mut backoff = Backoff::new();
                 while !stop2.load(Ordering::Acquire) {
                     let Some((trigger, pos)) = fifo.poll() else {
                         backoff.snooze();
@@ -105,7 +77,7 @@ impl ProxyService {
                     backoff.reset();
                     if let Err(e) = handler.handle(trigger, pos) {
                         tracing::error!("proxy: trigger at {pos} failed: {e}");
-                        *error2.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                        *lock(&error2) = Some(e);
                         status2.abort();
                         for s in &also_abort {
                             s.abort();
@@ -135,26 +107,19 @@ impl ProxyService {
 
     /// The sticky error of the proxy thread, if it failed (it is kept: later calls see it too).
     pub fn error(&self) -> Option<String> {
-        self.error
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            .map(|e| e.to_string())
+        lock(&self.error).as_ref().map(|e| e.to_string())
     }
 
     /// Whether the proxy thread has stopped because of an error.
     pub fn failed(&self) -> bool {
-        self.error
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some()
+        lock(&self.error).is_some()
     }
 
     /// Stops the thread (setting the abort flag so no GPU waiter is left waiting for it) and
     /// returns its error, if it had one.
     pub fn stop(mut self) -> Result<()> {
         self.shutdown();
-        match self.error.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        match lock(&self.error).take() {
             Some(e) => Err(Error::ProxyFailed {
                 source: Box::new(e),
             }),
@@ -194,7 +159,7 @@ mod tests {
         fn handle(&mut self, _: ProxyTrigger, pos: u64) -> Result<()> {
             Err(Error::InvalidTrigger {
                 pos,
-                reason: "refused by the test handler".into(),
+                fault: crate::error::TriggerFault::NoType,
             })
         }
     }

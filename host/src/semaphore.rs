@@ -1,9 +1,16 @@
-//! Host side of the semaphores: allocate the token words, exchange them with the peer, build
-//! the device handles (`mscclpp_shared::semaphore` documents every word).
+//! Host side of the semaphores: the token words, the two serializable halves a semaphore is
+//! built from, and the device handles (`mscclpp_shared::semaphore` documents every word).
 //!
-//! Each semaphore owns one device buffer of two cache lines: `inbound` at 0 (written by the
-//! peer), `expected` at 64 (the local waiter's counter). Both ends call the same constructor
-//! with the same tag; the constructor registers `inbound`, sends it, and receives the peer's.
+//! Each end owns one device buffer of two cache lines ([`SemaphoreStub::BYTES`]): `inbound` at
+//! 0 (written by the peer: by its GPU through the mapping, or by its proxy through the
+//! connection), `expected` at 64 (the local waiter's counter, written and read only here).
+//!
+//! As MSCCL++'s `SemaphoreStub`: a semaphore is built from two halves, never from a
+//! communicator. The local half ([`SemaphoreStub`]) is this end's words, registered for the
+//! connection's transport; its serialized form crosses to the peer, where it becomes the remote
+//! half ([`RemoteSemaphoreStub`]: the peer's `inbound`). `Communicator::build_semaphore`,
+//! `build_memory_semaphore` and `build_host_semaphore` make the local half, trade it with the
+//! peer under a tag, and build the semaphore; both ends call the same one with the same tag.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,81 +21,120 @@ use mscclpp_shared::{
     MemoryDevice2DeviceSemaphoreDeviceHandle,
 };
 
-use crate::communicator::{Communicator, SEMAPHORE_TAG};
+use crate::backoff::Backoff;
 use crate::connection::Connection;
 use crate::error::{Error, Result};
-use crate::gpu::DeviceBuffer;
-use crate::proxy::Backoff;
-use crate::registered_memory::RegisteredMemory;
+use crate::gpu::{DeviceBuffer, Gpu};
+use crate::registered_memory::{LocalMemories, RegisteredMemory};
 use crate::status::StatusBlock;
+use crate::transport::Transport;
 
 const INBOUND_OFF: u64 = 0;
 const EXPECTED_OFF: u64 = 64;
-const WORDS_BYTES: usize = 128;
 
-/// The token words of one end and the peer's `inbound`.
-struct Words {
-    // Declared (and so dropped) before `local`: the registration goes before the memory.
-    _local_reg: RegisteredMemory,
-    local: DeviceBuffer,
-    remote_inbound: RegisteredMemory,
+/// The local half of a semaphore: this end's token words, registered for a transport.
+pub struct SemaphoreStub {
+    // Declared (and so dropped) before `words`: the registration goes before the memory.
+    registered: RegisteredMemory,
+    words: DeviceBuffer,
 }
 
-impl Words {
-    fn exchange(comm: &Communicator, conn: &dyn Connection, tag: u64) -> Result<Self> {
-        let local = comm.gpu().alloc(WORDS_BYTES)?;
-        let reg = comm.register_buffer(&local, conn.transport())?;
-        let peer = conn.remote_rank();
-        let tag = SEMAPHORE_TAG | (tag & ((1 << 60) - 1));
-        comm.bootstrap().send(peer, tag, &reg.serialize())?;
-        let bytes = comm.recv_checked(peer, tag)?;
-        let remote_inbound =
-            RegisteredMemory::deserialize(&bytes, comm.gpu(), peer, comm.same_node(peer))?;
-        if remote_inbound.size() < WORDS_BYTES {
-            return Err(Error::MalformedMemory {
-                rank: peer,
-                reason: format!("semaphore words of {} bytes", remote_inbound.size()),
-            });
-        }
-        Ok(Self {
-            _local_reg: reg,
-            local,
-            remote_inbound,
-        })
+impl std::fmt::Debug for SemaphoreStub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SemaphoreStub({:?})", self.registered)
+    }
+}
+
+impl SemaphoreStub {
+    /// Bytes of one end's words: `inbound` and `expected`, a cache line each.
+    pub const BYTES: usize = 128;
+
+    /// Allocates zeroed words on `gpu` and registers them in `registry` for `transport`.
+    pub(crate) fn new(
+        gpu: &Gpu,
+        registry: &Arc<LocalMemories>,
+        transport: Transport,
+    ) -> Result<Self> {
+        let words = gpu.alloc(Self::BYTES)?;
+        let registered = registry.register_buffer(&words, transport.into())?;
+        Ok(Self { registered, words })
+    }
+
+    /// What the peer needs: the serialized registration of these words.
+    pub fn serialize(&self) -> Vec<u8> {
+        self.registered.serialize()
     }
 
     fn inbound(&self) -> DevicePtr<u64> {
-        self.local.ptr().byte_add_cast(INBOUND_OFF)
+        self.words.ptr().byte_add_cast(INBOUND_OFF)
     }
 
     fn expected(&self) -> DevicePtr<u64> {
-        self.local.ptr().byte_add_cast(EXPECTED_OFF)
+        self.words.ptr().byte_add_cast(EXPECTED_OFF)
+    }
+
+    fn backend(&self) -> crate::gpu::BackendKind {
+        self.words.gpu().kind()
+    }
+}
+
+/// The remote half of a semaphore: the peer's words, as received (their `inbound` is what this
+/// end signals).
+#[derive(Debug, Clone)]
+pub struct RemoteSemaphoreStub {
+    memory: RegisteredMemory,
+}
+
+impl RemoteSemaphoreStub {
+    /// Decodes the peer's [`SemaphoreStub::serialize`] (it came from `from_rank`), mapping its
+    /// words when `same_node` allows (as `RegisteredMemory::deserialize`); refuses words
+    /// shorter than [`SemaphoreStub::BYTES`].
+    pub fn deserialize(bytes: &[u8], gpu: &Gpu, from_rank: usize, same_node: bool) -> Result<Self> {
+        let memory = RegisteredMemory::deserialize(bytes, gpu, from_rank, same_node)?;
+        if memory.size() < SemaphoreStub::BYTES {
+            return Err(Error::MalformedMemory {
+                rank: from_rank,
+                reason: format!("semaphore words of {} bytes", memory.size()),
+            });
+        }
+        Ok(Self { memory })
+    }
+
+    /// The rank that owns these words.
+    pub fn rank(&self) -> usize {
+        self.memory.rank()
     }
 }
 
 /// GPU↔GPU semaphore of a MemoryChannel: the peer's `inbound` must be mapped here (same node).
 pub struct MemoryDevice2DeviceSemaphore {
-    words: Words,
+    local: SemaphoreStub,
+    remote: RemoteSemaphoreStub,
     status: Arc<StatusBlock>,
 }
 
 impl MemoryDevice2DeviceSemaphore {
-    /// Builds one end (the peer builds the other with the same `tag`).
-    pub fn new(comm: &Communicator, conn: &dyn Connection, tag: u64) -> Result<Self> {
-        let words = Words::exchange(comm, conn, tag)?;
-        words.remote_inbound.range(INBOUND_OFF, 8)?;
+    /// One end, from this end's words and the peer's (which must be mapped here: same node);
+    /// device waits watch `status`.
+    pub fn new(
+        local: SemaphoreStub,
+        remote: RemoteSemaphoreStub,
+        status: Arc<StatusBlock>,
+    ) -> Result<Self> {
+        remote.memory.range(INBOUND_OFF, 8)?;
         Ok(Self {
-            words,
-            status: comm.status().clone(),
+            local,
+            remote,
+            status,
         })
     }
 
     /// The device handle.
     pub fn device_handle(&self) -> Result<MemoryDevice2DeviceSemaphoreDeviceHandle> {
         Ok(MemoryDevice2DeviceSemaphoreDeviceHandle {
-            inbound: self.words.inbound(),
-            remote_inbound: self.words.remote_inbound.range(INBOUND_OFF, 8)?.cast(),
-            expected: self.words.expected(),
+            inbound: self.local.inbound(),
+            remote_inbound: self.remote.memory.range(INBOUND_OFF, 8)?.cast(),
+            expected: self.local.expected(),
             status: self.status.device_ptr(),
         })
     }
@@ -96,21 +142,29 @@ impl MemoryDevice2DeviceSemaphore {
 
 /// Semaphore a peer's proxy signals through a connection and a GPU waits on (PortChannel).
 pub struct Host2DeviceSemaphore {
-    words: Words,
+    local: SemaphoreStub,
+    remote: RemoteSemaphoreStub,
     conn: Arc<dyn Connection>,
     outbound: AtomicU64,
     status: Arc<StatusBlock>,
 }
 
 impl Host2DeviceSemaphore {
-    /// Builds one end over `conn` (the peer builds the other with the same `tag`).
-    pub fn new(comm: &Communicator, conn: Arc<dyn Connection>, tag: u64) -> Result<Self> {
-        let words = Words::exchange(comm, conn.as_ref(), tag)?;
+    /// One end, from this end's words and the peer's, signalling over `conn` (whose peer owns
+    /// `remote`); device waits watch `status`.
+    pub fn new(
+        local: SemaphoreStub,
+        remote: RemoteSemaphoreStub,
+        conn: Arc<dyn Connection>,
+        status: Arc<StatusBlock>,
+    ) -> Result<Self> {
+        check_peer(&remote, conn.as_ref())?;
         Ok(Self {
-            words,
+            local,
+            remote,
             conn,
             outbound: AtomicU64::new(0),
-            status: comm.status().clone(),
+            status,
         })
     }
 
@@ -122,19 +176,15 @@ impl Host2DeviceSemaphore {
     /// Gives the peer one token, after every earlier write of the connection (proxy side).
     pub fn signal(&self) -> Result<()> {
         let next = self.outbound.load(Ordering::Relaxed) + 1;
-        self.conn.update_and_sync(
-            &self.words.remote_inbound,
-            INBOUND_OFF,
-            &self.outbound,
-            next,
-        )
+        self.conn
+            .update_and_sync(&self.remote.memory, INBOUND_OFF, &self.outbound, next)
     }
 
     /// The device handle.
     pub fn device_handle(&self) -> Host2DeviceSemaphoreDeviceHandle {
         Host2DeviceSemaphoreDeviceHandle {
-            inbound: self.words.inbound(),
-            expected: self.words.expected(),
+            inbound: self.local.inbound(),
+            expected: self.local.expected(),
             status: self.status.device_ptr(),
         }
     }
@@ -144,24 +194,31 @@ impl Host2DeviceSemaphore {
 /// host, so it needs host-readable device memory (the CPU backend) or a network transport that
 /// writes host memory.
 pub struct Host2HostSemaphore {
-    words: Words,
+    local: SemaphoreStub,
+    remote: RemoteSemaphoreStub,
     conn: Arc<dyn Connection>,
     outbound: AtomicU64,
     expected: u64,
 }
 
 impl Host2HostSemaphore {
-    /// Builds one end over `conn` (the peer builds the other with the same `tag`).
-    pub fn new(comm: &Communicator, conn: Arc<dyn Connection>, tag: u64) -> Result<Self> {
-        if comm.gpu().kind() != crate::gpu::BackendKind::Cpu {
+    /// One end, from this end's words and the peer's, signalling over `conn` (whose peer owns
+    /// `remote`). The words must be host-readable: the CPU backend only.
+    pub fn new(
+        local: SemaphoreStub,
+        remote: RemoteSemaphoreStub,
+        conn: Arc<dyn Connection>,
+    ) -> Result<Self> {
+        if local.backend() != crate::gpu::BackendKind::Cpu {
             return Err(Error::Unsupported {
                 what: "a host-to-host semaphore over device memory the host cannot read",
-                backend: comm.gpu().kind(),
+                backend: local.backend(),
             });
         }
-        let words = Words::exchange(comm, conn.as_ref(), tag)?;
+        check_peer(&remote, conn.as_ref())?;
         Ok(Self {
-            words,
+            local,
+            remote,
             conn,
             outbound: AtomicU64::new(0),
             expected: 0,
@@ -171,18 +228,14 @@ impl Host2HostSemaphore {
     /// Gives the peer one token.
     pub fn signal(&self) -> Result<()> {
         let next = self.outbound.load(Ordering::Relaxed) + 1;
-        self.conn.update_and_sync(
-            &self.words.remote_inbound,
-            INBOUND_OFF,
-            &self.outbound,
-            next,
-        )
+        self.conn
+            .update_and_sync(&self.remote.memory, INBOUND_OFF, &self.outbound, next)
     }
 
     fn inbound(&self) -> &AtomicU64 {
         // SAFETY: on the CPU backend device memory is host memory; `inbound` is an aligned u64
         // in our live buffer, written by the peer only through atomics.
-        unsafe { AtomicU64::from_ptr(self.words.inbound().as_ptr()) }
+        unsafe { AtomicU64::from_ptr(self.local.inbound().as_ptr()) }
     }
 
     /// Takes one token if it has arrived.
@@ -198,7 +251,7 @@ impl Host2HostSemaphore {
     /// Takes one token, waiting at most `timeout`.
     pub fn wait(&mut self, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
-        let mut backoff = Backoff::default();
+        let mut backoff = Backoff::new();
         while !self.poll() {
             if Instant::now() >= deadline {
                 return Err(Error::SemaphoreTimeout {
@@ -214,8 +267,20 @@ impl Host2HostSemaphore {
     /// The handle (addresses of this end's words).
     pub fn handle(&self) -> Host2HostSemaphoreHandle {
         Host2HostSemaphoreHandle {
-            inbound: self.words.inbound(),
-            expected: self.words.expected(),
+            inbound: self.local.inbound(),
+            expected: self.local.expected(),
         }
+    }
+}
+
+/// The remote half must belong to the connection's peer.
+fn check_peer(remote: &RemoteSemaphoreStub, conn: &dyn Connection) -> Result<()> {
+    if remote.rank() == conn.remote_rank() {
+        Ok(())
+    } else {
+        Err(Error::SemaphorePeer {
+            stub_rank: remote.rank(),
+            connection_rank: conn.remote_rank(),
+        })
     }
 }

@@ -27,10 +27,10 @@ impl Transport {
     }
 
     /// The transport a same-node peer on `backend` uses.
-    pub const fn local_for(backend: crate::gpu::BackendKind) -> Self {
+    pub const fn local_for(backend: crate::backend::BackendKind) -> Self {
         match backend {
-            crate::gpu::BackendKind::Cuda => Self::CudaIpc,
-            crate::gpu::BackendKind::Cpu => Self::Shm,
+            crate::backend::BackendKind::Cuda => Self::CudaIpc,
+            crate::backend::BackendKind::Cpu => Self::Shm,
         }
     }
 }

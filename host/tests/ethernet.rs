@@ -14,7 +14,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use mscclpp_host::Error;
-use mscclpp_host::bootstrap::{BootstrapConfig, TcpBootstrap, UniqueId};
+use mscclpp_host::bootstrap::{Bootstrap, BootstrapConfig, TcpBootstrap, UniqueId};
 use mscclpp_host::communicator::{Communicator, ENDPOINT_TAG};
 use mscclpp_host::connection::ethernet::{
     CHUNK, EndpointInfo, Frame, HEADER_LEN, Handshake, HandshakeKind,

@@ -112,10 +112,10 @@ fn check(t: ProxyTrigger, tables: &Tables, case: &str) -> bool {
             assert_eq!(v.copy, copy, "{case}");
             true
         }
-        Err(Error::InvalidTrigger { pos, reason }) => {
+        Err(Error::InvalidTrigger { pos, fault }) => {
             assert!(
                 !want,
-                "{case}: refused the valid {t:?} ({f:?}): {reason}; memories {:?}, {} semaphores",
+                "{case}: refused the valid {t:?} ({f:?}): {fault}; memories {:?}, {} semaphores",
                 tables.sizes, tables.semaphores
             );
             assert_eq!(pos, 7, "{case}: the error names another FIFO position");

@@ -420,10 +420,9 @@ impl Collectives {
         if r < self.cx.ranks() {
             Ok(())
         } else {
-            Err(mscclpp_host::Error::Connect {
-                remote_rank: r,
-                transport: mscclpp_host::transport::Transport::local_for(self.cx.comm.gpu().kind()),
-                reason: format!("no such rank (world size {})", self.cx.ranks()),
+            Err(mscclpp_host::Error::NoSuchRank {
+                rank: r,
+                size: self.cx.ranks(),
             })
         }
     }
@@ -431,11 +430,7 @@ impl Collectives {
     fn check_peer(&self, r: usize) -> Result<()> {
         self.check_rank(r)?;
         if r == self.cx.rank() {
-            return Err(mscclpp_host::Error::Connect {
-                remote_rank: r,
-                transport: mscclpp_host::transport::Transport::local_for(self.cx.comm.gpu().kind()),
-                reason: "send/recv to oneself".into(),
-            });
+            return Err(mscclpp_host::Error::PeerIsSelf { rank: r });
         }
         Ok(())
     }

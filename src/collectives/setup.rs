@@ -15,7 +15,6 @@ use mscclpp_host::communicator::Communicator;
 use mscclpp_host::connection::{Connection, EndpointConfig};
 use mscclpp_host::memory_channel::MemoryChannel;
 use mscclpp_host::registered_memory::RegisteredMemory;
-use mscclpp_host::semaphore::MemoryDevice2DeviceSemaphore;
 use mscclpp_host::transport::Transport;
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::MemoryChannelDeviceHandle;
@@ -29,13 +28,11 @@ const SEMAPHORE_TAG: u64 = 0x5e_0000;
 
 /// Refuses ranks on other nodes (collectives across nodes are not implemented yet).
 pub(super) fn check_one_node(comm: &Communicator) -> Result<()> {
-    let t = Transport::local_for(comm.gpu().kind());
     for q in 0..comm.size() {
         if !comm.same_node(q) {
-            return Err(Error::Connect {
+            return Err(Error::CrossNode {
                 remote_rank: q,
-                transport: t,
-                reason: "collectives across nodes are not implemented yet".into(),
+                what: "collectives (across nodes not implemented yet)",
             });
         }
     }
@@ -128,8 +125,7 @@ pub(super) fn wire(
             let (Some(conn), Some(peer)) = (&connections[q], &peers[q]) else {
                 continue;
             };
-            let sem =
-                MemoryDevice2DeviceSemaphore::new(comm, conn.as_ref(), SEMAPHORE_TAG + b as u64)?;
+            let sem = comm.build_memory_semaphore(conn.as_ref(), SEMAPHORE_TAG + b as u64)?;
             let ch = MemoryChannel::new(sem, peer.clone(), scratch.ptr(), scratch.ptr())?;
             table[b * n + q] = ch.device_handle()?;
             channels.push(ch);

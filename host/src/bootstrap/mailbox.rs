@@ -15,8 +15,10 @@ use std::io;
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
-use super::net::{Ctx, lock, remaining};
+use super::net::Ctx;
 use crate::error::Error;
+use crate::socket::remaining;
+use crate::sync::{lock, wait_timeout};
 
 /// Why a peer's connection is down.
 #[derive(Debug, Clone)]
@@ -164,11 +166,7 @@ impl Mailbox {
             let Some(left) = remaining(deadline) else {
                 return Err(RecvFail::Timeout);
             };
-            st = self
-                .cv
-                .wait_timeout(st, left)
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .0;
+            st = wait_timeout(&self.cv, st, left);
         }
     }
 
@@ -185,11 +183,7 @@ impl Mailbox {
             let Some(left) = remaining(deadline) else {
                 return false;
             };
-            st = self
-                .cv
-                .wait_timeout(st, left)
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .0;
+            st = wait_timeout(&self.cv, st, left);
         }
     }
 }

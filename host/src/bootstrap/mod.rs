@@ -2,7 +2,7 @@
 //! else (memory handles, connection info), over TCP.
 //!
 //! ```no_run
-//! use mscclpp_host::bootstrap::{BootstrapConfig, TcpBootstrap, UniqueId, local_ip};
+//! use mscclpp_host::bootstrap::{Bootstrap, BootstrapConfig, TcpBootstrap, UniqueId, local_ip};
 //! # fn main() -> mscclpp_host::Result<()> {
 //! // Rank 0: bind the root and hand the id (hex) to the others through the launcher.
 //! let (id, listener) = UniqueId::bind(std::net::SocketAddr::new(local_ip(None)?, 0))?;
@@ -71,7 +71,7 @@
 //! - Errors name the peer ([`Peer`]: rank and/or address) and the operation:
 //!   `BootstrapTimeout`, `BootstrapMissingRanks`, `BootstrapPeerClosed`, `BootstrapBadMagic`,
 //!   `BootstrapVersion`, `BootstrapMalformed`, `BootstrapRejected`, `BootstrapConnect`, … (see
-//!   [`Error`]).
+//!   [`Error`](crate::Error)).
 //! - A closed connection fails every pending and later receive from that peer at once (messages
 //!   it sent before closing are still delivered), and every later send to it.
 //! - Nothing read is trusted: marker, version, magic, kind, every length (handshake bodies are
@@ -101,15 +101,13 @@
 
 mod config;
 mod mailbox;
-pub(crate) mod net; // also used by connection::ethernet (deadline-bounded socket I/O)
+mod net;
 mod os;
 mod root;
 mod tcp;
 mod unique_id;
 pub mod wire;
 
-use std::fmt;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 pub use config::{
@@ -120,7 +118,9 @@ pub use net::{interface_ipv4, local_ip};
 pub use tcp::TcpBootstrap;
 pub use unique_id::{RootListener, UNIQUE_ID_BYTES, UniqueId};
 
-use crate::error::{Error, Result};
+pub use crate::socket::Peer;
+
+use crate::error::Result;
 
 /// Longest a watched wait goes without calling its [`Watch`] (see the module docs).
 pub const WATCH_SLICE: Duration = Duration::from_millis(20);
@@ -128,29 +128,20 @@ pub const WATCH_SLICE: Duration = Duration::from_millis(20);
 /// A check a watched wait calls between slices; its error ends the wait (module docs).
 pub type Watch<'a> = &'a dyn Fn() -> Result<()>;
 
-/// The other end of a bootstrap connection, as far as it is known: its rank (once it said, or
-/// from the table) and its address.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Peer {
-    /// Its rank, if known.
-    pub rank: Option<usize>,
-    /// Its address, if known.
-    pub addr: Option<SocketAddr>,
-}
-
-impl fmt::Display for Peer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (self.rank, self.addr) {
-            (Some(r), Some(a)) => write!(f, "rank {r} ({a})"),
-            (Some(r), None) => write!(f, "rank {r}"),
-            (None, Some(a)) => write!(f, "the peer at {a}"),
-            (None, None) => f.write_str("an unknown peer"),
-        }
-    }
+/// A watch that never fails: what the plain operations of [`Bootstrap`] pass to the watched
+/// ones.
+pub fn no_watch() -> Result<()> {
+    Ok(())
 }
 
 /// The bootstrap operations, for code that should not care how ranks are connected.
 /// Collectives must be called in the same order on every rank.
+///
+/// An implementation provides the node layout, `send`, and the four *watched* waits
+/// (`recv_watched`, `barrier_watched`, `all_gather_watched`, `broadcast_watched`: module docs);
+/// the plain waits are provided, as the watched ones with [`no_watch`]. So each wait is written
+/// once per transport, and a wrapper (a communicator's watched bootstrap, a test's fault
+/// injector) that overrides the watched ones changes the plain ones too.
 pub trait Bootstrap: Send + Sync {
     /// This rank.
     fn rank(&self) -> usize;
@@ -162,22 +153,31 @@ pub trait Bootstrap: Send + Sync {
     fn ranks_per_node(&self) -> usize;
     /// The node of `rank`.
     fn node_of(&self, rank: usize) -> Option<usize>;
-    /// Sends `data` to `peer` under `tag`.
+    /// Sends `data` to `peer` under `tag` (any rank, this one included). Messages of one
+    /// (sender, tag) pair arrive in order; different tags are independent.
     fn send(&self, peer: usize, tag: u64, data: &[u8]) -> Result<()>;
-    /// The next message from `peer` under `tag`, within the operation deadline.
-    fn recv(&self, peer: usize, tag: u64) -> Result<Vec<u8>>;
-    /// The next message from `peer` under `tag`, within `timeout`.
-    fn recv_timeout(&self, peer: usize, tag: u64, timeout: Duration) -> Result<Vec<u8>>;
-    /// Every rank's equal-length contribution, in rank order.
-    fn all_gather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>>;
-    /// Waits for every rank.
-    fn barrier(&self) -> Result<()>;
-    /// `root`'s `data` to every rank.
-    fn broadcast(&self, root: usize, data: &mut Vec<u8>) -> Result<()>;
+    /// The next message from `peer` under `tag`, within `timeout`; calls `watch` at least
+    /// every [`WATCH_SLICE`] while nothing has arrived and returns its error at once (a message
+    /// that has arrived is always taken first).
+    fn recv_watched(
+        &self,
+        peer: usize,
+        tag: u64,
+        timeout: Duration,
+        watch: Watch<'_>,
+    ) -> Result<Vec<u8>>;
+    /// Waits for every rank (collective), within the operation deadline; calls `watch` before
+    /// it starts and at least every [`WATCH_SLICE`] while it waits, and returns its error at
+    /// once.
+    fn barrier_watched(&self, watch: Watch<'_>) -> Result<()>;
+    /// Every rank's equal-length `data`, in rank order (collective), watched as
+    /// [`barrier_watched`](Self::barrier_watched).
+    fn all_gather_watched(&self, data: &[u8], watch: Watch<'_>) -> Result<Vec<Vec<u8>>>;
+    /// Rank `root`'s `data` replaces `data` on every other rank (any length; collective),
+    /// watched as [`barrier_watched`](Self::barrier_watched).
+    fn broadcast_watched(&self, root: usize, data: &mut Vec<u8>, watch: Watch<'_>) -> Result<()>;
     /// The deadline of one operation (`recv`, collectives).
-    fn op_timeout(&self) -> Duration {
-        Duration::from_secs(30)
-    }
+    fn op_timeout(&self) -> Duration;
     /// A peer whose connection has ended without a goodbye (it crashed, was killed, failed, or
     /// sent garbage), with the reason, if any: what a communicator's health monitor watches.
     /// The default knows of none.
@@ -186,7 +186,7 @@ pub trait Bootstrap: Send + Sync {
     }
     /// The first peer that closed its bootstrap after saying goodbye (it finished normally),
     /// and how long ago. Receives from it fail at once; a communicator aborts for it only
-    /// after a grace period (`communicator::LEAVE_GRACE`), so that ranks finishing their last
+    /// after a grace period (`health::LEAVE_GRACE`), so that ranks finishing their last
     /// collective a little later than it are not failed. The default knows of none.
     fn left_peer(&self) -> Option<(usize, Duration)> {
         None
@@ -194,43 +194,26 @@ pub trait Bootstrap: Send + Sync {
     /// Makes this rank close its connections without a goodbye (a communicator on it failed),
     /// so that the peers abort at once, as for a rank that died. The default does nothing.
     fn forgo_goodbye(&self) {}
-    /// [`recv_timeout`](Self::recv_timeout) that calls `watch` at least every [`WATCH_SLICE`]
-    /// while nothing has arrived and returns its error at once. The default waits in slices of
-    /// `recv_timeout`.
-    fn recv_watched(
-        &self,
-        peer: usize,
-        tag: u64,
-        timeout: Duration,
-        watch: Watch<'_>,
-    ) -> Result<Vec<u8>> {
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match self.recv_timeout(peer, tag, left.min(WATCH_SLICE)) {
-                Err(Error::BootstrapTimeout { .. }) if left > WATCH_SLICE => watch()?,
-                other => return other,
-            }
-        }
+
+    /// The next message from `peer` under `tag`, within the operation deadline.
+    fn recv(&self, peer: usize, tag: u64) -> Result<Vec<u8>> {
+        self.recv_watched(peer, tag, self.op_timeout(), &no_watch)
     }
-    /// [`barrier`](Self::barrier), watched (module docs). The default can only check `watch`
-    /// before it starts: implementations whose collectives can wait in slices override it, as
-    /// [`TcpBootstrap`] does.
-    fn barrier_watched(&self, watch: Watch<'_>) -> Result<()> {
-        watch()?;
-        self.barrier()
+    /// The next message from `peer` under `tag`, within `timeout`.
+    fn recv_timeout(&self, peer: usize, tag: u64, timeout: Duration) -> Result<Vec<u8>> {
+        self.recv_watched(peer, tag, timeout, &no_watch)
     }
-    /// [`all_gather`](Self::all_gather), watched (module docs; the default as for
-    /// [`barrier_watched`](Self::barrier_watched)).
-    fn all_gather_watched(&self, data: &[u8], watch: Watch<'_>) -> Result<Vec<Vec<u8>>> {
-        watch()?;
-        self.all_gather(data)
+    /// Waits for every rank (collective).
+    fn barrier(&self) -> Result<()> {
+        self.barrier_watched(&no_watch)
     }
-    /// [`broadcast`](Self::broadcast), watched (module docs; the default as for
-    /// [`barrier_watched`](Self::barrier_watched)).
-    fn broadcast_watched(&self, root: usize, data: &mut Vec<u8>, watch: Watch<'_>) -> Result<()> {
-        watch()?;
-        self.broadcast(root, data)
+    /// Every rank's equal-length contribution, in rank order (collective).
+    fn all_gather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.all_gather_watched(data, &no_watch)
+    }
+    /// `root`'s `data` to every rank (collective).
+    fn broadcast(&self, root: usize, data: &mut Vec<u8>) -> Result<()> {
+        self.broadcast_watched(root, data, &no_watch)
     }
 }
 

@@ -1,19 +1,21 @@
-//! Sockets with deadlines, control-frame I/O, address selection, and the [`Acceptor`] that serves
+//! Control-frame I/O over [`crate::socket`]'s deadline-bounded sockets, error context, address selection, and the [`Acceptor`] that serves
 //! a listener with one short-lived handshake thread per accepted connection.
 
 use std::collections::HashMap;
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{
     IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use super::wire::{self, ControlHeader, HeaderError, Kind, Reject, RejectCode};
 use super::{Peer, os};
 use crate::error::{Error, Result};
+use crate::socket::{IoFail, deadline_in, drain, read_full, remaining, write_full};
+use crate::sync::lock;
 
 /// How often blocked loops (accept, watchers) look at their stop flags.
 pub(crate) const POLL_SLICE: Duration = Duration::from_millis(50);
@@ -22,101 +24,6 @@ const MAX_HANDSHAKES: usize = 256;
 /// How long a rejected connection is drained after the REJECT frame, so that closing it does not
 /// reset the connection before the peer has read why.
 const REJECT_LINGER: Duration = Duration::from_millis(300);
-
-/// Locks a mutex, taking the data even if a panicking thread poisoned it (no code here panics
-/// while holding a lock; this keeps `Drop` paths panic-free regardless).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Longest wait any deadline stands for (about 30 years): "no deadline" without overflowing
-/// `Instant` arithmetic, whatever a configuration or a peer asks for.
-const FOREVER: Duration = Duration::from_secs(1 << 30);
-
-/// `from` + `d`, saturating at [`FOREVER`] from `from`.
-pub(crate) fn later(from: Instant, d: Duration) -> Instant {
-    let d = d.min(FOREVER);
-    from.checked_add(d).unwrap_or(from)
-}
-
-/// The instant `d` from now (saturating).
-pub(crate) fn deadline_in(d: Duration) -> Instant {
-    later(Instant::now(), d)
-}
-
-/// Time left until `deadline`, or `None` once it has passed.
-pub(crate) fn remaining(deadline: Instant) -> Option<Duration> {
-    deadline
-        .checked_duration_since(Instant::now())
-        .filter(|d| !d.is_zero())
-}
-
-/// Why a deadline-bounded read or write stopped.
-#[derive(Debug)]
-pub(crate) enum IoFail {
-    /// The deadline passed.
-    Timeout,
-    /// The peer closed (EOF, reset or broken pipe).
-    Closed,
-    /// Another socket error.
-    Io(io::Error),
-}
-
-fn classify(e: io::Error) -> Option<IoFail> {
-    use io::ErrorKind as K;
-    match e.kind() {
-        K::Interrupted | K::WouldBlock | K::TimedOut => None,
-        K::ConnectionReset
-        | K::ConnectionAborted
-        | K::BrokenPipe
-        | K::UnexpectedEof
-        | K::NotConnected => Some(IoFail::Closed),
-        _ => Some(IoFail::Io(e)),
-    }
-}
-
-/// Reads exactly `buf.len()` bytes before `deadline`. Each `read` gets the time that is left, so
-/// a peer dripping one byte at a time cannot stretch the deadline.
-pub(crate) fn read_full(
-    stream: &TcpStream,
-    buf: &mut [u8],
-    deadline: Instant,
-) -> Result<(), IoFail> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        let left = remaining(deadline).ok_or(IoFail::Timeout)?;
-        stream.set_read_timeout(Some(left)).map_err(IoFail::Io)?;
-        match (&*stream).read(&mut buf[filled..]) {
-            Ok(0) => return Err(IoFail::Closed),
-            Ok(n) => filled += n,
-            Err(e) => {
-                if let Some(f) = classify(e) {
-                    return Err(f);
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Writes all of `buf` before `deadline`.
-pub(crate) fn write_full(stream: &TcpStream, buf: &[u8], deadline: Instant) -> Result<(), IoFail> {
-    let mut sent = 0;
-    while sent < buf.len() {
-        let left = remaining(deadline).ok_or(IoFail::Timeout)?;
-        stream.set_write_timeout(Some(left)).map_err(IoFail::Io)?;
-        match (&*stream).write(&buf[sent..]) {
-            Ok(0) => return Err(IoFail::Closed),
-            Ok(n) => sent += n,
-            Err(e) => {
-                if let Some(f) = classify(e) {
-                    return Err(f);
-                }
-            }
-        }
-    }
-    Ok(())
-}
 
 /// Why a control frame could not be read.
 #[derive(Debug)]
@@ -272,19 +179,7 @@ pub(crate) fn reject(stream: &TcpStream, code: RejectCode, reason: &str) {
     .encode();
     let _ = write_full(stream, &frame, deadline_in(REJECT_LINGER));
     let _ = stream.shutdown(Shutdown::Write);
-    let drain_until = deadline_in(REJECT_LINGER);
-    let mut sink = [0u8; 512];
-    while let Some(left) = remaining(drain_until) {
-        if stream.set_read_timeout(Some(left)).is_err() {
-            break;
-        }
-        match (&*stream).read(&mut sink) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => break,
-        }
-    }
+    drain(stream, deadline_in(REJECT_LINGER));
     let _ = stream.shutdown(Shutdown::Both);
 }
 

@@ -1,33 +1,11 @@
-//! Thin safe wrappers over the few libc calls the bootstrap needs (random bytes, host name,
-//! interface addresses, `poll`). All of the bootstrap's `unsafe` is in this file.
+//! Thin safe wrappers over the few libc calls the bootstrap needs (host name, interface
+//! addresses, `poll`). All of the bootstrap's `unsafe` is in this file.
 
 use std::ffi::CStr;
-use std::io::{self, Read};
+use std::io;
 use std::net::Ipv4Addr;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
-
-/// Fills `buf` with random bytes from the kernel: `getrandom(2)`, or `/dev/urandom` where the
-/// system call does not exist.
-pub(crate) fn fill_random(buf: &mut [u8]) -> io::Result<()> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        let rest = &mut buf[filled..];
-        // SAFETY: `rest` is a live, writable buffer of `rest.len()` bytes for the whole call;
-        // getrandom writes at most that many bytes into it.
-        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
-        if n < 0 {
-            let err = io::Error::last_os_error();
-            match err.raw_os_error() {
-                Some(libc::EINTR) => continue,
-                Some(libc::ENOSYS) => return std::fs::File::open("/dev/urandom")?.read_exact(rest),
-                _ => return Err(err),
-            }
-        }
-        filled += n.unsigned_abs();
-    }
-    Ok(())
-}
 
 /// This machine's host name (`gethostname(2)`).
 pub(crate) fn hostname() -> io::Result<String> {

@@ -14,12 +14,10 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use super::net::{
-    Acceptor, Handshake, POLL_SLICE, Pending, deadline_in, read_control, reject, reject_for,
-    remaining, write_full,
-};
+use super::net::{Acceptor, Handshake, POLL_SLICE, Pending, read_control, reject, reject_for};
 use super::wire::{self, Abort, AbortCode, Join, Kind, RejectCode, Table, TableEntry};
 use crate::error::{Error, Result};
+use crate::socket::{deadline_in, remaining, write_full};
 
 /// What the root needs to know.
 #[derive(Debug, Clone, Copy)]

@@ -15,7 +15,7 @@ use std::fmt;
 use std::net::{SocketAddr, TcpListener};
 use std::str::FromStr;
 
-use super::{os, wire};
+use super::wire;
 use crate::error::{Error, Result};
 
 /// Bytes in an encoded [`UniqueId`].
@@ -35,7 +35,7 @@ impl UniqueId {
     /// a magic from the kernel's random source.
     pub fn new(root: SocketAddr) -> Result<Self> {
         let mut b = [0u8; 8];
-        os::fill_random(&mut b).map_err(|e| Error::BootstrapUniqueId {
+        crate::random::fill(&mut b).map_err(|e| Error::BootstrapUniqueId {
             reason: format!("reading random bytes failed: {e}"),
         })?;
         Self::from_parts(root, u64::from_le_bytes(b))

@@ -10,15 +10,22 @@
 //! | `CudaIpc`, `Shm` | [`p2p`] | copies on a dedicated stream of the device runtime into peer memory mapped here (CUDA IPC / peer access; the CPU backend's shared memory) |
 //! | `Ethernet` | [`ethernet`] | TCP to the peer's receiver thread, which bounds-checks every destination against the memories registered there for `Ethernet` |
 //! | `Ib` | `ib` (feature `ib`) | libibverbs RDMA, loaded with `dlopen` at run time; not yet run on hardware |
+//!
+//! A connection is built here from the local and the remote [`Endpoint`] (`setup.rs`, MSCCL++'s
+//! `Context::connect`): `Communicator::connect` only carries the two endpoints between the ranks
+//! through the bootstrap.
 
 pub mod ethernet;
 #[cfg(feature = "ib")]
 pub mod ib;
 pub mod p2p;
+mod setup;
 
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
+pub use self::setup::MAX_FAILURE_REASON;
+pub(crate) use self::setup::{Context, LocalEndpoint};
 use crate::codec::{Reader, Writer};
 use crate::error::{Error, Result};
 use crate::registered_memory::RegisteredMemory;

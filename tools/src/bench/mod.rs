@@ -27,7 +27,7 @@ pub mod report;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mscclpp::host::bootstrap::{BootstrapConfig, TcpBootstrap};
+use mscclpp::host::bootstrap::{Bootstrap, BootstrapConfig, TcpBootstrap};
 use mscclpp::host::communicator::Communicator;
 use mscclpp::host::gpu::{BackendKind, Gpu};
 

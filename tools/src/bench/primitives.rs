@@ -23,7 +23,6 @@ use mscclpp::host::gpu::{BackendKind, DeviceBuffer, Event, Gpu, LaunchConfig, Mo
 use mscclpp::host::memory_channel::MemoryChannel;
 use mscclpp::host::port_channel::PortChannelService;
 use mscclpp::host::registered_memory::RegisteredMemory;
-use mscclpp::host::semaphore::MemoryDevice2DeviceSemaphore;
 use mscclpp::host::status::StatusBlock;
 use mscclpp::host::transport::Transport;
 use mscclpp::kernels;
@@ -180,7 +179,7 @@ impl<'a> Pair<'a> {
     fn ping_pong(&self, a: &Args) -> Result<Vec<Row>, BoxError> {
         let packet = a.op == Primitive::Packet;
         let ch = MemoryChannel::new(
-            MemoryDevice2DeviceSemaphore::new(self.comm, self.conn.as_ref(), 0)?,
+            self.comm.build_memory_semaphore(self.conn.as_ref(), 0)?,
             if packet {
                 self.peer_pkts.clone()
             } else {
@@ -276,12 +275,12 @@ impl<'a> Pair<'a> {
 
     /// `port-put`: PortChannel `put_with_signal` ping-pong through the proxy.
     fn port_put(&self, a: &Args) -> Result<Vec<Row>, BoxError> {
-        let mut svc = PortChannelService::new(self.comm, 512)?;
-        let sem = svc.build_and_add_semaphore(self.comm, self.conn.clone(), 1)?;
+        let mut svc = PortChannelService::builder(self.comm.gpu(), self.comm.status(), 512)?;
+        let sem = svc.add_semaphore(self.comm.build_semaphore(self.conn.clone(), 1)?)?;
         let dst = svc.add_memory(self.peer_recv.clone())?;
         let s_id = svc.add_memory(self.comm.register_buffer(&self.src, self.transport)?)?;
         let ch = svc.port_channel(sem, dst, s_id)?;
-        svc.start()?;
+        let svc = svc.start()?;
         let k = self.module.kernel(kernels::PORT_PING_PONG)?;
         let mut rows = Vec::new();
         for size in sizes(a) {

@@ -20,7 +20,6 @@ use mscclpp::host::communicator::Communicator;
 use mscclpp::host::connection::EndpointConfig;
 use mscclpp::host::gpu::{BackendKind, Gpu, KernelSpec, LaunchConfig};
 use mscclpp::host::memory_channel::MemoryChannel;
-use mscclpp::host::semaphore::MemoryDevice2DeviceSemaphore;
 use mscclpp::host::transport::Transport;
 use mscclpp::shared::{DevicePtr, LL16Packet, MemoryChannelDeviceHandle};
 use my_kernels::{AllreduceArgs, MAX_RANKS, PingPongArgs};
@@ -156,7 +155,7 @@ fn ping_pong(plan: &Plan, comm: Communicator) -> Result<Duration> {
     }
     comm.send_memory(&comm.register_buffer(&buf, transport)?, peer, 0)?;
     let channel = MemoryChannel::new(
-        MemoryDevice2DeviceSemaphore::new(&comm, conn.as_ref(), 0)?,
+        comm.build_memory_semaphore(conn.as_ref(), 0)?,
         comm.recv_memory(peer, 0)?,
         buf.ptr(),
         DevicePtr::NULL, // no packets
@@ -263,7 +262,7 @@ fn allreduce<T: Element>(
         let conn = comm.connect(EndpointConfig::new(transport), peer, 0)?;
         comm.send_memory(&packets_reg, peer, 0)?;
         let channel = MemoryChannel::new(
-            MemoryDevice2DeviceSemaphore::new(&comm, conn.as_ref(), 0)?,
+            comm.build_memory_semaphore(conn.as_ref(), 0)?,
             comm.recv_memory(peer, 0)?,
             input.ptr(),
             packets.ptr(),

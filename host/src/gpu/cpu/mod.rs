@@ -87,7 +87,7 @@ impl Device {
     /// A new stream.
     pub fn create_stream(&self) -> Result<Stream> {
         let s = Stream::new(self.ordinal)?;
-        let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        let mut streams = crate::sync::lock(&self.streams);
         streams.push(s.watcher());
         Ok(s)
     }
@@ -100,7 +100,7 @@ impl Device {
     /// Waits for the queued work of every live stream of this device (and forgets dropped
     /// ones). Errors of queued work stay with their stream's `synchronize`.
     pub fn synchronize(&self) -> Result<()> {
-        let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        let mut streams = crate::sync::lock(&self.streams);
         streams.retain(|s| s.wait_idle());
         Ok(())
     }

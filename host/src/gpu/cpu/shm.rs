@@ -22,17 +22,6 @@ fn os(call: &'static str) -> BackendError {
     }
 }
 
-/// A random 64-bit token from the kernel's generator.
-pub(crate) fn random_u64() -> std::result::Result<u64, BackendError> {
-    let mut v = [0u8; 8];
-    // SAFETY: `getrandom` writes at most `v.len()` bytes into `v`.
-    let n = unsafe { libc::getrandom(v.as_mut_ptr().cast(), v.len(), 0) };
-    if n != v.len() as isize {
-        return Err(os("getrandom"));
-    }
-    Ok(u64::from_ne_bytes(v))
-}
-
 fn memfd_name(token: u64) -> String {
     format!("mscclpp-{token:016x}")
 }
@@ -67,7 +56,7 @@ static LIVE: std::sync::Mutex<std::collections::BTreeMap<u64, (usize, libc::c_in
 
 fn live()
 -> std::sync::MutexGuard<'static, std::collections::BTreeMap<u64, (usize, libc::c_int, u64)>> {
-    LIVE.lock().unwrap_or_else(|e| e.into_inner())
+    crate::sync::lock(&LIVE)
 }
 
 /// The live allocation of this process that `addr` lies in: `(base, len, token)`. The token is
@@ -139,7 +128,10 @@ impl ShmAlloc {
     }
 
     fn create(bytes: usize) -> std::result::Result<Self, BackendError> {
-        let token = random_u64()?;
+        let token = crate::random::u64().map_err(|source| BackendError::Os {
+            call: "getrandom",
+            source,
+        })?;
         let name = CString::new(memfd_name(token))
             .map_err(|_| BackendError::Invalid("memfd name with NUL".into()))?;
         // SAFETY: `name` is a valid C string.

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use mscclpp_device::arch::host::grid::{self, GridDims};
 
 use crate::error::{BackendError, Error, Result};
+use crate::sync::{lock, wait, wait_timeout};
 
 /// How long dropping a stream waits for its queue before leaving the worker to finish alone.
 const DROP_WAIT: Duration = Duration::from_secs(10);
@@ -168,7 +169,7 @@ impl Stream {
     pub fn synchronize(&self) -> Result<()> {
         let mut p = lock(&self.shared.progress);
         while p.completed < p.submitted {
-            p = self.shared.cv.wait(p).unwrap_or_else(|e| e.into_inner());
+            p = wait(&self.shared.cv, p);
         }
         match p.error.take() {
             Some(source) => Err(self.err("synchronize", source)),
@@ -207,7 +208,7 @@ impl StreamWatcher {
         };
         let mut p = lock(&shared.progress);
         while p.completed < p.submitted {
-            p = shared.cv.wait(p).unwrap_or_else(|e| e.into_inner());
+            p = wait(&shared.cv, p);
         }
         true
     }
@@ -225,22 +226,13 @@ impl Drop for Stream {
                 tracing::warn!("CPU stream dropped with work still running; not waiting for it");
                 return;
             }
-            p = self
-                .shared
-                .cv
-                .wait_timeout(p, left)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|e| e.into_inner().0);
+            p = wait_timeout(&self.shared.cv, p, left);
         }
         drop(p);
         if let Some(w) = self.worker.take() {
             let _ = w.join();
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn run_queue(rx: mpsc::Receiver<Op>, shared: Arc<Shared>) {
@@ -271,7 +263,7 @@ fn run_queue(rx: mpsc::Receiver<Op>, shared: Arc<Shared>) {
             Op::Wait(state, generation) => {
                 let mut s = lock(&state.inner);
                 while s.completed < generation {
-                    s = state.cv.wait(s).unwrap_or_else(|e| e.into_inner());
+                    s = wait(&state.cv, s);
                 }
                 Ok(())
             }
@@ -319,7 +311,7 @@ impl Event {
         let mut s = lock(&self.state.inner);
         let target = s.recorded;
         while s.completed < target {
-            s = self.state.cv.wait(s).unwrap_or_else(|e| e.into_inner());
+            s = wait(&self.state.cv, s);
         }
         Ok(())
     }

@@ -1,24 +1,18 @@
 //! The host crate's one error type. Each variant names the operation that failed and carries its
-//! context and, where there is one, its source. Sections follow the crate's modules.
+//! context and, where there is one, its source. Sections follow the crate's modules; the typed
+//! details some variants carry (driver and backend causes, trigger faults, memory misuse) are in
+//! `detail.rs`.
+
+mod detail;
 
 use std::path::PathBuf;
 
-use crate::gpu::BackendKind;
+pub use self::detail::{BackendError, DriverError, MemoryMisuse, TriggerFault};
+use crate::backend::BackendKind;
+use crate::transport::Transport;
 
 /// Result with the crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// A CUDA driver call that returned an error (the source of the GPU variants).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{call} failed: {name} ({code})")]
-pub struct DriverError {
-    /// The driver function, e.g. `cuIpcOpenMemHandle_v2`.
-    pub call: &'static str,
-    /// The `CUresult` value.
-    pub code: u32,
-    /// The `CUresult` name, e.g. `CUDA_ERROR_INVALID_VALUE`.
-    pub name: String,
-}
 
 /// Errors of mscclpp-host.
 #[derive(Debug, thiserror::Error)]
@@ -263,7 +257,7 @@ pub enum Error {
         /// This rank.
         rank: usize,
         /// Who.
-        peer: crate::bootstrap::Peer,
+        peer: crate::socket::Peer,
         /// OS error (the last one, after retries).
         #[source]
         source: std::io::Error,
@@ -274,7 +268,7 @@ pub enum Error {
         /// This rank.
         rank: usize,
         /// Who it waited for.
-        peer: crate::bootstrap::Peer,
+        peer: crate::socket::Peer,
         /// The operation.
         op: &'static str,
         /// The deadline that passed.
@@ -298,7 +292,7 @@ pub enum Error {
         /// This rank.
         rank: usize,
         /// Who.
-        peer: crate::bootstrap::Peer,
+        peer: crate::socket::Peer,
         /// What this rank was doing.
         op: &'static str,
     },
@@ -308,7 +302,7 @@ pub enum Error {
         /// This rank.
         rank: usize,
         /// Who.
-        peer: crate::bootstrap::Peer,
+        peer: crate::socket::Peer,
         /// Which magic.
         what: &'static str,
     },
@@ -320,7 +314,7 @@ pub enum Error {
         /// This rank.
         rank: usize,
         /// Who.
-        peer: crate::bootstrap::Peer,
+        peer: crate::socket::Peer,
         /// Its version.
         got: u32,
         /// Ours.
@@ -332,7 +326,7 @@ pub enum Error {
         /// This rank.
         rank: usize,
         /// Who.
-        peer: crate::bootstrap::Peer,
+        peer: crate::socket::Peer,
         /// What is wrong.
         reason: String,
     },
@@ -342,7 +336,7 @@ pub enum Error {
         /// This rank.
         rank: usize,
         /// Who refused.
-        peer: crate::bootstrap::Peer,
+        peer: crate::socket::Peer,
         /// Its reason.
         reason: String,
     },
@@ -352,7 +346,7 @@ pub enum Error {
         /// This rank.
         rank: usize,
         /// Who.
-        peer: crate::bootstrap::Peer,
+        peer: crate::socket::Peer,
         /// The operation.
         op: &'static str,
         /// OS error.
@@ -392,11 +386,43 @@ pub enum Error {
     },
     // ---- end bootstrap ----
     // ---- communicator, registered memory, connections ----
-    /// A buffer cannot be registered.
-    #[error("cannot register memory: {reason}")]
-    RegisterMemory {
-        /// Why.
-        reason: String,
+    /// A buffer to register is empty or at address 0.
+    #[error("cannot register {size} bytes at {addr:#x}: an empty or null buffer")]
+    RegisterEmpty {
+        /// Its address.
+        addr: u64,
+        /// Its size.
+        size: usize,
+    },
+    /// A buffer was registered for no transport.
+    #[error("cannot register {size} bytes at {addr:#x} for no transport")]
+    RegisterNoTransport {
+        /// Its address.
+        addr: u64,
+        /// Its size.
+        size: usize,
+    },
+    /// A rank argument is not a rank of the communicator's world.
+    #[error("rank {rank} is not a rank of this world of {size}")]
+    NoSuchRank {
+        /// The argument.
+        rank: usize,
+        /// World size.
+        size: usize,
+    },
+    /// A point-to-point operation named this rank as its peer.
+    #[error("rank {rank} cannot be its own peer")]
+    PeerIsSelf {
+        /// This rank.
+        rank: usize,
+    },
+    /// Something that needs a peer on this node was asked of a peer on another node.
+    #[error("{what} needs rank {remote_rank} on this node, but it runs on another")]
+    CrossNode {
+        /// The peer.
+        remote_rank: usize,
+        /// What was asked (a same-node transport, a collective, …).
+        what: &'static str,
     },
     /// A peer's serialized registered memory is invalid.
     #[error("registered memory from rank {rank} is malformed: {reason}")]
@@ -451,15 +477,30 @@ pub enum Error {
         /// Owner's id.
         id: u32,
     },
-    /// The two ends of a connection cannot use the transport asked for.
-    #[error("cannot connect to rank {remote_rank} over {transport}: {reason}")]
-    Connect {
+    /// The two ends of a connection asked for different transports.
+    #[error(
+        "cannot connect to rank {remote_rank} over {transport}: it asked for transport bit {theirs:#x}"
+    )]
+    TransportMismatch {
         /// The peer.
         remote_rank: usize,
-        /// The transport.
-        transport: crate::transport::Transport,
-        /// Why.
-        reason: String,
+        /// This end's transport.
+        transport: Transport,
+        /// The peer's transport bit (as received).
+        theirs: u32,
+    },
+    /// A same-node transport of the other backend was asked for (`CudaIpc` on the CPU
+    /// backend, `Shm` on CUDA).
+    #[error(
+        "cannot connect to rank {remote_rank} over {transport}: not available on the {backend:?} backend"
+    )]
+    TransportUnavailable {
+        /// The peer.
+        remote_rank: usize,
+        /// The transport asked for.
+        transport: Transport,
+        /// This rank's backend.
+        backend: BackendKind,
     },
     /// A connection's flush did not complete in time.
     #[error(
@@ -469,9 +510,17 @@ pub enum Error {
         /// The peer.
         remote_rank: usize,
         /// The transport.
-        transport: crate::transport::Transport,
+        transport: Transport,
         /// The timeout.
         after: std::time::Duration,
+    },
+    /// A semaphore's remote half belongs to another rank than its connection's peer.
+    #[error("semaphore words of rank {stub_rank} used over a connection to rank {connection_rank}")]
+    SemaphorePeer {
+        /// The owner of the remote half.
+        stub_rank: usize,
+        /// The connection's peer.
+        connection_rank: usize,
     },
     /// A semaphore wait on the host did not complete in time.
     #[error("semaphore wait (expecting {expected}) timed out after {after:?}")]
@@ -535,14 +584,50 @@ pub enum Error {
         /// Why.
         reason: String,
     },
-    /// A memory cannot be used on an Ethernet connection (another owner, not registered for
-    /// Ethernet, misaligned word).
-    #[error("Ethernet connection to rank {remote_rank}: {reason}")]
+    /// A memory cannot be used on an Ethernet connection.
+    #[error("Ethernet connection to rank {remote_rank}: {misuse}")]
     EthernetMemory {
         /// The peer.
         remote_rank: usize,
-        /// Why.
+        /// What is wrong with it.
+        misuse: MemoryMisuse,
+    },
+    /// This rank's device failed while applying or staging the peer's data (sticky; the
+    /// communicator was aborted). `reason` is the device error's message, recorded when it
+    /// happened on the receiver thread.
+    #[error(
+        "Ethernet connection to rank {remote_rank}: applying the peer's data on this rank's device failed: {reason}"
+    )]
+    EthernetApply {
+        /// The peer.
+        remote_rank: usize,
+        /// The device error, as it was reported.
         reason: String,
+    },
+    /// No address the peer advertised for its Ethernet listener can be reached from here.
+    #[error(
+        "Ethernet connection to rank {remote_rank}: the peer is on another node and advertised only loopback addresses {addrs:?}"
+    )]
+    EthernetNoRoute {
+        /// The peer.
+        remote_rank: usize,
+        /// What it advertised.
+        addrs: Vec<std::net::SocketAddr>,
+    },
+    /// Connecting to the peer's Ethernet listener failed until the set-up deadline.
+    #[error(
+        "Ethernet connection to rank {remote_rank}: connecting to {addrs:?} failed (the last error, from {last})"
+    )]
+    EthernetConnect {
+        /// The peer.
+        remote_rank: usize,
+        /// The addresses tried.
+        addrs: Vec<std::net::SocketAddr>,
+        /// The address of the last attempt.
+        last: std::net::SocketAddr,
+        /// Its error.
+        #[source]
+        source: std::io::Error,
     },
     /// The peer sent a frame that breaks the protocol or names memory outside what this rank
     /// registered; nothing of it was applied and the connection was closed (sticky).
@@ -608,6 +693,32 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A communicator's health-monitor thread could not be started.
+    #[error("starting the communicator's health-monitor thread failed")]
+    HealthMonitorStart {
+        /// OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A port-channel service's table of memories or semaphores is full (the trigger's id
+    /// fields are that wide).
+    #[error("a port-channel service serves at most {max} {what}")]
+    ProxyTableFull {
+        /// `memories` or `semaphores`.
+        what: &'static str,
+        /// The most it can hold.
+        max: usize,
+    },
+    /// A port channel names a memory or semaphore id its service does not have.
+    #[error("no {what} id {id} in this port-channel service ({registered} added)")]
+    UnknownChannelId {
+        /// `memory` or `semaphore`.
+        what: &'static str,
+        /// The id asked for.
+        id: u32,
+        /// How many the service has.
+        registered: usize,
+    },
     /// The proxy thread stopped on an error (sticky; the abort flag was set).
     #[error("the proxy failed")]
     ProxyFailed {
@@ -616,20 +727,31 @@ pub enum Error {
         source: Box<Error>,
     },
     /// A trigger read from a FIFO names something that was not registered (never served).
-    #[error("invalid trigger at FIFO position {pos}: {reason}")]
+    #[error("invalid trigger at FIFO position {pos}: {fault}")]
     InvalidTrigger {
         /// FIFO position.
         pos: u64,
-        /// What is out of range.
-        reason: String,
+        /// Which field is wrong.
+        fault: TriggerFault,
     },
-    /// Binding a thread to a NUMA node failed.
-    #[error("binding to NUMA node {node} failed: {reason}")]
+    /// A NUMA node's CPU list (sysfs) does not parse.
+    #[error("NUMA node {node}: cannot parse {path} ({text:?})")]
+    NumaCpuList {
+        /// The node.
+        node: u32,
+        /// The file read.
+        path: PathBuf,
+        /// What it holds.
+        text: String,
+    },
+    /// Binding a thread to a NUMA node's CPUs failed.
+    #[error("binding to NUMA node {node} failed")]
     NumaBind {
         /// The node.
         node: u32,
-        /// Why.
-        reason: String,
+        /// The `sched_setaffinity` error.
+        #[source]
+        source: std::io::Error,
     },
     /// A kernel stopped waiting and recorded why in its `DeviceStatus`.
     #[error("a device wait gave up: {code:?} at {site:?} (address {addr:#x})")]
@@ -641,37 +763,4 @@ pub enum Error {
         /// The watched address.
         addr: u64,
     },
-}
-
-/// The lower-level cause of a GPU-layer error: the CUDA driver, the OS, or the grid emulator.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum BackendError {
-    /// A CUDA driver call failed.
-    #[error(transparent)]
-    Driver(#[from] DriverError),
-    /// An OS call failed (CPU backend).
-    #[error("{call} failed")]
-    Os {
-        /// The call, e.g. `memfd_create`.
-        call: &'static str,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The grid emulator failed (CPU backend).
-    #[error(transparent)]
-    Grid(#[from] mscclpp_device::arch::host::grid::GridError),
-    /// The driver's JIT rejected a module (CUDA); `log` is its error log.
-    #[error("the CUDA JIT rejected the module: {log}")]
-    Jit {
-        /// The failing load call.
-        #[source]
-        source: DriverError,
-        /// The JIT error log.
-        log: String,
-    },
-    /// A check of ours failed (the message says which).
-    #[error("{0}")]
-    Invalid(String),
 }

@@ -1,0 +1,249 @@
+//! Streams (in-order queues of device work), captured graphs and events.
+
+use mscclpp_shared::DevicePtr;
+
+use super::{BackendKind, Gpu, GridDims, Kernel, KernelImpl, LaunchConfig, cpu, cuda};
+use crate::error::{Error, Result};
+
+pub(super) enum StreamImpl {
+    Cuda(cuda::Stream),
+    Cpu(cpu::Stream),
+}
+
+/// An in-order queue of device work.
+pub struct Stream {
+    pub(super) gpu: Gpu,
+    pub(super) imp: StreamImpl,
+}
+
+impl Stream {
+    /// The device.
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    /// Queues a device-to-device copy (local or peer-mapped addresses).
+    ///
+    /// # Safety
+    /// `dst` and `src` must be valid device addresses for `bytes` until the copy completes, and
+    /// must not overlap.
+    pub unsafe fn copy_dtod(
+        &self,
+        dst: DevicePtr<u8>,
+        src: DevicePtr<u8>,
+        bytes: usize,
+    ) -> Result<()> {
+        match &self.imp {
+            // SAFETY: forwarded contract.
+            StreamImpl::Cuda(s) => unsafe { s.copy_dtod(dst.addr(), src.addr(), bytes) },
+            // SAFETY: forwarded contract.
+            StreamImpl::Cpu(s) => unsafe { s.copy_dtod(dst.addr(), src.addr(), bytes) },
+        }
+    }
+
+    /// Queues a store of `value` to the u64 at `dst` that happens after the work queued
+    /// before it is complete and visible (the flag half of a connection's `update_and_sync`).
+    ///
+    /// # Safety
+    /// `dst` is a live, 8-byte aligned device address (local or peer-mapped) until it runs.
+    pub unsafe fn write_value_u64(&self, dst: DevicePtr<u64>, value: u64) -> Result<()> {
+        match &self.imp {
+            // SAFETY: forwarded contract.
+            StreamImpl::Cuda(s) => unsafe { s.write_value_u64(dst.addr(), value) },
+            // SAFETY: forwarded contract.
+            StreamImpl::Cpu(s) => unsafe { s.write_value_u64(dst.addr(), value) },
+        }
+    }
+
+    /// Whether all queued work is done; reports a failure of queued work.
+    pub fn query(&self) -> Result<bool> {
+        match &self.imp {
+            StreamImpl::Cuda(s) => s.query(),
+            StreamImpl::Cpu(s) => s.query(),
+        }
+    }
+
+    /// Waits until all queued work is done or `timeout` passes (polling, so the wait is
+    /// bounded even if the device never finishes).
+    pub fn synchronize_timeout(&self, timeout: std::time::Duration) -> Result<bool> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut backoff = crate::backoff::Backoff::new();
+        loop {
+            if self.query()? {
+                return Ok(true);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+            backoff.snooze();
+        }
+    }
+
+    /// Queues a launch of `kernel` with `params`.
+    ///
+    /// # Safety
+    /// Every address in `params` must be valid for what the kernel does with it until the
+    /// launch completes.
+    pub unsafe fn launch<P: bytemuck::Pod + Send + Sync>(
+        &self,
+        kernel: &Kernel<P>,
+        cfg: LaunchConfig,
+        params: P,
+    ) -> Result<()> {
+        let launch_err = |source| Error::Launch {
+            name: kernel.spec.name.to_string(),
+            grid: cfg.grid,
+            block: cfg.block,
+            shared_mem: cfg.shared_mem_bytes,
+            ordinal: self.gpu.ordinal(),
+            source,
+        };
+        match (&self.imp, &kernel.imp) {
+            (StreamImpl::Cuda(s), KernelImpl::Cuda(f)) => {
+                // SAFETY: forwarded contract; `f` was checked to take `size_of::<P>()` bytes.
+                unsafe { s.launch(f, cfg, bytemuck::bytes_of(&params)) }.map_err(launch_err)
+            }
+            (StreamImpl::Cpu(s), KernelImpl::Cpu(host)) => {
+                let host = *host;
+                let dims = GridDims {
+                    grid: cfg.grid,
+                    block: cfg.block,
+                    shared_mem_bytes: cfg.shared_mem_bytes,
+                };
+                // SAFETY: forwarded contract: the kernel's addresses stay valid until it ends.
+                let body = move || unsafe { host(params) };
+                s.launch(kernel.spec.name, dims, Box::new(body))
+                    .map_err(launch_err)
+            }
+            _ => Err(Error::Unsupported {
+                what: "launching a kernel of another backend's module",
+                backend: self.gpu.kind(),
+            }),
+        }
+    }
+
+    /// Records `event` after the work queued so far.
+    pub fn record(&self, event: &Event) -> Result<()> {
+        match (&self.imp, &event.imp) {
+            (StreamImpl::Cuda(s), EventImpl::Cuda(e)) => s.record(e),
+            (StreamImpl::Cpu(s), EventImpl::Cpu(e)) => s.record(e),
+            _ => Err(Error::Unsupported {
+                what: "an event of another backend",
+                backend: self.gpu.kind(),
+            }),
+        }
+    }
+
+    /// Makes later work on this stream wait for `event`.
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        match (&self.imp, &event.imp) {
+            (StreamImpl::Cuda(s), EventImpl::Cuda(e)) => s.wait_event(e),
+            (StreamImpl::Cpu(s), EventImpl::Cpu(e)) => s.wait_event(e),
+            _ => Err(Error::Unsupported {
+                what: "an event of another backend",
+                backend: self.gpu.kind(),
+            }),
+        }
+    }
+
+    /// Waits until all queued work is done; reports the first failure of queued work.
+    pub fn synchronize(&self) -> Result<()> {
+        match &self.imp {
+            StreamImpl::Cuda(s) => s.synchronize(),
+            StreamImpl::Cpu(s) => s.synchronize(),
+        }
+    }
+
+    /// Captures the work that `queue` puts on this stream into a [`Graph`] instead of running
+    /// it (CUDA stream capture, relaxed mode), so that it can be replayed with one launch. The
+    /// capture ends, and the stream runs work normally again, whether `queue` succeeds or not.
+    /// CUDA backend only: the CPU backend answers [`Error::Unsupported`].
+    ///
+    /// Everything queued on this stream while `queue` runs is captured; synchronising the
+    /// stream (or anything else that waits for it) inside `queue` fails the capture.
+    pub fn capture<E: From<Error>>(
+        &self,
+        queue: impl FnOnce() -> std::result::Result<(), E>,
+    ) -> std::result::Result<Graph, E> {
+        let StreamImpl::Cuda(s) = &self.imp else {
+            return Err(Error::Unsupported {
+                what: "CUDA graph capture",
+                backend: self.gpu.kind(),
+            }
+            .into());
+        };
+        s.begin_capture()?;
+        let queued = queue();
+        let ended = s.end_capture();
+        queued?;
+        Ok(Graph {
+            _gpu: self.gpu.clone(),
+            imp: ended?,
+        })
+    }
+
+    /// The raw `CUstream` (CUDA backend), for interop with other libraries (NCCL, graphs).
+    pub fn cuda_raw(&self) -> Option<u64> {
+        match &self.imp {
+            StreamImpl::Cuda(s) => Some(s.raw()),
+            StreamImpl::Cpu(_) => None,
+        }
+    }
+}
+
+/// Captured stream work ([`Stream::capture`]), replayed with [`Graph::launch`] (CUDA only).
+pub struct Graph {
+    pub(super) _gpu: Gpu,
+    pub(super) imp: cuda::Graph,
+}
+
+impl Graph {
+    /// Queues one replay of the captured work on `stream` (a stream of the same device).
+    ///
+    /// # Safety
+    /// Every address the captured work uses (kernel parameters, copies) is still valid and stays
+    /// so until the replay completes.
+    pub unsafe fn launch(&self, stream: &Stream) -> Result<()> {
+        match &stream.imp {
+            // SAFETY: forwarded contract.
+            StreamImpl::Cuda(s) => unsafe { self.imp.launch(s) },
+            StreamImpl::Cpu(_) => Err(Error::Unsupported {
+                what: "launching a CUDA graph",
+                backend: BackendKind::Cpu,
+            }),
+        }
+    }
+}
+
+pub(super) enum EventImpl {
+    Cuda(cuda::Event),
+    Cpu(cpu::Event),
+}
+
+/// A marker in a stream.
+pub struct Event {
+    pub(super) _gpu: Gpu,
+    pub(super) imp: EventImpl,
+}
+
+impl Event {
+    /// Waits until the work before the marker is done.
+    pub fn synchronize(&self) -> Result<()> {
+        match &self.imp {
+            EventImpl::Cuda(e) => e.synchronize(),
+            EventImpl::Cpu(e) => e.synchronize(),
+        }
+    }
+
+    /// Milliseconds between `start` and `self` (both recorded and complete).
+    pub fn elapsed_ms(&self, start: &Event) -> Result<f32> {
+        match (&self.imp, &start.imp) {
+            (EventImpl::Cuda(e), EventImpl::Cuda(s)) => e.elapsed_ms(s),
+            (EventImpl::Cpu(e), EventImpl::Cpu(s)) => e.elapsed_ms(s),
+            _ => Err(Error::Unsupported {
+                what: "timing events of two backends",
+                backend: BackendKind::Cpu,
+            }),
+        }
+    }
+}

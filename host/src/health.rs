@@ -1,0 +1,276 @@
+//! A communicator's health: the bootstrap it hands out, whose waits watch it, and the monitor
+//! thread that notices a dead peer.
+//!
+//! # Waits watch the communicator
+//!
+//! Every bootstrap wait of a communicator — its set-up receives and every receive or collective
+//! through `Communicator::bootstrap` (`barrier`, `all_gather`, `broadcast`, `recv`) — goes
+//! through a `WatchedBootstrap`: it waits in slices of at most
+//! [`WATCH_SLICE`](crate::bootstrap::WATCH_SLICE) and checks the communicator between them
+//! (`Alive::check`). So once the health monitor has seen a dead peer, or `abort()` was called
+//! (or a proxy failed), the wait ends at once with the communicator's error ([`Error::Remote`]
+//! naming the dead rank, or [`Error::Aborted`]) instead of waiting for a live but slow rank or
+//! the bootstrap's operation deadline. A bootstrap failure caused by a dead peer is reported
+//! the same way (`WatchedBootstrap::blame`).
+//!
+//! # The monitor
+//!
+//! One thread per communicator (`mscclpp-health`) looks at the bootstrap every
+//! [`HEALTH_INTERVAL`]: a peer whose link died ([`Bootstrap::dead_peer`]), or one that left
+//! with a goodbye more than the leave grace ago ([`LEAVE_GRACE`] by default), is recorded and
+//! the communicator's status is aborted, which releases every device wait of this rank.
+//!
+//! Shared words: the dead peer (a mutex: written once by the monitor, read by every wait's
+//! check), the leave grace in milliseconds (an atomic, relaxed: written by
+//! `Communicator::set_leave_grace`, read by the monitor), the monitor's stop flag (release/acquire:
+//! written by `Drop`, read by the monitor), and the status block's abort flag (its own
+//! protocol, `crate::status`).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::bootstrap::{Bootstrap, Watch};
+use crate::error::{Error, Result};
+use crate::status::StatusBlock;
+use crate::sync::lock;
+
+/// How often the health monitor looks at the bootstrap links.
+pub const HEALTH_INTERVAL: Duration = Duration::from_millis(20);
+
+/// How long a communicator keeps running after a peer closed its bootstrap with a goodbye (it
+/// finished normally) before it aborts as for a dead peer. Ranks finish their last collective
+/// at slightly different times, and the first to finish leaves first: the others must not
+/// fail for it. A rank that left early by mistake (a calls mismatch, an error handled by
+/// returning) releases the others' device waits after this long instead of the spin limit;
+/// their host waits for a message from it fail at once.
+pub const LEAVE_GRACE: Duration = Duration::from_secs(10);
+
+/// What a communicator's waits check: the peer the health monitor found dead (sticky) and the
+/// abort flag.
+#[derive(Clone)]
+pub(crate) struct Alive {
+    dead: Arc<Mutex<Option<(usize, String)>>>,
+    status: Arc<StatusBlock>,
+    /// The health monitor's grace for a peer that left, in milliseconds.
+    leave_grace_ms: Arc<AtomicU64>,
+}
+
+impl Alive {
+    /// The dead peer the monitor recorded, if any.
+    pub(crate) fn dead(&self) -> Option<(usize, String)> {
+        lock(&self.dead).clone()
+    }
+
+    /// `Error::Remote` for a dead peer, `Error::Aborted` for an abort, else `Ok`.
+    pub(crate) fn check(&self) -> Result<()> {
+        if let Some((rank, reason)) = self.dead() {
+            return Err(Error::Remote { rank, reason });
+        }
+        if self.status.is_aborted() {
+            return Err(Error::Aborted {
+                reason: "abort() was called or a proxy failed".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The bootstrap as a communicator hands it out: sends pass through; the watched waits are the
+/// inner bootstrap's, also checking the communicator between slices (module docs); the plain
+/// waits are the trait's, so they watch too.
+pub(crate) struct WatchedBootstrap {
+    inner: Arc<dyn Bootstrap>,
+    alive: Alive,
+}
+
+impl WatchedBootstrap {
+    /// Runs the wait `op` with the communicator as its watch (and `also`); fails at once if
+    /// the communicator has already failed.
+    fn watched<T>(&self, also: Watch<'_>, op: impl FnOnce(Watch<'_>) -> Result<T>) -> Result<T> {
+        self.alive.check()?;
+        let both = || self.alive.check().and_then(|()| also());
+        op(&both).map_err(|e| self.blame(e))
+    }
+
+    /// A failed wait's error as the communicator reports it: a bootstrap failure about a peer
+    /// (closed, timed out, I/O) becomes the communicator's error when it has one, or
+    /// `Error::Remote` naming the peer whose link went down first when the bootstrap knows one.
+    fn blame(&self, e: Error) -> Error {
+        if !matches!(
+            e,
+            Error::BootstrapPeerClosed { .. }
+                | Error::BootstrapTimeout { .. }
+                | Error::BootstrapIo { .. }
+        ) {
+            return e;
+        }
+        if let Err(a) = self.alive.check() {
+            return a;
+        }
+        match self.inner.dead_peer() {
+            Some((rank, reason)) => Error::Remote { rank, reason },
+            None => e,
+        }
+    }
+}
+
+impl Bootstrap for WatchedBootstrap {
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+    fn local_rank(&self) -> usize {
+        self.inner.local_rank()
+    }
+    fn ranks_per_node(&self) -> usize {
+        self.inner.ranks_per_node()
+    }
+    fn node_of(&self, rank: usize) -> Option<usize> {
+        self.inner.node_of(rank)
+    }
+    fn send(&self, peer: usize, tag: u64, data: &[u8]) -> Result<()> {
+        self.inner.send(peer, tag, data)
+    }
+    fn recv_watched(
+        &self,
+        peer: usize,
+        tag: u64,
+        timeout: Duration,
+        watch: Watch<'_>,
+    ) -> Result<Vec<u8>> {
+        self.watched(watch, |w| self.inner.recv_watched(peer, tag, timeout, w))
+    }
+    fn barrier_watched(&self, watch: Watch<'_>) -> Result<()> {
+        self.watched(watch, |w| self.inner.barrier_watched(w))
+    }
+    fn all_gather_watched(&self, data: &[u8], watch: Watch<'_>) -> Result<Vec<Vec<u8>>> {
+        self.watched(watch, |w| self.inner.all_gather_watched(data, w))
+    }
+    fn broadcast_watched(&self, root: usize, data: &mut Vec<u8>, watch: Watch<'_>) -> Result<()> {
+        self.watched(watch, |w| self.inner.broadcast_watched(root, data, w))
+    }
+    fn op_timeout(&self) -> Duration {
+        self.inner.op_timeout()
+    }
+    fn dead_peer(&self) -> Option<(usize, String)> {
+        self.inner.dead_peer()
+    }
+    fn left_peer(&self) -> Option<(usize, Duration)> {
+        self.inner.left_peer()
+    }
+    fn forgo_goodbye(&self) {
+        self.inner.forgo_goodbye()
+    }
+}
+
+/// A communicator's health: its watched bootstrap and the monitor thread (module docs).
+pub(crate) struct Health {
+    watched: Arc<WatchedBootstrap>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Health {
+    /// Starts watching `bootstrap` for the communicator whose status is `status`.
+    pub(crate) fn start(bootstrap: Arc<dyn Bootstrap>, status: Arc<StatusBlock>) -> Result<Self> {
+        let alive = Alive {
+            dead: Arc::default(),
+            status,
+            leave_grace_ms: Arc::new(AtomicU64::new(millis(LEAVE_GRACE))),
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let (stop2, monitored) = (stop.clone(), alive.clone());
+        let bs = Arc::downgrade(&bootstrap);
+        let thread = std::thread::Builder::new()
+            .name("mscclpp-health".into())
+            .spawn(move || {
+                while !stop2.load(Ordering::Acquire) {
+                    let Some(bs) = bs.upgrade() else { return };
+                    if let Some(d) = gone(bs.as_ref(), &monitored) {
+                        tracing::error!(
+                            "rank {} is gone ({}); aborting the communicator",
+                            d.0,
+                            d.1
+                        );
+                        *lock(&monitored.dead) = Some(d);
+                        monitored.status.abort();
+                        return;
+                    }
+                    drop(bs);
+                    std::thread::sleep(HEALTH_INTERVAL);
+                }
+            })
+            .map_err(|source| Error::HealthMonitorStart { source })?;
+        Ok(Self {
+            watched: Arc::new(WatchedBootstrap {
+                inner: bootstrap,
+                alive,
+            }),
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// The bootstrap whose waits watch the communicator.
+    pub(crate) fn bootstrap(&self) -> Arc<dyn Bootstrap> {
+        self.watched.clone()
+    }
+
+    /// `Error::Remote` for a dead peer, `Error::Aborted` for an abort, else `Ok`.
+    pub(crate) fn check(&self) -> Result<()> {
+        self.watched.alive.check()
+    }
+
+    /// Sets how long a peer may have left with a goodbye before the monitor aborts for it.
+    pub(crate) fn set_leave_grace(&self, grace: Duration) {
+        self.watched
+            .alive
+            .leave_grace_ms
+            .store(millis(grace), Ordering::Relaxed);
+    }
+
+    /// Called when the communicator is dropped: a communicator that failed on its own (aborted,
+    /// or a device wait gave up, with no dead peer to blame), or one dropped while its thread
+    /// panics, makes its bootstrap close without a goodbye, so that the peers abort at once
+    /// instead of after the leave grace. (After a dead peer, the peers see that peer's death
+    /// themselves.)
+    pub(crate) fn on_drop(&self) {
+        let alive = &self.watched.alive;
+        let failed =
+            alive.dead().is_none() && (alive.status.is_aborted() || alive.status.error().is_some());
+        if failed || std::thread::panicking() {
+            self.watched.inner.forgo_goodbye();
+        }
+    }
+}
+
+impl Drop for Health {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A peer that died, or that left more than the grace ago, with why.
+fn gone(bs: &dyn Bootstrap, alive: &Alive) -> Option<(usize, String)> {
+    let grace = Duration::from_millis(alive.leave_grace_ms.load(Ordering::Relaxed));
+    bs.dead_peer().or_else(|| {
+        let (rank, ago) = bs.left_peer().filter(|&(_, ago)| ago >= grace)?;
+        let why = format!(
+            "finished and closed its bootstrap {:.1} s ago while this communicator was still in \
+             use (calls that do not match across ranks?)",
+            ago.as_secs_f64()
+        );
+        Some((rank, why))
+    })
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,194 @@
+//! `RegisteredMemory`: a buffer made known to the communicator, locally or as a peer's.
+//!
+//! The owner registers a buffer (`Communicator::register_buffer` and friends, through the
+//! rank's `LocalMemories`, `registry.rs`) and sends its serialized form to peers
+//! (`send_memory`); a peer deserializes it (`recv_memory`), mapping it when a same-node
+//! transport allows (CUDA IPC or the CPU backend's shared memory; within one process the
+//! owner's address is used directly). Proxies and connections name memories by these objects,
+//! and every access they make is checked against `size`.
+//!
+//! | file | holds |
+//! |---|---|
+//! | `mod.rs` | [`RegisteredMemory`], the process's table of its own registrations (by token) |
+//! | `registry.rs` | the rank's registry: memory ids, and the memories network transports may write |
+//! | `wire.rs` | the serialized form and its checks |
+//!
+//! Who writes and reads the shared state here:
+//! - the token table (`LIVE`) is written by every local registration and read by
+//!   `deserialize` when a message claims memory of this very process; a mutex guards it;
+//! - the registry of network-writable memories is written by registration and by the last
+//!   drop of a `RegisteredMemory`, and read by the network receivers (registry module docs).
+
+mod registry;
+mod wire;
+
+use std::sync::Arc;
+
+use mscclpp_shared::{DevicePtr, IpcMemHandle};
+
+use self::registry::Registration;
+pub(crate) use self::registry::{LocalMemories, LocalMemory};
+pub use self::wire::{WIRE_LEN, WIRE_MAGIC, WIRE_VERSION};
+use crate::error::{Error, Result};
+use crate::gpu::{BackendKind, Gpu, PeerBuffer};
+use crate::sync::lock;
+use crate::transport::TransportFlags;
+
+enum Mapping {
+    /// This process owns the buffer (or shares its address space with the owner).
+    Direct,
+    /// Mapped from the owner through IPC.
+    Mapped(PeerBuffer),
+    /// Not reachable by load/store from here (another node): only through a connection.
+    Remote,
+}
+
+struct Inner {
+    owner_rank: usize,
+    owner_pid: u32,
+    local_id: u32,
+    backend: BackendKind,
+    size: usize,
+    transports: TransportFlags,
+    owner_addr: u64,
+    ipc: Option<IpcMemHandle>,
+    mapping: Mapping,
+    /// Random per registration; for memory of this process, its key in [`LIVE`].
+    token: u64,
+    /// The entry in the communicator's registry of network-writable memories (local memories
+    /// registered for `Ethernet`/`Ib`); dropping the last clone removes it, after which no
+    /// receiver writes here.
+    _registration: Option<Registration>,
+}
+
+/// Every memory registered by this process, by token: `(address, size)`. A registration that
+/// claims to come from this process is used directly only if it names an entry exactly, so a
+/// forged or corrupted message cannot point a rank at arbitrary memory of its own process.
+/// Entries stay for the life of the process (24 bytes each): peers may receive a registration
+/// after the sender dropped its handle (the buffer itself is what must stay alive), so a
+/// forged message can still name memory that was registered here and freed since.
+static LIVE: std::sync::Mutex<Option<std::collections::HashMap<u64, (u64, u64)>>> =
+    std::sync::Mutex::new(None);
+
+fn live() -> std::sync::MutexGuard<'static, Option<std::collections::HashMap<u64, (u64, u64)>>> {
+    lock(&LIVE)
+}
+
+/// A fresh token: a per-process random key mixed with a counter (never 0).
+fn fresh_token() -> u64 {
+    static KEY: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let key = *KEY.get_or_init(crate::random::token);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    (key ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1
+}
+
+/// Who registered a local memory, under which id.
+#[derive(Clone, Copy, Debug)]
+struct LocalId {
+    rank: usize,
+    id: u32,
+}
+
+/// A registered buffer (ours or a peer's). Cheap to clone.
+#[derive(Clone)]
+pub struct RegisteredMemory {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for RegisteredMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "RegisteredMemory(rank {} id {} {} bytes)",
+            self.inner.owner_rank, self.inner.local_id, self.inner.size
+        )
+    }
+}
+
+impl RegisteredMemory {
+    /// The handle of a local registration ([`LocalMemories::register`] made `local_id` and
+    /// checked the arguments): `size` bytes at `ptr` (device memory of `gpu`, or host-mapped
+    /// memory) for `transports`. `ipc` is the buffer's IPC handle when it can be exported;
+    /// `registration` is its entry in the registry of network-writable memories, if any.
+    fn local(
+        gpu: &Gpu,
+        id: LocalId,
+        ptr: DevicePtr<u8>,
+        size: usize,
+        transports: TransportFlags,
+        ipc: Option<IpcMemHandle>,
+        registration: Option<Registration>,
+    ) -> Self {
+        let token = fresh_token();
+        live()
+            .get_or_insert_with(Default::default)
+            .insert(token, (ptr.addr(), size as u64));
+        Self {
+            inner: Arc::new(Inner {
+                owner_rank: id.rank,
+                owner_pid: std::process::id(),
+                local_id: id.id,
+                backend: gpu.kind(),
+                size,
+                transports,
+                owner_addr: ptr.addr(),
+                ipc,
+                mapping: Mapping::Direct,
+                token,
+                _registration: registration,
+            }),
+        }
+    }
+
+    /// The owning rank.
+    pub fn rank(&self) -> usize {
+        self.inner.owner_rank
+    }
+
+    /// The owner's id for this memory (what Ethernet frames name).
+    pub fn local_id(&self) -> u32 {
+        self.inner.local_id
+    }
+
+    /// Size in bytes.
+    pub fn size(&self) -> usize {
+        self.inner.size
+    }
+
+    /// The transports it was registered for.
+    pub fn transports(&self) -> TransportFlags {
+        self.inner.transports
+    }
+
+    /// The owner's address of the buffer (valid in the owner's process).
+    pub fn owner_addr(&self) -> DevicePtr<u8> {
+        DevicePtr::from_addr(self.inner.owner_addr)
+    }
+
+    /// Its address in this process, when it can be reached by load/store or copy from here.
+    pub fn ptr(&self) -> Option<DevicePtr<u8>> {
+        match &self.inner.mapping {
+            Mapping::Direct => Some(DevicePtr::from_addr(self.inner.owner_addr)),
+            Mapping::Mapped(p) => Some(p.ptr()),
+            Mapping::Remote => None,
+        }
+    }
+
+    /// `ptr() + offset`, checking that `[offset, offset + len)` lies inside the memory.
+    pub fn range(&self, offset: u64, len: u64) -> Result<DevicePtr<u8>> {
+        let end = offset.checked_add(len);
+        match (end, self.ptr()) {
+            (Some(end), Some(p)) if end <= self.inner.size as u64 => Ok(p.byte_add_cast(offset)),
+            (_, None) => Err(Error::MemoryNotMapped {
+                rank: self.inner.owner_rank,
+                id: self.inner.local_id,
+            }),
+            _ => Err(Error::OutOfRange {
+                offset: offset as usize,
+                len: len as usize,
+                size: self.inner.size,
+            }),
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! Poison-tolerant locking: the one place the crate turns a poisoned `Mutex`, `RwLock` or
+//! `Condvar` wait into its guard.
+//!
+//! No code of this crate panics while holding a lock, but a user callback (a proxy handler, a
+//! log handler) or a test thread may. A poisoned lock still protects consistent data here (every
+//! critical section leaves it consistent before anything that can panic), so taking the guard is
+//! right, and it keeps `Drop` paths panic-free whatever happened elsewhere.
+
+use std::sync::{
+    Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard,
+};
+use std::time::Duration;
+
+/// Locks `m`, taking the data even if a panicking thread poisoned it.
+pub(crate) fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Read-locks `l`, poison-tolerant.
+pub(crate) fn read<T: ?Sized>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Write-locks `l`, poison-tolerant.
+pub(crate) fn write<T: ?Sized>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Waits on `cv` with `guard`, poison-tolerant.
+pub(crate) fn wait<'a, T>(cv: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+    cv.wait(guard).unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Waits on `cv` with `guard` for at most `timeout`, poison-tolerant (whether it timed out is
+/// for the caller to find out from the guarded state and its own clock).
+pub(crate) fn wait_timeout<'a, T>(
+    cv: &Condvar,
+    guard: MutexGuard<'a, T>,
+    timeout: Duration,
+) -> MutexGuard<'a, T> {
+    match cv.wait_timeout(guard, timeout) {
+        Ok((g, _)) => g,
+        Err(p) => p.into_inner().0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_poisoned_lock_still_yields_its_data() {
+        let m = Arc::new(Mutex::new(5));
+        let l = Arc::new(RwLock::new(7));
+        let (m2, l2) = (m.clone(), l.clone());
+        let _ = std::thread::spawn(move || {
+            let _g = m2.lock().unwrap();
+            let _w = l2.write().unwrap();
+            panic!("poison both");
+        })
+        .join();
+        assert!(m.is_poisoned() && l.is_poisoned());
+        *lock(&m) += 1;
+        assert_eq!(*lock(&m), 6);
+        assert_eq!(*read(&l), 7);
+        *write(&l) = 8;
+        assert_eq!(*read(&l), 8);
+        let cv = Condvar::new();
+        let g = wait_timeout(&cv, lock(&m), Duration::from_millis(1));
+        assert_eq!(*g, 6);
+    }
+}
