@@ -237,6 +237,13 @@ pub fn parse_dtype(s: &str) -> Option<DataType> {
         "bf16" | "bfloat16" => DataType::BF16,
         "i32" | "int" | "int32" => DataType::I32,
         "u32" | "uint32" => DataType::U32,
+        "i8" | "int8" | "char" => DataType::I8,
+        "u8" | "uint8" => DataType::U8,
+        "i64" | "int64" => DataType::I64,
+        "u64" | "uint64" => DataType::U64,
+        "f64" | "double" | "float64" => DataType::F64,
+        "e4m3" | "fp8_e4m3" | "f8e4m3" => DataType::F8E4M3,
+        "e5m2" | "fp8_e5m2" | "f8e5m2" => DataType::F8E5M2,
         _ => return None,
     })
 }
@@ -249,6 +256,13 @@ pub fn dtype_name(d: DataType) -> &'static str {
         DataType::BF16 => "bf16",
         DataType::I32 => "i32",
         DataType::U32 => "u32",
+        DataType::I8 => "i8",
+        DataType::U8 => "u8",
+        DataType::I64 => "i64",
+        DataType::U64 => "u64",
+        DataType::F64 => "f64",
+        DataType::F8E4M3 => "e4m3",
+        DataType::F8E5M2 => "e5m2",
     }
 }
 
