@@ -33,10 +33,10 @@ use std::sync::Mutex;
 
 use mscclpp_host::Result;
 use mscclpp_host::gpu::{DeviceBuffer, Event, Gpu, Stream};
-use mscclpp_shared::{CollectiveMode, DataType, DevicePtr, MAX_DIRECT_RANKS, ReduceOp};
+use mscclpp_shared::{CollectiveMode, DataType, DevicePtr, MAX_DIRECT_RANKS};
 
 use super::launch::copy_if_needed;
-use super::{Algorithm, Collectives, up16};
+use super::{Algorithm, Collectives, KernelOp, up16};
 
 /// Slots per peer in the CE scratch (a piece is copied while the previous one is reduced).
 pub const SLOTS: usize = 2;
@@ -117,7 +117,7 @@ impl Collectives {
         stream: &Stream,
         t: &[[DevicePtr<u8>; MAX_DIRECT_RANKS]],
         bytes: usize,
-        (dtype, op): (DataType, ReduceOp),
+        (dtype, op): (DataType, KernelOp),
     ) -> Result<()> {
         let (n, me) = (self.comm.size(), self.comm.rank());
         let ce = &self.ce;
@@ -161,8 +161,7 @@ impl Collectives {
             let (at, len) = span(me, k);
             if len > 0 {
                 let mut d = self.direct_params(CollectiveMode::ReduceLocal, len);
-                d.common.dtype = dtype as u32;
-                d.common.op = op as u32;
+                op.apply(&mut d.common, dtype);
                 for q in 0..n {
                     d.inputs[q] = if q == me {
                         input.byte_add_cast(at as u64)

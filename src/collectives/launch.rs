@@ -3,15 +3,34 @@
 //! and the choice of path for a per-part collective. The public operations in `mod.rs` call
 //! these; every rank makes the same calls in the same order, so the choices agree.
 
+use mscclpp_host::gpu::Kernel;
 use mscclpp_host::gpu::{BackendKind, LaunchConfig, Stream};
 use mscclpp_host::transport::Transport;
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::{
-    CollectiveMode, CollectiveParams, DataType, DevicePtr, DirectCollectiveParams,
+    CollectiveMode, CollectiveParams, DataType, DevicePtr, DeviceReduceOp, DirectCollectiveParams,
     MAX_DIRECT_RANKS, MemoryChannelDeviceHandle, ReduceOp, packet::ll128,
 };
 
-use super::{Algorithm, Collectives, direct};
+use super::{Algorithm, Collectives, KernelOp, direct};
+
+/// Whether a launch with `p` reduces something other than a common sum (f16, bf16, f32),
+/// which only the `_any` twin of a reducing kernel serves.
+fn needs_any(p: &CollectiveParams) -> bool {
+    let reduces = [
+        CollectiveMode::AllReduce,
+        CollectiveMode::AllReducePut,
+        CollectiveMode::ReduceScatter,
+        CollectiveMode::ReduceLocal,
+    ]
+    .iter()
+    .any(|&m| m as u32 == p.mode);
+    let common = match (DataType::from_u32(p.dtype), DeviceReduceOp::from_u32(p.op)) {
+        (Some(d), Some(o)) => o.is_common_sum(d),
+        _ => false,
+    };
+    reduces && !common
+}
 
 impl Collectives {
     pub(super) fn record(&self, a: Algorithm) {
@@ -23,8 +42,9 @@ impl Collectives {
         &self,
         mode: CollectiveMode,
         dtype: DataType,
-        op: ReduceOp,
+        op: impl Into<KernelOp>,
     ) -> CollectiveParams {
+        let op = op.into();
         CollectiveParams {
             status: self.comm.status().device_ptr(),
             channels: self.channel_table.ptr().cast(),
@@ -40,7 +60,9 @@ impl Collectives {
             stride: 0,
             reserved: 0,
             dtype: dtype as u32,
-            op: op as u32,
+            op: op.op as u32,
+            scalar: op.scalar,
+            scalar_ptr: op.scalar_ptr,
             mode: mode as u32,
             rank: self.comm.rank() as u32,
             nranks: self.comm.size() as u32,
@@ -77,6 +99,16 @@ impl Collectives {
         }
     }
 
+    /// `main`, or `any` when `p` reduces something the main kernels do not serve.
+    fn pick<'k, P>(
+        &self,
+        main: &'k Kernel<P>,
+        any: &'k Kernel<P>,
+        p: &CollectiveParams,
+    ) -> &'k Kernel<P> {
+        if needs_any(p) { any } else { main }
+    }
+
     pub(super) fn launch_staged(&self, stream: &Stream, p: CollectiveParams) -> Result<()> {
         self.ensure_healthy()?;
         self.record(if p.mode == CollectiveMode::AllReducePut as u32 {
@@ -85,9 +117,10 @@ impl Collectives {
             Algorithm::Staged
         });
         let cfg = self.staged_config(p.bytes);
+        let kernel = self.pick(&self.staged, &self.any.staged, &p);
         // SAFETY: the callers' contracts (input/output ranges) and our scratch and channel
         // table, which live as long as `self`.
-        unsafe { stream.launch(&self.staged, cfg, p) }
+        unsafe { stream.launch(kernel, cfg, p) }
     }
 
     /// Queues the LL kernel for `p` (its mode, buffers and `bytes` per part filled in).
@@ -98,6 +131,7 @@ impl Collectives {
         self.ensure_healthy()?;
         self.record(Algorithm::LlOneShot);
         let kernel = match p.mode {
+            _ if needs_any(&p) => &self.any.ll,
             m if m == CollectiveMode::AllReduce as u32 => &self.ll_all_reduce,
             m if m == CollectiveMode::AllGather as u32 => &self.ll_all_gather,
             _ => &self.ll,
@@ -144,9 +178,10 @@ impl Collectives {
         self.record(Algorithm::LlTwoShot);
         p.stride = part;
         let shape = self.ll_shape(part / 8);
+        let kernel = self.pick(&self.ll_two_shot_all_reduce, &self.any.ll_two_shot, &p);
         // SAFETY: the caller's contract (buffers of `bytes`), and our scratch, whose LL slots
         // hold `ll_slot_bytes >= 4 * part`: two parts of packets.
-        unsafe { stream.launch(&self.ll_two_shot_all_reduce, shape, p) }
+        unsafe { stream.launch(kernel, shape, p) }
     }
 
     /// Queues the LL128 kernel for `p` (its mode, buffers, `bytes` per part and `stride`
@@ -172,7 +207,9 @@ impl Collectives {
             .clamp(1, self.cfg.ll128_max_blocks.max(1) as u64) as u32;
         let blocks = with_keeper(blocks);
         self.record(Algorithm::Ll128);
-        let kernel = if p.mode == CollectiveMode::AllReduce as u32 {
+        let kernel = if needs_any(&p) {
+            &self.any.ll128
+        } else if p.mode == CollectiveMode::AllReduce as u32 {
             &self.ll128_all_reduce
         } else {
             &self.ll128_collective
@@ -202,7 +239,7 @@ impl Collectives {
         (input, output): (DevicePtr<u8>, DevicePtr<u8>),
         part: usize,
         dtype: DataType,
-        op: ReduceOp,
+        op: impl Into<KernelOp>,
     ) -> CollectiveParams {
         let mut p = self.params(mode, dtype, op);
         (p.input, p.output) = (input, output);
@@ -279,9 +316,10 @@ impl Collectives {
         let blocks = work.div_ceil(self.cfg.direct_block_bytes).clamp(1, most) as u32;
         let cfg = LaunchConfig::new(blocks, self.cfg.direct_threads).with_shared_mem(16);
         self.record(Algorithm::Direct);
+        let kernel = self.pick(&self.direct, &self.any.direct, &d.common);
         // SAFETY: the buffers were registered and sized by the caller's contract; the channel
         // table lives as long as `self`.
-        unsafe { stream.launch(&self.direct, cfg, d) }
+        unsafe { stream.launch(kernel, cfg, d) }
     }
 
     /// Queues one block meeting the ranks in `peers` (copy-engine brackets).

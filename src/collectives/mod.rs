@@ -1,6 +1,6 @@
-//! Collectives on a communicator: `all_reduce` (sum, min, max over f32, f16, bf16, i32, u32),
-//! `all_gather`, `reduce_scatter`, `broadcast`, `all_to_all`, `send` / `recv`, in place or
-//! out of place, any element count, on a caller's stream.
+//! Collectives on a communicator: `all_reduce` and `reduce_scatter` (every [`Reduction`] of
+//! NCCL, on every [`DataType`]: see `reduction.rs`), `all_gather`, `broadcast`, `all_to_all`,
+//! `send` / `recv`, in place or out of place, any element count, on a caller's stream.
 //!
 //! [`Collectives::new`] connects every rank to every other on its node (CUDA IPC / shared
 //! memory), allocates a scratch buffer per rank that every peer maps, and builds one row of
@@ -55,8 +55,10 @@ mod ce_all_reduce;
 mod config;
 mod direct;
 mod launch;
+mod reduction;
 
 pub use config::{Algorithm, CollectiveConfig};
+pub use reduction::{KernelOp, Reduction, Scalar, element_bits};
 
 use std::sync::Arc;
 
@@ -69,7 +71,7 @@ use mscclpp_host::semaphore::MemoryDevice2DeviceSemaphore;
 use mscclpp_host::transport::Transport;
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::{
-    CollectiveMode, CollectiveParams, DataType, DevicePtr, DirectCollectiveParams,
+    CollectiveMode, CollectiveParams, DataType, DevicePtr, DeviceReduceOp, DirectCollectiveParams,
     MemoryChannelDeviceHandle, ReduceOp, packet::ll128,
 };
 
@@ -89,6 +91,8 @@ pub struct Collectives {
     ll_two_shot_all_reduce: Kernel<CollectiveParams>,
     staged: Kernel<CollectiveParams>,
     direct: Kernel<DirectCollectiveParams>,
+    /// The `_any` twins: every reduction but the common sums (`DeviceReduceOp::is_common_sum`).
+    any: AnyKernels,
     buffers: direct::DirectBuffers,
     /// Second stream of the copy-engine paths (a rank's copy into its own buffer), and its
     /// fork and join events.
@@ -109,6 +113,15 @@ pub struct Collectives {
     ll_flags: DeviceBuffer,
     /// The algorithm of the last queued call ([`Algorithm`] as `u8` + 1; 0 before any).
     last: std::sync::atomic::AtomicU8,
+}
+
+/// The `_any` twins of the reducing kernels (`mscclpp_device::collectives`).
+struct AnyKernels {
+    ll: Kernel<CollectiveParams>,
+    ll128: Kernel<CollectiveParams>,
+    ll_two_shot: Kernel<CollectiveParams>,
+    staged: Kernel<CollectiveParams>,
+    direct: Kernel<DirectCollectiveParams>,
 }
 
 const SCRATCH_TAG: u64 = 0x5c_0000;
@@ -203,6 +216,13 @@ impl Collectives {
         let ll_two_shot_all_reduce = module.kernel(kernels::LL_TWO_SHOT_ALL_REDUCE)?;
         let staged = module.kernel(kernels::STAGED_COLLECTIVE)?;
         let direct = module.kernel(kernels::DIRECT_COLLECTIVE)?;
+        let any = AnyKernels {
+            ll: module.kernel(kernels::LL_COLLECTIVE_ANY)?,
+            ll128: module.kernel(kernels::LL128_COLLECTIVE_ANY)?,
+            ll_two_shot: module.kernel(kernels::LL_TWO_SHOT_ALL_REDUCE_ANY)?,
+            staged: module.kernel(kernels::STAGED_COLLECTIVE_ANY)?,
+            direct: module.kernel(kernels::DIRECT_COLLECTIVE_ANY)?,
+        };
         // Scratch: the LL16 region, the LL128 region (each two halves of `n` slots), staging.
         let ll_slot_bytes = (up16(cfg.ll_max_bytes).div_ceil(8) * 16) as u64;
         let ll128_offset = 2 * n as u64 * ll_slot_bytes;
@@ -256,6 +276,7 @@ impl Collectives {
             ll_two_shot_all_reduce,
             staged,
             direct,
+            any,
             buffers: direct::DirectBuffers::default(),
             side: g.stream()?,
             fork: g.event()?,
@@ -300,11 +321,13 @@ impl Collectives {
     }
 
     /// All-reduce of `count` elements of `dtype` from `input` into `output` (they may be the
-    /// same buffer).
+    /// same buffer), by `op`: a [`Reduction`] (sum, product, min, max, average, pre-multiplied
+    /// sum) or a [`ReduceOp`].
     ///
     /// # Safety
     /// `input` and `output` are device buffers of at least `count` elements, valid until the
-    /// work queued on `stream` completes; every rank makes the same call.
+    /// work queued on `stream` completes (as is a [`Scalar::Device`]); every rank makes the
+    /// same call.
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn all_reduce(
         &self,
@@ -312,36 +335,43 @@ impl Collectives {
         output: DevicePtr<u8>,
         count: usize,
         dtype: DataType,
-        op: ReduceOp,
+        op: impl Into<Reduction>,
         stream: &Stream,
         algo: Option<Algorithm>,
     ) -> Result<()> {
+        let red = op.into();
+        let kop = red.lower(dtype, self.comm.size(), self.comm.gpu().ordinal())?;
         let bytes = count * dtype.size();
         if bytes == 0 {
             return Ok(());
         }
         let forced = algo.is_some();
         let n = self.comm.size();
-        let algo = algo.unwrap_or_else(|| self.all_reduce_choice(bytes));
+        let mut algo = algo.unwrap_or_else(|| self.all_reduce_choice(bytes));
         if n == 1 {
-            // SAFETY: the caller's contract.
-            return unsafe { copy_if_needed(stream, output, input, bytes) };
+            if kop.op != DeviceReduceOp::PreMulSum {
+                // SAFETY: the caller's contract.
+                return unsafe { copy_if_needed(stream, output, input, bytes) };
+            }
+            // One rank still multiplies its contribution (as NCCL does): through staging,
+            // which serves any size.
+            algo = Algorithm::Staged;
         }
         match algo {
             Algorithm::LlOneShot => {
                 let mode = CollectiveMode::AllReduce;
                 self.launch_ll(
                     stream,
-                    self.part_params(mode, (input, output), bytes, dtype, op),
+                    self.part_params(mode, (input, output), bytes, dtype, kop),
                 )
             }
             Algorithm::Ll128 => {
-                let mut p = self.params(CollectiveMode::AllReduce, dtype, op);
+                let mut p = self.params(CollectiveMode::AllReduce, dtype, kop);
                 (p.input, p.output, p.bytes) = (input, output, bytes as u64);
                 self.launch_ll128(stream, p)
             }
             Algorithm::LlTwoShot => {
-                let mut p = self.params(CollectiveMode::AllReduce, dtype, op);
+                let mut p = self.params(CollectiveMode::AllReduce, dtype, kop);
                 (p.input, p.output, p.bytes) = (input, output, bytes as u64);
                 self.launch_ll_two_shot(stream, p)
             }
@@ -358,11 +388,10 @@ impl Collectives {
                 }
                 let done = self.try_direct(algo, forced, eligible, &mine, |t, a| {
                     if a == Algorithm::CopyEngine {
-                        return self.ce_all_reduce(stream, t, bytes, (dtype, op));
+                        return self.ce_all_reduce(stream, t, bytes, (dtype, kop));
                     }
                     let mut d = self.direct_params(CollectiveMode::AllReduce, bytes);
-                    d.common.dtype = dtype as u32;
-                    d.common.op = op as u32;
+                    kop.apply(&mut d.common, dtype);
                     (d.common.input, d.common.output) = (input, output);
                     (d.inputs, d.outputs) = (t[0], t[1]);
                     self.launch_direct(stream, d, bytes / n)
@@ -373,7 +402,7 @@ impl Collectives {
                 // SAFETY: the caller's contract.
                 unsafe {
                     let staged = Some(Algorithm::Staged);
-                    self.all_reduce(input, output, count, dtype, op, stream, staged)
+                    self.all_reduce(input, output, count, dtype, red, stream, staged)
                 }
             }
             Algorithm::Staged | Algorithm::TwoShotPut => {
@@ -387,7 +416,7 @@ impl Collectives {
                 let mut off = 0;
                 while off < bytes {
                     let len = piece.min(bytes - off);
-                    let mut p = self.params(mode, dtype, op);
+                    let mut p = self.params(mode, dtype, kop);
                     p.input = input.byte_add_cast(off as u64);
                     p.output = output.byte_add_cast(off as u64);
                     p.bytes = len as u64;
@@ -496,11 +525,12 @@ impl Collectives {
     }
 
     /// Reduce-scatter: `input` holds `nranks * count` elements; rank r receives the reduction
-    /// of every rank's part r (`count` elements) in `output`. `algo` forces `Staged` or
-    /// `Direct`.
+    /// by `op` (a [`Reduction`] or a [`ReduceOp`]) of every rank's part r (`count` elements) in
+    /// `output`. `algo` forces `LlOneShot`, `Ll128`, `Staged` or `Direct`.
     ///
     /// # Safety
-    /// As [`Collectives::all_gather`], with `input` of `nranks * count` and `output` of `count`.
+    /// As [`Collectives::all_gather`], with `input` of `nranks * count` and `output` of `count`
+    /// (and a [`Scalar::Device`] valid until the queued work completes).
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn reduce_scatter(
         &self,
@@ -508,10 +538,13 @@ impl Collectives {
         output: DevicePtr<u8>,
         count: usize,
         dtype: DataType,
-        op: ReduceOp,
+        op: impl Into<Reduction>,
         stream: &Stream,
         algo: Option<Algorithm>,
     ) -> Result<()> {
+        let op = op
+            .into()
+            .lower(dtype, self.comm.size(), self.comm.gpu().ordinal())?;
         let bytes = count * dtype.size();
         let (n, me) = (self.comm.size(), self.comm.rank());
         if bytes == 0 {
@@ -548,7 +581,7 @@ impl Collectives {
             &[(input, n * bytes)],
             |t, _| {
                 let mut d = self.direct_params(CollectiveMode::ReduceScatter, bytes);
-                (d.common.dtype, d.common.op) = (dtype as u32, op as u32);
+                op.apply(&mut d.common, dtype);
                 (d.common.input, d.common.output) = (input, output);
                 d.inputs = t[0];
                 d.outputs[me] = output;
@@ -565,10 +598,7 @@ impl Collectives {
             output,
             bytes,
             max_piece,
-            |p| {
-                p.dtype = dtype as u32;
-                p.op = op as u32;
-            },
+            |p| op.apply(p, dtype),
             stream,
         )
     }
