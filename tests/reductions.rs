@@ -616,3 +616,75 @@ fn reference_by_hand() {
     let min = reference(DataType::I32, Op::Min, &[0xffff_ffff, 1], 2, None);
     assert!(matches!(min, Want::Bits(0xffff_ffff)));
 }
+
+/// The host and the kernels agree on which kernel reduces what: a main kernel launched for a
+/// reduction only its `_any` twin serves (here the staged kernel, a u32 minimum on one rank)
+/// records `InvalidArgument` and writes nothing, and the twin reduces it.
+#[test]
+fn main_kernels_refuse_what_their_twins_serve() {
+    use mscclpp::host::gpu::LaunchConfig;
+    use mscclpp::shared::{CollectiveMode, CollectiveParams, DeviceErrorCode, DeviceReduceOp};
+    ranks_as_threads(1, |comm: Communicator| {
+        let g = comm.gpu().clone();
+        let module = g.load_ptx(mscclpp::DEVICE_PTX).unwrap();
+        let main = module.kernel(mscclpp::kernels::STAGED_COLLECTIVE).unwrap();
+        let any = module
+            .kernel(mscclpp::kernels::STAGED_COLLECTIVE_ANY)
+            .unwrap();
+        let stream = g.stream().unwrap();
+        let count = 37;
+        let values: Vec<u64> = (0..count).map(|i| mix(i as u64) & 0xffff_ffff).collect();
+        let input = g.alloc(count * 4).unwrap();
+        input
+            .copy_from_host(0, &bytes_of(values.iter().copied(), 4))
+            .unwrap();
+        let output = g.alloc(count * 4).unwrap();
+        let scratch = g.alloc(1 << 12).unwrap();
+        let channels = g.alloc(64).unwrap();
+        let marker = vec![0xa5u8; count * 4];
+        output.copy_from_host(0, &marker).unwrap();
+        let p = CollectiveParams {
+            status: comm.status().device_ptr(),
+            channels: channels.ptr().cast(),
+            input: input.ptr(),
+            output: output.ptr(),
+            scratch: scratch.ptr(),
+            bytes: (count * 4) as u64,
+            dtype: DataType::U32 as u32,
+            op: DeviceReduceOp::Min as u32,
+            mode: CollectiveMode::AllReduce as u32,
+            nranks: 1,
+            max_blocks: 1,
+            ..Default::default()
+        };
+        let cfg = LaunchConfig::new(1, 16).with_shared_mem(16);
+        // SAFETY: one rank (no peer is touched), buffers of `bytes` and a staging area of
+        // 4 KiB at offset 0 of the scratch.
+        unsafe { stream.launch(&any, cfg, p) }.unwrap();
+        stream.synchronize().unwrap();
+        let mut got = vec![0u8; count * 4];
+        output.copy_to_host(0, &mut got).unwrap();
+        assert_eq!(
+            got,
+            bytes_of(values.iter().copied(), 4),
+            "the twin's one-rank minimum"
+        );
+        assert!(comm.status().error().is_none());
+        output.copy_from_host(0, &marker).unwrap();
+        // SAFETY: as above.
+        unsafe { stream.launch(&main, cfg, p) }.unwrap();
+        stream.synchronize().unwrap();
+        output.copy_to_host(0, &mut got).unwrap();
+        assert_eq!(got, marker, "the main kernel wrote nothing");
+        match comm.status().error() {
+            Some(mscclpp::host::Error::Device { code, addr, .. }) => {
+                assert_eq!(code, DeviceErrorCode::InvalidArgument);
+                assert_eq!(
+                    addr,
+                    (DataType::U32 as u64) << 8 | DeviceReduceOp::Min as u64
+                );
+            }
+            other => panic!("the main kernel recorded {other:?}"),
+        }
+    });
+}

@@ -27,7 +27,8 @@ options:
                            allgather, reducescatter), ll, staged,
                            direct, ce (not reducescatter) | auto
                            (default auto: chosen by size, as Collectives::all_reduce does)
-  -d, --datatype T         f32 | f16 | bf16 | i32 | u32 (default f16)
+  -d, --datatype T         f32 | f16 | bf16 | i32 | u32 | i8 | u8 | i64 | u64 | f64 | e4m3 |
+                           e5m2 (default f16)
   -o, --op OP              sum | min | max (default sum)
   -r, --root R             broadcast root (default 0)
       --inplace            in place (the default; all-to-all and send/recv are out of place)
@@ -392,7 +393,10 @@ pub fn parse(args: &[String]) -> Result<Command, BoxError> {
                 coll(&mut collective_only);
                 let v = value!();
                 c.dtype = parse_dtype(&v).ok_or_else(|| {
-                    format!("-d {v:?}: the data types are f32, f16, bf16, i32 and u32")
+                    format!(
+                        "-d {v:?}: the data types are f32, f16, bf16, i32, u32, i8, u8, i64, \
+                         u64, f64, e4m3 and e5m2"
+                    )
                 })?;
             }
             "-o" | "--op" => {
@@ -553,7 +557,7 @@ mod tests {
             ("allreduc", "unknown op"),
             ("allreduce -x", "unknown option"),
             ("allreduce -b", "needs a value"),
-            ("allreduce -d f64", "data types"),
+            ("allreduce -d f128", "data types"),
             ("allreduce -o prod", "reductions"),
             ("allreduce -a fast", "not an algorithm"),
             ("broadcast -a put", "not an algorithm of broadcast"),
