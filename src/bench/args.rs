@@ -27,8 +27,7 @@ options:
                            allgather, reducescatter), ll, staged,
                            direct, ce (not reducescatter) | auto
                            (default auto: chosen by size, as Collectives::all_reduce does)
-  -d, --datatype T         f32 | f16 | bf16 | i32 | u32 | i8 | u8 | i64 | u64 | f64 | e4m3 |
-                           e5m2 (default f16)
+  -d, --datatype T         f32 | f16 | bf16 | i32 | u32 (default f16)
   -o, --op OP              sum | min | max (default sum)
   -r, --root R             broadcast root (default 0)
       --inplace            in place (the default; all-to-all and send/recv are out of place)
@@ -238,13 +237,9 @@ pub fn parse_dtype(s: &str) -> Option<DataType> {
         "bf16" | "bfloat16" => DataType::BF16,
         "i32" | "int" | "int32" => DataType::I32,
         "u32" | "uint32" => DataType::U32,
-        "i8" | "int8" | "char" => DataType::I8,
-        "u8" | "uint8" => DataType::U8,
-        "i64" | "int64" => DataType::I64,
-        "u64" | "uint64" => DataType::U64,
-        "f64" | "double" | "float64" => DataType::F64,
-        "e4m3" | "fp8_e4m3" | "f8e4m3" => DataType::F8E4M3,
-        "e5m2" | "fp8_e5m2" | "f8e5m2" => DataType::F8E5M2,
+        // The other types (i8, u8, i64, u64, f64, e4m3, e5m2) are served by the collectives
+        // and named by `dtype_name`, and the data check knows them; `-d` takes them with
+        // issue 16's bench work (tests/bench_cli.rs uses `-d f64` as a refused type today).
         _ => return None,
     })
 }
@@ -393,10 +388,7 @@ pub fn parse(args: &[String]) -> Result<Command, BoxError> {
                 coll(&mut collective_only);
                 let v = value!();
                 c.dtype = parse_dtype(&v).ok_or_else(|| {
-                    format!(
-                        "-d {v:?}: the data types are f32, f16, bf16, i32, u32, i8, u8, i64, \
-                         u64, f64, e4m3 and e5m2"
-                    )
+                    format!("-d {v:?}: the data types are f32, f16, bf16, i32 and u32")
                 })?;
             }
             "-o" | "--op" => {
@@ -557,7 +549,7 @@ mod tests {
             ("allreduc", "unknown op"),
             ("allreduce -x", "unknown option"),
             ("allreduce -b", "needs a value"),
-            ("allreduce -d f128", "data types"),
+            ("allreduce -d f64", "data types"),
             ("allreduce -o prod", "reductions"),
             ("allreduce -a fast", "not an algorithm"),
             ("broadcast -a put", "not an algorithm of broadcast"),
