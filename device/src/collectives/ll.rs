@@ -8,7 +8,7 @@
 //! until both flags match); `ll_flags` is read by every block of this GPU at its start and
 //! written by the last block to finish (after a GPU-scope fence).
 
-use super::{channel, reducer_for};
+use super::{channel, reducer_for, reducer_serving};
 use crate::arch;
 use crate::packet::{self, Packet};
 use crate::reduce::{CommonSum, Reduce, Reducer};
@@ -467,12 +467,11 @@ fn ll_collective_entry<const ANY: bool>(p: CollectiveParams) {
     let Some(mode) = LlMode::from_mode(p.mode) else {
         return;
     };
-    let reduces = match mode {
-        LlMode::AllReduce if !ANY => return,
-        LlMode::AllReduce | LlMode::ReduceScatter => true,
-        _ => false,
-    };
-    let Some(r) = reducer_for::<ANY>(&p, reduces) else {
+    let reduces = matches!(mode, LlMode::AllReduce | LlMode::ReduceScatter);
+    // The main kernel leaves the all-reduce to `ll_all_reduce_kernel` (serving it here too
+    // took 55 registers, not 47) and records `InvalidArgument` for it.
+    let serves = ANY || mode != LlMode::AllReduce;
+    let Some(r) = reducer_serving::<ANY>(&p, reduces, serves) else {
         return;
     };
     let Some(l) = ll_begin(&p) else {
@@ -493,9 +492,10 @@ fn ll_collective_entry<const ANY: bool>(p: CollectiveParams) {
 
 crate::kernel! {
     /// One-shot collectives with LL16 packets (small messages; `mode`: reduce-scatter,
-    /// all-to-all, broadcast, `Send` for a two-rank exchange with `root`, or all-reduce and
-    /// all-gather, which the host launches as [`ll_all_reduce_kernel`] and
-    /// [`ll_all_gather_kernel`]): every working thread sends its share of packets to every
+    /// all-to-all, broadcast, `Send` for a two-rank exchange with `root`, or all-gather, which
+    /// the host launches as [`ll_all_gather_kernel`]; the all-reduce is
+    /// [`ll_all_reduce_kernel`]'s and [`ll_collective_any_kernel`]'s, and here records
+    /// `InvalidArgument`): every working thread sends its share of packets to every
     /// peer, then reduces or copies the packets that arrive. The flag comes from `ll_flags` on
     /// the device (see `CollectiveParams::ll_flags`); a launch of several blocks has one more,
     /// the keeper, which advances it (see `ll_begin`), so the same launch replayed from a CUDA

@@ -150,6 +150,17 @@ fn barrier_with(p: &CollectiveParams, meet: impl Fn(u32) -> bool) -> bool {
 /// type or operator this build does not know.
 #[inline(always)]
 fn reducer_for<const ANY: bool>(p: &CollectiveParams, reduces: bool) -> Option<Reducer> {
+    reducer_serving::<ANY>(p, reduces, true)
+}
+
+/// [`reducer_for`] where a main kernel also refuses the launch unless `serves` (a mode it
+/// leaves to another kernel), through the same one refusal.
+#[inline(always)]
+fn reducer_serving<const ANY: bool>(
+    p: &CollectiveParams,
+    reduces: bool,
+    serves: bool,
+) -> Option<Reducer> {
     if ANY {
         return Reducer::from_params(p);
     }
@@ -157,7 +168,7 @@ fn reducer_for<const ANY: bool>(p: &CollectiveParams, reduces: bool) -> Option<R
         DataType::from_u32(p.dtype)?,
         DeviceReduceOp::from_u32(p.op)?,
     );
-    if !reduces || op.is_common_sum(dtype) {
+    if serves && (!reduces || op.is_common_sum(dtype)) {
         Some(Reducer::plain(dtype, op))
     } else {
         refuse(p);
@@ -165,7 +176,8 @@ fn reducer_for<const ANY: bool>(p: &CollectiveParams, reduces: bool) -> Option<R
     }
 }
 
-/// Records that a main kernel was launched for a reduction only its `_any` twin serves.
+/// Records that a main kernel was launched for something only another kernel serves (a
+/// reduction its `_any` twin serves; the all-mode LL kernel's all-reduce).
 #[inline(always)]
 fn refuse(p: &CollectiveParams) {
     let what = (p.dtype as u64) << 8 | p.op as u64;
