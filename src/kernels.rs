@@ -58,6 +58,35 @@ pub const STAGED_COLLECTIVE: KernelSpec<CollectiveParams> =
 pub const DIRECT_COLLECTIVE: KernelSpec<DirectCollectiveParams> =
     KernelSpec::new("direct_collective_kernel", c::direct_collective_kernel);
 
+// The `_any` twins of the reducing kernels: every type and operator but the common sums
+// (f16, bf16, f32), which the kernels above reduce without paying for the others in registers.
+
+/// `ll_collective_any_kernel`: `ll_collective_kernel` (all-reduce included) for every type
+/// and operator.
+pub const LL_COLLECTIVE_ANY: KernelSpec<CollectiveParams> =
+    KernelSpec::new("ll_collective_any_kernel", c::ll_collective_any_kernel);
+/// `ll128_collective_any_kernel`: the LL128 all-reduce and reduce-scatter for every type and
+/// operator.
+pub const LL128_COLLECTIVE_ANY: KernelSpec<CollectiveParams> = KernelSpec::new(
+    "ll128_collective_any_kernel",
+    c::ll128_collective_any_kernel,
+);
+/// `ll_two_shot_all_reduce_any_kernel`: the two-shot LL all-reduce for every type and operator.
+pub const LL_TWO_SHOT_ALL_REDUCE_ANY: KernelSpec<CollectiveParams> = KernelSpec::new(
+    "ll_two_shot_all_reduce_any_kernel",
+    c::ll_two_shot_all_reduce_any_kernel,
+);
+/// `staged_collective_any_kernel`: the staged collectives for every type and operator.
+pub const STAGED_COLLECTIVE_ANY: KernelSpec<CollectiveParams> = KernelSpec::new(
+    "staged_collective_any_kernel",
+    c::staged_collective_any_kernel,
+);
+/// `direct_collective_any_kernel`: the direct collectives for every type and operator.
+pub const DIRECT_COLLECTIVE_ANY: KernelSpec<DirectCollectiveParams> = KernelSpec::new(
+    "direct_collective_any_kernel",
+    c::direct_collective_any_kernel,
+);
+
 /// Every built-in kernel's entry point name (checked against the PTX by a test).
 pub const ALL_NAMES: &[&str] = &[
     COPY.name,
@@ -74,4 +103,9 @@ pub const ALL_NAMES: &[&str] = &[
     LL_TWO_SHOT_ALL_REDUCE.name,
     STAGED_COLLECTIVE.name,
     DIRECT_COLLECTIVE.name,
+    LL_COLLECTIVE_ANY.name,
+    LL128_COLLECTIVE_ANY.name,
+    LL_TWO_SHOT_ALL_REDUCE_ANY.name,
+    STAGED_COLLECTIVE_ANY.name,
+    DIRECT_COLLECTIVE_ANY.name,
 ];

@@ -2,8 +2,10 @@
 // launches, median of 10): a minimal LL16 kernel, a put + system fence + per-block flag kernel,
 // a minimal LL128 kernel (shapes: steps per warp x threads per block),
 // and any kernel of ours taking CollectiveParams, loaded from PTX files given as
-// `file.ptx[:kernel]` (default kernel ll_collective_kernel), e.g. the PTX the build embeds
-// (target/release/build/mscclpp-*/out/mscclpp_device.ptx) with `:ll_all_reduce_kernel`.
+// `file.ptx[:kernel]` (default kernel ll_all_reduce_kernel), e.g. the PTX the build embeds
+// (target/release/build/mscclpp-*/out/mscclpp_device.ptx), or `:ll_collective_any_kernel`
+// (`ll_collective_kernel` leaves its all-reduce to those two since the `_any` kernels came,
+// and records InvalidArgument for one).
 // Build and run on the GPU machine:
 //   nvcc -O3 -arch=sm_90 -std=c++17 -I shared/include -o ll_harness benchmarks/harness/ll_harness.cu -lcuda
 //   ./ll_harness mscclpp_device.ptx:ll_all_reduce_kernel
@@ -138,7 +140,7 @@ int main(int argc, char** argv) {
   for (int d = 0; d < 2; d++) {
     CK(cudaSetDevice(d)); CK(cudaMalloc(&oscr[d], 4 * slot)); CK(cudaMemset(oscr[d], 0, 4 * slot)); CK(cudaMalloc(&otab[d], 2 * sizeof(MemoryChannelDeviceHandle))); CK(cudaMalloc(&oflags[d], 16)); CK(cudaMemset(oflags[d], 0, 16));
     for (auto& spec : ptxs) {
-      std::string f = spec, kn = "ll_collective_kernel";
+      std::string f = spec, kn = "ll_all_reduce_kernel";
       auto c = spec.find(':'); if (c != std::string::npos) { f = spec.substr(0, c); kn = spec.substr(c + 1); }
       std::ifstream in(f); std::stringstream ss; ss << in.rdbuf(); std::string src = ss.str();
       CUmodule m; CUresult r = cuModuleLoadData(&m, src.c_str()); if (r) { printf("load %s: %d\n", f.c_str(), r); exit(1); }

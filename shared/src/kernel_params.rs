@@ -102,9 +102,13 @@ pub struct PortPingPongParams {
 static_assertions::assert_eq_size!(PingPongParams, [u64; 11]);
 static_assertions::assert_eq_size!(PortPingPongParams, [u64; 16]);
 
-/// Element types of the collectives.
+/// Element types of the collectives: every type NCCL's collectives take (`ncclDataType_t`,
+/// numbered differently: the first five values are this crate's original ones). Multi-byte
+/// elements are little-endian; `F16` is IEEE binary16, `BF16` bfloat16, `F8E4M3` and `F8E5M2`
+/// the two OCP 8-bit floats of NVIDIA's `__nv_fp8_e4m3` (no infinities, NaN `0x7f`/`0xff`,
+/// largest finite 448) and `__nv_fp8_e5m2` (IEEE-like, largest finite 57344).
 #[repr(u32)]
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
 pub enum DataType {
     /// `f32`.
     F32 = 0,
@@ -116,33 +120,77 @@ pub enum DataType {
     I32 = 3,
     /// `u32`.
     U32 = 4,
+    /// `i8`.
+    I8 = 5,
+    /// `u8`.
+    U8 = 6,
+    /// `i64`.
+    I64 = 7,
+    /// `u64`.
+    U64 = 8,
+    /// `f64`.
+    F64 = 9,
+    /// 8-bit float, 4 exponent and 3 mantissa bits (NVIDIA `__nv_fp8_e4m3`).
+    F8E4M3 = 10,
+    /// 8-bit float, 5 exponent and 2 mantissa bits (NVIDIA `__nv_fp8_e5m2`).
+    F8E5M2 = 11,
 }
 
 impl DataType {
+    /// Every type, in discriminant order.
+    pub const ALL: [DataType; 12] = [
+        Self::F32,
+        Self::F16,
+        Self::BF16,
+        Self::I32,
+        Self::U32,
+        Self::I8,
+        Self::U8,
+        Self::I64,
+        Self::U64,
+        Self::F64,
+        Self::F8E4M3,
+        Self::F8E5M2,
+    ];
+
     /// Bytes per element.
     pub const fn size(self) -> usize {
         match self {
+            Self::I8 | Self::U8 | Self::F8E4M3 | Self::F8E5M2 => 1,
             Self::F16 | Self::BF16 => 2,
-            _ => 4,
+            Self::F32 | Self::I32 | Self::U32 => 4,
+            Self::I64 | Self::U64 | Self::F64 => 8,
         }
+    }
+
+    /// Whether the type is a floating-point one.
+    pub const fn is_float(self) -> bool {
+        matches!(
+            self,
+            Self::F32 | Self::F16 | Self::BF16 | Self::F64 | Self::F8E4M3 | Self::F8E5M2
+        )
+    }
+
+    /// Whether the type is a signed integer.
+    pub const fn is_signed_int(self) -> bool {
+        matches!(self, Self::I8 | Self::I32 | Self::I64)
     }
 
     /// From the raw value in a parameter struct.
     pub const fn from_u32(v: u32) -> Option<Self> {
-        match v {
-            0 => Some(Self::F32),
-            1 => Some(Self::F16),
-            2 => Some(Self::BF16),
-            3 => Some(Self::I32),
-            4 => Some(Self::U32),
-            _ => None,
+        if (v as usize) < Self::ALL.len() {
+            Some(Self::ALL[v as usize])
+        } else {
+            None
         }
     }
 }
 
-/// Reduction operators of the collectives.
+/// The reduction operators of the first collectives API (sum, min, max). Every operator,
+/// product, average and pre-multiplied sums included, is a `mscclpp::collectives::Reduction`,
+/// which these convert into; kernels take a [`DeviceReduceOp`].
 #[repr(u32)]
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
 pub enum ReduceOp {
     /// Sum.
     Sum = 0,
@@ -160,6 +208,68 @@ impl ReduceOp {
             1 => Some(Self::Min),
             2 => Some(Self::Max),
             _ => None,
+        }
+    }
+}
+
+/// What a collective kernel computes element by element (`CollectiveParams::op`), like NCCL's
+/// `ncclDevRedOp_t`: the host lowers every user-level reduction to one of these (average:
+/// [`PreMulSum`](Self::PreMulSum) by `1/n` for floats, [`SumPostDiv`](Self::SumPostDiv) by `n`
+/// for integers, as NCCL does). `Sum`, `Min` and `Max` have [`ReduceOp`]'s values.
+#[repr(u32)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+pub enum DeviceReduceOp {
+    /// Sum.
+    Sum = 0,
+    /// Minimum (floats: a NaN operand yields the other one).
+    Min = 1,
+    /// Maximum (floats: a NaN operand yields the other one).
+    Max = 2,
+    /// Product.
+    Prod = 3,
+    /// Sum of every contribution multiplied by the scalar (`CollectiveParams::scalar` or
+    /// `scalar_ptr`), each multiplied exactly once, in the element type.
+    PreMulSum = 4,
+    /// Sum, then divided by the scalar (`CollectiveParams::scalar`) exactly once, truncating
+    /// toward zero: integer types only.
+    SumPostDiv = 5,
+}
+
+impl DeviceReduceOp {
+    /// From the raw value in a parameter struct.
+    pub const fn from_u32(v: u32) -> Option<Self> {
+        match v {
+            0 => Some(Self::Sum),
+            1 => Some(Self::Min),
+            2 => Some(Self::Max),
+            3 => Some(Self::Prod),
+            4 => Some(Self::PreMulSum),
+            5 => Some(Self::SumPostDiv),
+            _ => None,
+        }
+    }
+
+    /// Whether a kernel serves this operator on `dtype` (every pair but a post-division of a
+    /// floating-point type).
+    pub const fn serves(self, dtype: DataType) -> bool {
+        !matches!(self, Self::SumPostDiv) || !dtype.is_float()
+    }
+
+    /// Whether this is one of the common sums (f16, bf16, f32) that the main collective
+    /// kernels reduce. Every other pair reduces on their `_any` twins
+    /// (`mscclpp_device::collectives`), so that the main kernels' registers pay for no type
+    /// dispatch.
+    pub const fn is_common_sum(self, dtype: DataType) -> bool {
+        matches!(self, Self::Sum) && matches!(dtype, DataType::F16 | DataType::BF16 | DataType::F32)
+    }
+}
+
+impl From<ReduceOp> for DeviceReduceOp {
+    fn from(op: ReduceOp) -> Self {
+        match op {
+            ReduceOp::Sum => Self::Sum,
+            ReduceOp::Min => Self::Min,
+            ReduceOp::Max => Self::Max,
         }
     }
 }
@@ -235,7 +345,7 @@ pub struct CollectiveParams {
     pub reserved: u32,
     /// [`DataType`].
     pub dtype: u32,
-    /// [`ReduceOp`].
+    /// [`DeviceReduceOp`].
     pub op: u32,
     /// [`CollectiveMode`] (staged kernel).
     pub mode: u32,
@@ -252,9 +362,17 @@ pub struct CollectiveParams {
     pub ll128_offset: u64,
     /// Bytes of one rank's LL128 slot (LL128 kernels).
     pub ll128_slot_bytes: u64,
+    /// The operator's scalar: for [`DeviceReduceOp::PreMulSum`] the bits of one element of
+    /// `dtype` (little-endian, zero above), used when `scalar_ptr` is null; for
+    /// [`DeviceReduceOp::SumPostDiv`] the divisor. Zero otherwise.
+    pub scalar: u64,
+    /// [`DeviceReduceOp::PreMulSum`] only: where the scalar is (one element of `dtype` in this
+    /// rank's device memory, read by the kernel when it starts: NCCL's `ncclScalarDevice`),
+    /// or null for `scalar`.
+    pub scalar_ptr: DevicePtr<u8>,
 }
 
-static_assertions::assert_eq_size!(CollectiveParams, [u64; 16]);
+static_assertions::assert_eq_size!(CollectiveParams, [u64; 18]);
 
 /// Most ranks a direct collective serves (one node's NVLink domain).
 pub const MAX_DIRECT_RANKS: usize = 8;
@@ -274,4 +392,4 @@ pub struct DirectCollectiveParams {
     pub outputs: [DevicePtr<u8>; MAX_DIRECT_RANKS],
 }
 
-static_assertions::assert_eq_size!(DirectCollectiveParams, [u64; 32]);
+static_assertions::assert_eq_size!(DirectCollectiveParams, [u64; 34]);

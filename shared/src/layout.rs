@@ -48,7 +48,7 @@ layouts! {
     FifoPushParams { status, fifo, per_thread, reserved }
     PingPongParams { status, channel, bytes, iterations, role, flag_base, reserved }
     PortPingPongParams { status, channel, bytes, iterations, role, flush, reserved }
-    CollectiveParams { status, channels, input, output, scratch, bytes, ll_flags, ll_slot_bytes, stage_offset, stride, reserved, dtype, op, mode, rank, nranks, root, max_blocks, ll128_offset, ll128_slot_bytes }
+    CollectiveParams { status, channels, input, output, scratch, bytes, ll_flags, ll_slot_bytes, stage_offset, stride, reserved, dtype, op, mode, rank, nranks, root, max_blocks, ll128_offset, ll128_slot_bytes, scalar, scalar_ptr }
     DirectCollectiveParams { common, inputs, outputs }
     IpcMemHandle { kind, device, owner_pid, owner_fd, token, alloc_size, offset, size, cuda }
 }
@@ -100,9 +100,25 @@ pub const TRIGGER_CONSTANTS: &[(&str, u64)] = {
         ("MSCCLPP_DTYPE_BF16", crate::DataType::BF16 as u64),
         ("MSCCLPP_DTYPE_I32", crate::DataType::I32 as u64),
         ("MSCCLPP_DTYPE_U32", crate::DataType::U32 as u64),
-        ("MSCCLPP_OP_SUM", crate::ReduceOp::Sum as u64),
-        ("MSCCLPP_OP_MIN", crate::ReduceOp::Min as u64),
-        ("MSCCLPP_OP_MAX", crate::ReduceOp::Max as u64),
+        ("MSCCLPP_DTYPE_I8", crate::DataType::I8 as u64),
+        ("MSCCLPP_DTYPE_U8", crate::DataType::U8 as u64),
+        ("MSCCLPP_DTYPE_I64", crate::DataType::I64 as u64),
+        ("MSCCLPP_DTYPE_U64", crate::DataType::U64 as u64),
+        ("MSCCLPP_DTYPE_F64", crate::DataType::F64 as u64),
+        ("MSCCLPP_DTYPE_F8E4M3", crate::DataType::F8E4M3 as u64),
+        ("MSCCLPP_DTYPE_F8E5M2", crate::DataType::F8E5M2 as u64),
+        ("MSCCLPP_OP_SUM", crate::DeviceReduceOp::Sum as u64),
+        ("MSCCLPP_OP_MIN", crate::DeviceReduceOp::Min as u64),
+        ("MSCCLPP_OP_MAX", crate::DeviceReduceOp::Max as u64),
+        ("MSCCLPP_OP_PROD", crate::DeviceReduceOp::Prod as u64),
+        (
+            "MSCCLPP_OP_PRE_MUL_SUM",
+            crate::DeviceReduceOp::PreMulSum as u64,
+        ),
+        (
+            "MSCCLPP_OP_SUM_POST_DIV",
+            crate::DeviceReduceOp::SumPostDiv as u64,
+        ),
         (
             "MSCCLPP_MODE_ALL_REDUCE",
             crate::CollectiveMode::AllReduce as u64,

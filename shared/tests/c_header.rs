@@ -16,12 +16,16 @@
 //! runs it, and compares every line with the value Rust computes, reporting every mismatch at
 //! once. A field missing from the header fails the compile; a field that moved or changed
 //! size fails the comparison. A compiler is required: these tests fail, never skip, without one.
+//!
+//! The header is compiled into this test binary ([`HEADERS`]) and written next to the
+//! generated program at run time, so the binary checks the header of the source it was built
+//! from wherever it runs (a GPU bundle copied to another machine or directory included).
 
 use std::collections::HashMap;
 use std::env;
 use std::fmt::Write as _;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -489,8 +493,25 @@ fn scratch_dir(tag: &str) -> PathBuf {
     dir
 }
 
-fn include_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("include")
+/// The headers the generated program includes, as they were when this test was built:
+/// `(path under the include directory, contents)`.
+const HEADERS: &[(&str, &str)] = &[(
+    "mscclpp/layout.h",
+    include_str!("../include/mscclpp/layout.h"),
+)];
+
+/// Writes [`HEADERS`] under `dir/include` and returns that include directory.
+fn write_headers(dir: &std::path::Path) -> PathBuf {
+    let include = dir.join("include");
+    for (path, text) in HEADERS {
+        let file = include.join(path);
+        if let Some(parent) = file.parent() {
+            fs::create_dir_all(parent)
+                .unwrap_or_else(|e| panic!("cannot create {}: {e}", parent.display()));
+        }
+        fs::write(&file, text).unwrap_or_else(|e| panic!("cannot write {}: {e}", file.display()));
+    }
+    include
 }
 
 /// Compiles `program` as `lang` against the header, runs it and returns its output. The
@@ -503,6 +524,7 @@ fn compile_and_run(lang: Lang, program: &str) -> String {
     });
     let source = dir.join("layout_check.c");
     let exe = dir.join("layout_check");
+    let include = write_headers(&dir);
     fs::write(&source, program)
         .unwrap_or_else(|e| panic!("cannot write {}: {e}", source.display()));
 
@@ -510,7 +532,7 @@ fn compile_and_run(lang: Lang, program: &str) -> String {
     cmd.args(&compiler[1..])
         .args(lang.flags())
         .arg("-I")
-        .arg(include_dir())
+        .arg(&include)
         .arg(&source)
         .arg("-o")
         .arg(&exe);
@@ -622,6 +644,31 @@ fn altered_rust_table_is_reported() {
             .all(|p| p.contains("LL8Packet") && p.ends_with("not expected by Rust")),
         "{problems:#?}"
     );
+}
+
+/// The embedded header is the one a user compiles: the copy written for the compiler is
+/// byte-for-byte the file in the source tree (when the tree is there, as it is under `cargo
+/// test`; a bundle run elsewhere checks the embedded copy, which cargo rebuilt from that file).
+#[test]
+fn embedded_header_is_written_verbatim() {
+    let dir = scratch_dir("headers");
+    let include = write_headers(&dir);
+    for (path, text) in HEADERS {
+        let written = fs::read_to_string(include.join(path)).expect("the header was written");
+        assert_eq!(written, *text, "{path}");
+        let in_tree = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("include")
+            .join(path);
+        if let Ok(source) = fs::read_to_string(&in_tree) {
+            assert_eq!(
+                source,
+                written,
+                "{} differs from the embedded copy",
+                in_tree.display()
+            );
+        }
+    }
+    let _ = fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -18,9 +18,10 @@ use mscclpp_host::memory_channel::MemoryChannel;
 use mscclpp_host::registered_memory::RegisteredMemory;
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::{
-    CollectiveMode, CollectiveParams, DataType, DevicePtr, DirectCollectiveParams, ReduceOp,
+    CollectiveMode, CollectiveParams, DataType, DevicePtr, DeviceReduceOp, DirectCollectiveParams,
 };
 
+use super::reduction::KernelOp;
 use super::registered::RegisteredBuffers;
 use super::scratch::ScratchLayout;
 use super::select::Call;
@@ -145,13 +146,13 @@ impl Context {
     }
 
     /// A collective kernel's parameters for `mode`, reducing `dtype` by `op`: the only place
-    /// that writes `mode`, `dtype` and `op` (calls that only move data pass
-    /// [`Context::MOVE`]'s type and operator, which their kernels ignore). Buffers, `bytes`,
-    /// `stride` and `root` are the caller's to fill in.
+    /// that writes `mode`, `dtype`, `op` and the operator's scalar (calls that only move data
+    /// pass [`Context::MOVE`]'s type and operator, which their kernels ignore). Buffers,
+    /// `bytes`, `stride` and `root` are the caller's to fill in.
     pub fn params(
         &self,
         mode: CollectiveMode,
-        (dtype, op): (DataType, ReduceOp),
+        (dtype, op): (DataType, KernelOp),
     ) -> CollectiveParams {
         CollectiveParams {
             status: self.comm.status().device_ptr(),
@@ -168,7 +169,9 @@ impl Context {
             stride: 0,
             reserved: 0,
             dtype: dtype as u32,
-            op: op as u32,
+            op: op.op as u32,
+            scalar: op.scalar,
+            scalar_ptr: op.scalar_ptr,
             mode: mode as u32,
             rank: self.rank() as u32,
             nranks: self.ranks() as u32,
@@ -178,14 +181,14 @@ impl Context {
     }
 
     /// The type and operator of a call that moves data without reducing it.
-    pub const MOVE: (DataType, ReduceOp) = (DataType::U32, ReduceOp::Sum);
+    pub const MOVE: (DataType, KernelOp) = (DataType::U32, KernelOp::plain(DeviceReduceOp::Sum));
 
     /// [`params`](Self::params) for the direct kernel, over `bytes` (and parts `bytes` apart);
     /// no buffers yet.
     pub fn direct_params(
         &self,
         mode: CollectiveMode,
-        data: (DataType, ReduceOp),
+        data: (DataType, KernelOp),
         bytes: usize,
     ) -> DirectCollectiveParams {
         let mut common = self.params(mode, data);
@@ -230,6 +233,57 @@ impl Context {
             what,
             backend: self.comm.gpu().kind(),
         }
+    }
+}
+
+/// Whether a launch with `p` reduces something other than a common sum (f16, bf16, f32),
+/// which only the `_any` twin of a reducing kernel serves (`mscclpp_device::collectives`).
+pub(crate) fn needs_any(p: &CollectiveParams) -> bool {
+    let reduces = [
+        CollectiveMode::AllReduce,
+        CollectiveMode::AllReducePut,
+        CollectiveMode::ReduceScatter,
+        CollectiveMode::ReduceLocal,
+    ]
+    .iter()
+    .any(|&m| m as u32 == p.mode);
+    let common = match (DataType::from_u32(p.dtype), DeviceReduceOp::from_u32(p.op)) {
+        (Some(d), Some(o)) => o.is_common_sum(d),
+        _ => false,
+    };
+    reduces && !common
+}
+
+/// `main`, or its `_any` twin when `p` reduces something the main kernels do not serve.
+pub(crate) fn pick<'k, P>(
+    main: &'k Kernel<P>,
+    any: &'k Kernel<P>,
+    p: &CollectiveParams,
+) -> &'k Kernel<P> {
+    if needs_any(p) { any } else { main }
+}
+
+/// A reducing kernel and its `_any` twin, which serves every type and operator (the main one
+/// reduces only the common sums, with fewer registers).
+pub(crate) struct Twin<P> {
+    /// The main kernel.
+    pub main: Kernel<P>,
+    /// Its twin.
+    pub any: Kernel<P>,
+}
+
+impl<P: bytemuck::Pod> Twin<P> {
+    /// Loads both.
+    pub fn load(s: &SetUp<'_>, main: KernelSpec<P>, any: KernelSpec<P>) -> Result<Self> {
+        Ok(Self {
+            main: s.kernel(main)?,
+            any: s.kernel(any)?,
+        })
+    }
+
+    /// The one that serves a launch with `p` ([`pick`]).
+    pub fn for_params(&self, p: &CollectiveParams) -> &Kernel<P> {
+        pick(&self.main, &self.any, p)
     }
 }
 

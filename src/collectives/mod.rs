@@ -55,6 +55,7 @@
 mod algo;
 mod config;
 mod context;
+mod reduction;
 mod registered;
 mod scratch;
 mod select;
@@ -64,13 +65,14 @@ mod setup;
 
 pub use algo::{Algorithm, Collective};
 pub use config::{CollectiveConfig, Limit, Setting};
+pub use reduction::{KernelOp, Reduction, Scalar, element_bits};
 
 use std::sync::Arc;
 
 use mscclpp_host::Result;
 use mscclpp_host::communicator::Communicator;
 use mscclpp_host::gpu::{Module, Stream};
-use mscclpp_shared::{DataType, DevicePtr, ReduceOp};
+use mscclpp_shared::{DataType, DevicePtr, DeviceReduceOp};
 
 use algo::{Queue, Queued, UNITS};
 use context::{Args, Context, Peer, SetUp, copy_if_needed};
@@ -150,11 +152,13 @@ impl Collectives {
     }
 
     /// All-reduce of `count` elements of `dtype` from `input` into `output` (they may be the
-    /// same buffer).
+    /// same buffer), by `op`: a [`Reduction`] (sum, product, min, max, average, pre-multiplied
+    /// sum) or a [`ReduceOp`](mscclpp_shared::ReduceOp).
     ///
     /// # Safety
     /// `input` and `output` are device buffers of at least `count` elements, valid until the
-    /// work queued on `stream` completes; every rank makes the same call.
+    /// work queued on `stream` completes (as is a [`Scalar::Device`]); every rank makes the
+    /// same call.
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn all_reduce(
         &self,
@@ -162,10 +166,11 @@ impl Collectives {
         output: DevicePtr<u8>,
         count: usize,
         dtype: DataType,
-        op: ReduceOp,
+        op: impl Into<Reduction>,
         stream: &Stream,
         algo: Option<Algorithm>,
     ) -> Result<()> {
+        let op = self.lower(op.into(), dtype)?;
         let call = self.call(Collective::AllReduce, count, dtype, op);
         // SAFETY: the caller's contract.
         unsafe { self.run(self.args(call, input, output, Peer::None), algo, stream) }
@@ -186,17 +191,18 @@ impl Collectives {
         stream: &Stream,
         algo: Option<Algorithm>,
     ) -> Result<()> {
-        let call = self.call(Collective::AllGather, count, dtype, ReduceOp::Sum);
+        let call = self.call(Collective::AllGather, count, dtype, Context::MOVE.1);
         // SAFETY: the caller's contract.
         unsafe { self.run(self.args(call, input, output, Peer::None), algo, stream) }
     }
 
     /// Reduce-scatter: `input` holds `nranks * count` elements; rank r receives the reduction
-    /// of every rank's part r (`count` elements) in `output`. `algo` forces one of the
-    /// algorithms that serve it.
+    /// by `op` (a [`Reduction`] or a [`ReduceOp`](mscclpp_shared::ReduceOp)) of every rank's part r (`count` elements)
+    /// in `output`. `algo` forces one of the algorithms that serve it.
     ///
     /// # Safety
-    /// As [`Collectives::all_gather`], with `input` of `nranks * count` and `output` of `count`.
+    /// As [`Collectives::all_gather`], with `input` of `nranks * count` and `output` of `count`
+    /// (and a [`Scalar::Device`] valid until the queued work completes).
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn reduce_scatter(
         &self,
@@ -204,10 +210,11 @@ impl Collectives {
         output: DevicePtr<u8>,
         count: usize,
         dtype: DataType,
-        op: ReduceOp,
+        op: impl Into<Reduction>,
         stream: &Stream,
         algo: Option<Algorithm>,
     ) -> Result<()> {
+        let op = self.lower(op.into(), dtype)?;
         let call = self.call(Collective::ReduceScatter, count, dtype, op);
         // SAFETY: the caller's contract.
         unsafe { self.run(self.args(call, input, output, Peer::None), algo, stream) }
@@ -230,7 +237,7 @@ impl Collectives {
         algo: Option<Algorithm>,
     ) -> Result<()> {
         self.check_rank(root)?;
-        let call = self.call(Collective::Broadcast, count, dtype, ReduceOp::Sum);
+        let call = self.call(Collective::Broadcast, count, dtype, Context::MOVE.1);
         // SAFETY: the caller's contract.
         unsafe {
             self.run(
@@ -256,7 +263,7 @@ impl Collectives {
         stream: &Stream,
         algo: Option<Algorithm>,
     ) -> Result<()> {
-        let call = self.call(Collective::AllToAll, count, dtype, ReduceOp::Sum);
+        let call = self.call(Collective::AllToAll, count, dtype, Context::MOVE.1);
         // SAFETY: the caller's contract.
         unsafe { self.run(self.args(call, input, output, Peer::None), algo, stream) }
     }
@@ -320,13 +327,18 @@ impl Collectives {
     ) -> Result<()> {
         self.check_peer(next)?;
         self.check_peer(prev)?;
-        let call = self.call(Collective::SendRecv, count, dtype, ReduceOp::Sum);
+        let call = self.call(Collective::SendRecv, count, dtype, Context::MOVE.1);
         let args = self.args(call, input, output, Peer::Pair { next, prev });
         // SAFETY: the caller's contract.
         unsafe { self.run(args, None, stream) }
     }
 
-    fn call(&self, collective: Collective, count: usize, dtype: DataType, op: ReduceOp) -> Call {
+    /// `op` on `dtype` as the kernels take it ([`Reduction::lower`]).
+    fn lower(&self, op: Reduction, dtype: DataType) -> Result<KernelOp> {
+        op.lower(dtype, self.cx.ranks(), self.cx.comm.gpu().ordinal())
+    }
+
+    fn call(&self, collective: Collective, count: usize, dtype: DataType, op: KernelOp) -> Call {
         Call {
             collective,
             one_way: false,
@@ -340,7 +352,7 @@ impl Collectives {
     fn one_way(&self, count: usize, dtype: DataType) -> Call {
         Call {
             one_way: true,
-            ..self.call(Collective::SendRecv, count, dtype, ReduceOp::Sum)
+            ..self.call(Collective::SendRecv, count, dtype, Context::MOVE.1)
         }
     }
 
@@ -366,9 +378,15 @@ impl Collectives {
         if call.bytes == 0 {
             return Ok(());
         }
+        let mut forced = forced;
         if call.collective == Collective::AllReduce && call.ranks == 1 {
-            // SAFETY: the caller's contract.
-            return unsafe { copy_if_needed(stream, args.output, args.input, call.bytes) };
+            if call.op.op != DeviceReduceOp::PreMulSum {
+                // SAFETY: the caller's contract.
+                return unsafe { copy_if_needed(stream, args.output, args.input, call.bytes) };
+            }
+            // One rank still multiplies its contribution (as NCCL does): through staging,
+            // which serves any size.
+            forced = Some(Algorithm::Staged);
         }
         let cannot = |w| cx.cannot(w);
         let mut choice = select::choose(&cx.cfg, call, forced, true).map_err(cannot)?;

@@ -12,7 +12,9 @@
 //! always holds. Every rank holds the same configuration (checked at set-up) and makes the same
 //! call, so every rank chooses alike.
 
-use mscclpp_shared::{DataType, ReduceOp};
+use mscclpp_shared::DataType;
+
+use super::reduction::KernelOp;
 
 #[cfg(test)]
 use super::scratch::ScratchLayout;
@@ -32,8 +34,8 @@ pub(crate) struct Call {
     pub ranks: usize,
     /// Element type.
     pub dtype: DataType,
-    /// Operator (`Sum` where the collective does not reduce).
-    pub op: ReduceOp,
+    /// Operator, lowered for the kernels (`Sum` where the collective does not reduce).
+    pub op: KernelOp,
 }
 
 /// What a row (or a forced algorithm) leads to.
@@ -294,7 +296,7 @@ mod tests {
                         bytes,
                         ranks,
                         dtype: mscclpp_shared::DataType::F32,
-                        op: mscclpp_shared::ReduceOp::Sum,
+                        op: super::KernelOp::from(mscclpp_shared::ReduceOp::Sum),
                     };
                     assert!(
                         (last.when)(&cfg, &call),

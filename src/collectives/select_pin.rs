@@ -419,7 +419,7 @@ fn every_call_runs_what_it_ran_before_the_units() {
                         bytes,
                         ranks: n,
                         dtype: DataType::F32,
-                        op: ReduceOp::Sum,
+                        op: ReduceOp::Sum.into(),
                     };
                     let forcings: Vec<Option<Algorithm>> = if collective == Collective::SendRecv {
                         vec![None] // send_recv, send and recv take no algorithm
@@ -458,7 +458,7 @@ fn the_reference_says_what_the_readme_says() {
         bytes,
         ranks,
         dtype: DataType::F32,
-        op: ReduceOp::Sum,
+        op: ReduceOp::Sum.into(),
     };
     let auto = |cfg: &CollectiveConfig, c: Call, reg| reference(cfg, c, None, reg);
     let ar = Collective::AllReduce;

@@ -26,6 +26,7 @@ pub fn encode_into(dtype: DataType, v: f64, out: &mut Vec<u8>) {
         DataType::I32 => out.extend_from_slice(&(v as i32).to_le_bytes()),
         // Unsigned: shifted into range.
         DataType::U32 => out.extend_from_slice(&((v + 10.0) as u32).to_le_bytes()),
+        other => panic!("{other:?} is not in TYPES (tests/reductions.rs covers every type)"),
     }
 }
 
@@ -44,5 +45,6 @@ pub fn decode(dtype: DataType, b: &[u8]) -> f64 {
         DataType::BF16 => bf16_to_f32(u16::from_le_bytes(b.try_into().unwrap())) as f64,
         DataType::I32 => i32::from_le_bytes(b.try_into().unwrap()) as f64,
         DataType::U32 => u32::from_le_bytes(b.try_into().unwrap()) as f64 - 10.0,
+        other => panic!("{other:?} is not in TYPES (tests/reductions.rs covers every type)"),
     }
 }

@@ -271,13 +271,13 @@ fn ranks_as_processes_under_mscclpp_run() {
     // other, so only one of them is sure to have printed its message.
     let o = run(
         &run_tool(),
-        &format!("-n 2 -- {} allreduce -d f64", bench()),
+        &format!("-n 2 -- {} allreduce -d f128", bench()),
     );
     assert_eq!(o.status.code(), Some(2), "{:?}", text(&o));
     let err = text(&o).1;
     assert!(
-        err.contains("[0] error: invalid value 'f64' for '--datatype <T>'")
-            || err.contains("[1] error: invalid value 'f64' for '--datatype <T>'"),
+        err.contains("[0] error: invalid value 'f128' for '--datatype <T>'")
+            || err.contains("[1] error: invalid value 'f128' for '--datatype <T>'"),
         "{err:?}"
     );
 }
@@ -311,9 +311,9 @@ fn bad_command_lines_say_why() {
         ("", 2, "Usage: mscclpp-bench <COMMAND>"),
         ("allreduc", 2, "unrecognized subcommand 'allreduc'"),
         (
-            "allreduce -d f64",
+            "allreduce -d f128",
             2,
-            "invalid value 'f64' for '--datatype <T>'\n  [possible values: f32, f16, bf16, i32, u32]",
+            "invalid value 'f128' for '--datatype <T>'\n  [possible values: f32, f16, bf16, i32, u32, i8, u8, i64, u64, f64, e4m3, e5m2]",
         ),
         ("allreduce -o prod", 2, "[possible values: sum, min, max]"),
         ("allreduce --bogus", 2, "unexpected argument '--bogus'"),

@@ -271,6 +271,38 @@ pub fn add_f16x2(_a: u32, _b: u32) -> Option<u32> {
 pub fn add_bf16x2(_a: u32, _b: u32) -> Option<u32> {
     None
 }
+/// `mul.rn.f16x2` where the hardware has it: never on the host.
+#[inline(always)]
+pub fn mul_f16x2(_a: u32, _b: u32) -> Option<u32> {
+    None
+}
+/// `mul.rn.bf16x2` where the hardware has it: never on the host.
+#[inline(always)]
+pub fn mul_bf16x2(_a: u32, _b: u32) -> Option<u32> {
+    None
+}
+/// Two fp8 e4m3 to two halves (the software twin of `cvt.rn.f16x2.e4m3x2`).
+#[inline(always)]
+pub fn cvt_f16x2_e4m3x2(v: u16) -> u32 {
+    crate::reduce::fp8x2_to_f16x2_soft(v, crate::reduce::Fp8::E4M3)
+}
+/// Two fp8 e5m2 to two halves (the software twin of `cvt.rn.f16x2.e5m2x2`).
+#[inline(always)]
+pub fn cvt_f16x2_e5m2x2(v: u16) -> u32 {
+    crate::reduce::fp8x2_to_f16x2_soft(v, crate::reduce::Fp8::E5M2)
+}
+/// Two halves to two fp8 e4m3, saturating (the software twin of
+/// `cvt.rn.satfinite.e4m3x2.f16x2`).
+#[inline(always)]
+pub fn cvt_rn_satfinite_e4m3x2_f16x2(v: u32) -> u16 {
+    crate::reduce::f16x2_to_fp8x2_soft(v, crate::reduce::Fp8::E4M3)
+}
+/// Two halves to two fp8 e5m2, saturating (the software twin of
+/// `cvt.rn.satfinite.e5m2x2.f16x2`).
+#[inline(always)]
+pub fn cvt_rn_satfinite_e5m2x2_f16x2(v: u32) -> u16 {
+    crate::reduce::f16x2_to_fp8x2_soft(v, crate::reduce::Fp8::E5M2)
+}
 /// Half to float (the software twin of `cvt.f32.f16`).
 #[inline(always)]
 pub fn cvt_f32_f16(h: u16) -> f32 {

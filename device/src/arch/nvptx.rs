@@ -404,6 +404,108 @@ pub fn add_bf16x2(a: u32, b: u32) -> Option<u32> {
         None
     }
 }
+/// `mul.rn.f16x2`: two half products in one instruction (`None`: use the soft path).
+#[inline(always)]
+pub fn mul_f16x2(a: u32, b: u32) -> Option<u32> {
+    let r: u32;
+    // SAFETY: a register operation.
+    unsafe {
+        asm!("mul.rn.f16x2 {r}, {a}, {b};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, options(nomem, nostack, pure))
+    };
+    Some(r)
+}
+/// `mul.rn.bf16x2` (sm_90 and newer): two bfloat16 products in one instruction (`None`: use
+/// the soft path, as on targets before sm_90, which lack the instruction).
+#[inline(always)]
+pub fn mul_bf16x2(a: u32, b: u32) -> Option<u32> {
+    #[cfg(target_feature = "sm_90")]
+    {
+        let r: u32;
+        // SAFETY: a register operation.
+        unsafe {
+            asm!("mul.rn.bf16x2 {r}, {a}, {b};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, options(nomem, nostack, pure))
+        };
+        Some(r)
+    }
+    #[cfg(not(target_feature = "sm_90"))]
+    {
+        let _ = (a, b);
+        None
+    }
+}
+/// `cvt.rn.f16x2.e4m3x2` (sm_90 builds; the soft conversion before): two fp8 e4m3 (low byte
+/// first) to two halves (low half first), exactly.
+#[inline(always)]
+pub fn cvt_f16x2_e4m3x2(v: u16) -> u32 {
+    #[cfg(target_feature = "sm_90")]
+    {
+        let r: u32;
+        // SAFETY: a register conversion.
+        unsafe {
+            asm!("cvt.rn.f16x2.e4m3x2 {r}, {v};", r = out(reg32) r, v = in(reg16) v, options(nomem, nostack, pure))
+        };
+        r
+    }
+    #[cfg(not(target_feature = "sm_90"))]
+    {
+        crate::reduce::fp8x2_to_f16x2_soft(v, crate::reduce::Fp8::E4M3)
+    }
+}
+/// `cvt.rn.f16x2.e5m2x2` (sm_90 builds; the soft conversion before): as
+/// [`cvt_f16x2_e4m3x2`], for e5m2.
+#[inline(always)]
+pub fn cvt_f16x2_e5m2x2(v: u16) -> u32 {
+    #[cfg(target_feature = "sm_90")]
+    {
+        let r: u32;
+        // SAFETY: a register conversion.
+        unsafe {
+            asm!("cvt.rn.f16x2.e5m2x2 {r}, {v};", r = out(reg32) r, v = in(reg16) v, options(nomem, nostack, pure))
+        };
+        r
+    }
+    #[cfg(not(target_feature = "sm_90"))]
+    {
+        crate::reduce::fp8x2_to_f16x2_soft(v, crate::reduce::Fp8::E5M2)
+    }
+}
+/// `cvt.rn.satfinite.e4m3x2.f16x2` (sm_90 builds; the soft conversion before): two halves to
+/// two fp8 e4m3, rounded to nearest even, beyond the largest finite value (infinities
+/// included) to it, NaN to NaN.
+#[inline(always)]
+pub fn cvt_rn_satfinite_e4m3x2_f16x2(v: u32) -> u16 {
+    #[cfg(target_feature = "sm_90")]
+    {
+        let r: u16;
+        // SAFETY: a register conversion.
+        unsafe {
+            asm!("cvt.rn.satfinite.e4m3x2.f16x2 {r}, {v};", r = out(reg16) r, v = in(reg32) v, options(nomem, nostack, pure))
+        };
+        r
+    }
+    #[cfg(not(target_feature = "sm_90"))]
+    {
+        crate::reduce::f16x2_to_fp8x2_soft(v, crate::reduce::Fp8::E4M3)
+    }
+}
+/// `cvt.rn.satfinite.e5m2x2.f16x2` (sm_90 builds; the soft conversion before): as
+/// [`cvt_rn_satfinite_e4m3x2_f16x2`], for e5m2.
+#[inline(always)]
+pub fn cvt_rn_satfinite_e5m2x2_f16x2(v: u32) -> u16 {
+    #[cfg(target_feature = "sm_90")]
+    {
+        let r: u16;
+        // SAFETY: a register conversion.
+        unsafe {
+            asm!("cvt.rn.satfinite.e5m2x2.f16x2 {r}, {v};", r = out(reg16) r, v = in(reg32) v, options(nomem, nostack, pure))
+        };
+        r
+    }
+    #[cfg(not(target_feature = "sm_90"))]
+    {
+        crate::reduce::f16x2_to_fp8x2_soft(v, crate::reduce::Fp8::E5M2)
+    }
+}
 /// `cvt.f32.f16`: half to float.
 #[inline(always)]
 pub fn cvt_f32_f16(h: u16) -> f32 {

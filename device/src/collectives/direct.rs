@@ -29,12 +29,10 @@
 //! The host uses this kernel only when `bytes` (and `stride`) are multiples of 16 and every
 //! pointer is 16-byte aligned, so everything moves in whole 16-byte vectors.
 
-use super::{barrier, barrier_with, begin, sub_slice, up16};
+use super::{barrier, barrier_with, begin, mode_reduces, sub_slice, up16};
 use crate::arch;
-use crate::reduce::reduce_word;
-use mscclpp_shared::{
-    CollectiveMode, DataType, DirectCollectiveParams, MAX_DIRECT_RANKS, ReduceOp,
-};
+use crate::reduce::{CommonSum, Reduce};
+use mscclpp_shared::{CollectiveMode, DirectCollectiveParams, MAX_DIRECT_RANKS};
 
 /// 16-byte vectors a thread keeps in flight per step (loads are issued before their uses).
 const UNROLL: usize = 4;
@@ -61,8 +59,9 @@ unsafe fn load(src: *const u8, j: u64, nv: u64) -> [u32; 4] {
     }
 }
 
-/// Reduces vectors over `readers` ranks (`src(q)` for `q` in `readers`, `first` first) and
-/// stores the result to `dst(q)` for `q` in `writers`. Block-collective.
+/// Reduces vectors over `readers` ranks (`src(q)` for `q` in `readers`, `first` first; each
+/// pre-multiplied, the result post-divided: [`Reduce`]) and stores the result to `dst(q)` for
+/// `q` in `writers`. Block-collective.
 ///
 /// # Safety
 /// Every `src(q)` / `dst(q)` holds `nv * 16` bytes (kernel contract).
@@ -74,8 +73,7 @@ unsafe fn reduce_spread<S, D>(
     readers: impl Fn(u32) -> bool,
     writers: impl Fn(u32) -> bool,
     nranks: u32,
-    dtype: DataType,
-    op: ReduceOp,
+    r: impl Reduce,
 ) where
     S: Fn(u32) -> *const u8,
     D: Fn(u32) -> *mut u8,
@@ -87,7 +85,7 @@ unsafe fn reduce_spread<S, D>(
         let base = (s.src)(first);
         for (k, a) in acc.iter_mut().enumerate() {
             // SAFETY: forwarded contract.
-            *a = unsafe { load(base, i + k as u64 * bd, s.nv) };
+            *a = r.pre_v4(unsafe { load(base, i + k as u64 * bd, s.nv) });
         }
         for q in 0..nranks {
             if q == first || !readers(q) {
@@ -100,10 +98,11 @@ unsafe fn reduce_spread<S, D>(
                 *v = unsafe { load(src, i + k as u64 * bd, s.nv) };
             }
             for k in 0..UNROLL {
-                for x in 0..4 {
-                    acc[k][x] = reduce_word(acc[k][x], w[k][x], dtype, op);
-                }
+                acc[k] = r.fold_v4(acc[k], w[k]);
             }
+        }
+        for a in acc.iter_mut() {
+            *a = r.post_v4(*a);
         }
         for q in 0..nranks {
             if !writers(q) {
@@ -133,115 +132,132 @@ where
     S: Fn(u32) -> *const u8,
     D: Fn(u32) -> *mut u8,
 {
-    // SAFETY: forwarded contract; no rank other than `first` is read, so the op is unused.
-    unsafe {
-        reduce_spread(
-            s,
-            first,
-            |_| false,
-            writers,
-            n,
-            DataType::U32,
-            ReduceOp::Sum,
-        )
+    // SAFETY: forwarded contract; no rank other than `first` is read, and a copy's reducer
+    // changes nothing.
+    unsafe { reduce_spread(s, first, |_| false, writers, n, CommonSum::COPY) }
+}
+
+crate::kernel! {
+    /// Every collective on the callers' registered buffers (see the module docs), reducing the
+    /// common sums (f16, bf16, f32; other reductions: [`direct_collective_any_kernel`]). Needs
+    /// 16 bytes of dynamic shared memory and at most `common.max_blocks` blocks.
+    fn direct_collective_kernel(d: DirectCollectiveParams) {
+        direct::<false>(d)
     }
 }
 
 crate::kernel! {
-    /// Every collective on the callers' registered buffers (see the module docs). Needs 16
-    /// bytes of dynamic shared memory and at most `common.max_blocks` blocks.
-    fn direct_collective_kernel(d: DirectCollectiveParams) {
-        let p = &d.common;
-        let Some((dtype, op)) = begin(p) else {
+    /// [`direct_collective_kernel`] for every type and operator.
+    fn direct_collective_any_kernel(d: DirectCollectiveParams) {
+        direct::<true>(d)
+    }
+}
+
+/// The direct kernels' body (`ANY`: which kind, see `with_reducer!`).
+#[inline(always)]
+fn direct<const ANY: bool>(d: DirectCollectiveParams) {
+    let p = &d.common;
+    let Some(r) = begin::<ANY>(p, mode_reduces(p.mode)) else {
+        return;
+    };
+    if p.nranks as usize > MAX_DIRECT_RANKS || p.rank >= p.nranks {
+        return; // the tables hold MAX_DIRECT_RANKS entries; the host never launches this
+    }
+    let (b, nb) = (arch::block_idx_x() as u64, arch::grid_dim_x() as u64);
+    let (n, me) = (p.nranks, p.rank);
+    if p.mode == CollectiveMode::Barrier as u32 {
+        // One meeting: the host queues one before and one after its copies.
+        barrier_with(p, |q| q < 32 && p.root & (1 << q) != 0);
+        return;
+    }
+    let input = |q: u32| d.inputs[q as usize].as_ptr() as *const u8;
+    let output = |q: u32| d.outputs[q as usize].as_ptr();
+    // `len` bytes at offset `off` of every rank's input, to the same bytes of the outputs
+    // (the pointers are only formed here; `reduce_spread` reads and writes them).
+    let same_offset = |off: u64, len: u64| Spread {
+        nv: len / 16,
+        src: move |q| input(q).wrapping_add(off as usize),
+        dst: move |q| output(q).wrapping_add(off as usize),
+    };
+    let all = |_| true;
+    if p.mode == CollectiveMode::Send as u32 {
+        // send_recv: meet the ranks with an output entry (next and prev), write my input
+        // into `root`'s output, and meet them again.
+        let meet = |q: u32| q < n && !d.outputs[q as usize].is_null();
+        if !barrier_with(p, meet) {
             return;
-        };
-        if p.nranks as usize > MAX_DIRECT_RANKS || p.rank >= p.nranks {
-            return; // the tables hold MAX_DIRECT_RANKS entries; the host never launches this
         }
-        let (b, nb) = (arch::block_idx_x() as u64, arch::grid_dim_x() as u64);
-        let (n, me) = (p.nranks, p.rank);
-        if p.mode == CollectiveMode::Barrier as u32 {
-            // One meeting: the host queues one before and one after its copies.
-            barrier_with(p, |q| q < 32 && p.root & (1 << q) != 0);
-            return;
-        }
-        let input = |q: u32| d.inputs[q as usize].as_ptr() as *const u8;
-        let output = |q: u32| d.outputs[q as usize].as_ptr();
-        // `len` bytes at offset `off` of every rank's input, to the same bytes of the outputs
-        // (the pointers are only formed here; `reduce_spread` reads and writes them).
-        let same_offset = |off: u64, len: u64| Spread {
-            nv: len / 16,
-            src: move |q| input(q).wrapping_add(off as usize),
-            dst: move |q| output(q).wrapping_add(off as usize),
-        };
-        let all = |_| true;
-        if p.mode == CollectiveMode::Send as u32 {
-            // send_recv: meet the ranks with an output entry (next and prev), write my input
-            // into `root`'s output, and meet them again.
-            let meet = |q: u32| q < n && !d.outputs[q as usize].is_null();
-            if !barrier_with(p, meet) {
-                return;
+        let (s, e) = sub_slice(p.bytes, b, nb);
+        // SAFETY: `root`'s output holds `bytes` (it shared it), my input too.
+        unsafe { copy_spread(&same_offset(s, e - s), me, |q| q == p.root, n) };
+        barrier_with(p, meet);
+        return;
+    }
+    if p.mode == CollectiveMode::ReduceLocal as u32 {
+        // A piece of the pipelined copy-engine all-reduce: every source is local (the
+        // host's stream order and barriers made them ready), so no meeting.
+        let (s, e) = sub_slice(p.bytes, b, nb);
+        let sp = same_offset(s, e - s);
+        // SAFETY: the host passes `nranks` sources and `outputs[rank]`, each holding
+        // `bytes`.
+        with_reducer!(
+            ANY,
+            r,
+            |r| unsafe { reduce_spread(&sp, me, all, |q| q == me, n, r) },
+            ()
+        );
+        return;
+    }
+    if !barrier(p, None) {
+        return;
+    }
+    // SAFETY (whole body): the host sized every rank's buffers for the mode (module docs)
+    // and mapped them here; every offset below stays inside a part of `bytes` or `stride`.
+    unsafe {
+        if p.mode == CollectiveMode::AllReduce as u32 {
+            let chunk = up16(p.bytes.div_ceil(n as u64));
+            let at = me as u64 * chunk;
+            let (s, e) = sub_slice(p.bytes.saturating_sub(at).min(chunk), b, nb);
+            let sp = same_offset(at + s, e - s);
+            with_reducer!(ANY, r, |r| reduce_spread(&sp, me, all, all, n, r), ());
+        } else if p.mode == CollectiveMode::ReduceScatter as u32 {
+            let (s, e) = sub_slice(p.bytes, b, nb);
+            let from = (me as u64 * p.stride + s) as usize;
+            let sp = Spread {
+                nv: (e - s) / 16,
+                src: |q| input(q).add(from),
+                dst: |q| output(q).add(s as usize),
+            };
+            with_reducer!(
+                ANY,
+                r,
+                |r| reduce_spread(&sp, me, all, |q| q == me, n, r),
+                ()
+            );
+        } else if p.mode == CollectiveMode::AllGather as u32 {
+            let (s, e) = sub_slice(p.bytes, b, nb);
+            let sp = Spread {
+                nv: (e - s) / 16,
+                src: |q| input(q).add(s as usize),
+                dst: |q| output(q).add((me as u64 * p.stride + s) as usize),
+            };
+            copy_spread(&sp, me, all, n);
+        } else if p.mode == CollectiveMode::Broadcast as u32 {
+            if me == p.root {
+                let (s, e) = sub_slice(p.bytes, b, nb);
+                copy_spread(&same_offset(s, e - s), me, all, n);
             }
+        } else if p.mode == CollectiveMode::AllToAll as u32 {
             let (s, e) = sub_slice(p.bytes, b, nb);
-            // SAFETY: `root`'s output holds `bytes` (it shared it), my input too.
-            unsafe { copy_spread(&same_offset(s, e - s), me, |q| q == p.root, n) };
-            barrier_with(p, meet);
-            return;
-        }
-        if p.mode == CollectiveMode::ReduceLocal as u32 {
-            // A piece of the pipelined copy-engine all-reduce: every source is local (the
-            // host's stream order and barriers made them ready), so no meeting.
-            let (s, e) = sub_slice(p.bytes, b, nb);
-            // SAFETY: the host passes `nranks` sources and `outputs[rank]`, each holding
-            // `bytes`.
-            unsafe { reduce_spread(&same_offset(s, e - s), me, all, |q| q == me, n, dtype, op) };
-            return;
-        }
-        if !barrier(p, None) {
-            return;
-        }
-        // SAFETY (whole body): the host sized every rank's buffers for the mode (module docs)
-        // and mapped them here; every offset below stays inside a part of `bytes` or `stride`.
-        unsafe {
-            if p.mode == CollectiveMode::AllReduce as u32 {
-                let chunk = up16(p.bytes.div_ceil(n as u64));
-                let at = me as u64 * chunk;
-                let (s, e) = sub_slice(p.bytes.saturating_sub(at).min(chunk), b, nb);
-                reduce_spread(&same_offset(at + s, e - s), me, all, all, n, dtype, op);
-            } else if p.mode == CollectiveMode::ReduceScatter as u32 {
-                let (s, e) = sub_slice(p.bytes, b, nb);
-                let from = (me as u64 * p.stride + s) as usize;
+            for q in 0..n {
                 let sp = Spread {
                     nv: (e - s) / 16,
-                    src: |q| input(q).add(from),
-                    dst: |q| output(q).add(s as usize),
-                };
-                reduce_spread(&sp, me, all, |q| q == me, n, dtype, op);
-            } else if p.mode == CollectiveMode::AllGather as u32 {
-                let (s, e) = sub_slice(p.bytes, b, nb);
-                let sp = Spread {
-                    nv: (e - s) / 16,
-                    src: |q| input(q).add(s as usize),
+                    src: |_| input(me).add((q as u64 * p.stride + s) as usize),
                     dst: |q| output(q).add((me as u64 * p.stride + s) as usize),
                 };
-                copy_spread(&sp, me, all, n);
-            } else if p.mode == CollectiveMode::Broadcast as u32 {
-                if me == p.root {
-                    let (s, e) = sub_slice(p.bytes, b, nb);
-                    copy_spread(&same_offset(s, e - s), me, all, n);
-                }
-            } else if p.mode == CollectiveMode::AllToAll as u32 {
-                let (s, e) = sub_slice(p.bytes, b, nb);
-                for q in 0..n {
-                    let sp = Spread {
-                        nv: (e - s) / 16,
-                        src: |_| input(me).add((q as u64 * p.stride + s) as usize),
-                        dst: |q| output(q).add((me as u64 * p.stride + s) as usize),
-                    };
-                    copy_spread(&sp, me, |w| w == q, n);
-                }
+                copy_spread(&sp, me, |w| w == q, n);
             }
         }
-        barrier(p, None);
     }
+    barrier(p, None);
 }

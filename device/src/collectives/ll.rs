@@ -8,14 +8,12 @@
 //! until both flags match); `ll_flags` is read by every block of this GPU at its start and
 //! written by the last block to finish (after a GPU-scope fence).
 
-use super::channel;
+use super::{channel, reducer_for, reducer_serving};
 use crate::arch;
 use crate::packet::{self, Packet};
-use crate::reduce::reduce_word;
+use crate::reduce::{CommonSum, Reduce, Reducer};
 use crate::wait::spin_until;
-use mscclpp_shared::{
-    CollectiveMode, CollectiveParams, DataType, DeviceErrorCode, LL16Packet, ReduceOp, WaitSite,
-};
+use mscclpp_shared::{CollectiveMode, CollectiveParams, DeviceErrorCode, LL16Packet, WaitSite};
 
 /// Which LL collective a launch runs (from `CollectiveParams::mode`).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -70,13 +68,7 @@ impl LlMode {
 
 /// The LL collectives' body; returns false if a packet wait gave up.
 #[inline(always)]
-fn ll_collective(
-    p: &CollectiveParams,
-    mode: LlMode,
-    l: LlLaunch,
-    dtype: DataType,
-    op: ReduceOp,
-) -> bool {
+fn ll_collective(p: &CollectiveParams, mode: LlMode, l: LlLaunch, r: impl Reduce) -> bool {
     let flag = l.flag;
     let n = packet::packets_for::<LL16Packet>(p.bytes as usize) as u64;
     let half = ll_half(p, flag);
@@ -118,10 +110,10 @@ fn ll_collective(
         unsafe {
             match mode {
                 LlMode::AllReduce | LlMode::ReduceScatter => {
-                    let mut acc = packet::read_payload::<LL16Packet>(
+                    let mut acc = r.pre(packet::read_payload::<LL16Packet>(
                         mode.source(p, me).add(off as usize),
                         len,
-                    );
+                    ));
                     for q in 0..p.nranks {
                         if !mode.talks_to(p, q) {
                             continue;
@@ -129,11 +121,9 @@ fn ll_collective(
                         let Ok(w) = packet_from(q, i) else {
                             return false;
                         };
-                        acc = [
-                            reduce_word(acc[0], w[0], dtype, op),
-                            reduce_word(acc[1], w[1], dtype, op),
-                        ];
+                        acc = r.fold(acc, w);
                     }
+                    let acc = r.post(acc);
                     packet::write_payload::<LL16Packet>(output.add(off as usize), acc, len);
                 }
                 LlMode::AllGather | LlMode::AllToAll => {
@@ -267,31 +257,27 @@ pub(super) fn ll_receive(
 }
 
 /// `mine` reduced with packet `i` from every peer (slot `q` of this rank's LL region, waiting
-/// for each): the reduction step of the LL all-reduce and reduce-scatter, and of the two-shot
+/// for each), every contribution pre-multiplied and the result post-divided ([`Reducer`]):
+/// the reduction step of the LL all-reduce and reduce-scatter, and of the two-shot
 /// all-reduce's reduce-scatter half.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 pub(super) fn reduce_arrivals(
     p: &CollectiveParams,
     flag: u32,
     half: u64,
     i: u64,
     mine: [u32; 2],
-    dtype: DataType,
-    op: ReduceOp,
+    r: impl Reduce,
 ) -> Result<[u32; 2], DeviceErrorCode> {
-    let mut acc = mine;
+    let mut acc = r.pre(mine);
     for q in 0..p.nranks {
         if q == p.rank {
             continue;
         }
         let w = ll_receive(p, flag, half, q, i)?;
-        acc = [
-            reduce_word(acc[0], w[0], dtype, op),
-            reduce_word(acc[1], w[1], dtype, op),
-        ];
+        acc = r.fold(acc, w);
     }
-    Ok(acc)
+    Ok(r.post(acc))
 }
 
 /// The whole-word LL calls' skeleton: step 1 ([`ll_send_words`]), then `arrived(i, half)` for
@@ -314,10 +300,10 @@ fn ll_words(p: &CollectiveParams, l: LlLaunch, arrived: impl Fn(u64, u64) -> boo
 }
 
 /// [`ll_collective`]'s all-reduce for whole words ([`ll_whole_words`]): the same steps with
-/// plain u32 loads and stores and no per-mode branches. Callers pass a constant `dtype` and
-/// `op` for the common sums, so that their loops carry no type dispatch.
+/// plain u32 loads and stores and no per-mode branches. Callers pass a constant reducer for
+/// the common sums, so that their loops carry no type dispatch.
 #[inline(always)]
-fn ll_all_reduce_words(p: &CollectiveParams, l: LlLaunch, dtype: DataType, op: ReduceOp) -> bool {
+fn ll_all_reduce_words(p: &CollectiveParams, l: LlLaunch, r: impl Reduce) -> bool {
     let flag = l.flag;
     let (input, output) = (
         p.input.as_ptr() as *const u32,
@@ -326,7 +312,7 @@ fn ll_all_reduce_words(p: &CollectiveParams, l: LlLaunch, dtype: DataType, op: R
     ll_words(p, l, |i, half| {
         // SAFETY: word pair `i` lies inside `input` and `output` (whole words).
         let mine = unsafe { pair_at(input, i) };
-        let Ok(acc) = reduce_arrivals(p, flag, half, i, mine, dtype, op) else {
+        let Ok(acc) = reduce_arrivals(p, flag, half, i, mine, r) else {
             return false;
         };
         // SAFETY: as above.
@@ -453,63 +439,100 @@ pub(super) fn ll_finish(p: &CollectiveParams, l: LlLaunch, ok: bool) {
     }
 }
 
-/// An LL kernel's frame: reads the call's type and operator (a launch with values the host
-/// never sends does nothing), starts the launch ([`ll_begin`]; the keeper block's threads
-/// return there), runs `body` (false: a wait gave up) and finishes it ([`ll_finish`]).
+/// An LL kernel's frame: reads the call's [`Reducer`] as a kernel of kind `ANY` serves it
+/// (`reduces`: whether the launch reduces; see `reducer_for`: a launch with a type or operator
+/// the host never sends to this kind does nothing), starts the launch ([`ll_begin`]; the
+/// keeper block's threads return there), runs `body` (false: a wait gave up) and finishes it
+/// ([`ll_finish`]).
 #[inline(always)]
-pub(super) fn ll_kernel(
+pub(super) fn ll_kernel<const ANY: bool>(
     p: &CollectiveParams,
-    body: impl FnOnce(LlLaunch, DataType, ReduceOp) -> bool,
+    reduces: bool,
+    body: impl FnOnce(LlLaunch, Reducer) -> bool,
 ) {
-    let (Some(dtype), Some(op)) = (DataType::from_u32(p.dtype), ReduceOp::from_u32(p.op)) else {
+    let Some(r) = reducer_for::<ANY>(p, reduces) else {
         return;
     };
     let Some(l) = ll_begin(p) else {
         return;
     };
-    let ok = body(l, dtype, op);
+    let ok = body(l, r);
     ll_finish(p, l, ok);
+}
+
+/// The all-mode LL kernels' body (`ANY`: which kind, see `with_reducer!`).
+#[inline(always)]
+fn ll_collective_entry<const ANY: bool>(p: CollectiveParams) {
+    // (Not through `ll_kernel`: reading the mode first took 54 registers on sm_90, not 50.)
+    let Some(mode) = LlMode::from_mode(p.mode) else {
+        return;
+    };
+    let reduces = matches!(mode, LlMode::AllReduce | LlMode::ReduceScatter);
+    // The main kernel leaves the all-reduce to `ll_all_reduce_kernel` (serving it here too
+    // took 55 registers, not 47) and records `InvalidArgument` for it.
+    let serves = ANY || mode != LlMode::AllReduce;
+    let Some(r) = reducer_serving::<ANY>(&p, reduces, serves) else {
+        return;
+    };
+    let Some(l) = ll_begin(&p) else {
+        return;
+    };
+    let ok = if !reduces {
+        ll_collective(&p, mode, l, CommonSum::COPY)
+    } else if ANY {
+        ll_collective(&p, mode, l, r)
+    } else {
+        // The main kernel's reduce-scatter (its all-reduce is `ll_all_reduce_kernel`'s), one
+        // loop for the three common sums, as the kernel always had (`reducer_for` refused the
+        // others).
+        ll_collective(&p, LlMode::ReduceScatter, l, CommonSum(r.dtype))
+    };
+    ll_finish(&p, l, ok);
 }
 
 crate::kernel! {
     /// One-shot collectives with LL16 packets (small messages; `mode`: reduce-scatter,
-    /// all-to-all, broadcast, `Send` for a two-rank exchange with `root`, or all-reduce and
-    /// all-gather, which the host launches as [`ll_all_reduce_kernel`] and
-    /// [`ll_all_gather_kernel`]): every working thread sends its share of packets to every
+    /// all-to-all, broadcast, `Send` for a two-rank exchange with `root`, or all-gather, which
+    /// the host launches as [`ll_all_gather_kernel`]; the all-reduce is
+    /// [`ll_all_reduce_kernel`]'s and [`ll_collective_any_kernel`]'s, and here records
+    /// `InvalidArgument`): every working thread sends its share of packets to every
     /// peer, then reduces or copies the packets that arrive. The flag comes from `ll_flags` on
     /// the device (see `CollectiveParams::ll_flags`); a launch of several blocks has one more,
     /// the keeper, which advances it (see `ll_begin`), so the same launch replayed from a CUDA
-    /// graph stays correct. Every rank of the
-    /// communicator takes part in every LL launch (the flags count launches).
+    /// graph stays correct. Every rank of the communicator takes part in every LL launch (the
+    /// flags count launches). Reduces the common sums (f16, bf16, f32); other reductions run on
+    /// [`ll_collective_any_kernel`].
     fn ll_collective_kernel(p: CollectiveParams) {
-        // (Not through `ll_kernel`: reading the mode first took 54 registers on sm_90, not 50.)
-        let (Some(dtype), Some(op), Some(mode)) = (
-            DataType::from_u32(p.dtype),
-            ReduceOp::from_u32(p.op),
-            LlMode::from_mode(p.mode),
-        ) else {
-            return;
-        };
-        let Some(l) = ll_begin(&p) else {
-            return;
-        };
-        let ok = ll_collective(&p, mode, l, dtype, op);
-        ll_finish(&p, l, ok);
+        ll_collective_entry::<false>(p)
     }
 }
 
 crate::kernel! {
-    /// The LL all-reduce (`mode` is ignored): [`ll_collective_kernel`]'s all-reduce in a kernel
-    /// of its own, with a path for whole words whose sums of f16, bf16 and f32 carry no type
-    /// dispatch. On 2×H200 this is 0.3–0.6 µs faster per call than the all-mode kernel
-    /// (16 KiB–1 MiB).
+    /// [`ll_collective_kernel`] for every type and operator, all-reduce included (the
+    /// reductions that are not common sums: see `with_reducer!`).
+    fn ll_collective_any_kernel(p: CollectiveParams) {
+        ll_collective_entry::<true>(p)
+    }
+}
+
+crate::kernel! {
+    /// The LL all-reduce of the common sums (`mode` is ignored; f16, bf16, f32; every other
+    /// reduction: [`ll_collective_any_kernel`]): [`ll_collective_kernel`]'s all-reduce in a
+    /// kernel of its own, with a path for whole words, and no type dispatch in its loops. On
+    /// 2×H200 this is 0.3–0.6 µs faster per call than the all-mode kernel (16 KiB–1 MiB).
     fn ll_all_reduce_kernel(p: CollectiveParams) {
-        ll_kernel(&p, |l, dtype, op| {
-            if ll_whole_words(&p) {
-                with_const_sums!(dtype, op, |d, o| ll_all_reduce_words(&p, l, d, o))
-            } else {
-                ll_collective(&p, LlMode::AllReduce, l, dtype, op)
-            }
+        ll_kernel::<false>(&p, true, |l, r| {
+            let whole = ll_whole_words(&p);
+            with_reducer!(
+                false,
+                r,
+                |r| if whole {
+                    ll_all_reduce_words(&p, l, r)
+                } else {
+                    ll_collective(&p, LlMode::AllReduce, l, r)
+                },
+                false
+            )
         });
     }
 }
@@ -524,7 +547,7 @@ crate::kernel! {
         let ok = if ll_whole_words(&p) && p.stride.is_multiple_of(8) {
             ll_all_gather_words(&p, l)
         } else {
-            ll_collective(&p, LlMode::AllGather, l, DataType::U32, ReduceOp::Sum)
+            ll_collective(&p, LlMode::AllGather, l, CommonSum::COPY)
         };
         ll_finish(&p, l, ok);
     }

@@ -20,9 +20,9 @@ use super::channel;
 use super::ll::{LlLaunch, ll_kernel};
 use crate::arch;
 use crate::ll128::{read_line_part, store_line_part};
-use crate::reduce::reduce_word;
+use crate::reduce::{CommonSum, Reduce};
 use mscclpp_shared::packet::ll128;
-use mscclpp_shared::{CollectiveMode, CollectiveParams, DataType, ReduceOp};
+use mscclpp_shared::{CollectiveMode, CollectiveParams};
 
 /// What an LL128 launch computes (the all-reduce has a kernel of its own; the others come from
 /// `CollectiveParams::mode`).
@@ -86,15 +86,9 @@ unsafe fn write_part(dst: *mut u8, w: [u32; 4], len: usize, width: usize) {
 }
 
 /// The LL128 body for `mode`; false if a line wait gave up. Callers pass a constant `mode`,
-/// and a constant `dtype` and `op` for the common sums, so that their loops carry no dispatch.
+/// and a constant reducer for the common sums, so that their loops carry no dispatch.
 #[inline(always)]
-fn ll128_collective(
-    p: &CollectiveParams,
-    l: LlLaunch,
-    mode: Ll128Mode,
-    dtype: DataType,
-    op: ReduceOp,
-) -> bool {
+fn ll128_collective(p: &CollectiveParams, l: LlLaunch, mode: Ll128Mode, r: impl Reduce) -> bool {
     let flag = l.flag;
     let lane = (arch::thread_idx_x() % ll128::WARP_LANES as u32) as usize;
     let warp = l.tid / ll128::WARP_LANES as u64;
@@ -157,12 +151,15 @@ fn ll128_collective(
     }
     // 2. What arrives, reduced with my input (or my part of it) into my output, or copied to
     //    the sender's part of it.
-    let words = width / 4;
+    let units = width / 8;
     let mut g = warp;
     while g < steps {
         let (start, len) = piece(g);
         // SAFETY: as above (part `rank` of `input` for a reduce-scatter).
         let mut acc = unsafe { read_part(source(p.rank).add(start), len, width) };
+        if mode != Ll128Mode::AllGather {
+            acc = r.pre_v4(acc);
+        }
         if mode == Ll128Mode::AllGather {
             // SAFETY: part `rank` of `output` holds `bytes` at `stride * rank`.
             unsafe {
@@ -188,16 +185,18 @@ fn ll128_collective(
                 }
                 continue;
             }
-            // (All four indices, so that `acc` stays in registers.)
-            for k in 0..4 {
-                if k < words {
-                    acc[k] = reduce_word(acc[k], w[k], dtype, op);
-                }
-            }
+            // (Both units of the vector, so that `acc` stays in registers; a flag lane's part
+            // is one unit, and its second is never written.)
+            let folded = r.fold_v4(acc, w);
+            acc = if units == 2 {
+                folded
+            } else {
+                [folded[0], folded[1], acc[2], acc[3]]
+            };
         }
         if mode != Ll128Mode::AllGather {
             // SAFETY: `start + len <= bytes`, inside `output`.
-            unsafe { write_part(output.add(start), acc, len, width) };
+            unsafe { write_part(output.add(start), r.post_v4(acc), len, width) };
         }
         g += nwarps;
     }
@@ -205,36 +204,52 @@ fn ll128_collective(
 }
 
 crate::kernel! {
-    /// The LL128 all-reduce (`mode` is ignored; launch with a multiple of 32 threads a block):
-    /// every warp sends its steps of 480 bytes as 4 lines to every peer, then reduces the
-    /// peers' lines of the same steps into the output. Sums of f16, bf16 and f32 carry no type
-    /// dispatch. The flag comes from `ll_flags`, advanced as by the LL16 kernels.
+    /// The LL128 all-reduce of the common sums (f16, bf16, f32; other reductions:
+    /// [`ll128_collective_any_kernel`]; `mode` is ignored; launch with a multiple of 32
+    /// threads a block): every warp sends its steps of 480 bytes as 4 lines to every peer, then
+    /// reduces the peers' lines of the same steps into the output, with no type dispatch in
+    /// its loops. The flag comes from `ll_flags`, advanced as by the LL16 kernels.
     fn ll128_all_reduce_kernel(p: CollectiveParams) {
         let ar = Ll128Mode::AllReduce;
-        ll_kernel(&p, |l, dtype, op| {
-            with_const_sums!(dtype, op, |d, o| ll128_collective(&p, l, ar, d, o))
+        ll_kernel::<false>(&p, true, |l, r| {
+            with_reducer!(false, r, |r| ll128_collective(&p, l, ar, r), false)
         });
     }
 }
 
 crate::kernel! {
-    /// The LL128 all-gather and reduce-scatter (`mode`; parts `stride` apart, `bytes` each;
-    /// launch as [`ll128_all_reduce_kernel`]), in a kernel of their own so that the all-reduce
-    /// carries no mode branches.
+    /// The LL128 all-gather and the reduce-scatter of the common sums (`mode`; parts `stride`
+    /// apart, `bytes` each; launch as [`ll128_all_reduce_kernel`]), in a kernel of their own so
+    /// that the all-reduce carries no mode branches.
     fn ll128_collective_kernel(p: CollectiveParams) {
         let mode = match p.mode {
             m if m == CollectiveMode::AllGather as u32 => Ll128Mode::AllGather,
             m if m == CollectiveMode::ReduceScatter as u32 => Ll128Mode::ReduceScatter,
             _ => return,
         };
-        ll_kernel(&p, |l, dtype, op| {
-            if mode == Ll128Mode::AllGather {
-                // Copies only: no type or operator.
-                ll128_collective(&p, l, Ll128Mode::AllGather, DataType::U32, ReduceOp::Sum)
-            } else {
+        let reduces = mode == Ll128Mode::ReduceScatter;
+        ll_kernel::<false>(&p, reduces, |l, r| {
+            if reduces {
                 let rs = Ll128Mode::ReduceScatter;
-                with_const_sums!(dtype, op, |d, o| ll128_collective(&p, l, rs, d, o))
+                with_reducer!(false, r, |r| ll128_collective(&p, l, rs, r), false)
+            } else {
+                // Copies only: no type or operator.
+                ll128_collective(&p, l, Ll128Mode::AllGather, CommonSum::COPY)
             }
         });
+    }
+}
+
+crate::kernel! {
+    /// The LL128 all-reduce and reduce-scatter (`mode`) of every type and operator (the
+    /// reductions that are not common sums: see `with_reducer!`); launch as
+    /// [`ll128_all_reduce_kernel`].
+    fn ll128_collective_any_kernel(p: CollectiveParams) {
+        let mode = match p.mode {
+            m if m == CollectiveMode::AllReduce as u32 => Ll128Mode::AllReduce,
+            m if m == CollectiveMode::ReduceScatter as u32 => Ll128Mode::ReduceScatter,
+            _ => return,
+        };
+        ll_kernel::<true>(&p, true, |l, r| ll128_collective(&p, l, mode, r));
     }
 }

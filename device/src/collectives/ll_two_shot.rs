@@ -19,11 +19,12 @@
 
 use super::ll::{LlLaunch, ll_half, ll_kernel, ll_receive, ll_send, reduce_arrivals};
 use crate::packet;
-use mscclpp_shared::{CollectiveParams, DataType, LL16Packet, ReduceOp};
+use crate::reduce::Reduce;
+use mscclpp_shared::{CollectiveParams, LL16Packet};
 
 /// The two-shot all-reduce's body; returns false if a packet wait gave up.
 #[inline(always)]
-fn ll_two_shot(p: &CollectiveParams, l: LlLaunch, dtype: DataType, op: ReduceOp) -> bool {
+fn ll_two_shot(p: &CollectiveParams, l: LlLaunch, r: impl Reduce) -> bool {
     let (flag, me, n) = (l.flag, p.rank, p.nranks);
     let half = ll_half(p, flag);
     let part = p.stride;
@@ -55,7 +56,7 @@ fn ll_two_shot(p: &CollectiveParams, l: LlLaunch, dtype: DataType, op: ReduceOp)
             let left = (mine - off) as usize;
             // SAFETY: `off < mine`: inside my part of `input` and `output`.
             let own = unsafe { packet::read_payload::<LL16Packet>(input.add(at), left) };
-            let Ok(acc) = reduce_arrivals(p, flag, half, i, own, dtype, op) else {
+            let Ok(acc) = reduce_arrivals(p, flag, half, i, own, r) else {
                 return false;
             };
             // SAFETY: as above.
@@ -87,25 +88,39 @@ fn ll_two_shot(p: &CollectiveParams, l: LlLaunch, dtype: DataType, op: ReduceOp)
 }
 
 crate::kernel! {
-    /// The two-shot LL all-reduce (`mode` is ignored; `stride` is the part each rank reduces,
-    /// a multiple of 8 bytes, with every part non-empty and two parts of packets fitting a
-    /// slot): see the module docs. The flag and the keeper block as in the one-shot
-    /// [`ll_collective_kernel`](super::ll_collective_kernel). Sums of f16, bf16 and f32 get
-    /// loops without type dispatch, as in [`ll_all_reduce_kernel`](super::ll_all_reduce_kernel).
+    /// The two-shot LL all-reduce of the common sums (f16, bf16, f32; other reductions:
+    /// [`ll_two_shot_all_reduce_any_kernel`]; `mode` is ignored; `stride` is the part each
+    /// rank reduces, a multiple of 8 bytes, with every part non-empty and two parts of packets
+    /// fitting a slot): see the module docs. The flag and the keeper block as in the one-shot
+    /// [`ll_collective_kernel`](super::ll_collective_kernel); loops without type dispatch, as
+    /// in [`ll_all_reduce_kernel`](super::ll_all_reduce_kernel).
     fn ll_two_shot_all_reduce_kernel(p: CollectiveParams) {
-        // What the host guarantees, checked so that a bad launch reads and writes nothing:
-        // whole packets per part, every part non-empty.
-        let parts_ok = p.stride > 0
-            && p.stride.is_multiple_of(8)
-            && p.nranks > 0
-            && p.rank < p.nranks
-            && (p.nranks as u64 - 1) * p.stride < p.bytes
-            && p.bytes <= p.nranks as u64 * p.stride;
-        if !parts_ok {
-            return;
-        }
-        ll_kernel(&p, |l, dtype, op| {
-            with_const_sums!(dtype, op, |d, o| ll_two_shot(&p, l, d, o))
-        });
+        two_shot_entry::<false>(p)
     }
+}
+
+crate::kernel! {
+    /// [`ll_two_shot_all_reduce_kernel`] for every type and operator.
+    fn ll_two_shot_all_reduce_any_kernel(p: CollectiveParams) {
+        two_shot_entry::<true>(p)
+    }
+}
+
+/// The two-shot kernels' body (`ANY`: which kind, see `with_reducer!`).
+#[inline(always)]
+fn two_shot_entry<const ANY: bool>(p: CollectiveParams) {
+    // What the host guarantees, checked so that a bad launch reads and writes nothing:
+    // whole packets per part, every part non-empty.
+    let parts_ok = p.stride > 0
+        && p.stride.is_multiple_of(8)
+        && p.nranks > 0
+        && p.rank < p.nranks
+        && (p.nranks as u64 - 1) * p.stride < p.bytes
+        && p.bytes <= p.nranks as u64 * p.stride;
+    if !parts_ok {
+        return;
+    }
+    ll_kernel::<ANY>(&p, true, |l, r| {
+        with_reducer!(ANY, r, |r| ll_two_shot(&p, l, r), false)
+    });
 }

@@ -21,29 +21,51 @@
 //!   a peer is written by the peer's block `b` before the same barrier, so blocks need no
 //!   grid-wide synchronisation. Every launch starts with a barrier so that nobody overwrites a
 //!   staging buffer a peer may still be reading from the previous launch.
+//!
+//! Main kernels and `_any` twins: every reducing kernel exists twice. The main one reduces the
+//! common sums only (f16, bf16, f32: `DeviceReduceOp::is_common_sum`), with loops of constant
+//! type, and moves data of any type; its `_any` twin (`ll_collective_any_kernel`,
+//! `ll128_collective_any_kernel`, `ll_two_shot_all_reduce_any_kernel`,
+//! `staged_collective_any_kernel`, `direct_collective_any_kernel`) reduces every type and
+//! operator of `crate::reduce`. So the main kernels' registers (what their occupancy and the
+//! hot sums' speed depend on) pay nothing for the other types: ptxas gives them no more than
+//! before the other types existed. The host launches the twin for every other reduction; a
+//! main kernel launched for one records `InvalidArgument` and does nothing.
 
-/// Evaluates `$body` with `$d` and `$o` bound to the data type and operator of the call:
-/// constants for the common sums (f16, bf16, f32), so that the loops `$body` inlines carry no
-/// type dispatch for them, and `$dtype` / `$op` otherwise. The collective kernels' one dispatch
-/// on (type, operator).
-macro_rules! with_const_sums {
-    ($dtype:expr, $op:expr, |$d:ident, $o:ident| $body:expr) => {
-        match ($dtype, $op) {
-            (DataType::F16, ReduceOp::Sum) => {
-                let ($d, $o) = (DataType::F16, ReduceOp::Sum);
-                $body
+/// The collective kernels' one dispatch on (type, operator): evaluates `$body` with `$r` bound
+/// to the reducer `$reducer` as a kernel of kind `$any` serves it. A main kernel (`$any`
+/// false) reduces the common sums only (`DeviceReduceOp::is_common_sum`: f16, bf16, f32), each
+/// with a constant [`CommonSum`](crate::reduce::CommonSum), so that its loops carry no type
+/// dispatch and its registers pay for no other type, and evaluates `$other` for any other pair
+/// (its frame refused those already, see [`reducer_for`]); an `_any` kernel (`$any` true)
+/// reduces every pair with the [`Reducer`] as it came (the common sums inline, the rest
+/// through one out-of-line call per unit, see `crate::reduce`).
+macro_rules! with_reducer {
+    ($any:expr, $reducer:expr, |$r:ident| $body:expr, $other:expr) => {{
+        use ::mscclpp_shared::{DataType, DeviceReduceOp};
+        use $crate::reduce::{CommonSum, Reducer};
+        let reducer: Reducer = $reducer;
+        if $any {
+            let $r = reducer;
+            $body
+        } else {
+            match (reducer.dtype, reducer.op) {
+                (DataType::F16, DeviceReduceOp::Sum) => {
+                    let $r = CommonSum(DataType::F16);
+                    $body
+                }
+                (DataType::BF16, DeviceReduceOp::Sum) => {
+                    let $r = CommonSum(DataType::BF16);
+                    $body
+                }
+                (DataType::F32, DeviceReduceOp::Sum) => {
+                    let $r = CommonSum(DataType::F32);
+                    $body
+                }
+                _ => $other,
             }
-            (DataType::BF16, ReduceOp::Sum) => {
-                let ($d, $o) = (DataType::BF16, ReduceOp::Sum);
-                $body
-            }
-            (DataType::F32, ReduceOp::Sum) => {
-                let ($d, $o) = (DataType::F32, ReduceOp::Sum);
-                $body
-            }
-            ($d, $o) => $body,
         }
-    };
+    }};
 }
 
 pub mod direct;
@@ -51,17 +73,21 @@ pub mod ll;
 pub mod ll128;
 pub mod ll_two_shot;
 
-pub use direct::direct_collective_kernel;
-pub use ll::{ll_all_gather_kernel, ll_all_reduce_kernel, ll_collective_kernel};
-pub use ll_two_shot::ll_two_shot_all_reduce_kernel;
-pub use ll128::{ll128_all_reduce_kernel, ll128_collective_kernel};
+pub use direct::{direct_collective_any_kernel, direct_collective_kernel};
+pub use ll::{
+    ll_all_gather_kernel, ll_all_reduce_kernel, ll_collective_any_kernel, ll_collective_kernel,
+};
+pub use ll_two_shot::{ll_two_shot_all_reduce_any_kernel, ll_two_shot_all_reduce_kernel};
+pub use ll128::{ll128_all_reduce_kernel, ll128_collective_any_kernel, ll128_collective_kernel};
 
 use crate::arch;
 use crate::copy::copy;
 use crate::memory_channel::MemoryChannel;
-use crate::reduce::reduce_word;
+use crate::reduce::{Reduce, Reducer};
+use mscclpp_shared::status::error_detail;
 use mscclpp_shared::{
-    CollectiveMode, CollectiveParams, DataType, MemoryChannelDeviceHandle, ReduceOp,
+    CollectiveMode, CollectiveParams, DataType, DeviceErrorCode, DeviceReduceOp,
+    MemoryChannelDeviceHandle, WaitSite,
 };
 
 /// Rounds up to a multiple of 16.
@@ -117,16 +143,61 @@ fn barrier_with(p: &CollectiveParams, meet: impl Fn(u32) -> bool) -> bool {
     unsafe { fail.read_volatile() == 0 }
 }
 
+/// The reducer a kernel of kind `ANY` uses for `p`, or `None` when it does nothing: an `_any`
+/// kernel decodes every type and operator ([`Reducer::from_params`]); a main kernel only the
+/// common sums when the launch `reduces` (another pair is recorded as `InvalidArgument`:
+/// the host launches those on the `_any` twin) and nothing else (a copy). `None` also for a
+/// type or operator this build does not know.
+#[inline(always)]
+fn reducer_for<const ANY: bool>(p: &CollectiveParams, reduces: bool) -> Option<Reducer> {
+    reducer_serving::<ANY>(p, reduces, true)
+}
+
+/// [`reducer_for`] where a main kernel also refuses the launch unless `serves` (a mode it
+/// leaves to another kernel), through the same one refusal.
+#[inline(always)]
+fn reducer_serving<const ANY: bool>(
+    p: &CollectiveParams,
+    reduces: bool,
+    serves: bool,
+) -> Option<Reducer> {
+    if ANY {
+        return Reducer::from_params(p);
+    }
+    let (dtype, op) = (
+        DataType::from_u32(p.dtype)?,
+        DeviceReduceOp::from_u32(p.op)?,
+    );
+    if serves && (!reduces || op.is_common_sum(dtype)) {
+        Some(Reducer::plain(dtype, op))
+    } else {
+        refuse(p);
+        None
+    }
+}
+
+/// Records that a main kernel was launched for something only another kernel serves (a
+/// reduction its `_any` twin serves; the all-mode LL kernel's all-reduce).
+#[inline(always)]
+fn refuse(p: &CollectiveParams) {
+    let what = (p.dtype as u64) << 8 | p.op as u64;
+    crate::wait::record_error(
+        p.status,
+        DeviceErrorCode::InvalidArgument,
+        error_detail(WaitSite::Unknown, what),
+    );
+}
+
 /// The start of a kernel that uses [`barrier`]: clears the block's barrier-failure word
 /// (dynamic shared memory; read only after the barrier's first `sync_threads`) and decodes the
-/// data type and operator, `None` for values this build does not know.
+/// call's [`Reducer`] ([`reducer_for`]).
 #[inline(always)]
-fn begin(p: &CollectiveParams) -> Option<(DataType, ReduceOp)> {
+fn begin<const ANY: bool>(p: &CollectiveParams, reduces: bool) -> Option<Reducer> {
     if arch::thread_idx_x() == 0 {
         // SAFETY: the launchers give at least 4 bytes of dynamic shared memory.
         unsafe { (arch::dynamic_shared_mem() as *mut u32).write_volatile(0) };
     }
-    Some((DataType::from_u32(p.dtype)?, ReduceOp::from_u32(p.op)?))
+    reducer_for::<ANY>(p, reduces)
 }
 
 /// Block-collective copy of `len` bytes.
@@ -147,16 +218,16 @@ fn block_copy(dst: *mut u8, src: *const u8, len: u64) {
     }
 }
 
-/// Block-collective reduction: `acc[i] = op(acc[i], source(q)[i])` for every peer `q`, over
-/// `len` bytes (16-byte aligned pointers; `len` is rounded up to whole 16-byte vectors, which
-/// the host keeps inside every buffer).
+/// Block-collective reduction: `acc[i] = post(pre(acc[i]) ⊕ pre(source(q)[i]) ⊕ …)` over every
+/// peer `q` (`acc` holds this rank's own contribution), over `len` bytes (16-byte aligned
+/// pointers; `len` is rounded up to whole 16-byte vectors, which the host keeps inside every
+/// buffer).
 #[inline(always)]
 fn block_reduce_into(
     acc: *mut u8,
     p: &CollectiveParams,
     len: u64,
-    dtype: DataType,
-    op: ReduceOp,
+    r: impl Reduce,
     source: impl Fn(u32) -> *const u8,
 ) {
     let vecs = len.div_ceil(16);
@@ -165,181 +236,235 @@ fn block_reduce_into(
         // SAFETY: the caller's ranges (see above).
         unsafe {
             let a = acc.add((i * 16) as usize) as *mut u32;
-            let mut v = arch::ld_v4_u32(a);
+            let mut v = r.pre_v4(arch::ld_v4_u32(a));
             for q in 0..p.nranks {
                 if q == p.rank {
                     continue;
                 }
                 let w = arch::ld_v4_u32(source(q).add((i * 16) as usize) as *const u32);
-                for k in 0..4 {
-                    v[k] = reduce_word(v[k], w[k], dtype, op);
-                }
+                v = r.fold_v4(v, w);
             }
-            arch::st_v4_u32(a, v);
+            arch::st_v4_u32(a, r.post_v4(v));
         }
         i += arch::block_dim_x() as u64;
     }
 }
 
+/// Whether `mode` reduces (the staged and direct kernels).
+#[inline(always)]
+fn mode_reduces(mode: u32) -> bool {
+    mode == CollectiveMode::AllReduce as u32
+        || mode == CollectiveMode::AllReducePut as u32
+        || mode == CollectiveMode::ReduceScatter as u32
+        || mode == CollectiveMode::ReduceLocal as u32
+}
+
 crate::kernel! {
-    /// Every collective through the staging region (see the module docs and `CollectiveMode`).
-    /// Needs 16 bytes of dynamic shared memory.
+    /// Every collective through the staging region (see the module docs and `CollectiveMode`),
+    /// reducing the common sums (f16, bf16, f32; other reductions:
+    /// [`staged_collective_any_kernel`]). Needs 16 bytes of dynamic shared memory.
     fn staged_collective_kernel(p: CollectiveParams) {
-        let Some((dtype, op)) = begin(&p) else {
-            return;
-        };
-        let b = arch::block_idx_x();
-        let nb = arch::grid_dim_x() as u64;
-        let n = p.nranks as u64;
-        let me = p.rank as u64;
-        let stage = unsafe { p.scratch.as_ptr().add(p.stage_offset as usize) };
-        let peer_stage = |q: u32| -> *mut u8 {
-            if q == p.rank {
-                stage
-            } else {
-                // SAFETY: the peer's scratch is mapped here through the channel.
-                unsafe { channel(&p, b, q).dst.as_ptr().add(p.stage_offset as usize) }
-            }
-        };
-        let input = p.input.as_ptr();
-        let output = p.output.as_ptr();
-        let bytes = p.bytes;
-        let mode = p.mode;
-        let only = if mode == CollectiveMode::Send as u32 || mode == CollectiveMode::Recv as u32 {
-            Some(p.root)
+        staged::<false>(p)
+    }
+}
+
+crate::kernel! {
+    /// [`staged_collective_kernel`] for every type and operator.
+    fn staged_collective_any_kernel(p: CollectiveParams) {
+        staged::<true>(p)
+    }
+}
+
+/// The staged kernels' body (`ANY`: which kind, see [`with_reducer`]).
+#[inline(always)]
+fn staged<const ANY: bool>(p: CollectiveParams) {
+    let Some(r) = begin::<ANY>(&p, mode_reduces(p.mode)) else {
+        return;
+    };
+    let b = arch::block_idx_x();
+    let nb = arch::grid_dim_x() as u64;
+    let n = p.nranks as u64;
+    let me = p.rank as u64;
+    let stage = unsafe { p.scratch.as_ptr().add(p.stage_offset as usize) };
+    let peer_stage = |q: u32| -> *mut u8 {
+        if q == p.rank {
+            stage
         } else {
-            None
-        };
-        if !barrier(&p, only) {
-            return;
+            // SAFETY: the peer's scratch is mapped here through the channel.
+            unsafe { channel(&p, b, q).dst.as_ptr().add(p.stage_offset as usize) }
         }
-        // SAFETY (whole body): every range below lies inside `input` / `output` (as sized by
-        // the host for the mode), or inside a staging region of `n * up16(part)` bytes.
-        unsafe {
-            if mode == CollectiveMode::AllReduce as u32 {
-                let chunk = up16(bytes.div_ceil(n));
-                for c in 0..n {
-                    let c_len = bytes.saturating_sub(c * chunk).min(chunk);
-                    let (s, e) = sub_slice(c_len, b as u64, nb);
-                    block_copy(stage.add((c * chunk + s) as usize), input.add((c * chunk + s) as usize), e - s);
-                }
-                if !barrier(&p, None) {
-                    return;
-                }
-                let c_len = bytes.saturating_sub(me * chunk).min(chunk);
+    };
+    let input = p.input.as_ptr();
+    let output = p.output.as_ptr();
+    let bytes = p.bytes;
+    let mode = p.mode;
+    let only = if mode == CollectiveMode::Send as u32 || mode == CollectiveMode::Recv as u32 {
+        Some(p.root)
+    } else {
+        None
+    };
+    if !barrier(&p, only) {
+        return;
+    }
+    // SAFETY (whole body): every range below lies inside `input` / `output` (as sized by
+    // the host for the mode), or inside a staging region of `n * up16(part)` bytes.
+    unsafe {
+        if mode == CollectiveMode::AllReduce as u32 {
+            let chunk = up16(bytes.div_ceil(n));
+            for c in 0..n {
+                let c_len = bytes.saturating_sub(c * chunk).min(chunk);
                 let (s, e) = sub_slice(c_len, b as u64, nb);
-                block_reduce_into(stage.add((me * chunk + s) as usize), &p, e - s, dtype, op, |q| {
-                    peer_stage(q).add((me * chunk + s) as usize)
-                });
-                if !barrier(&p, None) {
-                    return;
-                }
-                for c in 0..n {
-                    let c_len = bytes.saturating_sub(c * chunk).min(chunk);
-                    let (s, e) = sub_slice(c_len, b as u64, nb);
-                    let from = peer_stage(c as u32).add((c * chunk + s) as usize);
-                    block_copy(output.add((c * chunk + s) as usize), from, e - s);
-                }
-            } else if mode == CollectiveMode::AllReducePut as u32 {
-                // Writes only cross the links: slot q of rank r's first half receives rank q's
-                // part r; the reduced part r goes to slot r of every rank's second half.
-                let chunk = up16(bytes.div_ceil(n));
-                let rs = |r: u32, slot: u64| peer_stage(r).add((slot * chunk) as usize);
-                let ag = |r: u32, slot: u64| peer_stage(r).add(((n + slot) * chunk) as usize);
-                for c in 0..p.nranks {
-                    let c_len = bytes.saturating_sub(c as u64 * chunk).min(chunk);
-                    let (s, e) = sub_slice(c_len, b as u64, nb);
-                    let from = input.add((c as u64 * chunk + s) as usize);
-                    block_copy(rs(c, me).add(s as usize), from, e - s);
-                }
-                if !barrier(&p, None) {
-                    return;
-                }
-                let c_len = bytes.saturating_sub(me * chunk).min(chunk);
-                let (s, e) = sub_slice(c_len, b as u64, nb);
-                let mine = rs(p.rank, me).add(s as usize);
-                block_reduce_into(mine, &p, e - s, dtype, op, |q| rs(p.rank, q as u64).add(s as usize));
-                arch::sync_threads();
-                block_copy(output.add((me * chunk + s) as usize), mine, e - s);
-                for q in 0..p.nranks {
-                    if q != p.rank {
-                        block_copy(ag(q, me).add(s as usize), mine, e - s);
-                    }
-                }
-                if !barrier(&p, None) {
-                    return;
-                }
-                for q in 0..p.nranks {
-                    if q == p.rank {
-                        continue;
-                    }
-                    let c_len = bytes.saturating_sub(q as u64 * chunk).min(chunk);
-                    let (s, e) = sub_slice(c_len, b as u64, nb);
-                    block_copy(output.add((q as u64 * chunk + s) as usize), ag(p.rank, q as u64).add(s as usize), e - s);
-                }
-            } else if mode == CollectiveMode::AllGather as u32 {
-                let (s, e) = sub_slice(bytes, b as u64, nb);
-                block_copy(stage.add(s as usize), input.add(s as usize), e - s);
-                if !barrier(&p, None) {
-                    return;
-                }
-                for q in 0..p.nranks {
-                    let src = if q == p.rank { input } else { peer_stage(q) };
-                    block_copy(output.add((q as u64 * p.stride + s) as usize), src.add(s as usize), e - s);
-                }
-            } else if mode == CollectiveMode::ReduceScatter as u32 {
-                let part = up16(bytes);
-                let (s, e) = sub_slice(bytes, b as u64, nb);
-                for c in 0..n {
-                    block_copy(stage.add((c * part + s) as usize), input.add((c * p.stride + s) as usize), e - s);
-                }
-                if !barrier(&p, None) {
-                    return;
-                }
-                block_reduce_into(stage.add((me * part + s) as usize), &p, e - s, dtype, op, |q| {
-                    peer_stage(q).add((me * part + s) as usize)
-                });
-                arch::sync_threads();
-                block_copy(output.add(s as usize), stage.add((me * part + s) as usize), e - s);
-            } else if mode == CollectiveMode::Broadcast as u32 {
-                let (s, e) = sub_slice(bytes, b as u64, nb);
-                if p.rank == p.root {
-                    block_copy(stage.add(s as usize), input.add(s as usize), e - s);
-                }
-                if !barrier(&p, None) {
-                    return;
-                }
-                let src = if p.rank == p.root { input } else { peer_stage(p.root) };
-                block_copy(output.add(s as usize), src.add(s as usize), e - s);
-            } else if mode == CollectiveMode::AllToAll as u32 {
-                let part = up16(bytes);
-                let (s, e) = sub_slice(bytes, b as u64, nb);
-                for c in 0..n {
-                    block_copy(stage.add((c * part + s) as usize), input.add((c * p.stride + s) as usize), e - s);
-                }
-                if !barrier(&p, None) {
-                    return;
-                }
-                for q in 0..p.nranks {
-                    let src = peer_stage(q).add((me * part + s) as usize);
-                    block_copy(output.add((q as u64 * p.stride + s) as usize), src, e - s);
-                }
-            } else if mode == CollectiveMode::Send as u32 {
-                let (s, e) = sub_slice(bytes, b as u64, nb);
-                block_copy(stage.add(s as usize), input.add(s as usize), e - s);
-                if !barrier(&p, only) {
-                    return;
-                }
-                // The receiver reads; it tells us when our staging may be reused.
-                barrier(&p, only);
-            } else if mode == CollectiveMode::Recv as u32 {
-                let (s, e) = sub_slice(bytes, b as u64, nb);
-                if !barrier(&p, only) {
-                    return;
-                }
-                block_copy(output.add(s as usize), peer_stage(p.root).add(s as usize), e - s);
-                barrier(&p, only);
+                block_copy(
+                    stage.add((c * chunk + s) as usize),
+                    input.add((c * chunk + s) as usize),
+                    e - s,
+                );
             }
+            if !barrier(&p, None) {
+                return;
+            }
+            let c_len = bytes.saturating_sub(me * chunk).min(chunk);
+            let (s, e) = sub_slice(c_len, b as u64, nb);
+            let acc = stage.add((me * chunk + s) as usize);
+            let from = |q: u32| peer_stage(q).add((me * chunk + s) as usize) as *const u8;
+            with_reducer!(ANY, r, |r| block_reduce_into(acc, &p, e - s, r, from), ());
+            if !barrier(&p, None) {
+                return;
+            }
+            for c in 0..n {
+                let c_len = bytes.saturating_sub(c * chunk).min(chunk);
+                let (s, e) = sub_slice(c_len, b as u64, nb);
+                let from = peer_stage(c as u32).add((c * chunk + s) as usize);
+                block_copy(output.add((c * chunk + s) as usize), from, e - s);
+            }
+        } else if mode == CollectiveMode::AllReducePut as u32 {
+            // Writes only cross the links: slot q of rank r's first half receives rank q's
+            // part r; the reduced part r goes to slot r of every rank's second half.
+            let chunk = up16(bytes.div_ceil(n));
+            let rs = |r: u32, slot: u64| peer_stage(r).add((slot * chunk) as usize);
+            let ag = |r: u32, slot: u64| peer_stage(r).add(((n + slot) * chunk) as usize);
+            for c in 0..p.nranks {
+                let c_len = bytes.saturating_sub(c as u64 * chunk).min(chunk);
+                let (s, e) = sub_slice(c_len, b as u64, nb);
+                let from = input.add((c as u64 * chunk + s) as usize);
+                block_copy(rs(c, me).add(s as usize), from, e - s);
+            }
+            if !barrier(&p, None) {
+                return;
+            }
+            let c_len = bytes.saturating_sub(me * chunk).min(chunk);
+            let (s, e) = sub_slice(c_len, b as u64, nb);
+            let mine = rs(p.rank, me).add(s as usize);
+            let from = |q: u32| rs(p.rank, q as u64).add(s as usize) as *const u8;
+            with_reducer!(ANY, r, |r| block_reduce_into(mine, &p, e - s, r, from), ());
+            arch::sync_threads();
+            block_copy(output.add((me * chunk + s) as usize), mine, e - s);
+            for q in 0..p.nranks {
+                if q != p.rank {
+                    block_copy(ag(q, me).add(s as usize), mine, e - s);
+                }
+            }
+            if !barrier(&p, None) {
+                return;
+            }
+            for q in 0..p.nranks {
+                if q == p.rank {
+                    continue;
+                }
+                let c_len = bytes.saturating_sub(q as u64 * chunk).min(chunk);
+                let (s, e) = sub_slice(c_len, b as u64, nb);
+                block_copy(
+                    output.add((q as u64 * chunk + s) as usize),
+                    ag(p.rank, q as u64).add(s as usize),
+                    e - s,
+                );
+            }
+        } else if mode == CollectiveMode::AllGather as u32 {
+            let (s, e) = sub_slice(bytes, b as u64, nb);
+            block_copy(stage.add(s as usize), input.add(s as usize), e - s);
+            if !barrier(&p, None) {
+                return;
+            }
+            for q in 0..p.nranks {
+                let src = if q == p.rank { input } else { peer_stage(q) };
+                block_copy(
+                    output.add((q as u64 * p.stride + s) as usize),
+                    src.add(s as usize),
+                    e - s,
+                );
+            }
+        } else if mode == CollectiveMode::ReduceScatter as u32 {
+            let part = up16(bytes);
+            let (s, e) = sub_slice(bytes, b as u64, nb);
+            for c in 0..n {
+                block_copy(
+                    stage.add((c * part + s) as usize),
+                    input.add((c * p.stride + s) as usize),
+                    e - s,
+                );
+            }
+            if !barrier(&p, None) {
+                return;
+            }
+            let acc = stage.add((me * part + s) as usize);
+            let from = |q: u32| peer_stage(q).add((me * part + s) as usize) as *const u8;
+            with_reducer!(ANY, r, |r| block_reduce_into(acc, &p, e - s, r, from), ());
+            arch::sync_threads();
+            block_copy(
+                output.add(s as usize),
+                stage.add((me * part + s) as usize),
+                e - s,
+            );
+        } else if mode == CollectiveMode::Broadcast as u32 {
+            let (s, e) = sub_slice(bytes, b as u64, nb);
+            if p.rank == p.root {
+                block_copy(stage.add(s as usize), input.add(s as usize), e - s);
+            }
+            if !barrier(&p, None) {
+                return;
+            }
+            let src = if p.rank == p.root {
+                input
+            } else {
+                peer_stage(p.root)
+            };
+            block_copy(output.add(s as usize), src.add(s as usize), e - s);
+        } else if mode == CollectiveMode::AllToAll as u32 {
+            let part = up16(bytes);
+            let (s, e) = sub_slice(bytes, b as u64, nb);
+            for c in 0..n {
+                block_copy(
+                    stage.add((c * part + s) as usize),
+                    input.add((c * p.stride + s) as usize),
+                    e - s,
+                );
+            }
+            if !barrier(&p, None) {
+                return;
+            }
+            for q in 0..p.nranks {
+                let src = peer_stage(q).add((me * part + s) as usize);
+                block_copy(output.add((q as u64 * p.stride + s) as usize), src, e - s);
+            }
+        } else if mode == CollectiveMode::Send as u32 {
+            let (s, e) = sub_slice(bytes, b as u64, nb);
+            block_copy(stage.add(s as usize), input.add(s as usize), e - s);
+            if !barrier(&p, only) {
+                return;
+            }
+            // The receiver reads; it tells us when our staging may be reused.
+            barrier(&p, only);
+        } else if mode == CollectiveMode::Recv as u32 {
+            let (s, e) = sub_slice(bytes, b as u64, nb);
+            if !barrier(&p, only) {
+                return;
+            }
+            block_copy(
+                output.add(s as usize),
+                peer_stage(p.root).add(s as usize),
+                e - s,
+            );
+            barrier(&p, only);
         }
     }
 }

@@ -120,9 +120,19 @@
 #define MSCCLPP_DTYPE_BF16 2u
 #define MSCCLPP_DTYPE_I32 3u
 #define MSCCLPP_DTYPE_U32 4u
+#define MSCCLPP_DTYPE_I8 5u
+#define MSCCLPP_DTYPE_U8 6u
+#define MSCCLPP_DTYPE_I64 7u
+#define MSCCLPP_DTYPE_U64 8u
+#define MSCCLPP_DTYPE_F64 9u
+#define MSCCLPP_DTYPE_F8E4M3 10u /* __nv_fp8_e4m3 */
+#define MSCCLPP_DTYPE_F8E5M2 11u /* __nv_fp8_e5m2 */
 #define MSCCLPP_OP_SUM 0u
 #define MSCCLPP_OP_MIN 1u
 #define MSCCLPP_OP_MAX 2u
+#define MSCCLPP_OP_PROD 3u
+#define MSCCLPP_OP_PRE_MUL_SUM 4u  /* each contribution times the scalar, then summed */
+#define MSCCLPP_OP_SUM_POST_DIV 5u /* integers: summed, then divided by the scalar */
 #define MSCCLPP_MODE_ALL_REDUCE 0u
 #define MSCCLPP_MODE_ALL_GATHER 1u
 #define MSCCLPP_MODE_REDUCE_SCATTER 2u
@@ -410,8 +420,8 @@ typedef struct CollectiveParams {
   uint64_t stage_offset;
   uint64_t stride;
   uint32_t reserved;      /* zero */
-  uint32_t dtype;         /* 0 f32, 1 f16, 2 bf16, 3 i32, 4 u32 */
-  uint32_t op;            /* 0 sum, 1 min, 2 max */
+  uint32_t dtype;         /* MSCCLPP_DTYPE_* */
+  uint32_t op;            /* MSCCLPP_OP_* */
   uint32_t mode;          /* CollectiveMode */
   uint32_t rank;
   uint32_t nranks;
@@ -419,8 +429,10 @@ typedef struct CollectiveParams {
   uint32_t max_blocks;
   uint64_t ll128_offset;     /* LL128 region in every scratch buffer: 2 x nranks slots */
   uint64_t ll128_slot_bytes;
+  uint64_t scalar;           /* PRE_MUL_SUM: one element of dtype (if !scalar_ptr); SUM_POST_DIV: divisor */
+  uint64_t scalar_ptr;       /* PRE_MUL_SUM: the scalar in device memory, or 0 */
 } CollectiveParams;
-MSCCLPP_CHECK_LAYOUT(CollectiveParams, 128, 8);
+MSCCLPP_CHECK_LAYOUT(CollectiveParams, 144, 8);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, status, 0);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, channels, 8);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, input, 16);
@@ -441,6 +453,8 @@ MSCCLPP_CHECK_OFFSET(CollectiveParams, root, 104);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, max_blocks, 108);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, ll128_offset, 112);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, ll128_slot_bytes, 120);
+MSCCLPP_CHECK_OFFSET(CollectiveParams, scalar, 128);
+MSCCLPP_CHECK_OFFSET(CollectiveParams, scalar_ptr, 136);
 
 /* direct_collective_kernel: the callers' own buffers of every rank, mapped here. */
 typedef struct DirectCollectiveParams {
@@ -448,10 +462,10 @@ typedef struct DirectCollectiveParams {
   uint64_t inputs[MSCCLPP_MAX_DIRECT_RANKS];  /* rank q's input as addressed here; null past nranks */
   uint64_t outputs[MSCCLPP_MAX_DIRECT_RANKS]; /* rank q's output as addressed here */
 } DirectCollectiveParams;
-MSCCLPP_CHECK_LAYOUT(DirectCollectiveParams, 256, 8);
+MSCCLPP_CHECK_LAYOUT(DirectCollectiveParams, 272, 8);
 MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, common, 0);
-MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, inputs, 128);
-MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, outputs, 192);
+MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, inputs, 144);
+MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, outputs, 208);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Inter-process (shared/src/ipc.rs)                                                        */

@@ -10,20 +10,20 @@
 mod all_reduce;
 
 use mscclpp_host::Result;
-use mscclpp_host::gpu::{Event, Kernel, Stream};
+use mscclpp_host::gpu::{Event, Stream};
 use mscclpp_shared::{DevicePtr, DirectCollectiveParams};
 
 use super::direct::{self, at_most_direct_ranks, pair_output, pair_peers, symmetric};
 use super::{Algorithm, Collective, CollectiveAlgorithm, Queued};
 use crate::collectives::CollectiveConfig;
-use crate::collectives::context::{Args, Context, Peer, SetUp, copy_if_needed};
+use crate::collectives::context::{Args, Context, Peer, SetUp, Twin, copy_if_needed};
 use crate::collectives::registered::{self, disjoint_or_at, need_len};
 use crate::collectives::scratch::{Region, ScratchLayout};
 use crate::collectives::select::Call;
 
 pub(crate) struct CopyEngine {
     /// The direct kernel: barriers, and the all-reduce's local reductions.
-    direct: Kernel<DirectCollectiveParams>,
+    direct: Twin<DirectCollectiveParams>,
     /// Second stream (a rank's copy into its own buffer), and its fork and join events.
     side: Stream,
     fork: Event,

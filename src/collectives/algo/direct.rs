@@ -5,7 +5,7 @@
 //! some rank cannot share is declined (the dispatch then stages it). The same kernel's
 //! `Barrier` mode brackets the copy-engine transfers ([`barrier`]).
 
-use mscclpp_host::gpu::{Kernel, LaunchConfig, Stream};
+use mscclpp_host::gpu::{LaunchConfig, Stream};
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::{
     CollectiveMode, DevicePtr, DirectCollectiveParams, MAX_DIRECT_RANKS, MemoryChannelDeviceHandle,
@@ -13,12 +13,12 @@ use mscclpp_shared::{
 
 use super::{Algorithm, Collective, CollectiveAlgorithm, Queued};
 use crate::collectives::CollectiveConfig;
-use crate::collectives::context::{Args, Context, Peer, SetUp};
+use crate::collectives::context::{Args, Context, Peer, SetUp, Twin};
 use crate::collectives::registered::{self, disjoint_or_at, need_len, whole_vectors};
 use crate::kernels;
 
 pub(crate) struct Direct {
-    kernel: Kernel<DirectCollectiveParams>,
+    kernel: Twin<DirectCollectiveParams>,
 }
 
 impl CollectiveAlgorithm for Direct {
@@ -172,9 +172,13 @@ pub(super) fn at_most_direct_ranks(ranks: usize) -> Result<(), &'static str> {
     }
 }
 
-/// The direct kernel.
-pub(super) fn load(s: &SetUp<'_>) -> Result<Kernel<DirectCollectiveParams>> {
-    s.kernel(kernels::DIRECT_COLLECTIVE)
+/// The direct kernel and its twin for every reduction but the common sums.
+pub(super) fn load(s: &SetUp<'_>) -> Result<Twin<DirectCollectiveParams>> {
+    Twin::load(
+        s,
+        kernels::DIRECT_COLLECTIVE,
+        kernels::DIRECT_COLLECTIVE_ANY,
+    )
 }
 
 /// The buffers a symmetric collective on registered buffers shares with every rank (what the
@@ -216,7 +220,7 @@ pub(super) fn symmetric(cx: &Context, args: &Args) -> (Vec<(DevicePtr<u8>, usize
 /// Queues the direct kernel for `d` over `work` bytes (what one rank moves).
 pub(super) fn launch(
     cx: &Context,
-    kernel: &Kernel<DirectCollectiveParams>,
+    kernel: &Twin<DirectCollectiveParams>,
     d: DirectCollectiveParams,
     work: usize,
     stream: &Stream,
@@ -224,6 +228,7 @@ pub(super) fn launch(
     cx.ensure_healthy()?;
     let shape = shape(&cx.cfg, work);
     cx.record(Algorithm::Direct);
+    let kernel = kernel.for_params(&d.common);
     // SAFETY: the buffers were registered and sized by the caller's contract; the channel
     // table lives as long as the `Collectives`.
     unsafe { stream.launch(kernel, shape, d) }
@@ -241,7 +246,7 @@ pub(crate) fn shape(cfg: &CollectiveConfig, work: usize) -> LaunchConfig {
 /// meetings queued on concurrent streams use different rows, which do not share semaphores).
 pub(super) fn barrier(
     cx: &Context,
-    kernel: &Kernel<DirectCollectiveParams>,
+    kernel: &Twin<DirectCollectiveParams>,
     stream: &Stream,
     peers: &[usize],
     row: u32,
@@ -259,5 +264,5 @@ pub(super) fn barrier(
     let cfg = LaunchConfig::new(1, 32).with_shared_mem(16);
     // SAFETY: touches only the channel table's semaphores, which live as long as the
     // `Collectives`.
-    unsafe { stream.launch(kernel, cfg, d) }
+    unsafe { stream.launch(&kernel.main, cfg, d) }
 }

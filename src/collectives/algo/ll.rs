@@ -7,11 +7,11 @@
 
 use mscclpp_host::Result;
 use mscclpp_host::gpu::{Kernel, LaunchConfig, Stream};
-use mscclpp_shared::{CollectiveMode, CollectiveParams, ReduceOp};
+use mscclpp_shared::{CollectiveMode, CollectiveParams};
 
 use super::{Algorithm, Collective, CollectiveAlgorithm, Queued};
 use crate::collectives::CollectiveConfig;
-use crate::collectives::context::{Args, Context, Peer, SetUp};
+use crate::collectives::context::{Args, Context, Peer, SetUp, pick};
 use crate::collectives::scratch::{Region, ScratchLayout};
 use crate::collectives::select::Call;
 use crate::kernels;
@@ -20,6 +20,8 @@ pub(crate) struct Ll {
     all_reduce: Kernel<CollectiveParams>,
     all_gather: Kernel<CollectiveParams>,
     others: Kernel<CollectiveParams>,
+    /// The twin of all three for every reduction but the common sums.
+    any: Kernel<CollectiveParams>,
 }
 
 impl CollectiveAlgorithm for Ll {
@@ -54,6 +56,7 @@ impl CollectiveAlgorithm for Ll {
             all_reduce: s.kernel(kernels::LL_ALL_REDUCE)?,
             all_gather: s.kernel(kernels::LL_ALL_GATHER)?,
             others: s.kernel(kernels::LL_COLLECTIVE)?,
+            any: s.kernel(kernels::LL_COLLECTIVE_ANY)?,
         })
     }
 
@@ -65,25 +68,30 @@ impl CollectiveAlgorithm for Ll {
             Collective::AllReduce => (CollectiveMode::AllReduce, call.op, bytes, &self.all_reduce),
             Collective::AllGather => (
                 CollectiveMode::AllGather,
-                ReduceOp::Sum,
+                Context::MOVE.1,
                 bytes,
                 &self.all_gather,
             ),
             Collective::ReduceScatter => {
                 (CollectiveMode::ReduceScatter, call.op, bytes, &self.others)
             }
-            Collective::AllToAll => (CollectiveMode::AllToAll, ReduceOp::Sum, bytes, &self.others),
-            Collective::Broadcast => (CollectiveMode::Broadcast, ReduceOp::Sum, 0, &self.others),
+            Collective::AllToAll => (
+                CollectiveMode::AllToAll,
+                Context::MOVE.1,
+                bytes,
+                &self.others,
+            ),
+            Collective::Broadcast => (CollectiveMode::Broadcast, Context::MOVE.1, 0, &self.others),
             // The two-rank exchange: `root` is the peer.
             Collective::SendRecv if matches!(args.peer, Peer::Pair { .. }) => {
-                (CollectiveMode::Send, ReduceOp::Sum, 0, &self.others)
+                (CollectiveMode::Send, Context::MOVE.1, 0, &self.others)
             }
             Collective::SendRecv => return Err(cx.cannot("an LL send or recv alone")),
         };
         let mut p = cx.params(mode, (dtype, op));
         (p.input, p.output, p.bytes, p.stride) = (args.input, args.output, bytes, stride);
         p.root = args.root();
-        launch(cx, kernel, p, stream)?;
+        launch(cx, pick(kernel, &self.any, &p), p, stream)?;
         Ok(Queued::Ran)
     }
 }

@@ -5,11 +5,11 @@
 
 use mscclpp_host::Result;
 use mscclpp_host::gpu::{Kernel, LaunchConfig, Stream};
-use mscclpp_shared::{CollectiveMode, CollectiveParams, ReduceOp, packet::ll128};
+use mscclpp_shared::{CollectiveMode, CollectiveParams, packet::ll128};
 
 use super::{Algorithm, Collective, CollectiveAlgorithm, Queued, ll::with_keeper};
 use crate::collectives::CollectiveConfig;
-use crate::collectives::context::{Args, Context, SetUp};
+use crate::collectives::context::{Args, Context, SetUp, pick};
 use crate::collectives::scratch::{Region, ScratchLayout};
 use crate::collectives::select::Call;
 use crate::kernels;
@@ -18,6 +18,8 @@ pub(crate) struct Ll128 {
     all_reduce: Kernel<CollectiveParams>,
     /// All-gather and reduce-scatter.
     parts: Kernel<CollectiveParams>,
+    /// The twin of both for every reduction but the common sums.
+    any: Kernel<CollectiveParams>,
 }
 
 impl CollectiveAlgorithm for Ll128 {
@@ -48,6 +50,7 @@ impl CollectiveAlgorithm for Ll128 {
         Ok(Self {
             all_reduce: s.kernel(kernels::LL128_ALL_REDUCE)?,
             parts: s.kernel(kernels::LL128_COLLECTIVE)?,
+            any: s.kernel(kernels::LL128_COLLECTIVE_ANY)?,
         })
     }
 
@@ -58,7 +61,12 @@ impl CollectiveAlgorithm for Ll128 {
         // The all-reduce has no parts (stride 0); the others' parts are `bytes` apart.
         let (mode, op, stride, kernel) = match call.collective {
             Collective::AllReduce => (CollectiveMode::AllReduce, call.op, 0, &self.all_reduce),
-            Collective::AllGather => (CollectiveMode::AllGather, ReduceOp::Sum, bytes, &self.parts),
+            Collective::AllGather => (
+                CollectiveMode::AllGather,
+                Context::MOVE.1,
+                bytes,
+                &self.parts,
+            ),
             Collective::ReduceScatter => {
                 (CollectiveMode::ReduceScatter, call.op, bytes, &self.parts)
             }
@@ -71,7 +79,7 @@ impl CollectiveAlgorithm for Ll128 {
         cx.record(Algorithm::Ll128);
         // SAFETY: the caller's contract (buffers sized for the mode), and our scratch, whose
         // LL128 region holds `ll128_slot_bytes` per slot for up to `ll128_max_bytes`.
-        unsafe { stream.launch(kernel, shape, p) }?;
+        unsafe { stream.launch(pick(kernel, &self.any, &p), shape, p) }?;
         Ok(Queued::Ran)
     }
 }

@@ -17,7 +17,7 @@ use mscclpp_shared::{CollectiveMode, CollectiveParams};
 
 use super::{Algorithm, Collective, CollectiveAlgorithm, Queued, ll};
 use crate::collectives::CollectiveConfig;
-use crate::collectives::context::{Args, Context, SetUp};
+use crate::collectives::context::{Args, Context, SetUp, pick};
 use crate::collectives::scratch::{Region, ScratchLayout};
 use crate::collectives::select::Call;
 use crate::kernels;
@@ -26,6 +26,9 @@ pub(crate) struct LlTwoShot {
     kernel: Kernel<CollectiveParams>,
     /// The one-shot LL all-reduce, for calls too small to split.
     one_shot: Kernel<CollectiveParams>,
+    /// The twins of both for every reduction but the common sums.
+    any: Kernel<CollectiveParams>,
+    one_shot_any: Kernel<CollectiveParams>,
 }
 
 impl CollectiveAlgorithm for LlTwoShot {
@@ -56,6 +59,8 @@ impl CollectiveAlgorithm for LlTwoShot {
         Ok(Self {
             kernel: s.kernel(kernels::LL_TWO_SHOT_ALL_REDUCE)?,
             one_shot: s.kernel(kernels::LL_ALL_REDUCE)?,
+            any: s.kernel(kernels::LL_TWO_SHOT_ALL_REDUCE_ANY)?,
+            one_shot_any: s.kernel(kernels::LL_COLLECTIVE_ANY)?,
         })
     }
 
@@ -66,7 +71,7 @@ impl CollectiveAlgorithm for LlTwoShot {
         (p.input, p.output, p.bytes) = (args.input, args.output, call.bytes as u64);
         // What `plan` said: one-shot unless the call splits into parts.
         let Some(part) = part(call.ranks, p.bytes, cx.layout.ll_slot_bytes()) else {
-            ll::launch(cx, &self.one_shot, p, stream)?;
+            ll::launch(cx, pick(&self.one_shot, &self.one_shot_any, &p), p, stream)?;
             return Ok(Queued::Ran);
         };
         cx.ensure_healthy()?;
@@ -75,7 +80,7 @@ impl CollectiveAlgorithm for LlTwoShot {
         let shape = ll::shape(&cx.cfg, part / 8);
         // SAFETY: the caller's contract (buffers of `bytes`), and our scratch, whose LL slots
         // hold `ll_slot_bytes >= 4 * part`: two parts of packets.
-        unsafe { stream.launch(&self.kernel, shape, p) }?;
+        unsafe { stream.launch(pick(&self.kernel, &self.any, &p), shape, p) }?;
         Ok(Queued::Ran)
     }
 }

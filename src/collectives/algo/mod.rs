@@ -34,7 +34,9 @@
 
 use mscclpp_host::Result;
 use mscclpp_host::gpu::Stream;
-use mscclpp_shared::{DataType, ReduceOp};
+use mscclpp_shared::DataType;
+
+use super::reduction::KernelOp;
 
 use super::CollectiveConfig;
 use super::context::{Args, Context, SetUp};
@@ -182,7 +184,7 @@ pub(crate) trait CollectiveAlgorithm: Sized + Send + Sync + 'static {
     /// `Ok` when it serves elements of `dtype` (reduced by `op` where the collective reduces),
     /// else what it cannot do. The types and operators are passed through to the kernels,
     /// which serve every one the shared enums list.
-    fn serves_data(_dtype: DataType, _op: ReduceOp) -> Result<(), &'static str> {
+    fn serves_data(_dtype: DataType, _op: KernelOp) -> Result<(), &'static str> {
         Ok(())
     }
 
@@ -233,7 +235,7 @@ pub(crate) struct Unit {
     pub registered: bool,
     pub scratch: &'static [Region],
     pub serves_ranks: fn(usize) -> Result<(), &'static str>,
-    pub serves_data: fn(DataType, ReduceOp) -> Result<(), &'static str>,
+    pub serves_data: fn(DataType, KernelOp) -> Result<(), &'static str>,
     pub channel_rows: fn(&CollectiveConfig) -> u32,
     /// Only `select::decide` (the pinning test's model) asks it from here; at run time each
     /// algorithm's `queue` follows its own `plan`.

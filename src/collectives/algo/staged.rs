@@ -5,17 +5,18 @@
 //! it. Kernel `mscclpp_device::collectives::staged_collective_kernel`.
 
 use mscclpp_host::Result;
-use mscclpp_host::gpu::{BackendKind, Kernel, LaunchConfig, Stream};
-use mscclpp_shared::{CollectiveMode, CollectiveParams, DataType, DevicePtr, ReduceOp};
+use mscclpp_host::gpu::{BackendKind, LaunchConfig, Stream};
+use mscclpp_shared::{CollectiveMode, CollectiveParams, DataType, DevicePtr};
 
 use super::{Algorithm, Collective, CollectiveAlgorithm, Queued};
 use crate::collectives::CollectiveConfig;
-use crate::collectives::context::{Args, Context, Peer, SetUp};
+use crate::collectives::context::{Args, Context, Peer, SetUp, Twin};
+use crate::collectives::reduction::KernelOp;
 use crate::collectives::scratch::Region;
 use crate::kernels;
 
 pub(crate) struct Staged {
-    kernel: Kernel<CollectiveParams>,
+    kernel: Twin<CollectiveParams>,
 }
 
 impl CollectiveAlgorithm for Staged {
@@ -38,9 +39,7 @@ impl CollectiveAlgorithm for Staged {
     }
 
     fn set_up(s: &SetUp<'_>) -> Result<Self> {
-        Ok(Self {
-            kernel: s.kernel(kernels::STAGED_COLLECTIVE)?,
-        })
+        Ok(Self { kernel: load(s)? })
     }
 
     fn queue(&self, cx: &Context, args: &Args, stream: &Stream) -> Result<Queued> {
@@ -118,17 +117,26 @@ impl CollectiveAlgorithm for Staged {
     }
 }
 
+/// The staged kernel and its twin for every reduction but the common sums.
+pub(super) fn load(s: &SetUp<'_>) -> Result<Twin<CollectiveParams>> {
+    Twin::load(
+        s,
+        kernels::STAGED_COLLECTIVE,
+        kernels::STAGED_COLLECTIVE_ANY,
+    )
+}
+
 /// What every piece of a per-part call shares.
 struct Piece {
     mode: CollectiveMode,
-    data: (DataType, ReduceOp),
+    data: (DataType, KernelOp),
     root: u32,
 }
 
 /// Runs a per-part mode in pieces of at most `max_piece` bytes per part.
 fn parts(
     cx: &Context,
-    kernel: &Kernel<CollectiveParams>,
+    kernel: &Twin<CollectiveParams>,
     piece: Piece,
     (input, output): (DevicePtr<u8>, DevicePtr<u8>),
     part_bytes: usize,
@@ -156,7 +164,7 @@ fn parts(
 /// (rounded to 16 bytes) fit the staging region.
 pub(super) fn all_reduce(
     cx: &Context,
-    kernel: &Kernel<CollectiveParams>,
+    kernel: &Twin<CollectiveParams>,
     mode: CollectiveMode,
     algorithm: Algorithm,
     args: &Args,
@@ -188,7 +196,7 @@ pub(super) fn all_reduce(
 /// Queues the staged kernel for one piece, recording `algorithm`.
 fn launch(
     cx: &Context,
-    kernel: &Kernel<CollectiveParams>,
+    kernel: &Twin<CollectiveParams>,
     p: CollectiveParams,
     algorithm: Algorithm,
     stream: &Stream,
@@ -196,6 +204,7 @@ fn launch(
     cx.ensure_healthy()?;
     cx.record(algorithm);
     let shape = shape(&cx.cfg, cx.comm.gpu().kind(), p.bytes);
+    let kernel = kernel.for_params(&p);
     // SAFETY: the callers' contracts (input/output ranges) and our scratch and channel
     // table, which live as long as the `Collectives`.
     unsafe { stream.launch(kernel, shape, p) }

@@ -5,17 +5,16 @@
 //! `AllReducePut`.
 
 use mscclpp_host::Result;
-use mscclpp_host::gpu::{Kernel, Stream};
+use mscclpp_host::gpu::Stream;
 use mscclpp_shared::{CollectiveMode, CollectiveParams};
 
 use super::{Algorithm, Collective, CollectiveAlgorithm, Queued, staged};
 use crate::collectives::CollectiveConfig;
-use crate::collectives::context::{Args, Context, SetUp};
+use crate::collectives::context::{Args, Context, SetUp, Twin};
 use crate::collectives::scratch::Region;
-use crate::kernels;
 
 pub(crate) struct TwoShotPut {
-    kernel: Kernel<CollectiveParams>,
+    kernel: Twin<CollectiveParams>,
 }
 
 impl CollectiveAlgorithm for TwoShotPut {
@@ -32,7 +31,7 @@ impl CollectiveAlgorithm for TwoShotPut {
 
     fn set_up(s: &SetUp<'_>) -> Result<Self> {
         Ok(Self {
-            kernel: s.kernel(kernels::STAGED_COLLECTIVE)?,
+            kernel: staged::load(s)?,
         })
     }
 

@@ -174,6 +174,20 @@ enum Dtype {
     I32,
     #[value(name = "u32", alias = "uint32")]
     U32,
+    #[value(name = "i8", aliases = ["int8", "char"])]
+    I8,
+    #[value(name = "u8", alias = "uint8")]
+    U8,
+    #[value(name = "i64", alias = "int64")]
+    I64,
+    #[value(name = "u64", alias = "uint64")]
+    U64,
+    #[value(name = "f64", aliases = ["double", "float64"])]
+    F64,
+    #[value(name = "e4m3", aliases = ["fp8_e4m3", "f8e4m3"])]
+    E4m3,
+    #[value(name = "e5m2", aliases = ["fp8_e5m2", "f8e5m2"])]
+    E5m2,
 }
 
 impl Dtype {
@@ -184,6 +198,13 @@ impl Dtype {
             Self::Bf16 => DataType::BF16,
             Self::I32 => DataType::I32,
             Self::U32 => DataType::U32,
+            Self::I8 => DataType::I8,
+            Self::U8 => DataType::U8,
+            Self::I64 => DataType::I64,
+            Self::U64 => DataType::U64,
+            Self::F64 => DataType::F64,
+            Self::E4m3 => DataType::F8E4M3,
+            Self::E5m2 => DataType::F8E5M2,
         }
     }
 }
@@ -558,6 +579,13 @@ pub fn dtype_name(d: DataType) -> &'static str {
         DataType::BF16 => "bf16",
         DataType::I32 => "i32",
         DataType::U32 => "u32",
+        DataType::I8 => "i8",
+        DataType::U8 => "u8",
+        DataType::I64 => "i64",
+        DataType::U64 => "u64",
+        DataType::F64 => "f64",
+        DataType::F8E4M3 => "e4m3",
+        DataType::F8E5M2 => "e5m2",
     }
 }
 

@@ -2,9 +2,12 @@
 //! that depends on the rank, the part and the element index (period [`PERIOD`], a prime, so
 //! a block, piece or chunk landing at a wrong offset is caught), and every output element is
 //! checked exactly against a host reference. The integers are small enough that sums over
-//! all ranks stay exact in every type, bf16 included, in any order of reduction.
+//! all ranks stay exact in every type, bf16, 8-bit integers and fp8 included, in any order of
+//! reduction.
 
-use mscclpp::device::reduce::{bf16_to_f32, f16_to_f32_soft, f32_to_bf16, f32_to_f16_soft};
+use mscclpp::device::reduce::{
+    Fp8, bf16_to_f32, f16_to_f32_soft, f32_to_bf16, f32_to_f16_soft, f32_to_fp8, fp8_to_f32,
+};
 use mscclpp::shared::{DataType, ReduceOp};
 
 /// Elements before a pattern repeats (prime).
@@ -22,12 +25,19 @@ fn mix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-/// Element `j` of rank `rank`'s part `part` (of `n` ranks): a small integer whose sum over the
-/// `n` ranks is at most 256 in magnitude (exact in bf16), non-negative for `u32`.
+/// Element `j` of rank `rank`'s part `part` (of `n` ranks): a small integer whose partial sums
+/// over the `n` ranks are exact in the type (at most 256 in magnitude, exact in bf16; 127 for
+/// 8-bit integers, 16 for e4m3 and 8 for e5m2), non-negative for unsigned types.
 pub fn value(dtype: DataType, n: usize, rank: usize, part: usize, j: usize) -> f64 {
-    let span = (256 / n.max(1)).clamp(4, 24) as u64;
+    let most = match dtype {
+        DataType::I8 | DataType::U8 => 127,
+        DataType::F8E4M3 => 16,
+        DataType::F8E5M2 => 8,
+        _ => 256,
+    };
+    let span = (most / n.max(1)).clamp(2, 24) as u64;
     let h = mix(((rank as u64) << 44) ^ ((part as u64) << 24) ^ j as u64) % span;
-    if dtype == DataType::U32 {
+    if matches!(dtype, DataType::U32 | DataType::U8 | DataType::U64) {
         h as f64
     } else {
         h as f64 - (span / 3) as f64
@@ -42,6 +52,13 @@ pub fn encode(dtype: DataType, v: f64, out: &mut Vec<u8>) {
         DataType::BF16 => out.extend_from_slice(&f32_to_bf16(v as f32).to_le_bytes()),
         DataType::I32 => out.extend_from_slice(&(v as i32).to_le_bytes()),
         DataType::U32 => out.extend_from_slice(&(v as u32).to_le_bytes()),
+        DataType::I8 => out.push(v as i8 as u8),
+        DataType::U8 => out.push(v as u8),
+        DataType::I64 => out.extend_from_slice(&(v as i64).to_le_bytes()),
+        DataType::U64 => out.extend_from_slice(&(v as u64).to_le_bytes()),
+        DataType::F64 => out.extend_from_slice(&v.to_le_bytes()),
+        DataType::F8E4M3 => out.push(f32_to_fp8(v as f32, Fp8::E4M3)),
+        DataType::F8E5M2 => out.push(f32_to_fp8(v as f32, Fp8::E5M2)),
     }
 }
 
@@ -49,12 +66,20 @@ pub fn encode(dtype: DataType, v: f64, out: &mut Vec<u8>) {
 pub fn decode(dtype: DataType, b: &[u8]) -> f64 {
     let w2 = || u16::from_le_bytes([b[0], b[1]]);
     let w4 = || [b[0], b[1], b[2], b[3]];
+    let w8 = || [b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]];
     match dtype {
         DataType::F32 => f32::from_le_bytes(w4()) as f64,
         DataType::F16 => f16_to_f32_soft(w2()) as f64,
         DataType::BF16 => bf16_to_f32(w2()) as f64,
         DataType::I32 => i32::from_le_bytes(w4()) as f64,
         DataType::U32 => u32::from_le_bytes(w4()) as f64,
+        DataType::I8 => b[0] as i8 as f64,
+        DataType::U8 => b[0] as f64,
+        DataType::I64 => i64::from_le_bytes(w8()) as f64,
+        DataType::U64 => u64::from_le_bytes(w8()) as f64,
+        DataType::F64 => f64::from_le_bytes(w8()),
+        DataType::F8E4M3 => fp8_to_f32(b[0], Fp8::E4M3) as f64,
+        DataType::F8E5M2 => fp8_to_f32(b[0], Fp8::E5M2) as f64,
     }
 }
 

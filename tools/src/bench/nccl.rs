@@ -289,6 +289,13 @@ fn nccl_type(d: DataType) -> sys::ncclDataType_t {
         DataType::BF16 => T::ncclBfloat16,
         DataType::I32 => T::ncclInt32,
         DataType::U32 => T::ncclUint32,
+        DataType::I8 => T::ncclInt8,
+        DataType::U8 => T::ncclUint8,
+        DataType::I64 => T::ncclInt64,
+        DataType::U64 => T::ncclUint64,
+        DataType::F64 => T::ncclFloat64,
+        DataType::F8E4M3 => T::ncclFloat8e4m3,
+        DataType::F8E5M2 => T::ncclFloat8e5m2,
     }
 }
 

@@ -32,12 +32,13 @@
 use std::sync::Mutex;
 
 use mscclpp_host::Result;
-use mscclpp_host::gpu::{DeviceBuffer, Event, Gpu, Kernel, Stream};
-use mscclpp_shared::{CollectiveMode, DataType, DevicePtr, DirectCollectiveParams, ReduceOp};
+use mscclpp_host::gpu::{DeviceBuffer, Event, Gpu, Stream};
+use mscclpp_shared::{CollectiveMode, DataType, DevicePtr, DirectCollectiveParams};
 
 use super::super::direct;
 use crate::collectives::Algorithm;
-use crate::collectives::context::{Context, copy_if_needed};
+use crate::collectives::context::{Context, Twin, copy_if_needed};
+use crate::collectives::reduction::KernelOp;
 use crate::collectives::registered::Table;
 use crate::collectives::scratch::up16;
 
@@ -117,12 +118,12 @@ pub fn plan(
 /// direct kernel (barriers and local reductions).
 pub fn run(
     cx: &Context,
-    kernel: &Kernel<DirectCollectiveParams>,
+    kernel: &Twin<DirectCollectiveParams>,
     ce: &Pipeline,
     stream: &Stream,
     t: &Table,
     bytes: usize,
-    data: (DataType, ReduceOp),
+    data: (DataType, KernelOp),
 ) -> Result<()> {
     let (n, me) = (cx.ranks(), cx.rank());
     let peers = cx.others();
