@@ -148,8 +148,8 @@ where
 }
 
 crate::kernel! {
-    /// Every collective on the callers' registered buffers (see the module docs). Needs 16
-    /// bytes of dynamic shared memory and at most `common.max_blocks` blocks.
+    /// Every collective on the callers' registered buffers (see the module docs). Needs at
+    /// most `common.max_blocks` blocks and no dynamic shared memory.
     fn direct_collective_kernel(d: DirectCollectiveParams) {
         let p = &d.common;
         let Some((dtype, op)) = begin(p) else {

@@ -97,35 +97,28 @@ fn barrier(p: &CollectiveParams, only: Option<u32>) -> bool {
     barrier_with(p, |t| only.is_none_or(|o| o == t))
 }
 
-/// [`barrier`] with the peers `meet` selects.
+/// [`barrier`] with the peers `meet` selects. The first `sync_threads` puts every thread's
+/// earlier writes before the signals (the block-wide signal contract, see
+/// `crate::memory_channel`); the closing vote puts the waits before every thread's later
+/// accesses and tells the block whether one of them gave up.
 #[inline(always)]
 fn barrier_with(p: &CollectiveParams, meet: impl Fn(u32) -> bool) -> bool {
     let t = arch::thread_idx_x();
     let b = arch::block_idx_x();
-    let fail = arch::dynamic_shared_mem() as *mut u32;
     arch::sync_threads();
+    let mut failed = false;
     if t < p.nranks && t != p.rank && meet(t) {
         let ch = channel(p, b, t);
         ch.signal();
-        if ch.wait().is_err() {
-            // SAFETY: the launcher gives at least 4 bytes of shared memory.
-            unsafe { fail.write_volatile(1) };
-        }
+        failed = ch.wait().is_err();
     }
-    arch::sync_threads();
-    // SAFETY: as above; written before the barrier.
-    unsafe { fail.read_volatile() == 0 }
+    !arch::sync_threads_or(failed)
 }
 
-/// The start of a kernel that uses [`barrier`]: clears the block's barrier-failure word
-/// (dynamic shared memory; read only after the barrier's first `sync_threads`) and decodes the
-/// data type and operator, `None` for values this build does not know.
+/// The start of a kernel that uses [`barrier`]: decodes the data type and operator, `None` for
+/// values this build does not know.
 #[inline(always)]
 fn begin(p: &CollectiveParams) -> Option<(DataType, ReduceOp)> {
-    if arch::thread_idx_x() == 0 {
-        // SAFETY: the launchers give at least 4 bytes of dynamic shared memory.
-        unsafe { (arch::dynamic_shared_mem() as *mut u32).write_volatile(0) };
-    }
     Some((DataType::from_u32(p.dtype)?, ReduceOp::from_u32(p.op)?))
 }
 
@@ -183,7 +176,7 @@ fn block_reduce_into(
 
 crate::kernel! {
     /// Every collective through the staging region (see the module docs and `CollectiveMode`).
-    /// Needs 16 bytes of dynamic shared memory.
+    /// Needs no dynamic shared memory.
     fn staged_collective_kernel(p: CollectiveParams) {
         let Some((dtype, op)) = begin(&p) else {
             return;
