@@ -2,6 +2,10 @@
 
 /// A kernel: its PTX entry point and, for the CPU backend, the same function compiled for the
 /// host. Declared once per kernel (see `mscclpp::kernels`); `P` is its parameter struct.
+///
+/// [`kernel_spec!`](crate::kernel_spec) builds one from the kernel's path, so the entry point's
+/// name cannot be misspelt; with [`KernelSpec::new`] a wrong name is caught when the module is
+/// asked for it (`Module::kernel`: `Error::MissingKernel`, on either backend).
 pub struct KernelSpec<P> {
     /// PTX entry point (the function's unmangled name).
     pub name: &'static str,
@@ -58,5 +62,67 @@ impl LaunchConfig {
             shared_mem_bytes: bytes,
             ..self
         }
+    }
+}
+
+/// The [`KernelSpec`] of a kernel declared with `mscclpp_device::kernel!`, from the path of its
+/// function: `kernel_spec!(my_kernels::ping_pong)` is
+/// `KernelSpec::new("ping_pong", my_kernels::ping_pong)`. The PTX entry point is the
+/// function's own name, so the two cannot disagree. Name the function as it is declared (a
+/// path ending in its name, not a `use … as` alias). Usable in a `const`.
+///
+/// ```
+/// use mscclpp_host::gpu::KernelSpec;
+///
+/// mod my_kernels {
+///     /// Stands for a kernel's host build (`kernel!` makes it `pub unsafe fn`).
+///     pub unsafe fn ping_pong(_p: u64) {}
+/// }
+///
+/// const PING_PONG: KernelSpec<u64> = mscclpp_host::kernel_spec!(my_kernels::ping_pong);
+/// assert_eq!(PING_PONG.name, "ping_pong");
+/// assert!(PING_PONG.host.is_some());
+/// ```
+#[macro_export]
+macro_rules! kernel_spec {
+    ($($path:ident)::+) => {
+        $crate::gpu::KernelSpec::new($crate::__kernel_spec_name!($($path)::+), $($path)::+)
+    };
+}
+
+/// The last segment of a path, as a string (for [`kernel_spec!`]).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __kernel_spec_name {
+    ($last:ident) => {
+        ::core::stringify!($last)
+    };
+    ($first:ident :: $($rest:ident)::+) => {
+        $crate::__kernel_spec_name!($($rest)::+)
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KernelSpec;
+
+    mod kernels {
+        pub mod deeper {
+            pub unsafe fn all_reduce(_p: u32) {}
+        }
+        pub unsafe fn copy(_p: [u8; 4]) {}
+    }
+
+    #[test]
+    fn kernel_spec_names_the_function() {
+        const COPY: KernelSpec<[u8; 4]> = crate::kernel_spec!(self::kernels::copy);
+        let deep: KernelSpec<u32> = crate::kernel_spec!(kernels::deeper::all_reduce);
+        assert_eq!((COPY.name, deep.name), ("copy", "all_reduce"));
+        use kernels::copy;
+        assert_eq!(crate::kernel_spec!(copy).name, "copy");
+        assert!(
+            COPY.host
+                .is_some_and(|h| std::ptr::fn_addr_eq(h, kernels::copy as unsafe fn([u8; 4])))
+        );
     }
 }

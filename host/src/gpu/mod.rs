@@ -17,6 +17,7 @@
 pub mod cpu;
 pub mod cuda;
 mod kernel;
+pub mod ptx;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -245,12 +246,17 @@ impl Gpu {
         })
     }
 
-    /// Loads PTX text (e.g. `mscclpp::DEVICE_PTX`). On the CPU backend the text is not used:
-    /// kernels run from their host functions ([`KernelSpec::host`]).
+    /// Loads PTX text (e.g. `mscclpp::DEVICE_PTX`). On the CUDA backend the driver compiles it
+    /// for the device ([`Error::PtxTarget`] if it was built for a newer GPU). On the CPU backend
+    /// kernels run from their host functions ([`KernelSpec::host`]), and the text only names
+    /// the entry points and their parameter sizes, which [`Module::kernel`] checks as the
+    /// driver does.
     pub fn load_ptx(&self, ptx: &str) -> Result<Module> {
         let imp = match &self.inner.imp {
             DeviceImpl::Cuda(d) => ModuleImpl::Cuda(d.load_ptx(ptx)?),
-            DeviceImpl::Cpu(_) => ModuleImpl::Cpu,
+            DeviceImpl::Cpu(_) => ModuleImpl::Cpu {
+                entries: ptx::PtxInfo::parse(ptx).entries,
+            },
         };
         Ok(Module {
             gpu: self.clone(),
@@ -751,43 +757,59 @@ impl Event {
 
 enum ModuleImpl {
     Cuda(cuda::Module),
-    Cpu,
+    /// The PTX's entry points and their parameter bytes (the kernels themselves are the
+    /// specs' host functions).
+    Cpu {
+        entries: std::collections::HashMap<String, Option<usize>>,
+    },
 }
 
-/// Loaded kernels (CUDA: a `CUmodule`; CPU: the kernels' host functions).
+/// Loaded kernels (CUDA: a `CUmodule`; CPU: the PTX's entry points, run from the kernels' host
+/// functions).
 pub struct Module {
     gpu: Gpu,
     imp: ModuleImpl,
 }
 
 impl Module {
-    /// Looks up `spec` in the module: its PTX entry point (checking the parameter size where
-    /// the driver reports it) on CUDA, its host function on the CPU backend.
+    /// Looks up `spec` in the module: its PTX entry point, checking that the parameter struct
+    /// `P` has the size the entry point takes. On CUDA the driver finds the entry point and
+    /// reports its parameters (from CUDA 12.4); on the CPU backend the loaded PTX text says
+    /// both, and the spec's host function runs. Either way a name the PTX lacks is
+    /// [`Error::MissingKernel`] and a wrong size [`Error::ParamSize`], so a misspelt name fails
+    /// without a GPU too.
     pub fn kernel<P: bytemuck::Pod>(&self, spec: KernelSpec<P>) -> Result<Kernel<P>> {
+        let size_check = |expected: Option<usize>| match expected {
+            Some(expected) if expected != std::mem::size_of::<P>() => Err(Error::ParamSize {
+                name: spec.name.to_string(),
+                expected,
+                got: std::mem::size_of::<P>(),
+            }),
+            _ => Ok(()),
+        };
         let imp = match &self.imp {
             ModuleImpl::Cuda(m) => {
                 let f = m.function(spec.name)?;
-                if let Some(expected) = f.param_bytes() {
-                    let got = std::mem::size_of::<P>();
-                    if expected != got {
-                        return Err(Error::ParamSize {
-                            name: spec.name.to_string(),
-                            expected,
-                            got,
+                size_check(f.param_bytes())?;
+                KernelImpl::Cuda(f)
+            }
+            ModuleImpl::Cpu { entries } => {
+                let Some(&bytes) = entries.get(spec.name) else {
+                    return Err(Error::MissingKernel {
+                        name: spec.name.to_string(),
+                    });
+                };
+                size_check(bytes)?;
+                match spec.host {
+                    Some(h) => KernelImpl::Cpu(h),
+                    None => {
+                        return Err(Error::Unsupported {
+                            what: "a kernel with no host function",
+                            backend: self.gpu.kind(),
                         });
                     }
                 }
-                KernelImpl::Cuda(f)
             }
-            ModuleImpl::Cpu => match spec.host {
-                Some(h) => KernelImpl::Cpu(h),
-                None => {
-                    return Err(Error::Unsupported {
-                        what: "a kernel with no host function",
-                        backend: self.gpu.kind(),
-                    });
-                }
-            },
         };
         Ok(Kernel { spec, imp })
     }
