@@ -65,6 +65,7 @@ pub const DIRECT_COLLECTIVE: KernelSpec<DirectCollectiveParams> =
 pub const ALL_NAMES: &[&str] = &[
     COPY.name,
     BLOCK_SUM.name,
+    BLOCK_VOTE.name,
     FIFO_PUSH.name,
     MEMORY_PING_PONG.name,
     PACKET_PING_PONG.name,
