@@ -114,32 +114,37 @@ impl PtxInfo {
     }
 }
 
-/// The text with `//` and `/* */` comments replaced by spaces.
+/// The text with `//` and `/* */` comments replaced by spaces, in one pass (the embedded PTX
+/// is a megabyte with thousands of comments).
 fn strip_comments(ptx: &str) -> String {
+    let bytes = ptx.as_bytes();
     let mut out = String::with_capacity(ptx.len());
-    let mut rest = ptx;
-    loop {
-        let line = rest.find("//");
-        let block = rest.find("/*");
-        match (line, block) {
-            (Some(l), b) if b.is_none_or(|b| l < b) => {
-                out.push_str(&rest[..l]);
-                out.push(' ');
-                rest = rest[l..].find('\n').map_or("", |n| &rest[l + n..]);
-            }
-            (_, Some(b)) => {
-                out.push_str(&rest[..b]);
-                out.push(' ');
-                rest = rest[b + 2..]
-                    .find("*/")
-                    .map_or("", |e| &rest[b + 2 + e + 2..]);
-            }
+    // Start of the text not yet copied; comments are skipped in whole, so `copied` always
+    // sits on a character boundary (`/`, `*` and `\n` are ASCII).
+    let (mut i, mut copied) = (0, 0);
+    while i + 1 < bytes.len() {
+        let end = match (bytes[i], bytes[i + 1]) {
+            (b'/', b'/') => find_from(bytes, i + 2, b"\n").unwrap_or(bytes.len()),
+            (b'/', b'*') => find_from(bytes, i + 2, b"*/").map_or(bytes.len(), |e| e + 2),
             _ => {
-                out.push_str(rest);
-                return out;
+                i += 1;
+                continue;
             }
-        }
+        };
+        out.push_str(&ptx[copied..i]);
+        out.push(' ');
+        (i, copied) = (end, end);
     }
+    out.push_str(&ptx[copied.min(ptx.len())..]);
+    out
+}
+
+/// Index of the first `needle` in `hay` at or after `from`.
+fn find_from(hay: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
+    hay.get(from..)?
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .map(|p| from + p)
 }
 
 /// Byte offset of the next `directive` in `text` that stands as a word of its own.
@@ -301,6 +306,22 @@ mod tests {
             ".target sm_90\n.visible .entry k(\n\t.param .align 8 .b8 k_param_0[256]\n)\n{\n}\n";
         let info = PtxInfo::parse(ptx);
         assert_eq!(info.entries.get("k"), Some(&Some(256)));
+    }
+
+    /// Thousands of line comments and a block comment (the embedded PTX's shape) are all
+    /// skipped, and only comments.
+    #[test]
+    fn many_comments_parse_quickly() {
+        let mut ptx = String::from(".target sm_90\n");
+        for i in 0..20_000 {
+            ptx.push_str(&format!("\tmov.u32 %r{i}, 0; // @comment {i}\n"));
+        }
+        ptx.push_str("/* one block */ .visible .entry k(.param .u64 k_param_0) { ret; }\n");
+        let info = PtxInfo::parse(&ptx);
+        assert_eq!(info.entries.get("k"), Some(&Some(8)));
+        assert_eq!(strip_comments("a // b\nc /* d */ e /* f"), "a  \nc   e  ");
+        assert_eq!(strip_comments("/"), "/");
+        assert_eq!(strip_comments("é//x"), "é ");
     }
 
     #[test]
