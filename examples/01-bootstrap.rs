@@ -17,6 +17,7 @@
 
 use std::error::Error;
 use std::net::SocketAddr;
+use std::process::ExitCode;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -60,7 +61,12 @@ fn rank_main(
     Ok(gathered)
 }
 
-fn main() -> Result<(), Box<dyn Error>> {
+/// Prints an error with its causes and exits with a failure (`mscclpp::exit_code`).
+fn main() -> ExitCode {
+    mscclpp::exit_code(run())
+}
+
+fn run() -> Result<(), Box<dyn Error + Send + Sync>> {
     let (id, listener) = UniqueId::bind(SocketAddr::from(([127, 0, 0, 1], 0)))?;
     println!("root at {}; unique id {}", id.root(), id.to_hex());
     let root = Mutex::new(Some(listener));

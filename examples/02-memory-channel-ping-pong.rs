@@ -68,15 +68,8 @@ fn rank_main(comm: Communicator) -> Result<f64> {
     };
     let (start, end) = (gpu.event()?, gpu.event()?);
     stream.record(&start)?;
-    // SAFETY: both buffers are BYTES long and outlive the launch (we synchronize below); the
-    // kernel needs 4 bytes of shared memory.
-    unsafe {
-        stream.launch(
-            &kernel,
-            LaunchConfig::new(1, threads).with_shared_mem(4),
-            params,
-        )?
-    };
+    // SAFETY: both buffers are BYTES long and outlive the launch (we synchronize below).
+    unsafe { stream.launch(&kernel, LaunchConfig::new(1, threads), params)? };
     stream.record(&end)?;
     stream.synchronize()?;
     check_device_status(&comm)?;
@@ -94,7 +87,12 @@ fn rank_main(comm: Communicator) -> Result<f64> {
     Ok(round_trip_us)
 }
 
-fn main() -> Result {
+/// Prints an error with its causes and exits with a failure (`mscclpp::exit_code`).
+fn main() -> std::process::ExitCode {
+    mscclpp::exit_code(run())
+}
+
+fn run() -> Result {
     let backend = BackendKind::select()?;
     let (iterations, threads) = iterations_and_threads(backend);
     println!(

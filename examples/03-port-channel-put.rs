@@ -95,7 +95,12 @@ fn rank_main(comm: Communicator) -> Result<f64> {
     Ok(seconds)
 }
 
-fn main() -> Result {
+/// Prints an error with its causes and exits with a failure (`mscclpp::exit_code`).
+fn main() -> std::process::ExitCode {
+    mscclpp::exit_code(run())
+}
+
+fn run() -> Result {
     let backend = BackendKind::select()?;
     let (bytes, iterations) = message(backend);
     println!(

@@ -252,12 +252,7 @@ fn run() -> Result {
     Ok(())
 }
 
+/// Prints an error with its causes and exits with a failure (`mscclpp::exit_code`).
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("04-cuda-c-kernel: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    mscclpp::exit_code(run())
 }

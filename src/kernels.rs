@@ -5,8 +5,8 @@ use mscclpp_device::collectives as c;
 use mscclpp_device::kernels as k;
 use mscclpp_host::gpu::KernelSpec;
 use mscclpp_shared::{
-    BlockSumParams, CollectiveParams, CopyParams, DirectCollectiveParams, FifoPushParams,
-    PingPongParams, PortPingPongParams,
+    BlockSumParams, BlockVoteParams, CollectiveParams, CopyParams, DirectCollectiveParams,
+    FifoPushParams, PingPongParams, PortPingPongParams,
 };
 
 /// `copy_kernel`: grid-stride copy.
@@ -14,6 +14,9 @@ pub const COPY: KernelSpec<CopyParams> = KernelSpec::new("copy_kernel", k::copy_
 /// `block_sum_kernel`: per-block sum through shared memory.
 pub const BLOCK_SUM: KernelSpec<BlockSumParams> =
     KernelSpec::new("block_sum_kernel", k::block_sum_kernel);
+/// `block_vote_kernel`: test of the block-wide votes and the dynamic shared-memory size.
+pub const BLOCK_VOTE: KernelSpec<BlockVoteParams> =
+    KernelSpec::new("block_vote_kernel", k::block_vote_kernel);
 /// `fifo_push_kernel`: FIFO producer test/benchmark.
 pub const FIFO_PUSH: KernelSpec<FifoPushParams> =
     KernelSpec::new("fifo_push_kernel", k::fifo_push_kernel);
@@ -91,6 +94,7 @@ pub const DIRECT_COLLECTIVE_ANY: KernelSpec<DirectCollectiveParams> = KernelSpec
 pub const ALL_NAMES: &[&str] = &[
     COPY.name,
     BLOCK_SUM.name,
+    BLOCK_VOTE.name,
     FIFO_PUSH.name,
     MEMORY_PING_PONG.name,
     PACKET_PING_PONG.name,

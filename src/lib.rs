@@ -31,11 +31,14 @@
 
 pub mod collectives;
 pub mod kernels;
+pub mod report;
 pub mod world;
 
 pub use mscclpp_device as device;
 pub use mscclpp_host as host;
+pub use mscclpp_host::kernel_spec;
 pub use mscclpp_shared as shared;
+pub use report::{ErrorChain, exit_code};
 
 /// PTX of every built-in kernel (`mscclpp-device` compiled for nvptx64 by `build.rs`).
 pub const DEVICE_PTX: &str = include_str!(env!("MSCCLPP_DEVICE_PTX_PATH"));

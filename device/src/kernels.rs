@@ -7,8 +7,8 @@ use crate::fifo::FifoDevice;
 use crate::memory_channel::MemoryChannel;
 use crate::port_channel::PortChannel;
 use mscclpp_shared::{
-    BlockSumParams, CopyParams, FifoPushParams, LL16Packet, PingPongParams, PortPingPongParams,
-    ProxyTrigger, TriggerFields, TriggerType,
+    BlockSumParams, BlockVoteParams, CopyParams, FifoPushParams, LL16Packet, PingPongParams,
+    PortPingPongParams, ProxyTrigger, TriggerFields, TriggerType,
 };
 
 crate::kernel! {
@@ -68,6 +68,28 @@ crate::kernel! {
 }
 
 crate::kernel! {
+    /// Every thread votes `input[g] != 0` (`g` its global index) with the three block-wide
+    /// votes and writes what each returned, and the block's dynamic shared-memory size, to
+    /// `output[4g..4g + 4]` (see `BlockVoteParams`).
+    fn block_vote_kernel(p: BlockVoteParams) {
+        let g = arch::global_thread_idx() as usize;
+        // SAFETY: the launcher passes `grid_dim * block_dim` inputs and four times as many
+        // outputs; each thread reads and writes only its own.
+        unsafe {
+            let pred = p.input.as_ptr().add(g).read() != 0;
+            let any = arch::sync_threads_or(pred);
+            let all = arch::sync_threads_and(pred);
+            let count = arch::sync_threads_count(pred);
+            let out = p.output.as_ptr().add(4 * g);
+            out.write(any as u32);
+            out.add(1).write(all as u32);
+            out.add(2).write(count);
+            out.add(3).write(arch::dynamic_shared_mem_size());
+        }
+    }
+}
+
+crate::kernel! {
     /// Every thread pushes `p.per_thread` DATA triggers: `size` = global thread index,
     /// `src_offset` = the trigger's index. Stops at the first failed push (abort or timeout).
     fn fifo_push_kernel(p: FifoPushParams) {
@@ -101,25 +123,17 @@ fn memory_send(p: &PingPongParams) {
     }
 }
 
-/// Thread 0 waits for the peer; the block follows. Returns false if the wait gave up.
+/// Thread 0 waits for the peer; the block follows (the vote orders the wait before every
+/// thread's later accesses). Returns false if the wait gave up.
 #[inline(always)]
 fn memory_recv(p: &PingPongParams) -> bool {
-    let smem = arch::dynamic_shared_mem() as *mut u32;
-    if arch::thread_idx_x() == 0 {
-        let ok = p.channel.wait().is_ok() as u32;
-        // SAFETY: the launcher gives at least 4 bytes of shared memory.
-        unsafe { smem.write_volatile(ok) };
-    }
-    arch::sync_threads();
-    // SAFETY: written by thread 0 before the barrier.
-    let ok = unsafe { smem.read_volatile() } != 0;
-    arch::sync_threads();
-    ok
+    let ok = arch::thread_idx_x() != 0 || p.channel.wait().is_ok();
+    arch::sync_threads_and(ok)
 }
 
 crate::kernel! {
-    /// MemoryChannel ping-pong (one block, 4 bytes of shared memory): role 0 puts and signals,
-    /// role 1 waits and answers, `iterations` times. Stops early if a wait gives up.
+    /// MemoryChannel ping-pong (one block, no shared memory): role 0 puts and signals, role 1
+    /// waits and answers, `iterations` times. Stops early if a wait gives up.
     fn memory_ping_pong_kernel(p: PingPongParams) {
         for _ in 0..p.iterations {
             if p.role == 0 {

@@ -38,11 +38,16 @@
 //! | `threadIdx.x`, `blockIdx.x`, `blockDim.x`, `gridDim.x` | [`arch::thread_idx_x`], [`arch::block_idx_x`], [`arch::block_dim_x`], [`arch::grid_dim_x`] (1-D grids only) |
 //! | `blockIdx.x * blockDim.x + threadIdx.x`, and the grid's size | [`arch::global_thread_idx`], [`arch::global_thread_count`] |
 //! | `__syncthreads()` | [`arch::sync_threads`]: every thread of the block must reach it |
-//! | `extern __shared__ char smem[]` | [`arch::dynamic_shared_mem`]: this block's region, `LaunchConfig::with_shared_mem` bytes at launch, 16-byte aligned |
+//! | `__syncthreads_or/_and/_count(pred)` | [`arch::sync_threads_or`], [`arch::sync_threads_and`], [`arch::sync_threads_count`] (a barrier that also combines one predicate per thread) |
+//! | `extern __shared__ char smem[]` | [`arch::dynamic_shared_mem`]: this block's region, `LaunchConfig::with_shared_mem` bytes at launch, 16-byte aligned; [`arch::dynamic_shared_mem_size`] says how many (the CPU backend traps when a kernel asks for a region its launch did not give) |
 //! | `MemoryChannelDeviceHandle::put/signal/wait/putPackets/unpackPackets` | [`prelude::MemoryChannel`] on [`shared::MemoryChannelDeviceHandle`] |
 //! | `PortChannelDeviceHandle::put/signal/flush/wait` | [`prelude::PortChannel`] on [`shared::PortChannelDeviceHandle`] |
 //! | `LL16Packet` / `LL8Packet` read with a flag | [`packet::read_packet`], [`packet::packets_for`], [`shared::LL16Packet`] |
 //! | atomics with explicit scope and order | the functions of [`arch`] (never `core::sync::atomic` read-modify-writes) |
+//!
+//! A `signal` publishes the writes of the whole block when the block meets at `sync_threads`
+//! first and one thread signals; the waiting side mirrors it (one thread waits, the block
+//! meets, then reads). [`memory_channel`] gives the memory-model reasoning.
 //!
 //! Every wait (semaphore, packet, FIFO) is bounded and abortable: it returns
 //! `Err(DeviceErrorCode)` after recording why in the `DeviceStatus` the handle carries, and the

@@ -5,6 +5,48 @@
 //!
 //! Collective operations (`put`, `get`, `put_packets`, `unpack_packets`) are called by every
 //! thread of a group with its `tid` and the group's `nthreads`; `signal`/`wait` by one thread.
+//!
+//! # Signalling a block's writes
+//!
+//! `signal` is one thread's release: `red.release.sys.global.add.u64` on the peer's `inbound`.
+//! It publishes that thread's earlier writes, and the writes of the whole block when the block
+//! follows this contract:
+//!
+//! 1. every thread writes (`put`, `write`, plain stores to `dst`);
+//! 2. the block meets at [`arch::sync_threads`](crate::arch::sync_threads) (`bar.sync`; a
+//!    vote, `bar.red`, serves as well);
+//! 3. one thread calls `signal`.
+//!
+//! On the peer, one thread `wait`s, then its block meets at `sync_threads` (or a vote) before
+//! any thread reads what was written. Why the other threads' writes are covered, in the terms
+//! of the PTX memory consistency model (PTX ISA, "Memory Consistency Model"):
+//!
+//! - A write `W` of thread `t` precedes `t`'s `bar.sync` in program order, and a `bar.sync` /
+//!   `bar.red` *synchronizes with* the other threads' `bar.sync` / `bar.red` on the same
+//!   barrier; so `W` precedes the signalling thread's barrier in *base causality order*, and so
+//!   everything after it in that thread's program order, the release `R` included.
+//! - The peer's `wait` polls `inbound` with `ld.acquire.sys`: an acquire pattern that reads
+//!   the value `R` wrote, or a later one (a later `red` on `inbound` leaves `R` before the read
+//!   in *observation order*, which runs through atomic read-modify-writes). `R` and the
+//!   acquire are morally strong: both strong, both at system scope, which holds both threads,
+//!   on the same location. So `R` synchronizes with the acquire.
+//! - Base causality order is transitive (the model's "cumulativity"): `W` precedes the acquire,
+//!   and through the peer's `bar.sync` every read its threads make after it. The causality
+//!   axiom then forbids such a read to return a value older than `W`.
+//!
+//! Without step 2 nothing orders thread `t`'s `W` before `R`: the release covers only the
+//! signalling thread's own program order (and what that thread has *observed*), so the peer
+//! may see the token before `W`. `relaxed_signal` (`red.relaxed.sys`) publishes nothing by
+//! itself; preceded by [`arch::fence_acq_rel_sys`](crate::arch::fence_acq_rel_sys) after the
+//! barrier, the pair is a release pattern and the contract holds for it too. LL packets need
+//! none of this: every 8-byte half carries its flag and is read as one access.
+//!
+//! One caveat the model leaves open: it states the chain for accesses to one address, and
+//! calls two virtual addresses of one location *aliases* (ordered by an alias proxy fence).
+//! Ranks that are threads of one process reach a peer buffer at the owner's own address
+//! (unified addressing); ranks in separate processes map it at an address of their own. Like
+//! other GPU-to-GPU libraries we issue no alias fence; the GPU test suite (processes included)
+//! is what shows the release/acquire pair is enough there.
 
 use crate::packet::{self, Packet};
 use crate::semaphore::MemoryDevice2DeviceSemaphore;
@@ -61,11 +103,14 @@ pub trait MemoryChannel {
         nthreads: u32,
         flag: u32,
     ) -> Result<(), DeviceErrorCode>;
-    /// See [`MemoryDevice2DeviceSemaphore::signal`].
+    /// See [`MemoryDevice2DeviceSemaphore::signal`]. To publish the writes of every thread of
+    /// the block, call it from one thread after a `sync_threads` (module docs, "Signalling a
+    /// block's writes").
     fn signal(&self);
     /// See [`MemoryDevice2DeviceSemaphore::relaxed_signal`].
     fn relaxed_signal(&self);
-    /// See [`MemoryDevice2DeviceSemaphore::wait`].
+    /// See [`MemoryDevice2DeviceSemaphore::wait`]. Other threads of the block read the
+    /// peer's data only after a `sync_threads` (or a vote) that follows this call.
     fn wait(&self) -> Result<(), DeviceErrorCode>;
     /// See [`MemoryDevice2DeviceSemaphore::relaxed_wait`].
     fn relaxed_wait(&self) -> Result<(), DeviceErrorCode>;

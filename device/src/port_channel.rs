@@ -6,6 +6,20 @@
 //! Sizes above a trigger's 32-bit size field are split into several DATA triggers (the last
 //! carries the FLAG/SYNC bits); an offset beyond 32 bits cannot be expressed and is reported as
 //! `InvalidArgument` in the channel's `DeviceStatus` instead of being masked.
+//!
+//! # A block's writes and the proxy
+//!
+//! The proxy reads the source memory when it serves a DATA trigger, so the data must be
+//! written before the trigger is pushed, not only before the signal. The contract is the one
+//! of `crate::memory_channel` ("Signalling a block's writes"): every thread writes the source,
+//! the block meets at `sync_threads`, then one thread calls `put` / `put_with_signal` /
+//! `signal`. Each trigger is published with one `st.release.sys` of its FIFO slot and the proxy
+//! reads the slot with an acquire load (a host thread is inside system scope), so the barrier
+//! and that release/acquire pair order every thread's writes before the proxy's read of the
+//! trigger; the copy the proxy then starts is enqueued after that read (CUDA: starting the API
+//! call that enqueues a task synchronizes with the task's start; CPU backend: the proxy thread
+//! copies itself). On the receiving GPU, one thread `wait`s for the peer proxy's signal (acquire)
+//! and the block meets at `sync_threads` before any thread reads.
 
 use crate::fifo::FifoDevice;
 use crate::semaphore::Host2DeviceSemaphore;
@@ -19,8 +33,11 @@ use mscclpp_shared::{
 /// Device operations of a PortChannel (`use mscclpp_device::prelude::*`).
 pub trait PortChannel {
     /// Asks the proxy to copy `bytes` from local `src + src_off` to remote `dst + dst_off`.
+    /// The proxy reads the source when it serves the trigger: other threads' writes to it
+    /// must precede this call through a `sync_threads` (module docs).
     fn put(&self, dst_off: u64, src_off: u64, bytes: u64) -> Result<u64, DeviceErrorCode>;
-    /// Asks the proxy to signal the peer after the work pushed before.
+    /// Asks the proxy to signal the peer after the work pushed before (the peer sees the data
+    /// of every earlier `put` of this channel once it sees the signal).
     fn signal(&self) -> Result<u64, DeviceErrorCode>;
     /// `put` then `signal`, in one trigger where the size allows.
     fn put_with_signal(

@@ -3,7 +3,9 @@
 //! each word with which ordering is written down in `mscclpp_shared::semaphore`.
 //!
 //! One GPU thread uses a given semaphore handle at a time (`expected` is a plain counter owned
-//! by that thread); other threads order themselves around it with `sync_threads`.
+//! by that thread); other threads order themselves around it with `sync_threads`: the block's
+//! writes, then `sync_threads`, then one `signal`; one `wait`, then `sync_threads`, then the
+//! block's reads (the reasoning is in `crate::memory_channel`, "Signalling a block's writes").
 
 use crate::arch;
 use crate::wait::spin_until;
@@ -55,7 +57,10 @@ fn poll_inbound(inbound: DevicePtr<u64>, expected: DevicePtr<u64>) -> bool {
 /// Device operations of a GPU↔GPU semaphore (`use mscclpp_device::prelude::*`).
 pub trait MemoryDevice2DeviceSemaphore {
     /// Gives the peer one token; all earlier writes of this thread (to any memory, the peer's
-    /// included) are visible to the peer before it sees the token (release, system scope).
+    /// included) are visible to the peer before it sees the token (release, system scope). So
+    /// are the writes that precede this call through a barrier: the writes of every thread of
+    /// the block when a `sync_threads` (or a vote) separates them from this call (see
+    /// "Signalling a block's writes" in `crate::memory_channel`).
     fn signal(&self);
     /// Gives the peer one token with no ordering (pair with a fence or use for pure counting).
     fn relaxed_signal(&self);

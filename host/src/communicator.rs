@@ -15,6 +15,21 @@
 //! bootstrap's collectives. Every received message is validated before use. Both ends must make
 //! their pairwise set-up calls with a peer in the same order.
 //!
+//! # Pairwise set-up: the same calls, in the same order, on both ends
+//!
+//! [`connect`](Communicator::connect), the semaphores' set-up
+//! ([`build_semaphore`](Communicator::build_semaphore),
+//! [`build_memory_semaphore`](Communicator::build_memory_semaphore),
+//! [`build_host_semaphore`](Communicator::build_host_semaphore)) and [`send_memory`](Communicator::send_memory) /
+//! [`recv_memory`](Communicator::recv_memory) each send this rank's half to the peer and then
+//! (all but `send_memory`) wait for the peer's half of the same call, matched by call and tag.
+//! So both ranks of a pair must make these calls in the same order with the same tags: if rank
+//! 0 waits in `connect` while rank 1 waits in `recv_memory` for a memory rank 0 sends only
+//! after its `connect`, each waits for the other until the bootstrap's operation deadline.
+//! That wait ends in [`Error::SetupTimeout`], which names the call, the peer and the tag; two
+//! calls of one kind with one tag are matched in order (the second `connect` with the peer's
+//! second).
+//!
 //! Every bootstrap wait of a communicator watches it (a dead peer, `abort()`, a failed proxy end
 //! it at once): see [`crate::health`].
 
@@ -43,6 +58,16 @@ pub const ENDPOINT_TAG: u64 = 2 << 60;
 /// Tag range of semaphore set-up.
 pub const SEMAPHORE_TAG: u64 = 3 << 60;
 const USER_TAG_MASK: u64 = (1 << 60) - 1;
+
+/// The set-up call a bootstrap tag belongs to, and the caller's tag within it.
+fn setup_call(tag: u64) -> (&'static str, u64) {
+    match tag & !USER_TAG_MASK {
+        MEMORY_TAG => ("recv_memory", tag & USER_TAG_MASK),
+        ENDPOINT_TAG => ("connect", tag & USER_TAG_MASK),
+        SEMAPHORE_TAG => ("semaphore set-up", tag & USER_TAG_MASK),
+        _ => ("set-up receive", tag),
+    }
+}
 
 /// A rank's communicator.
 pub struct Communicator {
@@ -146,9 +171,23 @@ impl Communicator {
     /// Receives the set-up message `peer` sent under `tag`, within the bootstrap's operation
     /// deadline, but in slices of at most [`WATCH_SLICE`](crate::bootstrap::WATCH_SLICE) so
     /// that an abort (a dead third rank seen by the health monitor, or `abort()`) ends the wait
-    /// at once instead of at the deadline (see [`crate::health`]).
+    /// at once instead of at the deadline (module docs). A deadline that passes is
+    /// [`Error::SetupTimeout`], naming the call (from the tag's range), the peer and the tag.
     pub fn recv_checked(&self, peer: usize, tag: u64) -> Result<Vec<u8>> {
-        self.bootstrap.recv(peer, tag)
+        self.bootstrap.recv(peer, tag).map_err(|e| match e {
+            Error::BootstrapTimeout { after, .. } => {
+                let (op, tag) = setup_call(tag);
+                Error::SetupTimeout {
+                    rank: self.rank(),
+                    peer,
+                    op,
+                    tag,
+                    after,
+                    source: Box::new(e),
+                }
+            }
+            e => e,
+        })
     }
 
     /// Whether `rank` runs on this rank's node.

@@ -36,6 +36,21 @@ pub struct BlockSumParams {
     pub reserved: u32,
 }
 
+/// `block_vote_kernel`: a test of the block-wide votes (`sync_threads_or` / `_and` /
+/// `_count`) and of the dynamic shared-memory size a kernel sees. Thread `t` of block `b`
+/// (global index `g = b * block_dim + t`) votes `input[g] != 0` and writes what it got to
+/// `output[4g .. 4g + 4]`: (or, and, count, `dynamic_shared_mem_size`).
+#[repr(C, align(8))]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct BlockVoteParams {
+    /// Abort flag and error record (unused: the kernel never waits).
+    pub status: DevicePtr<DeviceStatus>,
+    /// `grid_dim * block_dim` predicates (non-zero: true).
+    pub input: DevicePtr<u32>,
+    /// `4 * grid_dim * block_dim` results.
+    pub output: DevicePtr<u32>,
+}
+
 /// `fifo_push_kernel`: every thread pushes `per_thread` triggers (test and benchmark of the
 /// FIFO). Trigger `i` of thread `t` carries `size = t`, `src_offset = i`, type DATA.
 #[repr(C, align(8))]
@@ -53,6 +68,7 @@ pub struct FifoPushParams {
 
 static_assertions::assert_eq_size!(CopyParams, [u64; 4]);
 static_assertions::assert_eq_size!(BlockSumParams, [u64; 4]);
+static_assertions::assert_eq_size!(BlockVoteParams, [u64; 3]);
 static_assertions::assert_eq_size!(FifoPushParams, [u64; 9]);
 
 /// `memory_ping_pong_kernel` and `packet_ping_pong_kernel`: two ranks bounce `bytes` bytes

@@ -45,6 +45,7 @@ layouts! {
     LL8Packet { data, flag }
     CopyParams { status, dst, src, bytes }
     BlockSumParams { status, input, output, n_per_block, reserved }
+    BlockVoteParams { status, input, output }
     FifoPushParams { status, fifo, per_thread, reserved }
     PingPongParams { status, channel, bytes, iterations, role, flag_base, reserved }
     PortPingPongParams { status, channel, bytes, iterations, role, flush, reserved }

@@ -32,9 +32,9 @@ pub mod trigger;
 pub use fifo::{DEFAULT_FIFO_SIZE, FifoDeviceHandle};
 pub use ipc::IpcMemHandle;
 pub use kernel_params::{
-    BlockSumParams, CollectiveMode, CollectiveParams, CopyParams, DataType, DeviceReduceOp,
-    DirectCollectiveParams, FifoPushParams, MAX_DIRECT_RANKS, PingPongParams, PortPingPongParams,
-    ReduceOp,
+    BlockSumParams, BlockVoteParams, CollectiveMode, CollectiveParams, CopyParams, DataType,
+    DeviceReduceOp, DirectCollectiveParams, FifoPushParams, MAX_DIRECT_RANKS, PingPongParams,
+    PortPingPongParams, ReduceOp,
 };
 pub use memory_channel::MemoryChannelDeviceHandle;
 pub use packet::{LL8Packet, LL16Packet};

@@ -6,6 +6,11 @@
 //! | `dst`            | peer's registered memory, mapped here | this GPU's `put`/`write`/`put_packets` | the peer after a signal (or packet flags) |
 //! | `src`            | local registered memory | local kernels | this GPU's `put`/`get` |
 //! | `packet_buffer`  | local scratch, the target of the peer's `put_packets` | the peer | this GPU's `unpack_packets`/`read_packets` (flag-validated, volatile) |
+//!
+//! Data written through `dst` by many threads of a block is published by one signal after a
+//! block barrier: all threads write, `sync_threads`, one thread signals; the peer waits with
+//! one thread, `sync_threads`, then reads (the device crate's `memory_channel` module gives the
+//! PTX memory-model reasoning).
 
 use crate::{DevicePtr, MemoryDevice2DeviceSemaphoreDeviceHandle};
 

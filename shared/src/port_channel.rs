@@ -3,6 +3,11 @@
 //! All words it points at are described in `fifo` and `semaphore`. The ids are proxy-local:
 //! `semaphore_id` selects the connection and the semaphore the proxy signals for a FLAG trigger;
 //! `dst`/`src` select registered memories for DATA triggers.
+//!
+//! The proxy reads the source memory when it serves a DATA trigger: a block's threads write
+//! it, meet at a block barrier, and only then does one thread push the trigger (`put`,
+//! `put_with_signal`); on the receiving GPU one thread waits, then the block meets before
+//! reading (the device crate's `port_channel` module says why).
 
 use crate::{FifoDeviceHandle, Host2DeviceSemaphoreDeviceHandle};
 

@@ -16,8 +16,9 @@
 pub mod grid;
 
 pub use grid::{
-    block_dim_x, block_idx_x, dynamic_shared_mem, grid_dim_x, sync_threads, sync_warp,
-    thread_idx_x, vote_all_sync, vote_any_sync,
+    block_dim_x, block_idx_x, dynamic_shared_mem, dynamic_shared_mem_size, grid_dim_x,
+    sync_threads, sync_threads_and, sync_threads_count, sync_threads_or, sync_warp, thread_idx_x,
+    vote_all_sync, vote_any_sync,
 };
 
 /// Whether a warp's 16-byte stores to one aligned 128-byte line reach memory as one write

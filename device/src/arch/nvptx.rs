@@ -46,6 +46,50 @@ pub fn sync_threads() {
     unsafe { nvptx::_syncthreads() }
 }
 
+/// `bar.red.or.pred` on barrier 0: [`sync_threads`] that also tells every thread whether
+/// `pred` holds on some thread of the block (CUDA's `__syncthreads_or`). Every thread of the
+/// block must call it; it orders memory as `bar.sync` does (PTX memory model: `bar.red`
+/// synchronizes with the other threads' `bar.sync`/`bar.red` on the same barrier).
+#[inline(always)]
+pub fn sync_threads_or(pred: bool) -> bool {
+    let r: u32;
+    // SAFETY: a block barrier with a reduction over predicates; no operand is an address. Not
+    // `nomem`: it orders memory like `bar.sync`. The uniform-control-flow rule is the caller's.
+    unsafe {
+        asm!("{{ .reg .pred p, q; setp.ne.u32 p, {x}, 0; bar.red.or.pred q, 0, p; selp.u32 {r}, 1, 0, q; }}",
+             x = in(reg32) pred as u32, r = out(reg32) r, options(nostack))
+    };
+    r != 0
+}
+
+/// `bar.red.and.pred` on barrier 0: [`sync_threads`] that also tells every thread whether
+/// `pred` holds on every thread of the block (CUDA's `__syncthreads_and`). Every thread of the
+/// block must call it; it orders memory as `bar.sync` does.
+#[inline(always)]
+pub fn sync_threads_and(pred: bool) -> bool {
+    let r: u32;
+    // SAFETY: as in `sync_threads_or`.
+    unsafe {
+        asm!("{{ .reg .pred p, q; setp.ne.u32 p, {x}, 0; bar.red.and.pred q, 0, p; selp.u32 {r}, 1, 0, q; }}",
+             x = in(reg32) pred as u32, r = out(reg32) r, options(nostack))
+    };
+    r != 0
+}
+
+/// `bar.red.popc.u32` on barrier 0: [`sync_threads`] that also tells every thread on how many
+/// threads of the block `pred` holds (CUDA's `__syncthreads_count`). Every thread of the block
+/// must call it; it orders memory as `bar.sync` does.
+#[inline(always)]
+pub fn sync_threads_count(pred: bool) -> u32 {
+    let r: u32;
+    // SAFETY: as in `sync_threads_or`.
+    unsafe {
+        asm!("{{ .reg .pred p; setp.ne.u32 p, {x}, 0; bar.red.popc.u32 {r}, 0, p; }}",
+             x = in(reg32) pred as u32, r = out(reg32) r, options(nostack))
+    };
+    r
+}
+
 /// `bar.warp.sync 0xffffffff`: every lane of the warp must call it.
 #[inline(always)]
 pub fn sync_warp() {
@@ -84,7 +128,10 @@ pub fn vote_any_sync(pred: bool) -> bool {
 /// NCCL's LL128 protocol rests on too; the PTX memory model does not promise it).
 pub const WARP_LINE_STORES_WHOLE: bool = true;
 
-/// Generic address of this block's dynamic shared memory.
+/// Generic address of this block's dynamic shared memory: [`dynamic_shared_mem_size`] bytes,
+/// 16-byte aligned. With none given at launch, any access through it is out of bounds (an
+/// illegal-address fault, which ends the CUDA context); the CPU backend's emulator traps
+/// already at this call then.
 #[inline(always)]
 pub fn dynamic_shared_mem() -> *mut u8 {
     let p: u64;
@@ -93,6 +140,19 @@ pub fn dynamic_shared_mem() -> *mut u8 {
         asm!("cvta.shared.u64 {p}, mscclpp_dynamic_smem;", p = out(reg64) p, options(nomem, nostack, pure));
     }
     p as *mut u8
+}
+
+/// `%dynamic_smem_size`: bytes of dynamic shared memory this launch gave each block
+/// (`LaunchConfig::with_shared_mem`), so that a kernel can check what it needs before it uses
+/// [`dynamic_shared_mem`].
+#[inline(always)]
+pub fn dynamic_shared_mem_size() -> u32 {
+    let r: u32;
+    // SAFETY: reads a special register that is constant for the launch.
+    unsafe {
+        asm!("mov.u32 {r}, %dynamic_smem_size;", r = out(reg32) r, options(nomem, nostack, pure))
+    };
+    r
 }
 
 /// `ld.acquire.sys.u64`.

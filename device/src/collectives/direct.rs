@@ -140,7 +140,7 @@ where
 crate::kernel! {
     /// Every collective on the callers' registered buffers (see the module docs), reducing the
     /// common sums (f16, bf16, f32; other reductions: [`direct_collective_any_kernel`]). Needs
-    /// 16 bytes of dynamic shared memory and at most `common.max_blocks` blocks.
+    /// no dynamic shared memory and at most `common.max_blocks` blocks.
     fn direct_collective_kernel(d: DirectCollectiveParams) {
         direct::<false>(d)
     }

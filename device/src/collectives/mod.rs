@@ -123,24 +123,22 @@ fn barrier(p: &CollectiveParams, only: Option<u32>) -> bool {
     barrier_with(p, |t| only.is_none_or(|o| o == t))
 }
 
-/// [`barrier`] with the peers `meet` selects.
+/// [`barrier`] with the peers `meet` selects. The first `sync_threads` puts every thread's
+/// earlier writes before the signals (the block-wide signal contract, see
+/// `crate::memory_channel`); the closing vote puts the waits before every thread's later
+/// accesses and tells the block whether one of them gave up.
 #[inline(always)]
 fn barrier_with(p: &CollectiveParams, meet: impl Fn(u32) -> bool) -> bool {
     let t = arch::thread_idx_x();
     let b = arch::block_idx_x();
-    let fail = arch::dynamic_shared_mem() as *mut u32;
     arch::sync_threads();
+    let mut failed = false;
     if t < p.nranks && t != p.rank && meet(t) {
         let ch = channel(p, b, t);
         ch.signal();
-        if ch.wait().is_err() {
-            // SAFETY: the launcher gives at least 4 bytes of shared memory.
-            unsafe { fail.write_volatile(1) };
-        }
+        failed = ch.wait().is_err();
     }
-    arch::sync_threads();
-    // SAFETY: as above; written before the barrier.
-    unsafe { fail.read_volatile() == 0 }
+    !arch::sync_threads_or(failed)
 }
 
 /// The reducer a kernel of kind `ANY` uses for `p`, or `None` when it does nothing: an `_any`
@@ -188,15 +186,10 @@ fn refuse(p: &CollectiveParams) {
     );
 }
 
-/// The start of a kernel that uses [`barrier`]: clears the block's barrier-failure word
-/// (dynamic shared memory; read only after the barrier's first `sync_threads`) and decodes the
-/// call's [`Reducer`] ([`reducer_for`]).
+/// The start of a kernel that uses [`barrier`]: decodes the call's [`Reducer`]
+/// ([`reducer_for`]).
 #[inline(always)]
 fn begin<const ANY: bool>(p: &CollectiveParams, reduces: bool) -> Option<Reducer> {
-    if arch::thread_idx_x() == 0 {
-        // SAFETY: the launchers give at least 4 bytes of dynamic shared memory.
-        unsafe { (arch::dynamic_shared_mem() as *mut u32).write_volatile(0) };
-    }
     reducer_for::<ANY>(p, reduces)
 }
 
@@ -262,7 +255,7 @@ fn mode_reduces(mode: u32) -> bool {
 crate::kernel! {
     /// Every collective through the staging region (see the module docs and `CollectiveMode`),
     /// reducing the common sums (f16, bf16, f32; other reductions:
-    /// [`staged_collective_any_kernel`]). Needs 16 bytes of dynamic shared memory.
+    /// [`staged_collective_any_kernel`]). Needs no dynamic shared memory.
     fn staged_collective_kernel(p: CollectiveParams) {
         staged::<false>(p)
     }

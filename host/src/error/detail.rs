@@ -95,6 +95,16 @@ pub enum BackendError {
     /// The grid emulator failed (CPU backend).
     #[error(transparent)]
     Grid(#[from] mscclpp_device::arch::host::grid::GridError),
+    /// A kernel failed on the grid emulator (CPU backend): a trap, a failed assertion, or
+    /// shared memory its launch did not give.
+    #[error("kernel {name:?} failed")]
+    Kernel {
+        /// Its entry point.
+        name: &'static str,
+        /// What the emulator saw.
+        #[source]
+        source: mscclpp_device::arch::host::grid::GridError,
+    },
     /// The driver's JIT rejected a module (CUDA); `log` is its error log.
     #[error("the CUDA JIT rejected the module: {log}")]
     Jit {

@@ -169,6 +169,22 @@ pub enum Error {
         #[source]
         source: BackendError,
     },
+    /// PTX built for a newer GPU architecture than the device's (PTX runs on its `.target`
+    /// and newer; the embedded PTX is `sm_90` unless `MSCCLPP_CUDA_ARCH` said otherwise at
+    /// build time).
+    #[error(
+        "{what} was built for {target}; device {ordinal} is {device}: rebuild with MSCCLPP_CUDA_ARCH={device}"
+    )]
+    PtxTarget {
+        /// `PTX text` or the file's path.
+        what: String,
+        /// Device ordinal.
+        ordinal: usize,
+        /// The PTX's `.target`, e.g. `sm_90`.
+        target: String,
+        /// The device's architecture, e.g. `sm_80`.
+        device: String,
+    },
     /// A kernel's entry point is not in its module.
     #[error("kernel {name:?} is not in the module")]
     MissingKernel {
@@ -476,6 +492,29 @@ pub enum Error {
         rank: usize,
         /// Owner's id.
         id: u32,
+    },
+    /// A pairwise set-up call (`connect`, a semaphore's set-up, `recv_memory`) waited for the
+    /// peer's half until the bootstrap's deadline: the peer never made the matching call, or
+    /// made its calls in another order or with another tag.
+    #[error(
+        "rank {rank}: {op} with rank {peer} (tag {tag}) got no answer within {after:?}: \
+         both ranks must make their pairwise set-up calls (connect, semaphores, \
+         send_memory/recv_memory) in the same order with the same tags"
+    )]
+    SetupTimeout {
+        /// This rank.
+        rank: usize,
+        /// The peer it waited for.
+        peer: usize,
+        /// The call: `connect`, `semaphore set-up`, `recv_memory` or `set-up receive`.
+        op: &'static str,
+        /// The tag the caller passed (without the call's tag range).
+        tag: u64,
+        /// The deadline that passed.
+        after: std::time::Duration,
+        /// The bootstrap's timeout.
+        #[source]
+        source: Box<Error>,
     },
     /// The two ends of a connection asked for different transports.
     #[error(

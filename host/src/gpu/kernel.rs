@@ -6,6 +6,10 @@ use crate::error::{Error, Result};
 
 /// A kernel: its PTX entry point and, for the CPU backend, the same function compiled for the
 /// host. Declared once per kernel (see `mscclpp::kernels`); `P` is its parameter struct.
+///
+/// [`kernel_spec!`](crate::kernel_spec) builds one from the kernel's path, so the entry point's
+/// name cannot be misspelt; with [`KernelSpec::new`] a wrong name is caught when the module is
+/// asked for it (`Module::kernel`: `Error::MissingKernel`, on either backend).
 pub struct KernelSpec<P> {
     /// PTX entry point (the function's unmangled name).
     pub name: &'static str,
@@ -67,43 +71,59 @@ impl LaunchConfig {
 
 pub(super) enum ModuleImpl {
     Cuda(cuda::Module),
-    Cpu,
+    /// The PTX's entry points and their parameter bytes (the kernels themselves are the
+    /// specs' host functions).
+    Cpu {
+        entries: std::collections::HashMap<String, Option<usize>>,
+    },
 }
 
-/// Loaded kernels (CUDA: a `CUmodule`; CPU: the kernels' host functions).
+/// Loaded kernels (CUDA: a `CUmodule`; CPU: the PTX's entry points, run from the kernels' host
+/// functions).
 pub struct Module {
     pub(super) gpu: Gpu,
     pub(super) imp: ModuleImpl,
 }
 
 impl Module {
-    /// Looks up `spec` in the module: its PTX entry point (checking the parameter size where
-    /// the driver reports it) on CUDA, its host function on the CPU backend.
+    /// Looks up `spec` in the module: its PTX entry point, checking that the parameter struct
+    /// `P` has the size the entry point takes. On CUDA the driver finds the entry point and
+    /// reports its parameters (from CUDA 12.4); on the CPU backend the loaded PTX text says
+    /// both, and the spec's host function runs. Either way a name the PTX lacks is
+    /// [`Error::MissingKernel`] and a wrong size [`Error::ParamSize`], so a misspelt name fails
+    /// without a GPU too.
     pub fn kernel<P: bytemuck::Pod>(&self, spec: KernelSpec<P>) -> Result<Kernel<P>> {
+        let size_check = |expected: Option<usize>| match expected {
+            Some(expected) if expected != std::mem::size_of::<P>() => Err(Error::ParamSize {
+                name: spec.name.to_string(),
+                expected,
+                got: std::mem::size_of::<P>(),
+            }),
+            _ => Ok(()),
+        };
         let imp = match &self.imp {
             ModuleImpl::Cuda(m) => {
                 let f = m.function(spec.name)?;
-                if let Some(expected) = f.param_bytes() {
-                    let got = std::mem::size_of::<P>();
-                    if expected != got {
-                        return Err(Error::ParamSize {
-                            name: spec.name.to_string(),
-                            expected,
-                            got,
+                size_check(f.param_bytes())?;
+                KernelImpl::Cuda(f)
+            }
+            ModuleImpl::Cpu { entries } => {
+                let Some(&bytes) = entries.get(spec.name) else {
+                    return Err(Error::MissingKernel {
+                        name: spec.name.to_string(),
+                    });
+                };
+                size_check(bytes)?;
+                match spec.host {
+                    Some(h) => KernelImpl::Cpu(h),
+                    None => {
+                        return Err(Error::Unsupported {
+                            what: "a kernel with no host function",
+                            backend: self.gpu.kind(),
                         });
                     }
                 }
-                KernelImpl::Cuda(f)
             }
-            ModuleImpl::Cpu => match spec.host {
-                Some(h) => KernelImpl::Cpu(h),
-                None => {
-                    return Err(Error::Unsupported {
-                        what: "a kernel with no host function",
-                        backend: self.gpu.kind(),
-                    });
-                }
-            },
         };
         Ok(Kernel { spec, imp })
     }
@@ -124,5 +144,67 @@ impl<P> Kernel<P> {
     /// The entry point name.
     pub fn name(&self) -> &'static str {
         self.spec.name
+    }
+}
+
+/// The [`KernelSpec`] of a kernel declared with `mscclpp_device::kernel!`, from the path of its
+/// function: `kernel_spec!(my_kernels::ping_pong)` is
+/// `KernelSpec::new("ping_pong", my_kernels::ping_pong)`. The PTX entry point is the
+/// function's own name, so the two cannot disagree. Name the function as it is declared (a
+/// path ending in its name, not a `use … as` alias). Usable in a `const`.
+///
+/// ```
+/// use mscclpp_host::gpu::KernelSpec;
+///
+/// mod my_kernels {
+///     /// Stands for a kernel's host build (`kernel!` makes it `pub unsafe fn`).
+///     pub unsafe fn ping_pong(_p: u64) {}
+/// }
+///
+/// const PING_PONG: KernelSpec<u64> = mscclpp_host::kernel_spec!(my_kernels::ping_pong);
+/// assert_eq!(PING_PONG.name, "ping_pong");
+/// assert!(PING_PONG.host.is_some());
+/// ```
+#[macro_export]
+macro_rules! kernel_spec {
+    ($($path:ident)::+) => {
+        $crate::gpu::KernelSpec::new($crate::__kernel_spec_name!($($path)::+), $($path)::+)
+    };
+}
+
+/// The last segment of a path, as a string (for [`kernel_spec!`]).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __kernel_spec_name {
+    ($last:ident) => {
+        ::core::stringify!($last)
+    };
+    ($first:ident :: $($rest:ident)::+) => {
+        $crate::__kernel_spec_name!($($rest)::+)
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KernelSpec;
+
+    mod kernels {
+        pub mod deeper {
+            pub unsafe fn all_reduce(_p: u32) {}
+        }
+        pub unsafe fn copy(_p: [u8; 4]) {}
+    }
+
+    #[test]
+    fn kernel_spec_names_the_function() {
+        const COPY: KernelSpec<[u8; 4]> = crate::kernel_spec!(self::kernels::copy);
+        let deep: KernelSpec<u32> = crate::kernel_spec!(kernels::deeper::all_reduce);
+        assert_eq!((COPY.name, deep.name), ("copy", "all_reduce"));
+        use kernels::copy;
+        assert_eq!(crate::kernel_spec!(copy).name, "copy");
+        assert!(
+            COPY.host
+                .is_some_and(|h| std::ptr::fn_addr_eq(h, kernels::copy as unsafe fn([u8; 4])))
+        );
     }
 }

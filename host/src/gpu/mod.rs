@@ -18,6 +18,7 @@ pub mod cpu;
 pub mod cuda;
 mod kernel;
 mod memory;
+pub mod ptx;
 mod stream;
 
 use std::path::Path;
@@ -246,12 +247,17 @@ impl Gpu {
         })
     }
 
-    /// Loads PTX text (e.g. `mscclpp::DEVICE_PTX`). On the CPU backend the text is not used:
-    /// kernels run from their host functions ([`KernelSpec::host`]).
+    /// Loads PTX text (e.g. `mscclpp::DEVICE_PTX`). On the CUDA backend the driver compiles it
+    /// for the device ([`Error::PtxTarget`] if it was built for a newer GPU). On the CPU backend
+    /// kernels run from their host functions ([`KernelSpec::host`]), and the text only names
+    /// the entry points and their parameter sizes, which [`Module::kernel`] checks as the
+    /// driver does.
     pub fn load_ptx(&self, ptx: &str) -> Result<Module> {
         let imp = match &self.inner.imp {
             DeviceImpl::Cuda(d) => ModuleImpl::Cuda(d.load_ptx(ptx)?),
-            DeviceImpl::Cpu(_) => ModuleImpl::Cpu,
+            DeviceImpl::Cpu(_) => ModuleImpl::Cpu {
+                entries: ptx::PtxInfo::parse(ptx).entries,
+            },
         };
         Ok(Module {
             gpu: self.clone(),

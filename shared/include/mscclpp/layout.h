@@ -356,6 +356,18 @@ MSCCLPP_CHECK_OFFSET(BlockSumParams, output, 16);
 MSCCLPP_CHECK_OFFSET(BlockSumParams, n_per_block, 24);
 MSCCLPP_CHECK_OFFSET(BlockSumParams, reserved, 28);
 
+/* block_vote_kernel: thread g = b * block_dim + t votes input[g] != 0 and writes
+ * output[4g .. 4g + 4] = (or, and, count, dynamic shared memory size). */
+typedef struct BlockVoteParams {
+  MSCCLPP_ALIGNAS(8) uint64_t status; /* DeviceStatus */
+  uint64_t input;                     /* uint32_t[grid_dim * block_dim] */
+  uint64_t output;                    /* uint32_t[4 * grid_dim * block_dim] */
+} BlockVoteParams;
+MSCCLPP_CHECK_LAYOUT(BlockVoteParams, 24, 8);
+MSCCLPP_CHECK_OFFSET(BlockVoteParams, status, 0);
+MSCCLPP_CHECK_OFFSET(BlockVoteParams, input, 8);
+MSCCLPP_CHECK_OFFSET(BlockVoteParams, output, 16);
+
 /* fifo_push_kernel: every thread pushes per_thread DATA triggers. */
 typedef struct FifoPushParams {
   MSCCLPP_ALIGNAS(8) uint64_t status; /* DeviceStatus */

@@ -2,8 +2,11 @@
 //!
 //! Every block of the grid runs at once (kernels may wait on each other across blocks, as a
 //! persistent GPU kernel can). Each thread sees its own `thread_idx`/`block_idx` through a
-//! thread-local; `sync_threads` is a barrier over the threads of one block; each block owns a
-//! zeroed dynamic shared-memory region of the size given at launch.
+//! thread-local; `sync_threads` is a barrier over the threads of one block, and its votes
+//! (`sync_threads_or`, `sync_threads_and`, `sync_threads_count`) combine one predicate per
+//! thread on the way; each block owns a zeroed dynamic shared-memory region of the size given
+//! at launch, and a kernel that asks for that region when the launch gave none traps with a
+//! message naming the fix (on a GPU the access would fault).
 //!
 //! Warps are the block's threads in groups of [`WARP_SIZE`] (the last may be short): each has
 //! a barrier of its own, which `sync_warp` waits at and the votes (`vote_all_sync`,
@@ -94,10 +97,10 @@ struct BarrierState {
     /// Arrivals of the current generation whose predicate was true.
     true_votes: u32,
     generation: u64,
-    /// `(all, any)` of the last completed generation's predicates. A waiter reads it under the
-    /// lock as soon as it wakes; the next generation cannot complete (and overwrite it) before
-    /// that waiter arrives again.
-    last_vote: (bool, bool),
+    /// How many predicates of the last completed generation were true. A waiter reads it under
+    /// the lock as soon as it wakes; the next generation cannot complete (and overwrite it)
+    /// before that waiter arrives again.
+    last_votes: u32,
     poisoned: bool,
 }
 
@@ -108,7 +111,7 @@ impl BlockBarrier {
                 arrived: 0,
                 true_votes: 0,
                 generation: 0,
-                last_vote: (true, false),
+                last_votes: 0,
                 poisoned: false,
             }),
             cv: Condvar::new(),
@@ -117,11 +120,17 @@ impl BlockBarrier {
     }
 
     fn wait(&self) {
-        self.wait_vote(true);
+        self.wait_count(true);
     }
 
     /// Waits for every thread and returns `(all, any)` of their `pred`s.
     fn wait_vote(&self, pred: bool) -> (bool, bool) {
+        let n = self.wait_count(pred);
+        (n == self.count, n > 0)
+    }
+
+    /// Waits for every thread and returns on how many of them `pred` was true.
+    fn wait_count(&self, pred: bool) -> u32 {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if s.poisoned {
             drop(s);
@@ -130,12 +139,12 @@ impl BlockBarrier {
         s.arrived += 1;
         s.true_votes += pred as u32;
         if s.arrived == self.count {
-            s.last_vote = (s.true_votes == self.count, s.true_votes > 0);
+            s.last_votes = s.true_votes;
             s.arrived = 0;
             s.true_votes = 0;
             s.generation += 1;
             self.cv.notify_all();
-            return s.last_vote;
+            return s.last_votes;
         }
         let generation = s.generation;
         while s.generation == generation && !s.poisoned {
@@ -145,7 +154,7 @@ impl BlockBarrier {
             drop(s);
             panic!("a sibling thread of this block trapped");
         }
-        s.last_vote
+        s.last_votes
     }
 
     fn poison(&self) {
@@ -159,7 +168,10 @@ struct BlockCtx {
     barrier: BlockBarrier,
     /// One barrier per warp.
     warps: Box<[BlockBarrier]>,
+    /// Dynamic shared memory, `smem_bytes` rounded up to whole 16-byte words.
     smem: Box<[u128]>,
+    /// Dynamic shared memory the launch asked for.
+    smem_bytes: u32,
 }
 
 impl BlockCtx {
@@ -171,6 +183,7 @@ impl BlockCtx {
                 .map(|w| BlockBarrier::new((dims.block - w * WARP_SIZE).min(WARP_SIZE)))
                 .collect(),
             smem: std::vec![0u128; smem_words].into_boxed_slice(),
+            smem_bytes: dims.shared_mem_bytes,
         }
     }
 
@@ -226,24 +239,42 @@ pub fn grid_dim_x() -> u32 {
     ctx().grid_dim
 }
 
+/// This thread's block (`None` outside the emulator).
+fn block<'a>() -> Option<&'a BlockCtx> {
+    let c = ctx();
+    // SAFETY: `block` points into `run_grid`'s `blocks`, alive until every thread joined (the
+    // thread resets its context to `HOST` before it ends).
+    (!c.block.is_null()).then(|| unsafe { &*c.block })
+}
+
 /// Barrier over the threads of this block (no-op outside the emulator).
 pub fn sync_threads() {
-    let c = ctx();
-    if !c.block.is_null() {
-        // SAFETY: `block` points into `run_grid`'s `blocks`, alive until every thread joined.
-        unsafe { &*c.block }.barrier.wait();
+    if let Some(b) = block() {
+        b.barrier.wait();
     }
+}
+
+/// [`sync_threads`] that also tells every thread whether `pred` holds on some thread of the
+/// block (`pred` itself outside the emulator). Every thread of the block must call it.
+pub fn sync_threads_or(pred: bool) -> bool {
+    block().map_or(pred, |b| b.barrier.wait_vote(pred).1)
+}
+
+/// [`sync_threads`] that also tells every thread whether `pred` holds on every thread of the
+/// block (`pred` itself outside the emulator). Every thread of the block must call it.
+pub fn sync_threads_and(pred: bool) -> bool {
+    block().map_or(pred, |b| b.barrier.wait_vote(pred).0)
+}
+
+/// [`sync_threads`] that also tells every thread on how many threads of the block `pred`
+/// holds (`pred as u32` outside the emulator). Every thread of the block must call it.
+pub fn sync_threads_count(pred: bool) -> u32 {
+    block().map_or(pred as u32, |b| b.barrier.wait_count(pred))
 }
 
 /// This thread's warp barrier (`None` outside the emulator).
 fn warp_barrier<'a>() -> Option<&'a BlockBarrier> {
-    let c = ctx();
-    if c.block.is_null() {
-        return None;
-    }
-    // SAFETY: as in `sync_threads`.
-    let block = unsafe { &*c.block };
-    block.warps.get((c.thread_idx / WARP_SIZE) as usize)
+    block()?.warps.get((thread_idx_x() / WARP_SIZE) as usize)
 }
 
 /// `bar.warp.sync` over this thread's warp (no-op outside the emulator).
@@ -265,20 +296,28 @@ pub fn vote_any_sync(pred: bool) -> bool {
     warp_barrier().map_or(pred, |w| w.wait_vote(pred).1)
 }
 
-/// This block's dynamic shared memory (null outside the emulator or when none was requested).
+/// The trap message of a kernel that asks for dynamic shared memory its launch did not give.
+pub const NO_SHARED_MEM: &str = "the kernel uses dynamic shared memory (arch::dynamic_shared_mem) \
+     but the launch gave none: launch with LaunchConfig::with_shared_mem(bytes)";
+
+/// This block's dynamic shared memory, [`dynamic_shared_mem_size`] bytes (null outside the
+/// emulator). Traps (an emulated GPU fault, reported by the launch) when the launch gave
+/// none: on a GPU any access through the pointer would then be out of bounds.
 pub fn dynamic_shared_mem() -> *mut u8 {
-    let c = ctx();
-    if c.block.is_null() {
+    let Some(b) = block() else {
         return core::ptr::null_mut();
+    };
+    // Threads of a block share the region as GPU threads do; concurrent access follows the
+    // kernel's own barrier discipline.
+    if b.smem_bytes == 0 {
+        panic!("{NO_SHARED_MEM}");
     }
-    // SAFETY: as in `sync_threads`. Threads of a block share the region as GPU threads do;
-    // concurrent access follows the kernel's own barrier discipline.
-    let smem = unsafe { &(*c.block).smem };
-    if smem.is_empty() {
-        core::ptr::null_mut()
-    } else {
-        smem.as_ptr() as *mut u8
-    }
+    b.smem.as_ptr() as *mut u8
+}
+
+/// Bytes of dynamic shared memory this launch gave each block (0 outside the emulator).
+pub fn dynamic_shared_mem_size() -> u32 {
+    block().map_or(0, |b| b.smem_bytes)
 }
 
 /// Nanoseconds since an arbitrary fixed point (the first call).
@@ -406,6 +445,94 @@ mod tests {
         })
         .unwrap();
         assert_eq!(wrong.load(Ordering::Relaxed), 0);
+    }
+
+    /// Block votes combine every thread of one block (not of the grid, not of a warp), give
+    /// every thread the same answer, and never mix rounds.
+    #[test]
+    fn block_votes_combine_their_own_block() {
+        let dims = GridDims {
+            grid: 3,
+            block: 70, // two full warps and a short one
+            shared_mem_bytes: 0,
+        };
+        let wrong = AtomicU32::new(0);
+        run_grid(dims, &|| {
+            let (t, b) = (thread_idx_x(), block_idx_x());
+            for round in 0..40u32 {
+                // Block b: in round r, threads t with (t + r + b) % 7 == 0 hold the predicate,
+                // none in rounds divisible by 5, all in rounds with r % 5 == 1.
+                let pred = match round % 5 {
+                    0 => false,
+                    1 => true,
+                    _ => (t + round + b) % 7 == 0,
+                };
+                let want_count = match round % 5 {
+                    0 => 0,
+                    1 => dims.block,
+                    _ => (0..dims.block).filter(|u| (u + round + b) % 7 == 0).count() as u32,
+                };
+                let count = sync_threads_count(pred);
+                let any = sync_threads_or(pred);
+                let all = sync_threads_and(pred);
+                if count != want_count
+                    || any != (want_count > 0)
+                    || all != (want_count == dims.block)
+                {
+                    wrong.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+        .unwrap();
+        assert_eq!(wrong.load(Ordering::Relaxed), 0);
+    }
+
+    /// Outside a launch the votes answer for the one calling thread.
+    #[test]
+    fn block_votes_outside_the_emulator() {
+        assert!(sync_threads_or(true) && !sync_threads_or(false));
+        assert!(sync_threads_and(true) && !sync_threads_and(false));
+        assert_eq!(
+            (sync_threads_count(true), sync_threads_count(false)),
+            (1, 0)
+        );
+        assert_eq!(dynamic_shared_mem_size(), 0);
+        assert!(dynamic_shared_mem().is_null());
+    }
+
+    /// A kernel sees the dynamic shared memory size its launch gave; asking for the region when
+    /// the launch gave none is a trap that names the fix, not a null pointer.
+    #[test]
+    fn dynamic_shared_memory_size_and_missing_region() {
+        let seen = AtomicU32::new(u32::MAX);
+        let dims = GridDims {
+            grid: 2,
+            block: 4,
+            shared_mem_bytes: 20,
+        };
+        run_grid(dims, &|| {
+            let p = dynamic_shared_mem();
+            assert_eq!(p as usize % 16, 0);
+            seen.store(dynamic_shared_mem_size(), Ordering::Relaxed);
+        })
+        .unwrap();
+        assert_eq!(seen.load(Ordering::Relaxed), 20);
+
+        let none = GridDims {
+            shared_mem_bytes: 0,
+            ..dims
+        };
+        let r = run_grid(none, &|| {
+            seen.store(dynamic_shared_mem_size(), Ordering::Relaxed);
+            sync_threads();
+            // SAFETY: never reached: the call traps first.
+            unsafe { (dynamic_shared_mem() as *mut u32).write_volatile(1) };
+        });
+        assert_eq!(seen.load(Ordering::Relaxed), 0);
+        match r {
+            Err(GridError::Trap { message, .. }) => assert_eq!(message, NO_SHARED_MEM),
+            other => panic!("expected a trap, got {other:?}"),
+        }
     }
 
     /// A lane that traps releases its warp siblings waiting in a vote.

@@ -29,12 +29,13 @@ type Result<T> = std::result::Result<T, Box<dyn Error + Send + Sync>>;
 /// `my-kernels` compiled for nvptx64 by build.rs.
 const MY_KERNELS_PTX: &str = mscclpp::include_ptx!("my_kernels");
 
-/// Each kernel: its PTX entry point (the function's name) and its host build (CPU backend).
-const PING_PONG: KernelSpec<PingPongArgs> = KernelSpec::new("ping_pong", my_kernels::ping_pong);
+/// Each kernel: its PTX entry point (the function's name, which `kernel_spec!` takes from the
+/// path) and its host build (CPU backend).
+const PING_PONG: KernelSpec<PingPongArgs> = mscclpp::kernel_spec!(my_kernels::ping_pong);
 const ALLREDUCE_U32: KernelSpec<AllreduceArgs> =
-    KernelSpec::new("allreduce_sum_u32", my_kernels::allreduce_sum_u32);
+    mscclpp::kernel_spec!(my_kernels::allreduce_sum_u32);
 const ALLREDUCE_F32: KernelSpec<AllreduceArgs> =
-    KernelSpec::new("allreduce_sum_f32", my_kernels::allreduce_sum_f32);
+    mscclpp::kernel_spec!(my_kernels::allreduce_sum_f32);
 
 /// Sizes and launch shapes: small on the CPU backend (one OS thread per GPU thread).
 struct Plan {
@@ -75,14 +76,10 @@ impl Plan {
     }
 }
 
+/// Prints the error and its causes (not the `Debug` form `fn main() -> Result` would) and
+/// exits with a failure.
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("user-kernels-demo: error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    mscclpp::exit_code(run())
 }
 
 fn run() -> Result<()> {
@@ -164,7 +161,7 @@ fn ping_pong(plan: &Plan, comm: Communicator) -> Result<Duration> {
     let module = gpu.load_ptx(MY_KERNELS_PTX)?;
     let kernel = module.kernel(PING_PONG)?;
     let stream = gpu.stream()?;
-    let cfg = LaunchConfig::new(1, plan.ping_pong_threads).with_shared_mem(4);
+    let cfg = LaunchConfig::new(1, plan.ping_pong_threads);
     let args = |iterations| -> Result<PingPongArgs> {
         Ok(PingPongArgs {
             status: comm.status().device_ptr(),
@@ -181,7 +178,7 @@ fn ping_pong(plan: &Plan, comm: Communicator) -> Result<Duration> {
         comm.bootstrap().barrier()?;
         let start = Instant::now();
         // SAFETY: both buffers are live and `words` u32 long until the stream is synchronised
-        // (and the peer's until the barrier below); one block, 4 bytes of shared memory.
+        // (and the peer's until the barrier below); one block.
         unsafe { stream.launch(&kernel, cfg, args(iterations)?) }?;
         stream.synchronize()?;
         elapsed = start.elapsed();

@@ -25,7 +25,7 @@ use mscclpp_shared::{
 /// Most ranks [`AllreduceArgs`] has channels for.
 pub const MAX_RANKS: usize = 8;
 
-/// Parameters of [`ping_pong`]. Launch one block with at least 4 bytes of dynamic shared memory.
+/// Parameters of [`ping_pong`]. Launch one block (no shared memory).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct PingPongArgs {
@@ -74,25 +74,18 @@ pub struct AllreduceArgs {
 const _: () = assert!(core::mem::size_of::<PingPongArgs>() == 80);
 const _: () = assert!(core::mem::size_of::<AllreduceArgs>() == 496);
 
-/// Thread 0 waits for the peer's signal; the block learns whether it came. Returns false when
-/// the wait gave up (abort or timeout, recorded in the status).
+/// Thread 0 waits for the peer's signal; the block learns whether it came. The vote is a
+/// `sync_threads` too, so no thread touches the data before the wait has seen the signal.
+/// Returns false when the wait gave up (abort or timeout, recorded in the status).
 #[inline(always)]
 fn block_wait(ch: &MemoryChannelDeviceHandle) -> bool {
-    let flag = arch::dynamic_shared_mem() as *mut u32;
-    if arch::thread_idx_x() == 0 {
-        let ok = ch.wait().is_ok() as u32;
-        // SAFETY: the launch gives at least 4 bytes of dynamic shared memory (PingPongArgs).
-        unsafe { flag.write_volatile(ok) };
-    }
-    arch::sync_threads();
-    // SAFETY: written by thread 0 before the barrier.
-    let ok = unsafe { flag.read_volatile() } != 0;
-    arch::sync_threads();
-    ok
+    let ok = arch::thread_idx_x() != 0 || ch.wait().is_ok();
+    arch::sync_threads_and(ok)
 }
 
-/// Every thread of the block copies the buffer to the peer; then thread 0 signals (release:
-/// the peer sees the data once it sees the signal).
+/// Every thread of the block copies its share of the buffer to the peer; then, after a
+/// `sync_threads`, thread 0 signals: the barrier puts every thread's writes before the signal,
+/// so the peer sees all of them once it sees the signal (the block-wide contract of `signal`).
 #[inline(always)]
 fn block_send(p: &PingPongArgs) {
     // SAFETY: the host built the channel over two buffers of `words` u32 each.

@@ -134,11 +134,15 @@ mod tests {
             panic!("unexpected error {err}");
         };
         match source {
-            crate::error::BackendError::Grid(GridError::Trap {
-                block,
-                thread,
-                message,
-            }) => {
+            crate::error::BackendError::Kernel {
+                name: "trap_test",
+                source:
+                    GridError::Trap {
+                        block,
+                        thread,
+                        message,
+                    },
+            } => {
                 assert_eq!((block, thread), (1, 3));
                 assert_eq!(message, "boom");
             }

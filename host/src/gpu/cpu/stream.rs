@@ -245,7 +245,7 @@ fn run_queue(rx: mpsc::Receiver<Op>, shared: Arc<Shared>) {
             }
             Op::Launch { name, dims, body } => grid::run_grid(dims, &*body).map_err(|e| {
                 tracing::error!("kernel {name} failed on the CPU backend: {e}");
-                e.into()
+                BackendError::Kernel { name, source: e }
             }),
             Op::WriteValue { dst, value } => {
                 // SAFETY: the submitter's contract (`write_value_u64`): an aligned live u64.

@@ -67,6 +67,7 @@ pub use module::{Function, Module};
 pub use stream::{Event, Graph, Stream};
 
 use super::BackendKind;
+use super::ptx::SmArch;
 use crate::error::{BackendError, DriverError, Error, Result};
 
 /// Why initialisation failed (kept for the whole process).
@@ -145,6 +146,8 @@ pub struct Device {
     ctx: Arc<Context>,
     name: String,
     pci_bus_id: String,
+    /// The device's architecture (compute capability), which PTX must not exceed.
+    arch: SmArch,
 }
 
 /// Smallest allocation made: a request for 0 bytes allocates this much (the driver rejects 0),
@@ -169,10 +172,20 @@ impl Device {
         let ctx = Arc::new(Context { ordinal, dev, ctx });
         let name = result::cu_device_get_name(dev).map_err(open_err)?;
         let pci_bus_id = result::cu_device_get_pci_bus_id(dev).map_err(open_err)?;
+        let cc = |attribute| {
+            result::cu_device_get_attribute(dev, attribute)
+                .map_err(open_err)
+                .map(|v| u32::try_from(v).unwrap_or(0))
+        };
+        let arch = SmArch::of_device(
+            cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        );
         Ok(Self {
             ctx,
             name,
             pci_bus_id,
+            arch,
         })
     }
 
@@ -184,6 +197,11 @@ impl Device {
     /// The device's name, e.g. `NVIDIA H200`.
     pub fn name(&self) -> String {
         self.name.clone()
+    }
+
+    /// The device's architecture from its compute capability, e.g. `sm_90` for an H200.
+    pub fn arch(&self) -> SmArch {
+        self.arch
     }
 
     /// The device's PCI bus id, e.g. `0000:18:00.0` (names the physical GPU whatever
@@ -357,9 +375,10 @@ impl Device {
         Ok(Event::new(self.ctx.clone(), raw))
     }
 
-    /// Loads (JIT-compiles) PTX text. On failure the error carries the JIT's error log.
+    /// Loads (JIT-compiles) PTX text. PTX built for a newer architecture than the device's
+    /// is [`Error::PtxTarget`]; other failures carry the JIT's error log.
     pub fn load_ptx(&self, ptx: &str) -> Result<Module> {
-        Module::load_ptx(self.ctx.clone(), ptx, "PTX text")
+        Module::load_ptx(self.ctx.clone(), self.arch, ptx, "PTX text")
     }
 
     /// Loads a module file: `*.ptx` as PTX text, anything else as a cubin or fatbin image.
@@ -374,7 +393,7 @@ impl Device {
             .is_some_and(|e| e.eq_ignore_ascii_case("ptx"))
         {
             match String::from_utf8(bytes) {
-                Ok(text) => Module::load_ptx(self.ctx.clone(), &text, &what),
+                Ok(text) => Module::load_ptx(self.ctx.clone(), self.arch, &text, &what),
                 Err(_) => Err(Error::ModuleLoad {
                     what,
                     ordinal: self.ordinal(),

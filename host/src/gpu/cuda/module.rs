@@ -10,6 +10,29 @@ use cudarc::driver::sys;
 
 use super::{Context, result};
 use crate::error::{BackendError, DriverError, Error, Result};
+use crate::gpu::ptx::{PtxInfo, SmArch};
+
+/// What ptxas (and so the driver's JIT) writes to its log for a `.target` above the GPU it
+/// compiles for.
+const TARGET_TOO_NEW_LOG: &str = "SM version specified by .target is higher";
+
+/// Whether a failed load of PTX built for `target` on a device of architecture `device` failed
+/// because the PTX is for a newer GPU. The driver answers such PTX with
+/// `CUDA_ERROR_INVALID_PTX` and ptxas's "SM version specified by .target is higher than
+/// default SM version assumed" in the JIT log (the same message `ptxas -arch=sm_80` gives for
+/// `.target sm_90` offline); `CUDA_ERROR_NO_BINARY_FOR_GPU` is taken as the same failure when
+/// the target is too new. [`Module::load_ptx`] refuses such PTX before the driver sees it;
+/// this is the net under that check (a target it could not read).
+pub(crate) fn is_target_too_new(
+    error: &DriverError,
+    log: &str,
+    target: Option<SmArch>,
+    device: SmArch,
+) -> bool {
+    let jit_failed = error.code == sys::CUresult::CUDA_ERROR_INVALID_PTX as u32
+        || error.code == sys::CUresult::CUDA_ERROR_NO_BINARY_FOR_GPU as u32;
+    jit_failed && (log.contains(TARGET_TOO_NEW_LOG) || target.is_some_and(|t| !t.runs_on(device)))
+}
 
 /// The loaded `CUmodule`; unloaded on drop.
 #[derive(Debug)]
@@ -44,8 +67,25 @@ pub struct Module {
 }
 
 impl Module {
-    /// Loads PTX text; `what` names it in errors.
-    pub(super) fn load_ptx(ctx: Arc<Context>, ptx: &str, what: &str) -> Result<Self> {
+    /// Loads PTX text for a device of architecture `device`; `what` names it in errors. PTX
+    /// whose `.target` is newer than the device is refused with [`Error::PtxTarget`] (the
+    /// driver would only say that the JIT failed).
+    pub(super) fn load_ptx(
+        ctx: Arc<Context>,
+        device: SmArch,
+        ptx: &str,
+        what: &str,
+    ) -> Result<Self> {
+        let target = PtxInfo::parse(ptx).target;
+        let too_new = |target: Option<SmArch>| Error::PtxTarget {
+            what: what.to_string(),
+            ordinal: ctx.ordinal(),
+            target: target.map_or_else(|| "a newer GPU".to_string(), |t| t.to_string()),
+            device: device.to_string(),
+        };
+        if target.is_some_and(|t| !t.runs_on(device)) {
+            return Err(too_new(target));
+        }
         let text = CString::new(ptx).map_err(|e| Error::ModuleLoad {
             what: what.to_string(),
             ordinal: ctx.ordinal(),
@@ -55,7 +95,17 @@ impl Module {
             )),
         })?;
         // SAFETY: `text` is NUL-terminated PTX and outlives the call.
-        unsafe { Self::load(ctx, text.as_ptr().cast(), what) }
+        match unsafe { Self::load(ctx.clone(), text.as_ptr().cast(), what) } {
+            Err(Error::ModuleLoad {
+                source: BackendError::Jit { source, log },
+                ..
+            }) if is_target_too_new(&source, &log, target, device) => Err(too_new(target)),
+            Err(Error::ModuleLoad {
+                source: BackendError::Driver(source),
+                ..
+            }) if is_target_too_new(&source, "", target, device) => Err(too_new(target)),
+            other => other,
+        }
     }
 
     /// Loads a cubin or fatbin image; `what` names it in errors.

@@ -104,6 +104,19 @@ pub(crate) fn cu_device_get_pci_bus_id(dev: sys::CUdevice) -> DriverResult<Strin
     Ok(c_buf_to_string(&buf))
 }
 
+/// `cuDeviceGetAttribute`.
+pub(crate) fn cu_device_get_attribute(
+    dev: sys::CUdevice,
+    attribute: sys::CUdevice_attribute,
+) -> DriverResult<i32> {
+    let mut v: c_int = 0;
+    // SAFETY: `v` is a valid out-pointer; `dev` came from `cuDeviceGet`.
+    check("cuDeviceGetAttribute", unsafe {
+        sys::cuDeviceGetAttribute(&mut v, attribute, dev)
+    })?;
+    Ok(v)
+}
+
 fn c_buf_to_string(buf: &[c_char]) -> String {
     let bytes: Vec<u8> = buf
         .iter()

@@ -305,6 +305,122 @@ fn ptx_module_loads_and_launches() {
     }
 }
 
+/// The driver's answers to PTX built for a newer GPU map to `Error::PtxTarget`; other failures
+/// do not.
+#[test]
+fn too_new_ptx_targets_are_recognised() {
+    use super::module::is_target_too_new;
+    use sys::CUresult as R;
+    let err = |code: R| DriverError {
+        call: "cuModuleLoadDataEx",
+        code: code as u32,
+        name: format!("{code:?}"),
+    };
+    let arch = |s| SmArch::parse(s).expect("arch");
+    let (a100, h200) = (SmArch::of_device(8, 0), SmArch::of_device(9, 0));
+    // What the JIT writes for `.target sm_90` on an sm_80 GPU (ptxas's message).
+    let log = "ptxas application ptx input, line 5; fatal   : SM version specified by .target \
+               is higher than default SM version assumed";
+    assert!(is_target_too_new(
+        &err(R::CUDA_ERROR_INVALID_PTX),
+        log,
+        None,
+        a100
+    ));
+    assert!(is_target_too_new(
+        &err(R::CUDA_ERROR_INVALID_PTX),
+        "",
+        Some(arch("sm_90")),
+        a100
+    ));
+    assert!(is_target_too_new(
+        &err(R::CUDA_ERROR_NO_BINARY_FOR_GPU),
+        "",
+        Some(arch("sm_90a")),
+        SmArch::of_device(10, 0)
+    ));
+    // A JIT failure of PTX that fits the device is something else (a bad instruction).
+    let syntax = "ptxas application ptx input, line 4; error   : Unknown symbol 'bogus'";
+    assert!(!is_target_too_new(
+        &err(R::CUDA_ERROR_INVALID_PTX),
+        syntax,
+        Some(arch("sm_90")),
+        h200
+    ));
+    assert!(!is_target_too_new(
+        &err(R::CUDA_ERROR_INVALID_PTX),
+        syntax,
+        None,
+        a100
+    ));
+    // Another failing call is not a target mismatch, whatever the target.
+    assert!(!is_target_too_new(
+        &err(R::CUDA_ERROR_OUT_OF_MEMORY),
+        log,
+        Some(arch("sm_90")),
+        a100
+    ));
+
+    let e = Error::PtxTarget {
+        what: "PTX text".into(),
+        ordinal: 0,
+        target: arch("sm_90").to_string(),
+        device: a100.to_string(),
+    };
+    assert_eq!(
+        e.to_string(),
+        "PTX text was built for sm_90; device 0 is sm_80: rebuild with MSCCLPP_CUDA_ARCH=sm_80"
+    );
+}
+
+/// PTX for a GPU newer than the device: the library refuses it with the fix named, and what
+/// the driver itself answers (loaded past that check) is what `is_target_too_new` maps.
+#[test]
+#[ignore = "needs CUDA"]
+fn ptx_for_a_newer_gpu_is_a_readable_error() {
+    let d = Device::open(0).expect("open");
+    let device = d.arch();
+    // The next architecture after the device's (sm_90 -> sm_100), with a PTX ISA that knows it.
+    let newer = SmArch {
+        number: (device.number / 10 + 1) * 10,
+        suffix: None,
+    };
+    let ptx = ADD_ONE_PTX
+        .replace(".version 7.0", ".version 8.6")
+        .replace(".target sm_70", &format!(".target {newer}"));
+    match d.load_ptx(&ptx) {
+        Err(e @ Error::PtxTarget { .. }) => {
+            eprintln!("library: {e}");
+            assert!(
+                e.to_string()
+                    .contains(&format!("MSCCLPP_CUDA_ARCH={device}")),
+                "{e}"
+            );
+        }
+        other => panic!("expected PtxTarget, got {other:?}"),
+    }
+    let text = std::ffi::CString::new(ptx).expect("no NUL");
+    d.ctx.bind().expect("bind");
+    // SAFETY: `text` is NUL-terminated PTX that outlives the call.
+    match unsafe { result::cu_module_load_data_ex(text.as_ptr().cast()) } {
+        Ok(m) => {
+            // SAFETY: just loaded, unloaded once, nothing of it in use.
+            let _ = unsafe { result::cu_module_unload(m) };
+            panic!("the driver loaded PTX for {newer} on a {device} device");
+        }
+        Err((e, _)) if e.code == sys::CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION as u32 => {
+            eprintln!("NOT RUN: the driver's half: this driver does not know PTX ISA 8.6 ({e})");
+        }
+        Err((e, log)) => {
+            eprintln!("driver: {e}; JIT log: {log}");
+            assert!(
+                super::module::is_target_too_new(&e, &log, Some(newer), device),
+                "the driver answered {e} ({log:?}) for PTX built for {newer} on {device}: map it"
+            );
+        }
+    }
+}
+
 #[test]
 #[ignore = "needs CUDA"]
 fn graphs_capture_and_replay() {
