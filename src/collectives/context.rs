@@ -19,6 +19,7 @@ use mscclpp_host::registered_memory::RegisteredMemory;
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::{
     CollectiveMode, CollectiveParams, DataType, DevicePtr, DeviceReduceOp, DirectCollectiveParams,
+    TraceDeviceHandle,
 };
 
 use super::reduction::KernelOp;
@@ -177,6 +178,7 @@ impl Context {
             nranks: self.ranks() as u32,
             root: 0,
             max_blocks: self.cfg.max_blocks,
+            trace: TraceDeviceHandle::OFF,
         }
     }
 

@@ -32,7 +32,8 @@
 use super::{barrier, barrier_with, begin, mode_reduces, sub_slice, up16};
 use crate::arch;
 use crate::reduce::{CommonSum, Reduce};
-use mscclpp_shared::{CollectiveMode, DirectCollectiveParams, MAX_DIRECT_RANKS};
+use crate::trace;
+use mscclpp_shared::{CollectiveMode, DirectCollectiveParams, MAX_DIRECT_RANKS, TraceEventKind};
 
 /// 16-byte vectors a thread keeps in flight per step (loads are issued before their uses).
 const UNROLL: usize = 4;
@@ -142,14 +143,16 @@ crate::kernel! {
     /// common sums (f16, bf16, f32; other reductions: [`direct_collective_any_kernel`]). Needs
     /// no dynamic shared memory and at most `common.max_blocks` blocks.
     fn direct_collective_kernel(d: DirectCollectiveParams) {
-        direct::<false>(d)
+        trace::event(&d.common.trace, TraceEventKind::Start);
+        direct::<false>(d);
     }
 }
 
 crate::kernel! {
     /// [`direct_collective_kernel`] for every type and operator.
     fn direct_collective_any_kernel(d: DirectCollectiveParams) {
-        direct::<true>(d)
+        trace::event(&d.common.trace, TraceEventKind::Start);
+        direct::<true>(d);
     }
 }
 
@@ -187,10 +190,14 @@ fn direct<const ANY: bool>(d: DirectCollectiveParams) {
         if !barrier_with(p, meet) {
             return;
         }
+        trace::event(&p.trace, TraceEventKind::Send);
         let (s, e) = sub_slice(p.bytes, b, nb);
         // SAFETY: `root`'s output holds `bytes` (it shared it), my input too.
         unsafe { copy_spread(&same_offset(s, e - s), me, |q| q == p.root, n) };
-        barrier_with(p, meet);
+        if barrier_with(p, meet) {
+            trace::event(&p.trace, TraceEventKind::Recv);
+        }
+        trace::event(&p.trace, TraceEventKind::End);
         return;
     }
     if p.mode == CollectiveMode::ReduceLocal as u32 {
@@ -211,6 +218,7 @@ fn direct<const ANY: bool>(d: DirectCollectiveParams) {
     if !barrier(p, None) {
         return;
     }
+    trace::event(&p.trace, TraceEventKind::Send);
     // SAFETY (whole body): the host sized every rank's buffers for the mode (module docs)
     // and mapped them here; every offset below stays inside a part of `bytes` or `stride`.
     unsafe {
@@ -259,5 +267,8 @@ fn direct<const ANY: bool>(d: DirectCollectiveParams) {
             }
         }
     }
-    barrier(p, None);
+    if barrier(p, None) {
+        trace::event(&p.trace, TraceEventKind::Recv);
+    }
+    trace::event(&p.trace, TraceEventKind::End);
 }

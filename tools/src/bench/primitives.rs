@@ -293,6 +293,7 @@ impl<'a> Pair<'a> {
                     role: self.rank as u32,
                     flush: 0,
                     reserved: 0,
+                    trace: mscclpp::shared::TraceDeviceHandle::OFF,
                 };
                 let cfg = LaunchConfig::new(1, 1);
                 // SAFETY: the channel's memories are live and at least `size` bytes long.
