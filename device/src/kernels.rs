@@ -189,7 +189,7 @@ crate::kernel! {
 crate::kernel! {
     /// PortChannel ping-pong (one thread): each side `put_with_signal`s `bytes` through its
     /// proxy (optionally flushing) and waits for the peer's signal. Traced (`p.trace`): `Send`
-    /// before the first put, `Recv` after the last round.
+    /// before the first round, `Recv` after the last one.
     fn port_ping_pong_kernel(p: PortPingPongParams) {
         if arch::global_thread_idx() != 0 {
             return;
@@ -203,21 +203,19 @@ crate::kernel! {
 #[inline(always)]
 fn port_ping_pong(p: &PortPingPongParams) {
     let ch = &p.channel;
-    let send = |round: u32| -> Result<(), mscclpp_shared::DeviceErrorCode> {
-        if round == 0 {
-            trace::event(&p.trace, TraceEventKind::Send);
-        }
+    let send = || -> Result<(), mscclpp_shared::DeviceErrorCode> {
         if p.flush != 0 {
             ch.put_with_signal_and_flush(0, 0, p.bytes)
         } else {
             ch.put_with_signal(0, 0, p.bytes).map(|_| ())
         }
     };
-    for round in 0..p.iterations {
+    trace::event(&p.trace, TraceEventKind::Send);
+    for _ in 0..p.iterations {
         let ok = if p.role == 0 {
-            send(round).and_then(|_| ch.wait())
+            send().and_then(|_| ch.wait())
         } else {
-            ch.wait().and_then(|_| send(round))
+            ch.wait().and_then(|_| send())
         };
         if ok.is_err() {
             return;

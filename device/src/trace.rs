@@ -30,11 +30,18 @@ use mscclpp_shared::{TraceDeviceHandle, TraceEvent, TraceEventKind, WaitSite};
 /// untraced launch do nothing but the tests). Any thread may call it.
 #[inline(always)]
 pub fn event(t: &TraceDeviceHandle, kind: TraceEventKind) {
+    event_if(t, kind, true)
+}
+
+/// [`event`] when `happened` (e.g. `Recv` when the last wait succeeded); `happened` is looked
+/// at only when `t` is on, so that an untraced launch still tests nothing but `t`.
+#[inline(always)]
+pub fn event_if(t: &TraceDeviceHandle, kind: TraceEventKind, happened: bool) {
     // Every value goes through an opaque step (see `arch::opaque_u64`), so that the compiler
     // keeps this test and the address computation here, inside the hook, instead of hoisting
     // them (live registers) or duplicating the code around them.
     let events = arch::opaque_u64(t.events.addr());
-    if events == 0 {
+    if events == 0 || !happened {
         return;
     }
     if arch::thread_idx_x_here() != 0 {

@@ -170,7 +170,13 @@ fn direct<const ANY: bool>(d: DirectCollectiveParams) {
     let (n, me) = (p.nranks, p.rank);
     if p.mode == CollectiveMode::Barrier as u32 {
         // One meeting: the host queues one before and one after its copies.
-        barrier_with(p, |q| q < 32 && p.root & (1 << q) != 0);
+        trace::event(&p.trace, TraceEventKind::Send);
+        trace::event_if(
+            &p.trace,
+            TraceEventKind::Recv,
+            barrier_with(p, |q| q < 32 && p.root & (1 << q) != 0),
+        );
+        trace::event(&p.trace, TraceEventKind::End);
         return;
     }
     let input = |q: u32| d.inputs[q as usize].as_ptr() as *const u8;
@@ -187,16 +193,14 @@ fn direct<const ANY: bool>(d: DirectCollectiveParams) {
         // send_recv: meet the ranks with an output entry (next and prev), write my input
         // into `root`'s output, and meet them again.
         let meet = |q: u32| q < n && !d.outputs[q as usize].is_null();
+        trace::event(&p.trace, TraceEventKind::Send);
         if !barrier_with(p, meet) {
             return;
         }
-        trace::event(&p.trace, TraceEventKind::Send);
         let (s, e) = sub_slice(p.bytes, b, nb);
         // SAFETY: `root`'s output holds `bytes` (it shared it), my input too.
         unsafe { copy_spread(&same_offset(s, e - s), me, |q| q == p.root, n) };
-        if barrier_with(p, meet) {
-            trace::event(&p.trace, TraceEventKind::Recv);
-        }
+        trace::event_if(&p.trace, TraceEventKind::Recv, barrier_with(p, meet));
         trace::event(&p.trace, TraceEventKind::End);
         return;
     }
@@ -213,12 +217,13 @@ fn direct<const ANY: bool>(d: DirectCollectiveParams) {
             |r| unsafe { reduce_spread(&sp, me, all, |q| q == me, n, r) },
             ()
         );
-        return;
-    }
-    if !barrier(p, None) {
+        trace::event(&p.trace, TraceEventKind::End);
         return;
     }
     trace::event(&p.trace, TraceEventKind::Send);
+    if !barrier(p, None) {
+        return;
+    }
     // SAFETY (whole body): the host sized every rank's buffers for the mode (module docs)
     // and mapped them here; every offset below stays inside a part of `bytes` or `stride`.
     unsafe {
@@ -267,8 +272,6 @@ fn direct<const ANY: bool>(d: DirectCollectiveParams) {
             }
         }
     }
-    if barrier(p, None) {
-        trace::event(&p.trace, TraceEventKind::Recv);
-    }
+    trace::event_if(&p.trace, TraceEventKind::Recv, barrier(p, None));
     trace::event(&p.trace, TraceEventKind::End);
 }

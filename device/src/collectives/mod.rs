@@ -299,6 +299,7 @@ fn staged<const ANY: bool>(p: CollectiveParams) {
     } else {
         None
     };
+    trace::event(&p.trace, TraceEventKind::Send);
     if !barrier(&p, only) {
         return;
     }
