@@ -165,6 +165,9 @@ impl Bootstrap for WatchedBootstrap {
     fn forgo_goodbye(&self) {
         self.inner.forgo_goodbye()
     }
+    fn setup_phases(&self) -> Vec<crate::bootstrap::SetupPhase> {
+        self.inner.setup_phases()
+    }
 }
 
 /// A communicator's health: its watched bootstrap and the monitor thread (module docs).

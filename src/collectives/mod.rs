@@ -75,7 +75,8 @@ use mscclpp_host::gpu::{Module, Stream};
 use mscclpp_shared::{DataType, DevicePtr, DeviceReduceOp};
 
 use algo::{Queue, Queued, UNITS};
-use context::{Args, Context, Peer, SetUp, copy_if_needed};
+use context::{Args, CallScope, Context, Peer, SetUp, copy_if_needed};
+use mscclpp_host::trace::Category;
 use scratch::ScratchLayout;
 use select::{Call, Choice};
 
@@ -105,6 +106,8 @@ impl Collectives {
     /// Sets up collectives with `cfg`, which must be identical on every rank: a rank whose
     /// settings differ from another's gets `Error::ConfigMismatch` (and so does the other).
     pub fn with_config(comm: Arc<Communicator>, mut cfg: CollectiveConfig) -> Result<Self> {
+        let trace = comm.trace().clone();
+        let _span = trace.span(Category::Setup, "collectives");
         cfg.max_blocks = channel_rows(&cfg);
         setup::check_one_node(&comm)?;
         setup::check_one_gpu_per_rank(&comm)?;
@@ -121,6 +124,9 @@ impl Collectives {
             .collect::<Result<Vec<_>>>()?;
         let layout = ScratchLayout::for_registered(&cfg, comm.size());
         let wiring = setup::wire(&comm, &cfg, &layout)?;
+        if trace.is_on() {
+            crate::trace::attach_with(&comm, &module, cfg.max_blocks);
+        }
         Ok(Self {
             units,
             cx: Context::new(comm, cfg, layout, wiring),
@@ -365,6 +371,51 @@ impl Collectives {
         }
     }
 
+    /// Queues one public call ([`dispatch`](Self::dispatch)), as one `call` span of the trace
+    /// (op, bytes, type, operator, algorithm, stream, call id) whose id every launch it makes
+    /// carries.
+    ///
+    /// # Safety
+    /// The public call's contract for `args`.
+    unsafe fn run(&self, args: Args, forced: Option<Algorithm>, stream: &Stream) -> Result<()> {
+        let trace = self.cx.comm.trace();
+        if !trace.is_on() {
+            // SAFETY: the caller's contract.
+            return unsafe { self.dispatch(args, forced, stream) };
+        }
+        let id = trace.next_call();
+        let _scope = CallScope::enter(id);
+        let call = &args.call;
+        let mut span = trace
+            .span(Category::Call, op_name(&args))
+            .arg("call", id)
+            .arg("bytes", call.bytes)
+            .arg("dtype", format!("{:?}", call.dtype))
+            .arg("op", format!("{:?}", call.op.op))
+            .arg("ranks", call.ranks)
+            .arg(
+                "stream",
+                stream.cuda_raw().unwrap_or(stream as *const Stream as u64),
+            );
+        match args.peer {
+            Peer::Root(r) => span.set("root", r),
+            Peer::To(r) | Peer::From(r) => span.set("peer", r),
+            Peer::Pair { next, prev } => {
+                span.set("next", next);
+                span.set("prev", prev);
+            }
+            Peer::None => {}
+        }
+        // SAFETY: the caller's contract.
+        let result = unsafe { self.dispatch(args, forced, stream) };
+        match (&result, self.cx.last()) {
+            (Ok(()), Some(a)) => span.set("algorithm", a.name()),
+            (Ok(()), None) => {}
+            (Err(e), _) => span.set("error", e.to_string()),
+        }
+        result
+    }
+
     /// The dispatch (what `select::decide` models): an all-reduce on one rank copies; else
     /// the forced algorithm or the selection table's choice queues the call; an algorithm on
     /// registered buffers that declines it (some rank's buffers cannot be shared) leaves it to
@@ -373,7 +424,12 @@ impl Collectives {
     ///
     /// # Safety
     /// The public call's contract for `args`.
-    unsafe fn run(&self, args: Args, forced: Option<Algorithm>, stream: &Stream) -> Result<()> {
+    unsafe fn dispatch(
+        &self,
+        args: Args,
+        forced: Option<Algorithm>,
+        stream: &Stream,
+    ) -> Result<()> {
         let (cx, call) = (&self.cx, &args.call);
         if call.bytes == 0 {
             return Ok(());
@@ -425,11 +481,11 @@ impl Collectives {
         // SAFETY: the caller's contract, split in two.
         unsafe {
             if self.cx.rank().is_multiple_of(2) {
-                self.run(send, None, stream)?;
-                self.run(recv, None, stream)
+                self.dispatch(send, None, stream)?;
+                self.dispatch(recv, None, stream)
             } else {
-                self.run(recv, None, stream)?;
-                self.run(send, None, stream)
+                self.dispatch(recv, None, stream)?;
+                self.dispatch(send, None, stream)
             }
         }
     }
@@ -451,5 +507,19 @@ impl Collectives {
             return Err(mscclpp_host::Error::PeerIsSelf { rank: r });
         }
         Ok(())
+    }
+}
+
+/// A call's name in the trace: the public function's.
+fn op_name(args: &Args) -> &'static str {
+    match (args.call.collective, args.peer) {
+        (Collective::AllReduce, _) => "all_reduce",
+        (Collective::AllGather, _) => "all_gather",
+        (Collective::ReduceScatter, _) => "reduce_scatter",
+        (Collective::Broadcast, _) => "broadcast",
+        (Collective::AllToAll, _) => "all_to_all",
+        (Collective::SendRecv, Peer::To(_)) => "send",
+        (Collective::SendRecv, Peer::From(_)) => "recv",
+        (Collective::SendRecv, _) => "send_recv",
     }
 }

@@ -276,6 +276,7 @@ impl<'a> Pair<'a> {
     /// `port-put`: PortChannel `put_with_signal` ping-pong through the proxy.
     fn port_put(&self, a: &Args) -> Result<Vec<Row>, BoxError> {
         let mut svc = PortChannelService::builder(self.comm.gpu(), self.comm.status(), 512)?;
+        svc.trace(self.comm.trace());
         let sem = svc.add_semaphore(self.comm.build_semaphore(self.conn.clone(), 1)?)?;
         let dst = svc.add_memory(self.peer_recv.clone())?;
         let s_id = svc.add_memory(self.comm.register_buffer(&self.src, self.transport)?)?;

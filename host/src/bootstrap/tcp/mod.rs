@@ -25,7 +25,7 @@ use super::mailbox::Mailbox;
 use super::net::{self, Acceptor, Ctx};
 use super::root::{RootParams, RootService};
 use super::wire;
-use super::{Bootstrap, BootstrapConfig, Peer, RootListener, UniqueId};
+use super::{Bootstrap, BootstrapConfig, Peer, RootListener, SetupPhase, SetupPhases, UniqueId};
 use crate::error::{Error, Result};
 use crate::socket::{deadline_in, remaining};
 
@@ -75,6 +75,8 @@ pub struct TcpBootstrap {
     coll_seq: AtomicU64,
     /// Whether `Drop` says goodbye (cleared by [`Bootstrap::forgo_goodbye`]).
     goodbye: AtomicBool,
+    /// The set-up's phases ([`Bootstrap::setup_phases`]).
+    phases: Vec<SetupPhase>,
 }
 
 impl std::fmt::Debug for TcpBootstrap {
@@ -105,6 +107,8 @@ impl TcpBootstrap {
     }
 
     fn start(config: BootstrapConfig, root_listener: Option<RootListener>) -> Result<Self> {
+        let mut phases = SetupPhases::default();
+        phases.mark("prepare");
         config.validate()?;
         let id = config.root.unique_id()?;
         let me = config.rank;
@@ -148,10 +152,14 @@ impl TcpBootstrap {
             None => None,
         };
         let mut joined = false;
-        let result = Self::set_up(&config, id, deadline, &mut joined);
+        let result = Self::set_up(&config, id, deadline, &mut joined, &mut phases);
         if let Some(root) = root {
             root.finish(joined);
         }
+        let result = result.map(|mut bs| {
+            bs.phases = phases.finish();
+            bs
+        });
         match &result {
             Ok(bs) => tracing::debug!(
                 "bootstrap rank {me}/{}: ready ({} node(s))",
@@ -174,6 +182,7 @@ impl TcpBootstrap {
             links: Vec::new(),
             coll_seq: AtomicU64::new(0),
             goodbye: AtomicBool::new(true),
+            phases: Vec::new(),
         }
     }
 
@@ -182,10 +191,12 @@ impl TcpBootstrap {
         id: UniqueId,
         deadline: Instant,
         joined: &mut bool,
+        phases: &mut SetupPhases,
     ) -> Result<Self> {
         let (me, size) = (cfg.rank, cfg.size);
 
         // 1. This rank's listener, serving handshakes from the start.
+        phases.mark("listen");
         let want = match cfg.listen {
             Some(a) => a,
             None => SocketAddr::new(net::advertised_ip(cfg.ifname.as_deref(), id.root())?, 0),
@@ -213,6 +224,7 @@ impl TcpBootstrap {
         let mut acceptor = Acceptor::start(me, listener, "mesh", Arc::new(handshake))?;
 
         // 2. Join at the root; learn every rank's address and host.
+        phases.mark("join root");
         let host_hash = net::host_hash(cfg.host_id.as_deref());
         let table = join_root(cfg, id, listen, host_hash, deadline, joined)?;
         let hashes: Vec<u64> = table.entries.iter().map(|e| e.host_hash).collect();
@@ -228,6 +240,7 @@ impl TcpBootstrap {
         let addrs: Vec<SocketAddr> = table.entries.iter().map(|e| e.listen).collect();
 
         // 3. Mesh: connect to every lower rank; take connections from every higher rank.
+        phases.mark("mesh");
         let mut streams: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
         for (j, slot) in streams.iter_mut().enumerate().take(me) {
             *slot = Some(connect_peer(cfg, id, j, addrs[j], deadline)?);
@@ -272,6 +285,7 @@ impl TcpBootstrap {
             links: Vec::with_capacity(size),
             coll_seq: AtomicU64::new(0),
             goodbye: AtomicBool::new(true),
+            phases: Vec::new(),
         };
         for (p, s) in streams.into_iter().enumerate() {
             let link = match s {
@@ -286,6 +300,7 @@ impl TcpBootstrap {
             };
             bs.links.push(link);
         }
+        phases.mark("barrier");
         bs.barrier_until(deadline, cfg.timeout, "set-up barrier", None)?;
         Ok(bs)
     }
