@@ -15,7 +15,7 @@ use crate::status::StatusBlock;
 /// Fewest launch records a ring keeps.
 const MIN_RECORDS: usize = 16;
 /// Most launch records a ring keeps.
-const MAX_RECORDS: usize = 1 << 16;
+const MAX_RECORDS: usize = 1 << 12;
 
 /// One block event read back from the rings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,7 +39,7 @@ pub(crate) struct DeviceRings {
 
 impl DeviceRings {
     /// Rings for `rings` blocks, each with as many launch records (a power of two, 16 to
-    /// 65536) as fit `budget` bytes in all; zeroed (launch 0: never written).
+    /// 4096) as fit `budget` bytes in all; zeroed (launch 0: never written).
     pub fn new(gpu: &Gpu, rings: u32, budget: usize) -> Result<Self> {
         let rings = rings.max(1);
         let record = EVENTS_PER_LAUNCH * std::mem::size_of::<TraceEvent>();

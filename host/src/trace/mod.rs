@@ -97,7 +97,7 @@ pub struct TraceConfig {
     /// Events each recording host thread keeps (the oldest are dropped and counted).
     pub host_events: usize,
     /// Device memory for block events, bytes (the launch records per block are what fits,
-    /// 16 to 65536 of them).
+    /// 16 to 4096 of them).
     pub device_bytes: usize,
 }
 
@@ -358,7 +358,7 @@ impl Trace {
                 name: Cow::Borrowed(p.name),
                 start_ns: p.start_ns,
                 end_ns: Some(p.end_ns),
-                args: vec![("layer", "bootstrap".into())],
+                args: Vec::new(),
             });
         }
     }
@@ -419,7 +419,7 @@ impl Inner {
             let tid = self.next_tid.fetch_add(1, Ordering::Relaxed);
             let name = std::thread::current()
                 .name()
-                .map_or_else(|| format!("thread {tid}"), str::to_string);
+                .map_or_else(|| format!("host thread {tid}"), str::to_string);
             let log = Arc::new(ThreadLog {
                 tid,
                 name,
