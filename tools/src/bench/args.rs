@@ -682,8 +682,8 @@ mod tests {
             ),
             ("allreduce -b 0", "sizes start at 1 byte"),
             (
-                "allreduce -d f64",
-                "invalid value 'f64' for '--datatype <T>'",
+                "allreduce -d f128",
+                "invalid value 'f128' for '--datatype <T>'",
             ),
             ("allreduce -o prod", "invalid value 'prod' for '--op <OP>'"),
             ("allreduce -a fast", "not an algorithm (ll, ll128"),
