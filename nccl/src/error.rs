@@ -149,12 +149,6 @@ pub enum NcclError {
         /// Its text.
         first: String,
     },
-    /// Grouped sends and receives of a shape the library cannot run yet.
-    #[error("grouped sends and receives of this shape are not served yet: {why}")]
-    P2pShapeNotServed {
-        /// What is unusual about it.
-        why: String,
-    },
     /// Sends and receives that cannot match (to the rank itself without the matching other
     /// half, or of different sizes).
     #[error("unmatched send and receive: {why}")]
@@ -254,7 +248,6 @@ impl NcclError {
             | Self::Finalized
             | Self::ConfigRefused { .. }
             | Self::GroupUnbalanced
-            | Self::P2pShapeNotServed { .. }
             | Self::P2pUnmatched { .. }
             | Self::NotImplemented { .. }
             | Self::NotYet { .. } => ncclInvalidUsage,

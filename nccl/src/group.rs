@@ -8,8 +8,8 @@
 //!
 //! A call of the group that fails its checks returns its error at once and poisons the group:
 //! `ncclGroupEnd` then runs nothing, fails the group's inits and returns that error, as NCCL
-//! does. Every communicator's sends and receives are planned before anything runs, so a shape
-//! that is not served leaves every stream untouched.
+//! does. Every communicator's sends and receives are planned before anything runs, so sends
+//! and receives that cannot match (to the rank itself) leave every stream untouched.
 //!
 //! Outside a group each call runs at once: [`submit`] is the one path for both.
 

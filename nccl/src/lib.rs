@@ -36,11 +36,10 @@
 //! | `ncclGetVersion` | 23203 (2.32.3, the API level of the header and the exported symbols) |
 //! | `ncclGetUniqueId`, `ncclCommInitRank`, `…Config` (blocking, and non-blocking with `ncclInProgress`), `…Scalable` (its first id), `ncclCommInitAll` | yes (`init.rs`: the process that makes the id initialises rank 0) |
 //! | `ncclCommFinalize`, `ncclCommDestroy`, `ncclCommAbort`, `ncclCommGetAsyncError`, `ncclCommCount`, `ncclCommCuDevice`, `ncclCommUserRank`, `ncclGetErrorString`, `ncclGetLastError` | yes |
-//! | `ncclGroupStart` / `ncclGroupEnd` | yes: nested, inits of several ranks in one thread, collectives of several communicators, sends and receives paired (`group.rs`, `p2p.rs`) |
+//! | `ncclGroupStart` / `ncclGroupEnd` | yes: nested, inits of several ranks in one thread, collectives of several communicators, sends and receives of any shape NCCL allows, run in NCCL's rounds (`group.rs`, `p2p.rs`) |
 //! | `ncclAllReduce`, `ncclAllGather`, `ncclReduceScatter`, `ncclBroadcast`, `ncclBcast`, `ncclAlltoAll` (+ `ncclAllToAll`), their `…Config` forms, `ncclSend`, `ncclRecv` | yes, for `ncclInt32`, `ncclUint32`, `ncclFloat16`, `ncclFloat32`, `ncclBfloat16` and `ncclSum`, `ncclMin`, `ncclMax`; any count (0 too), in place |
 //! | other types (`ncclInt8`, `ncclUint8`, `ncclInt64`, `ncclUint64`, `ncclFloat64`, fp8) and operators (`ncclProd`, `ncclAvg`, pre-multiplied sums) | not yet: `ncclInvalidArgument`, the last error names it (`abi::data_type`, `abi::reduce_op`) |
 //! | `ncclReduce`, `ncclGather`, `ncclScatter` (+ `…Config`), `ncclCommSplit` | arguments checked, then not yet: `ncclInvalidUsage` |
-//! | grouped sends and receives of other shapes (see `p2p.rs`) | not yet: `ncclInvalidUsage` |
 //! | `ncclMemAlloc` / `ncclMemFree`, `ncclCommRegister` / `Deregister`, `ncclCommWindowRegister` / `Deregister`, `ncclWinGetUserPtr`, `ncclRedOpCreatePreMulSum` / `ncclRedOpDestroy` | yes (`registration.rs`) |
 //! | `ncclParamDumpAll` | logs the `MSCCLPP_*` settings that stand for NCCL's parameters |
 //!

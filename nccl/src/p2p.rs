@@ -2,22 +2,20 @@
 //! one communicator's sends and receives of a group (or a lone one) onto the library's
 //! `send`, `recv` and `send_recv`.
 //!
-//! NCCL runs every send and receive of a group at once. The library offers a lone `send` /
-//! `recv` and `send_recv` (a send to `next` and a receive from `prev` that move together), so
-//! a group is run in NCCL's own schedule of rounds: in round `k` (1 to `nranks - 1`) this rank
-//! sends to `rank + k` and receives from `rank - k` (mod `nranks`), which is the round in
-//! which those peers receive from and send to it, so every pair meets in the same round. A
-//! round's send and receive run as one `send_recv`. Sends to and receives from itself are
-//! copies. What this serves, by NCCL's rule that each receive matches the peer's send in
-//! count and type:
-//!
-//! - every round that has a send or a receive has both, of the same type and count (an
-//!   all-to-all by sends and receives, a ring exchange, a pairwise exchange): `send_recv`s;
-//! - a single send or receive to one peer (with any copies to itself): `send` / `recv`.
-//!
-//! Other shapes (rounds with sends and receives of different sizes, several sends to one
-//! peer in one group) wait for the library's grouped sends and receives:
-//! [`NcclError::P2pShapeNotServed`].
+//! NCCL runs every send and receive of a group at once. The library offers sends and receives
+//! that run one after the other on a stream, each waiting for its peer's matching call, and
+//! `send_recv` (a send to `next` and a receive from `prev` that move together), so a group is
+//! run in NCCL's own schedule of rounds: in round `k` (1 to `nranks - 1`) this rank sends to
+//! `rank + k` and receives from `rank - k` (mod `nranks`), which is the round in which those
+//! peers receive from and send to it, so every pair meets in the same round. Inside a round
+//! the sends of the ranks form cycles (`i -> i + k`; the cycle of `i` is `i + gcd(nranks, k) *
+//! Z`): the smallest rank of each cycle (`rank < gcd(nranks, k)`) receives first and every
+//! other rank sends first, so no cycle waits on itself and every chain unwinds from its end.
+//! Several sends to (receives from) one peer keep their order, as NCCL matches them. Sends to
+//! and receives from the rank itself are copies, paired in order. On two ranks a round with
+//! one send and one receive of the same size is one `send_recv` (the library's fastest
+//! exchange, which orders its halves by rank parity, right for two ranks). Every shape NCCL
+//! allows is served this way.
 
 use std::ffi::{c_int, c_void};
 
@@ -98,110 +96,81 @@ pub enum Step {
         /// The receive.
         recv: P2p,
     },
-    /// One round's send and receive, as one `send_recv`.
+    /// A round of two ranks with one send and one receive of one size: one `send_recv`.
     Exchange {
-        /// To `rank + k`.
+        /// To the peer.
         send: P2p,
-        /// From `rank - k`.
+        /// From the peer.
         recv: P2p,
     },
-    /// A lone send or receive.
+    /// One send or receive.
     One(P2p),
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 { a } else { gcd(b, a % b) }
 }
 
 /// The steps that run `ops` (one communicator's sends and receives, in call order) on rank
 /// `rank` of `nranks` (module docs).
 pub fn plan(rank: usize, nranks: usize, ops: &[P2p]) -> Result<Vec<Step>, NcclError> {
-    let mut sends: Vec<Option<P2p>> = vec![None; nranks];
-    let mut recvs: Vec<Option<P2p>> = vec![None; nranks];
+    let mut sends: Vec<Vec<P2p>> = vec![Vec::new(); nranks];
+    let mut recvs: Vec<Vec<P2p>> = vec![Vec::new(); nranks];
     for op in ops {
-        let slot = match op.dir {
-            Dir::Send => &mut sends[op.peer],
-            Dir::Recv => &mut recvs[op.peer],
-        };
-        if slot.is_some() {
-            return Err(NcclError::P2pShapeNotServed {
-                why: format!(
-                    "more than one {} {} rank {} in one group",
-                    if op.dir == Dir::Send {
-                        "send"
-                    } else {
-                        "receive"
-                    },
-                    if op.dir == Dir::Send { "to" } else { "from" },
-                    op.peer
-                ),
-            });
+        match op.dir {
+            Dir::Send => sends[op.peer].push(*op),
+            Dir::Recv => recvs[op.peer].push(*op),
         }
-        *slot = Some(*op);
     }
     let mut steps = Vec::new();
-    match (sends[rank].take(), recvs[rank].take()) {
-        (None, None) => {}
-        (Some(send), Some(recv)) if send.bytes() == recv.bytes() => {
-            steps.push(Step::Copy { send, recv })
-        }
-        (Some(s), Some(r)) => {
-            return Err(NcclError::P2pUnmatched {
-                why: format!(
-                    "the send to itself moves {} bytes, the receive from itself {}",
-                    s.bytes(),
-                    r.bytes()
-                ),
-            });
-        }
-        (s, _) => {
-            return Err(NcclError::P2pUnmatched {
-                why: format!(
-                    "a {} itself without the matching {} in the same group",
-                    if s.is_some() {
-                        "send to"
-                    } else {
-                        "receive from"
-                    },
-                    if s.is_some() { "receive" } else { "send" },
-                ),
-            });
-        }
-    }
-    let rounds: Vec<(Option<P2p>, Option<P2p>)> = (1..nranks)
-        .map(|k| {
-            (
-                sends[(rank + k) % nranks],
-                recvs[(rank + nranks - k) % nranks],
-            )
-        })
-        .filter(|(s, r)| s.is_some() || r.is_some())
-        .collect();
-    let paired = rounds.iter().all(|(s, r)| match (s, r) {
-        (Some(s), Some(r)) => s.dtype == r.dtype && s.count == r.count,
-        _ => false,
-    });
-    if paired {
-        for (s, r) in rounds {
-            if let (Some(send), Some(recv)) = (s, r) {
-                steps.push(Step::Exchange { send, recv });
-            }
-        }
-        return Ok(steps);
-    }
-    let lone: Vec<P2p> = rounds
-        .iter()
-        .flat_map(|(s, r)| s.iter().chain(r.iter()).copied())
-        .collect();
-    match lone.as_slice() {
-        [one] => {
-            steps.push(Step::One(*one));
-            Ok(steps)
-        }
-        _ => Err(NcclError::P2pShapeNotServed {
+    let (to_me, from_me) = (&sends[rank], &recvs[rank]);
+    if to_me.len() != from_me.len() {
+        return Err(NcclError::P2pUnmatched {
             why: format!(
-                "{} sends and receives to {} peers whose rounds do not pair a send and a receive of one size",
-                lone.len(),
-                nranks - 1
+                "{} sends to itself and {} receives from itself in one group",
+                to_me.len(),
+                from_me.len()
             ),
-        }),
+        });
     }
+    for (send, recv) in to_me.iter().zip(from_me) {
+        if send.bytes() != recv.bytes() {
+            return Err(NcclError::P2pUnmatched {
+                why: format!(
+                    "a send to itself of {} bytes meets a receive from itself of {}",
+                    send.bytes(),
+                    recv.bytes()
+                ),
+            });
+        }
+        steps.push(Step::Copy {
+            send: *send,
+            recv: *recv,
+        });
+    }
+    for k in 1..nranks {
+        let (s, r) = (
+            &sends[(rank + k) % nranks],
+            &recvs[(rank + nranks - k) % nranks],
+        );
+        if let ([send], [recv], 2) = (s.as_slice(), r.as_slice(), nranks)
+            && send.dtype == recv.dtype
+            && send.count == recv.count
+        {
+            steps.push(Step::Exchange {
+                send: *send,
+                recv: *recv,
+            });
+            continue;
+        }
+        let (first, second) = if rank < gcd(nranks, k) {
+            (r, s)
+        } else {
+            (s, r)
+        };
+        steps.extend(first.iter().chain(second).map(|op| Step::One(*op)));
+    }
+    Ok(steps)
 }
 
 /// Runs `steps` on `c`.
@@ -307,48 +276,59 @@ mod tests {
     }
 
     #[test]
-    fn an_all_to_all_pairs_every_round() {
-        // Rank 1 of 4, every peer and itself, 5 elements each.
+    fn an_all_to_all_runs_round_by_round() {
+        // Rank 1 of 4, every peer and itself, 5 elements each. Round 1 (cycle of 4, rank 1
+        // is not its smallest): send to 2 first; round 2 (cycles {0, 2}, {1, 3}, rank 1 is
+        // the smallest of its own): receive from 3 first; round 3: send to 0 first.
         let ops: Vec<P2p> = (0..4)
             .flat_map(|q| [op(Dir::Send, q, 5), op(Dir::Recv, q, 5)])
             .collect();
         let steps = plan(1, 4, &ops).unwrap();
-        assert_eq!(shape(&steps), ["copy", "x2/0", "x3/3", "x0/2"]);
+        assert_eq!(
+            shape(&steps),
+            ["copy", "Send2", "Recv0", "Recv3", "Send3", "Send0", "Recv2"]
+        );
+        // Rank 0 is the smallest of every cycle: it receives first in every round.
+        let steps = plan(0, 4, &ops).unwrap();
+        assert_eq!(
+            shape(&steps),
+            ["copy", "Recv3", "Send1", "Recv2", "Send2", "Recv1", "Send3"]
+        );
     }
 
     #[test]
-    fn lone_sends_and_ring_exchanges() {
+    fn two_ranks_exchange_and_uneven_shapes_run_one_by_one() {
+        let pair = [op(Dir::Recv, 1, 8), op(Dir::Send, 1, 8)];
+        assert_eq!(shape(&plan(0, 2, &pair).unwrap()), ["x1/1"]);
+        // Different sizes: one by one, rank 0 receiving first, rank 1 sending first.
+        let uneven = [op(Dir::Send, 1, 3), op(Dir::Recv, 1, 4)];
+        assert_eq!(shape(&plan(0, 2, &uneven).unwrap()), ["Recv1", "Send1"]);
         assert_eq!(
-            shape(&plan(0, 2, &[op(Dir::Send, 1, 3)]).unwrap()),
-            ["Send1"]
+            shape(&plan(1, 2, &[op(Dir::Send, 0, 4), op(Dir::Recv, 0, 3)]).unwrap()),
+            ["Send0", "Recv0"]
         );
+        // Two sends to one peer keep their order.
+        let twice = [op(Dir::Send, 2, 3), op(Dir::Send, 2, 5)];
+        let steps = plan(0, 3, &twice).unwrap();
+        let counts: Vec<usize> = steps
+            .iter()
+            .map(|s| match s {
+                Step::One(o) => o.count,
+                _ => 0,
+            })
+            .collect();
+        assert_eq!(counts, [3, 5]);
+        // Lone ones.
         assert_eq!(
             shape(&plan(2, 3, &[op(Dir::Recv, 0, 3)]).unwrap()),
             ["Recv0"]
         );
-        // Ring: send to the next, receive from the previous.
-        let ring = [op(Dir::Send, 3, 8), op(Dir::Recv, 1, 8)];
-        assert_eq!(shape(&plan(2, 4, &ring).unwrap()), ["x3/1"]);
-        // Self only.
-        let me = [op(Dir::Recv, 2, 8), op(Dir::Send, 2, 8)];
-        assert_eq!(shape(&plan(2, 4, &me).unwrap()), ["copy"]);
     }
 
     #[test]
-    fn other_shapes_say_why() {
-        // Different sizes in one round.
-        let uneven = [op(Dir::Send, 1, 3), op(Dir::Recv, 1, 4)];
-        assert!(matches!(
-            plan(0, 2, &uneven),
-            Err(NcclError::P2pShapeNotServed { .. })
-        ));
-        // Two sends to one peer.
-        let twice = [op(Dir::Send, 1, 3), op(Dir::Send, 1, 3)];
-        assert!(matches!(
-            plan(0, 2, &twice),
-            Err(NcclError::P2pShapeNotServed { .. })
-        ));
-        // A send to itself without its receive.
+    fn sends_to_itself_must_pair() {
+        let me = [op(Dir::Recv, 2, 8), op(Dir::Send, 2, 8)];
+        assert_eq!(shape(&plan(2, 4, &me).unwrap()), ["copy"]);
         assert!(matches!(
             plan(0, 2, &[op(Dir::Send, 0, 3)]),
             Err(NcclError::P2pUnmatched { .. })
