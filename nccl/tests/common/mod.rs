@@ -117,8 +117,8 @@ impl Child {
         self.child.id()
     }
 
-    /// Reads standard output up to the first line starting with `prefix` (at most `limit`);
-    /// returns the rest of that line.
+    /// Reads standard output up to the first line holding `prefix` (at most `limit`); returns
+    /// what follows it on that line.
     pub fn read_line_with(&mut self, prefix: &str, limit: Duration) -> String {
         let deadline = Instant::now() + limit;
         let out = self.child.stdout.as_mut().expect("piped stdout");
@@ -137,9 +137,10 @@ impl Child {
                     String::from_utf8_lossy(&line)
                 ),
                 Ok(_) if byte[0] == b'\n' => {
+                    // The test harness may have printed on the same line before it.
                     let l = String::from_utf8_lossy(&line).to_string();
-                    if let Some(rest) = l.strip_prefix(prefix) {
-                        return rest.trim().to_string();
+                    if let Some(at) = l.find(prefix) {
+                        return l[at + prefix.len()..].trim().to_string();
                     }
                     line.clear();
                 }
