@@ -212,7 +212,7 @@ pub struct ncclUniqueId {
 }
 
 /// `ncclConfig_t` as of NCCL 2.31–2.32 (`ncclConfig_v23100`, 120 bytes). Older callers pass a
-/// shorter struct, whose `size` says how much of it they have: read with [`read_config`],
+/// shorter struct, whose `size` says how much of it they have: read with [`read_versioned`],
 /// never dereferenced whole.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]

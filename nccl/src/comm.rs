@@ -8,7 +8,17 @@
 //! A handle exists from the init call on (NCCL hands it out at once, also inside a group and
 //! for non-blocking inits); its [`State`] turns from `Pending` into `Ready` or `Failed` when
 //! the init finishes (at `ncclGroupEnd`, or on the non-blocking init's thread), under the
-//! handle's lock, with a notification for [`Handle::wait`].
+//! handle's lock; `ncclCommDestroy` / `ncclCommAbort` of a pending handle mark it abandoned, and
+//! whoever finishes the init then drops the communicator.
+//!
+//! # Shared state
+//! `HANDLES` (the table) and each handle's state are behind mutexes. `Handle::abandoned` is
+//! written (release) by `release` and read (acquire) by `finish`, both under the handle's
+//! state lock, so an init that finishes after a destroy always sees it. `Comm::finalized` is
+//! swapped (acq-rel) by `ncclCommFinalize` / `ncclCommDestroy` and read (acquire) by every
+//! call. `Comm::sticky` (the first asynchronous error) is behind a mutex. The calling threads
+//! of one communicator may differ (a watchdog polls while another thread queues work); the
+//! library's `Collectives` serialises what it must.
 //!
 //! # Devices and streams
 //! On the CUDA backend a communicator uses the calling thread's current device (as

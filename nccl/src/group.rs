@@ -11,7 +11,11 @@
 //! does. Every communicator's sends and receives are planned before anything runs, so sends
 //! and receives that cannot match (to the rank itself) leave every stream untouched.
 //!
-//! Outside a group each call runs at once: [`submit`] is the one path for both.
+//! Outside a group each call runs at once: [`enqueue`] is the one path for both.
+//!
+//! State: the group of each thread is thread-local (a group belongs to the thread that
+//! started it, as in NCCL); at its end the batches run on scoped threads that share only the
+//! communicators (`Arc<Comm>`), joined before `ncclGroupEnd` returns.
 
 use std::cell::RefCell;
 use std::sync::Arc;

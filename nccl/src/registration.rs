@@ -12,6 +12,11 @@
 //! NCCL's user-buffer registration) get the same zero-copy paths. A window is such a
 //! registration; NCCL's device API over windows is not implemented (`stubs.rs`).
 
+//!
+//! Shared state: the allocation table and each communicator's registrations and operators are
+//! behind mutexes; the handle counter is an atomic incremented relaxed (only uniqueness
+//! matters).
+
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::sync::Mutex;
