@@ -300,6 +300,19 @@ impl Comm {
         Ok(CallStream::Caller(s))
     }
 
+    /// On CUDA, relaxes the calling thread's stream-capture mode while the returned guard
+    /// lives: a call queued on a stream that PyTorch captures in CUDA's default (global) mode
+    /// may then register, export and map buffers as it does outside a capture (what it
+    /// queues on the stream is captured all the same). `None` on the CPU backend.
+    pub fn relaxed_capture(&self) -> Result<Option<cuda::RelaxedCapture>, NcclError> {
+        match self.gpu().kind() {
+            BackendKind::Cuda => cuda::RelaxedCapture::new()
+                .map(Some)
+                .map_err(NcclError::library("relaxing the thread's capture mode")),
+            _ => Ok(None),
+        }
+    }
+
     /// On the CPU backend, waits for the calls queued on the own stream; then reports a
     /// device wait that gave up. On CUDA, nothing (the caller's streams order the work).
     pub fn complete(&self) -> Result<(), NcclError> {

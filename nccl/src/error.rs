@@ -354,8 +354,11 @@ pub type Outcome = Result<ncclResult_t, NcclError>;
 /// turned into `ncclInternalError`, an error's text recorded for `ncclGetLastError` and
 /// logged as a warning. `name` is the NCCL function.
 pub fn api(name: &'static str, body: impl FnOnce() -> Outcome) -> ncclResult_t {
-    crate::log::ensure_init();
-    match std::panic::catch_unwind(AssertUnwindSafe(body)) {
+    let guarded = || {
+        crate::log::ensure_init();
+        body()
+    };
+    match std::panic::catch_unwind(AssertUnwindSafe(guarded)) {
         Ok(Ok(code)) => code,
         Ok(Err(e)) => {
             let code = e.code();
@@ -377,8 +380,11 @@ pub fn api(name: &'static str, body: impl FnOnce() -> Outcome) -> ncclResult_t {
 /// [`api`] for the few functions that return something else than an `ncclResult_t`: `body`'s
 /// value, or `fallback` after a panic (recorded as an internal error).
 pub fn guarded<T>(name: &'static str, fallback: T, body: impl FnOnce() -> T) -> T {
-    crate::log::ensure_init();
-    match std::panic::catch_unwind(AssertUnwindSafe(body)) {
+    let guarded = || {
+        crate::log::ensure_init();
+        body()
+    };
+    match std::panic::catch_unwind(AssertUnwindSafe(guarded)) {
         Ok(v) => v,
         Err(panic) => {
             let text = format!("internal error (a panic: {})", panic_text(&*panic));

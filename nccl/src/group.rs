@@ -216,9 +216,11 @@ fn plan(comm: &Comm, calls: &[Call]) -> Result<Vec<Step>, NcclError> {
     p2p::plan(comm.rank, comm.nranks, &ops)
 }
 
-/// Runs one communicator's calls: collectives in order, then the planned sends and receives;
-/// then (CPU backend) waits for them.
+/// Runs one communicator's calls: collectives in order, then the planned sends and receives
+/// (on CUDA with the thread's capture mode relaxed: [`Comm::relaxed_capture`]); then (CPU
+/// backend) waits for them.
 fn run_batch(comm: &Comm, calls: &[Call], steps: &[Step]) -> Result<(), NcclError> {
+    let _relaxed = comm.relaxed_capture()?;
     for call in calls {
         if let Call::Coll { op, stream } = call {
             collectives::run(comm, op, *stream)?;

@@ -1439,3 +1439,30 @@ fn abort_releases_a_waiting_call() {
         ok(unsafe { (x.comm_abort)(c1.0) }, "abort rank 1");
     });
 }
+
+/// `NCCL_DEBUG=INFO` (or `VERSION`) shows the banner that says which library answers;
+/// without it nothing is printed for a call that succeeds.
+#[test]
+fn nccl_debug_shows_the_banner() {
+    let test = "nccl_debug_shows_the_banner";
+    if is_child(test) {
+        let mut v = 0;
+        ok(unsafe { (nccl().get_version)(&mut v) }, "ncclGetVersion");
+        return;
+    }
+    for (debug, shown) in [(Some("INFO"), true), (Some("VERSION"), true), (None, false)] {
+        let env: Vec<(&str, &str)> = debug.map(|d| ("NCCL_DEBUG", d)).into_iter().collect();
+        let out = spawn_test(test, &env, &[]).wait_for(LIMIT);
+        assert!(out.success, "{}", out.text);
+        let banner = "drop-in libnccl.so.2 (NCCL API 2.32.3), not NVIDIA's NCCL";
+        assert_eq!(
+            out.text.contains(banner),
+            shown,
+            "NCCL_DEBUG={debug:?}:\n{}",
+            out.text
+        );
+        if shown {
+            assert!(out.text.contains("mscclpp-rs"), "{}", out.text);
+        }
+    }
+}

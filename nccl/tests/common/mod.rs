@@ -86,12 +86,15 @@ pub struct Finished {
     pub stdout: String,
 }
 
-/// Spawns this test binary running `test` as a child (`CHILD` set to it), with `env`.
+/// Spawns this test binary running `test` as a child (`CHILD` set to it; the CPU backend,
+/// loopback, no `NCCL_DEBUG` / `MSCCLPP_LOG` of the caller's), with `env`.
 pub fn spawn_test(test: &str, env: &[(&str, &str)], extra: &[(&str, String)]) -> Child {
     let exe = std::env::current_exe().expect("the test binary's path");
     let mut cmd = Command::new(exe);
     cmd.args([test, "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD, test)
+        .env_remove("NCCL_DEBUG")
+        .env_remove("MSCCLPP_LOG")
         .env("MSCCLPP_BACKEND", "cpu")
         .env("MSCCLPP_SOCKET_IFNAME", "lo")
         .env("MSCCLPP_NCCL_LIB", ffi::lib_path())
