@@ -343,13 +343,19 @@ impl Comm {
 
     /// Waits until the work queued with this communicator is done: on CUDA every stream of
     /// the device (the caller's streams are not tracked), on the CPU backend its own stream.
+    ///
+    /// On CUDA the wait is made with the thread's capture mode relaxed, so that it is not
+    /// refused while another thread captures a graph; a capture running on this device then
+    /// may still make the driver refuse it (the error is returned: the caller logs it).
     pub fn flush(&self) -> Result<(), NcclError> {
         match &self.own_stream {
             Some(_) => self.complete(),
-            None => self
-                .gpu()
-                .synchronize()
-                .map_err(NcclError::library("waiting for the device")),
+            None => {
+                let _relaxed = self.relaxed_capture()?;
+                self.gpu()
+                    .synchronize()
+                    .map_err(NcclError::library("waiting for the device"))
+            }
         }
     }
 
