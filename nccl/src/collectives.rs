@@ -11,6 +11,7 @@
 
 use std::ffi::{c_int, c_void};
 
+use mscclpp::host::gpu::Stream;
 use mscclpp::shared::{DataType, DevicePtr, ReduceOp};
 
 use crate::abi;
@@ -259,9 +260,8 @@ pub fn check_rooted(
     Ok(())
 }
 
-/// Queues `op` on `stream` (the caller's; the communicator's own on the CPU backend).
-pub fn run(c: &Comm, op: &Op, stream: u64) -> Result<(), NcclError> {
-    let s = c.stream(stream as *mut c_void)?;
+/// Queues `op` on `s` (the caller's stream; the communicator's own on the CPU backend).
+pub fn run(c: &Comm, op: &Op, s: &Stream) -> Result<(), NcclError> {
     let p = DevicePtr::<u8>::from_addr;
     let coll = &c.coll;
     // SAFETY (every call below): NCCL's contract: the caller's buffers hold what the call
@@ -274,33 +274,33 @@ pub fn run(c: &Comm, op: &Op, stream: u64) -> Result<(), NcclError> {
             count,
             dtype,
             op,
-        } => unsafe { coll.all_reduce(p(send), p(recv), count, dtype, op, &s, None) },
+        } => unsafe { coll.all_reduce(p(send), p(recv), count, dtype, op, s, None) },
         Op::AllGather {
             send,
             recv,
             count,
             dtype,
-        } => unsafe { coll.all_gather(p(send), p(recv), count, dtype, &s, None) },
+        } => unsafe { coll.all_gather(p(send), p(recv), count, dtype, s, None) },
         Op::ReduceScatter {
             send,
             recv,
             count,
             dtype,
             op,
-        } => unsafe { coll.reduce_scatter(p(send), p(recv), count, dtype, op, &s, None) },
+        } => unsafe { coll.reduce_scatter(p(send), p(recv), count, dtype, op, s, None) },
         Op::Broadcast {
             send,
             recv,
             count,
             dtype,
             root,
-        } => unsafe { coll.broadcast(p(send), p(recv), count, dtype, root, &s, None) },
+        } => unsafe { coll.broadcast(p(send), p(recv), count, dtype, root, s, None) },
         Op::AllToAll {
             send,
             recv,
             count,
             dtype,
-        } => unsafe { coll.all_to_all(p(send), p(recv), count, dtype, &s, None) },
+        } => unsafe { coll.all_to_all(p(send), p(recv), count, dtype, s, None) },
     };
     r.map_err(NcclError::library(op.name()))
 }

@@ -29,6 +29,11 @@
 //! no caller's streams: `ncclCommInitRank` uses device 0 (`ncclCommInitAll` its device list),
 //! the stream argument is not used, and every call runs on the communicator's own stream and
 //! is complete when it returns (a group: at `ncclGroupEnd`).
+//!
+//! One difference from NCCL: NCCL orders the calls of one communicator made on different
+//! streams; here a group's calls are put on one stream (`group.rs`), but separate calls on
+//! different streams are not ordered with each other (as with the library's `Collectives`):
+//! PyTorch issues them all on its one NCCL stream per device, vLLM on the current stream.
 
 use std::collections::HashMap;
 use std::ffi::c_void;

@@ -4,7 +4,9 @@
 //! of several devices, whose inits wait for each other), then each communicator's calls, on a
 //! thread per communicator when there are several (their calls wait for each other too). A
 //! communicator's calls run in call order, its collectives first and then its sends and
-//! receives (`p2p.rs` says how those are paired).
+//! receives (`p2p.rs` says how those are paired), all on one stream: the first call's, which
+//! first waits for the other streams of the batch, which then wait for it (NCCL makes one
+//! operation of a group whatever its streams).
 //!
 //! A call of the group that fails its checks returns its error at once and poisons the group:
 //! `ncclGroupEnd` then runs nothing, fails the group's inits and returns that error, as NCCL
@@ -18,11 +20,14 @@
 //! communicators (`Arc<Comm>`), joined before `ncclGroupEnd` returns.
 
 use std::cell::RefCell;
+use std::ffi::c_void;
 use std::sync::Arc;
+
+use mscclpp::host::gpu::Stream;
 
 use crate::abi::ncclResult_t;
 use crate::collectives::{self, Op};
-use crate::comm::{Comm, Handle};
+use crate::comm::{CallStream, Comm, Handle};
 use crate::error::{NcclError, Outcome};
 use crate::init::InitJob;
 use crate::p2p::{self, P2p, Step};
@@ -221,13 +226,65 @@ fn plan(comm: &Comm, calls: &[Call]) -> Result<Vec<Step>, NcclError> {
 /// backend) waits for them.
 fn run_batch(comm: &Comm, calls: &[Call], steps: &[Step]) -> Result<(), NcclError> {
     let _relaxed = comm.relaxed_capture()?;
+    let mut streams: Vec<u64> = Vec::new();
     for call in calls {
-        if let Call::Coll { op, stream } = call {
-            collectives::run(comm, op, *stream)?;
+        let s = match call {
+            Call::Coll { stream, .. } => *stream,
+            Call::P2p(p) => p.stream,
+        };
+        if !streams.contains(&s) {
+            streams.push(s);
         }
     }
-    p2p::run(comm, steps)?;
+    on_one_stream(comm, &streams, |s| {
+        for call in calls {
+            if let Call::Coll { op, .. } = call {
+                collectives::run(comm, op, s)?;
+            }
+        }
+        p2p::run(comm, steps, s)
+    })?;
     comm.complete()
+}
+
+/// Runs `queue` on the first of `streams` (the callers' streams of one communicator's batch,
+/// in call order) after the work queued so far on the others, and makes the others' later
+/// work wait for it: one operation, as NCCL makes a group whatever its streams (events; with
+/// one stream, or on the CPU backend, nothing but the call).
+fn on_one_stream(
+    comm: &Comm,
+    streams: &[u64],
+    queue: impl FnOnce(&Stream) -> Result<(), NcclError>,
+) -> Result<(), NcclError> {
+    let first = comm.stream(streams.first().copied().unwrap_or(0) as *mut c_void)?;
+    if streams.len() < 2 || matches!(first, CallStream::Own(_)) {
+        return queue(&first);
+    }
+    let others: Vec<CallStream<'_>> = streams[1..]
+        .iter()
+        .map(|&s| comm.stream(s as *mut c_void))
+        .collect::<Result<_, _>>()?;
+    let event = || {
+        comm.gpu()
+            .event()
+            .map_err(NcclError::library("joining the group's streams"))
+    };
+    for o in &others {
+        let e = event()?;
+        o.record(&e)
+            .and_then(|()| first.wait_event(&e))
+            .map_err(NcclError::library("joining the group's streams"))?;
+    }
+    queue(&first)?;
+    let done = event()?;
+    first
+        .record(&done)
+        .map_err(NcclError::library("joining the group's streams"))?;
+    for o in &others {
+        o.wait_event(&done)
+            .map_err(NcclError::library("joining the group's streams"))?;
+    }
+    Ok(())
 }
 
 fn run_calls(calls: Vec<(Arc<Comm>, Call)>) -> Result<(), NcclError> {

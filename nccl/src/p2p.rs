@@ -19,6 +19,7 @@
 
 use std::ffi::{c_int, c_void};
 
+use mscclpp::host::gpu::Stream;
 use mscclpp::shared::{DataType, DevicePtr};
 
 use crate::abi;
@@ -173,21 +174,21 @@ pub fn plan(rank: usize, nranks: usize, ops: &[P2p]) -> Result<Vec<Step>, NcclEr
     Ok(steps)
 }
 
-/// Runs `steps` on `c`.
-pub fn run(c: &Comm, steps: &[Step]) -> Result<(), NcclError> {
+/// Queues `steps` on `c`, in order, on `stream` (every step of a batch runs on one stream:
+/// `group.rs` joins the callers' streams).
+pub fn run(c: &Comm, steps: &[Step], stream: &Stream) -> Result<(), NcclError> {
     let p = DevicePtr::<u8>::from_addr;
     for step in steps {
         match *step {
-            Step::Copy { send, recv } => joined(c, recv.stream, send.stream, |s| {
-                if send.buf == recv.buf || send.bytes() == 0 {
-                    return Ok(());
+            Step::Copy { send, recv } => {
+                if send.buf != recv.buf && send.bytes() > 0 {
+                    // SAFETY: NCCL's contract: both buffers hold `bytes` until the queued work
+                    // completes; a send and a receive of one rank do not overlap unless equal.
+                    unsafe { stream.copy_dtod(p(recv.buf), p(send.buf), send.bytes()) }
+                        .map_err(NcclError::library("a send to itself"))?;
                 }
-                // SAFETY: NCCL's contract: both buffers hold `bytes` until the queued work
-                // completes; a send and a receive of one rank do not overlap unless equal.
-                unsafe { s.copy_dtod(p(recv.buf), p(send.buf), send.bytes()) }
-                    .map_err(NcclError::library("a send to itself"))
-            })?,
-            Step::Exchange { send, recv } => joined(c, send.stream, recv.stream, |s| {
+            }
+            Step::Exchange { send, recv } => {
                 // SAFETY: NCCL's contract: the buffers hold `count` elements until the queued
                 // work completes; the peers run the matching round (module docs).
                 unsafe {
@@ -198,18 +199,17 @@ pub fn run(c: &Comm, steps: &[Step]) -> Result<(), NcclError> {
                         recv.peer,
                         send.count,
                         send.dtype,
-                        s,
+                        stream,
                     )
                 }
-                .map_err(NcclError::library("grouped ncclSend and ncclRecv"))
-            })?,
+                .map_err(NcclError::library("grouped ncclSend and ncclRecv"))?
+            }
             Step::One(op) => {
-                let s = c.stream(op.stream as *mut c_void)?;
                 // SAFETY: as above, for one buffer.
                 let r = unsafe {
                     match op.dir {
-                        Dir::Send => c.coll.send(p(op.buf), op.count, op.dtype, op.peer, &s),
-                        Dir::Recv => c.coll.recv(p(op.buf), op.count, op.dtype, op.peer, &s),
+                        Dir::Send => c.coll.send(p(op.buf), op.count, op.dtype, op.peer, stream),
+                        Dir::Recv => c.coll.recv(p(op.buf), op.count, op.dtype, op.peer, stream),
                     }
                 };
                 r.map_err(NcclError::library(match op.dir {
@@ -220,33 +220,6 @@ pub fn run(c: &Comm, steps: &[Step]) -> Result<(), NcclError> {
         }
     }
     Ok(())
-}
-
-/// Runs `f` on stream `a`, ordered after the work queued so far on stream `b` too, and makes
-/// `b`'s later work wait for it (two events; nothing when `a` and `b` are one stream, as on
-/// the CPU backend).
-fn joined(
-    c: &Comm,
-    a: u64,
-    b: u64,
-    f: impl FnOnce(&mscclpp::host::gpu::Stream) -> Result<(), NcclError>,
-) -> Result<(), NcclError> {
-    let sa = c.stream(a as *mut c_void)?;
-    if a == b || matches!(sa, crate::comm::CallStream::Own(_)) {
-        return f(&sa);
-    }
-    let sb = c.stream(b as *mut c_void)?;
-    let g = c.gpu();
-    let ev = || g.event().map_err(NcclError::library("joining two streams"));
-    let before = ev()?;
-    sb.record(&before)
-        .and_then(|()| sa.wait_event(&before))
-        .map_err(NcclError::library("joining two streams"))?;
-    f(&sa)?;
-    let after = ev()?;
-    sa.record(&after)
-        .and_then(|()| sb.wait_event(&after))
-        .map_err(NcclError::library("joining two streams"))
 }
 
 #[cfg(test)]
