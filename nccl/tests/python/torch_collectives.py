@@ -45,7 +45,7 @@ def run(rank, world, args):
     import torch
     import torch.distributed as dist
 
-    dev = rank % torch.cuda.device_count()
+    dev = int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count()
     torch.cuda.set_device(dev)
     device = torch.device("cuda", dev)
     kw = {"device_id": device} if args.eager else {}
