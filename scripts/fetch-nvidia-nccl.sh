@@ -32,8 +32,8 @@ if [ -z "$wheel" ]; then
   fi
   echo "fetch-nvidia-nccl: downloading nvidia-nccl-cu12==$version (~350 MB; pip's cache keeps it)"
   "$venv/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps \
-    --only-binary=:all: --platform manylinux_2_27_x86_64 --python-version 3 \
-    -d "$tmp/wheel" "nvidia-nccl-cu12==$version" || fail "pip download nvidia-nccl-cu12==$version"
+    --only-binary=:all: -d "$tmp/wheel" "nvidia-nccl-cu12==$version" ||
+    fail "pip download nvidia-nccl-cu12==$version"
   wheel=$(ls "$tmp"/wheel/nvidia_nccl_cu12-*.whl) || fail "no wheel after the download"
 fi
 [ -f "$wheel" ] || fail "no wheel at $wheel"
