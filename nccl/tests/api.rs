@@ -395,7 +395,11 @@ fn stubs_refuse_and_say_why() {
             *mut c_void,
             *mut c_void,
         ) -> c_int;
-        // Called with the communicator first and nulls after: a stub reads no argument.
+        // Called through one prototype, six pointer-sized arguments (the communicator first):
+        // a stub reads none of its arguments, and on x86-64 System V (the only target these
+        // tests build for) arguments a callee does not read are left in registers or on the
+        // caller's stack, which the caller cleans. The C ABI test calls those of nccl.h with
+        // their own prototypes.
         let stubs = [
             "ncclCommRevoke",
             "ncclCommShrink",
@@ -411,7 +415,7 @@ fn stubs_refuse_and_say_why() {
         for name in stubs {
             for prefix in ["", "p"] {
                 let full = format!("{prefix}{name}");
-                // SAFETY: every stub returns ncclResult_t and reads none of its arguments.
+                // SAFETY: every stub returns ncclResult_t (an int) and reads no argument (above).
                 let f: F6 = unsafe { std::mem::transmute(symbol(h, &full)) };
                 fails(
                     unsafe { f(c, p, p, p, p, p) },
