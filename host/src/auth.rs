@@ -64,7 +64,7 @@ type HmacSha256 = Hmac<Sha256>;
 
 /// A world's shared secret: 32 bytes, from the kernel's random source ([`Secret::random`]), a
 /// unique id, or a passphrase (`MSCCLPP_SECRET`). Its `Debug` form does not show it.
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Secret([u8; SECRET_LEN]);
 
 impl Secret {
@@ -233,7 +233,10 @@ mod tests {
             p,
             Secret::from_passphrase("a long enough passphrase").unwrap()
         );
-        assert_ne!(p, Secret::from_passphrase("another long passphrase").unwrap());
+        assert_ne!(
+            p,
+            Secret::from_passphrase("another long passphrase").unwrap()
+        );
         assert_ne!(p, Secret::public(b"a long enough passphrase"));
         assert_ne!(p.derive_for(b"x"), p.derive_for(b"y"));
         assert_eq!(format!("{p:?}"), "Secret(..)");

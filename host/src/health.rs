@@ -103,6 +103,8 @@ impl WatchedBootstrap {
             Error::BootstrapPeerClosed { .. }
                 | Error::BootstrapTimeout { .. }
                 | Error::BootstrapIo { .. }
+                | Error::BootstrapPeerGone { .. }
+                | Error::BootstrapQueueFull { .. }
         ) {
             return e;
         }

@@ -99,6 +99,7 @@
 //! so a watch that fails does not discard a message that had arrived. The watched operations
 //! use the same frames, tags and sequence numbers as the plain ones, so ranks may mix them.
 
+mod admit;
 mod config;
 mod mailbox;
 mod net;
