@@ -11,10 +11,13 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+mod bootstrap_util;
+
+use bootstrap_util::{connect_retry, forged, hello, join_by_hand};
 use mscclpp_host::Error;
-use mscclpp_host::auth::{self, Nonce, Role, Secret};
+use mscclpp_host::auth::Secret;
 use mscclpp_host::bootstrap::wire::{
-    self, Challenge, ControlHeader, Hello, Join, Kind, Proof, Purpose, Reject, RejectCode,
+    self, ControlHeader, Hello, Kind, Proof, Purpose, Reject, RejectCode,
 };
 use mscclpp_host::bootstrap::{
     Bootstrap, BootstrapConfig, Launcher, RootSpec, TcpBootstrap, UniqueId, interface_ipv4,
@@ -484,20 +487,6 @@ fn wrong_size_and_wrong_magic_ranks_are_refused() {
 
 // ---- hostile connections ----
 
-fn connect_retry(addr: SocketAddr) -> TcpStream {
-    let until = Instant::now() + Duration::from_secs(10);
-    loop {
-        match TcpStream::connect(addr) {
-            Ok(s) => return s,
-            Err(e) if Instant::now() < until => {
-                let _ = e;
-                thread::sleep(Duration::from_millis(10));
-            }
-            Err(e) => panic!("cannot connect to {addr}: {e}"),
-        }
-    }
-}
-
 fn connect_send(addr: SocketAddr, bytes: &[u8]) -> TcpStream {
     let mut s = connect_retry(addr);
     s.write_all(bytes).unwrap();
@@ -536,109 +525,6 @@ fn answer(mut s: TcpStream, limit: Duration) -> (Option<Reject>, bool) {
         at = end;
     }
     (reject, closed)
-}
-
-/// A HELLO of this session.
-fn hello(id: &UniqueId, purpose: Purpose, from: usize, to: usize, size: usize) -> Hello {
-    Hello {
-        magic: id.magic(),
-        purpose,
-        from,
-        to,
-        size,
-        nonce: Nonce::random().unwrap(),
-    }
-}
-
-/// Reads one control frame (blocking, bounded).
-fn read_frame(s: &mut TcpStream) -> (u32, Vec<u8>) {
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut h = [0u8; wire::CONTROL_HEADER_LEN];
-    s.read_exact(&mut h).unwrap();
-    let h = ControlHeader::decode(&h).unwrap();
-    let mut body = vec![0u8; h.body_len as usize];
-    s.read_exact(&mut body).unwrap();
-    (h.kind, body)
-}
-
-/// Sends `hello` and returns the acceptor's challenge, checked against `secret`.
-fn challenged(s: &mut TcpStream, hello: &Hello, secret: &Secret) -> Challenge {
-    s.write_all(&hello.encode()).unwrap();
-    let (kind, body) = read_frame(s);
-    assert_eq!(kind, Kind::Challenge.code(), "expected a CHALLENGE");
-    let c = Challenge::decode(&body).unwrap();
-    assert!(
-        auth::verify(
-            secret,
-            Role::Acceptor,
-            &wire::acceptor_context(&hello.body()),
-            &hello.nonce,
-            &c.nonce,
-            &c.tag
-        ),
-        "the acceptor's proof does not check out"
-    );
-    c
-}
-
-/// Does what a rank does at the root, by hand: a complete, authenticated JOIN.
-fn join_by_hand(id: &UniqueId, rank: usize, size: usize, listen: SocketAddr) -> TcpStream {
-    let mut s = connect_retry(id.root());
-    let h = hello(id, Purpose::Join, rank, wire::ROOT, size);
-    let c = challenged(&mut s, &h, id.secret());
-    let mut join = Join {
-        tag: [0; 32],
-        listen,
-        host_hash: 0,
-        deadline_ms: 20_000,
-    };
-    join.tag = auth::tag(
-        id.secret(),
-        Role::Connector,
-        &wire::connector_context(&h.body(), &join.request()),
-        &h.nonce,
-        &c.nonce,
-    );
-    s.write_all(&join.encode()).unwrap();
-    s
-}
-
-/// A HELLO, then a JOIN or PROOF whose tag was made with the wrong secret.
-fn forged(addr: SocketAddr, id: &UniqueId, purpose: Purpose, from: usize, to: usize) -> TcpStream {
-    let mut s = connect_retry(addr);
-    let h = hello(id, purpose, from, to, 3);
-    let c = challenged(&mut s, &h, id.secret());
-    let wrong = Secret::random().unwrap();
-    let frame = match purpose {
-        Purpose::Join => {
-            let mut j = Join {
-                tag: [0; 32],
-                listen: "127.0.0.1:9".parse().unwrap(),
-                host_hash: 0,
-                deadline_ms: 1000,
-            };
-            j.tag = auth::tag(
-                &wrong,
-                Role::Connector,
-                &wire::connector_context(&h.body(), &j.request()),
-                &h.nonce,
-                &c.nonce,
-            );
-            j.encode()
-        }
-        _ => Proof {
-            tag: auth::tag(
-                &wrong,
-                Role::Connector,
-                &wire::connector_context(&h.body(), &[]),
-                &h.nonce,
-                &c.nonce,
-            ),
-        }
-        .encode(),
-    };
-    s.write_all(&frame).unwrap();
-    s
 }
 
 fn random_bytes(n: usize) -> Vec<u8> {
@@ -713,7 +599,7 @@ fn hostile_connections_on_the_root_port_are_rejected_while_ranks_join() {
     let wrong_purpose = connect_send(root, &hello_with(id.magic(), Purpose::Link, 1, 3));
     let wrong_size = connect_send(root, &hello_with(id.magic(), Purpose::Join, 1, 99));
     // Needs the root's CHALLENGE: runs while the ranks join.
-    let forger = thread::spawn(move || forged(root, &id, Purpose::Join, 1, wire::ROOT));
+    let forger = thread::spawn(move || forged(root, &id, Purpose::Join, (1, wire::ROOT, 3)));
     let silent = connect_retry(root);
     drop(connect_retry(root)); // connects and leaves at once
     let dripper = drip(root);
@@ -849,7 +735,7 @@ fn hostile_connections_on_a_rank_listener_are_rejected_while_the_mesh_forms() {
             ),
             (
                 "forged proof",
-                forged(rank1, &id, Purpose::Link, 2, 1),
+                forged(rank1, &id, Purpose::Link, (2, 1, 3)),
                 RejectCode::Auth,
             ),
         ];

@@ -239,9 +239,7 @@ impl Root {
     /// Records an admitted JOIN (refusing a second one for a rank); the rank's own deadline.
     fn register(&mut self, a: Admitted) -> Option<Instant> {
         let rank = a.hello.from;
-        let Some(join) = a.join else {
-            return None;
-        };
+        let join = a.join?;
         if self.members[rank].is_some() {
             let why = format!("rank {rank} has already joined");
             self.admission
