@@ -167,6 +167,9 @@ impl Bootstrap for WatchedBootstrap {
     fn forgo_goodbye(&self) {
         self.inner.forgo_goodbye()
     }
+    fn secret(&self) -> Option<crate::auth::Secret> {
+        self.inner.secret()
+    }
 }
 
 /// A communicator's health: its watched bootstrap and the monitor thread (module docs).

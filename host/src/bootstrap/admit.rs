@@ -23,7 +23,7 @@ use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use super::net::{ControlFail, reject_for};
-use super::os;
+use super::os::{self, send_whole};
 use super::wire::{
     self, Challenge, ControlHeader, HeaderError, Hello, Join, Kind, Proof, Purpose, Reject,
     RejectCode, acceptor_context, connector_context,
@@ -534,17 +534,4 @@ fn push_closing(
         stream,
         until: deadline_in(REJECT_LINGER),
     }));
-}
-
-/// Sends a small frame without blocking; it must go out whole (a fresh connection's send
-/// buffer always has room for a handshake frame).
-pub(crate) fn send_whole(stream: &TcpStream, frame: &[u8]) -> io::Result<()> {
-    match os::send_now(stream, frame) {
-        Ok(n) if n == frame.len() => Ok(()),
-        Ok(n) => Err(io::Error::new(
-            io::ErrorKind::WriteZero,
-            format!("only {n} of {} bytes fit", frame.len()),
-        )),
-        Err(e) => Err(e),
-    }
 }

@@ -103,7 +103,7 @@ mod admit;
 mod config;
 mod mailbox;
 mod net;
-mod os;
+pub(crate) mod os;
 mod root;
 mod tcp;
 mod unique_id;
@@ -195,6 +195,12 @@ pub trait Bootstrap: Send + Sync {
     /// Makes this rank close its connections without a goodbye (a communicator on it failed),
     /// so that the peers abort at once, as for a rank that died. The default does nothing.
     fn forgo_goodbye(&self) {}
+    /// The world's secret, for transports that authenticate their own connections (the
+    /// Ethernet transport's handshake, [`crate::auth`]). The default (a bootstrap that never
+    /// leaves the process) has none.
+    fn secret(&self) -> Option<crate::auth::Secret> {
+        None
+    }
 
     /// The next message from `peer` under `tag`, within the operation deadline.
     fn recv(&self, peer: usize, tag: u64) -> Result<Vec<u8>> {

@@ -1,6 +1,7 @@
 //! Thin safe wrappers over the few libc calls the bootstrap needs (host name, interface
 //! addresses, `poll`, non-blocking `recv`/`send` on a blocking socket, the listen backlog,
-//! `eventfd`). All of the bootstrap's `unsafe` is in this file.
+//! `eventfd`), also used by the Ethernet transport's set-up. All of the bootstrap's `unsafe` is
+//! in this file.
 
 use std::ffi::CStr;
 use std::fs::File;
@@ -140,6 +141,19 @@ pub(crate) fn send_now(stream: &TcpStream, buf: &[u8]) -> io::Result<usize> {
         return Err(io::Error::last_os_error());
     }
     Ok(n.unsigned_abs())
+}
+
+/// Sends a small frame without blocking; it must go out whole (a fresh connection's send
+/// buffer always has room for a handshake frame).
+pub(crate) fn send_whole(stream: &TcpStream, frame: &[u8]) -> io::Result<()> {
+    match send_now(stream, frame) {
+        Ok(n) if n == frame.len() => Ok(()),
+        Ok(n) => Err(io::Error::new(
+            io::ErrorKind::WriteZero,
+            format!("only {n} of {} bytes fit", frame.len()),
+        )),
+        Err(e) => Err(e),
+    }
 }
 
 /// Sets a listening socket's accept backlog (`listen(2)` again on a listening socket changes

@@ -55,6 +55,9 @@ struct Inner {
     mapping: Mapping,
     /// Random per registration; for memory of this process, its key in [`LIVE`].
     token: u64,
+    /// The network key: random per registration, sent only inside this memory's serialized
+    /// form; a network transport's write into the memory must name it ([`RegisteredMemory::key`]).
+    key: u64,
     /// The entry in the communicator's registry of network-writable memories (local memories
     /// registered for `Ethernet`/`Ib`); dropping the last clone removes it, after which no
     /// receiver writes here.
@@ -119,6 +122,7 @@ impl RegisteredMemory {
         transports: TransportFlags,
         ipc: Option<IpcMemHandle>,
         registration: Option<Registration>,
+        key: u64,
     ) -> Self {
         let token = fresh_token();
         live()
@@ -136,6 +140,7 @@ impl RegisteredMemory {
                 ipc,
                 mapping: Mapping::Direct,
                 token,
+                key,
                 _registration: registration,
             }),
         }
@@ -154,6 +159,15 @@ impl RegisteredMemory {
     /// Size in bytes.
     pub fn size(&self) -> usize {
         self.inner.size
+    }
+
+    /// The memory's network key: a random value made at registration and sent to a peer only
+    /// inside this memory's serialized form. Every write or signal that a network transport
+    /// (Ethernet; the multi-node transports) makes into the memory carries it, and the owner
+    /// refuses one whose key does not match, so a peer can write only into memories that were
+    /// sent to it. (Like InfiniBand's rkey; `Ib` uses its own rkeys.)
+    pub fn key(&self) -> u64 {
+        self.inner.key
     }
 
     /// The transports it was registered for.

@@ -450,6 +450,9 @@ impl Bootstrap for TcpBootstrap {
     fn forgo_goodbye(&self) {
         self.goodbye.store(false, Ordering::Release);
     }
+    fn secret(&self) -> Option<crate::auth::Secret> {
+        Some(*self.session.secret())
+    }
     fn dead_peer(&self) -> Option<(usize, String)> {
         self.mailbox.first_down().map(|(peer, why)| {
             let reason = match why {

@@ -21,10 +21,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use super::super::admit::{Admission, Admitted, Slot, send_whole};
+use super::super::admit::{Admission, Admitted, Slot};
 use super::super::mailbox::{LinkDown, Mailbox};
 use super::super::net::POLL_SLICE;
-use super::super::os::{self, Wake};
+use super::super::os::{self, Wake, send_whole};
 use super::super::wire::{self, Accept, DataHeader, Notice, RejectCode};
 use super::links::{LinkConn, Links};
 use crate::error::{Error, Result};
