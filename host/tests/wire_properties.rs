@@ -273,6 +273,7 @@ fn ethernet_frames_never_panic() {
         id: 3,
         offset: 64,
         len: 4096,
+        key: 0x1234_5678,
     }
     .encode();
     for _ in 0..ROUNDS {

@@ -86,11 +86,12 @@ fn fresh_token() -> u64 {
     (key ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1
 }
 
-/// Who registered a local memory, under which id.
+/// Who registered a local memory, under which id and network key.
 #[derive(Clone, Copy, Debug)]
 struct LocalId {
     rank: usize,
     id: u32,
+    key: u64,
 }
 
 /// A registered buffer (ours or a peer's). Cheap to clone.
@@ -122,7 +123,6 @@ impl RegisteredMemory {
         transports: TransportFlags,
         ipc: Option<IpcMemHandle>,
         registration: Option<Registration>,
-        key: u64,
     ) -> Self {
         let token = fresh_token();
         live()
@@ -140,7 +140,7 @@ impl RegisteredMemory {
                 ipc,
                 mapping: Mapping::Direct,
                 token,
-                key,
+                key: id.key,
                 _registration: registration,
             }),
         }

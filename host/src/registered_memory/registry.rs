@@ -98,6 +98,7 @@ impl LocalMemories {
         let id = LocalId {
             rank: self.rank,
             id,
+            key,
         };
         Ok(RegisteredMemory::local(
             gpu,
@@ -107,7 +108,6 @@ impl LocalMemories {
             transports,
             ipc,
             registration,
-            key,
         ))
     }
 
