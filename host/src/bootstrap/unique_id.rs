@@ -85,8 +85,9 @@ impl UniqueId {
     }
 
     /// The id of a plain `ip:port` root **without authentication**: the secret is derived from
-    /// the address, so anyone who knows the port can join. [`BootstrapConfig`]
-    /// (super::BootstrapConfig) uses it only when no `MSCCLPP_SECRET` is set, and says so.
+    /// the address, so anyone who knows the port can join.
+    /// [`BootstrapConfig::session`](super::BootstrapConfig::session) uses it only when no
+    /// `MSCCLPP_SECRET` is set, and says so.
     pub fn for_addr(root: SocketAddr) -> Result<Self> {
         let mut id = Self::for_addr_with_secret(
             root,

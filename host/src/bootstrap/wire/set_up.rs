@@ -51,7 +51,7 @@ pub struct Hello {
     pub purpose: Purpose,
     /// The connector's rank.
     pub from: usize,
-    /// The rank it wants ([`ROOT`] for the root).
+    /// The rank it wants ([`ROOT`](super::ROOT) for the root).
     pub to: usize,
     /// The world size it was configured with.
     pub size: usize,

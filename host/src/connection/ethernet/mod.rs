@@ -35,7 +35,7 @@
 //!
 //! The tags are [`crate::auth`]'s, keyed by the world's secret (the bootstrap's,
 //! `Bootstrap::secret`; a bootstrap without one, which never leaves its process, gives a
-//! public key), over [`handshake_context`](wire::handshake_context): the protocol, both ranks
+//! public key), over [`handshake_context`]: the protocol, both ranks
 //! and both endpoint tokens, which crossed through the bootstrap. A peer without the secret
 //! gets no connection; a tag seen on one connection is worth nothing on another.
 //!
