@@ -271,9 +271,11 @@ fn set_up_completes_in_normal_time_under_hundreds_of_hostile_connections() {
             }
         }
         drop(h);
-        // Authenticated duplicates of a rank that has joined, and forged proofs, each on its
-        // own connection, while the others join.
-        thread::sleep(Duration::from_millis(200));
+        // Authenticated duplicates of a rank that has joined (rank EARLY joins within a few
+        // milliseconds of its start; two seconds leave room for a loaded machine), and forged
+        // proofs, each on its own connection; all answered before the others start, while
+        // the root serves the silent and garbage connections above.
+        thread::sleep(Duration::from_secs(2));
         let dups: Vec<_> = (0..100)
             .map(|_| {
                 s.spawn(move || {
@@ -293,6 +295,8 @@ fn set_up_completes_in_normal_time_under_hundreds_of_hostile_connections() {
                 })
             })
             .collect();
+        let d: Vec<_> = dups.into_iter().map(|h| h.join().unwrap()).collect();
+        let f: Vec<_> = forgers.into_iter().map(|h| h.join().unwrap()).collect();
         go.wait(); // the other ranks start
         let mut h = held.lock().unwrap();
         for i in 0..200 {
@@ -304,8 +308,6 @@ fn set_up_completes_in_normal_time_under_hundreds_of_hostile_connections() {
         }
         drop(h);
         let (all, took) = world.join().unwrap();
-        let d: Vec<_> = dups.into_iter().map(|h| h.join().unwrap()).collect();
-        let f: Vec<_> = forgers.into_iter().map(|h| h.join().unwrap()).collect();
         (all, took, d, f)
     });
     let held = held.into_inner().unwrap().len();

@@ -67,6 +67,10 @@ impl UniqueId {
             addr,
             source,
         })?;
+        // Room for a thousand ranks (and any other connection) queued before rank 0 serves.
+        if let Err(e) = super::os::set_backlog(&listener, super::admit::BACKLOG) {
+            tracing::debug!("bootstrap root: keeping the default backlog: {e}");
+        }
         let bound = listener
             .local_addr()
             .map_err(|source| Error::BootstrapListen {

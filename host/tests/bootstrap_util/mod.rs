@@ -14,11 +14,12 @@ use mscclpp_host::bootstrap::wire::{
     self, Challenge, ControlHeader, Hello, Join, Kind, Proof, Purpose,
 };
 
-/// Connects to `addr`, retrying for up to 10 s while it is refused.
+/// Connects to `addr`, retrying (attempts of at most 2 s) for up to 30 s while it is refused
+/// or slow (a loaded machine).
 pub fn connect_retry(addr: SocketAddr) -> TcpStream {
-    let until = Instant::now() + Duration::from_secs(10);
+    let until = Instant::now() + Duration::from_secs(30);
     loop {
-        match TcpStream::connect(addr) {
+        match TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
             Ok(s) => return s,
             Err(e) if Instant::now() < until => {
                 let _ = e;

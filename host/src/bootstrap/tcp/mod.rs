@@ -417,6 +417,9 @@ impl Drop for TcpBootstrap {
     /// finished rather than died, and do not abort their communicators for it (see
     /// [`Bootstrap::left_peer`]).
     fn drop(&mut self) {
+        if let Some(r) = &self.reactor {
+            r.settle(MAX_LINGER);
+        }
         let links = self.links.all();
         let goodbye = self.goodbye.load(Ordering::Acquire) && !std::thread::panicking();
         let deadline = deadline_in(self.op_timeout.min(MAX_LINGER));

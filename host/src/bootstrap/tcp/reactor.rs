@@ -12,12 +12,14 @@
 //! thread never waits on a writer lock.
 //!
 //! Callers hand it links they opened through a queue and an `eventfd` that wakes its `poll`;
-//! `Drop` stops it the same way and joins it (and the notice threads).
+//! `Drop` first lets it settle (what has arrived is handled, the notices it caused are sent:
+//! a rank that leaves right after seeing a death still passes the notice on), then stops it
+//! the same way and joins it (and the notice threads).
 
 use std::collections::HashSet;
 use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
@@ -29,7 +31,7 @@ use super::super::wire::{self, Accept, DataHeader, Notice, RejectCode};
 use super::links::{LinkConn, Links};
 use crate::error::{Error, Result};
 use crate::socket::{classify, deadline_in, remaining};
-use crate::sync::lock;
+use crate::sync::{lock, wait_timeout};
 
 /// Most payload bytes read from one link per turn (so one busy link does not starve others).
 const TURN_BYTES: usize = 256 << 10;
@@ -51,6 +53,11 @@ struct Control {
     stop: AtomicBool,
     wake: Wake,
     added: Mutex<Vec<Arc<LinkConn>>>,
+    /// Turns of the loop completed; `settle` waits for two more.
+    turns: Mutex<u64>,
+    turned: Condvar,
+    /// Notice threads started and not yet joined.
+    notices: Mutex<Vec<JoinHandle<()>>>,
 }
 
 /// The running I/O thread.
@@ -71,6 +78,9 @@ impl Reactor {
             stop: AtomicBool::new(false),
             wake: Wake::new().map_err(spawn_err)?,
             added: Mutex::new(Vec::new()),
+            turns: Mutex::new(0),
+            turned: Condvar::new(),
+            notices: Mutex::new(Vec::new()),
         });
         let c = Arc::clone(&control);
         let thread = thread::Builder::new()
@@ -83,7 +93,6 @@ impl Reactor {
                     admission,
                     readers: Vec::new(),
                     goodbye: HashSet::new(),
-                    notices: Vec::new(),
                 }
                 .run()
             })
@@ -98,6 +107,28 @@ impl Reactor {
     pub(super) fn add(&self, conn: Arc<LinkConn>) {
         lock(&self.control.added).push(conn);
         self.control.wake.wake();
+    }
+
+    /// Lets what has arrived be handled and every notice it caused be sent (bounded by
+    /// `timeout`): `Drop` calls it before closing the links, so that a rank that leaves right
+    /// after seeing a death still passes the notice on.
+    pub(super) fn settle(&self, timeout: Duration) {
+        let deadline = deadline_in(timeout);
+        let c = &self.control;
+        let mut turns = lock(&c.turns);
+        let want = *turns + 2;
+        while *turns < want && self.thread.as_ref().is_some_and(|t| !t.is_finished()) {
+            let Some(left) = remaining(deadline) else {
+                break;
+            };
+            c.wake.wake(); // each turn ends at once instead of sleeping in `poll`
+            turns = wait_timeout(&c.turned, turns, left.min(POLL_SLICE));
+        }
+        drop(turns);
+        let pending = std::mem::take(&mut *lock(&c.notices));
+        for h in pending {
+            let _ = h.join();
+        }
     }
 
     /// Stops the thread and joins it.
@@ -224,7 +255,6 @@ struct Loop {
     readers: Vec<Reader>,
     /// Peers that said goodbye on some link: their links' ends are departures, not deaths.
     goodbye: HashSet<usize>,
-    notices: Vec<JoinHandle<()>>,
 }
 
 #[derive(Clone, Copy)]
@@ -293,9 +323,12 @@ impl Loop {
                 self.link_ended(&conn, why);
             }
             self.admission.expire();
+            *lock(&self.control.turns) += 1;
+            self.control.turned.notify_all();
         }
         self.admission.close_listener();
-        for h in self.notices.drain(..) {
+        let pending = std::mem::take(&mut *lock(&self.control.notices));
+        for h in pending {
             let _ = h.join();
         }
     }
@@ -416,7 +449,7 @@ impl Loop {
             return;
         }
         let body = Notice { rank: gone, reason }.encode();
-        self.notices.retain(|h| !h.is_finished());
+        lock(&self.control.notices).retain(|h| !h.is_finished());
         let spawned = thread::Builder::new()
             .name(format!("bs{me}-notice"))
             .stack_size(STACK)
@@ -427,7 +460,7 @@ impl Loop {
                 }
             });
         match spawned {
-            Ok(h) => self.notices.push(h),
+            Ok(h) => lock(&self.control.notices).push(h),
             Err(e) => tracing::warn!(
                 "bootstrap rank {me}: no thread to tell the others that rank {gone} is gone: {e}"
             ),
