@@ -24,6 +24,14 @@ use mscclpp_host::bootstrap::{Bootstrap, BootstrapConfig, TcpBootstrap, UniqueId
 use mscclpp_host::communicator::Communicator;
 use mscclpp_host::gpu::{BackendKind, Gpu};
 
+/// The tests of this file run one at a time: the descriptor count is the process's, and the
+/// thousand-rank world needs the two cores to itself.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn loopback() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
 }
@@ -138,16 +146,19 @@ fn scale(n: usize) {
 
 #[test]
 fn scale_64_ranks() {
+    let _serial = serial();
     scale(64);
 }
 
 #[test]
 fn scale_256_ranks() {
+    let _serial = serial();
     scale(256);
 }
 
 #[test]
 fn scale_1024_ranks() {
+    let _serial = serial();
     scale(1024);
 }
 
@@ -233,6 +244,7 @@ fn staged_world(
 
 #[test]
 fn set_up_completes_in_normal_time_under_hundreds_of_hostile_connections() {
+    let _serial = serial();
     const N: usize = 16;
     const EARLY: usize = 0; // its root service takes the load from the start
     let free = || TcpListener::bind(loopback()).unwrap().local_addr().unwrap();
@@ -337,6 +349,7 @@ fn set_up_completes_in_normal_time_under_hundreds_of_hostile_connections() {
 
 #[test]
 fn a_flooding_peer_is_cut_off_at_the_caps_and_the_communicator_aborts() {
+    let _serial = serial();
     const CAP: u64 = 4 << 20;
     const FRAMES: u64 = 1000;
     let (id, root) = UniqueId::bind(loopback()).unwrap();
@@ -413,6 +426,7 @@ fn a_flooding_peer_is_cut_off_at_the_caps_and_the_communicator_aborts() {
 
 #[test]
 fn a_dead_rank_is_reported_to_ranks_without_a_link_to_it() {
+    let _serial = serial();
     const N: usize = 15;
     const VICTIM: usize = 13; // a leaf: only its tree parent, rank 6, holds a link to it
     let (reports, _, _) = world(
@@ -448,5 +462,68 @@ fn a_dead_rank_is_reported_to_ranks_without_a_link_to_it() {
             assert!(reason.contains("reported by rank"), "rank {rank}: {reason}");
         }
         println!("NOTICE rank {rank} after {after:?}: {reason}");
+    }
+}
+
+/// The same through communicators: every survivor's health monitor aborts its communicator
+/// with `Error::Remote` naming the dead rank, also where no link to it exists.
+#[test]
+fn every_communicator_aborts_for_a_dead_rank_it_has_no_link_to() {
+    let _serial = serial();
+    const N: usize = 7;
+    const VICTIM: usize = 5; // tree: 0 → {1, 2}, 1 → {3, 4}, 2 → {5, 6}
+    let (id, root) = UniqueId::bind(loopback()).unwrap();
+    let root = Mutex::new(Some(root));
+    let made = std::sync::Barrier::new(N);
+    let out: Vec<Option<(usize, Duration)>> = thread::scope(|s| {
+        let hs: Vec<_> = (0..N)
+            .map(|r| {
+                let (root, made) = (&root, &made);
+                s.spawn(move || {
+                    let c = BootstrapConfig::new(r, N, id).with_timeout(Duration::from_secs(30));
+                    let l = if r == 0 {
+                        root.lock().unwrap().take()
+                    } else {
+                        None
+                    };
+                    let bs = match l {
+                        Some(l) => TcpBootstrap::init_with_root_listener(c, l),
+                        None => TcpBootstrap::init(c),
+                    }
+                    .unwrap();
+                    let gpu = Gpu::open(BackendKind::Cpu, 0).unwrap();
+                    let comm = Communicator::new(Arc::new(bs), gpu).unwrap();
+                    comm.barrier().unwrap();
+                    made.wait();
+                    if r == VICTIM {
+                        // A crash, as the others see it: links closed without a goodbye.
+                        comm.bootstrap().forgo_goodbye();
+                        return None;
+                    }
+                    let t0 = Instant::now();
+                    let e = loop {
+                        if let Some(e) = comm.async_error() {
+                            break e;
+                        }
+                        assert!(t0.elapsed() < Duration::from_secs(10), "rank {r}: no abort");
+                        thread::sleep(Duration::from_millis(2));
+                    };
+                    let Error::Remote { rank, reason } = &e else {
+                        panic!("rank {r}: {e}");
+                    };
+                    assert_eq!(*rank, VICTIM, "rank {r}: {reason}");
+                    assert!(comm.status().is_aborted());
+                    // Stay until the others have heard too (they may hear it through us).
+                    let _ = comm.bootstrap().barrier();
+                    Some((r, t0.elapsed()))
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let survivors = out.iter().flatten().count();
+    assert_eq!(survivors, N - 1);
+    for (r, after) in out.into_iter().flatten() {
+        println!("ABORT rank {r} after {after:?}");
     }
 }

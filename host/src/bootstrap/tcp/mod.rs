@@ -419,6 +419,7 @@ impl Drop for TcpBootstrap {
     fn drop(&mut self) {
         if let Some(r) = &self.reactor {
             r.settle(MAX_LINGER);
+            r.closing();
         }
         let links = self.links.all();
         let goodbye = self.goodbye.load(Ordering::Acquire) && !std::thread::panicking();

@@ -51,6 +51,10 @@ pub(super) struct Shared {
 
 struct Control {
     stop: AtomicBool,
+    /// Set by `Drop` before it closes the links: every link that ends after it is this rank
+    /// leaving, not the peer dying (a peer answers our FIN with its own), so nothing is
+    /// reported.
+    closing: AtomicBool,
     wake: Wake,
     added: Mutex<Vec<Arc<LinkConn>>>,
     /// Turns of the loop completed; `settle` waits for two more.
@@ -76,6 +80,7 @@ impl Reactor {
         };
         let control = Arc::new(Control {
             stop: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
             wake: Wake::new().map_err(spawn_err)?,
             added: Mutex::new(Vec::new()),
             turns: Mutex::new(0),
@@ -129,6 +134,11 @@ impl Reactor {
         for h in pending {
             let _ = h.join();
         }
+    }
+
+    /// This rank is closing its links: what ends from now on is not reported.
+    pub(super) fn closing(&self) {
+        self.control.closing.store(true, Ordering::Release);
     }
 
     /// Stops the thread and joins it.
@@ -391,8 +401,11 @@ impl Loop {
         let peer = conn.peer;
         let _ = conn.stream.shutdown(Shutdown::Both);
         self.shared.links.remove(conn);
+        let closing = self.control.closing.load(Ordering::Acquire);
         let why = match why {
-            LinkDown::Closed | LinkDown::Io(..) if self.goodbye.contains(&peer) => LinkDown::Left,
+            LinkDown::Closed | LinkDown::Io(..) if closing || self.goodbye.contains(&peer) => {
+                LinkDown::Left
+            }
             other => other,
         };
         if let LinkDown::Malformed(m) = &why {
@@ -410,7 +423,7 @@ impl Loop {
         }
         let reason = why.describe();
         let left = matches!(why, LinkDown::Left);
-        if self.shared.mailbox.set_down(peer, why) && !left {
+        if self.shared.mailbox.set_down(peer, why) && !left && !closing {
             self.tell_others(peer, reason, None);
         }
     }
@@ -423,7 +436,9 @@ impl Loop {
             by,
             reason: n.reason.clone(),
         };
-        if self.shared.mailbox.set_down(n.rank, why) {
+        if self.shared.mailbox.set_down(n.rank, why)
+            && !self.control.closing.load(Ordering::Acquire)
+        {
             tracing::warn!(
                 "bootstrap rank {}: rank {by} reports rank {} gone: {}",
                 self.shared.me,
