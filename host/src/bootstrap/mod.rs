@@ -157,8 +157,9 @@ pub mod wire;
 use std::time::Duration;
 
 pub use config::{
-    BootstrapConfig, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_TIMEOUT, Launcher, RootSpec,
-    TORCHRUN_PORT_OFFSET, env, parse_root,
+    BootstrapConfig, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_QUEUED_BYTES,
+    DEFAULT_MAX_QUEUED_FRAMES, DEFAULT_TIMEOUT, Launcher, RootSpec, TORCHRUN_PORT_OFFSET, env,
+    parse_root,
 };
 pub use net::{interface_ipv4, local_ip};
 pub use tcp::TcpBootstrap;
