@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     // Leaves: no crate imports at all.
     &["backend", "backoff", "codec", "random", "socket", "sync"],
-    &["transport"],
+    &["auth", "transport"],
     // The error type names only plain values of the layers below.
     &["error"],
     &["gpu", "numa"],

@@ -199,10 +199,70 @@ fn bootstrap_frames_never_panic() {
         let _ = wire::Join::decode(&body);
         let _ = wire::Table::decode(&body, 1 + rng.below(8));
         let _ = wire::Abort::decode(&body, 1 + rng.below(8));
-        let _ = wire::PeerHello::decode(&body);
+        let _ = wire::Hello::decode(&body);
+        let _ = wire::Challenge::decode(&body);
+        let _ = wire::Proof::decode(&body);
+        let _ = wire::Notice::decode(&body, 1 + rng.below(8));
         let _ = wire::Accept::decode(&body);
         let _ = wire::Reject::decode(&body);
         let _ = wire::decode_addr(&body);
+    }
+}
+
+/// The authenticated handshake's messages: mutations of valid bodies either fail or decode to
+/// a value that re-encodes to exactly the mutated bytes (no byte ignored, no second encoding).
+#[test]
+fn handshake_messages_ignore_no_byte() {
+    use mscclpp_host::auth::Nonce;
+    let body = |frame: Vec<u8>| frame[wire::CONTROL_HEADER_LEN..].to_vec();
+    let hello = wire::Hello {
+        magic: 0x1234,
+        purpose: wire::Purpose::Link,
+        from: 3,
+        to: 5,
+        size: 8,
+        nonce: Nonce([7; 32]),
+    };
+    let challenge = wire::Challenge {
+        nonce: Nonce([1; 32]),
+        tag: [2; 32],
+    };
+    let join = wire::Join {
+        tag: [3; 32],
+        listen: "10.0.0.1:4000".parse().unwrap(),
+        host_hash: 77,
+        deadline_ms: 1000,
+    };
+    let proof = wire::Proof { tag: [4; 32] };
+    let notice = wire::Notice {
+        rank: 2,
+        reason: "killed".into(),
+    };
+    let mut rng = Rng(5150);
+    for _ in 0..ROUNDS {
+        let m = rng.mutate(&hello.body());
+        if let Ok(h) = wire::Hello::decode(&m) {
+            assert_eq!(h.body(), m, "Hello");
+        }
+        let m = rng.mutate(&body(challenge.encode()));
+        if let Ok(c) = wire::Challenge::decode(&m) {
+            assert_eq!(body(c.encode()), m, "Challenge");
+        }
+        let m = rng.mutate(&body(join.encode()));
+        if let Ok(j) = wire::Join::decode(&m) {
+            assert_eq!(body(j.encode()), m, "Join");
+        }
+        let m = rng.mutate(&body(proof.encode()));
+        if let Ok(p) = wire::Proof::decode(&m) {
+            assert_eq!(body(p.encode()), m, "Proof");
+        }
+        let m = rng.mutate(&notice.encode());
+        if let Ok(n) = wire::Notice::decode(&m, 4) {
+            assert!(n.rank < 4);
+            if std::str::from_utf8(&m[8..]).is_ok() {
+                assert_eq!(n.encode(), m, "Notice");
+            }
+        }
     }
 }
 
@@ -213,6 +273,7 @@ fn ethernet_frames_never_panic() {
         id: 3,
         offset: 64,
         len: 4096,
+        key: 0x1234_5678,
     }
     .encode();
     for _ in 0..ROUNDS {

@@ -424,6 +424,48 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A peer could not prove that it knows this world's secret, or refused this rank's proof
+    /// (a peer of another job, a wrong `MSCCLPP_SECRET`, or a stranger on the port).
+    #[error("bootstrap rank {rank}: authentication with {peer} failed: {reason}")]
+    BootstrapAuth {
+        /// This rank.
+        rank: usize,
+        /// Who.
+        peer: crate::socket::Peer,
+        /// What did not match.
+        reason: String,
+    },
+    /// A peer queued more bytes or frames at this rank than the caps allow
+    /// (`BootstrapConfig::max_queued_bytes`, `max_queued_frames`); its link was cut.
+    #[error(
+        "bootstrap rank {rank}: {peer} queued {bytes} bytes in {frames} frames, over the caps of {max_bytes} bytes and {max_frames} frames per peer"
+    )]
+    BootstrapQueueFull {
+        /// This rank.
+        rank: usize,
+        /// Who.
+        peer: crate::socket::Peer,
+        /// Bytes that would have been queued.
+        bytes: u64,
+        /// Frames that would have been queued.
+        frames: u64,
+        /// Byte cap.
+        max_bytes: u64,
+        /// Frame cap.
+        max_frames: u64,
+    },
+    /// A peer is gone: another rank reported it dead, or its listener can no longer be reached.
+    #[error("bootstrap rank {rank}: {peer} is gone ({op}): {reason}")]
+    BootstrapPeerGone {
+        /// This rank.
+        rank: usize,
+        /// Who.
+        peer: crate::socket::Peer,
+        /// What this rank was doing.
+        op: &'static str,
+        /// Why.
+        reason: String,
+    },
     // ---- end bootstrap ----
     // ---- communicator, registered memory, connections ----
     /// A buffer to register is empty or at address 0.
