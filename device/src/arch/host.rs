@@ -256,6 +256,53 @@ pub fn spin_step(iteration: u64) {
         std::thread::sleep(core::time::Duration::from_micros(50));
     }
 }
+/// Environment variable that bounds every device wait of the host build in time (the CPU
+/// backend's kernels): a whole number of milliseconds, read once per process. Unset, `0` or not
+/// a number: no time bound (the status word's iteration limit and the abort flag only). Meant
+/// for tests and mutation runs, where a lost signal must fail in seconds: the iteration limit
+/// ([`DeviceStatus::spin_limit`](mscclpp_shared::DeviceStatus)) counts polls, and a poll of the
+/// host build sleeps, so that limit is days of wall time here. The nvptx build has no such
+/// bound (its [`SpinDeadline`] never passes).
+pub const SPIN_TIMEOUT_ENV: &str = "MSCCLPP_SPIN_TIMEOUT_MS";
+
+/// The time bound of [`SPIN_TIMEOUT_ENV`] for `value` (the variable's text), in nanoseconds; 0
+/// for none.
+pub fn spin_timeout_ns(value: Option<&str>) -> u64 {
+    value
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(0, |ms| ms.saturating_mul(1_000_000))
+}
+
+/// When a wait that started at [`spin_deadline`] gives up on time alone (host build: from
+/// [`SPIN_TIMEOUT_ENV`]).
+#[derive(Clone, Copy, Debug)]
+pub struct SpinDeadline {
+    /// [`grid::monotonic_ns`] at which the wait gives up; `u64::MAX` for never.
+    at_ns: u64,
+}
+
+impl SpinDeadline {
+    /// Whether the wait has run past its time bound.
+    #[inline(always)]
+    pub fn passed(&self) -> bool {
+        self.at_ns != u64::MAX && grid::monotonic_ns() >= self.at_ns
+    }
+}
+
+/// The deadline of a wait that starts now.
+#[inline(always)]
+pub fn spin_deadline() -> SpinDeadline {
+    static TIMEOUT_NS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let timeout = *TIMEOUT_NS
+        .get_or_init(|| spin_timeout_ns(std::env::var(SPIN_TIMEOUT_ENV).ok().as_deref()));
+    SpinDeadline {
+        at_ns: if timeout == 0 {
+            u64::MAX
+        } else {
+            grid::monotonic_ns().saturating_add(timeout)
+        },
+    }
+}
 /// A GPU trap: on the host, a panic of the emulated thread (the grid emulator reports it).
 #[inline(always)]
 pub fn trap() -> ! {
@@ -280,4 +327,31 @@ pub fn cvt_f32_f16(h: u16) -> f32 {
 #[inline(always)]
 pub fn cvt_rn_f16_f32(f: f32) -> u16 {
     crate::reduce::f32_to_f16_soft(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spin_timeout_reads_whole_milliseconds() {
+        assert_eq!(spin_timeout_ns(None), 0);
+        assert_eq!(spin_timeout_ns(Some("")), 0);
+        assert_eq!(spin_timeout_ns(Some("0")), 0);
+        assert_eq!(spin_timeout_ns(Some("ten")), 0);
+        assert_eq!(spin_timeout_ns(Some("-5")), 0);
+        assert_eq!(spin_timeout_ns(Some("1500")), 1_500_000_000);
+        assert_eq!(spin_timeout_ns(Some(" 7 ")), 7_000_000);
+        assert_eq!(spin_timeout_ns(Some("18446744073709551615")), u64::MAX);
+    }
+
+    #[test]
+    fn a_deadline_far_away_has_not_passed() {
+        let d = SpinDeadline {
+            at_ns: grid::monotonic_ns() + 3_600_000_000_000,
+        };
+        assert!(!d.passed());
+        assert!(SpinDeadline { at_ns: 0 }.passed());
+        assert!(!SpinDeadline { at_ns: u64::MAX }.passed());
+    }
 }
