@@ -37,6 +37,11 @@ impl Drop for Loaded {
     }
 }
 
+/// Why empty PTX text is refused: the usual cause is a build with `MSCCLPP_SKIP_PTX=1`
+/// (mscclpp's `build.rs`), which embeds an empty `DEVICE_PTX` for CPU-backend runs.
+pub(crate) const EMPTY_PTX: &str = "the PTX text is empty: a build with MSCCLPP_SKIP_PTX=1 \
+    embeds no device code (it serves the CPU backend only); rebuild without that variable";
+
 /// A loaded module (PTX JIT-compiled by the driver, or a cubin/fatbin).
 #[derive(Debug)]
 pub struct Module {
@@ -46,6 +51,13 @@ pub struct Module {
 impl Module {
     /// Loads PTX text; `what` names it in errors.
     pub(super) fn load_ptx(ctx: Arc<Context>, ptx: &str, what: &str) -> Result<Self> {
+        if ptx.trim().is_empty() {
+            return Err(Error::ModuleLoad {
+                what: what.to_string(),
+                ordinal: ctx.ordinal(),
+                source: BackendError::Invalid(EMPTY_PTX.to_string()),
+            });
+        }
         let text = CString::new(ptx).map_err(|e| Error::ModuleLoad {
             what: what.to_string(),
             ordinal: ctx.ordinal(),
