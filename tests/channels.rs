@@ -273,7 +273,9 @@ const DONE_TAG: u64 = 99;
 
 #[test]
 fn memory_channel_threads() {
-    ranks_as_threads(2, memory_and_packet_ping_pong);
+    if common::enough_gpus("memory_channel_threads", 2) {
+        ranks_as_threads(2, memory_and_packet_ping_pong);
+    }
 }
 
 #[test]
@@ -286,7 +288,9 @@ fn memory_channel_processes() {
 
 #[test]
 fn port_channel_threads() {
-    ranks_as_threads(2, port_ping_pong);
+    if common::enough_gpus("port_channel_threads", 2) {
+        ranks_as_threads(2, port_ping_pong);
+    }
 }
 
 #[test]
@@ -299,7 +303,9 @@ fn port_channel_processes() {
 
 #[test]
 fn abort_releases_waiters() {
-    ranks_as_threads(2, abort_releases_a_waiting_kernel);
+    if common::enough_gpus("abort_releases_waiters", 2) {
+        ranks_as_threads(2, abort_releases_a_waiting_kernel);
+    }
 }
 
 #[test]

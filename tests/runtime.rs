@@ -7,14 +7,21 @@ mod common;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
+use common::values::MARKER;
 use common::{from_hex, gpu, module, pattern, to_hex};
 use mscclpp::host::Error;
-use mscclpp::host::gpu::LaunchConfig;
+use mscclpp::host::gpu::{BackendKind, LaunchConfig};
 use mscclpp::kernels;
 use mscclpp::shared::{BlockSumParams, CopyParams, DevicePtr, IpcMemHandle};
 
 #[test]
 fn embedded_ptx_has_every_kernel() {
+    if mscclpp::DEVICE_PTX.is_empty() {
+        // Only a build with MSCCLPP_SKIP_PTX=1 (scripts/mutants.sh) embeds an empty PTX.
+        assert_eq!(std::env::var("MSCCLPP_SKIP_PTX").as_deref(), Ok("1"));
+        eprintln!("NOT RUN: built with MSCCLPP_SKIP_PTX=1, no device PTX is embedded");
+        return;
+    }
     for name in kernels::ALL_NAMES {
         assert!(
             mscclpp::DEVICE_PTX.contains(&format!(".entry {name}(")),
@@ -60,6 +67,7 @@ fn copy_kernel_from_host_mapped_memory() {
     let dev = g.alloc(n + 16).unwrap();
     for (dst_off, src_off) in [(0u64, 0u64), (16, 0), (1, 3)] {
         let bytes = n as u64 - src_off;
+        dev.copy_from_host(0, &vec![MARKER; dev.len()]).unwrap();
         let params = CopyParams {
             status: DevicePtr::NULL,
             dst: dev.ptr().byte_add_cast(dst_off),
@@ -69,14 +77,146 @@ fn copy_kernel_from_host_mapped_memory() {
         // SAFETY: both ranges are inside their live buffers.
         unsafe { stream.launch(&copy, LaunchConfig::new(2, 64), params) }.unwrap();
         stream.synchronize().unwrap();
-        let mut back = vec![0u8; bytes as usize];
-        dev.copy_to_host(dst_off as usize, &mut back).unwrap();
-        assert_eq!(
-            back,
-            data[src_off as usize..],
-            "dst+{dst_off} src+{src_off}"
+        let mut want = vec![MARKER; dev.len()];
+        want[dst_off as usize..][..bytes as usize].copy_from_slice(&data[src_off as usize..]);
+        let mut back = vec![0u8; dev.len()];
+        dev.copy_to_host(0, &mut back).unwrap();
+        assert_same(&back, &want, &format!("dst+{dst_off} src+{src_off}"));
+    }
+}
+
+/// Compares `got` with `want` byte by byte, naming the first difference (not 100 KiB of both).
+fn assert_same(got: &[u8], want: &[u8], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    if let Some(i) = (0..got.len()).find(|&i| got[i] != want[i]) {
+        let wrong = (i..got.len()).filter(|&j| got[j] != want[j]).count();
+        panic!(
+            "{what}: byte {i} is {:#04x}, not {:#04x} ({wrong} bytes wrong from there)",
+            got[i], want[i]
         );
     }
+}
+
+/// The copy kernel at launch shapes like the GPU's (full warps, several warps per block, more
+/// than two blocks) and small ones, at every offset pair of the two ends modulo 16 that
+/// matters (both aligned: the 16-byte vector path, with four loads in flight and the tail;
+/// otherwise the byte path), at lengths that end inside a vector and inside the four-vector
+/// step; the destination starts as [`MARKER`] and must keep it outside the copied range.
+#[test]
+fn copy_kernel_every_shape_and_offset() {
+    let g = gpu(0);
+    let m = module(&g);
+    let copy = m.kernel(kernels::COPY).unwrap();
+    let stream = g.stream().unwrap();
+    let max = 3 * 4096 + 64;
+    let src = g.alloc(max + 32).unwrap();
+    let data = pattern(max + 32, 5);
+    src.copy_from_host(0, &data).unwrap();
+    let dst = g.alloc(max + 64).unwrap();
+    for (grid, block) in [(1u32, 1u32), (3, 64), (4, 96), (5, 32)] {
+        let threads = (grid * block) as usize;
+        for (dst_off, src_off) in [(0usize, 0usize), (16, 32), (1, 0), (0, 7), (5, 5)] {
+            // Less than one vector, exactly the four-vector step of this grid, and one vector
+            // and three bytes more than three steps (a partial step and a byte tail).
+            for bytes in [13, 64 * threads, 3 * 64 * threads + 19] {
+                let bytes = bytes.min(max);
+                dst.copy_from_host(0, &vec![MARKER; dst.len()]).unwrap();
+                let p = CopyParams {
+                    status: DevicePtr::NULL,
+                    dst: dst.ptr().byte_add_cast(dst_off as u64),
+                    src: src.ptr().byte_add_cast(src_off as u64),
+                    bytes: bytes as u64,
+                };
+                // SAFETY: both ranges are inside their live buffers.
+                unsafe { stream.launch(&copy, LaunchConfig::new(grid, block), p) }.unwrap();
+                stream.synchronize().unwrap();
+                let mut want = vec![MARKER; dst.len()];
+                want[dst_off..][..bytes].copy_from_slice(&data[src_off..][..bytes]);
+                let mut got = vec![0u8; dst.len()];
+                dst.copy_to_host(0, &mut got).unwrap();
+                assert_same(
+                    &got,
+                    &want,
+                    &format!("{grid}x{block}, {bytes} B, dst+{dst_off} src+{src_off}"),
+                );
+            }
+        }
+    }
+}
+
+/// On the CPU backend a device wait that nobody ends gives up after `MSCCLPP_SPIN_TIMEOUT_MS`
+/// (the test hook of `scripts/mutants.sh`) with a timeout recorded in the status: a FIFO push
+/// into a full FIFO that no proxy drains. Runs in a child process, because the variable is read
+/// once per process; the parent checks the child's verdict.
+#[test]
+fn spin_timeout_ends_a_lost_wait_on_the_cpu_backend() {
+    const CHILD: &str = "MSCCLPP_TEST_SPIN_TIMEOUT_CHILD";
+    if common::backend() != BackendKind::Cpu {
+        eprintln!("NOT RUN: MSCCLPP_SPIN_TIMEOUT_MS bounds the CPU backend's waits only");
+        return;
+    }
+    if std::env::var_os(CHILD).is_some() {
+        use mscclpp::host::fifo::Fifo;
+        use mscclpp::host::status::{DEFAULT_SPIN_LIMIT, StatusBlock};
+        use mscclpp::shared::{DeviceErrorCode, FifoPushParams, WaitSite};
+        let g = gpu(0);
+        let m = module(&g);
+        let push = m.kernel(kernels::FIFO_PUSH).unwrap();
+        let stream = g.stream().unwrap();
+        let status = StatusBlock::new(&g, DEFAULT_SPIN_LIMIT).unwrap();
+        let fifo = Fifo::new(&g, 4).unwrap();
+        let p = FifoPushParams {
+            status: status.device_ptr(),
+            fifo: fifo.device_handle(status.device_ptr()),
+            per_thread: 5, // one more than fits
+            reserved: 0,
+        };
+        let start = std::time::Instant::now();
+        // SAFETY: the FIFO and the status are live until the stream is synchronized.
+        unsafe { stream.launch(&push, LaunchConfig::new(1, 1), p) }.unwrap();
+        assert!(
+            stream
+                .synchronize_timeout(std::time::Duration::from_secs(30))
+                .unwrap(),
+            "the push still waits after 30 s"
+        );
+        let took = start.elapsed();
+        match status.error() {
+            Some(Error::Device {
+                code: DeviceErrorCode::Timeout,
+                site: WaitSite::FifoPush,
+                ..
+            }) => {}
+            other => panic!("expected a FIFO push timeout, got {other:?}"),
+        }
+        assert!(fifo.poll().is_some(), "the first four pushes did not land");
+        println!("SPIN TIMEOUT after {} ms", took.as_millis());
+        return;
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "spin_timeout_ends_a_lost_wait_on_the_cpu_backend",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, "1")
+        .env("MSCCLPP_SPIN_TIMEOUT_MS", "300")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "child failed:\n{text}");
+    let ms: u64 = text
+        .lines()
+        .find_map(|l| l.split_once("SPIN TIMEOUT after ").map(|(_, r)| r))
+        .and_then(|r| r.trim_end_matches(" ms").trim().parse().ok())
+        .unwrap_or_else(|| panic!("the child ran no check:\n{text}"));
+    // At least the bound; well under the 30 s the child allows (a loaded machine may be slow).
+    assert!((300..20_000).contains(&ms), "timed out after {ms} ms");
 }
 
 #[test]
@@ -158,13 +298,21 @@ fn unknown_kernel_is_a_typed_error() {
     let g = gpu(0);
     let m = module(&g);
     let spec = mscclpp::host::gpu::KernelSpec::<CopyParams>::ptx_only("no_such_kernel");
-    match m.kernel(spec) {
-        Err(Error::MissingKernel { name }) => assert_eq!(name, "no_such_kernel"),
-        Err(Error::Unsupported { .. }) => {
-            assert_eq!(g.kind(), mscclpp::host::gpu::BackendKind::Cpu)
+    // CUDA looks the name up in the PTX; the CPU backend has no function to run for a kernel
+    // declared PTX-only.
+    match (g.kind(), m.kernel(spec)) {
+        (BackendKind::Cuda, Err(Error::MissingKernel { name })) => {
+            assert_eq!(name, "no_such_kernel")
         }
-        Err(e) => panic!("unexpected error {e}"),
-        Ok(_) => panic!("a kernel that does not exist was found"),
+        (
+            BackendKind::Cpu,
+            Err(Error::Unsupported {
+                what: "a kernel with no host function",
+                backend: BackendKind::Cpu,
+            }),
+        ) => {}
+        (kind, Err(e)) => panic!("unexpected error on {kind:?}: {e:?}"),
+        (_, Ok(_)) => panic!("a kernel that does not exist was found"),
     }
 }
 

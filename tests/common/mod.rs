@@ -20,16 +20,34 @@ pub fn gpu(ordinal: usize) -> Gpu {
     Gpu::open(kind, ordinal % count).expect("open device")
 }
 
+/// Whether the backend under test gives each of `ranks` ranks a device of its own (always on
+/// the CPU backend, whose ranks may share its one device; on CUDA, one GPU per rank: kernels of
+/// ranks sharing a GPU wait for each other behind the driver's device-wide synchronisation).
+/// Says `NOT RUN` on stderr, naming `test`, when not.
+pub fn enough_gpus(test: &str, ranks: usize) -> bool {
+    let kind = backend();
+    let devices = kind.device_count().expect("device count");
+    let enough = kind == BackendKind::Cpu || devices >= ranks;
+    if !enough {
+        eprintln!(
+            "NOT RUN: {test} needs {ranks} GPUs (one per rank), the {kind:?} backend has {devices}"
+        );
+    }
+    enough
+}
+
 /// The built-in kernels loaded on `gpu`.
 pub fn module(gpu: &Gpu) -> Module {
     gpu.load_ptx(mscclpp::DEVICE_PTX)
         .expect("load the embedded PTX")
 }
 
-/// Bytes `0, 1, 2, …` offset by `seed` (wrapping), never all zero.
+/// `len` bytes that depend on `seed` and on each byte's index through a hash
+/// ([`values::hash`]): no period (a copy that moves the wrong 16-byte vector, or the right
+/// one to the wrong place, shows at any grid stride) and different for every seed.
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .map(|i| (values::hash(&[0x7061_7474, seed as u64, i as u64]) >> 24) as u8)
         .collect()
 }
 
