@@ -34,6 +34,7 @@ pub use ipc::IpcMemHandle;
 pub use kernel_params::{
     BlockSumParams, CollectiveMode, CollectiveParams, CopyParams, DataType, DirectCollectiveParams,
     FifoPushParams, MAX_DIRECT_RANKS, PingPongParams, PortPingPongParams, ReduceOp,
+    TestKernelParams,
 };
 pub use memory_channel::MemoryChannelDeviceHandle;
 pub use packet::{LL8Packet, LL16Packet};
