@@ -76,13 +76,24 @@ fn all_reduce_case(c: &Collectives, count: usize, algo: Option<Algorithm>) {
 
 /// As [`all_reduce_case`], with the operators `ops` only.
 fn all_reduce_ops(c: &Collectives, count: usize, algo: Option<Algorithm>, ops: &[ReduceOp]) {
+    all_reduce_types(c, count, algo, ops, &TYPES);
+}
+
+/// As [`all_reduce_ops`], with the data types `types` only.
+fn all_reduce_types(
+    c: &Collectives,
+    count: usize,
+    algo: Option<Algorithm>,
+    ops: &[ReduceOp],
+    types: &[DataType],
+) {
     let registered = matches!(algo, Some(Algorithm::Direct | Algorithm::CopyEngine));
     let off = if registered { 16 } else { 4 };
     let comm = c.communicator();
     let (rank, n) = (comm.rank(), comm.size());
     let g = comm.gpu();
     let stream = g.stream().unwrap();
-    for dtype in TYPES {
+    for &dtype in types {
         for &op in ops {
             let es = dtype.size();
             let bytes = count * es;
@@ -315,6 +326,15 @@ fn others_case(c: &Collectives, count: usize, algo: Option<Algorithm>) {
 /// that typed error (a kernel of one rank would otherwise wait for another's queued behind it
 /// on the same GPU, or behind the driver's device-wide synchronisation in `cuMemFree`).
 fn run(n: usize, body: impl Fn(&Collectives) + Sync) {
+    run_with(n, CollectiveConfig::for_backend, body)
+}
+
+/// As [`run`], with the configuration `config` gives for the backend.
+fn run_with(
+    n: usize,
+    config: impl Fn(BackendKind) -> CollectiveConfig + Sync,
+    body: impl Fn(&Collectives) + Sync,
+) {
     let kind = common::backend();
     let devices = kind.device_count().unwrap_or(1);
     if kind == BackendKind::Cuda && n > devices {
@@ -331,7 +351,7 @@ fn run(n: usize, body: impl Fn(&Collectives) + Sync) {
         return;
     }
     ranks_as_threads(n, |comm: Communicator| {
-        let cfg = CollectiveConfig::for_backend(comm.gpu().kind());
+        let cfg = config(comm.gpu().kind());
         let c = Collectives::with_config(Arc::new(comm), cfg).expect("collectives");
         body(&c);
         c.communicator().bootstrap().barrier().unwrap();
@@ -458,6 +478,70 @@ fn every_algorithm_2_to_8_ranks() {
     for n in 2..=8 {
         run(n, every_algorithm);
     }
+}
+
+/// The CPU backend's defaults launch 16-thread blocks and at most two of them (one OS thread
+/// per GPU thread); these are launch shapes like the GPU's, only smaller: whole 32-thread
+/// warps, two warps a block, three blocks (four for LL128), small LL calls in one block of up
+/// to 64 packets and larger ones over blocks, the direct kernel's blocks of 1 KiB, and a
+/// staging buffer that takes three staged blocks. On CUDA: the backend's own defaults.
+fn gpu_like(kind: BackendKind) -> CollectiveConfig {
+    let base = CollectiveConfig::for_backend(kind);
+    if kind == BackendKind::Cuda {
+        return base;
+    }
+    CollectiveConfig {
+        threads: 64,
+        max_blocks: 3,
+        staged_blocks: 3,
+        stage_bytes: 4 << 20,
+        direct_blocks: 3,
+        direct_threads: 64,
+        direct_block_bytes: 1 << 10,
+        ll_blocks: 3,
+        ll_threads: 64,
+        ll_single_block_packets: 64,
+        ll128_threads: 64,
+        ll128_blocks: 3,
+        ll128_max_blocks: 4,
+        ..base
+    }
+}
+
+/// Every algorithm of every collective at GPU-like launch shapes ([`gpu_like`]), on 3 ranks
+/// (and a staged all-reduce large enough for three blocks).
+#[test]
+fn every_algorithm_at_gpu_like_launch_shapes_3_ranks() {
+    run_with(3, gpu_like, |c| {
+        if c.communicator().gpu().kind() == BackendKind::Cpu {
+            assert_eq!((c.config().threads, c.config().ll128_threads), (64, 64));
+        }
+        // As `every_algorithm`, with the types that take different kernel paths (f16's
+        // packed halves, u32) to keep the launch count down.
+        let types = [DataType::F16, DataType::U32];
+        let algos = std::iter::once(None).chain(Algorithm::ALL.map(Some));
+        for (k, algo) in algos.enumerate() {
+            all_reduce_types(c, awkward_count(algo), algo, &[OPS[k % OPS.len()]], &types);
+        }
+        for algo in Algorithm::ALL {
+            match algo {
+                Algorithm::TwoShotPut | Algorithm::LlTwoShot => {}
+                Algorithm::Ll128 | Algorithm::LlOneShot | Algorithm::Staged => {
+                    others_case(c, 333, Some(algo))
+                }
+                Algorithm::Direct | Algorithm::CopyEngine => others_case(c, 1040, Some(algo)),
+            }
+        }
+        // 3 MiB and 12 bytes of u32: three staged blocks of 1 MiB (and a partial fourth's
+        // worth in the last).
+        all_reduce_types(
+            c,
+            (3 << 20) / 4 + 3,
+            Some(Algorithm::Staged),
+            &[ReduceOp::Sum],
+            &[DataType::U32],
+        );
+    });
 }
 
 /// More of the automatic choice on 2, 4 and 8 ranks: every type and operator of all-reduce,
