@@ -108,7 +108,7 @@ fn copy_kernel_every_shape_and_offset() {
     let m = module(&g);
     let copy = m.kernel(kernels::COPY).unwrap();
     let stream = g.stream().unwrap();
-    let max = 3 * 4096 + 64;
+    let max = 40_000;
     let src = g.alloc(max + 32).unwrap();
     let data = pattern(max + 32, 5);
     src.copy_from_host(0, &data).unwrap();
@@ -116,9 +116,16 @@ fn copy_kernel_every_shape_and_offset() {
     for (grid, block) in [(1u32, 1u32), (3, 64), (4, 96), (5, 32)] {
         let threads = (grid * block) as usize;
         for (dst_off, src_off) in [(0usize, 0usize), (16, 32), (1, 0), (0, 7), (5, 5)] {
-            // Less than one vector, exactly the four-vector step of this grid, and one vector
-            // and three bytes more than three steps (a partial step and a byte tail).
-            for bytes in [13, 64 * threads, 3 * 64 * threads + 19] {
+            // Less than one vector; two and three vectors a thread and a tail (the first
+            // thread's four-vector step would end just past, or exactly at, the last vector);
+            // exactly the four-vector step of this grid; three steps, one vector and a tail.
+            for bytes in [
+                13,
+                32 * threads + 7,
+                48 * threads + 5,
+                64 * threads,
+                3 * 64 * threads + 19,
+            ] {
                 let bytes = bytes.min(max);
                 dst.copy_from_host(0, &vec![MARKER; dst.len()]).unwrap();
                 let p = CopyParams {
