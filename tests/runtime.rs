@@ -236,6 +236,7 @@ fn spin_timeout_ends_a_lost_wait_on_the_cpu_backend() {
         return;
     }
     if std::env::var_os(CHILD).is_some() {
+        common::die_with_parent();
         use mscclpp::host::fifo::Fifo;
         use mscclpp::host::status::{DEFAULT_SPIN_LIMIT, StatusBlock};
         use mscclpp::shared::{DeviceErrorCode, FifoPushParams, WaitSite};
@@ -400,6 +401,7 @@ const ROLE_ENV: &str = "MSCCLPP_TEST_IPC_CHILD";
 
 /// Child of `ipc_between_processes`: exports a buffer, then checks what the parent wrote.
 fn ipc_child() {
+    common::die_with_parent();
     let g = gpu(0);
     let n: usize = std::env::var(ROLE_ENV).unwrap().parse().unwrap();
     let buf = g.alloc(n).unwrap();
