@@ -110,7 +110,7 @@ done
 src="$PWD/target/mutants-src"
 rm -rf "$src"
 mkdir -p "$src"
-git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$src"
+git ls-files -co --exclude-standard -z -- ':!benchmarks/mutants' | xargs -0 cp --parents -t "$src"
 for f in "${files[@]}"; do
   sed -i -E 's/\bunsafe fn\b/fn/g' "$src/$f"
 done
@@ -166,10 +166,8 @@ for f in "${files[@]}"; do
     exit 1
   fi
   # Keep the outcome lists; drop the per-mutant logs and the copied tree (large).
-  for k in caught missed unviable timeout outcomes.json; do
-    src="$dir/mutants.out/$k"
-    [ "$k" = outcomes.json ] || src="$src.txt"
-    [ -f "$src" ] && cp "$src" "$dir/"
+  for k in caught.txt missed.txt unviable.txt timeout.txt outcomes.json; do
+    if [ -f "$dir/mutants.out/$k" ]; then cp "$dir/mutants.out/$k" "$dir/"; fi
   done
   rm -rf "$dir/mutants.out"
 done

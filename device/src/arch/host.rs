@@ -35,6 +35,16 @@ unsafe fn a64<'a>(p: *const u64) -> &'a AtomicU64 {
     unsafe { AtomicU64::from_ptr(p as *mut u64) }
 }
 
+/// A GPU faults on a vector access that is not aligned to its width; the host twin traps
+/// (a panic of the emulated thread, which the grid emulator reports), so that the CPU backend
+/// catches an access that would fault on the GPU instead of doing it unaligned.
+#[inline(always)]
+fn check_vector_alignment(p: *const u8, width: usize) {
+    if !(p as usize).is_multiple_of(width) {
+        panic!("device trap: {width}-byte vector access at {p:p} is not {width}-byte aligned");
+    }
+}
+
 /// Acquire load.
 ///
 /// # Safety
@@ -96,6 +106,7 @@ pub unsafe fn st_relaxed_sys_u64(p: *mut u64, v: u64) {
 /// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn st_release_sys_v2_u64(p: *mut u64, lo: u64, hi: u64) {
+    check_vector_alignment(p as *const u8, 16);
     // SAFETY: the caller's contract (module docs); `p + 1` is inside the 16-byte slot.
     unsafe {
         a64(p).store(lo, Ordering::Relaxed);
@@ -175,6 +186,7 @@ pub fn fence_acq_rel_gpu() {
 /// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn ld_volatile_v4_u32(p: *const u32) -> [u32; 4] {
+    check_vector_alignment(p as *const u8, 16);
     // SAFETY: the caller's contract (module docs); 16-byte aligned slot.
     let (lo, hi) = unsafe {
         (
@@ -190,6 +202,7 @@ pub unsafe fn ld_volatile_v4_u32(p: *const u32) -> [u32; 4] {
 /// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn st_volatile_v4_u32(p: *mut u32, v: [u32; 4]) {
+    check_vector_alignment(p as *const u8, 16);
     let lo = v[0] as u64 | ((v[1] as u64) << 32);
     let hi = v[2] as u64 | ((v[3] as u64) << 32);
     // SAFETY: the caller's contract (module docs); 16-byte aligned slot.
@@ -204,6 +217,7 @@ pub unsafe fn st_volatile_v4_u32(p: *mut u32, v: [u32; 4]) {
 /// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn ld_volatile_v2_u32(p: *const u32) -> [u32; 2] {
+    check_vector_alignment(p as *const u8, 8);
     // SAFETY: the caller's contract (module docs).
     let w = unsafe { a64(p as *const u64) }.load(Ordering::Relaxed);
     [w as u32, (w >> 32) as u32]
@@ -214,6 +228,7 @@ pub unsafe fn ld_volatile_v2_u32(p: *const u32) -> [u32; 2] {
 /// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn st_volatile_v2_u32(p: *mut u32, v: [u32; 2]) {
+    check_vector_alignment(p as *const u8, 8);
     // SAFETY: the caller's contract (module docs).
     unsafe { a64(p as *const u64) }.store(v[0] as u64 | ((v[1] as u64) << 32), Ordering::Relaxed)
 }
@@ -223,6 +238,7 @@ pub unsafe fn st_volatile_v2_u32(p: *mut u32, v: [u32; 2]) {
 /// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn ld_v4_u32(p: *const u32) -> [u32; 4] {
+    check_vector_alignment(p as *const u8, 16);
     // SAFETY: the caller's contract (module docs).
     unsafe { (p as *const [u32; 4]).read() }
 }
@@ -232,6 +248,7 @@ pub unsafe fn ld_v4_u32(p: *const u32) -> [u32; 4] {
 /// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn st_v4_u32(p: *mut u32, v: [u32; 4]) {
+    check_vector_alignment(p as *const u8, 16);
     // SAFETY: the caller's contract (module docs).
     unsafe { (p as *mut [u32; 4]).write(v) }
 }
@@ -343,6 +360,30 @@ mod tests {
         assert_eq!(spin_timeout_ns(Some("1500")), 1_500_000_000);
         assert_eq!(spin_timeout_ns(Some(" 7 ")), 7_000_000);
         assert_eq!(spin_timeout_ns(Some("18446744073709551615")), u64::MAX);
+    }
+
+    #[test]
+    fn misaligned_vector_accesses_trap_as_on_the_gpu() {
+        let words = [1u64, 2, 3, 4, 5];
+        let base = words.as_ptr() as *const u8;
+        let at16 = if (base as usize).is_multiple_of(16) {
+            0
+        } else {
+            8
+        };
+        // SAFETY: 16 bytes inside `words`, 16-byte aligned.
+        let v = unsafe { ld_v4_u32(base.add(at16) as *const u32) };
+        assert_eq!(v[0] as u64 | (v[1] as u64) << 32, words[at16 / 8]);
+        for off in [4, 8] {
+            let p = base.wrapping_add(at16 + off) as *const u32;
+            // SAFETY: inside `words`; the twin traps before the access.
+            let r = std::panic::catch_unwind(|| unsafe { ld_v4_u32(p) });
+            assert!(r.is_err(), "a 16-byte load at +{off} did not trap");
+        }
+        // SAFETY: as above (8 bytes, misaligned by 4).
+        let r =
+            std::panic::catch_unwind(|| unsafe { ld_volatile_v2_u32(base.add(4) as *const u32) });
+        assert!(r.is_err(), "an 8-byte load at +4 did not trap");
     }
 
     #[test]
