@@ -127,7 +127,7 @@ for f in "${files[@]}"; do
   # Exit status 2 means "some mutants were missed", 3 "some timed out": results, not failures.
   status=0
   echo "$pkgs ${args[*]}" >"$dir/tests"
-  # One job mutates the working copy in place; several need a copy each.
+  # One job works in place; several need a copy each.
   if [ "$jobs" -eq 1 ]; then where=(--in-place); else where=(--jobs "$jobs"); fi
   test_pkgs=()
   cargo_pkgs=()
@@ -156,8 +156,8 @@ for f in "${files[@]}"; do
   fi
   cargo mutants --dir "$src" "${where[@]}" --package "$(package_of "$f")" --file "$f" \
     "${test_pkgs[@]}" "${cargo_args[@]}" --baseline skip --timeout "$timeout_s" \
-    --cap-lints false --no-shuffle --output "$dir" -- "${harness[@]}" >"$dir/run.log" 2>&1 ||
-    status=$?
+    --cap-lints false --no-shuffle --output "$dir" -- ${harness[@]+--} "${harness[@]}" \
+    >"$dir/run.log" 2>&1 || status=$?
   echo "$(( $(date +%s) - start ))" >"$dir/seconds"
   echo "$f" >"$dir/file"
   if [ "$status" -ne 0 ] && [ "$status" -ne 2 ] && [ "$status" -ne 3 ]; then
