@@ -260,11 +260,13 @@ fn refused_error(e: &Error, victim: usize) -> bool {
 }
 
 /// Whether `e` is what `Collectives::new` may fail with once `victim` died: the
-/// communicator's verdict naming it, or (the victim died after sending its buffers' handles)
-/// opening the victim's memory, which died with it.
+/// communicator's verdict naming it, a send to the victim's closed bootstrap link (before the
+/// verdict), or (the victim died after sending its buffers' handles) opening the victim's
+/// memory, which died with it.
 fn setup_error(e: &Error, victim: usize) -> bool {
     match e {
         Error::Remote { rank, .. } => *rank == victim,
+        Error::BootstrapPeerClosed { peer, .. } => peer.rank == Some(victim),
         Error::IpcOpen { owner_device, .. } => *owner_device as usize == victim,
         _ => false,
     }

@@ -15,8 +15,16 @@ use crate::arch;
 use mscclpp_shared::status::error_detail;
 use mscclpp_shared::{DeviceErrorCode, DevicePtr, DeviceStatus, WaitSite};
 
-/// Iterations between two reads of the abort flag.
-pub const ABORT_CHECK_INTERVAL: u64 = 1024;
+/// Iterations between two reads of the abort flag (and of the host build's time bound): 1024
+/// on the GPU, where the flag is host-mapped memory across PCIe; 64 on the host build (the CPU
+/// backend), where the read is a cache hit and every poll past the first 64 sleeps, so that
+/// 1024 polls were a second or more on a loaded machine for each wait an abort must end (a
+/// pipelined copy-engine all-reduce queues dozens, one after another).
+pub const ABORT_CHECK_INTERVAL: u64 = if cfg!(target_arch = "nvptx64") {
+    1024
+} else {
+    64
+};
 /// Spin limit used when a handle carries no status (a bug in the caller, but never a hang).
 pub const FALLBACK_SPIN_LIMIT: u64 = 1 << 32;
 
