@@ -179,13 +179,14 @@ fn fifo_many_producers_wrap_a_small_fifo() {
     unsafe { stream.launch(&push, LaunchConfig::new(grid, block), p) }.unwrap();
     let total = threads as u64 * per_thread as u64;
     let mut next = vec![0u64; threads];
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    // 0.2 s on an idle machine; the bound only turns a lost trigger into a failure.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let mut popped = 0u64;
     while popped < total {
         let Some((t, pos)) = fifo.poll() else {
             assert!(
                 std::time::Instant::now() < deadline,
-                "only {popped} of {total} triggers arrived in 60 s ({:?})",
+                "only {popped} of {total} triggers arrived in 30 s ({:?})",
                 status.error()
             );
             std::thread::yield_now();

@@ -201,7 +201,7 @@ fn registered_memory_never_panics_and_never_maps_a_forgery() {
     round_trips(
         "registered memory",
         &mut rng,
-        &[valid.clone()],
+        std::slice::from_ref(&valid),
         |b| RegisteredMemory::deserialize(b, &g, 0, false).ok(),
         |m| m.serialize(),
     );
@@ -362,13 +362,11 @@ fn bootstrap_frames_never_panic() {
     round_trips(
         "address",
         &mut rng,
-        &[v4, v6]
-            .map(|a| {
-                let mut b = Vec::new();
-                wire::put_addr(&mut b, &a);
-                b
-            })
-            .to_vec(),
+        &[v4, v6].map(|a| {
+            let mut b = Vec::new();
+            wire::put_addr(&mut b, &a);
+            b
+        }),
         |b| wire::decode_addr(b).ok(),
         |a| {
             let mut b = Vec::new();
