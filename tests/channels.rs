@@ -7,6 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::values::MARKER;
 use common::{module, pattern, ranks_as_processes, ranks_as_threads};
 use mscclpp::device::packet::packets_for;
 use mscclpp::host::communicator::Communicator;
@@ -35,6 +36,7 @@ fn memory_and_packet_ping_pong(comm: Communicator) {
     let t = Transport::local_for(g.kind());
     let conn = connect(&comm);
     let recv_buf = g.alloc(BYTES).unwrap();
+    recv_buf.copy_from_host(0, &[MARKER; BYTES]).unwrap();
     let src = g.alloc(BYTES).unwrap();
     let pkts = g.alloc(packets_for::<LL16Packet>(BYTES) * 16).unwrap();
     src.copy_from_host(0, &pattern(BYTES, rank as u8)).unwrap();
@@ -111,6 +113,7 @@ fn port_ping_pong(comm: Communicator) {
     let t = Transport::local_for(g.kind());
     let conn = connect(&comm);
     let recv_buf = g.alloc(BYTES).unwrap();
+    recv_buf.copy_from_host(0, &[MARKER; BYTES]).unwrap();
     let src = g.alloc(BYTES).unwrap();
     src.copy_from_host(0, &pattern(BYTES, 10 + rank as u8))
         .unwrap();
@@ -153,7 +156,7 @@ fn port_ping_pong(comm: Communicator) {
             pattern(BYTES, 10 + peer as u8),
             "rank {rank} flush {flush}"
         );
-        recv_buf.copy_from_host(0, &vec![0u8; BYTES]).unwrap();
+        recv_buf.copy_from_host(0, &[MARKER; BYTES]).unwrap();
         comm.bootstrap().barrier().unwrap();
     }
     svc.stop().unwrap();
