@@ -316,6 +316,21 @@ mod tests {
                 )
             };
         }
+        // Every packet carries its bytes of the data and zeros past the end (a read past the
+        // end of the source would put other bytes there, or fault on a GPU).
+        let mut carried = vec![0u8; packets_for::<P>(bytes) * P::PAYLOAD];
+        carried[..bytes].copy_from_slice(&src[at..at + bytes]);
+        for (i, chunk) in carried.chunks(P::PAYLOAD).enumerate() {
+            let mut le = [0u8; 8];
+            le[..P::PAYLOAD].copy_from_slice(chunk);
+            let want = [
+                u32::from_le_bytes([le[0], le[1], le[2], le[3]]),
+                u32::from_le_bytes([le[4], le[5], le[6], le[7]]),
+            ];
+            // SAFETY: a live, aligned packet.
+            let got = unsafe { P::load(&pkts[i], flag) };
+            assert_eq!(got, Some(want), "packet {i} of {bytes} B at +{at}");
+        }
         let mut out = vec![0xa5u8; bytes + at + 8];
         for tid in 0..threads {
             // SAFETY: as above; `out` holds `at + bytes` and more.
