@@ -3,10 +3,11 @@
 
 use mscclpp_device::collectives as c;
 use mscclpp_device::kernels as k;
+use mscclpp_device::test_kernels as t;
 use mscclpp_host::gpu::KernelSpec;
 use mscclpp_shared::{
     BlockSumParams, BlockVoteParams, CollectiveParams, CopyParams, DirectCollectiveParams,
-    FifoPushParams, PingPongParams, PortPingPongParams,
+    FifoPushParams, PingPongParams, PortPingPongParams, TestKernelParams,
 };
 
 /// `copy_kernel`: grid-stride copy.
@@ -90,6 +91,15 @@ pub const DIRECT_COLLECTIVE_ANY: KernelSpec<DirectCollectiveParams> = KernelSpec
     c::direct_collective_any_kernel,
 );
 
+/// `reduce_words_test_kernel`: `reduce_word` over arrays (tests of the GPU's packed f16x2 and
+/// bf16x2 sums against a host reference).
+pub const TEST_REDUCE_WORDS: KernelSpec<TestKernelParams> =
+    KernelSpec::new("reduce_words_test_kernel", t::reduce_words_test_kernel);
+/// `ll128_blocks_test_kernel`: LL128 lines from block 0 to block 1 of one launch (tests of the
+/// GPU's whole-line stores on one GPU).
+pub const TEST_LL128_BLOCKS: KernelSpec<TestKernelParams> =
+    KernelSpec::new("ll128_blocks_test_kernel", t::ll128_blocks_test_kernel);
+
 /// Every built-in kernel's entry point name (checked against the PTX by a test).
 pub const ALL_NAMES: &[&str] = &[
     COPY.name,
@@ -112,4 +122,6 @@ pub const ALL_NAMES: &[&str] = &[
     LL_TWO_SHOT_ALL_REDUCE_ANY.name,
     STAGED_COLLECTIVE_ANY.name,
     DIRECT_COLLECTIVE_ANY.name,
+    TEST_REDUCE_WORDS.name,
+    TEST_LL128_BLOCKS.name,
 ];

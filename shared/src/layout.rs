@@ -52,6 +52,7 @@ layouts! {
     CollectiveParams { status, channels, input, output, scratch, bytes, ll_flags, ll_slot_bytes, stage_offset, stride, reserved, dtype, op, mode, rank, nranks, root, max_blocks, ll128_offset, ll128_slot_bytes, scalar, scalar_ptr }
     DirectCollectiveParams { common, inputs, outputs }
     IpcMemHandle { kind, device, owner_pid, owner_fd, token, alloc_size, offset, size, cuda }
+    TestKernelParams { status, a, b, out, count, dtype, op, flag, reserved }
 }
 
 /// The trigger bit constants the C header must define with the same values.

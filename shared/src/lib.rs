@@ -34,7 +34,7 @@ pub use ipc::IpcMemHandle;
 pub use kernel_params::{
     BlockSumParams, BlockVoteParams, CollectiveMode, CollectiveParams, CopyParams, DataType,
     DeviceReduceOp, DirectCollectiveParams, FifoPushParams, MAX_DIRECT_RANKS, PingPongParams,
-    PortPingPongParams, ReduceOp,
+    PortPingPongParams, ReduceOp, TestKernelParams,
 };
 pub use memory_channel::MemoryChannelDeviceHandle;
 pub use packet::{LL8Packet, LL16Packet};

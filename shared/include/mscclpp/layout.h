@@ -507,6 +507,32 @@ MSCCLPP_CHECK_OFFSET(IpcMemHandle, offset, 32);
 MSCCLPP_CHECK_OFFSET(IpcMemHandle, size, 40);
 MSCCLPP_CHECK_OFFSET(IpcMemHandle, cuda, 48);
 
+/* Test kernels (device/src/test_kernels.rs): reduce_words_test_kernel writes
+ * out[i] = reduce(a[i], b[i]) for count 32-bit words of dtype with op; ll128_blocks_test_kernel
+ * sends count bytes of a as LL128 lines with flag through the line buffer b from block 0 to
+ * block 1, which writes them to out. */
+typedef struct TestKernelParams {
+  MSCCLPP_ALIGNAS(8) uint64_t status; /* DeviceStatus */
+  uint64_t a;
+  uint64_t b;
+  uint64_t out;
+  uint64_t count; /* words (reduce) or bytes (LL128) */
+  uint32_t dtype; /* MSCCLPP_DTYPE_* (reduce) */
+  uint32_t op;    /* MSCCLPP_OP_* (reduce) */
+  uint32_t flag;  /* LL128 line flag, never 0 */
+  uint32_t reserved; /* zero */
+} TestKernelParams;
+MSCCLPP_CHECK_LAYOUT(TestKernelParams, 56, 8);
+MSCCLPP_CHECK_OFFSET(TestKernelParams, status, 0);
+MSCCLPP_CHECK_OFFSET(TestKernelParams, a, 8);
+MSCCLPP_CHECK_OFFSET(TestKernelParams, b, 16);
+MSCCLPP_CHECK_OFFSET(TestKernelParams, out, 24);
+MSCCLPP_CHECK_OFFSET(TestKernelParams, count, 32);
+MSCCLPP_CHECK_OFFSET(TestKernelParams, dtype, 40);
+MSCCLPP_CHECK_OFFSET(TestKernelParams, op, 44);
+MSCCLPP_CHECK_OFFSET(TestKernelParams, flag, 48);
+MSCCLPP_CHECK_OFFSET(TestKernelParams, reserved, 52);
+
 /* ---------------------------------------------------------------------------------------- */
 /* Trigger helpers                                                                          */
 /* ---------------------------------------------------------------------------------------- */
