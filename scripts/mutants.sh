@@ -37,6 +37,7 @@ cd "$(dirname "$0")/.."
 DEFAULT_FILES=(
   device/src/copy.rs
   device/src/reduce.rs
+  device/src/reduce/convert.rs
   device/src/packet.rs
   device/src/ll128.rs
   device/src/fifo.rs
@@ -44,7 +45,7 @@ DEFAULT_FILES=(
   host/src/fifo.rs
   host/src/proxy.rs
   shared/src/trigger.rs
-  host/src/registered_memory.rs
+  'host/src/registered_memory/*.rs'
 )
 
 # The tests that exercise a file, as "packages|cargo test arguments" (the packages whose tests
@@ -52,7 +53,7 @@ DEFAULT_FILES=(
 tests_for() {
   case "$1" in
     device/src/copy.rs) echo "mscclpp|--test runtime --test channels --test collectives" ;;
-    device/src/reduce.rs) echo "mscclpp-device,mscclpp|--lib --test collectives" ;;
+    device/src/reduce.rs | device/src/reduce/*) echo "mscclpp-device,mscclpp|--lib --test reductions" ;;
     device/src/packet.rs) echo "mscclpp-device,mscclpp|--lib --test channels --test collectives" ;;
     device/src/ll128.rs) echo "mscclpp|--test collectives" ;;
     device/src/fifo.rs) echo "mscclpp|--test runtime --test channels" ;;
@@ -60,7 +61,7 @@ tests_for() {
     host/src/fifo.rs) echo "mscclpp-host,mscclpp|--lib --test channels" ;;
     host/src/proxy.rs | shared/src/trigger.rs)
       echo "mscclpp-shared,mscclpp-host,mscclpp|--lib --test trigger_properties --test channels" ;;
-    host/src/registered_memory.rs)
+    host/src/registered_memory/*)
       echo "mscclpp-host,mscclpp|--lib --test channels --test collectives" ;;
     *) echo "mscclpp|--tests" ;;
   esac
