@@ -265,9 +265,20 @@ fn recv_lane(p: &P2pParams, op: &P2pOp, l: u64) -> bool {
     // SAFETY: as in `send_lane`.
     let (seq, mut got) = unsafe { (seq_w.read() + 1, chunks_w.read()) };
     let half = seq & 1;
-    // Every thread waits for the header itself (the packet validates itself by its flags).
+    // Thread 0 waits for the header; then every thread reads it (the packet validates itself
+    // by its flags, so a thread that saw no flag yet would wait on, not read stale data).
+    // Waiting on one thread keeps the other threads of the block off the memory system (and,
+    // on the CPU backend, off the two cores the emulated threads share).
     let h = mine.wrapping_add(lay.header(q, l, half) as usize) as *const LL16Packet;
-    // SAFETY: header `half` of lane `l` of the inbox `q` writes here.
+    let mut late = false;
+    if t == 0 {
+        // SAFETY: header `half` of lane `l` of the inbox `q` writes here.
+        late = unsafe { packet::read_packet(h, seq as u32, p.status) }.is_err();
+    }
+    if arch::sync_threads_or(late) {
+        return false;
+    }
+    // SAFETY: as above.
     let header = unsafe { packet::read_packet(h, seq as u32, p.status) };
     if arch::sync_threads_or(header.is_err()) {
         return false;
