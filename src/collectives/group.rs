@@ -4,11 +4,12 @@
 //! `scatter` and `all_to_allv` are groups of one call each.
 //!
 //! What a group runs, in this order: its collectives, in the order they were recorded (each
-//! as the same call made alone would run); then every send and receive of the group in one
-//! batch of the point-to-point engine (`algo/p2p.rs`), where they all progress together: a
-//! group may send to and receive from any peers in any order (a ring, all pairs, this rank
-//! itself) without deadlock, which is what a group is for. As in NCCL, the operations of one
-//! group must not depend on each other's data.
+//! as the same call made alone would run; a gather, scatter or all-to-all-v as a batch of its
+//! own, so that its messages never pair with the group's sends and receives); then every send
+//! and receive of the group in one batch of the point-to-point engine (`algo/p2p.rs`), where
+//! they all progress together: a group may send to and receive from any peers in any order (a
+//! ring, all pairs, this rank itself) without deadlock, which is what a group is for. As in
+//! NCCL, the operations of one group must not depend on each other's data.
 //!
 //! Every rank records the same collectives in the same order (as with NCCL); sends and
 //! receives pair up between two ranks in the order each rank recorded them (the k-th send from
@@ -34,8 +35,16 @@ use super::{Algorithm, Collective, Collectives};
 #[must_use = "a group queues nothing until `end`"]
 pub struct Group<'c> {
     c: &'c Collectives,
-    collectives: Vec<(Args, Option<Algorithm>)>,
+    collectives: Vec<Recorded>,
     transfers: Vec<Transfer>,
+}
+
+/// A collective of a group.
+enum Recorded {
+    /// One that the dispatch queues (forced to an algorithm or not).
+    Call(Args, Option<Algorithm>),
+    /// One made of sends and receives (gather, scatter, all-to-all-v): a batch of its own.
+    Batch(Vec<Transfer>),
 }
 
 impl Collectives {
@@ -305,8 +314,7 @@ impl Group<'_> {
             }
         }
         add.push(Transfer::send(root, input, bytes));
-        self.transfers.extend(add);
-        Ok(())
+        self.batch(add)
     }
 
     /// Records [`Collectives::scatter`]'s sends and receives.
@@ -334,8 +342,7 @@ impl Group<'_> {
             }
         }
         add.push(Transfer::recv(root, output, bytes));
-        self.transfers.extend(add);
-        Ok(())
+        self.batch(add)
     }
 
     /// Records [`Collectives::all_to_allv`]'s sends and receives.
@@ -371,19 +378,20 @@ impl Group<'_> {
         }
         let es = dtype.size();
         let at = |p: DevicePtr<u8>, elements: usize| p.byte_add_cast((elements * es) as u64);
+        let mut batch = Vec::with_capacity(2 * n);
         for q in 0..n {
-            self.transfers.push(Transfer::send(
+            batch.push(Transfer::send(
                 q,
                 at(input, send_displs[q]),
                 send_counts[q] * es,
             ));
-            self.transfers.push(Transfer::recv(
+            batch.push(Transfer::recv(
                 q,
                 at(output, recv_displs[q]),
                 recv_counts[q] * es,
             ));
         }
-        Ok(())
+        self.batch(batch)
     }
 
     /// Whether nothing was recorded.
@@ -397,11 +405,20 @@ impl Group<'_> {
     pub fn end(mut self, stream: &Stream) -> Result<()> {
         let collectives = std::mem::take(&mut self.collectives);
         let transfers = std::mem::take(&mut self.transfers);
-        p2p::self_pairs(self.c.cx.rank(), &transfers)?;
-        for (args, algo) in collectives {
-            // SAFETY: each was recorded under its call's contract, which lasts until the work
-            // queued here completes.
-            unsafe { self.c.run(args, algo, stream) }?;
+        let me = self.c.cx.rank();
+        p2p::self_pairs(me, &transfers)?;
+        for c in &collectives {
+            if let Recorded::Batch(b) = c {
+                p2p::self_pairs(me, b)?;
+            }
+        }
+        for c in collectives {
+            match c {
+                // SAFETY: each was recorded under its call's contract, which lasts until the
+                // work queued here completes.
+                Recorded::Call(args, algo) => unsafe { self.c.run(args, algo, stream) }?,
+                Recorded::Batch(b) => self.c.p2p()?.queue_batch(&self.c.cx, &b, stream)?,
+            }
         }
         if transfers.is_empty() {
             return Ok(());
@@ -428,7 +445,12 @@ impl Group<'_> {
     }
 
     fn collective(&mut self, args: Args, algo: Option<Algorithm>) -> Result<()> {
-        self.collectives.push((args, algo));
+        self.collectives.push(Recorded::Call(args, algo));
+        Ok(())
+    }
+
+    fn batch(&mut self, batch: Vec<Transfer>) -> Result<()> {
+        self.collectives.push(Recorded::Batch(batch));
         Ok(())
     }
 }

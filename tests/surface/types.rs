@@ -216,8 +216,26 @@ pub enum Want {
     Near { value: f64, tol: f64 },
 }
 
-/// The reduction by `op` over `n` ranks of `xs` (every rank's element).
+/// The factor a floating-point `op` over `n` ranks multiplies every contribution by (`None`
+/// when it multiplies nothing), found once per case: the average's is a search over codes.
+pub fn scale(d: DataType, op: Op, n: usize) -> Option<f64> {
+    let Kind::Float(f) = kind(d) else {
+        return None;
+    };
+    match op {
+        Op::Avg => Some(one_over(n, d, f)),
+        Op::PreMulHost | Op::PreMulDevice => f.decode(scalar_bits(d, op)),
+        _ => None,
+    }
+}
+
+/// The reduction by `op` of `xs` (every rank's element).
 pub fn reference(d: DataType, op: Op, xs: &[u64]) -> Want {
+    reference_scaled(d, op, xs, scale(d, op, xs.len()))
+}
+
+/// [`reference`] with the factor of [`scale`] already found.
+pub fn reference_scaled(d: DataType, op: Op, xs: &[u64], scale: Option<f64>) -> Want {
     let n = xs.len();
     match kind(d) {
         Kind::Int { bits, signed } => {
@@ -245,11 +263,6 @@ pub fn reference(d: DataType, op: Op, xs: &[u64]) -> Want {
                 2f64.powi(-52)
             } else {
                 0.0
-            };
-            let scale = match op {
-                Op::Avg => Some(one_over(n, d, f)),
-                Op::PreMulHost | Op::PreMulDevice => f.decode(scalar_bits(d, op)),
-                _ => None,
             };
             match op {
                 Op::Min | Op::Max => {
