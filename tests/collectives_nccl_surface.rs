@@ -169,8 +169,8 @@ fn reduce_grid(c: &Collectives) {
                 for &count in picked {
                     let l = Layout {
                         root: k % n,
-                        in_place: k % 3 == 0,
-                        null_out: k % 2 == 0,
+                        in_place: k.is_multiple_of(3),
+                        null_out: k.is_multiple_of(2),
                     };
                     reduce_case(c, &b, algo, d, op, count, l);
                 }
@@ -255,7 +255,7 @@ fn gather_case(c: &Collectives, d: DataType, count: usize, k: usize) {
         let p = b.ptr().byte_add_cast(5);
         (Some(b), p)
     };
-    let dst = if rank != root && k % 3 == 0 {
+    let dst = if rank != root && k.is_multiple_of(3) {
         NULL
     } else {
         out.ptr().byte_add_cast(at as u64)
