@@ -31,7 +31,7 @@ fn sizes(c: &Collectives) -> Vec<usize> {
         s.extend([
             8,
             1009,
-            ll - 1,
+            ll.saturating_sub(1),
             chunk,
             chunk * lanes + 16,
             7 * chunk * lanes + 1,
