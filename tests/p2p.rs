@@ -232,8 +232,9 @@ fn equal_parity(c: &Collectives) {
 
 #[test]
 fn rings_all_pairs_and_parity_2_to_8_ranks() {
+    // 10 ranks: distances 1 to 9, so that a round runs in two launches.
     let ranks: &[usize] = if full_grid() {
-        &[2, 3, 4, 5, 6, 7, 8]
+        &[2, 3, 4, 5, 6, 7, 8, 10]
     } else {
         &[2, 3, 4, 8]
     };
@@ -253,6 +254,15 @@ fn rings_all_pairs_and_parity_2_to_8_ranks() {
                 }
             },
         );
+    }
+}
+
+/// Ten ranks (more peers than one launch's table holds: every round runs in two launches, by
+/// distance), all pairs.
+#[test]
+fn ten_ranks_all_pairs() {
+    if can_run(10, "the point-to-point patterns") {
+        with_collectives(10, |_| {}, |c| all_pairs(c, DataType::U8));
     }
 }
 

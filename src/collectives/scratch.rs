@@ -77,7 +77,9 @@ impl ScratchLayout {
         let p2p_offset = stage_offset + up16(stage_bytes) as u64;
         let p2p = P2pLayout {
             nranks: n,
-            lanes: cfg.p2p_lanes as u64,
+            // A configuration built by hand may hold anything: the kernel serves 1 to
+            // P2P_MAX_LANES lanes (every rank clamps alike).
+            lanes: cfg.p2p_lanes.clamp(1, mscclpp_shared::P2P_MAX_LANES) as u64,
             ll_bytes: (cfg.p2p_ll_bytes & !7) as u64,
             chunk_bytes: (up16(cfg.p2p_chunk_bytes.max(16))) as u64,
         };
