@@ -8,7 +8,7 @@
 //! LL16 packets (lane 0 of a small message: at most `ll_bytes`), or its share of the message's
 //! chunks (large messages: chunk `k` of `chunk_bytes` on lane `k % lanes`). The receiver reads
 //! the header first and follows what the *sender's* count says, so a receive posted with
-//! another count still consumes the message (and reports [`DeviceErrorCode::CountMismatch`],
+//! another count still consumes the message (and reports [`DeviceErrorCode::CountMismatch`](crate::DeviceErrorCode::CountMismatch),
 //! writing nothing): both ends stay in step whatever the counts.
 //!
 //! The region of rank `r`'s scratch at [`P2pParams::region_offset`] holds, in this order:
