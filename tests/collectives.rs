@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use common::ranks_as_threads;
 use common::values::{MARKER, REDUCE_OPS as OPS, TYPES, decode, encode, value};
-use mscclpp::collectives::{Algorithm, CollectiveConfig, Collectives};
+use mscclpp::collectives::{Algorithm, Collective, CollectiveConfig, Collectives};
 use mscclpp::host::communicator::Communicator;
 use mscclpp::host::gpu::{BackendKind, DeviceBuffer};
 use mscclpp::shared::{DataType, DevicePtr, ReduceOp};
@@ -309,14 +309,12 @@ fn others_case(c: &Collectives, count: usize, algo: Option<Algorithm>) {
             &want,
             &format!("send_recv {dtype:?} n={n} count={count}"),
         );
-        let cfg = c.config();
-        if n == 2 && part > cfg.ll_max_bytes && part < cfg.ce_min_bytes && part.is_multiple_of(16) {
-            assert_eq!(
-                c.last_algorithm(),
-                Some(Algorithm::Direct),
-                "send_recv of {part} B"
-            );
-        }
+        // Every point-to-point call runs on the point-to-point engine.
+        assert_eq!(
+            c.last_algorithm(),
+            Some(Algorithm::P2p),
+            "send_recv of {part} B"
+        );
     }
     assert!(comm.status().error().is_none());
 }
@@ -415,6 +413,8 @@ fn awkward_count(algo: Option<Algorithm>) -> usize {
         Some(Algorithm::Staged) => 997,
         Some(Algorithm::TwoShotPut) => 1999,
         Some(Algorithm::Direct | Algorithm::CopyEngine) => 1040,
+        // Serves no collective (forcing it is refused); the point-to-point calls use it.
+        Some(Algorithm::P2p) => 13,
     }
 }
 
@@ -425,7 +425,10 @@ fn awkward_count(algo: Option<Algorithm>) -> usize {
 /// type with every operator by every algorithm).
 fn every_algorithm(c: &Collectives) {
     let n = c.communicator().size();
-    let algos = std::iter::once(None).chain(Algorithm::ALL.map(Some));
+    let forcible = Algorithm::ALL
+        .into_iter()
+        .filter(|a| a.serves(Collective::AllReduce));
+    let algos = std::iter::once(None).chain(forcible.map(Some));
     for (k, algo) in algos.enumerate() {
         all_reduce_ops(c, awkward_count(algo), algo, &[OPS[(n + k) % OPS.len()]]);
     }
@@ -435,7 +438,9 @@ fn every_algorithm(c: &Collectives) {
     others_case(c, 1013, None);
     for algo in Algorithm::ALL {
         match algo {
-            Algorithm::TwoShotPut | Algorithm::LlTwoShot => broadcast_refuses(c, algo),
+            Algorithm::TwoShotPut | Algorithm::LlTwoShot | Algorithm::P2p => {
+                broadcast_refuses(c, algo)
+            }
             Algorithm::Ll128 => {
                 others_case(c, 333, Some(algo));
                 broadcast_refuses(c, algo);
@@ -519,13 +524,16 @@ fn every_algorithm_at_gpu_like_launch_shapes_3_ranks() {
         // As `every_algorithm`, with the types that take different kernel paths (f16's
         // packed halves, u32) to keep the launch count down.
         let types = [DataType::F16, DataType::U32];
-        let algos = std::iter::once(None).chain(Algorithm::ALL.map(Some));
+        let forcible = Algorithm::ALL
+            .into_iter()
+            .filter(|a| a.serves(Collective::AllReduce));
+        let algos = std::iter::once(None).chain(forcible.map(Some));
         for (k, algo) in algos.enumerate() {
             all_reduce_types(c, awkward_count(algo), algo, &[OPS[k % OPS.len()]], &types);
         }
         for algo in Algorithm::ALL {
             match algo {
-                Algorithm::TwoShotPut | Algorithm::LlTwoShot => {}
+                Algorithm::TwoShotPut | Algorithm::LlTwoShot | Algorithm::P2p => {}
                 Algorithm::Ll128 | Algorithm::LlOneShot | Algorithm::Staged => {
                     others_case(c, 333, Some(algo))
                 }
@@ -556,7 +564,8 @@ fn automatic_choice_2_4_and_8_ranks() {
             // (automatic from 4 KiB on the CPU backend), LL128 for all-gather and
             // reduce-scatter (2-16 KiB parts there).
             others_case(c, 4096, None);
-            // Between the LL limit and the copy engines: the direct kernel's send_recv.
+            // Between the LL limit and the copy engines (and the point-to-point engine's
+            // chunks).
             others_case(c, 24_000, None);
             others_case(c, 1024, Some(Algorithm::LlOneShot));
             others_case(c, 7, Some(Algorithm::LlOneShot));
@@ -924,54 +933,65 @@ fn ll_modes_back_to_back_3_and_4_ranks() {
     }
 }
 
-/// A receiver that shares a smaller buffer than its sender writes (a `recv` of fewer elements
-/// than the `send`) makes the sender's call a typed error instead of a copy past the buffer;
-/// the receiver's queued wait is released by its abort. Both ranks return their collectives,
-/// so that neither frees its semaphores while the other's kernel may still signal them.
+/// A receive of fewer elements than its send is refused by the receiving kernel: the
+/// receiver's output is untouched and its status holds `Error::CountMismatch` naming the
+/// sender and the bytes it sent; the sender's call succeeds. Both ends stay in step: once the
+/// receiver clears its status, the next exchange is correct.
 #[test]
 fn send_larger_than_the_peers_recv_is_refused() {
     if !common::enough_gpus("send_larger_than_the_peers_recv_is_refused", 2) {
         return;
     }
-    const DONE: u64 = 0x5e_0d;
     ranks_as_threads(2, |comm: Communicator| {
         let cfg = CollectiveConfig::for_backend(comm.gpu().kind());
-        // Registered paths from 4 KiB: 8 and 16 KiB both go direct on every backend default.
-        let cfg = CollectiveConfig {
-            direct_min_bytes: 4 << 10,
-            ..cfg
-        };
         let c = Collectives::with_config(Arc::new(comm), cfg).expect("collectives");
         let comm = c.communicator();
         let g = comm.gpu();
         let stream = g.stream().unwrap();
         let count = 4096;
         let buf = g.alloc(count * 4).unwrap();
-        if c.communicator().rank() == 0 {
+        let data: Vec<u8> = (0..count * 4).map(|i| (i * 31 + 7) as u8).collect();
+        let marker = vec![0xa5u8; count * 4];
+        if comm.rank() == 0 {
+            buf.copy_from_host(0, &data).unwrap();
             // SAFETY: `buf` holds `count` u32.
-            let r = unsafe { c.send(buf.ptr(), count, DataType::U32, 1, &stream) };
-            match r {
-                Err(mscclpp::host::Error::MalformedMemory { rank: 1, reason }) => {
-                    assert!(reason.contains("recv's output"), "{reason}")
-                }
-                other => panic!("a send into a smaller recv buffer: {other:?}"),
-            }
-            assert!(comm.status().is_aborted());
-            comm.bootstrap().send(1, DONE, b"").unwrap();
+            unsafe { c.send(buf.ptr(), count, DataType::U32, 1, &stream) }.unwrap();
+            stream.synchronize().unwrap();
+            assert!(comm.status().error().is_none());
         } else {
+            buf.copy_from_host(0, &marker).unwrap();
             // SAFETY: as above (half of it).
             unsafe { c.recv(buf.ptr(), count / 2, DataType::U32, 0, &stream) }.unwrap();
-            comm.bootstrap().recv(0, DONE).unwrap();
-            comm.abort();
-            assert!(
-                stream
-                    .synchronize_timeout(std::time::Duration::from_secs(20))
-                    .unwrap(),
-                "the receiver's wait was not released"
-            );
+            stream.synchronize().unwrap();
+            match comm.status().error() {
+                Some(mscclpp::host::Error::CountMismatch {
+                    peer: 0,
+                    sent_bytes,
+                }) => assert_eq!(sent_bytes, (count * 4) as u64),
+                other => panic!("a recv of half a send: {other:?}"),
+            }
+            let mut got = vec![0u8; count * 4];
+            buf.copy_to_host(0, &mut got).unwrap();
+            assert_eq!(got, marker, "the refused recv wrote into its output");
+            comm.status().reset();
         }
-        drop(stream);
-        (c, buf)
+        comm.bootstrap().barrier().unwrap();
+        // In step: the same message again, with matching counts.
+        // SAFETY: as above.
+        unsafe {
+            if comm.rank() == 0 {
+                c.send(buf.ptr(), count, DataType::U32, 1, &stream)
+            } else {
+                c.recv(buf.ptr(), count, DataType::U32, 0, &stream)
+            }
+        }
+        .unwrap();
+        stream.synchronize().unwrap();
+        assert!(comm.status().error().is_none());
+        let mut got = vec![0u8; count * 4];
+        buf.copy_to_host(0, &mut got).unwrap();
+        assert_eq!(got, data);
+        comm.bootstrap().barrier().unwrap();
     });
 }
 

@@ -350,6 +350,9 @@ pub enum CollectiveMode {
     /// scratch). 9 was `ReduceChunk`, retired with the unpipelined copy-engine all-reduce, and
     /// is not reused.
     ReduceLocal = 10,
+    /// Reduce `bytes` over all ranks into `root`'s output (the other ranks' outputs are not
+    /// touched and may be null).
+    Reduce = 11,
 }
 
 /// Parameters of the collective kernels (`ll_collective_kernel`, `staged_collective_kernel`).

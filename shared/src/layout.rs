@@ -51,6 +51,8 @@ layouts! {
     PortPingPongParams { status, channel, bytes, iterations, role, flush, reserved }
     CollectiveParams { status, channels, input, output, scratch, bytes, ll_flags, ll_slot_bytes, stage_offset, stride, reserved, dtype, op, mode, rank, nranks, root, max_blocks, ll128_offset, ll128_slot_bytes, scalar, scalar_ptr }
     DirectCollectiveParams { common, inputs, outputs }
+    P2pOp { buf, bytes, peer, kind, first_block, blocks }
+    P2pParams { status, channels, scratch, region_offset, ll_bytes, chunk_bytes, rank, nranks, lanes, nops, ops }
     IpcMemHandle { kind, device, owner_pid, owner_fd, token, alloc_size, offset, size, cuda }
     TestKernelParams { status, a, b, out, count, dtype, op, flag, reserved }
 }
@@ -155,6 +157,19 @@ pub const TRIGGER_CONSTANTS: &[(&str, u64)] = {
             "MSCCLPP_MODE_REDUCE_LOCAL",
             crate::CollectiveMode::ReduceLocal as u64,
         ),
+        ("MSCCLPP_MODE_REDUCE", crate::CollectiveMode::Reduce as u64),
         ("MSCCLPP_MAX_DIRECT_RANKS", crate::MAX_DIRECT_RANKS as u64),
+        (
+            "MSCCLPP_DEVICE_ERROR_COUNT_MISMATCH",
+            crate::DeviceErrorCode::CountMismatch as u64,
+        ),
+        (
+            "MSCCLPP_COUNT_MISMATCH_BYTES_BITS",
+            crate::status::COUNT_MISMATCH_BYTES_BITS as u64,
+        ),
+        ("MSCCLPP_P2P_MAX_OPS", crate::P2P_MAX_OPS as u64),
+        ("MSCCLPP_P2P_MAX_LANES", crate::P2P_MAX_LANES as u64),
+        ("MSCCLPP_P2P_SEND", crate::P2P_SEND as u64),
+        ("MSCCLPP_P2P_RECV", crate::P2P_RECV as u64),
     ]
 };

@@ -498,6 +498,45 @@ pub enum Error {
         /// This rank.
         rank: usize,
     },
+    /// A point-to-point receive got a message of another byte count than it was posted with
+    /// (detected by the receiving kernel, which consumed the message and wrote nothing; the
+    /// count travels with the data, so no host round trip is needed to find it).
+    #[error(
+        "a receive from rank {peer} got a message of {sent_bytes} bytes, which is not the \
+         count it was posted with (every send must match its receive's count and type)"
+    )]
+    CountMismatch {
+        /// The sending rank.
+        peer: usize,
+        /// The bytes it sent.
+        sent_bytes: u64,
+    },
+    /// A per-rank argument (the counts or displacements of an all-to-all-v) does not hold one
+    /// entry per rank.
+    #[error("{what} holds {len} entries for {ranks} ranks")]
+    PerRankLength {
+        /// Which argument.
+        what: &'static str,
+        /// Its entries.
+        len: usize,
+        /// Ranks of the communicator.
+        ranks: usize,
+    },
+    /// A group's sends to this rank itself and its receives from itself do not pair up: the
+    /// `index`-th send to self and the `index`-th receive from self differ in size, or one of
+    /// them is missing (`None`).
+    #[error(
+        "send {index} to this rank itself ({sent_bytes:?} bytes) does not match receive {index} \
+         from itself ({recv_bytes:?} bytes)"
+    )]
+    SelfMismatch {
+        /// Which pair (0-based, in the order the group recorded them).
+        index: usize,
+        /// The send's bytes, if there is one.
+        sent_bytes: Option<u64>,
+        /// The receive's bytes, if there is one.
+        recv_bytes: Option<u64>,
+    },
     /// Something that needs a peer on this node was asked of a peer on another node.
     #[error("{what} needs rank {remote_rank} on this node, but it runs on another")]
     CrossNode {
