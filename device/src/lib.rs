@@ -22,6 +22,7 @@
 //! | [`copy`] | collective copies |
 //! | [`kernels`] | the built-in kernels |
 //! | [`trace`] | block events of traced kernels; the clock-sync kernel |
+//! | [`test_kernels`] | kernels that single-GPU tests run GPU-only paths through |
 //!
 //! Kernels are declared with [`kernel!`]; a crate that declares kernels must enable the PTX ABI
 //! for the nvptx build: `#![cfg_attr(target_arch = "nvptx64", feature(abi_ptx))]`.
@@ -74,6 +75,7 @@ pub mod packet;
 pub mod port_channel;
 pub mod reduce;
 pub mod semaphore;
+pub mod test_kernels;
 pub mod trace;
 pub mod wait;
 

@@ -103,6 +103,8 @@ impl WatchedBootstrap {
             Error::BootstrapPeerClosed { .. }
                 | Error::BootstrapTimeout { .. }
                 | Error::BootstrapIo { .. }
+                | Error::BootstrapPeerGone { .. }
+                | Error::BootstrapQueueFull { .. }
         ) {
             return e;
         }
@@ -167,6 +169,9 @@ impl Bootstrap for WatchedBootstrap {
     }
     fn setup_phases(&self) -> Vec<crate::bootstrap::SetupPhase> {
         self.inner.setup_phases()
+    }
+    fn secret(&self) -> Option<crate::auth::Secret> {
+        self.inner.secret()
     }
 }
 

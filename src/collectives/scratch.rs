@@ -6,12 +6,14 @@
 //! | LL16 | two halves (by the launch flag's parity) of `n` slots of `ll_slot_bytes` | peer `q` writes its packets into slot `q` (LL16 stores that carry their flag) | this rank's LL kernels, polling the flags |
 //! | LL128 | two halves of `n` slots of `ll128_slot_bytes` | peers, a warp's 128-byte lines whose last word is the flag | this rank's LL128 kernels |
 //! | staging | `stage_bytes + 16 n` | this rank's staged kernel (its input, in pieces) | the peers' staged kernels, after a block barrier |
+//! | point-to-point | `P2pLayout::bytes` (per peer: an inbox, its acknowledgements and this rank's counters) | the peers' `p2p_kernel` (inboxes, acknowledgements) and this rank's (counters) | `mscclpp_shared::p2p` says who reads what |
 //!
 //! The copy-engine all-reduce's scratch is a buffer of its own (`ce_scratch_bytes`, allocated
 //! on its first call and exchanged like a caller's buffer, so that a communicator that never
 //! runs it never allocates it); this type carries its size too, so that every algorithm finds
 //! its scratch here. A region no registered algorithm asks for takes no space.
 
+use mscclpp_shared::P2pLayout;
 use mscclpp_shared::packet::ll128;
 
 use super::CollectiveConfig;
@@ -27,6 +29,8 @@ pub(crate) enum Region {
     Staging,
     /// The copy-engine all-reduce's own buffer.
     CopyEngine,
+    /// The point-to-point engine's inboxes, acknowledgements and counters.
+    P2p,
 }
 
 /// Where each region lies (module docs).
@@ -37,6 +41,8 @@ pub(crate) struct ScratchLayout {
     ll128_slot_bytes: u64,
     stage_offset: u64,
     stage_bytes: usize,
+    p2p_offset: u64,
+    p2p: P2pLayout,
     len: usize,
     ce_bytes: usize,
 }
@@ -68,13 +74,25 @@ impl ScratchLayout {
         } else {
             0
         };
+        let p2p_offset = stage_offset + up16(stage_bytes) as u64;
+        let p2p = P2pLayout {
+            nranks: n,
+            // A configuration built by hand may hold anything: the kernel serves 1 to
+            // P2P_MAX_LANES lanes (every rank clamps alike).
+            lanes: cfg.p2p_lanes.clamp(1, mscclpp_shared::P2P_MAX_LANES) as u64,
+            ll_bytes: (cfg.p2p_ll_bytes & !7) as u64,
+            chunk_bytes: (up16(cfg.p2p_chunk_bytes.max(16))) as u64,
+        };
+        let p2p_bytes = if needed(Region::P2p) { p2p.bytes() } else { 0 };
         Self {
             ll_slot_bytes,
             ll128_offset,
             ll128_slot_bytes,
             stage_offset,
             stage_bytes,
-            len: stage_offset as usize + stage_bytes,
+            p2p_offset,
+            p2p,
+            len: (p2p_offset + p2p_bytes) as usize,
             ce_bytes,
         }
     }
@@ -104,6 +122,16 @@ impl ScratchLayout {
     /// Offset of the staging region.
     pub fn stage_offset(&self) -> u64 {
         self.stage_offset
+    }
+
+    /// Offset of the point-to-point region.
+    pub fn p2p_offset(&self) -> u64 {
+        self.p2p_offset
+    }
+
+    /// The point-to-point region's layout.
+    pub fn p2p(&self) -> P2pLayout {
+        self.p2p
     }
 
     /// Bytes of the scratch buffer.
