@@ -265,7 +265,7 @@ fn a_traced_two_rank_all_reduce_merges_into_one_consistent_timeline() {
         let setup: Vec<&str> = of("setup").iter().map(|x| x.name.as_str()).collect();
         for phase in [
             "join root",
-            "mesh",
+            "tree",
             "barrier",
             "communicator",
             "collectives",

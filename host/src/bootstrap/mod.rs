@@ -179,7 +179,7 @@ pub type Watch<'a> = &'a dyn Fn() -> Result<()>;
 /// `crate::trace`): what a traced communicator shows of how its bootstrap came up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SetupPhase {
-    /// `listen`, `join root`, `mesh`, `barrier`, …
+    /// `listen`, `join root`, `tree`, `barrier`, …
     pub name: &'static str,
     /// When it started.
     pub start_ns: u64,
