@@ -50,30 +50,33 @@ fn colour(cat: &str, depth: usize) -> RGBColor {
     }
 }
 
+/// A thread of a merged trace: (pid, tid).
+type ThreadKey = (u64, u64);
+/// A span as drawn: start and end (µs) and its category.
+type SpanRec = (f64, f64, String);
+/// What [`layout`] returns: the tracks, the bars and the time window (µs).
+type Layout = (Vec<Track>, Vec<Bar>, Range<f64>);
+
 /// The tracks and bars of a merged trace, and the time window to show (µs).
-fn layout(
-    trace: &Value,
-    window: Option<Range<f64>>,
-) -> Result<(Vec<Track>, Vec<Bar>, Range<f64>), BoxError> {
+fn layout(trace: &Value, window: Option<Range<f64>>) -> Result<Layout, BoxError> {
     let events = trace
         .get("traceEvents")
         .and_then(Value::as_array)
         .ok_or("not a merged trace: no traceEvents array")?;
-    let mut names: BTreeMap<(u64, u64), String> = BTreeMap::new();
-    let mut spans: BTreeMap<(u64, u64), Vec<(f64, f64, String)>> = BTreeMap::new();
+    let mut names: BTreeMap<ThreadKey, String> = BTreeMap::new();
+    let mut spans: BTreeMap<ThreadKey, Vec<SpanRec>> = BTreeMap::new();
     for e in events {
         let pid = e.get("pid").and_then(Value::as_u64).unwrap_or(0);
         let tid = e.get("tid").and_then(Value::as_u64).unwrap_or(0);
         let name = |k: &str| e.pointer(k).and_then(Value::as_str).map(str::to_string);
         match e.get("ph").and_then(Value::as_str) {
-            Some("M") => match e.get("name").and_then(Value::as_str) {
-                Some("thread_name") => {
-                    if let Some(n) = name("/args/name") {
-                        names.insert((pid, tid), n);
-                    }
+            Some("M") => {
+                if e.get("name").and_then(Value::as_str) == Some("thread_name")
+                    && let Some(n) = name("/args/name")
+                {
+                    names.insert((pid, tid), n);
                 }
-                _ => {}
-            },
+            }
             Some("X") => {
                 let ts = e
                     .get("ts")
