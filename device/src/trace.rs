@@ -9,7 +9,7 @@
 //! |---|---|
 //! | `Start` / `End` | around the kernel's body ([`block`]), early returns included |
 //! | `Send` | where the block starts its data phase: after an LL kernel read its flag, after a barrier kernel's first barrier, before a PortChannel kernel's first put; not in `p2p_kernel` (it cost registers there) |
-//! | `Recv` | where the block's last wait for a peer's data completed, and only if it did: after an LL kernel's receive loop, after a barrier kernel's last barrier (or its last reads of peer data), after a PortChannel kernel's last wait |
+//! | `Recv` | where the block's last wait for a peer's data completed, and only if it did: after a barrier kernel's last barrier (or its last reads of peer data), after a PortChannel kernel's last wait, after every lane of a `p2p_kernel` block; not in the LL kernels nor the staged ones, whose last wait is their last step before `End` (recording it there cost up to 2 registers) |
 //!
 //! **Off costs one test per hook.** Every hook first tests `events` (a kernel parameter, read
 //! from the constant bank: no register) and returns; only then does thread 0 read its index and

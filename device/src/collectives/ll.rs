@@ -493,8 +493,10 @@ pub(super) fn ll_finish(p: &CollectiveParams, l: LlLaunch, ok: bool) {
 /// An LL kernel's frame: reads the call's [`Reducer`] as a kernel of kind `ANY` serves it
 /// (`reduces`: whether the launch reduces; see `reducer_for`: a launch with a type or operator
 /// the host never sends to this kind does nothing), starts the launch ([`ll_begin`]; the
-/// keeper block's threads return there), runs `body` (false: a wait gave up) between the
-/// block's `Send` and `Recv` trace events, and finishes it ([`ll_finish`]).
+/// keeper block's threads return there), runs `body` (false: a wait gave up) after the
+/// block's `Send` trace event, and finishes it ([`ll_finish`]) before its `End` (no `Recv`:
+/// the receive loop is the body's last step, and recording it cost registers; see
+/// `crate::trace`).
 #[inline(always)]
 pub(super) fn ll_kernel<const ANY: bool>(
     p: &CollectiveParams,
@@ -511,9 +513,6 @@ pub(super) fn ll_kernel<const ANY: bool>(
     };
     trace::event(&p.trace, TraceEventKind::Send);
     let ok = body(l, r);
-    if ok {
-        trace::event(&p.trace, TraceEventKind::Recv);
-    }
     ll_finish(p, l, ok);
     trace::event(&p.trace, TraceEventKind::End);
 }
@@ -549,9 +548,6 @@ fn ll_collective_entry<const ANY: bool>(p: CollectiveParams) {
         // others).
         ll_collective::<false>(&p, LlMode::ReduceScatter, l, CommonSum(r.dtype))
     };
-    if ok {
-        trace::event(&p.trace, TraceEventKind::Recv);
-    }
     ll_finish(&p, l, ok);
     trace::event(&p.trace, TraceEventKind::End);
 }
@@ -620,9 +616,6 @@ fn ll_all_gather(p: &CollectiveParams) {
     } else {
         ll_collective::<false>(p, LlMode::AllGather, l, CommonSum::COPY)
     };
-    if ok {
-        trace::event(&p.trace, TraceEventKind::Recv);
-    }
     ll_finish(p, l, ok);
     trace::event(&p.trace, TraceEventKind::End);
 }

@@ -487,7 +487,8 @@ fn staged<const ANY: bool>(p: CollectiveParams) {
     // Every data wait that gave up returned above (the closing meetings of send and recv only
     // free the staging). `End` is recorded here, on the way out of a launch that ran, not
     // around the whole body: code after the early returns above (a join of them all) cost
-    // this kernel 8 registers on sm_90 even when it does nothing (see `crate::trace`).
-    trace::event(&p.trace, TraceEventKind::Recv);
+    // this kernel 8 registers on sm_90 even when it does nothing (see `crate::trace`). No
+    // `Recv`: it would be recorded here too, at `End`'s time, and it cost the `_any` kernel 2
+    // registers (a complete block's last wait is the one just before `End`).
     trace::event(&p.trace, TraceEventKind::End);
 }

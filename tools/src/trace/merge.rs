@@ -6,7 +6,7 @@
 //! | process (`pid`) | a rank (`rank R: host, backend device`) |
 //! | threads `1…` | the rank's recording host threads (the caller's, `mscclpp-proxy`, …), named as they were |
 //! | thread 99999 `GPU calls` | one span per collective call, from its first block's start to its last block's end: bytes and GB/s (the call's bytes over that time) |
-//! | threads 100000 + b `GPU block b` | one span per launch of block `b` (start to end), named after its call (`all_reduce ll`), with a `comm` span inside from its `send` to its `recv` event |
+//! | threads 100000 + b `GPU block b` | one span per launch of block `b` (start to end), named after its call (`all_reduce ll`), with a `comm` span inside from its `send` to its `recv` event (an instant for either alone: LL, staged and p2p kernels record one of them) |
 //!
 //! Every event is a complete event (`ph: X`, a start and a duration) or an instant (`ph: i`),
 //! in microseconds from the earliest event of the run. Device times are mapped to the host's
