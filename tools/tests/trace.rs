@@ -11,6 +11,9 @@
 //! - the set-up phases (bootstrap, collectives), bytes and GB/s on the GPU calls, and the
 //!   proxy's trigger spans with their copy (bytes) and signal inside.
 //!
+//! A third test traces the point-to-point engine (send / recv): its `p2p_kernel` blocks, each
+//! with its `recv` event, inside each call.
+//!
 //! The all-reduce test also runs `mscclpp-trace merge` and `plot` as a user does (found as
 //! in `bench_cli.rs`; NOT RUN where the binary is missing).
 
@@ -465,6 +468,100 @@ fn a_traced_port_channel_ping_pong_shows_the_proxy_inside_the_call() {
                     assert_eq!(i.args["bytes"], PING_BYTES);
                     assert!(i.args["GB/s"].as_f64().is_some());
                 }
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The point-to-point engine traced: a send and a receive each way (`send` then `recv` on rank
+/// 0, the other order on rank 1), 64 KiB (several lanes) and 256 bytes (one LL lane). Every
+/// call has its host span, its GPU span and its `p2p_kernel` blocks, complete, with a `recv`
+/// event (every lane served), inside the test's span around call + synchronize.
+#[test]
+fn a_traced_point_to_point_exchange_shows_its_blocks_inside_each_call() {
+    let Some(backend) = backend("point-to-point trace") else {
+        return;
+    };
+    let dir = trace_dir("p2p");
+    let sizes = [65536usize, 256];
+    run_traced(backend, &dir, |comm| {
+        let coll = Collectives::new(comm.clone()).expect("collectives");
+        let (rank, peer) = (comm.rank(), 1 - comm.rank());
+        let g = comm.gpu().clone();
+        let stream = g.stream().unwrap();
+        for bytes in sizes {
+            let src = g.alloc(bytes).unwrap();
+            let dst = g.alloc(bytes).unwrap();
+            src.copy_from_host(0, &vec![rank as u8 + 1; bytes]).unwrap();
+            for first in [true, false] {
+                let sending = first == (rank == 0);
+                let _step = comm
+                    .trace()
+                    .span(Category::User, "step")
+                    .arg("bytes", bytes);
+                // SAFETY: both buffers hold `bytes` and outlive the synchronize below.
+                unsafe {
+                    if sending {
+                        coll.send(src.ptr(), bytes, DataType::U8, peer, &stream)
+                    } else {
+                        coll.recv(dst.ptr(), bytes, DataType::U8, peer, &stream)
+                    }
+                }
+                .expect("send / recv");
+                stream.synchronize().unwrap();
+            }
+            let mut got = vec![0u8; bytes];
+            dst.copy_to_host(0, &mut got).unwrap();
+            assert!(
+                got.iter().all(|&b| b == peer as u8 + 1),
+                "rank {rank}: data"
+            );
+        }
+        comm.barrier().unwrap();
+    });
+    let (events, _) = merged(&dir);
+    let all = spans(&events);
+    let blocks = check_blocks(&all);
+    let slack = slack(backend);
+    for rank in 0..2u64 {
+        let steps: Vec<&X> = all
+            .iter()
+            .filter(|x| x.pid == rank && x.cat == "user" && x.name == "step")
+            .collect();
+        let calls: Vec<&X> = all
+            .iter()
+            .filter(|x| x.pid == rank && x.cat == "call")
+            .filter(|x| x.name == "send" || x.name == "recv")
+            .collect();
+        assert_eq!(steps.len(), 2 * sizes.len(), "rank {rank}: steps");
+        assert_eq!(calls.len(), 2 * sizes.len(), "rank {rank}: calls");
+        for call in calls {
+            let id = &call.args["call"];
+            assert_eq!(call.args["algorithm"], "p2p", "{call:?}");
+            let step = steps
+                .iter()
+                .find(|s| inside(call, s, 0.0))
+                .unwrap_or_else(|| panic!("rank {rank}: call {id} outside every step"));
+            let mine: Vec<&X> = blocks
+                .iter()
+                .filter(|b| b.pid == rank && &b.args["call"] == id)
+                .collect();
+            assert!(!mine.is_empty(), "rank {rank}: call {id} has no block");
+            for b in &mine {
+                assert!(inside(b, step, slack), "{b:?} outside {step:?}");
+                let launch = &b.args["launch"];
+                let recv = events.iter().any(|e| {
+                    e["ph"] == "i"
+                        && e["name"] == "recv"
+                        && e["pid"] == rank
+                        && e["tid"] == b.tid
+                        && &e["args"]["launch"] == launch
+                });
+                assert!(
+                    recv,
+                    "rank {rank}: a block of call {id} without its recv: {b:?}"
+                );
             }
         }
     }
