@@ -440,6 +440,21 @@ pub enum Error {
         /// What was asked (a same-node transport, a collective, …).
         what: &'static str,
     },
+    /// The bootstrap cannot say which node a rank runs on (`Bootstrap::node_of`).
+    #[error("the bootstrap knows no node of rank {rank}, so the node layout is unknown")]
+    NoNodeLayout {
+        /// The rank without a node.
+        rank: usize,
+    },
+    /// Something that needs the same number of ranks on every node (the hierarchical
+    /// collectives) was asked of a world whose nodes differ.
+    #[error(
+        "the nodes run different numbers of ranks ({sizes:?}, in node order), but this needs the same number on every node"
+    )]
+    UnevenNodes {
+        /// Ranks of every node, in node order.
+        sizes: Vec<usize>,
+    },
     /// A peer's serialized registered memory is invalid.
     #[error("registered memory from rank {rank} is malformed: {reason}")]
     MalformedMemory {
