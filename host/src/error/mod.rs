@@ -692,6 +692,82 @@ pub enum Error {
         /// What was wrong.
         reason: String,
     },
+    // ---- libfabric (connection::ofi) ----
+    /// libfabric is not usable here: the library could not be loaded, or no provider offers
+    /// what the transport needs.
+    #[error("libfabric is not available: {reason}")]
+    OfiUnavailable {
+        /// Why.
+        reason: String,
+    },
+    /// A libfabric call failed.
+    #[error("libfabric {call} failed (provider {provider:?}): {reason} ({code})")]
+    OfiCall {
+        /// The call (`fi_domain`, `fi_mr_regattr`, `fi_tsend`, …).
+        call: &'static str,
+        /// The provider.
+        provider: String,
+        /// libfabric's (negative) return code.
+        code: isize,
+        /// `fi_strerror` of it.
+        reason: String,
+    },
+    /// The libfabric set-up with a peer failed (malformed endpoint, another provider, …).
+    #[error("libfabric connection to rank {remote_rank}: set-up failed: {reason}")]
+    OfiConnect {
+        /// The peer.
+        remote_rank: usize,
+        /// Why.
+        reason: String,
+    },
+    /// The peer closed its end of a libfabric connection (it dropped it or exited).
+    #[error("rank {remote_rank} closed its libfabric connection ({op})")]
+    OfiPeerClosed {
+        /// The peer.
+        remote_rank: usize,
+        /// The operation that found it closed.
+        op: &'static str,
+    },
+    /// This rank refused a message of the peer (malformed, out of sequence, outside its
+    /// memories).
+    #[error("libfabric connection to rank {remote_rank}: refused a frame from the peer: {reason}")]
+    OfiProtocol {
+        /// The peer.
+        remote_rank: usize,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A libfabric connection stopped working on this side (a call failed, or the device
+    /// failed while staging or applying data).
+    #[error("libfabric connection to rank {remote_rank}: {op} failed: {reason}")]
+    OfiFailed {
+        /// The peer.
+        remote_rank: usize,
+        /// The operation.
+        op: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// A libfabric operation waited for room (send slots, the peer's receive slots) past its
+    /// deadline.
+    #[error("libfabric connection to rank {remote_rank}: {op} did not complete within {after:?}")]
+    OfiTimeout {
+        /// The peer.
+        remote_rank: usize,
+        /// The operation.
+        op: &'static str,
+        /// The deadline.
+        after: std::time::Duration,
+    },
+    /// A memory cannot be used on a libfabric connection.
+    #[error("libfabric connection to rank {remote_rank}: {misuse}")]
+    OfiMemory {
+        /// The peer.
+        remote_rank: usize,
+        /// What is wrong with the memory.
+        misuse: MemoryMisuse,
+    },
+
     /// InfiniBand cannot be used here: libibverbs is missing, has no device, or lacks a symbol.
     #[error("InfiniBand is not available: {reason}")]
     IbUnavailable {

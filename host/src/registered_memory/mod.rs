@@ -56,7 +56,7 @@ struct Inner {
     /// Random per registration; for memory of this process, its key in [`LIVE`].
     token: u64,
     /// The entry in the communicator's registry of network-writable memories (local memories
-    /// registered for `Ethernet`/`Ib`); dropping the last clone removes it, after which no
+    /// registered for `Ethernet`/`Ib`/`Ofi`); dropping the last clone removes it, after which no
     /// receiver writes here.
     _registration: Option<Registration>,
 }

@@ -277,6 +277,8 @@ pub struct EthernetConnection {
     in_ctl: TcpStream,
     receiver: Option<JoinHandle<()>>,
     timeout: Duration,
+    /// Payload bytes sent by `write` (`Connection::bytes_sent`).
+    bytes: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for EthernetConnection {

@@ -345,6 +345,7 @@ impl EthernetConnection {
             in_ctl,
             receiver: Some(receiver),
             timeout: setup.timeout,
+            bytes: std::sync::atomic::AtomicU64::new(0),
         })
     }
 }
