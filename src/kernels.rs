@@ -6,7 +6,7 @@ use mscclpp_device::kernels as k;
 use mscclpp_host::gpu::KernelSpec;
 use mscclpp_shared::{
     BlockSumParams, BlockVoteParams, CollectiveParams, CopyParams, DirectCollectiveParams,
-    FifoPushParams, PingPongParams, PortPingPongParams,
+    FifoPushParams, PingPongParams, PortCollectiveParams, PortPingPongParams,
 };
 
 /// `copy_kernel`: grid-stride copy.
@@ -61,6 +61,11 @@ pub const STAGED_COLLECTIVE: KernelSpec<CollectiveParams> =
 pub const DIRECT_COLLECTIVE: KernelSpec<DirectCollectiveParams> =
     KernelSpec::new("direct_collective_kernel", c::direct_collective_kernel);
 
+/// `port_collective_kernel`: every collective through PortChannels (the proxies: the network
+/// between nodes), one piece at a time, for every type and operator.
+pub const PORT_COLLECTIVE: KernelSpec<PortCollectiveParams> =
+    KernelSpec::new("port_collective_kernel", c::port_collective_kernel);
+
 // The `_any` twins of the reducing kernels: every type and operator but the common sums
 // (f16, bf16, f32), which the kernels above reduce without paying for the others in registers.
 
@@ -107,6 +112,7 @@ pub const ALL_NAMES: &[&str] = &[
     LL_TWO_SHOT_ALL_REDUCE.name,
     STAGED_COLLECTIVE.name,
     DIRECT_COLLECTIVE.name,
+    PORT_COLLECTIVE.name,
     LL_COLLECTIVE_ANY.name,
     LL128_COLLECTIVE_ANY.name,
     LL_TWO_SHOT_ALL_REDUCE_ANY.name,

@@ -33,8 +33,8 @@ pub use fifo::{DEFAULT_FIFO_SIZE, FifoDeviceHandle};
 pub use ipc::IpcMemHandle;
 pub use kernel_params::{
     BlockSumParams, BlockVoteParams, CollectiveMode, CollectiveParams, CopyParams, DataType,
-    DeviceReduceOp, DirectCollectiveParams, FifoPushParams, MAX_DIRECT_RANKS, PingPongParams,
-    PortPingPongParams, ReduceOp,
+    DeviceReduceOp, DirectCollectiveParams, FifoPushParams, MAX_DIRECT_RANKS, MAX_PORT_RANKS,
+    PingPongParams, PortCollectiveParams, PortPingPongParams, ReduceOp,
 };
 pub use memory_channel::MemoryChannelDeviceHandle;
 pub use packet::{LL8Packet, LL16Packet};

@@ -55,6 +55,8 @@
 mod algo;
 mod config;
 mod context;
+mod multinode;
+mod node_bootstrap;
 mod reduction;
 mod registered;
 mod scratch;
@@ -65,6 +67,7 @@ mod setup;
 
 pub use algo::{Algorithm, Collective};
 pub use config::{CollectiveConfig, Limit, Setting};
+pub use multinode::{ENV_NET_TRANSPORT, network_transports};
 pub use reduction::{KernelOp, Reduction, Scalar, element_bits};
 
 use std::sync::Arc;
@@ -72,6 +75,7 @@ use std::sync::Arc;
 use mscclpp_host::Result;
 use mscclpp_host::communicator::Communicator;
 use mscclpp_host::gpu::{Module, Stream};
+use mscclpp_host::transport::Transport;
 use mscclpp_shared::{DataType, DevicePtr, DeviceReduceOp};
 
 use algo::{Queue, Queued, UNITS};
@@ -106,7 +110,6 @@ impl Collectives {
     /// settings differ from another's gets `Error::ConfigMismatch` (and so does the other).
     pub fn with_config(comm: Arc<Communicator>, mut cfg: CollectiveConfig) -> Result<Self> {
         cfg.max_blocks = channel_rows(&cfg);
-        setup::check_one_node(&comm)?;
         setup::check_one_gpu_per_rank(&comm)?;
         setup::check_same_config(&comm, &cfg)?;
         let g = comm.gpu().clone();
@@ -119,8 +122,13 @@ impl Collectives {
             .iter()
             .map(|u| (u.set_up)(&s))
             .collect::<Result<Vec<_>>>()?;
-        let layout = ScratchLayout::for_registered(&cfg, comm.size());
-        let wiring = setup::wire(&comm, &cfg, &layout)?;
+        let (layout, wiring) = if comm.topology().nodes() > 1 {
+            let layout = ScratchLayout::for_nodes(&cfg, comm.size());
+            (layout, setup::wire_nodes(&comm, &cfg, &layout)?)
+        } else {
+            let layout = ScratchLayout::for_registered(&cfg, comm.size());
+            (layout, setup::wire(&comm, &cfg, &layout)?)
+        };
         Ok(Self {
             units,
             cx: Context::new(comm, cfg, layout, wiring),
@@ -149,6 +157,22 @@ impl Collectives {
     /// The configuration in use.
     pub fn config(&self) -> CollectiveConfig {
         self.cx.cfg
+    }
+
+    /// The transport this rank's collectives use to reach every rank (`None` for this rank
+    /// itself), on a world of several nodes; `None` on a world of one node (every peer is
+    /// reached through the same-node transport's MemoryChannels).
+    pub fn transports(&self) -> Option<Vec<Option<Transport>>> {
+        self.cx.multi.as_ref().map(|m| m.transports.clone())
+    }
+
+    /// Payload bytes this rank's collectives sent to other nodes over `transport` so far (0 on
+    /// a world of one node): how a test or tool sees that traffic crossed a transport.
+    pub fn network_bytes_sent(&self, transport: Transport) -> u64 {
+        self.cx
+            .multi
+            .as_ref()
+            .map_or(0, |m| m.bytes_sent(transport))
     }
 
     /// All-reduce of `count` elements of `dtype` from `input` into `output` (they may be the
@@ -339,11 +363,14 @@ impl Collectives {
     }
 
     fn call(&self, collective: Collective, count: usize, dtype: DataType, op: KernelOp) -> Call {
+        let topology = self.cx.comm.topology();
         Call {
             collective,
             one_way: false,
             bytes: count * dtype.size(),
             ranks: self.cx.ranks(),
+            nodes: topology.nodes(),
+            uniform: topology.uniform().is_ok(),
             dtype,
             op,
         }

@@ -72,6 +72,7 @@ pub mod direct;
 pub mod ll;
 pub mod ll128;
 pub mod ll_two_shot;
+pub mod port;
 
 pub use direct::{direct_collective_any_kernel, direct_collective_kernel};
 pub use ll::{
@@ -79,6 +80,7 @@ pub use ll::{
 };
 pub use ll_two_shot::{ll_two_shot_all_reduce_any_kernel, ll_two_shot_all_reduce_kernel};
 pub use ll128::{ll128_all_reduce_kernel, ll128_collective_any_kernel, ll128_collective_kernel};
+pub use port::port_collective_kernel;
 
 use crate::arch;
 use crate::copy::copy;

@@ -69,6 +69,19 @@ pub trait Connection: Send + Sync {
     }
 }
 
+/// Whether the `Ib` transport can be used here: this build has the `ib` feature and
+/// libibverbs lists a device.
+pub fn ib_usable() -> bool {
+    #[cfg(feature = "ib")]
+    {
+        ib::verbs::device_names().is_ok_and(|d| !d.is_empty())
+    }
+    #[cfg(not(feature = "ib"))]
+    {
+        false
+    }
+}
+
 /// What `Communicator::connect` needs to know about the local end.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EndpointConfig {

@@ -440,6 +440,25 @@ pub enum Error {
         /// What was asked (a same-node transport, a collective, …).
         what: &'static str,
     },
+    /// Two ranks on different nodes offer no network transport in common (one forced another
+    /// with `MSCCLPP_NET_TRANSPORT`, or lacks libfabric or InfiniBand the other requires).
+    #[error(
+        "no network transport reaches rank {remote_rank}: this rank offers {mine:#x}, it offers {theirs:#x} (Transport bits: Ethernet 0x4, Ofi 0x8, Ib 0x100..; MSCCLPP_NET_TRANSPORT must agree on every rank)"
+    )]
+    NoCommonTransport {
+        /// The peer.
+        remote_rank: usize,
+        /// This rank's offer (`TransportFlags` bits).
+        mine: u32,
+        /// The peer's offer.
+        theirs: u32,
+    },
+    /// `MSCCLPP_NET_TRANSPORT` names no transport.
+    #[error("MSCCLPP_NET_TRANSPORT={value:?} is not a network transport (use ofi, ib or ethernet)")]
+    UnknownNetTransport {
+        /// The value.
+        value: String,
+    },
     /// The bootstrap cannot say which node a rank runs on (`Bootstrap::node_of`).
     #[error("the bootstrap knows no node of rank {rank}, so the node layout is unknown")]
     NoNodeLayout {

@@ -22,8 +22,9 @@
 //!    It binds `MSCCLPP_SOCKET_IFNAME`'s IPv4 address when that is set (and advertises only it);
 //!    otherwise it binds 0.0.0.0 and advertises the address [`local_ip`](crate::bootstrap::local_ip) picks plus 127.0.0.1.
 //! 2. Each side connects its **outbound stream** to the peer (same node: loopback addresses
-//!    first; otherwise loopback addresses are skipped) and sends `HELLO {from, to, the peer's
-//!    token}`.
+//!    first; otherwise loopback addresses are skipped, unless the peer advertised nothing else:
+//!    nodes emulated on one host with `MSCCLPP_SOCKET_IFNAME=lo`) and sends `HELLO {from, to,
+//!    the peer's token}`.
 //! 3. Each side accepts on its listener until a connection says a valid `HELLO` (its own
 //!    token, the expected ranks); anything else — garbage, silence for 2 s, another job — is
 //!    closed and the loop keeps waiting, until the set-up deadline. It answers `ACCEPT {from, to,

@@ -342,6 +342,14 @@ impl Shared {
                 }
             }
             self.check(op)?;
+            if self.status.is_aborted() {
+                return Err(Error::Aborted {
+                    reason: format!(
+                        "the communicator was aborted while a libfabric {op} to rank {} waited for room",
+                        self.remote_rank
+                    ),
+                });
+            }
             if remaining(deadline).is_none() {
                 return Err(Error::OfiTimeout {
                     remote_rank: self.remote_rank,
