@@ -306,12 +306,13 @@ settings! {
         env: "MSCCLPP_PORT_SLOT_BYTES",
         limit: Limit::RangeStep(1 << 10, 1 << 30, 16),
     },
-    /// Threads of the port collective's one block.
+    /// Threads of the port collective's one block (ptxas gives its kernel 144 registers a
+    /// thread on sm_90, so at most 448 fit a block).
     port_threads: u32 {
-        cuda: 512,
+        cuda: 256,
         cpu: 16,
         env: "MSCCLPP_PORT_THREADS",
-        limit: Limit::RangeStep(32, 1024, 32),
+        limit: Limit::RangeStep(32, 448, 32),
     },
     /// Chunk of the hierarchical all-reduce (bytes of the whole buffer): each chunk is
     /// reduce-scattered inside the node, all-reduced across nodes between same-index ranks,
@@ -436,7 +437,7 @@ mod tests {
             c.port_slot_bytes = v.clamp(1 << 10, 1 << 30) / 16 * 16;
         }
         if let Some(v) = var("MSCCLPP_PORT_THREADS") {
-            c.port_threads = (v as u32).clamp(32, 1024) / 32 * 32;
+            c.port_threads = (v as u32).clamp(32, 448) / 32 * 32;
         }
         if let Some(v) = var("MSCCLPP_HIER_CHUNK_BYTES") {
             c.hier_chunk_bytes = v.max(1 << 10);

@@ -24,7 +24,8 @@
 //! may ask for (`FI_MR_LOCAL`, `VIRT_ADDR`, `ALLOCATED`, `PROV_KEY`, `ENDPOINT`, `HMEM`).
 //! `MSCCLPP_OFI_PROVIDER` (`tcp`, `verbs`, `efa`, `cxi`, …) picks one; otherwise the first
 //! libfabric lists, leaving out `shm` (one node only) and the `sockets`, `udp` and `rxd` test
-//! providers. libfabric's own variables apply (`FI_PROVIDER`, `FI_TCP_IFACE=lo`, …). Every rank
+//! providers, and taking a fabric of the loopback interface only when there is no other.
+//! libfabric's own variables apply (`FI_PROVIDER`, `FI_TCP_IFACE=lo`, …). Every rank
 //! must end up with the same provider and fabric (checked at set-up).
 //!
 //! # Set-up (inside `Communicator::connect`, built by `connection::setup`)
@@ -192,7 +193,7 @@ pub const MAX_MRS: usize = 24;
 pub const LINGER: Duration = Duration::from_secs(1);
 
 /// Whether libfabric can be loaded and offers a provider this transport can use (what the
-/// automatic transport choice asks), else why not.
+/// automatic transport choice asks): the provider, its fabric and domain; else why not.
 pub fn usable() -> crate::Result<String> {
     let provider = std::env::var(ENV_PROVIDER)
         .ok()
@@ -201,5 +202,12 @@ pub fn usable() -> crate::Result<String> {
         provider,
         hmem: false,
     })
-    .map(|i| i.provider())
+    .map(|i| {
+        format!(
+            "{} (fabric {}, domain {})",
+            i.provider(),
+            i.fabric_name(),
+            i.domain_name()
+        )
+    })
 }

@@ -97,7 +97,7 @@ pub struct Want {
     /// Only this provider (`MSCCLPP_OFI_PROVIDER`, e.g. `tcp`, `verbs`, `efa`, `cxi`; a
     /// layered name such as `tcp;ofi_rxm` works too); else the first usable one libfabric
     /// lists, leaving out `shm` (one node only) and the `sockets`, `udp` and `rxd` test
-    /// providers.
+    /// providers, and fabrics of the loopback interface unless there is nothing else.
     pub provider: Option<String>,
     /// Registration of device (GPU) memory (`FI_HMEM`).
     pub hmem: bool,
@@ -106,6 +106,12 @@ pub struct Want {
 /// Providers an automatic choice leaves out (module docs of [`Want::provider`]).
 fn left_out(prov: &str) -> bool {
     prov == "shm" || prov.contains("sockets") || prov.contains("udp") || prov.contains("rxd")
+}
+
+/// Whether `i` is a fabric of the loopback interface.
+fn loopback(i: &Info) -> bool {
+    let (fabric, domain) = (i.fabric_name(), i.domain_name());
+    domain == "lo" || fabric.starts_with("127.") || fabric.starts_with("::1")
 }
 
 /// `fi_getinfo` for an RDM endpoint with tagged messages and RMA writes (and what `want`
@@ -186,8 +192,11 @@ fn query(lib: &'static Lib, want: &Want) -> Result<Vec<Info>> {
 /// is none.
 pub(crate) fn select(want: &Want) -> Result<Info> {
     let lib = lib()?;
-    let all = query(lib, want)?;
+    let mut all = query(lib, want)?;
     let n = all.len();
+    // A fabric on the loopback interface reaches this host only: last, unless it is all there
+    // is (FI_TCP_IFACE=lo, nodes emulated on one host).
+    all.sort_by_key(loopback);
     all.into_iter()
         .find(|i| want.provider.is_some() || !left_out(&i.provider()))
         .ok_or_else(|| Error::OfiUnavailable {
