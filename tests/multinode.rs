@@ -7,7 +7,8 @@
 //! Shapes: 2 nodes × 1, 2 and 4 ranks and 3 nodes × 2 ranks (placed round-robin, so that a
 //! node's ranks are not contiguous) over libfabric; 2 × 2 over the Ethernet transport; 2 × 1
 //! over libfabric with every write in messages (`MSCCLPP_OFI_STAGED=1`); nodes of different
-//! sizes (2 + 1). Every collective (all-reduce, reduce-scatter, all-gather, broadcast,
+//! sizes (2 + 1); the Ethernet case also with a deeper pipeline of smaller chunks. Every
+//! collective (all-reduce, reduce-scatter, all-gather, broadcast,
 //! all-to-all, `send_recv` around a ring, `send` / `recv` pairs) on every type class (f32, f16,
 //! bf16, fp8, i8, u8, i32, u64, f64) and size class (a few elements: the latency path; below
 //! `hier_small_max_bytes`; a prime count of several pipeline chunks with a tail), and every
@@ -827,11 +828,59 @@ fn run_suite(test: &str, nodes: &[usize], over: Transport, env: &[(&str, &str)],
         suite(child_communicator(rank, size, node), light, uniform);
         return;
     }
+    if let Err(why) = enough_gpus(nodes) {
+        println!("NOT RUN: {test}: {why}");
+        return;
+    }
     let ends = world(test, nodes, env, &|_| Vec::new(), &|_, _| {});
     if over == Transport::Ofi && ofi_missing(test, &ends) {
         return;
     }
     expect_passed(test, &ends, over, nodes);
+}
+
+/// On the CUDA backend every rank of a node needs a GPU of its own (ranks of different nodes
+/// may share one: they are different hosts to the library).
+fn enough_gpus(nodes: &[usize]) -> Result<(), String> {
+    let kind = BackendKind::select().map_err(|e| e.to_string())?;
+    if kind != BackendKind::Cuda {
+        return Ok(());
+    }
+    let devices = kind.device_count().map_err(|e| e.to_string())?;
+    let per_node = nodes
+        .iter()
+        .map(|&k| nodes.iter().filter(|&&x| x == k).count())
+        .max()
+        .unwrap_or(0);
+    if per_node > devices {
+        return Err(format!(
+            "{per_node} ranks per node need as many GPUs, {devices} present"
+        ));
+    }
+    Ok(())
+}
+
+/// The CUDA paths of the transports between nodes with one GPU: two processes on GPU 0,
+/// declared on two nodes, move GPU memory over `over` (libfabric: registered with `FI_HMEM`
+/// where the provider has it, else staged through pinned host memory on both ends; Ethernet:
+/// staged on both ends).
+fn cuda_two_nodes(test: &str, over: Transport, env: &[(&str, &str)]) {
+    if me().is_none() {
+        match BackendKind::select() {
+            Ok(BackendKind::Cuda) => {}
+            _ => {
+                println!("NOT RUN: {test}: needs CUDA (MSCCLPP_BACKEND=cuda and a GPU)");
+                return;
+            }
+        }
+    } else {
+        assert_eq!(
+            BackendKind::select().unwrap(),
+            BackendKind::Cuda,
+            "the child runs on the CUDA backend"
+        );
+    }
+    run_suite(test, &[0, 1], over, env, true);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -888,7 +937,12 @@ fn two_nodes_of_two_ranks_over_ethernet() {
         "two_nodes_of_two_ranks_over_ethernet",
         &[0, 0, 1, 1],
         Transport::Ethernet,
-        &[("MSCCLPP_NET_TRANSPORT", "ethernet")],
+        // And a deeper pipeline of smaller chunks than the default.
+        &[
+            ("MSCCLPP_NET_TRANSPORT", "ethernet"),
+            ("MSCCLPP_HIER_PIPELINE_DEPTH", "3"),
+            ("MSCCLPP_HIER_CHUNK_BYTES", "8192"),
+        ],
         false,
     );
 }
@@ -912,6 +966,36 @@ fn nodes_of_different_sizes_over_libfabric() {
         Transport::Ofi,
         &[],
         true,
+    );
+}
+
+#[test]
+#[ignore = "needs CUDA"]
+fn cuda_two_nodes_on_one_gpu_over_libfabric() {
+    cuda_two_nodes(
+        "cuda_two_nodes_on_one_gpu_over_libfabric",
+        Transport::Ofi,
+        &[],
+    );
+}
+
+#[test]
+#[ignore = "needs CUDA"]
+fn cuda_two_nodes_on_one_gpu_over_libfabric_messages_only() {
+    cuda_two_nodes(
+        "cuda_two_nodes_on_one_gpu_over_libfabric_messages_only",
+        Transport::Ofi,
+        &[("MSCCLPP_OFI_STAGED", "1")],
+    );
+}
+
+#[test]
+#[ignore = "needs CUDA"]
+fn cuda_two_nodes_on_one_gpu_over_ethernet() {
+    cuda_two_nodes(
+        "cuda_two_nodes_on_one_gpu_over_ethernet",
+        Transport::Ethernet,
+        &[("MSCCLPP_NET_TRANSPORT", "ethernet")],
     );
 }
 
@@ -993,6 +1077,10 @@ fn a_node_killed_mid_collective_aborts_the_survivors() {
         let finished = queue().is_err() || stream.synchronize_timeout(RELEASE_WITHIN).is_ok();
         assert!(finished, "a later all-reduce hung");
         println!("MN_LATER ended in {} ms", again.elapsed().as_millis());
+        return;
+    }
+    if let Err(why) = enough_gpus(&nodes) {
+        println!("NOT RUN: {test}: {why}");
         return;
     }
     let inside = std::sync::Mutex::new(0usize);

@@ -66,7 +66,10 @@ fn in_child(name: &str, env: &[(&str, &str)]) -> bool {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "{name} failed in its child:\n{text}");
-    if let Some(line) = text.lines().find(|l| l.starts_with("NOT RUN")) {
+    for line in text
+        .lines()
+        .filter(|l| l.contains("NOT RUN") || l.contains("OFI_FIGURE"))
+    {
         println!("{line}");
     }
     false
@@ -301,13 +304,17 @@ fn ofi_receiver_refuses_a_destination_it_no_longer_has() {
                 other => panic!("flush after a refused frame: {other:?}"),
             }
             assert!(start.elapsed() < TIMEOUT / 2, "{:?}", start.elapsed());
+            println!(
+                "OFI_FIGURE the refused frame failed the sender's flush after {:.1} ms",
+                start.elapsed().as_secs_f64() * 1e3
+            );
             // Sticky.
             assert!(conn.write(&theirs, 0, reg, 0, 8).is_err());
         } else {
             let start = Instant::now();
             while !comm.status().is_aborted() {
                 assert!(start.elapsed() < TIMEOUT, "rank 1 was never aborted");
-                thread::sleep(Duration::from_millis(5));
+                thread::sleep(Duration::from_millis(1));
             }
             let got = read_all(&buf);
             assert!(

@@ -1,24 +1,29 @@
-//! Collectives on a communicator: `all_reduce` (sum, min, max over f32, f16, bf16, i32, u32),
+//! Collectives on a communicator: `all_reduce` (every NCCL type and reduction),
 //! `all_gather`, `reduce_scatter`, `broadcast`, `all_to_all`, `send` / `recv` and
 //! `send_recv`, in place or out of place, any element count, on a caller's stream.
 //!
-//! [`Collectives::new`] connects every rank to every other on its node (CUDA IPC / shared
-//! memory), allocates a scratch buffer per rank that every peer maps, builds one row of
+//! [`Collectives::new`] on a world of one node connects every rank to every other (CUDA IPC /
+//! shared memory), allocates a scratch buffer per rank that every peer maps, builds one row of
 //! MemoryChannels (one per peer) for each block the kernels may use (`setup.rs`), and sets up
-//! every algorithm. The kernels are in `mscclpp_device::collectives`.
+//! every algorithm. On a world of several nodes it connects every rank to every other with
+//! PortChannels instead (the network between nodes), and builds the node communicator the
+//! hierarchical all-reduce uses inside each node (`multinode.rs`). The kernels are in
+//! `mscclpp_device::collectives`.
 //!
 //! Where things are:
 //!
 //! | file | what |
 //! |---|---|
 //! | `mod.rs` | [`Collectives`]: set-up, the public calls, and the dispatch (choose, queue, fall back) |
-//! | `algo/` | one file per algorithm ([`Algorithm`]: `ll`, `ll128`, `ll_two_shot`, `staged`, `two_shot_put`, `direct`, `copy_engine`), each implementing one trait, registered by one line (`algo/mod.rs` says how to add one) |
+//! | `algo/` | one file per algorithm ([`Algorithm`]: `ll`, `ll128`, `ll_two_shot`, `staged`, `two_shot_put`, `direct`, `copy_engine`, `port`, `hierarchical`), each implementing one trait, registered by one line (`algo/mod.rs` says how to add one) |
 //! | `select.rs` | the one selection table (collective, size, ranks, registered or not → algorithm) |
 //! | `config.rs` | [`CollectiveConfig`], from one table of settings (defaults per backend, environment variables, limits) |
 //! | `scratch.rs` | the scratch layout (LL16, LL128, staging regions; the copy-engine scratch) |
 //! | `context.rs` | what the algorithms share: parameter blocks (the one place that sets a kernel's mode), health checks, the record of what ran |
 //! | `registered.rs` | the callers' buffers registered on first use and exchanged on every call of the direct and copy-engine paths |
 //! | `setup.rs` | the checks and the wiring of set-up |
+//! | `multinode.rs` | worlds of several nodes: the transport to every peer, the port channels and their proxy, the node communicator |
+//! | `node_bootstrap.rs` | the ranks of one node as a world of their own (the node communicator's bootstrap) |
 //!
 //! Algorithms (chosen by size unless the caller forces one with [`Algorithm`]; each file says
 //! more, the selection table says when):
@@ -39,6 +44,11 @@
 //! - `ce` (all-gather, broadcast, all-to-all, `send_recv` from `ce_min_bytes`; `send` / `recv`
 //!   from `direct_min_bytes`; all-reduce from `ce_all_reduce_min_bytes`): the copy engines on
 //!   the registered buffers.
+//! - `hier` (worlds of several nodes with as many ranks on each: all-reduce): reduce-scatter
+//!   inside the node, all-reduce between same-index ranks over PortChannels, all-gather inside
+//!   the node, pipelined in chunks.
+//! - `port` (worlds of several nodes: everything else): every collective through PortChannels
+//!   to every rank.
 //!
 //! The direct and copy-engine paths cost one bootstrap message per peer per call (host side),
 //! which a CUDA graph pays once, at capture. They need every buffer to be device memory this

@@ -301,14 +301,23 @@ impl Prepared {
                 let m = map[&id];
                 // SAFETY: the memory is registered in the registry (alive while registered);
                 // the registration lives as long as this connection (module docs: limits).
-                let i = unsafe {
+                let registered = unsafe {
                     fi.register(
                         m.ptr.addr(),
                         m.size,
                         sys::FI_REMOTE_WRITE | sys::FI_WRITE,
                         iface,
                     )
-                }?;
+                };
+                // A memory the provider will not register (device memory it claims but cannot
+                // map, a limit) goes in frames instead.
+                let i = match registered {
+                    Ok(i) => i,
+                    Err(e) => {
+                        tracing::debug!("libfabric: memory {id} goes in frames: {e}");
+                        continue;
+                    }
+                };
                 let mr = &fi.mrs[i];
                 local_mrs.insert(
                     id,
