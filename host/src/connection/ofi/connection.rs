@@ -122,6 +122,9 @@ struct Shared {
     max_msg: u64,
     timeout: Duration,
     bytes: AtomicU64,
+    /// The progress thread, woken after every post (its sends progress only when it reads the
+    /// completion queue).
+    progress: std::sync::OnceLock<thread::Thread>,
 }
 
 /// A connection to one remote rank over libfabric (see the module docs).
@@ -223,6 +226,7 @@ impl OfiConnection {
             max_msg: max_msg as u64,
             timeout: setup.timeout,
             bytes: AtomicU64::new(0),
+            progress: std::sync::OnceLock::new(),
         });
         let s = Arc::clone(&shared);
         let gpu = setup.gpu.clone();
@@ -334,7 +338,10 @@ impl Shared {
         loop {
             let posted = post(&mut lock(&self.port));
             match posted {
-                Ok(Posted::Yes) => return Ok(()),
+                Ok(Posted::Yes) => {
+                    self.kick();
+                    return Ok(());
+                }
                 Ok(Posted::Again) => {}
                 Err(e) => {
                     self.fail(Failure::Call(e.to_string()));
@@ -358,6 +365,14 @@ impl Shared {
                 });
             }
             backoff.snooze();
+        }
+    }
+
+    /// Wakes the progress thread: a posted operation moves only when the completion queue is
+    /// read (manual progress), so it should not wait out the thread's idle sleep.
+    fn kick(&self) {
+        if let Some(t) = self.progress.get() {
+            t.unpark();
         }
     }
 
@@ -719,8 +734,11 @@ impl Progress {
                 }
                 Ok(Polled::Empty) => {
                     self.send_credit();
+                    // Parked, not slept: a sender's post unparks it at once (`kick`).
                     if idle_since.elapsed() > IDLE_AFTER {
-                        thread::sleep(Duration::from_millis(1));
+                        thread::park_timeout(Duration::from_millis(1));
+                    } else if backoff.is_sleeping() {
+                        thread::park_timeout(Backoff::SLEEP);
                     } else {
                         backoff.snooze();
                     }

@@ -100,7 +100,8 @@
 //!   it returns send slots and RMA contexts to their free lists, records arrived data frames,
 //!   applies them in order, reposts receives, sends credits and takes the peer's credits
 //!   (waking senders through a condition variable). libfabric's tcp provider progresses only
-//!   when its queue is read (manual progress): this thread is that progress.
+//!   when its queue is read (manual progress): this thread is that progress. Idle, it parks
+//!   (20 µs at a time, 1 ms after 20 ms without completions); every post unparks it.
 //!
 //! # What the receiver checks (nothing read is trusted)
 //!
