@@ -41,7 +41,7 @@
 //!    with `FI_HMEM`). The [`EndpointInfo`] in the endpoint's `extra` says: provider, fabric,
 //!    the endpoint's address, flags, the receive slots and their size, and the memory table (id,
 //!    size, RMA address, provider key `fi_mr_key`).
-//! 2. *Establish* ([`OfiConnection::establish`]): decode and check the peer's info (same
+//! 2. *Establish* (`OfiConnection::establish`): decode and check the peer's info (same
 //!    provider and fabric), insert its address, start the progress thread.
 //!
 //! # Data path
