@@ -16,7 +16,9 @@
 //! memory), is checked element by element against a reference computed here; outputs start as
 //! a marker and the bytes past them must stay untouched. Each rank prints the bytes its
 //! connections sent over each transport and the test checks that the traffic between nodes
-//! crossed the transport under test, and only it.
+//! crossed the transport under test, and only it. The calls such a world refuses (reduce,
+//! gather, scatter, all-to-all-v, a group's sends and receives) fail with
+//! `Error::Unsupported` on every rank, write nothing, and the world goes on working.
 //!
 //! Failures: a node killed mid-collective (both its ranks, SIGKILL by the test) ends every
 //! survivor's collective with a typed error within [`RELEASE_WITHIN`]; ranks that force
@@ -680,6 +682,54 @@ impl Rank {
         self.check(&what, d, &got, |i| value(Vals::Sum, d, prev, 0, i), 0.0);
     }
 
+    /// What a world of several nodes refuses, with a typed error on every rank alike and
+    /// nothing queued: reduce (no algorithm of such a world serves it yet), and what the
+    /// point-to-point engine serves beyond `send` / `recv` / `send_recv` alone (gather,
+    /// scatter, all-to-all-v, a group's sends and receives). The world goes on working after.
+    fn refused_across_nodes(&self) {
+        let (n, me, count, d) = (self.n, self.rank, 64, DataType::F32);
+        let len = n * count * d.size();
+        let input = self.buffer(&bytes_of(Vals::Sum, d, me, 0, n * count), len);
+        let output = self.buffer(&[], len);
+        let (i, o, s) = (input.ptr(), output.ptr(), &self.stream);
+        let ones = vec![count; n];
+        let displs: Vec<usize> = (0..n).map(|q| q * count).collect();
+        let sum = mscclpp::shared::ReduceOp::Sum;
+        // SAFETY (every call): the buffers hold `n * count` elements and outlive the
+        // synchronization below; none of them is expected to queue anything.
+        let calls: [(&str, mscclpp::host::Result<()>); 5] = [
+            ("reduce", unsafe {
+                self.c.reduce(i, o, count, d, sum, 0, s, None)
+            }),
+            ("gather", unsafe { self.c.gather(i, o, count, d, 0, s) }),
+            ("scatter", unsafe { self.c.scatter(i, o, count, d, 0, s) }),
+            ("all_to_allv", unsafe {
+                self.c
+                    .all_to_allv(i, &ones, &displs, o, &ones, &displs, d, s)
+            }),
+            ("a group's send and receive", {
+                let mut g = self.c.group();
+                unsafe { g.send(i, count, d, (me + 1) % n) }.unwrap();
+                unsafe { g.recv(o, count, d, (me + n - 1) % n) }.unwrap();
+                g.end(s)
+            }),
+        ];
+        for (what, got) in calls {
+            match got {
+                Err(Error::Unsupported { what: why, .. }) => {
+                    assert!(!why.is_empty(), "rank {me}: {what}: an empty reason");
+                }
+                other => panic!("rank {me}: {what} across nodes: {other:?}, not refused"),
+            }
+        }
+        self.finish("the refused calls");
+        let got = self.read(&output, len, "the refused calls");
+        assert!(
+            got.iter().all(|&b| b == MARK),
+            "rank {me}: a refused call wrote its output"
+        );
+    }
+
     /// Pairs (0, n-1), (1, n-2), …: the lower rank sends, the higher receives.
     fn send_then_recv(&self, d: DataType, count: usize) {
         let (n, me) = (self.n, self.rank);
@@ -806,6 +856,8 @@ fn suite(comm: Communicator, light: bool, expect_hier: bool) {
     r.send_recv_ring(DataType::F32, 2500);
     r.send_recv_ring(DataType::U64, 3);
     r.send_then_recv(DataType::F16, 4099);
+    r.refused_across_nodes();
+    r.send_recv_ring(DataType::I32, 5);
     comm.barrier().unwrap();
     println!(
         "MN_BYTES ofi={} ethernet={} transports={:?} in {:.1} s",

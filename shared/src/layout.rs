@@ -52,7 +52,10 @@ layouts! {
     CollectiveParams { status, channels, input, output, scratch, bytes, ll_flags, ll_slot_bytes, stage_offset, stride, reserved, dtype, op, mode, rank, nranks, root, max_blocks, ll128_offset, ll128_slot_bytes, scalar, scalar_ptr }
     DirectCollectiveParams { common, inputs, outputs }
     PortCollectiveParams { common, port_channels, counters, send_mask, recv_mask, port_offset, slot_bytes }
+    P2pOp { buf, bytes, peer, kind, first_block, blocks }
+    P2pParams { status, channels, scratch, region_offset, ll_bytes, chunk_bytes, rank, nranks, lanes, nops, ops }
     IpcMemHandle { kind, device, owner_pid, owner_fd, token, alloc_size, offset, size, cuda }
+    TestKernelParams { status, a, b, out, count, dtype, op, flag, reserved }
 }
 
 /// The trigger bit constants the C header must define with the same values.
@@ -155,7 +158,20 @@ pub const TRIGGER_CONSTANTS: &[(&str, u64)] = {
             "MSCCLPP_MODE_REDUCE_LOCAL",
             crate::CollectiveMode::ReduceLocal as u64,
         ),
+        ("MSCCLPP_MODE_REDUCE", crate::CollectiveMode::Reduce as u64),
         ("MSCCLPP_MAX_DIRECT_RANKS", crate::MAX_DIRECT_RANKS as u64),
         ("MSCCLPP_MAX_PORT_RANKS", crate::MAX_PORT_RANKS as u64),
+        (
+            "MSCCLPP_DEVICE_ERROR_COUNT_MISMATCH",
+            crate::DeviceErrorCode::CountMismatch as u64,
+        ),
+        (
+            "MSCCLPP_COUNT_MISMATCH_BYTES_BITS",
+            crate::status::COUNT_MISMATCH_BYTES_BITS as u64,
+        ),
+        ("MSCCLPP_P2P_MAX_OPS", crate::P2P_MAX_OPS as u64),
+        ("MSCCLPP_P2P_MAX_LANES", crate::P2P_MAX_LANES as u64),
+        ("MSCCLPP_P2P_SEND", crate::P2P_SEND as u64),
+        ("MSCCLPP_P2P_RECV", crate::P2P_RECV as u64),
     ]
 };

@@ -7,6 +7,7 @@
 //! | LL128 | two halves of `n` slots of `ll128_slot_bytes` | peers, a warp's 128-byte lines whose last word is the flag | this rank's LL128 kernels |
 //! | staging | `stage_bytes + 16 n` | this rank's staged kernel (its input, in pieces) | the peers' staged kernels, after a block barrier |
 //! | port (worlds of several nodes only) | `3 n + 1` slots of `port_slot_bytes`: `n` send slots, `2 n` receive slots (two per sender), one accumulator | this rank's port kernel (send slots, accumulator); the peers' proxies (receive slot `(q, parity)` by rank `q`'s) | this rank's proxy (send slots), its port kernel (receive slots, accumulator) |
+//! | point-to-point | `P2pLayout::bytes` (per peer: an inbox, its acknowledgements and this rank's counters) | the peers' `p2p_kernel` (inboxes, acknowledgements) and this rank's (counters) | `mscclpp_shared::p2p` says who reads what |
 //!
 //! The copy-engine all-reduce's scratch is a buffer of its own (`ce_scratch_bytes`, allocated
 //! on its first call and exchanged like a caller's buffer, so that a communicator that never
@@ -15,6 +16,7 @@
 //! node holds every region but the port region; a world of several nodes holds only the port
 //! region (the others' algorithms load and store the peers' memory, which needs one node).
 
+use mscclpp_shared::P2pLayout;
 use mscclpp_shared::packet::ll128;
 
 use super::CollectiveConfig;
@@ -32,6 +34,8 @@ pub(crate) enum Region {
     CopyEngine,
     /// The port region (worlds of several nodes).
     Port,
+    /// The point-to-point engine's inboxes, acknowledgements and counters.
+    P2p,
 }
 
 /// Where each region lies (module docs).
@@ -44,6 +48,8 @@ pub(crate) struct ScratchLayout {
     stage_bytes: usize,
     port_offset: u64,
     port_slot_bytes: u64,
+    p2p_offset: u64,
+    p2p: P2pLayout,
     len: usize,
     ce_bytes: usize,
 }
@@ -75,7 +81,17 @@ impl ScratchLayout {
         } else {
             0
         };
-        let port_offset = up16(stage_offset as usize + stage_bytes) as u64;
+        let p2p_offset = stage_offset + up16(stage_bytes) as u64;
+        let p2p = P2pLayout {
+            nranks: n,
+            // A configuration built by hand may hold anything: the kernel serves 1 to
+            // P2P_MAX_LANES lanes (every rank clamps alike).
+            lanes: cfg.p2p_lanes.clamp(1, mscclpp_shared::P2P_MAX_LANES) as u64,
+            ll_bytes: (cfg.p2p_ll_bytes & !7) as u64,
+            chunk_bytes: (up16(cfg.p2p_chunk_bytes.max(16))) as u64,
+        };
+        let p2p_bytes = if needed(Region::P2p) { p2p.bytes() } else { 0 };
+        let port_offset = p2p_offset + up16(p2p_bytes as usize) as u64;
         let port_slot_bytes = if needed(Region::Port) {
             (cfg.port_slot_bytes.max(16) & !15) as u64
         } else {
@@ -87,13 +103,11 @@ impl ScratchLayout {
             ll128_slot_bytes,
             stage_offset,
             stage_bytes,
+            p2p_offset,
+            p2p,
             port_offset,
             port_slot_bytes,
-            len: if port_slot_bytes > 0 {
-                (port_offset + (3 * n + 1) * port_slot_bytes) as usize
-            } else {
-                stage_offset as usize + stage_bytes
-            },
+            len: (port_offset + (3 * n + 1) * port_slot_bytes) as usize,
             ce_bytes,
         }
     }
@@ -139,6 +153,16 @@ impl ScratchLayout {
     /// Offset of the staging region.
     pub fn stage_offset(&self) -> u64 {
         self.stage_offset
+    }
+
+    /// Offset of the point-to-point region.
+    pub fn p2p_offset(&self) -> u64 {
+        self.p2p_offset
+    }
+
+    /// The point-to-point region's layout.
+    pub fn p2p(&self) -> P2pLayout {
+        self.p2p
     }
 
     /// Bytes of the scratch buffer.

@@ -1,8 +1,8 @@
 //! `ce`: the callers' registered buffers again (`registered.rs`), moved by the copy engines
 //! (`cuMemcpyAsync` into the peers' mapped buffers) between two block barriers (the direct
-//! kernel's `Barrier` mode). All-gather, broadcast and all-to-all from `ce_min_bytes`,
-//! `send_recv` from `ce_min_bytes`, `send` / `recv` from `direct_min_bytes`; all-reduce from
-//! `ce_all_reduce_min_bytes`, as a pipelined reduce-scatter and all-gather by copy engine
+//! kernel's `Barrier` mode). All-gather, broadcast and all-to-all from `ce_min_bytes`;
+//! all-reduce from `ce_all_reduce_min_bytes`, as a pipelined reduce-scatter and all-gather by
+//! copy engine
 //! through a scratch buffer of its own (`copy_engine/all_reduce.rs`). At most
 //! `MAX_DIRECT_RANKS` ranks; a call whose buffers some rank cannot share is declined (the
 //! dispatch then stages it).
@@ -13,11 +13,11 @@ use mscclpp_host::Result;
 use mscclpp_host::gpu::{Event, Stream};
 use mscclpp_shared::{DevicePtr, DirectCollectiveParams};
 
-use super::direct::{self, at_most_direct_ranks, pair_output, pair_peers, symmetric};
+use super::direct::{self, at_most_direct_ranks, symmetric};
 use super::{Algorithm, Collective, CollectiveAlgorithm, Queued};
 use crate::collectives::CollectiveConfig;
-use crate::collectives::context::{Args, Context, Peer, SetUp, Twin, copy_if_needed};
-use crate::collectives::registered::{self, disjoint_or_at, need_len};
+use crate::collectives::context::{Args, Context, SetUp, Twin, copy_if_needed};
+use crate::collectives::registered;
 use crate::collectives::scratch::{Region, ScratchLayout};
 use crate::collectives::select::Call;
 
@@ -46,7 +46,6 @@ impl CollectiveAlgorithm for CopyEngine {
         Collective::AllToAll,
     ];
     const NOT_SERVED: &'static str = "a copy-engine reduction (use `direct` or `staged`)";
-    const POINT_TO_POINT: bool = true;
     const REGISTERED: bool = true;
     const SCRATCH: &'static [Region] = &[Region::CopyEngine];
 
@@ -85,42 +84,7 @@ impl CollectiveAlgorithm for CopyEngine {
 
     fn queue(&self, cx: &Context, args: &Args, stream: &Stream) -> Result<Queued> {
         let (n, me) = (cx.ranks(), cx.rank());
-        let (input, output, b) = (args.input, args.output, args.call.bytes);
-        match args.peer {
-            Peer::Pair { next, prev } => {
-                let peers = pair_peers(next, prev);
-                // Copy engines need no whole vectors.
-                let eligible = disjoint_or_at(input, b, output, b, None);
-                let got = cx
-                    .buffers
-                    .exchange(&cx.comm, &peers, &[(output, b)], eligible)?;
-                let Some(got) = got else {
-                    return Ok(Queued::Declined);
-                };
-                let dst = pair_output(cx, next, &got, b)?;
-                return self.copies(cx, stream, &peers, &[(next, dst, input, b)]);
-            }
-            Peer::To(peer) => {
-                let got = cx.buffers.exchange(&cx.comm, &[peer], &[], true)?;
-                let Some(&(dst, len)) = got.as_ref().and_then(|g| g.first()?.first()) else {
-                    return Ok(Queued::Declined);
-                };
-                need_len(&cx.comm, peer, len, b, "recv's output")?;
-                return self.copies(cx, stream, &[peer], &[(peer, dst, input, b)]);
-            }
-            Peer::From(peer) => {
-                let mine = [(output, b)];
-                if cx
-                    .buffers
-                    .exchange(&cx.comm, &[peer], &mine, true)?
-                    .is_none()
-                {
-                    return Ok(Queued::Declined);
-                }
-                return self.copies(cx, stream, &[peer], &[]);
-            }
-            Peer::None | Peer::Root(_) => {}
-        }
+        let (input, b) = (args.input, args.call.bytes);
         let (mut mine, mut eligible) = symmetric(cx, args);
         if args.call.collective == Collective::AllReduce {
             // Every rank shares its CE scratch too (or, without one, goes staged).
@@ -157,7 +121,7 @@ impl CollectiveAlgorithm for CopyEngine {
                     )
                 })
                 .collect(),
-            Collective::ReduceScatter | Collective::SendRecv => {
+            Collective::ReduceScatter | Collective::Reduce | Collective::SendRecv => {
                 return Err(cx.cannot(Self::NOT_SERVED));
             }
         };

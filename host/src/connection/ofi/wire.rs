@@ -514,6 +514,7 @@ mod tests {
             ptr: DevicePtr::from_addr(0x1000),
             size: 64,
             transports: TransportFlags::from(t),
+            key: 7,
         };
         reg.insert(1, mem(Transport::Ofi));
         reg.insert(2, mem(Transport::Ethernet));

@@ -421,6 +421,23 @@ fn ptx_for_a_newer_gpu_is_a_readable_error() {
     }
 }
 
+/// Empty PTX (what a build with `MSCCLPP_SKIP_PTX=1` embeds) is refused before the driver
+/// sees it, with a cause that names the variable.
+#[test]
+#[ignore = "needs CUDA"]
+fn empty_ptx_is_refused_naming_the_skip_variable() {
+    let d = Device::open(0).expect("open");
+    for empty in ["", "\n  \n"] {
+        match d.load_ptx(empty) {
+            Err(Error::ModuleLoad {
+                source: BackendError::Invalid(why),
+                ..
+            }) => assert!(why.contains("MSCCLPP_SKIP_PTX=1"), "{why}"),
+            other => panic!("empty PTX {empty:?}: {other:?}"),
+        }
+    }
+}
+
 #[test]
 #[ignore = "needs CUDA"]
 fn graphs_capture_and_replay() {
@@ -449,6 +466,61 @@ fn graphs_capture_and_replay() {
     launch_add_one(&s, &f, a.ptr(), n, 0);
     s.synchronize().expect("sync");
     assert_eq!(read_u32s(&d, a.ptr(), 1), vec![7]);
+}
+
+#[test]
+#[ignore = "needs CUDA"]
+fn borrowed_streams_run_work_and_stay_alive() {
+    let d = Device::open(0).expect("open");
+    d.bind_to_thread().expect("bind");
+    assert_eq!(current_device().expect("current device"), Some(0));
+    let m = d.load_ptx(ADD_ONE_PTX).expect("load ptx");
+    let f = m.function("add_one").expect("add_one");
+    let n = 256;
+    let a = d.alloc(n * 4).expect("alloc");
+    let owner = d.create_stream().expect("stream");
+    for raw in [owner.raw(), 0, 1, 2] {
+        // SAFETY: `owner` outlives the borrowed stream; 0, 1 and 2 are the default streams.
+        let s = unsafe { d.borrow_stream(raw) }.expect("borrow");
+        launch_add_one(&s, &f, a.ptr(), n, 0);
+        s.synchronize().expect("sync");
+        drop(s);
+    }
+    // Dropping the borrowed streams destroyed nothing: the owner still queues work.
+    launch_add_one(&owner, &f, a.ptr(), n, 0);
+    owner.synchronize().expect("sync");
+    assert!(read_u32s(&d, a.ptr(), n).iter().all(|&v| v == 5));
+    if device_count().expect("count") >= 2 {
+        let other = Device::open(1).expect("open 1");
+        let theirs = other.create_stream().expect("stream on 1");
+        // SAFETY: `theirs` is live; it is refused before any use.
+        match unsafe { d.borrow_stream(theirs.raw()) } {
+            Err(Error::StreamDevice { ordinal: 0, .. }) => {}
+            other => panic!("expected StreamDevice, got {other:?}"),
+        }
+    } else {
+        eprintln!("NOT RUN: a stream of another device (needs 2 GPUs)");
+    }
+}
+
+#[test]
+#[ignore = "needs CUDA"]
+fn relaxed_capture_mode_is_restored() {
+    use sys::CUstreamCaptureMode::*;
+    let _d = Device::open(0).expect("open");
+    let mode_now = || {
+        // Reads the mode by exchanging it with itself.
+        let m = result::cu_thread_exchange_stream_capture_mode(CU_STREAM_CAPTURE_MODE_GLOBAL)
+            .expect("exchange");
+        result::cu_thread_exchange_stream_capture_mode(m).expect("exchange back");
+        m
+    };
+    assert_eq!(mode_now(), CU_STREAM_CAPTURE_MODE_GLOBAL);
+    {
+        let _relaxed = RelaxedCapture::new().expect("relax");
+        assert_eq!(mode_now(), CU_STREAM_CAPTURE_MODE_RELAXED);
+    }
+    assert_eq!(mode_now(), CU_STREAM_CAPTURE_MODE_GLOBAL);
 }
 
 #[test]
