@@ -326,6 +326,61 @@ fn ofi_receiver_refuses_a_destination_it_no_longer_has() {
     });
 }
 
+/// Rank 0 writes into rank 1's memory named with a network key that is not the memory's (its
+/// serialized form altered): rank 1 refuses the frame, writes nothing, aborts, and rank 0's
+/// flush fails with rank 1's reason. (The memory is registered after the connection, so the
+/// write travels in frames, which carry the key.)
+#[test]
+fn ofi_receiver_refuses_a_wrong_network_key() {
+    if !in_child("ofi_receiver_refuses_a_wrong_network_key", &[]) {
+        return;
+    }
+    comm_world(2, |comm| {
+        let (me, peer) = (comm.rank(), 1 - comm.rank());
+        let g = comm.gpu().clone();
+        let conn = comm.connect(config(), peer, 0).unwrap();
+        let buf = g.alloc(4096).unwrap();
+        buf.copy_from_host(0, &[0x55; 4096]).unwrap();
+        let reg = comm.register_buffer(&buf, Transport::Ofi).unwrap();
+        comm.send_memory(&reg, peer, 0).unwrap();
+        let theirs = comm.recv_memory(peer, 0).unwrap();
+        comm.barrier().unwrap();
+        if me == 0 {
+            let mut bytes = theirs.serialize();
+            let key = theirs.key().to_le_bytes();
+            let at = bytes
+                .windows(8)
+                .position(|w| w == key)
+                .expect("the key in the serialized memory");
+            bytes[at] ^= 1;
+            let forged = mscclpp_host::registered_memory::RegisteredMemory::deserialize(
+                &bytes, &g, 1, false,
+            )
+            .unwrap();
+            assert_ne!(forged.key(), theirs.key());
+            conn.write(&forged, 0, &reg, 0, 4096).unwrap();
+            match conn.flush(TIMEOUT) {
+                Err(Error::Remote { rank: 1, reason }) => {
+                    assert!(reason.contains("wrong network key"), "{reason}")
+                }
+                other => panic!("flush after a frame with a wrong key: {other:?}"),
+            }
+        } else {
+            let start = Instant::now();
+            while !comm.status().is_aborted() {
+                assert!(start.elapsed() < TIMEOUT, "rank 1 was never aborted");
+                thread::sleep(Duration::from_millis(1));
+            }
+            let got = read_all(&buf);
+            assert!(
+                got.iter().all(|&b| b == 0x55),
+                "a byte of the refused frame landed"
+            );
+        }
+        drop(conn);
+    });
+}
+
 #[test]
 fn ofi_missing_library_is_a_typed_error() {
     if std::env::var(CHILD).is_err() {

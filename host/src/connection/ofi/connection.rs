@@ -573,6 +573,7 @@ impl OfiConnection {
             let header = Frame::Write {
                 seq,
                 id: dst.local_id(),
+                key: dst.key(),
                 offset: dst_off + done,
                 len: n,
             };
@@ -638,6 +639,7 @@ impl Connection for OfiConnection {
         let frame = Frame::Update {
             seq,
             id: dst.local_id(),
+            key: dst.key(),
             offset: dst_off,
             value: new_value,
         };
@@ -921,11 +923,19 @@ impl Progress {
             };
             let applied = match Frame::decode(&header, self.s.chunk) {
                 Ok(Frame::Write {
-                    id, offset, len, ..
-                }) => self.apply_write(i, id, offset, len),
+                    id,
+                    key,
+                    offset,
+                    len,
+                    ..
+                }) => self.apply_write(i, id, key, offset, len),
                 Ok(Frame::Update {
-                    id, offset, value, ..
-                }) => self.apply_update(id, offset, value),
+                    id,
+                    key,
+                    offset,
+                    value,
+                    ..
+                }) => self.apply_update(id, key, offset, value),
                 Ok(Frame::Bye { .. }) => {
                     lock(&self.s.st).peer_bye = true;
                     Ok(())
@@ -985,7 +995,14 @@ impl Progress {
             .ok_or_else(|| Failure::Local("no device stream".into()))
     }
 
-    fn apply_write(&mut self, i: usize, id: u32, offset: u64, len: u64) -> Result<(), Failure> {
+    fn apply_write(
+        &mut self,
+        i: usize,
+        id: u32,
+        key: u64,
+        offset: u64,
+        len: u64,
+    ) -> Result<(), Failure> {
         let src = lock(&self.s.port)
             .rx_data
             .device(i)
@@ -994,7 +1011,7 @@ impl Progress {
         // Checked under the read lock, held until the copy completes, so the memory cannot be
         // deregistered (and freed by its owner) while it is written.
         let map = registry.read();
-        let dst = check_destination(&map, id, offset, len, 1).map_err(Failure::Protocol)?;
+        let dst = check_destination(&map, id, key, offset, len, 1).map_err(Failure::Protocol)?;
         let stream = self.stream()?;
         // SAFETY: `dst..dst+len` lies inside a registered local memory (checked under the lock,
         // held until the copy completes); the receive slot holds `len` payload bytes after the
@@ -1004,10 +1021,10 @@ impl Progress {
         self.sync("a WRITE copy")
     }
 
-    fn apply_update(&mut self, id: u32, offset: u64, value: u64) -> Result<(), Failure> {
+    fn apply_update(&mut self, id: u32, key: u64, offset: u64, value: u64) -> Result<(), Failure> {
         let registry = Arc::clone(&self.s.registry);
         let map = registry.read();
-        let dst = check_destination(&map, id, offset, 8, 8).map_err(Failure::Protocol)?;
+        let dst = check_destination(&map, id, key, offset, 8, 8).map_err(Failure::Protocol)?;
         let stream = self.stream()?;
         // SAFETY: an 8-byte aligned word inside a registered local memory, kept registered by
         // the read lock until the store completes.

@@ -81,16 +81,21 @@
 //! u32 | slots u16 (≥ 2) | count u16 (≤ MAX_MRS) | count × (id u32, size u64, address u64, key
 //! u64)`.
 //!
-//! Frame header (32 bytes; `WRITE` and `ERROR` carry a payload after it):
+//! Frame header (40 bytes; `WRITE` and `ERROR` carry a payload after it):
 //!
-//! | op | code | tag | id (at 4) | word at 8 | word at 16 | word at 24 | payload |
-//! |---|---|---|---|---|---|---|---|
-//! | `WRITE` | 1 | data | destination `local_id` | sequence | offset | len (1..=chunk) | `len` bytes |
-//! | `UPDATE` | 2 | data | destination `local_id` | sequence | offset (8-aligned) | value | — |
-//! | `FLUSH` | 3 | data | 0 | sequence | 0 | 0 | — |
-//! | `BYE` | 4 | data | 0 | sequence | 0 | 0 | — |
-//! | `CREDIT` | 0x81 | control | 0 | frames applied | 0 | 0 | — |
-//! | `ERROR` | 0x82 | control | 0 | 0 | 0 | len (≤ [`MAX_REASON`]) | UTF-8 reason |
+//! | op | code | tag | id (at 4) | word at 8 | word at 16 | word at 24 | word at 32 | payload |
+//! |---|---|---|---|---|---|---|---|---|
+//! | `WRITE` | 1 | data | destination `local_id` | sequence | offset | len (1..=chunk) | destination's network key | `len` bytes |
+//! | `UPDATE` | 2 | data | destination `local_id` | sequence | offset (8-aligned) | value | destination's network key | — |
+//! | `FLUSH` | 3 | data | 0 | sequence | 0 | 0 | 0 | — |
+//! | `BYE` | 4 | data | 0 | sequence | 0 | 0 | 0 | — |
+//! | `CREDIT` | 0x81 | control | 0 | frames applied | 0 | 0 | 0 | — |
+//! | `ERROR` | 0x82 | control | 0 | 0 | 0 | len (≤ [`MAX_REASON`]) | 0 | UTF-8 reason |
+//!
+//! The network key is the destination's `RegisteredMemory::key` (random per registration,
+//! sent only inside that memory's serialized form): the receiver refuses a frame whose key
+//! does not match, so a peer writes in messages only into memories that were sent to it.
+//! Direct RMA writes carry the provider's key (`fi_mr_key`) instead, which the provider checks.
 //!
 //! Who writes and reads what:
 //! - The **sender** (a caller of `write` / `update_and_sync` / `flush`, usually the proxy
@@ -108,8 +113,8 @@
 //! A message's length against its header; the header (known op, reserved bytes zero, unused
 //! words zero, `WRITE` length at most the chunk, `ERROR` at most [`MAX_REASON`]); a data frame's
 //! sequence number inside the receive window; a credit at most what was sent; a destination in
-//! the registry, registered for `Ofi`, the range inside it, an `UPDATE` word 8-byte aligned
-//! (checked under the registry's read lock, held during the copy). A frame that fails is not
+//! the registry, registered for `Ofi`, its network key, the range inside it, an `UPDATE` word
+//! 8-byte aligned (checked under the registry's read lock, held during the copy). A frame that fails is not
 //! applied: the receiver sends `ERROR {reason}`, the connection fails (sticky,
 //! [`Error::OfiProtocol`](crate::Error::OfiProtocol)) and the communicator is aborted. The peer's
 //! memory table is checked at set-up (sizes, no wrap, distinct ids), and a direct write is
@@ -167,7 +172,7 @@ pub const ENV_PROVIDER: &str = "MSCCLPP_OFI_PROVIDER";
 pub const ENV_STAGED: &str = "MSCCLPP_OFI_STAGED";
 
 /// Bytes of a frame header.
-pub const HEADER_LEN: usize = 32;
+pub const HEADER_LEN: usize = 40;
 /// Largest `WRITE` payload: the size of a data receive slot past its header.
 pub const CHUNK: usize = 512 << 10;
 /// Data receive slots posted per connection.

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use mscclpp_shared::DevicePtr;
+use subtle::ConstantTimeEq;
 
 use super::{HEADER_LEN, MAX_ADDR, MAX_MRS, MAX_NAME, MAX_REASON};
 use crate::codec::{Reader, Writer};
@@ -13,7 +14,7 @@ use crate::transport::Transport;
 /// Magic of an [`EndpointInfo`].
 pub const INFO_MAGIC: [u8; 4] = *b"MSOF";
 /// Version of an [`EndpointInfo`].
-pub const INFO_VERSION: u16 = 1;
+pub const INFO_VERSION: u16 = 2;
 /// Bytes of one [`MrEntry`] on the wire.
 pub const MR_ENTRY_LEN: usize = 4 + 8 + 8 + 8;
 
@@ -163,7 +164,7 @@ impl EndpointInfo {
     }
 }
 
-/// A message between the two sides (the 32-byte header; `WRITE` and `ERROR` carry a payload
+/// A message between the two sides (the 40-byte header; `WRITE` and `ERROR` carry a payload
 /// after it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Frame {
@@ -173,6 +174,8 @@ pub enum Frame {
         seq: u64,
         /// Destination `local_id`.
         id: u32,
+        /// The destination's network key (`RegisteredMemory::key`).
+        key: u64,
         /// Offset in the destination.
         offset: u64,
         /// Payload bytes.
@@ -184,6 +187,8 @@ pub enum Frame {
         seq: u64,
         /// Destination `local_id`.
         id: u32,
+        /// The destination's network key (`RegisteredMemory::key`).
+        key: u64,
         /// Offset of the word (8-byte aligned).
         offset: u64,
         /// The value.
@@ -217,25 +222,28 @@ pub const TAG_DATA: u64 = 0x4d53_4f46_0000_0001;
 pub const TAG_CTRL: u64 = 0x4d53_4f46_0000_0002;
 
 impl Frame {
-    /// The 32-byte header: `op u8 | 0 u8 ×3 | id u32 | seq u64 | offset u64 | len/value u64`.
+    /// The 40-byte header: `op u8 | 0 u8 ×3 | id u32 | seq u64 | offset u64 | len/value u64 |
+    /// key u64`.
     pub fn encode(&self) -> [u8; HEADER_LEN] {
-        let (op, id, seq, offset, last) = match *self {
+        let (op, id, seq, offset, last, key) = match *self {
             Frame::Write {
                 seq,
                 id,
+                key,
                 offset,
                 len,
-            } => (1u8, id, seq, offset, len),
+            } => (1u8, id, seq, offset, len, key),
             Frame::Update {
                 seq,
                 id,
+                key,
                 offset,
                 value,
-            } => (2, id, seq, offset, value),
-            Frame::Flush { seq } => (3, 0, seq, 0, 0),
-            Frame::Bye { seq } => (4, 0, seq, 0, 0),
-            Frame::Credit { applied } => (0x81, 0, applied, 0, 0),
-            Frame::Error { len } => (0x82, 0, 0, 0, len),
+            } => (2, id, seq, offset, value, key),
+            Frame::Flush { seq } => (3, 0, seq, 0, 0, 0),
+            Frame::Bye { seq } => (4, 0, seq, 0, 0, 0),
+            Frame::Credit { applied } => (0x81, 0, applied, 0, 0, 0),
+            Frame::Error { len } => (0x82, 0, 0, 0, len, 0),
         };
         let mut b = [0u8; HEADER_LEN];
         b[0] = op;
@@ -243,6 +251,7 @@ impl Frame {
         b[8..16].copy_from_slice(&seq.to_le_bytes());
         b[16..24].copy_from_slice(&offset.to_le_bytes());
         b[24..32].copy_from_slice(&last.to_le_bytes());
+        b[32..40].copy_from_slice(&key.to_le_bytes());
         b
     }
 
@@ -258,7 +267,7 @@ impl Frame {
             return Err("reserved header bytes are not zero".into());
         }
         let id = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
-        let (seq, offset, last) = (u64_at(8), u64_at(16), u64_at(24));
+        let (seq, offset, last, key) = (u64_at(8), u64_at(16), u64_at(24), u64_at(32));
         let zero = |what: &str, v: u64| {
             if v == 0 {
                 Ok(())
@@ -274,6 +283,7 @@ impl Frame {
                 Ok(Frame::Write {
                     seq,
                     id,
+                    key,
                     offset,
                     len: last,
                 })
@@ -281,23 +291,24 @@ impl Frame {
             2 => Ok(Frame::Update {
                 seq,
                 id,
+                key,
                 offset,
                 value: last,
             }),
             3 => {
-                zero("FLUSH", u64::from(id) | offset | last)?;
+                zero("FLUSH", u64::from(id) | offset | last | key)?;
                 Ok(Frame::Flush { seq })
             }
             4 => {
-                zero("BYE", u64::from(id) | offset | last)?;
+                zero("BYE", u64::from(id) | offset | last | key)?;
                 Ok(Frame::Bye { seq })
             }
             0x81 => {
-                zero("CREDIT", u64::from(id) | offset | last)?;
+                zero("CREDIT", u64::from(id) | offset | last | key)?;
                 Ok(Frame::Credit { applied: seq })
             }
             0x82 => {
-                zero("ERROR", u64::from(id) | seq | offset)?;
+                zero("ERROR", u64::from(id) | seq | offset | key)?;
                 if last > MAX_REASON as u64 {
                     return Err(format!("ERROR reason of {last} bytes"));
                 }
@@ -320,11 +331,12 @@ impl Frame {
 }
 
 /// The address of `[offset, offset + len)` of memory `id` in `registry` (this rank's memories
-/// registered for a network transport), checked: registered for `Ofi`, inside the memory, and
-/// `align`-byte aligned.
+/// registered for a network transport), checked: registered for `Ofi`, the right network key
+/// (compared in constant time), inside the memory, and `align`-byte aligned.
 pub(crate) fn check_destination(
     registry: &HashMap<u32, LocalMemory>,
     id: u32,
+    key: u64,
     offset: u64,
     len: u64,
     align: u64,
@@ -334,6 +346,11 @@ pub(crate) fn check_destination(
     })?;
     if !mem.transports.has(Transport::Ofi) {
         return Err(format!("memory {id} is not registered for Ofi"));
+    }
+    if !bool::from(mem.key.to_le_bytes().ct_eq(&key.to_le_bytes())) {
+        return Err(format!(
+            "the write into memory {id} carries a wrong network key (this rank never sent that memory to the writer)"
+        ));
     }
     match offset.checked_add(len) {
         Some(end) if end <= mem.size as u64 => {}
@@ -433,12 +450,14 @@ mod tests {
             Frame::Write {
                 seq: 5,
                 id: 2,
+                key: 0x1234_5678_9abc_def0,
                 offset: 64,
                 len: 100,
             },
             Frame::Update {
                 seq: 6,
                 id: 1,
+                key: 3,
                 offset: 8,
                 value: u64::MAX,
             },
@@ -457,6 +476,7 @@ mod tests {
                 &Frame::Write {
                     seq: 0,
                     id: 0,
+                    key: 0,
                     offset: 0,
                     len: 101
                 }
@@ -470,6 +490,7 @@ mod tests {
                 &Frame::Write {
                     seq: 0,
                     id: 0,
+                    key: 0,
                     offset: 0,
                     len: 0
                 }
@@ -499,6 +520,9 @@ mod tests {
         let mut b = Frame::Flush { seq: 1 }.encode();
         b[20] = 1;
         assert!(Frame::decode(&b, 100).is_err(), "FLUSH with an offset");
+        let mut b = Frame::Bye { seq: 1 }.encode();
+        b[39] = 1;
+        assert!(Frame::decode(&b, 100).is_err(), "BYE with a key");
         let mut b = Frame::Credit { applied: 1 }.encode();
         b[4] = 1;
         assert!(Frame::decode(&b, 100).is_err(), "CREDIT with an id");
@@ -518,17 +542,30 @@ mod tests {
         };
         reg.insert(1, mem(Transport::Ofi));
         reg.insert(2, mem(Transport::Ethernet));
-        assert_eq!(check_destination(&reg, 1, 8, 56, 8).unwrap().addr(), 0x1008);
+        assert_eq!(
+            check_destination(&reg, 1, 7, 8, 56, 8).unwrap().addr(),
+            0x1008
+        );
         assert!(
-            check_destination(&reg, 1, 8, 57, 1).is_err(),
+            check_destination(&reg, 1, 7, 8, 57, 1).is_err(),
             "past the end"
         );
-        assert!(check_destination(&reg, 1, u64::MAX, 2, 1).is_err(), "wraps");
-        assert!(check_destination(&reg, 1, 4, 8, 8).is_err(), "misaligned");
         assert!(
-            check_destination(&reg, 2, 0, 8, 8).is_err(),
+            check_destination(&reg, 1, 7, u64::MAX, 2, 1).is_err(),
+            "wraps"
+        );
+        assert!(
+            check_destination(&reg, 1, 7, 4, 8, 8).is_err(),
+            "misaligned"
+        );
+        assert!(
+            check_destination(&reg, 2, 7, 0, 8, 8).is_err(),
             "Ethernet only"
         );
-        assert!(check_destination(&reg, 3, 0, 8, 8).is_err(), "unknown id");
+        assert!(
+            check_destination(&reg, 3, 7, 0, 8, 8).is_err(),
+            "unknown id"
+        );
+        assert!(check_destination(&reg, 1, 8, 0, 8, 8).is_err(), "wrong key");
     }
 }
