@@ -51,6 +51,7 @@ layouts! {
     PortPingPongParams { status, channel, bytes, iterations, role, flush, reserved }
     CollectiveParams { status, channels, input, output, scratch, bytes, ll_flags, ll_slot_bytes, stage_offset, stride, reserved, dtype, op, mode, rank, nranks, root, max_blocks, ll128_offset, ll128_slot_bytes, scalar, scalar_ptr }
     DirectCollectiveParams { common, inputs, outputs }
+    PortCollectiveParams { common, port_channels, counters, send_mask, recv_mask, port_offset, slot_bytes }
     P2pOp { buf, bytes, peer, kind, first_block, blocks }
     P2pParams { status, channels, scratch, region_offset, ll_bytes, chunk_bytes, rank, nranks, lanes, nops, ops }
     IpcMemHandle { kind, device, owner_pid, owner_fd, token, alloc_size, offset, size, cuda }
@@ -159,6 +160,7 @@ pub const TRIGGER_CONSTANTS: &[(&str, u64)] = {
         ),
         ("MSCCLPP_MODE_REDUCE", crate::CollectiveMode::Reduce as u64),
         ("MSCCLPP_MAX_DIRECT_RANKS", crate::MAX_DIRECT_RANKS as u64),
+        ("MSCCLPP_MAX_PORT_RANKS", crate::MAX_PORT_RANKS as u64),
         (
             "MSCCLPP_DEVICE_ERROR_COUNT_MISMATCH",
             crate::DeviceErrorCode::CountMismatch as u64,
