@@ -109,6 +109,24 @@ while IFS=$'\t' read -r kind pkg name path; do
     [ -n "$kind" ] && copy "$kind" "$pkg" "$name" "$path"
 done <<<"$tests_tsv"$'\n'"$bins_tsv"
 
+# libfabric (the Ofi transport's engine, loaded at run time) and the libraries it needs, so that
+# the libfabric tests run on a GPU machine that has only the NVIDIA driver; run-tests.sh puts
+# them on the library path. Without libfabric here those tests print NOT RUN there.
+fabric=/usr/lib/x86_64-linux-gnu/libfabric.so.1
+if [ -e "$fabric" ]; then
+    mkdir -p "$bundle/lib"
+    cp -L "$fabric" "$bundle/lib/libfabric.so.1"
+    ldd "$fabric" | awk '$3 ~ /^\// {print $3}' | while read -r dep; do
+        case "$(basename "$dep")" in
+            libc.so*|libm.so*|libpthread.so*|libdl.so*|ld-linux*) ;;
+            *) cp -L "$dep" "$bundle/lib/" ;;
+        esac
+    done
+    echo "gpu-bundle: libfabric and $(($(ls "$bundle/lib" | wc -l) - 1)) libraries it needs in gpu-bundle/lib" >&2
+else
+    echo "gpu-bundle: no libfabric here ($fabric): its tests will print NOT RUN on the GPU machine" >&2
+fi
+
 cat >"$bundle/run-tests.sh" <<'RUNNER'
 #!/usr/bin/env bash
 # Runs every test binary of this bundle on the CUDA backend (made by scripts/gpu-bundle.sh).
@@ -129,6 +147,10 @@ done
 logs="${OUT:-/tmp}/gpu-tests"
 mkdir -p "$logs"
 export MSCCLPP_BACKEND=cuda NCCL_NVLS_ENABLE=0
+if [ -d "$bundle/lib" ]; then
+    export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export MSCCLPP_OFI_LIBRARY="$bundle/lib/libfabric.so.1"
+fi
 command -v nvidia-smi >/dev/null && nvidia-smi -L
 pass=0; fail=0; failed=(); notrun_total=0
 while IFS=$'\t' read -r kind pkg file; do

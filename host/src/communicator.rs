@@ -54,6 +54,7 @@ use crate::semaphore::{
     SemaphoreStub,
 };
 use crate::status::{DEFAULT_SPIN_LIMIT, StatusBlock};
+use crate::topology::Topology;
 use crate::trace::{Category, Trace, TraceConfig};
 use crate::transport::{Transport, TransportFlags};
 
@@ -82,6 +83,8 @@ pub struct Communicator {
     gpu: Gpu,
     status: Arc<StatusBlock>,
     registry: Arc<LocalMemories>,
+    /// The node layout, from the bootstrap's host grouping.
+    topology: Topology,
     /// The watched bootstrap and the monitor thread (joined on drop).
     health: Health,
     /// This rank's trace (off by default).
@@ -109,6 +112,7 @@ impl Communicator {
         let mut setup = bootstrap.setup_phases();
         let status = Arc::new(StatusBlock::new(&gpu, DEFAULT_SPIN_LIMIT)?);
         let registry = LocalMemories::new(bootstrap.rank());
+        let topology = Topology::from_bootstrap(bootstrap.as_ref())?;
         let health = Health::start(bootstrap, status.clone())?;
         setup.push(crate::bootstrap::SetupPhase {
             name: "communicator",
@@ -120,6 +124,7 @@ impl Communicator {
             gpu,
             status,
             registry,
+            topology,
             health,
             trace: Trace::off(),
             setup,
@@ -244,10 +249,14 @@ impl Communicator {
         })
     }
 
+    /// The node layout: nodes, local indices, same-index columns ([`Topology`]).
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
     /// Whether `rank` runs on this rank's node.
     pub fn same_node(&self, rank: usize) -> bool {
-        let me = self.bootstrap.node_of(self.rank());
-        me.is_some() && me == self.bootstrap.node_of(rank)
+        self.topology.same_node(rank)
     }
 
     /// Registers a device buffer for `transports` (its IPC handle is exported when a same-node

@@ -9,6 +9,7 @@
 //! | [`error`] | the crate's error type |
 //! | [`bootstrap`] | TCP bootstrap: `UniqueId`, rank/size from launcher env, tagged send/recv, all-gather, barrier, broadcast |
 //! | [`health`] | a communicator's watched bootstrap and the monitor that notices a dead peer |
+//! | [`topology`] | `Topology`: the node layout (nodes, local indices, same-index columns) from the bootstrap's host grouping |
 //! | [`communicator`] | `Communicator`: registers memories and trades the serializable halves (memories, endpoints, semaphore stubs) with peers |
 //! | [`registered_memory`] | `RegisteredMemory`, its wire form, and the rank's registry of memories |
 //! | [`transport`] | `Transport`, `TransportFlags` |
@@ -35,7 +36,7 @@
 //! | 8 | `memory_channel`, `port_channel` |
 //! | 7 | `semaphore` |
 //! | 6 | `connection`, `proxy` |
-//! | 5 | `fifo`, `health`, `registered_memory`, `trace` |
+//! | 5 | `fifo`, `health`, `registered_memory`, `topology`, `trace` |
 //! | 4 | `bootstrap`, `status` |
 //! | 3 | `gpu`, `numa` |
 //! | 2 | `error` |
@@ -67,6 +68,7 @@ pub mod semaphore;
 mod socket;
 pub mod status;
 mod sync;
+pub mod topology;
 pub mod trace;
 pub mod transport;
 

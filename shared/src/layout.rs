@@ -54,6 +54,7 @@ layouts! {
     PortPingPongParams { status, channel, bytes, iterations, role, flush, reserved, trace }
     CollectiveParams { status, channels, input, output, scratch, bytes, ll_flags, ll_slot_bytes, stage_offset, stride, reserved, dtype, op, mode, rank, nranks, root, max_blocks, ll128_offset, ll128_slot_bytes, scalar, scalar_ptr, trace }
     DirectCollectiveParams { common, inputs, outputs }
+    PortCollectiveParams { common, port_channels, counters, send_mask, recv_mask, port_offset, slot_bytes }
     P2pOp { buf, bytes, peer, kind, first_block, blocks }
     P2pParams { status, channels, scratch, region_offset, ll_bytes, chunk_bytes, rank, nranks, lanes, nops, ops, trace }
     IpcMemHandle { kind, device, owner_pid, owner_fd, token, alloc_size, offset, size, cuda }
@@ -162,6 +163,7 @@ pub const TRIGGER_CONSTANTS: &[(&str, u64)] = {
         ),
         ("MSCCLPP_MODE_REDUCE", crate::CollectiveMode::Reduce as u64),
         ("MSCCLPP_MAX_DIRECT_RANKS", crate::MAX_DIRECT_RANKS as u64),
+        ("MSCCLPP_MAX_PORT_RANKS", crate::MAX_PORT_RANKS as u64),
         (
             "MSCCLPP_TRACE_EVENTS_PER_LAUNCH",
             crate::trace::EVENTS_PER_LAUNCH as u64,

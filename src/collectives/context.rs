@@ -23,6 +23,7 @@ use mscclpp_shared::{
     P2pParams,
 };
 
+use super::multinode::MultiNode;
 use super::reduction::KernelOp;
 use super::registered::RegisteredBuffers;
 use super::scratch::ScratchLayout;
@@ -85,6 +86,9 @@ impl SetUp<'_> {
 
 /// The communicator-wide state of one `Collectives` (module docs).
 pub(crate) struct Context {
+    /// What a world of several nodes adds (port channels, the node's collectives); dropped
+    /// first, so that its proxy stops before the scratch goes.
+    pub multi: Option<MultiNode>,
     pub comm: Arc<Communicator>,
     pub cfg: CollectiveConfig,
     pub layout: ScratchLayout,
@@ -102,6 +106,7 @@ pub(crate) struct Context {
 
 /// The parts of a [`Context`] that set-up builds.
 pub(crate) struct Wiring {
+    pub multi: Option<MultiNode>,
     pub scratch: DeviceBuffer,
     pub channel_table: DeviceBuffer,
     pub ll_flags: DeviceBuffer,
@@ -118,6 +123,7 @@ impl Context {
         w: Wiring,
     ) -> Self {
         Self {
+            multi: w.multi,
             comm,
             cfg,
             layout,

@@ -2,12 +2,16 @@
 //! `reduce`, `all_to_all`, `gather`, `scatter`, `all_to_allv`, `send` / `recv`, `send_recv`
 //! and groups of any of them ([`Group`], NCCL's `ncclGroupStart` / `ncclGroupEnd`), every NCCL
 //! data type and reduction, in place or out of place, any element count (zero included), on a
-//! caller's stream.
+//! caller's stream. On a world of several nodes: every one but `reduce`, `gather`, `scatter`,
+//! `all_to_allv` and groups, which are refused there (`Error::Unsupported`).
 //!
-//! [`Collectives::new`] connects every rank to every other on its node (CUDA IPC / shared
-//! memory), allocates a scratch buffer per rank that every peer maps, builds one row of
+//! [`Collectives::new`] on a world of one node connects every rank to every other (CUDA IPC /
+//! shared memory), allocates a scratch buffer per rank that every peer maps, builds one row of
 //! MemoryChannels (one per peer) for each block the kernels may use (`setup.rs`), and sets up
-//! every algorithm. The kernels are in `mscclpp_device::collectives`.
+//! every algorithm. On a world of several nodes it connects every rank to every other with
+//! PortChannels instead (the network between nodes), and builds the node communicator the
+//! hierarchical all-reduce uses inside each node (`multinode.rs`). The kernels are in
+//! `mscclpp_device::collectives`.
 //!
 //! Where things are:
 //!
@@ -15,13 +19,15 @@
 //! |---|---|
 //! | `mod.rs` | [`Collectives`]: set-up, the public calls, and the dispatch (choose, queue, fall back) |
 //! | `group.rs` | [`Group`] and the calls made of sends and receives (`gather`, `scatter`, `all_to_allv`) |
-//! | `algo/` | one file per algorithm ([`Algorithm`]: `ll`, `ll128`, `ll_two_shot`, `staged`, `two_shot_put`, `direct`, `copy_engine`, `p2p`), each implementing one trait, registered by one line (`algo/mod.rs` says how to add one) |
+//! | `algo/` | one file per algorithm ([`Algorithm`]: `ll`, `ll128`, `ll_two_shot`, `staged`, `two_shot_put`, `direct`, `copy_engine`, `p2p`, `port`, `hierarchical`), each implementing one trait, registered by one line (`algo/mod.rs` says how to add one) |
 //! | `select.rs` | the one selection table (collective, size, ranks, registered or not → algorithm) |
 //! | `config.rs` | [`CollectiveConfig`], from one table of settings (defaults per backend, environment variables, limits) |
 //! | `scratch.rs` | the scratch layout (LL16, LL128, staging regions; the copy-engine scratch) |
 //! | `context.rs` | what the algorithms share: parameter blocks (the one place that sets a kernel's mode), health checks, the record of what ran |
 //! | `registered.rs` | the callers' buffers registered on first use and exchanged on every call of the direct and copy-engine paths |
 //! | `setup.rs` | the checks and the wiring of set-up |
+//! | `multinode.rs` | worlds of several nodes: the transport to every peer, the port channels and their proxy, the node communicator |
+//! | `node_bootstrap.rs` | the ranks of one node as a world of their own (the node communicator's bootstrap) |
 //!
 //! Algorithms (chosen by size unless the caller forces one with [`Algorithm`]; each file says
 //! more, the selection table says when):
@@ -41,10 +47,15 @@
 //!   kernel on the callers' registered buffers.
 //! - `ce` (all-gather, broadcast, all-to-all from `ce_min_bytes`; all-reduce from
 //!   `ce_all_reduce_min_bytes`): the copy engines on the registered buffers.
-//! - `p2p` (every point-to-point call: `send`, `recv`, `send_recv`, `gather`, `scatter`,
-//!   `all_to_allv`, a group's sends and receives): each pair of ranks in step on its own, LL16
-//!   packets up to `p2p_ll_bytes`, pipelined chunks beyond; a receive of another count than
-//!   its send is refused (`Error::CountMismatch`) by the receiving kernel.
+//! - `p2p` (every point-to-point call on a world of one node: `send`, `recv`, `send_recv`,
+//!   `gather`, `scatter`, `all_to_allv`, a group's sends and receives): each pair of ranks in
+//!   step on its own, LL16 packets up to `p2p_ll_bytes`, pipelined chunks beyond; a receive of
+//!   another count than its send is refused (`Error::CountMismatch`) by the receiving kernel.
+//! - `hier` (worlds of several nodes with as many ranks on each: all-reduce): reduce-scatter
+//!   inside the node, all-reduce between same-index ranks over PortChannels, all-gather inside
+//!   the node, pipelined in chunks.
+//! - `port` (worlds of several nodes: everything else, `send` / `recv` / `send_recv`
+//!   included): every collective through PortChannels to every rank.
 //!
 //! The direct and copy-engine paths cost one bootstrap message per peer per call (host side),
 //! which a CUDA graph pays once, at capture. They need every buffer to be device memory this
@@ -68,6 +79,8 @@ mod algo;
 mod config;
 mod context;
 mod group;
+mod multinode;
+mod node_bootstrap;
 mod reduction;
 mod registered;
 mod scratch;
@@ -79,6 +92,7 @@ mod setup;
 pub use algo::{Algorithm, Collective};
 pub use config::{CollectiveConfig, Limit, Setting};
 pub use group::Group;
+pub use multinode::{ENV_NET_TRANSPORT, network_transports};
 pub use reduction::{KernelOp, Reduction, Scalar, element_bits};
 
 use std::sync::Arc;
@@ -86,6 +100,7 @@ use std::sync::Arc;
 use mscclpp_host::Result;
 use mscclpp_host::communicator::Communicator;
 use mscclpp_host::gpu::{Module, Stream};
+use mscclpp_host::transport::Transport;
 use mscclpp_shared::{DataType, DevicePtr, DeviceReduceOp};
 
 use algo::p2p::P2p;
@@ -111,6 +126,13 @@ pub(crate) fn channel_rows(cfg: &CollectiveConfig) -> u32 {
         .fold(cfg.max_blocks, u32::max)
 }
 
+/// What a world of several nodes refuses of the point-to-point engine (`Error::Unsupported`):
+/// gather, scatter, all-to-all-v and a group's sends and receives (`send`, `recv` and
+/// `send_recv` alone run through PortChannels there).
+pub(crate) const P2P_ACROSS_NODES: &str = "gather, scatter, all_to_allv and a group's sends and \
+    receives on a world of several nodes (they need one node; send, recv and send_recv alone \
+    run across nodes)";
+
 impl Collectives {
     /// Sets up collectives with the backend's default configuration. Every rank calls it.
     pub fn new(comm: Arc<Communicator>) -> Result<Self> {
@@ -124,7 +146,6 @@ impl Collectives {
         let trace = comm.trace().clone();
         let _span = trace.span(Category::Setup, "collectives");
         cfg.max_blocks = channel_rows(&cfg);
-        setup::check_one_node(&comm)?;
         setup::check_one_gpu_per_rank(&comm)?;
         setup::check_same_config(&comm, &cfg)?;
         let g = comm.gpu().clone();
@@ -137,8 +158,13 @@ impl Collectives {
             .iter()
             .map(|u| (u.set_up)(&s))
             .collect::<Result<Vec<_>>>()?;
-        let layout = ScratchLayout::for_registered(&cfg, comm.size());
-        let wiring = setup::wire(&comm, &cfg, &layout)?;
+        let (layout, wiring) = if comm.topology().nodes() > 1 {
+            let layout = ScratchLayout::for_nodes(&cfg, comm.size());
+            (layout, setup::wire_nodes(&comm, &cfg, &layout)?)
+        } else {
+            let layout = ScratchLayout::for_registered(&cfg, comm.size());
+            (layout, setup::wire(&comm, &cfg, &layout)?)
+        };
         if trace.is_on() {
             crate::trace::attach_with(&comm, &module, cfg.max_blocks);
         }
@@ -170,6 +196,22 @@ impl Collectives {
     /// The configuration in use.
     pub fn config(&self) -> CollectiveConfig {
         self.cx.cfg
+    }
+
+    /// The transport this rank's collectives use to reach every rank (`None` for this rank
+    /// itself), on a world of several nodes; `None` on a world of one node (every peer is
+    /// reached through the same-node transport's MemoryChannels).
+    pub fn transports(&self) -> Option<Vec<Option<Transport>>> {
+        self.cx.multi.as_ref().map(|m| m.transports.clone())
+    }
+
+    /// Payload bytes this rank's collectives sent to other nodes over `transport` so far (0 on
+    /// a world of one node): how a test or tool sees that traffic crossed a transport.
+    pub fn network_bytes_sent(&self, transport: Transport) -> u64 {
+        self.cx
+            .multi
+            .as_ref()
+            .map_or(0, |m| m.bytes_sent(transport))
     }
 
     /// All-reduce of `count` elements of `dtype` from `input` into `output` (they may be the
@@ -399,11 +441,14 @@ impl Collectives {
     }
 
     fn call(&self, collective: Collective, count: usize, dtype: DataType, op: KernelOp) -> Call {
+        let topology = self.cx.comm.topology();
         Call {
             collective,
             one_way: false,
             bytes: count * dtype.size(),
             ranks: self.cx.ranks(),
+            nodes: topology.nodes(),
+            uniform: topology.uniform().is_ok(),
             dtype,
             op,
         }
@@ -470,8 +515,12 @@ impl Collectives {
         result
     }
 
-    /// The point-to-point engine.
+    /// The point-to-point engine (a world of one node only: it needs MemoryChannels to every
+    /// peer).
     fn p2p(&self) -> Result<&P2p> {
+        if self.cx.multi.is_some() {
+            return Err(self.cx.cannot(P2P_ACROSS_NODES));
+        }
         self.units[Algorithm::P2p as usize]
             .as_any()
             .downcast_ref::<P2p>()

@@ -6,12 +6,15 @@
 //! | LL16 | two halves (by the launch flag's parity) of `n` slots of `ll_slot_bytes` | peer `q` writes its packets into slot `q` (LL16 stores that carry their flag) | this rank's LL kernels, polling the flags |
 //! | LL128 | two halves of `n` slots of `ll128_slot_bytes` | peers, a warp's 128-byte lines whose last word is the flag | this rank's LL128 kernels |
 //! | staging | `stage_bytes + 16 n` | this rank's staged kernel (its input, in pieces) | the peers' staged kernels, after a block barrier |
+//! | port (worlds of several nodes only) | `3 n + 1` slots of `port_slot_bytes`: `n` send slots, `2 n` receive slots (two per sender), one accumulator | this rank's port kernel (send slots, accumulator); the peers' proxies (receive slot `(q, parity)` by rank `q`'s) | this rank's proxy (send slots), its port kernel (receive slots, accumulator) |
 //! | point-to-point | `P2pLayout::bytes` (per peer: an inbox, its acknowledgements and this rank's counters) | the peers' `p2p_kernel` (inboxes, acknowledgements) and this rank's (counters) | `mscclpp_shared::p2p` says who reads what |
 //!
 //! The copy-engine all-reduce's scratch is a buffer of its own (`ce_scratch_bytes`, allocated
 //! on its first call and exchanged like a caller's buffer, so that a communicator that never
 //! runs it never allocates it); this type carries its size too, so that every algorithm finds
-//! its scratch here. A region no registered algorithm asks for takes no space.
+//! its scratch here. A region no registered algorithm asks for takes no space. A world of one
+//! node holds every region but the port region; a world of several nodes holds only the port
+//! region (the others' algorithms load and store the peers' memory, which needs one node).
 
 use mscclpp_shared::P2pLayout;
 use mscclpp_shared::packet::ll128;
@@ -29,6 +32,8 @@ pub(crate) enum Region {
     Staging,
     /// The copy-engine all-reduce's own buffer.
     CopyEngine,
+    /// The port region (worlds of several nodes).
+    Port,
     /// The point-to-point engine's inboxes, acknowledgements and counters.
     P2p,
 }
@@ -41,6 +46,8 @@ pub(crate) struct ScratchLayout {
     ll128_slot_bytes: u64,
     stage_offset: u64,
     stage_bytes: usize,
+    port_offset: u64,
+    port_slot_bytes: u64,
     p2p_offset: u64,
     p2p: P2pLayout,
     len: usize,
@@ -84,6 +91,12 @@ impl ScratchLayout {
             chunk_bytes: (up16(cfg.p2p_chunk_bytes.max(16))) as u64,
         };
         let p2p_bytes = if needed(Region::P2p) { p2p.bytes() } else { 0 };
+        let port_offset = p2p_offset + up16(p2p_bytes as usize) as u64;
+        let port_slot_bytes = if needed(Region::Port) {
+            (cfg.port_slot_bytes.max(16) & !15) as u64
+        } else {
+            0
+        };
         Self {
             ll_slot_bytes,
             ll128_offset,
@@ -92,16 +105,34 @@ impl ScratchLayout {
             stage_bytes,
             p2p_offset,
             p2p,
-            len: (p2p_offset + p2p_bytes) as usize,
+            port_offset,
+            port_slot_bytes,
+            len: (port_offset + (3 * n + 1) * port_slot_bytes) as usize,
             ce_bytes,
         }
     }
 
-    /// The layout holding every region the registered algorithms ask for.
+    /// The layout of a world of one node: every region the registered algorithms ask for but
+    /// the port region.
     pub fn for_registered(cfg: &CollectiveConfig, ranks: usize) -> Self {
         Self::new(cfg, ranks, |r| {
-            super::algo::UNITS.iter().any(|u| u.scratch.contains(&r))
+            r != Region::Port && super::algo::UNITS.iter().any(|u| u.scratch.contains(&r))
         })
+    }
+
+    /// The layout of a world of several nodes: the port region only.
+    pub fn for_nodes(cfg: &CollectiveConfig, ranks: usize) -> Self {
+        Self::new(cfg, ranks, |r| r == Region::Port)
+    }
+
+    /// Offset of the port region.
+    pub fn port_offset(&self) -> u64 {
+        self.port_offset
+    }
+
+    /// Bytes of one slot of the port region (0 without it).
+    pub fn port_slot_bytes(&self) -> u64 {
+        self.port_slot_bytes
     }
 
     /// Bytes of one rank's LL16 slot (the region starts at 0).
