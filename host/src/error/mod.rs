@@ -135,6 +135,23 @@ pub enum Error {
         #[source]
         source: BackendError,
     },
+    /// A caller's stream ([`Gpu::borrow_cuda_stream`](crate::gpu::Gpu::borrow_cuda_stream))
+    /// belongs to another context than this device's primary context (another device, or a
+    /// context of the caller's own).
+    #[error("stream {stream:#x} does not belong to device {ordinal}'s primary context")]
+    StreamDevice {
+        /// The stream handle.
+        stream: u64,
+        /// The device it was to be used with.
+        ordinal: usize,
+    },
+    /// The calling thread's current CUDA device could not be read.
+    #[error("reading the calling thread's current CUDA device failed")]
+    CurrentDevice {
+        /// Driver error.
+        #[source]
+        source: DriverError,
+    },
     /// A memory copy failed or was out of range.
     #[error("copy of {bytes} bytes ({direction}) on device {ordinal} failed")]
     Copy {

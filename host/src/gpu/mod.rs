@@ -235,6 +235,31 @@ impl Gpu {
         })
     }
 
+    /// Uses a caller's CUDA stream `raw` (`CUstream` / `cudaStream_t` as an integer; `0`, `1`
+    /// and `2` are the default streams) without owning it: dropping the [`Stream`] leaves it
+    /// alone. [`Error::StreamDevice`] when it belongs to another context than this device's
+    /// primary context; [`Error::Unsupported`] on the CPU backend, whose streams are its own.
+    ///
+    /// # Safety
+    /// `raw` is a default-stream handle or a live stream, and stays live as long as the
+    /// returned [`Stream`].
+    pub unsafe fn borrow_cuda_stream(&self, raw: u64) -> Result<Stream> {
+        let imp = match &self.inner.imp {
+            // SAFETY: forwarded contract.
+            DeviceImpl::Cuda(d) => StreamImpl::Cuda(unsafe { d.borrow_stream(raw) }?),
+            DeviceImpl::Cpu(_) => {
+                return Err(Error::Unsupported {
+                    what: "borrowing a CUDA stream",
+                    backend: BackendKind::Cpu,
+                });
+            }
+        };
+        Ok(Stream {
+            gpu: self.clone(),
+            imp,
+        })
+    }
+
     /// Creates an event (for timing and cross-stream ordering).
     pub fn event(&self) -> Result<Event> {
         let imp = match &self.inner.imp {

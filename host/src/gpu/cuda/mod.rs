@@ -33,7 +33,7 @@
 //! | [`DeviceAlloc`] | a `cuMemAlloc_v2` allocation (exportable over IPC) | `cuMemFree_v2` |
 //! | [`HostAlloc`] | a `cuMemHostAlloc(DEVICEMAP \| PORTABLE)` allocation | `cuMemFreeHost` |
 //! | [`PeerAlloc`] | a mapping of another process's allocation (`cuIpcOpenMemHandle_v2`) | `cuIpcCloseMemHandle` |
-//! | [`Stream`] | a non-blocking stream | `cuStreamDestroy_v2` (queued work still completes) |
+//! | [`Stream`] | a non-blocking stream (a caller's stream from [`Device::borrow_stream`]: nothing) | `cuStreamDestroy_v2` (queued work still completes); a borrowed one is left alone |
 //! | [`Event`] | an event with timing enabled | `cuEventDestroy_v2` |
 //! | [`Graph`] | a captured graph and its executable instance | `cuGraphExecDestroy` + `cuGraphDestroy` |
 //! | [`Module`] | a loaded module, shared with its [`Function`]s | `cuModuleUnload` when the module and all its functions are gone |
@@ -99,6 +99,26 @@ fn init() -> Result<()> {
 pub fn device_count() -> Result<usize> {
     init()?;
     result::cu_device_get_count().map_err(Error::CudaInit)
+}
+
+/// The ordinal of the calling thread's current CUDA device (the device of its current context,
+/// as `cudaGetDevice` reports it), or `None` when the thread has no current context (the CUDA
+/// runtime then means device 0). [`Error::NoLibcuda`] / [`Error::CudaInit`] as
+/// [`device_count`]; [`Error::CurrentDevice`] when the driver cannot say.
+pub fn current_device() -> Result<Option<usize>> {
+    let count = device_count()?;
+    let err = |source| Error::CurrentDevice { source };
+    if result::cu_ctx_get_current().map_err(err)?.is_null() {
+        return Ok(None);
+    }
+    let dev = result::cu_ctx_get_device().map_err(err)?;
+    for ordinal in 0..count {
+        // `ordinal < count <= c_int::MAX`, so the cast is lossless.
+        if result::cu_device_get(ordinal as c_int).map_err(err)? == dev {
+            return Ok(Some(ordinal));
+        }
+    }
+    Ok(None)
 }
 
 /// A retained primary context of one device. Shared (`Arc`) by the [`Device`] and everything
@@ -364,6 +384,33 @@ impl Device {
         let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
         let raw = result::cu_stream_create(flags).map_err(err)?;
         Ok(Stream::new(self.ctx.clone(), raw))
+    }
+
+    /// A caller's stream `raw` (a `CUstream` / `cudaStream_t` as an integer) used without
+    /// being owned: work queued on it runs in the caller's order, and dropping the returned
+    /// [`Stream`] leaves the stream alone. `0`, `1` (`CU_STREAM_LEGACY`) and `2`
+    /// (`CU_STREAM_PER_THREAD`) name the default streams of this device's primary context (made
+    /// current before every call); any other stream must belong to that context
+    /// (`cuStreamGetCtx`), else [`Error::StreamDevice`].
+    ///
+    /// # Safety
+    /// `raw` is one of the default-stream handles or a live stream, and stays live as long as
+    /// the returned [`Stream`].
+    pub unsafe fn borrow_stream(&self, raw: u64) -> Result<Stream> {
+        let err = |e: DriverError| self.stream_err("read a caller's stream's context", e);
+        self.ctx.bind().map_err(err)?;
+        let handle = raw as usize as sys::CUstream;
+        if raw > 2 {
+            // SAFETY: the caller vouches that `raw` is a live stream.
+            let ctx = unsafe { result::cu_stream_get_ctx(handle) }.map_err(err)?;
+            if ctx != self.ctx.ctx {
+                return Err(Error::StreamDevice {
+                    stream: raw,
+                    ordinal: self.ordinal(),
+                });
+            }
+        }
+        Ok(Stream::borrowed(self.ctx.clone(), handle))
     }
 
     /// Creates an event with timing enabled (`CU_EVENT_DEFAULT`).

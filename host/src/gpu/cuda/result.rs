@@ -157,6 +157,23 @@ pub(crate) unsafe fn cu_ctx_set_current(ctx: sys::CUcontext) -> DriverResult<()>
     check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(ctx) })
 }
 
+/// `cuCtxGetCurrent`: the calling thread's current context (null when it has none).
+pub(crate) fn cu_ctx_get_current() -> DriverResult<sys::CUcontext> {
+    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: `ctx` is a valid out-pointer.
+    check("cuCtxGetCurrent", unsafe { sys::cuCtxGetCurrent(&mut ctx) })?;
+    Ok(ctx)
+}
+
+/// `cuCtxGetDevice`: the device of the calling thread's current context (an error if there is
+/// none).
+pub(crate) fn cu_ctx_get_device() -> DriverResult<sys::CUdevice> {
+    let mut dev: sys::CUdevice = 0;
+    // SAFETY: `dev` is a valid out-pointer.
+    check("cuCtxGetDevice", unsafe { sys::cuCtxGetDevice(&mut dev) })?;
+    Ok(dev)
+}
+
 /// `cuCtxSynchronize` (of the calling thread's current context).
 pub(crate) fn cu_ctx_synchronize() -> DriverResult<()> {
     // SAFETY: no pointers; acts on the current context (an error if there is none).
@@ -418,6 +435,20 @@ pub(crate) fn cu_stream_create(flags: c_uint) -> DriverResult<sys::CUstream> {
         sys::cuStreamCreate(&mut s, flags)
     })?;
     Ok(s)
+}
+
+/// `cuStreamGetCtx`: the context a stream belongs to.
+///
+/// # Safety
+/// `s` is a live stream (not one of the default-stream handles, which name the current
+/// context's).
+pub(crate) unsafe fn cu_stream_get_ctx(s: sys::CUstream) -> DriverResult<sys::CUcontext> {
+    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: forwarded contract; `ctx` is a valid out-pointer.
+    check("cuStreamGetCtx", unsafe {
+        sys::cuStreamGetCtx(s, &mut ctx)
+    })?;
+    Ok(ctx)
 }
 
 /// `cuStreamDestroy_v2`.

@@ -16,11 +16,14 @@ use crate::gpu::LaunchConfig;
 const DEFAULT_MAX_DYNAMIC_SHARED: u32 = 48 * 1024;
 
 /// A non-blocking stream (`cuStreamCreate(CU_STREAM_NON_BLOCKING)`), destroyed on drop (work
-/// still queued completes first, per the driver).
+/// still queued completes first, per the driver); or a caller's stream borrowed by
+/// [`super::Device::borrow_stream`], which is left alone on drop.
 #[derive(Debug)]
 pub struct Stream {
     ctx: Arc<Context>,
     raw: sys::CUstream,
+    /// Whether `Drop` destroys `raw` (false for a borrowed stream).
+    owned: bool,
 }
 
 // SAFETY: a `CUstream` is a driver handle usable from any thread (with its context current,
@@ -32,7 +35,20 @@ unsafe impl Sync for Stream {}
 impl Stream {
     /// Takes ownership of `raw`, a live stream of `ctx`.
     pub(super) fn new(ctx: Arc<Context>, raw: sys::CUstream) -> Self {
-        Self { ctx, raw }
+        Self {
+            ctx,
+            raw,
+            owned: true,
+        }
+    }
+
+    /// Uses `raw`, a stream of `ctx` that someone else owns, without ever destroying it.
+    pub(super) fn borrowed(ctx: Arc<Context>, raw: sys::CUstream) -> Self {
+        Self {
+            ctx,
+            raw,
+            owned: false,
+        }
     }
 
     fn err(&self, op: &'static str, e: DriverError) -> Error {
@@ -222,6 +238,9 @@ impl Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         let r = self.ctx.bind().and_then(|()| {
             // SAFETY: `self.raw` is owned by `self` and destroyed only here.
             unsafe { result::cu_stream_destroy(self.raw) }

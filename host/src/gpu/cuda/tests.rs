@@ -453,6 +453,41 @@ fn graphs_capture_and_replay() {
 
 #[test]
 #[ignore = "needs CUDA"]
+fn borrowed_streams_run_work_and_stay_alive() {
+    let d = Device::open(0).expect("open");
+    d.bind_to_thread().expect("bind");
+    assert_eq!(current_device().expect("current device"), Some(0));
+    let m = d.load_ptx(ADD_ONE_PTX).expect("load ptx");
+    let f = m.function("add_one").expect("add_one");
+    let n = 256;
+    let a = d.alloc(n * 4).expect("alloc");
+    let owner = d.create_stream().expect("stream");
+    for raw in [owner.raw(), 0, 1, 2] {
+        // SAFETY: `owner` outlives the borrowed stream; 0, 1 and 2 are the default streams.
+        let s = unsafe { d.borrow_stream(raw) }.expect("borrow");
+        launch_add_one(&s, &f, a.ptr(), n, 0);
+        s.synchronize().expect("sync");
+        drop(s);
+    }
+    // Dropping the borrowed streams destroyed nothing: the owner still queues work.
+    launch_add_one(&owner, &f, a.ptr(), n, 0);
+    owner.synchronize().expect("sync");
+    assert!(read_u32s(&d, a.ptr(), n).iter().all(|&v| v == 5));
+    if device_count().expect("count") >= 2 {
+        let other = Device::open(1).expect("open 1");
+        let theirs = other.create_stream().expect("stream on 1");
+        // SAFETY: `theirs` is live; it is refused before any use.
+        match unsafe { d.borrow_stream(theirs.raw()) } {
+            Err(Error::StreamDevice { ordinal: 0, .. }) => {}
+            other => panic!("expected StreamDevice, got {other:?}"),
+        }
+    } else {
+        eprintln!("NOT RUN: a stream of another device (needs 2 GPUs)");
+    }
+}
+
+#[test]
+#[ignore = "needs CUDA"]
 fn peer_access_between_two_gpus() {
     let n = device_count().expect("count");
     if n < 2 {
