@@ -152,6 +152,13 @@ pub enum Error {
         #[source]
         source: DriverError,
     },
+    /// The calling thread's stream-capture mode could not be changed.
+    #[error("changing the thread's stream-capture mode failed")]
+    CaptureMode {
+        /// Driver error.
+        #[source]
+        source: DriverError,
+    },
     /// A memory copy failed or was out of range.
     #[error("copy of {bytes} bytes ({direction}) on device {ordinal} failed")]
     Copy {

@@ -121,6 +121,42 @@ pub fn current_device() -> Result<Option<usize>> {
     Ok(None)
 }
 
+/// While alive, the calling thread's stream-capture mode is relaxed
+/// (`cuThreadExchangeStreamCaptureMode(CU_STREAM_CAPTURE_MODE_RELAXED)`): a call made while
+/// another stream of the process captures in the default, global mode (PyTorch's
+/// `torch.cuda.graph`) may then make driver calls that global mode forbids (allocating,
+/// exporting or mapping memory), as PyTorch's own allocator does during a capture. Work
+/// queued on the capturing stream is still captured. Dropping it restores the previous mode.
+/// Tied to its thread (not `Send`).
+#[derive(Debug)]
+pub struct RelaxedCapture {
+    previous: sys::CUstreamCaptureMode,
+    _thread: std::marker::PhantomData<*const ()>,
+}
+
+impl RelaxedCapture {
+    /// Relaxes the calling thread's capture mode. [`Error::NoLibcuda`] / [`Error::CudaInit`]
+    /// as [`device_count`]; [`Error::CaptureMode`] if the driver refuses.
+    pub fn new() -> Result<Self> {
+        init()?;
+        let relaxed = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        let previous = result::cu_thread_exchange_stream_capture_mode(relaxed)
+            .map_err(|source| Error::CaptureMode { source })?;
+        Ok(Self {
+            previous,
+            _thread: std::marker::PhantomData,
+        })
+    }
+}
+
+impl Drop for RelaxedCapture {
+    fn drop(&mut self) {
+        if let Err(e) = result::cu_thread_exchange_stream_capture_mode(self.previous) {
+            tracing::warn!(error = %e, "restoring the thread's stream-capture mode failed");
+        }
+    }
+}
+
 /// A retained primary context of one device. Shared (`Arc`) by the [`Device`] and everything
 /// made from it; released when the last of them goes.
 #[derive(Debug)]

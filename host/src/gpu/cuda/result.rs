@@ -174,6 +174,19 @@ pub(crate) fn cu_ctx_get_device() -> DriverResult<sys::CUdevice> {
     Ok(dev)
 }
 
+/// `cuThreadExchangeStreamCaptureMode`: sets the calling thread's stream-capture mode to
+/// `mode` and returns the one it had.
+pub(crate) fn cu_thread_exchange_stream_capture_mode(
+    mode: sys::CUstreamCaptureMode,
+) -> DriverResult<sys::CUstreamCaptureMode> {
+    let mut m = mode;
+    // SAFETY: `m` is a valid in/out pointer; the call only touches this thread's state.
+    check("cuThreadExchangeStreamCaptureMode", unsafe {
+        sys::cuThreadExchangeStreamCaptureMode(&mut m)
+    })?;
+    Ok(m)
+}
+
 /// `cuCtxSynchronize` (of the calling thread's current context).
 pub(crate) fn cu_ctx_synchronize() -> DriverResult<()> {
     // SAFETY: no pointers; acts on the current context (an error if there is none).

@@ -488,6 +488,26 @@ fn borrowed_streams_run_work_and_stay_alive() {
 
 #[test]
 #[ignore = "needs CUDA"]
+fn relaxed_capture_mode_is_restored() {
+    use sys::CUstreamCaptureMode::*;
+    let _d = Device::open(0).expect("open");
+    let mode_now = || {
+        // Reads the mode by exchanging it with itself.
+        let m = result::cu_thread_exchange_stream_capture_mode(CU_STREAM_CAPTURE_MODE_GLOBAL)
+            .expect("exchange");
+        result::cu_thread_exchange_stream_capture_mode(m).expect("exchange back");
+        m
+    };
+    assert_eq!(mode_now(), CU_STREAM_CAPTURE_MODE_GLOBAL);
+    {
+        let _relaxed = RelaxedCapture::new().expect("relax");
+        assert_eq!(mode_now(), CU_STREAM_CAPTURE_MODE_RELAXED);
+    }
+    assert_eq!(mode_now(), CU_STREAM_CAPTURE_MODE_GLOBAL);
+}
+
+#[test]
+#[ignore = "needs CUDA"]
 fn peer_access_between_two_gpus() {
     let n = device_count().expect("count");
     if n < 2 {
