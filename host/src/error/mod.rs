@@ -252,6 +252,16 @@ pub enum Error {
         /// The backend.
         backend: BackendKind,
     },
+    /// No live stream of this process has the handle a caller passed
+    /// ([`Gpu::borrow_stream`](crate::gpu::Gpu::borrow_stream) on the CPU backend, whose
+    /// handles are its own).
+    #[error("no live {backend:?} stream has the handle {stream:#x}")]
+    UnknownStream {
+        /// The handle.
+        stream: u64,
+        /// The backend.
+        backend: BackendKind,
+    },
     /// A file could not be read.
     #[error("reading {path} failed")]
     ReadFile {

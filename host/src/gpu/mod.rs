@@ -272,6 +272,36 @@ impl Gpu {
         })
     }
 
+    /// Uses a caller's stream, given as the integer its backend names it by, without owning
+    /// it: dropping the returned [`Stream`] leaves it alone, and work queued on it runs in
+    /// order with the caller's. One call for both backends ("foreign streams"):
+    ///
+    /// - CUDA: a `CUstream` / `cudaStream_t` (PyTorch's `torch.cuda.current_stream().cuda_stream`,
+    ///   cudarc's `CudaStream::cu_stream()`, the C ABI's argument; `0`, `1` and `2` are the
+    ///   default streams): [`borrow_cuda_stream`](Self::borrow_cuda_stream).
+    /// - CPU backend: the handle of one of its streams ([`Stream::raw`]; `0`, `1` and `2` are
+    ///   the device's default stream). A handle no live stream has is
+    ///   [`Error::UnknownStream`]; once its owner is dropped, queuing on the borrowed stream
+    ///   fails instead of running.
+    ///
+    /// [`Error::StreamDevice`] when the stream belongs to another device.
+    ///
+    /// # Safety
+    /// On CUDA, `raw` is a default-stream handle or a live stream of this device's primary
+    /// context, and stays live as long as the returned [`Stream`] (the CPU backend checks its
+    /// handles itself).
+    pub unsafe fn borrow_stream(&self, raw: u64) -> Result<Stream> {
+        let imp = match &self.inner.imp {
+            // SAFETY: forwarded contract.
+            DeviceImpl::Cuda(d) => StreamImpl::Cuda(unsafe { d.borrow_stream(raw) }?),
+            DeviceImpl::Cpu(d) => StreamImpl::Cpu(d.borrow_stream(raw)?),
+        };
+        Ok(Stream {
+            gpu: self.clone(),
+            imp,
+        })
+    }
+
     /// Loads PTX text (e.g. `mscclpp::DEVICE_PTX`). On the CUDA backend the driver compiles it
     /// for the device ([`Error::PtxTarget`] if it was built for a newer GPU). On the CPU backend
     /// kernels run from their host functions ([`KernelSpec::host`]), and the text only names

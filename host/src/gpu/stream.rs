@@ -182,6 +182,24 @@ impl Stream {
         })
     }
 
+    /// The integer this stream is named by on its backend: the `CUstream` on CUDA, the
+    /// stream's handle on the CPU backend. [`Gpu::borrow_stream`] turns it back into a
+    /// [`Stream`] (in this process; valid while this stream lives).
+    pub fn raw(&self) -> u64 {
+        match &self.imp {
+            StreamImpl::Cuda(s) => s.raw(),
+            StreamImpl::Cpu(s) => s.raw(),
+        }
+    }
+
+    /// Whether this is a caller's stream used without owning it ([`Gpu::borrow_stream`]).
+    pub fn is_borrowed(&self) -> bool {
+        match &self.imp {
+            StreamImpl::Cuda(s) => s.is_borrowed(),
+            StreamImpl::Cpu(s) => s.is_borrowed(),
+        }
+    }
+
     /// The raw `CUstream` (CUDA backend), for interop with other libraries (NCCL, graphs).
     pub fn cuda_raw(&self) -> Option<u64> {
         match &self.imp {

@@ -230,6 +230,11 @@ impl Stream {
         }
     }
 
+    /// Whether this is a caller's stream used without owning it.
+    pub fn is_borrowed(&self) -> bool {
+        !self.owned
+    }
+
     /// The `CUstream` as an integer, for interop (NCCL, graphs). Valid while `self` lives.
     pub fn raw(&self) -> u64 {
         self.raw as u64
