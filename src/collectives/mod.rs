@@ -84,7 +84,8 @@ pub struct Collectives {
     /// Every algorithm's state, indexed by [`Algorithm`] (dropped first: streams, events).
     units: Vec<Box<dyn Queue>>,
     cx: Context,
-    _module: Module,
+    /// The built-in kernels (shared by every `Collectives` on the device: `setup.rs`).
+    _module: Arc<Module>,
 }
 
 /// Rows of channels for `cfg`: its `max_blocks`, raised to what every algorithm launches with.
@@ -110,7 +111,7 @@ impl Collectives {
         setup::check_one_gpu_per_rank(&comm)?;
         setup::check_same_config(&comm, &cfg)?;
         let g = comm.gpu().clone();
-        let module = g.load_ptx(crate::DEVICE_PTX)?;
+        let module = setup::builtin_module(&g)?;
         let s = SetUp {
             module: &module,
             gpu: &g,

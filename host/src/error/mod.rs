@@ -252,6 +252,15 @@ pub enum Error {
         /// The backend.
         backend: BackendKind,
     },
+    /// A rank's request in a [`split`](crate::communicator::Communicator::split) could not be
+    /// read (a peer of another version, or a corrupted message).
+    #[error("rank {rank}'s split request is malformed: {reason}")]
+    MalformedSplit {
+        /// The rank that sent it.
+        rank: usize,
+        /// What is wrong.
+        reason: String,
+    },
     /// No live stream of this process has the handle a caller passed
     /// ([`Gpu::borrow_stream`](crate::gpu::Gpu::borrow_stream) on the CPU backend, whose
     /// handles are its own).

@@ -90,6 +90,9 @@ struct GpuInner {
     kind: BackendKind,
     ordinal: usize,
     imp: DeviceImpl,
+    /// Bytes of the live [`DeviceBuffer`]s allocated through this `Gpu` and its clones
+    /// ([`Gpu::allocated_bytes`]); relaxed: a statistic.
+    allocated: std::sync::atomic::AtomicUsize,
 }
 
 /// One device of one backend. Cheap to clone; everything allocated from it keeps it alive.
@@ -112,7 +115,12 @@ impl Gpu {
             BackendKind::Cpu => DeviceImpl::Cpu(cpu::Device::open(ordinal)?),
         };
         Ok(Self {
-            inner: Arc::new(GpuInner { kind, ordinal, imp }),
+            inner: Arc::new(GpuInner {
+                kind,
+                ordinal,
+                imp,
+                allocated: std::sync::atomic::AtomicUsize::new(0),
+            }),
         })
     }
 
@@ -154,10 +162,22 @@ impl Gpu {
             DeviceImpl::Cuda(d) => BufferImpl::Cuda(d.alloc(bytes)?),
             DeviceImpl::Cpu(d) => BufferImpl::Cpu(d.alloc(bytes)?),
         };
+        self.inner
+            .allocated
+            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
         Ok(DeviceBuffer {
             gpu: self.clone(),
             imp,
         })
+    }
+
+    /// Bytes of device memory allocated with [`alloc`](Self::alloc) through this `Gpu` (and
+    /// its clones, not other `Gpu`s of the same device) and not yet freed: what a
+    /// communicator and its collectives hold, for tools and tests (`mscclpp-info`).
+    pub fn allocated_bytes(&self) -> usize {
+        self.inner
+            .allocated
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Allocates `bytes` of zeroed host memory that this device can access (FIFO, flags).

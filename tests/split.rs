@@ -1,0 +1,393 @@
+//! Sub-communicators (`Communicator::split`, NCCL's `ncclCommSplit`): groups by color, ranked by
+//! key, "no color", nested splits, the group's own bootstrap tags, and collectives on
+//! sub-communicators running at the same time as the parent's; ranks as threads and as
+//! processes. `split_creation_cost` prints what a split and its collectives cost (time, device
+//! memory), asserting nothing about time.
+//!
+//! The helpers are this file's own (the shared `tests/common` is being rewritten).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mscclpp::collectives::{Algorithm, CollectiveConfig, Collectives};
+use mscclpp::host::Result;
+use mscclpp::host::bootstrap::{BootstrapConfig, TcpBootstrap, UniqueId};
+use mscclpp::host::communicator::Communicator;
+use mscclpp::host::gpu::{BackendKind, Gpu, Stream};
+use mscclpp::shared::{DataType, ReduceOp};
+
+fn backend() -> BackendKind {
+    BackendKind::select().expect("backend")
+}
+
+/// Runs `body` on `n` ranks as threads; panics naming the first rank that failed.
+fn threads<T: Send>(n: usize, body: impl Fn(Communicator) -> Result<T> + Sync) -> Vec<T> {
+    mscclpp::world::run_local_ranks(backend(), n, body)
+        .into_iter()
+        .enumerate()
+        .map(|(r, x)| x.unwrap_or_else(|e| panic!("rank {r}: {}", mscclpp::ErrorChain(&e))))
+        .collect()
+}
+
+/// Whether `n` ranks can run on this backend (CUDA: one GPU each).
+fn enough_devices(n: usize, what: &str) -> bool {
+    let kind = backend();
+    let have = kind.device_count().unwrap_or(0);
+    if kind == BackendKind::Cuda && have < n {
+        eprintln!("NOT RUN: {what}: {n} ranks need {n} GPUs ({have} here)");
+        return false;
+    }
+    true
+}
+
+/// Element `i` of parent rank `r`'s contribution: distinct per rank and index.
+fn value(r: usize, i: usize) -> u32 {
+    (r as u32 + 1).wrapping_mul(0x9e37_79b9) ^ (i as u32).wrapping_mul(0x85eb_ca6b)
+}
+
+/// Sums `count` u32 over `c`'s ranks (whose parent ranks are `members`) on `stream`, and checks
+/// every element against the host's sum.
+fn check_sum(c: &Collectives, me: usize, members: &[usize], count: usize, stream: &Stream) {
+    let g = c.communicator().gpu();
+    let buf = g.alloc(count * 4).expect("alloc");
+    let mine: Vec<u32> = (0..count).map(|i| value(me, i)).collect();
+    buf.copy_from_host(0, bytemuck::cast_slice(&mine))
+        .expect("copy in");
+    // SAFETY: `buf` holds `count` u32 and outlives the synchronize below.
+    unsafe {
+        c.all_reduce(
+            buf.ptr(),
+            buf.ptr(),
+            count,
+            DataType::U32,
+            ReduceOp::Sum,
+            stream,
+            None,
+        )
+    }
+    .expect("all_reduce");
+    stream.synchronize().expect("synchronize");
+    let mut got = vec![0u32; count];
+    buf.copy_to_host(0, bytemuck::cast_slice_mut(&mut got))
+        .expect("copy out");
+    for (i, g) in got.iter().enumerate() {
+        let want = members
+            .iter()
+            .fold(0u32, |s, &r| s.wrapping_add(value(r, i)));
+        assert_eq!(*g, want, "element {i} of {count} over {members:?}");
+    }
+    assert!(c.communicator().status().error().is_none());
+}
+
+/// Colors 7, 3, 7 and none on 4 ranks, keys putting rank 2 before rank 0: the groups, their
+/// ranks, their bootstrap (collectives and tags apart from the parent's), and their collectives
+/// while the parent runs its own on another thread.
+#[test]
+fn colors_keys_and_no_color_on_4_ranks() {
+    if !enough_devices(4, "split on 4 ranks") {
+        return;
+    }
+    threads(4, |comm| {
+        let r = comm.rank();
+        let (color, key) = [(Some(7), 5), (Some(3), 0), (Some(7), 1), (None, 0)][r];
+        let sub = comm.split(color, key)?;
+        let members: &[usize] = match color {
+            Some(7) => &[2, 0],
+            Some(_) => &[1],
+            None => {
+                // No group: only the parent's collectives.
+                assert!(sub.is_none(), "rank 3 has no color");
+                let parent = Collectives::new(Arc::new(comm))?;
+                let st = parent.communicator().gpu().stream()?;
+                for count in [5, 1000, 4099] {
+                    check_sum(&parent, r, &[0, 1, 2, 3], count, &st);
+                }
+                return parent.communicator().barrier();
+            }
+        };
+        let sub = sub.expect("a colored rank gets a communicator");
+        assert_eq!(sub.size(), members.len());
+        assert_eq!(members[sub.rank()], r);
+        // The group's collectives see the group only.
+        let all = sub.all_gather(&(r as u32).to_le_bytes())?;
+        let got: Vec<usize> = all
+            .iter()
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+            .collect();
+        assert_eq!(got, members);
+        let mut root = if sub.rank() == 0 { vec![r as u8; 3] } else { Vec::new() };
+        sub.broadcast(0, &mut root)?;
+        assert_eq!(root, vec![members[0] as u8; 3]);
+        // The same tag on the parent and on the group carries different messages.
+        if sub.size() == 2 {
+            let (peer, parent_peer) = (1 - sub.rank(), members[1 - sub.rank()]);
+            sub.bootstrap().send(peer, 5, b"group")?;
+            comm.bootstrap().send(parent_peer, 5, b"parent")?;
+            assert_eq!(comm.bootstrap().recv(parent_peer, 5)?, b"parent");
+            assert_eq!(sub.bootstrap().recv(peer, 5)?, b"group");
+        }
+        sub.barrier()?;
+
+        // Collectives on the group and on the parent at the same time.
+        let parent = Collectives::new(Arc::new(comm))?;
+        let group = Collectives::new(Arc::new(sub))?;
+        std::thread::scope(|s| {
+            let p = s.spawn(|| {
+                let st = parent.communicator().gpu().stream().expect("stream");
+                for count in [5, 1000, 4099] {
+                    check_sum(&parent, r, &[0, 1, 2, 3], count, &st);
+                }
+            });
+            let st = group.communicator().gpu().stream().expect("stream");
+            for count in [3, 1000, 2 << 10, 40_000] {
+                check_sum(&group, r, members, count, &st);
+            }
+            p.join().expect("parent thread");
+        });
+        group.communicator().barrier()?;
+        parent.communicator().barrier()
+    });
+}
+
+/// 8 ranks in four pairs, and a nested split (halves of 4, each split again in 2 by key): every
+/// group's collectives, and a split of a split.
+#[test]
+fn pairs_and_nested_splits_on_8_ranks() {
+    if !enough_devices(8, "split on 8 ranks") {
+        return;
+    }
+    threads(8, |comm| {
+        let r = comm.rank();
+        let pair = comm.split(Some((r / 2) as u32), 0)?.expect("pair");
+        assert_eq!((pair.size(), pair.rank()), (2, r % 2));
+        let half = comm.split(Some((r % 2) as u32), -(r as i64))?.expect("half");
+        // Keys are minus the rank: the highest rank comes first.
+        let halves: Vec<usize> = (0..8).rev().filter(|q| q % 2 == r % 2).collect();
+        assert_eq!(half.size(), 4);
+        assert_eq!(halves[half.rank()], r);
+        let quarter = half
+            .split(Some((half.rank() / 2) as u32), 0)?
+            .expect("quarter");
+        let q_members: Vec<usize> = halves[(half.rank() / 2) * 2..][..2].to_vec();
+        assert_eq!(q_members[quarter.rank()], r);
+        let stream = comm.gpu().stream()?;
+        let pair_members = [r / 2 * 2, r / 2 * 2 + 1];
+        let pc = Collectives::new(Arc::new(pair))?;
+        check_sum(&pc, r, &pair_members, 777, &stream);
+        let hc = Collectives::new(Arc::new(half))?;
+        check_sum(&hc, r, &halves, 5000, &stream);
+        let qc = Collectives::new(Arc::new(quarter))?;
+        check_sum(&qc, r, &q_members, 123, &stream);
+        for c in [&pc, &hc, &qc] {
+            c.communicator().barrier()?;
+        }
+        comm.barrier()
+    });
+}
+
+/// The same split with ranks as processes (the groups' collectives over memory mapped across
+/// processes).
+#[test]
+fn split_as_processes() {
+    const TEST: &str = "split_as_processes";
+    if let Some(comm) = child::communicator() {
+        let r = comm.rank();
+        let color = if r == 3 { None } else { Some((r % 2) as u32) };
+        let sub = comm.split(color, 0).expect("split");
+        if let Some(sub) = sub {
+            let members: Vec<usize> = (0..3).filter(|q| q % 2 == r % 2).collect();
+            let c = Collectives::new(Arc::new(sub)).expect("collectives");
+            let s = c.communicator().gpu().stream().expect("stream");
+            check_sum(&c, r, &members, 3001, &s);
+            c.communicator().barrier().expect("barrier");
+        }
+        comm.barrier().expect("barrier");
+        return;
+    }
+    if !enough_devices(4, "split as processes") {
+        return;
+    }
+    child::run(4, TEST);
+}
+
+/// What creating a sub-communicator costs on this backend (2 and 8 ranks): the split alone, its
+/// collectives' set-up, and the device memory the collectives allocate at creation and after
+/// the first call of each algorithm. Printed (`--nocapture`), not asserted: no timing is a test
+/// result here.
+#[test]
+fn split_creation_cost() {
+    for n in [2, 8] {
+        if !enough_devices(n, "split creation cost") {
+            continue;
+        }
+        let rows = threads(n, |comm| {
+            let comm = Arc::new(comm);
+            // Warm: the parent's own collectives (the module load, first threads).
+            let _parent = Collectives::new(comm.clone())?;
+            comm.barrier()?;
+            let t0 = Instant::now();
+            let sub = comm.split(Some(0), 0)?.expect("one group");
+            let t_split = t0.elapsed();
+            let before = sub.gpu().allocated_bytes();
+            let sub = Arc::new(sub);
+            let c = Collectives::new(sub.clone())?;
+            let t_total = t0.elapsed();
+            let at_creation = sub.gpu().allocated_bytes() - before;
+            let stream = sub.gpu().stream()?;
+            let mut firsts = Vec::new();
+            for a in Algorithm::ALL {
+                let bytes = 64 << 10;
+                let buf = sub.gpu().alloc(bytes)?;
+                let held = sub.gpu().allocated_bytes();
+                // SAFETY: `buf` holds `bytes` until the synchronize.
+                let r = unsafe {
+                    c.all_reduce(
+                        buf.ptr(),
+                        buf.ptr(),
+                        bytes / 4,
+                        DataType::F32,
+                        ReduceOp::Sum,
+                        &stream,
+                        Some(a),
+                    )
+                };
+                if r.is_ok() {
+                    stream.synchronize()?;
+                }
+                firsts.push((a, sub.gpu().allocated_bytes().saturating_sub(held)));
+            }
+            sub.barrier()?;
+            Ok((t_split, t_total, at_creation, firsts))
+        });
+        let worst = |f: fn(&(Duration, Duration, usize, Vec<(Algorithm, usize)>)) -> Duration| {
+            rows.iter().map(f).max().unwrap_or_default()
+        };
+        let (split, total) = (worst(|r| r.0), worst(|r| r.1));
+        let mem = rows.iter().map(|r| r.2).max().unwrap_or(0);
+        println!(
+            "split_creation_cost {:?} {n} ranks: split {:.2} ms, split + Collectives::new {:.2} \
+             ms (slowest rank); device memory at creation {} KiB per rank",
+            backend(),
+            split.as_secs_f64() * 1e3,
+            total.as_secs_f64() * 1e3,
+            mem >> 10
+        );
+        for (a, bytes) in &rows[0].3 {
+            println!("  first {:>6} all-reduce: +{} KiB", a.name(), bytes >> 10);
+        }
+        let cuda = CollectiveConfig::for_backend(BackendKind::Cuda);
+        println!(
+            "  (the CUDA configuration's figures: `mscclpp-info`; this run used {:?}'s)",
+            backend()
+        );
+        let _ = cuda;
+    }
+}
+
+/// Ranks as child processes of this test binary (this file's own helper).
+mod child {
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::{Command, Stdio};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::{BootstrapConfig, Communicator, Gpu, TcpBootstrap, UniqueId, backend};
+
+    const RANK: &str = "MSCCLPP_SPLIT_TEST_RANK";
+    const SIZE: &str = "MSCCLPP_SPLIT_TEST_SIZE";
+    const ID: &str = "MSCCLPP_SPLIT_TEST_ID";
+
+    /// In a child: its communicator (rank 0 prints the unique id); `None` in the parent.
+    pub fn communicator() -> Option<Communicator> {
+        let rank: usize = std::env::var(RANK).ok()?.parse().ok()?;
+        let size: usize = std::env::var(SIZE).ok()?.parse().ok()?;
+        let timeout = Duration::from_secs(60);
+        let bs = if rank == 0 {
+            let (id, l) = UniqueId::bind("127.0.0.1:0".parse().ok()?).expect("bind");
+            println!("\nUNIQUE_ID {}", id.to_hex());
+            let cfg = BootstrapConfig::new(0, size, id).with_timeout(timeout);
+            TcpBootstrap::init_with_root_listener(cfg, l)
+        } else {
+            let id = UniqueId::from_hex(&std::env::var(ID).ok()?).expect("id");
+            TcpBootstrap::init(BootstrapConfig::new(rank, size, id).with_timeout(timeout))
+        }
+        .expect("bootstrap");
+        let devices = backend().device_count().expect("devices").max(1);
+        let gpu = Gpu::open(backend(), rank % devices).expect("gpu");
+        Some(Communicator::new(Arc::new(bs), gpu).expect("communicator"))
+    }
+
+    /// Runs `n` children of `test`; every child must succeed within two minutes (a child
+    /// still running then is killed by its pid, and the test fails).
+    pub fn run(n: usize, test: &str) {
+        let exe = std::env::current_exe().expect("exe");
+        let spawn = |r: usize, id: &str| {
+            Command::new(&exe)
+                .args(["--exact", test, "--nocapture", "--test-threads=1"])
+                .env(RANK, r.to_string())
+                .env(SIZE, n.to_string())
+                .env(ID, id)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        };
+        let mut root = spawn(0, "");
+        let mut out = BufReader::new(root.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        let mut id = None;
+        while out.read_line(&mut line).unwrap_or(0) > 0 {
+            if let Some(at) = line.find("UNIQUE_ID ") {
+                id = Some(line[at + 10..].trim().to_string());
+                break;
+            }
+            line.clear();
+        }
+        let id = id.expect("rank 0 printed no unique id");
+        let mut first = Some(Box::new(out) as Box<dyn Read + Send>);
+        let mut children = vec![root];
+        children.extend((1..n).map(|r| spawn(r, &id)));
+        let drains: Vec<_> = children
+            .iter_mut()
+            .map(|c| {
+                // Rank 0's stdout is read on from where the id was found.
+                let mut o = first
+                    .take()
+                    .or_else(|| c.stdout.take().map(|o| Box::new(o) as Box<dyn Read + Send>));
+                let mut e = c.stderr.take().map(|e| Box::new(e) as Box<dyn Read + Send>);
+                std::thread::spawn(move || {
+                    let mut s = String::new();
+                    if let Some(o) = o.as_mut() {
+                        let _ = o.read_to_string(&mut s);
+                    }
+                    if let Some(e) = e.as_mut() {
+                        let _ = e.read_to_string(&mut s);
+                    }
+                    s
+                })
+            })
+            .collect();
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        let mut failures = Vec::new();
+        for (r, (mut c, d)) in children.into_iter().zip(drains).enumerate() {
+            let status = loop {
+                match c.try_wait().expect("wait") {
+                    Some(st) => break Some(st),
+                    None if std::time::Instant::now() >= deadline => {
+                        let _ = c.kill();
+                        let _ = c.wait();
+                        break None;
+                    }
+                    None => std::thread::sleep(Duration::from_millis(20)),
+                }
+            };
+            let text = d.join().unwrap_or_default();
+            match status {
+                Some(st) if st.success() => {}
+                Some(st) => failures.push(format!("rank {r}: {st}\n{text}")),
+                None => failures.push(format!("rank {r}: killed after 120 s\n{text}")),
+            }
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+}
