@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mscclpp::collectives::{Algorithm, CollectiveConfig, Collectives};
+use mscclpp::collectives::{Algorithm, CollectiveConfig, Collectives, memory_plan};
 use mscclpp::host::Result;
 use mscclpp::host::bootstrap::{BootstrapConfig, TcpBootstrap, UniqueId};
 use mscclpp::host::communicator::Communicator;
@@ -115,7 +115,11 @@ fn colors_keys_and_no_color_on_4_ranks() {
             .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
             .collect();
         assert_eq!(got, members);
-        let mut root = if sub.rank() == 0 { vec![r as u8; 3] } else { Vec::new() };
+        let mut root = if sub.rank() == 0 {
+            vec![r as u8; 3]
+        } else {
+            Vec::new()
+        };
         sub.broadcast(0, &mut root)?;
         assert_eq!(root, vec![members[0] as u8; 3]);
         // The same tag on the parent and on the group carries different messages.
@@ -160,7 +164,9 @@ fn pairs_and_nested_splits_on_8_ranks() {
         let r = comm.rank();
         let pair = comm.split(Some((r / 2) as u32), 0)?.expect("pair");
         assert_eq!((pair.size(), pair.rank()), (2, r % 2));
-        let half = comm.split(Some((r % 2) as u32), -(r as i64))?.expect("half");
+        let half = comm
+            .split(Some((r % 2) as u32), -(r as i64))?
+            .expect("half");
         // Keys are minus the rank: the highest rank comes first.
         let halves: Vec<usize> = (0..8).rev().filter(|q| q % 2 == r % 2).collect();
         assert_eq!(half.size(), 4);
@@ -210,10 +216,14 @@ fn split_as_processes() {
     child::run(4, TEST);
 }
 
+/// One rank's figures in [`split_creation_cost`]: split time, split + set-up time, bytes at
+/// creation, bytes the first call of each algorithm added.
+type Row = (Duration, Duration, usize, Vec<(Algorithm, usize)>);
+
 /// What creating a sub-communicator costs on this backend (2 and 8 ranks): the split alone, its
 /// collectives' set-up, and the device memory the collectives allocate at creation and after
-/// the first call of each algorithm. Printed (`--nocapture`), not asserted: no timing is a test
-/// result here.
+/// the first call of each algorithm; and the same figures for the CUDA defaults
+/// (`memory_plan`). Printed (`--nocapture`), not asserted: no timing is a test result here.
 #[test]
 fn split_creation_cost() {
     for n in [2, 8] {
@@ -235,9 +245,9 @@ fn split_creation_cost() {
             let at_creation = sub.gpu().allocated_bytes() - before;
             let stream = sub.gpu().stream()?;
             let mut firsts = Vec::new();
+            let bytes = 8 << 10;
+            let buf = sub.gpu().alloc(bytes)?;
             for a in Algorithm::ALL {
-                let bytes = 64 << 10;
-                let buf = sub.gpu().alloc(bytes)?;
                 let held = sub.gpu().allocated_bytes();
                 // SAFETY: `buf` holds `bytes` until the synchronize.
                 let r = unsafe {
@@ -259,9 +269,7 @@ fn split_creation_cost() {
             sub.barrier()?;
             Ok((t_split, t_total, at_creation, firsts))
         });
-        let worst = |f: fn(&(Duration, Duration, usize, Vec<(Algorithm, usize)>)) -> Duration| {
-            rows.iter().map(f).max().unwrap_or_default()
-        };
+        let worst = |f: fn(&Row) -> Duration| rows.iter().map(f).max().unwrap_or_default();
         let (split, total) = (worst(|r| r.0), worst(|r| r.1));
         let mem = rows.iter().map(|r| r.2).max().unwrap_or(0);
         println!(
@@ -275,13 +283,74 @@ fn split_creation_cost() {
         for (a, bytes) in &rows[0].3 {
             println!("  first {:>6} all-reduce: +{} KiB", a.name(), bytes >> 10);
         }
-        let cuda = CollectiveConfig::for_backend(BackendKind::Cuda);
+        let plan = memory_plan(&CollectiveConfig::for_backend(BackendKind::Cuda), n);
         println!(
-            "  (the CUDA configuration's figures: `mscclpp-info`; this run used {:?}'s)",
-            backend()
+            "  CUDA defaults, {n} ranks: {:.2} MiB at creation",
+            plan.at_creation as f64 / (1 << 20) as f64
         );
-        let _ = cuda;
+        for (region, who, bytes) in plan.on_first_use {
+            println!(
+                "    + {:.2} MiB {region} on the first {who} call",
+                bytes as f64 / (1 << 20) as f64
+            );
+        }
     }
+}
+
+/// The regions allocated on first use (`scratch.rs`): none but the LL16 region at set-up, the
+/// staging region with the first staged call, every region with `prepare` (once), and the
+/// results right throughout.
+#[test]
+fn scratch_regions_are_allocated_on_first_use() {
+    if !enough_devices(3, "scratch regions") {
+        return;
+    }
+    threads(3, |comm| {
+        let r = comm.rank();
+        let cfg = CollectiveConfig::for_backend(comm.gpu().kind());
+        let plan = memory_plan(&cfg, 3);
+        let c = Collectives::with_config(Arc::new(comm), cfg)?;
+        let st = c.communicator().gpu().stream()?;
+        let set_up = c.scratch_bytes();
+        assert!(set_up < plan.at_creation, "{set_up} {plan:?}");
+        let ranks = [0, 1, 2];
+        check_sum(&c, r, &ranks, 100, &st);
+        assert_eq!(c.last_algorithm(), Some(Algorithm::LlOneShot));
+        assert_eq!(c.scratch_bytes(), set_up, "LL allocates nothing");
+        let staging = plan
+            .on_first_use
+            .iter()
+            .find(|(name, _, _)| *name == "staging")
+            .map(|&(_, _, b)| b)
+            .expect("a staging region");
+        let buf = c.communicator().gpu().alloc(4096)?;
+        // SAFETY: `buf` holds 1024 u32 until the synchronize.
+        unsafe {
+            c.all_reduce(
+                buf.ptr(),
+                buf.ptr(),
+                1024,
+                DataType::U32,
+                ReduceOp::Sum,
+                &st,
+                Some(Algorithm::Staged),
+            )
+        }?;
+        st.synchronize()?;
+        let table = staging - cfg.stage_bytes - 16 * 3;
+        assert_eq!(
+            c.scratch_bytes(),
+            set_up + staging - table,
+            "the staging region"
+        );
+        c.prepare()?;
+        let after = c.scratch_bytes();
+        assert!(after > set_up + staging - table, "LL128 region by prepare");
+        c.prepare()?;
+        assert_eq!(c.scratch_bytes(), after, "prepare allocates once");
+        check_sum(&c, r, &ranks, 3000, &st);
+        c.communicator().barrier()
+    });
 }
 
 /// Ranks as child processes of this test binary (this file's own helper).

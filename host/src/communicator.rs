@@ -133,14 +133,16 @@ impl Communicator {
         };
         let mut group = Vec::new();
         for (rank, theirs) in all.iter().enumerate() {
-            let b: &[u8; 16] = theirs.as_slice().try_into().map_err(|_| {
-                Error::MalformedSplit {
+            let b: &[u8; 16] = theirs
+                .as_slice()
+                .try_into()
+                .map_err(|_| Error::MalformedSplit {
                     rank,
                     reason: format!("{} bytes, 16 expected", theirs.len()),
-                }
-            })?;
+                })?;
             let word = |i: usize| [b[i], b[i + 1], b[i + 2], b[i + 3]];
-            let their_key = i64::from_le_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]);
+            let their_key =
+                i64::from_le_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]);
             if b[0] == 1 && u32::from_le_bytes(word(4)) == color {
                 group.push((their_key, rank));
             }

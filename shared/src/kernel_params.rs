@@ -350,7 +350,8 @@ pub struct CollectiveParams {
     /// the flag advances on the device and CUDA-graph replays of a captured call use fresh
     /// flags.
     pub ll_flags: DevicePtr<u64>,
-    /// Bytes of one rank's LL slot (one half of the double buffer holds `nranks` slots).
+    /// Bytes of one rank's LL slot (one half of the double buffer holds `nranks - 1` slots, one
+    /// per peer).
     pub ll_slot_bytes: u64,
     /// Offset of the staging region in every scratch buffer.
     pub stage_offset: u64,

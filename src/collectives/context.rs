@@ -5,8 +5,9 @@
 //!
 //! Device words here: `ll_flags` (two u64 in device memory, written and read only by the LL
 //! kernels; `CollectiveParams::ll_flags` says how), the channel table (written once by the
-//! host before the set-up's closing barrier, read by every kernel), and the scratch (module
-//! docs of `scratch.rs`).
+//! host before the set-up's closing barrier, read by every kernel; each region allocated on
+//! first use has a copy pointing at the peers' buffers of that region, written once before
+//! the first kernel that uses it), and the scratch (module docs of `scratch.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -19,11 +20,13 @@ use mscclpp_host::registered_memory::RegisteredMemory;
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::{
     CollectiveMode, CollectiveParams, DataType, DevicePtr, DeviceReduceOp, DirectCollectiveParams,
+    MemoryChannelDeviceHandle,
 };
 
 use super::reduction::KernelOp;
+use super::regions::LazyRegions;
 use super::registered::RegisteredBuffers;
-use super::scratch::ScratchLayout;
+use super::scratch::{Region, ScratchLayout};
 use super::select::Call;
 use super::{Algorithm, CollectiveConfig};
 
@@ -90,6 +93,10 @@ pub(crate) struct Context {
     pub buffers: RegisteredBuffers,
     scratch: DeviceBuffer,
     channel_table: DeviceBuffer,
+    /// The channel table as the host built it (the regions' tables are copies of it).
+    handles: Vec<MemoryChannelDeviceHandle>,
+    /// The scratch regions allocated on first use (`regions.rs`).
+    pub regions: LazyRegions,
     ll_flags: DeviceBuffer,
     /// The algorithm of the last queued call ([`Algorithm`] as `u8` + 1; 0 before any).
     last: AtomicU8,
@@ -102,6 +109,7 @@ pub(crate) struct Context {
 pub(crate) struct Wiring {
     pub scratch: DeviceBuffer,
     pub channel_table: DeviceBuffer,
+    pub handles: Vec<MemoryChannelDeviceHandle>,
     pub ll_flags: DeviceBuffer,
     pub channels: Vec<MemoryChannel>,
     pub peers: Vec<RegisteredMemory>,
@@ -122,6 +130,8 @@ impl Context {
             buffers: RegisteredBuffers::default(),
             scratch: w.scratch,
             channel_table: w.channel_table,
+            handles: w.handles,
+            regions: LazyRegions::default(),
             ll_flags: w.ll_flags,
             last: AtomicU8::new(0),
             _channels: w.channels,
@@ -163,8 +173,9 @@ impl Context {
             bytes: 0,
             ll_flags: self.ll_flags.ptr().cast(),
             ll_slot_bytes: self.layout.ll_slot_bytes(),
-            stage_offset: self.layout.stage_offset(),
-            ll128_offset: self.layout.ll128_offset(),
+            // Every region starts its own buffer (`scratch.rs`; `params_in`).
+            stage_offset: 0,
+            ll128_offset: 0,
             ll128_slot_bytes: self.layout.ll128_slot_bytes(),
             stride: 0,
             reserved: 0,
@@ -178,6 +189,29 @@ impl Context {
             root: 0,
             max_blocks: self.cfg.max_blocks,
         }
+    }
+
+    /// [`params`](Self::params) for a kernel that works in region `r`: its `scratch` and
+    /// channel table are the region's (allocated and exchanged with the peers by the first call
+    /// that needs it: `regions.rs`; the dispatch never sends a call here that would allocate
+    /// under CUDA-graph capture).
+    pub fn params_in(
+        &self,
+        r: Region,
+        mode: CollectiveMode,
+        data: (DataType, KernelOp),
+    ) -> Result<CollectiveParams> {
+        let mut p = self.params(mode, data);
+        if let Some(b) = self.regions.get(self, r)? {
+            p.scratch = b.buffer.ptr();
+            p.channels = b.table.ptr().cast();
+        }
+        Ok(p)
+    }
+
+    /// The set-up channel table, as the host built it.
+    pub fn handles(&self) -> &[MemoryChannelDeviceHandle] {
+        &self.handles
     }
 
     /// The type and operator of a call that moves data without reducing it.

@@ -56,6 +56,7 @@ mod algo;
 mod config;
 mod context;
 mod reduction;
+mod regions;
 mod registered;
 mod scratch;
 mod select;
@@ -66,6 +67,7 @@ mod setup;
 pub use algo::{Algorithm, Collective};
 pub use config::{CollectiveConfig, Limit, Setting};
 pub use reduction::{KernelOp, Reduction, Scalar, element_bits};
+pub use scratch::{MemoryPlan, memory_plan};
 
 use std::sync::Arc;
 
@@ -390,7 +392,9 @@ impl Collectives {
             forced = Some(Algorithm::Staged);
         }
         let cannot = |w| cx.cannot(w);
-        let mut choice = select::choose(&cx.cfg, call, forced, true).map_err(cannot)?;
+        let capturing = stream.is_capturing()?;
+        let usable = |a: Algorithm| !capturing || self.usable_in_capture(a);
+        let mut choice = select::choose(&cx.cfg, call, forced, true, &usable).map_err(cannot)?;
         loop {
             let a = match choice {
                 Choice::Run(a) => a,
@@ -403,10 +407,41 @@ impl Collectives {
                     return Err(cx.cannot(select::DECLINED));
                 }
                 Queued::Declined => {
-                    choice = select::choose(&cx.cfg, call, None, false).map_err(cannot)?;
+                    choice = select::choose(&cx.cfg, call, None, false, &usable).map_err(cannot)?;
                 }
             }
         }
+    }
+
+    /// Whether `a` can run under CUDA-graph capture: it neither exchanges the callers' buffers
+    /// with the peers (a host wait) nor needs a scratch region not allocated yet.
+    fn usable_in_capture(&self, a: Algorithm) -> bool {
+        let u = a.unit();
+        !u.registered
+            && u.scratch
+                .iter()
+                .all(|&r| self.cx.regions.is_ready(r, &self.cx.layout))
+    }
+
+    /// Allocates every scratch region the collectives otherwise allocate on first use
+    /// (`scratch.rs`: LL128 lines, staging), and exchanges them with the peers, so that calls
+    /// captured in a CUDA graph afterwards can take every algorithm that needs no registered
+    /// buffers. Collective: every rank calls it, between the same calls. Each region is
+    /// allocated once; a second call does nothing.
+    pub fn prepare(&self) -> Result<()> {
+        for r in [scratch::Region::Ll128, scratch::Region::Staging] {
+            if self.cx.layout.region_len(r) > 0 {
+                self.cx.regions.get(&self.cx, r)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes of device memory this `Collectives` holds now in scratch regions: the set-up
+    /// scratch and every region allocated on first use so far (not the copy-engine
+    /// all-reduce's scratch, nor the callers' buffers). [`memory_plan`] gives the sizes ahead.
+    pub fn scratch_bytes(&self) -> usize {
+        self.cx.layout.len() + self.cx.regions.allocated(&self.cx.layout)
     }
 
     /// A `send_recv` as a `send` to `next` and a `recv` from `prev`, even ranks sending first.

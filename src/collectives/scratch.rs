@@ -1,16 +1,24 @@
-//! The layout of the communicator's scratch: one buffer per rank, which every peer maps, cut
-//! into the regions the algorithms ask for (`CollectiveAlgorithm::SCRATCH`), in this order:
+//! The communicator's scratch: buffers every peer maps, cut into the regions the algorithms ask
+//! for (`CollectiveAlgorithm::SCRATCH`). Only the LL16 region is allocated when the
+//! collectives are set up; every other region is a buffer of its own, allocated and exchanged
+//! with the peers by the first call that needs it (`regions.rs`), so that a communicator pays
+//! only for the algorithms it runs (a split's many small communicators, most of which never
+//! stage):
 //!
-//! | region | size | written by | read by |
-//! |---|---|---|---|
-//! | LL16 | two halves (by the launch flag's parity) of `n` slots of `ll_slot_bytes` | peer `q` writes its packets into slot `q` (LL16 stores that carry their flag) | this rank's LL kernels, polling the flags |
-//! | LL128 | two halves of `n` slots of `ll128_slot_bytes` | peers, a warp's 128-byte lines whose last word is the flag | this rank's LL128 kernels |
-//! | staging | `stage_bytes + 16 n` | this rank's staged kernel (its input, in pieces) | the peers' staged kernels, after a block barrier |
+//! | region | size | when | written by | read by |
+//! |---|---|---|---|---|
+//! | LL16 (the set-up scratch) | two halves (by the launch flag's parity) of `n - 1` slots of `ll_slot_bytes`, one per peer (`mscclpp_device::collectives::ll::slot_of`) | set-up | each peer its own slot (LL16 stores that carry their flag) | this rank's LL kernels, polling the flags |
+//! | LL128 | two halves of `n` slots of `ll128_slot_bytes` | first LL128 call | peers, a warp's 128-byte lines whose last word is the flag | this rank's LL128 kernels |
+//! | staging | `stage_bytes + 16 n` | first staged or `put` call | this rank's staged kernel (its input, in pieces) | the peers' staged kernels, after a block barrier |
+//! | copy engine | `ce_scratch_bytes` | first copy-engine all-reduce | peers' copy engines | this rank's reductions |
 //!
-//! The copy-engine all-reduce's scratch is a buffer of its own (`ce_scratch_bytes`, allocated
-//! on its first call and exchanged like a caller's buffer, so that a communicator that never
-//! runs it never allocates it); this type carries its size too, so that every algorithm finds
-//! its scratch here. A region no registered algorithm asks for takes no space.
+//! Every region starts at offset 0 of its buffer (the kernels' `ll128_offset` and
+//! `stage_offset` are 0), and a kernel's `scratch` and channel table are its region's
+//! ([`Context::params_in`](super::context::Context::params_in)). A region no registered
+//! algorithm asks for takes no space.
+//!
+//! [`memory_plan`] says what each costs for a configuration and a number of ranks
+//! (`mscclpp-info` prints it).
 
 use mscclpp_shared::packet::ll128;
 
@@ -29,15 +37,25 @@ pub(crate) enum Region {
     CopyEngine,
 }
 
+impl Region {
+    /// Its name, as tools print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Region::Ll => "LL16 packets",
+            Region::Ll128 => "LL128 lines",
+            Region::Staging => "staging",
+            Region::CopyEngine => "copy-engine all-reduce scratch",
+        }
+    }
+}
+
 /// Where each region lies (module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ScratchLayout {
+    ranks: usize,
     ll_slot_bytes: u64,
-    ll128_offset: u64,
     ll128_slot_bytes: u64,
-    stage_offset: u64,
     stage_bytes: usize,
-    len: usize,
     ce_bytes: usize,
 }
 
@@ -45,19 +63,16 @@ impl ScratchLayout {
     /// The layout for `ranks` ranks with `cfg`, holding the regions `needed` says some
     /// algorithm uses.
     pub fn new(cfg: &CollectiveConfig, ranks: usize, needed: impl Fn(Region) -> bool) -> Self {
-        let n = ranks as u64;
         let ll_slot_bytes = if needed(Region::Ll) {
             (up16(cfg.ll_max_bytes).div_ceil(8) * 16) as u64
         } else {
             0
         };
-        let ll128_offset = 2 * n * ll_slot_bytes;
         let ll128_slot_bytes = if needed(Region::Ll128) {
             ll128::line_bytes_for(cfg.ll128_max_bytes) as u64
         } else {
             0
         };
-        let stage_offset = ll128_offset + 2 * n * ll128_slot_bytes;
         let stage_bytes = if needed(Region::Staging) {
             cfg.stage_bytes + 16 * ranks
         } else {
@@ -69,12 +84,10 @@ impl ScratchLayout {
             0
         };
         Self {
+            ranks,
             ll_slot_bytes,
-            ll128_offset,
             ll128_slot_bytes,
-            stage_offset,
             stage_bytes,
-            len: stage_offset as usize + stage_bytes,
             ce_bytes,
         }
     }
@@ -91,29 +104,66 @@ impl ScratchLayout {
         self.ll_slot_bytes
     }
 
-    /// Offset of the LL128 region.
-    pub fn ll128_offset(&self) -> u64 {
-        self.ll128_offset
-    }
-
     /// Bytes of one rank's LL128 slot.
     pub fn ll128_slot_bytes(&self) -> u64 {
         self.ll128_slot_bytes
     }
 
-    /// Offset of the staging region.
-    pub fn stage_offset(&self) -> u64 {
-        self.stage_offset
+    /// Bytes of the scratch allocated at set-up (the LL16 region; at least 16).
+    pub fn len(&self) -> usize {
+        self.region_len(Region::Ll).max(16)
     }
 
-    /// Bytes of the scratch buffer.
-    pub fn len(&self) -> usize {
-        self.len
+    /// Bytes of `r`'s buffer.
+    pub fn region_len(&self, r: Region) -> usize {
+        let n = self.ranks as u64;
+        match r {
+            Region::Ll => (2 * n.saturating_sub(1) * self.ll_slot_bytes) as usize,
+            Region::Ll128 => (2 * n * self.ll128_slot_bytes) as usize,
+            Region::Staging => self.stage_bytes,
+            Region::CopyEngine => self.ce_bytes,
+        }
     }
 
     /// Bytes of the copy-engine all-reduce's own scratch.
     pub fn ce_bytes(&self) -> usize {
         self.ce_bytes
+    }
+}
+
+/// What one rank's collectives allocate in device memory, by when ([`memory_plan`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryPlan {
+    /// At set-up (`Collectives::new`): the LL16 region, the channel table and the LL flags
+    /// (the semaphores and the status block are a few words more).
+    pub at_creation: usize,
+    /// On the first call of an algorithm that needs it: each lazily allocated region, named,
+    /// with the algorithms that need it.
+    pub on_first_use: Vec<(&'static str, &'static str, usize)>,
+}
+
+/// What the collectives of `ranks` ranks with `cfg` allocate on each rank ([`MemoryPlan`]).
+pub fn memory_plan(cfg: &CollectiveConfig, ranks: usize) -> MemoryPlan {
+    let layout = ScratchLayout::for_registered(cfg, ranks);
+    let handle = std::mem::size_of::<mscclpp_shared::MemoryChannelDeviceHandle>();
+    let rows = super::channel_rows(cfg) as usize;
+    let table = rows * ranks * handle;
+    let regions = [
+        (Region::Ll128, "ll128"),
+        (Region::Staging, "staged, put"),
+        (Region::CopyEngine, "ce (all-reduce)"),
+    ];
+    MemoryPlan {
+        at_creation: layout.len() + table + 16,
+        on_first_use: regions
+            .iter()
+            .map(|&(r, who)| {
+                // Every region but the copy engine's comes with a channel table of its own.
+                let extra = if r == Region::CopyEngine { 0 } else { table };
+                (r.name(), who, layout.region_len(r) + extra)
+            })
+            .filter(|&(_, _, b)| b > 0)
+            .collect(),
     }
 }
 

@@ -35,15 +35,22 @@ fn library_shapes(cfg: &CollectiveConfig, backend: BackendKind, x: u64) -> [Laun
     ]
 }
 
+/// The regions' sizes, as the offsets of the one buffer that held them all before the regions
+/// became buffers of their own: (LL slot, LL128 offset, LL128 slot, staging offset, total). The
+/// LL16 region had a slot for every rank then, and has one for every peer now.
 fn library_layout(cfg: &CollectiveConfig, n: usize) -> (u64, u64, u64, u64, usize) {
+    use super::scratch::Region;
     let l = super::scratch::ScratchLayout::for_registered(cfg, n);
-    let stage = l.stage_offset();
+    let ll_now = l.region_len(Region::Ll) as u64;
+    assert_eq!(ll_now, 2 * (n as u64 - 1) * l.ll_slot_bytes(), "{n} ranks");
+    let ll128_offset = ll_now + 2 * l.ll_slot_bytes();
+    let stage = ll128_offset + l.region_len(Region::Ll128) as u64;
     (
         l.ll_slot_bytes(),
-        l.ll128_offset(),
+        ll128_offset,
         l.ll128_slot_bytes(),
         stage,
-        l.len(),
+        stage as usize + l.region_len(Region::Staging),
     )
 }
 

@@ -164,6 +164,7 @@ pub(super) fn wire(
     Ok(Wiring {
         scratch,
         channel_table,
+        handles: table,
         ll_flags,
         channels,
         peers: peers.into_iter().flatten().collect(),

@@ -202,7 +202,7 @@ impl SubBootstrap {
             }
             if s.pulling {
                 s = wait_timeout(cv, s, left.min(WATCH_SLICE));
-                if !s.frames.get(&tag).is_some_and(|q| !q.is_empty()) {
+                if s.frames.get(&tag).is_none_or(|q| q.is_empty()) {
                     drop(s);
                     watch()?;
                     s = lock(stash);

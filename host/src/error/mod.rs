@@ -261,6 +261,15 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A scratch region the collectives allocate on first use could not be allocated on some
+    /// rank (every rank of the call gets this error; the region stays unallocated).
+    #[error("the collectives' {region} region could not be allocated on rank {rank}")]
+    RegionUnavailable {
+        /// The region.
+        region: &'static str,
+        /// The first rank that could not allocate it.
+        rank: usize,
+    },
     /// No live stream of this process has the handle a caller passed
     /// ([`Gpu::borrow_stream`](crate::gpu::Gpu::borrow_stream) on the CPU backend, whose
     /// handles are its own).

@@ -154,6 +154,17 @@ impl Stream {
         }
     }
 
+    /// Whether work queued now is captured into a CUDA graph instead of run (CUDA:
+    /// `cuStreamIsCapturing`, so a capture begun by the stream's owner counts, e.g. PyTorch's
+    /// on a borrowed stream; the CPU backend never captures). Collectives ask it to choose
+    /// paths that neither allocate nor wait on the host (`mscclpp::collectives`).
+    pub fn is_capturing(&self) -> Result<bool> {
+        match &self.imp {
+            StreamImpl::Cuda(s) => s.is_capturing(),
+            StreamImpl::Cpu(_) => Ok(false),
+        }
+    }
+
     /// Captures the work that `queue` puts on this stream into a [`Graph`] instead of running
     /// it (CUDA stream capture, relaxed mode), so that it can be replayed with one launch. The
     /// capture ends, and the stream runs work normally again, whether `queue` succeeds or not.

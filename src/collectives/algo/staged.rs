@@ -147,7 +147,7 @@ fn parts(
     let mut off = 0;
     while off < part_bytes {
         let len = max_piece.min(part_bytes - off);
-        let mut p = cx.params(piece.mode, piece.data);
+        let mut p = cx.params_in(Region::Staging, piece.mode, piece.data)?;
         p.input = input.byte_add_cast(off as u64);
         p.output = output.byte_add_cast(off as u64);
         p.bytes = len as u64;
@@ -183,7 +183,7 @@ pub(super) fn all_reduce(
     let mut off = 0;
     while off < bytes {
         let len = piece.min(bytes - off);
-        let mut p = cx.params(mode, (args.call.dtype, args.call.op));
+        let mut p = cx.params_in(Region::Staging, mode, (args.call.dtype, args.call.op))?;
         p.input = args.input.byte_add_cast(off as u64);
         p.output = args.output.byte_add_cast(off as u64);
         p.bytes = len as u64;

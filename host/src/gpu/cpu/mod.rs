@@ -261,7 +261,7 @@ mod tests {
     fn streams_are_borrowed_by_handle() {
         let d = Device::open(0).unwrap();
         let a = d.alloc(64).unwrap();
-        let word = a.ptr() as u64;
+        let word = a.ptr();
         let owner = d.create_stream().unwrap();
         assert!(!owner.is_borrowed());
         let borrowed = d.borrow_stream(owner.raw()).unwrap();

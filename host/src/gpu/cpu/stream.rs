@@ -69,7 +69,10 @@ struct Core {
 }
 
 /// The live streams of this process by handle (module docs).
-static LIVE: Mutex<Option<HashMap<u64, (usize, Weak<Core>, Weak<Shared>)>>> = Mutex::new(None);
+static LIVE: Mutex<Option<HashMap<u64, Live>>> = Mutex::new(None);
+
+/// A live stream in [`LIVE`]: its device ordinal, its queue and its progress.
+type Live = (usize, Weak<Core>, Weak<Shared>);
 
 /// The next stream handle (never 0, 1 or 2: those name default streams). Relaxed: only
 /// uniqueness matters.
