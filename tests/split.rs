@@ -4,41 +4,17 @@
 //! processes. `split_creation_cost` prints what a split and its collectives cost (time, device
 //! memory), asserting nothing about time.
 //!
-//! The helpers are this file's own (the shared `tests/common` is being rewritten).
+//! Helpers: `tests/ranks` (this wave's own; the shared `tests/common` is being rewritten).
+mod ranks;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mscclpp::collectives::{Algorithm, CollectiveConfig, Collectives, memory_plan};
-use mscclpp::host::Result;
-use mscclpp::host::bootstrap::{BootstrapConfig, TcpBootstrap, UniqueId};
-use mscclpp::host::communicator::Communicator;
-use mscclpp::host::gpu::{BackendKind, Gpu, Stream};
+use mscclpp::host::gpu::{BackendKind, Stream};
 use mscclpp::shared::{DataType, ReduceOp};
 
-fn backend() -> BackendKind {
-    BackendKind::select().expect("backend")
-}
-
-/// Runs `body` on `n` ranks as threads; panics naming the first rank that failed.
-fn threads<T: Send>(n: usize, body: impl Fn(Communicator) -> Result<T> + Sync) -> Vec<T> {
-    mscclpp::world::run_local_ranks(backend(), n, body)
-        .into_iter()
-        .enumerate()
-        .map(|(r, x)| x.unwrap_or_else(|e| panic!("rank {r}: {}", mscclpp::ErrorChain(&e))))
-        .collect()
-}
-
-/// Whether `n` ranks can run on this backend (CUDA: one GPU each).
-fn enough_devices(n: usize, what: &str) -> bool {
-    let kind = backend();
-    let have = kind.device_count().unwrap_or(0);
-    if kind == BackendKind::Cuda && have < n {
-        eprintln!("NOT RUN: {what}: {n} ranks need {n} GPUs ({have} here)");
-        return false;
-    }
-    true
-}
+use ranks::{backend, child, enough_devices, threads};
 
 /// Element `i` of parent rank `r`'s contribution: distinct per rank and index.
 fn value(r: usize, i: usize) -> u32 {
@@ -351,112 +327,4 @@ fn scratch_regions_are_allocated_on_first_use() {
         check_sum(&c, r, &ranks, 3000, &st);
         c.communicator().barrier()
     });
-}
-
-/// Ranks as child processes of this test binary (this file's own helper).
-mod child {
-    use std::io::{BufRead, BufReader, Read};
-    use std::process::{Command, Stdio};
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    use super::{BootstrapConfig, Communicator, Gpu, TcpBootstrap, UniqueId, backend};
-
-    const RANK: &str = "MSCCLPP_SPLIT_TEST_RANK";
-    const SIZE: &str = "MSCCLPP_SPLIT_TEST_SIZE";
-    const ID: &str = "MSCCLPP_SPLIT_TEST_ID";
-
-    /// In a child: its communicator (rank 0 prints the unique id); `None` in the parent.
-    pub fn communicator() -> Option<Communicator> {
-        let rank: usize = std::env::var(RANK).ok()?.parse().ok()?;
-        let size: usize = std::env::var(SIZE).ok()?.parse().ok()?;
-        let timeout = Duration::from_secs(60);
-        let bs = if rank == 0 {
-            let (id, l) = UniqueId::bind("127.0.0.1:0".parse().ok()?).expect("bind");
-            println!("\nUNIQUE_ID {}", id.to_hex());
-            let cfg = BootstrapConfig::new(0, size, id).with_timeout(timeout);
-            TcpBootstrap::init_with_root_listener(cfg, l)
-        } else {
-            let id = UniqueId::from_hex(&std::env::var(ID).ok()?).expect("id");
-            TcpBootstrap::init(BootstrapConfig::new(rank, size, id).with_timeout(timeout))
-        }
-        .expect("bootstrap");
-        let devices = backend().device_count().expect("devices").max(1);
-        let gpu = Gpu::open(backend(), rank % devices).expect("gpu");
-        Some(Communicator::new(Arc::new(bs), gpu).expect("communicator"))
-    }
-
-    /// Runs `n` children of `test`; every child must succeed within two minutes (a child
-    /// still running then is killed by its pid, and the test fails).
-    pub fn run(n: usize, test: &str) {
-        let exe = std::env::current_exe().expect("exe");
-        let spawn = |r: usize, id: &str| {
-            Command::new(&exe)
-                .args(["--exact", test, "--nocapture", "--test-threads=1"])
-                .env(RANK, r.to_string())
-                .env(SIZE, n.to_string())
-                .env(ID, id)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn")
-        };
-        let mut root = spawn(0, "");
-        let mut out = BufReader::new(root.stdout.take().expect("stdout"));
-        let mut line = String::new();
-        let mut id = None;
-        while out.read_line(&mut line).unwrap_or(0) > 0 {
-            if let Some(at) = line.find("UNIQUE_ID ") {
-                id = Some(line[at + 10..].trim().to_string());
-                break;
-            }
-            line.clear();
-        }
-        let id = id.expect("rank 0 printed no unique id");
-        let mut first = Some(Box::new(out) as Box<dyn Read + Send>);
-        let mut children = vec![root];
-        children.extend((1..n).map(|r| spawn(r, &id)));
-        let drains: Vec<_> = children
-            .iter_mut()
-            .map(|c| {
-                // Rank 0's stdout is read on from where the id was found.
-                let mut o = first
-                    .take()
-                    .or_else(|| c.stdout.take().map(|o| Box::new(o) as Box<dyn Read + Send>));
-                let mut e = c.stderr.take().map(|e| Box::new(e) as Box<dyn Read + Send>);
-                std::thread::spawn(move || {
-                    let mut s = String::new();
-                    if let Some(o) = o.as_mut() {
-                        let _ = o.read_to_string(&mut s);
-                    }
-                    if let Some(e) = e.as_mut() {
-                        let _ = e.read_to_string(&mut s);
-                    }
-                    s
-                })
-            })
-            .collect();
-        let deadline = std::time::Instant::now() + Duration::from_secs(120);
-        let mut failures = Vec::new();
-        for (r, (mut c, d)) in children.into_iter().zip(drains).enumerate() {
-            let status = loop {
-                match c.try_wait().expect("wait") {
-                    Some(st) => break Some(st),
-                    None if std::time::Instant::now() >= deadline => {
-                        let _ = c.kill();
-                        let _ = c.wait();
-                        break None;
-                    }
-                    None => std::thread::sleep(Duration::from_millis(20)),
-                }
-            };
-            let text = d.join().unwrap_or_default();
-            match status {
-                Some(st) if st.success() => {}
-                Some(st) => failures.push(format!("rank {r}: {st}\n{text}")),
-                None => failures.push(format!("rank {r}: killed after 120 s\n{text}")),
-            }
-        }
-        assert!(failures.is_empty(), "{}", failures.join("\n"));
-    }
 }

@@ -25,6 +25,7 @@ pub mod memory_channel;
 pub mod packet;
 pub mod port_channel;
 pub mod ptr;
+pub mod registry;
 pub mod semaphore;
 pub mod status;
 pub mod trigger;
@@ -32,14 +33,18 @@ pub mod trigger;
 pub use fifo::{DEFAULT_FIFO_SIZE, FifoDeviceHandle};
 pub use ipc::IpcMemHandle;
 pub use kernel_params::{
-    BlockSumParams, BlockVoteParams, CollectiveMode, CollectiveParams, CopyParams, DataType,
-    DeviceReduceOp, DirectCollectiveParams, FifoPushParams, MAX_DIRECT_RANKS, PingPongParams,
-    PortPingPongParams, ReduceOp,
+    BlockSumParams, BlockVoteParams, CollectiveMode, CollectiveParams, CopyParams,
+    DIRECT_SHARED_BYTES, DataType, DeviceReduceOp, DirectCollectiveParams, FifoPushParams,
+    MAX_DIRECT_RANKS, PingPongParams, PortPingPongParams, ReduceOp,
 };
 pub use memory_channel::MemoryChannelDeviceHandle;
 pub use packet::{LL8Packet, LL16Packet};
 pub use port_channel::PortChannelDeviceHandle;
 pub use ptr::DevicePtr;
+pub use registry::{
+    BufferRef, FIRST_WINDOW_SLOT, REGISTERED_CALL_BYTES, REGISTRY_SLOTS, RegisteredCall,
+    RegisteredRefusal, RegistrySlot, WINDOW_SLOTS,
+};
 pub use semaphore::{
     Host2DeviceSemaphoreDeviceHandle, Host2HostSemaphoreHandle,
     MemoryDevice2DeviceSemaphoreDeviceHandle,

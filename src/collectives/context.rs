@@ -19,13 +19,14 @@ use mscclpp_host::memory_channel::MemoryChannel;
 use mscclpp_host::registered_memory::RegisteredMemory;
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::{
-    CollectiveMode, CollectiveParams, DataType, DevicePtr, DeviceReduceOp, DirectCollectiveParams,
-    MemoryChannelDeviceHandle,
+    BufferRef, CollectiveMode, CollectiveParams, DataType, DevicePtr, DeviceReduceOp,
+    DirectCollectiveParams, MemoryChannelDeviceHandle,
 };
 
 use super::reduction::KernelOp;
 use super::regions::LazyRegions;
 use super::registered::RegisteredBuffers;
+use super::registry::Registry;
 use super::scratch::{Region, ScratchLayout};
 use super::select::Call;
 use super::{Algorithm, CollectiveConfig};
@@ -56,6 +57,20 @@ pub(crate) struct Args {
     pub output: DevicePtr<u8>,
     /// Root or peers.
     pub peer: Peer,
+    /// This rank's registrations of the buffers the peers access, when the call is on
+    /// registered buffers (`registry.rs`: then no host message names them).
+    pub reg: Option<CallRegs>,
+}
+
+/// Where a registered call's buffers lie in this rank's registrations (`registry.rs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct CallRegs {
+    /// The input, when the peers read it.
+    pub input: Option<BufferRef>,
+    /// The output, when the peers write it.
+    pub output: Option<BufferRef>,
+    /// Whether every one of them lies in a window.
+    pub windows: bool,
 }
 
 impl Args {
@@ -89,8 +104,11 @@ pub(crate) struct Context {
     pub comm: Arc<Communicator>,
     pub cfg: CollectiveConfig,
     pub layout: ScratchLayout,
-    /// The callers' buffers registered for the direct and copy-engine paths.
-    pub buffers: RegisteredBuffers,
+    /// The callers' buffers registered for the direct and copy-engine paths (the per-call
+    /// exchange's caches, which the registry shares).
+    pub buffers: Arc<RegisteredBuffers>,
+    /// Buffers registered ahead, and the peers' (`registry.rs`).
+    pub registry: Registry,
     scratch: DeviceBuffer,
     channel_table: DeviceBuffer,
     /// The channel table as the host built it (the regions' tables are copies of it).
@@ -122,12 +140,15 @@ impl Context {
         cfg: CollectiveConfig,
         layout: ScratchLayout,
         w: Wiring,
-    ) -> Self {
-        Self {
+    ) -> Result<Self> {
+        let buffers = Arc::new(RegisteredBuffers::default());
+        let registry = Registry::new(&comm, &buffers)?;
+        Ok(Self {
             comm,
             cfg,
             layout,
-            buffers: RegisteredBuffers::default(),
+            buffers,
+            registry,
             scratch: w.scratch,
             channel_table: w.channel_table,
             handles: w.handles,
@@ -137,7 +158,7 @@ impl Context {
             _channels: w.channels,
             _peers: w.peers,
             _connections: w.connections,
-        }
+        })
     }
 
     /// This rank.

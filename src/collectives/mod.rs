@@ -58,6 +58,7 @@ mod context;
 mod reduction;
 mod regions;
 mod registered;
+mod registry;
 mod scratch;
 mod select;
 #[cfg(test)]
@@ -67,6 +68,7 @@ mod setup;
 pub use algo::{Algorithm, Collective};
 pub use config::{CollectiveConfig, Limit, Setting};
 pub use reduction::{KernelOp, Reduction, Scalar, element_bits};
+pub use registry::Registration;
 pub use scratch::{MemoryPlan, memory_plan};
 
 use std::sync::Arc;
@@ -77,7 +79,7 @@ use mscclpp_host::gpu::{Module, Stream};
 use mscclpp_shared::{DataType, DevicePtr, DeviceReduceOp};
 
 use algo::{Queue, Queued, UNITS};
-use context::{Args, Context, Peer, SetUp, copy_if_needed};
+use context::{Args, CallRegs, Context, Peer, SetUp, copy_if_needed};
 use scratch::ScratchLayout;
 use select::{Call, Choice};
 
@@ -126,7 +128,7 @@ impl Collectives {
         let wiring = setup::wire(&comm, &cfg, &layout)?;
         Ok(Self {
             units,
-            cx: Context::new(comm, cfg, layout, wiring),
+            cx: Context::new(comm, cfg, layout, wiring)?,
             _module: module,
         })
     }
@@ -360,12 +362,166 @@ impl Collectives {
     }
 
     fn args(&self, call: Call, input: DevicePtr<u8>, output: DevicePtr<u8>, peer: Peer) -> Args {
-        Args {
+        let mut a = Args {
             call,
             input,
             output,
             peer,
+            reg: None,
+        };
+        a.reg = self.registered_call(&a);
+        a
+    }
+
+    /// Where the buffers the peers access lie in this rank's registrations, if every one does
+    /// (`registry.rs`, "On a call").
+    fn registered_call(&self, a: &Args) -> Option<CallRegs> {
+        let (n, b) = (self.cx.ranks(), a.call.bytes);
+        if b == 0 || !(2..=mscclpp_shared::MAX_DIRECT_RANKS).contains(&n) {
+            return None;
         }
+        let (input, output) = match (a.call.collective, a.peer) {
+            (_, Peer::To(_) | Peer::From(_)) => return None,
+            (_, Peer::Pair { .. }) => (None, Some(b)),
+            (Collective::AllReduce, _) => (Some(b), Some(b)),
+            (Collective::AllGather | Collective::AllToAll, _) => (None, Some(n * b)),
+            (Collective::ReduceScatter, _) => (Some(n * b), None),
+            (Collective::Broadcast, _) => (None, Some(b)),
+            (Collective::SendRecv, _) => return None,
+        };
+        let r = &self.cx.registry;
+        let find = |p: DevicePtr<u8>, len: Option<usize>| match len {
+            None => Some(None),
+            Some(len) => r.lookup(p, len).map(Some),
+        };
+        let (i, o) = (find(a.input, input)?, find(a.output, output)?);
+        Some(CallRegs {
+            input: i.map(|x| x.0),
+            output: o.map(|x| x.0),
+            windows: i.is_none_or(|x| x.1) && o.is_none_or(|x| x.1),
+        })
+    }
+
+    /// Registers `[ptr, ptr + bytes)` (device memory of this rank's device, inside one
+    /// allocation from an exportable allocator, such as `cuMemAlloc` or PyTorch's caching
+    /// allocator) with every peer once (NCCL's `ncclCommRegister`). Calls whose buffers lie in
+    /// registrations then send no bootstrap message and wait for nothing on the host, eagerly
+    /// or under CUDA-graph capture (`registry.rs`). Not collective: each rank registers its
+    /// own buffers when it likes (a bounded wait for the peers' registration services, which
+    /// answer whatever the peers' programs do). As with NCCL, every rank must pass registered
+    /// buffers to a call, or none. [`Error::NotRegistrable`], [`Error::RegistryFull`],
+    /// [`Error::RegistrationRefused`].
+    ///
+    /// [`Error::NotRegistrable`]: mscclpp_host::Error::NotRegistrable
+    /// [`Error::RegistryFull`]: mscclpp_host::Error::RegistryFull
+    /// [`Error::RegistrationRefused`]: mscclpp_host::Error::RegistrationRefused
+    pub fn register_buffer(&self, ptr: DevicePtr<u8>, bytes: usize) -> Result<Registration> {
+        let cx = &self.cx;
+        cx.ensure_healthy()?;
+        cx.registry
+            .register(&cx.comm, &cx.buffers, ptr, bytes, None, None)
+    }
+
+    /// Takes back a registration of [`register_buffer`](Self::register_buffer) (NCCL's
+    /// `ncclCommDeregister`): the peers forget it, and calls on the buffer take the per-call
+    /// exchange again. No queued or captured work may still use it (as with NCCL): a kernel
+    /// that names it afterwards refuses its launch. Not collective.
+    pub fn deregister(&self, reg: Registration) -> Result<()> {
+        let cx = &self.cx;
+        cx.registry.deregister(&cx.comm, reg).map(drop)
+    }
+
+    /// Registers a window (NCCL's `ncclCommWindowRegister`): collective, every rank with a
+    /// buffer of the same size, in the same order; the window gets the same slot on every rank
+    /// (checked: [`Error::WindowMismatch`](mscclpp_host::Error::WindowMismatch) on every rank,
+    /// and nothing stays registered). A window is a registration whose peers' addresses the
+    /// host knows, for calls with the buffers at the same offset of the window on every rank
+    /// (NCCL's symmetric buffers).
+    pub fn register_window(&self, ptr: DevicePtr<u8>, bytes: usize) -> Result<Registration> {
+        let cx = &self.cx;
+        cx.ensure_healthy()?;
+        let slot = cx.registry.free_window_slot();
+        // `free_window_slot` fails only when every window slot is taken.
+        let full = || mscclpp_host::Error::RegistryFull {
+            slots: mscclpp_shared::WINDOW_SLOTS,
+            what: "windows",
+        };
+        let mine = match &slot {
+            Ok(s) => cx
+                .registry
+                .register(&cx.comm, &cx.buffers, ptr, bytes, Some(*s), None),
+            Err(_) => Err(full()),
+        };
+        let mut word = [0u8; 16];
+        if let (Ok(s), Ok(_)) = (&slot, &mine) {
+            word[0] = 1;
+            word[4..8].copy_from_slice(&(*s as u32).to_le_bytes());
+        }
+        word[8..].copy_from_slice(&(bytes as u64).to_le_bytes());
+        let all = cx.comm.all_gather(&word);
+        let checked = all.and_then(|all| window_agreement(&word, &all));
+        match (mine, checked) {
+            (Ok(reg), Ok(())) => Ok(reg),
+            (mine, checked) => {
+                if let Ok(reg) = &mine {
+                    let _ = cx.registry.deregister(&cx.comm, *reg);
+                }
+                // This rank's own failure first; else what the others said.
+                mine.and(checked).and(Err(mscclpp_host::Error::Aborted {
+                    reason: "window registration failed".into(),
+                }))
+            }
+        }
+    }
+
+    /// Takes back a window (NCCL's `ncclCommWindowDeregister`): collective, in the same order
+    /// on every rank; ends with a barrier.
+    pub fn deregister_window(&self, reg: Registration) -> Result<()> {
+        let cx = &self.cx;
+        let r = cx.registry.deregister(&cx.comm, reg).map(drop);
+        cx.comm.barrier()?;
+        r
+    }
+
+    /// `bytes` of device memory from the library's allocator (NCCL's `ncclMemAlloc`), already
+    /// registered with every peer ([`register_buffer`](Self::register_buffer)): calls on it
+    /// send no bootstrap message. Freed by [`mem_free`](Self::mem_free) or with these
+    /// collectives. Not collective.
+    pub fn mem_alloc(&self, bytes: usize) -> Result<Registration> {
+        let cx = &self.cx;
+        cx.ensure_healthy()?;
+        let buf = cx.comm.gpu().alloc(bytes)?;
+        let ptr = buf.ptr();
+        cx.registry
+            .register(&cx.comm, &cx.buffers, ptr, bytes, None, Some(buf))
+    }
+
+    /// Deregisters and frees memory of [`mem_alloc`](Self::mem_alloc) (NCCL's `ncclMemFree`),
+    /// given by its first byte. No queued work may still use it.
+    pub fn mem_free(&self, ptr: DevicePtr<u8>) -> Result<()> {
+        let cx = &self.cx;
+        let reg = cx
+            .registry
+            .starting_at(ptr)
+            .ok_or(mscclpp_host::Error::UnknownRegistration {
+                slot: usize::MAX,
+                generation: 0,
+            })?;
+        let buf = cx.registry.deregister(&cx.comm, reg)?;
+        if buf.is_none() {
+            return Err(mscclpp_host::Error::NotRegistrable {
+                ptr: ptr.addr(),
+                len: reg.len(),
+                reason: "it was registered, not allocated by mem_alloc (deregistered now)".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// `(this rank's registrations, the peers' registrations mapped here)` of
+    /// [`register_buffer`](Self::register_buffer), windows and [`mem_alloc`](Self::mem_alloc).
+    pub fn registrations(&self) -> (usize, usize) {
+        self.cx.registry.counts()
     }
 
     /// The dispatch (what `select::decide` models): an all-reduce on one rank copies; else
@@ -393,7 +549,7 @@ impl Collectives {
         }
         let cannot = |w| cx.cannot(w);
         let capturing = stream.is_capturing()?;
-        let usable = |a: Algorithm| !capturing || self.usable_in_capture(a);
+        let usable = |a: Algorithm| self.usable(a, &args, capturing);
         let mut choice = select::choose(&cx.cfg, call, forced, true, &usable).map_err(cannot)?;
         loop {
             let a = match choice {
@@ -413,12 +569,21 @@ impl Collectives {
         }
     }
 
-    /// Whether `a` can run under CUDA-graph capture: it neither exchanges the callers' buffers
-    /// with the peers (a host wait) nor needs a scratch region not allocated yet.
-    fn usable_in_capture(&self, a: Algorithm) -> bool {
+    /// Whether `a` may take `args` now. On registered buffers (`args.reg`), of the algorithms
+    /// on the callers' buffers only the direct kernel (it learns the peers' buffers itself;
+    /// the copy engines would need their addresses on the host). Under CUDA-graph capture,
+    /// nothing that allocates or waits on the host: no per-call exchange of unregistered
+    /// buffers, no scratch region not allocated yet.
+    fn usable(&self, a: Algorithm, args: &Args, capturing: bool) -> bool {
         let u = a.unit();
-        !u.registered
-            && u.scratch
+        if u.registered {
+            return match args.reg {
+                Some(_) => a == Algorithm::Direct,
+                None => !capturing,
+            };
+        }
+        !capturing
+            || u.scratch
                 .iter()
                 .all(|&r| self.cx.regions.is_ready(r, &self.cx.layout))
     }
@@ -488,4 +653,36 @@ impl Collectives {
         }
         Ok(())
     }
+}
+
+/// Checks every rank's window request (`register_window`: `ok u8 | 3 zero bytes | slot u32 |
+/// bytes u64`) against this rank's `mine`.
+fn window_agreement(mine: &[u8; 16], all: &[Vec<u8>]) -> Result<()> {
+    let field = |b: &[u8], at: usize, len: usize| {
+        let mut w = [0u8; 8];
+        w[..len].copy_from_slice(&b[at..at + len]);
+        u64::from_le_bytes(w)
+    };
+    for (rank, theirs) in all.iter().enumerate() {
+        if theirs.len() != 16 {
+            return Err(mscclpp_host::Error::WindowMismatch {
+                rank,
+                what: "request length",
+                mine: 16,
+                theirs: theirs.len() as u64,
+            });
+        }
+        for (what, at, len) in [("success", 0, 1), ("slot", 4, 4), ("size", 8, 8)] {
+            let (m, t) = (field(mine, at, len), field(theirs, at, len));
+            if m != t {
+                return Err(mscclpp_host::Error::WindowMismatch {
+                    rank,
+                    what,
+                    mine: m,
+                    theirs: t,
+                });
+            }
+        }
+    }
+    Ok(())
 }

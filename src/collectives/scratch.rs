@@ -11,6 +11,7 @@
 //! | LL128 | two halves of `n` slots of `ll128_slot_bytes` | first LL128 call | peers, a warp's 128-byte lines whose last word is the flag | this rank's LL128 kernels |
 //! | staging | `stage_bytes + 16 n` | first staged or `put` call | this rank's staged kernel (its input, in pieces) | the peers' staged kernels, after a block barrier |
 //! | copy engine | `ce_scratch_bytes` | first copy-engine all-reduce | peers' copy engines | this rank's reductions |
+//! | descriptors (in the set-up scratch, after LL16) | `max_blocks * n` descriptors of 64 bytes (at most `MAX_DIRECT_RANKS` ranks) | set-up | block `b` of peer `q`, its [`RegisteredCall`](mscclpp_shared::RegisteredCall) for a direct kernel on registered buffers | block `b` of this rank's direct kernel (`mscclpp_device::collectives::direct`) |
 //!
 //! Every region starts at offset 0 of its buffer (the kernels' `ll128_offset` and
 //! `stage_offset` are 0), and a kernel's `scratch` and channel table are its region's
@@ -53,6 +54,7 @@ impl Region {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ScratchLayout {
     ranks: usize,
+    desc_bytes: usize,
     ll_slot_bytes: u64,
     ll128_slot_bytes: u64,
     stage_bytes: usize,
@@ -83,8 +85,14 @@ impl ScratchLayout {
         } else {
             0
         };
+        let desc_bytes = if ranks <= mscclpp_shared::MAX_DIRECT_RANKS {
+            super::channel_rows(cfg) as usize * ranks * mscclpp_shared::REGISTERED_CALL_BYTES
+        } else {
+            0
+        };
         Self {
             ranks,
+            desc_bytes,
             ll_slot_bytes,
             ll128_slot_bytes,
             stage_bytes,
@@ -109,9 +117,15 @@ impl ScratchLayout {
         self.ll128_slot_bytes
     }
 
-    /// Bytes of the scratch allocated at set-up (the LL16 region; at least 16).
+    /// Bytes of the scratch allocated at set-up (the LL16 region and the descriptors; at least
+    /// 16).
     pub fn len(&self) -> usize {
-        self.region_len(Region::Ll).max(16)
+        (self.desc_offset() as usize + self.desc_bytes).max(16)
+    }
+
+    /// Offset of the descriptor area in the set-up scratch (after the LL16 region).
+    pub fn desc_offset(&self) -> u64 {
+        up16(self.region_len(Region::Ll)) as u64
     }
 
     /// Bytes of `r`'s buffer.

@@ -215,11 +215,13 @@ pub(crate) fn choose(
         })
 }
 
-/// What a call is refused as when the algorithm it needs would allocate or wait on the host
-/// under CUDA-graph capture.
-pub(crate) const UNUSABLE_IN_CAPTURE: &str = "this call under CUDA-graph capture before its \
-     algorithm's first eager call (run one eagerly, or Collectives::prepare, before capturing; \
-     or register the buffers)";
+/// What a call is refused as when the algorithm it needs cannot take it now: under CUDA-graph
+/// capture, an algorithm that would allocate or exchange buffers with the peers on the host;
+/// on registered buffers, the copy engines.
+pub(crate) const UNUSABLE_IN_CAPTURE: &str = "this algorithm on this call now (under CUDA-graph \
+     capture nothing that allocates or exchanges buffers with the peers: run one call eagerly \
+     or Collectives::prepare before capturing, or register the buffers; on registered \
+     buffers the copy engines are not taken, the direct kernel is)";
 
 /// What `call` runs, forced to `forced` or not, when every rank's buffers can (`registered`)
 /// or cannot be shared; `Err` with what is unsupported. The dispatch's steps, without a GPU:
