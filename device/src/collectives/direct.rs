@@ -169,7 +169,8 @@ where
 crate::kernel! {
     /// Every collective on the callers' registered buffers (see the module docs), reducing the
     /// common sums (f16, bf16, f32; other reductions: [`direct_collective_any_kernel`]). Needs
-    /// no dynamic shared memory and at most `common.max_blocks` blocks.
+    /// `DIRECT_SHARED_BYTES` of dynamic shared memory (every rank's buffers; the barrier mode
+    /// none) and at most `common.max_blocks` blocks.
     fn direct_collective_kernel(d: DirectCollectiveParams) {
         direct::<false>(d)
     }
@@ -199,19 +200,19 @@ fn direct<const ANY: bool>(d: DirectCollectiveParams) {
         barrier_with(p, |q| q < 32 && p.root & (1 << q) != 0);
         return;
     }
-    // Registered buffers: the peers' pointers come from their descriptors (module docs), in
-    // this block's shared memory.
-    let shared = (!d.registry.is_null()).then(|| arch::dynamic_shared_mem() as *mut u64);
+    // Every rank's buffers, in this block's shared memory (from word 2: inputs, then outputs):
+    // copied from the parameters, or, on registered buffers, resolved from the peers'
+    // descriptors after the first barrier (module docs). The closures below read them there.
+    let registered = !d.registry.is_null();
+    let sh = arch::dynamic_shared_mem() as *mut u64;
+    if !registered {
+        fill(&d, sh);
+    }
     // SAFETY (both): the launch gives `DIRECT_SHARED_BYTES` of shared memory (host), holding
-    // `2 * MAX_DIRECT_RANKS` pointers from word 2; `q < nranks <= MAX_DIRECT_RANKS`.
-    let input = |q: u32| match shared {
-        Some(sh) => unsafe { sh.add(2 + q as usize).read() as *const u8 },
-        None => d.inputs[q as usize].as_ptr() as *const u8,
-    };
-    let output = |q: u32| match shared {
-        Some(sh) => unsafe { sh.add(2 + MAX_DIRECT_RANKS + q as usize).read() as *mut u8 },
-        None => d.outputs[q as usize].as_ptr(),
-    };
+    // `2 * MAX_DIRECT_RANKS` pointers from word 2; `q < nranks <= MAX_DIRECT_RANKS`; written
+    // before a `sync_threads` that precedes every read.
+    let input = |q: u32| unsafe { sh.add(2 + q as usize).read() as *const u8 };
+    let output = |q: u32| unsafe { sh.add(2 + MAX_DIRECT_RANKS + q as usize).read() as *mut u8 };
     // `len` bytes at offset `off` of every rank's input, to the same bytes of the outputs
     // (the pointers are only formed here; `reduce_spread` reads and writes them).
     let same_offset = |off: u64, len: u64| Spread {
@@ -225,13 +226,13 @@ fn direct<const ANY: bool>(d: DirectCollectiveParams) {
         // into `root`'s output, and meet them again.
         let meet = |q: u32| {
             q < n
-                && if shared.is_some() {
+                && if registered {
                     q < 32 && d.meet & (1 << q) != 0
                 } else {
                     !d.outputs[q as usize].is_null()
                 }
         };
-        if let Some(sh) = shared {
+        if registered {
             publish(&d, meet);
             if !barrier_with(p, meet) {
                 return;
@@ -251,7 +252,9 @@ fn direct<const ANY: bool>(d: DirectCollectiveParams) {
     }
     if p.mode == CollectiveMode::ReduceLocal as u32 {
         // A piece of the pipelined copy-engine all-reduce: every source is local (the
-        // host's stream order and barriers made them ready), so no meeting.
+        // host's stream order and barriers made them ready), so no meeting; only the
+        // pointers' copy to shared memory to wait for.
+        arch::sync_threads();
         let (s, e) = sub_slice(p.bytes, b, nb);
         let sp = same_offset(s, e - s);
         // SAFETY: the host passes `nranks` sources and `outputs[rank]`, each holding
@@ -264,7 +267,7 @@ fn direct<const ANY: bool>(d: DirectCollectiveParams) {
         );
         return;
     }
-    if let Some(sh) = shared {
+    if registered {
         publish(&d, |_| true);
         if !barrier(p, None) {
             return;
@@ -325,6 +328,22 @@ fn direct<const ANY: bool>(d: DirectCollectiveParams) {
         }
     }
     barrier(p, None);
+}
+
+/// Every rank's buffers from the parameters into shared memory (a launch whose buffers the
+/// host exchanged): thread `q < nranks` copies rank `q`'s. A `sync_threads` must follow before
+/// any thread reads them.
+#[inline(always)]
+fn fill(d: &DirectCollectiveParams, sh: *mut u64) {
+    let t = arch::thread_idx_x();
+    if t < d.common.nranks {
+        // SAFETY: as for the reads (`direct`); `t < nranks <= MAX_DIRECT_RANKS`.
+        unsafe {
+            sh.add(2 + t as usize).write(d.inputs[t as usize].addr());
+            sh.add(2 + MAX_DIRECT_RANKS + t as usize)
+                .write(d.outputs[t as usize].addr());
+        }
+    }
 }
 
 /// Step 1 of a launch on registered buffers (module docs): thread `q` writes this rank's
