@@ -171,8 +171,9 @@ fn registered_calls_send_no_bootstrap_message() {
                 "the exchange sends messages: {unregistered}"
             );
 
-            let ri = c.register_buffer(input.ptr().byte_add_cast(16), n * m * 4 + 32)?;
-            let ro = c.register_buffer(output.ptr(), n * m * 4 + 64)?;
+            // SAFETY (every registration below): the buffers outlive the collectives.
+            let ri = unsafe { c.register_buffer(input.ptr().byte_add_cast(16), n * m * 4 + 32) }?;
+            let ro = unsafe { c.register_buffer(output.ptr(), n * m * 4 + 64) }?;
             assert_eq!(c.registrations().0, 2);
             comm.barrier()?;
             assert_eq!(
@@ -253,8 +254,9 @@ fn mem_alloc_and_windows_send_nothing() {
         // Windows: collective, same size everywhere.
         let wi = comm.gpu().alloc(m * 4)?;
         let wo = comm.gpu().alloc(m * 4)?;
-        let w1 = c.register_window(wi.ptr(), m * 4)?;
-        let w2 = c.register_window(wo.ptr(), m * 4)?;
+        // SAFETY (every window below): the buffers outlive the collectives.
+        let w1 = unsafe { c.register_window(wi.ptr(), m * 4) }?;
+        let w2 = unsafe { c.register_window(wo.ptr(), m * 4) }?;
         assert!(w1.is_window() && w2.is_window());
         fill(&wi, 0, &x);
         let before = sends.get();
@@ -281,7 +283,7 @@ fn mem_alloc_and_windows_send_nothing() {
         c.deregister_window(w1)?;
         // A window of another size on one rank: refused on every rank, nothing kept.
         let len = if r == 1 { m * 4 - 16 } else { m * 4 };
-        match c.register_window(wi.ptr(), len) {
+        match unsafe { c.register_window(wi.ptr(), len) } {
             Err(Error::WindowMismatch { .. }) => {}
             other => panic!("rank {r}: a window of another size: {other:?}"),
         }
@@ -310,8 +312,10 @@ fn mismatched_registered_calls_write_nothing() {
                 comm.gpu().alloc(2 * m * 4 + 64)?,
                 comm.gpu().alloc(2 * m * 4 + 64)?,
             );
-            c.register_buffer(input.ptr(), 2 * m * 4 + 64)?;
-            c.register_buffer(output.ptr(), 2 * m * 4 + 64)?;
+            // SAFETY: the buffers outlive the collectives.
+            unsafe { c.register_buffer(input.ptr(), 2 * m * 4 + 64) }?;
+            // SAFETY: as above.
+            unsafe { c.register_buffer(output.ptr(), 2 * m * 4 + 64) }?;
             fill(&output, 0, &vec![MARK; 2 * m + 16]);
             comm.barrier()?;
             let (count, at) = match (case, r) {
@@ -372,9 +376,10 @@ fn registered_as_processes() {
         let st = comm.gpu().stream().expect("stream");
         let input = comm.gpu().alloc(n * m * 4).expect("alloc");
         let output = comm.gpu().alloc(n * m * 4).expect("alloc");
-        c.register_buffer(input.ptr(), n * m * 4).expect("register");
-        c.register_buffer(output.ptr(), n * m * 4)
-            .expect("register");
+        // SAFETY: the buffers outlive the collectives.
+        unsafe { c.register_buffer(input.ptr(), n * m * 4) }.expect("register");
+        // SAFETY: as above.
+        unsafe { c.register_buffer(output.ptr(), n * m * 4) }.expect("register");
         comm.barrier().expect("barrier");
         let before = sends.get();
         every_collective(&c, &st, &input, 0, &output, 0, m, Algorithm::Direct);

@@ -24,7 +24,7 @@ use mscclpp_shared::{
 };
 
 use super::reduction::KernelOp;
-use super::regions::LazyRegions;
+use super::regions::{LazyRegions, Peers};
 use super::registered::RegisteredBuffers;
 use super::registry::Registry;
 use super::scratch::{Region, ScratchLayout};
@@ -74,6 +74,15 @@ pub(crate) struct CallRegs {
 }
 
 impl Args {
+    /// The peers a call's kernel meets: its one peer for a `send` or a `recv`, every other rank
+    /// otherwise.
+    pub fn peers(&self) -> Peers {
+        match self.peer {
+            Peer::To(q) | Peer::From(q) => Peers::One(q),
+            _ => Peers::All,
+        }
+    }
+
     /// The kernels' `root` word: the broadcast's root, the peer of `send` / `recv`, the next
     /// rank of `send_recv`; 0 otherwise.
     pub fn root(&self) -> u32 {
@@ -212,20 +221,21 @@ impl Context {
         }
     }
 
-    /// [`params`](Self::params) for a kernel that works in region `r`: its `scratch` and
-    /// channel table are the region's (allocated and exchanged with the peers by the first call
-    /// that needs it: `regions.rs`; the dispatch never sends a call here that would allocate
-    /// under CUDA-graph capture).
+    /// [`params`](Self::params) for a kernel that works in region `r` with `peers`: its
+    /// `scratch` and channel table are the region's (allocated, and traded with each peer, by
+    /// the first call that needs it: `regions.rs`; the dispatch never sends a call here that
+    /// would allocate or trade under CUDA-graph capture).
     pub fn params_in(
         &self,
         r: Region,
+        peers: Peers,
         mode: CollectiveMode,
         data: (DataType, KernelOp),
     ) -> Result<CollectiveParams> {
         let mut p = self.params(mode, data);
-        if let Some(b) = self.regions.get(self, r)? {
-            p.scratch = b.buffer.ptr();
-            p.channels = b.table.ptr().cast();
+        if let Some((scratch, table)) = self.regions.get(self, r, peers)? {
+            p.scratch = scratch;
+            p.channels = table.cast();
         }
         Ok(p)
     }

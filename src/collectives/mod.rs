@@ -64,12 +64,14 @@ mod select;
 #[cfg(test)]
 mod select_pin;
 mod setup;
+pub mod typed;
 
 pub use algo::{Algorithm, Collective};
 pub use config::{CollectiveConfig, Limit, Setting};
 pub use reduction::{KernelOp, Reduction, Scalar, element_bits};
 pub use registry::Registration;
 pub use scratch::{MemoryPlan, memory_plan};
+pub use typed::{Bf16, DeviceVec, Element, F8E4M3, F8E5M2, F16};
 
 use std::sync::Arc;
 
@@ -415,7 +417,12 @@ impl Collectives {
     /// [`Error::NotRegistrable`]: mscclpp_host::Error::NotRegistrable
     /// [`Error::RegistryFull`]: mscclpp_host::Error::RegistryFull
     /// [`Error::RegistrationRefused`]: mscclpp_host::Error::RegistrationRefused
-    pub fn register_buffer(&self, ptr: DevicePtr<u8>, bytes: usize) -> Result<Registration> {
+    ///
+    /// # Safety
+    /// The range stays allocated until it is deregistered (NCCL's contract too): a call on
+    /// memory allocated later at the same addresses would be taken for a call on this
+    /// registration, and the peers would reach the old allocation.
+    pub unsafe fn register_buffer(&self, ptr: DevicePtr<u8>, bytes: usize) -> Result<Registration> {
         let cx = &self.cx;
         cx.ensure_healthy()?;
         cx.registry
@@ -437,7 +444,11 @@ impl Collectives {
     /// and nothing stays registered). A window is a registration whose peers' addresses the
     /// host knows, for calls with the buffers at the same offset of the window on every rank
     /// (NCCL's symmetric buffers).
-    pub fn register_window(&self, ptr: DevicePtr<u8>, bytes: usize) -> Result<Registration> {
+    ///
+    /// # Safety
+    /// As [`register_buffer`](Self::register_buffer): the range stays allocated until the
+    /// window is deregistered.
+    pub unsafe fn register_window(&self, ptr: DevicePtr<u8>, bytes: usize) -> Result<Registration> {
         let cx = &self.cx;
         cx.ensure_healthy()?;
         let slot = cx.registry.free_window_slot();
@@ -585,7 +596,7 @@ impl Collectives {
         !capturing
             || u.scratch
                 .iter()
-                .all(|&r| self.cx.regions.is_ready(r, &self.cx.layout))
+                .all(|&r| self.cx.regions.is_ready(&self.cx, r, args.peers()))
     }
 
     /// Allocates every scratch region the collectives otherwise allocate on first use
@@ -596,7 +607,7 @@ impl Collectives {
     pub fn prepare(&self) -> Result<()> {
         for r in [scratch::Region::Ll128, scratch::Region::Staging] {
             if self.cx.layout.region_len(r) > 0 {
-                self.cx.regions.get(&self.cx, r)?;
+                self.cx.regions.get(&self.cx, r, regions::Peers::All)?;
             }
         }
         Ok(())
