@@ -113,7 +113,7 @@ impl Communicator {
     /// no communicator (`Ok(None)`).
     ///
     /// The new communicator uses the same device and this communicator's bootstrap links:
-    /// its bootstrap is a [`SubBootstrap`](crate::bootstrap::SubBootstrap) (no new sockets),
+    /// its bootstrap is a [`SubBootstrap`] (no new sockets),
     /// with tags of its own. It has its own status (abort flag), registered memories and
     /// health monitor: aborting or dropping this communicator leaves it running (the links
     /// stay open while either uses them). One all-gather of 16 bytes per rank over this

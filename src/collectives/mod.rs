@@ -3,9 +3,17 @@
 //! `send_recv`, in place or out of place, any element count, on a caller's stream.
 //!
 //! [`Collectives::new`] connects every rank to every other on its node (CUDA IPC / shared
-//! memory), allocates a scratch buffer per rank that every peer maps, builds one row of
-//! MemoryChannels (one per peer) for each block the kernels may use (`setup.rs`), and sets up
-//! every algorithm. The kernels are in `mscclpp_device::collectives`.
+//! memory), allocates a scratch buffer per rank that every peer maps (the LL16 region; the
+//! others on first use, `scratch.rs`), builds one row of MemoryChannels (one per peer) for
+//! each block the kernels may use (`setup.rs`), starts the registration service
+//! (`registry.rs`) and sets up every algorithm. The built-in kernels' module is loaded once per
+//! device and shared (a split's collectives reuse it). The kernels are in
+//! `mscclpp_device::collectives`.
+//!
+//! Three ways to call: the raw `unsafe` calls on any device memory and any stream (a caller's,
+//! borrowed with `Gpu::borrow_stream`); the same on buffers registered ahead
+//! ([`Collectives::register_buffer`], windows, [`Collectives::mem_alloc`]), which send no
+//! bootstrap message; and the safe typed calls on [`DeviceVec`]s (`typed.rs`).
 //!
 //! Where things are:
 //!
@@ -17,8 +25,11 @@
 //! | `config.rs` | [`CollectiveConfig`], from one table of settings (defaults per backend, environment variables, limits) |
 //! | `scratch.rs` | the scratch layout (LL16, LL128, staging regions; the copy-engine scratch) |
 //! | `context.rs` | what the algorithms share: parameter blocks (the one place that sets a kernel's mode), health checks, the record of what ran |
-//! | `registered.rs` | the callers' buffers registered on first use and exchanged on every call of the direct and copy-engine paths |
-//! | `setup.rs` | the checks and the wiring of set-up |
+//! | `registered.rs` | the callers' buffers registered on first use and exchanged on every call of the direct and copy-engine paths (and the export and mapping caches the registry shares) |
+//! | `registry.rs` | buffers registered ahead, exchanged once through the peers' registration services; what makes a call "registered" |
+//! | `regions.rs` | the scratch regions allocated on first use and traded with each peer once |
+//! | `typed.rs` | [`DeviceVec`], [`Element`] and the safe typed calls |
+//! | `setup.rs` | the checks and the wiring of set-up; the shared module of the built-in kernels |
 //!
 //! Algorithms (chosen by size unless the caller forces one with [`Algorithm`]; each file says
 //! more, the selection table says when):
@@ -40,12 +51,23 @@
 //!   from `direct_min_bytes`; all-reduce from `ce_all_reduce_min_bytes`): the copy engines on
 //!   the registered buffers.
 //!
-//! The direct and copy-engine paths cost one bootstrap message per peer per call (host side),
-//! which a CUDA graph pays once, at capture. They need every buffer to be device memory this
-//! process allocated with an exportable allocator (`cuMemAlloc`, e.g. PyTorch's caching
-//! allocator), 16-byte aligned and a multiple of 16 bytes long, on at most
-//! [`MAX_DIRECT_RANKS`](mscclpp_shared::MAX_DIRECT_RANKS) ranks; otherwise every rank takes
-//! the staged path.
+//! On unregistered buffers the direct and copy-engine paths cost one bootstrap message per
+//! peer per call (host side). On registered buffers (`registry.rs`) they cost none: the direct
+//! kernel learns the peers' buffers from descriptors its peers write into its scratch, and the
+//! copy engines are not taken (they would need the peers' addresses on the host). They need
+//! every buffer to be device memory this process allocated with an exportable allocator
+//! (`cuMemAlloc`, e.g. PyTorch's caching allocator), 16-byte aligned and a multiple of 16 bytes
+//! long, on at most [`MAX_DIRECT_RANKS`](mscclpp_shared::MAX_DIRECT_RANKS) ranks; otherwise
+//! every rank takes the staged path (registered: every rank refuses the call, see
+//! `registry.rs`).
+//!
+//! Under CUDA-graph capture (`Stream::is_capturing`, so a capture begun by a caller on a
+//! borrowed stream counts) a call neither allocates nor waits on the host: algorithms that
+//! would exchange unregistered buffers with the peers, or need a scratch region not yet traded
+//! with the call's peers, are not taken (the next row of the selection table is; a forced one
+//! is refused). So captured calls on unregistered buffers take LL, LL128 or staging; register
+//! the buffers to capture direct calls, and run one eager call of each kind (or
+//! [`Collectives::prepare`]) before capturing. Every rank must capture the same calls.
 //!
 //! Measured on 2×H200: see BENCHMARKS.md.
 //!

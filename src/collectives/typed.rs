@@ -12,7 +12,7 @@
 //! event before it frees its memory (`Drop`) and before the host reads or writes it. Dropping
 //! a vector still in use therefore waits (device waits are bounded by the spin limit), and
 //! forgetting one (`mem::forget`) only leaks it. A scalar of a pre-multiplied sum in device
-//! memory ([`Scalar::Device`](super::Scalar::Device)) is a raw pointer: the typed calls refuse
+//! memory ([`Scalar::Device`]) is a raw pointer: the typed calls refuse
 //! it.
 //!
 //! | CUDA | here |

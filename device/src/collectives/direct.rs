@@ -32,7 +32,7 @@
 //! # Registered buffers (no host exchange)
 //!
 //! When `registry` is set the host knows only this rank's buffers; each block learns the
-//! peers' itself ([`publish`], [`resolve`]), so that no host message names them:
+//! peers' itself (`publish`, `resolve`), so that no host message names them:
 //!
 //! 1. Before its first barrier, thread `q` of block `b` writes this rank's descriptor (`mine`:
 //!    each buffer's registration slot, generation and offset, a digest of the call, and
