@@ -317,7 +317,9 @@ fn ref_shapes(cfg: &CollectiveConfig, backend: BackendKind, x: u64) -> [LaunchCo
     // `launch_direct(work = x)`.
     let most = cfg.direct_blocks.min(cfg.max_blocks) as usize;
     let blocks = (x as usize).div_ceil(cfg.direct_block_bytes).clamp(1, most) as u32;
-    let direct = LaunchConfig::new(blocks, cfg.direct_threads).with_shared_mem(16);
+    // The direct kernel keeps every rank's buffers in shared memory since registered buffers
+    // (16 bytes before: `mscclpp_shared::DIRECT_SHARED_BYTES`, 16 + 16 * MAX_DIRECT_RANKS).
+    let direct = LaunchConfig::new(blocks, cfg.direct_threads).with_shared_mem(16 + 16 * 8);
     [ll, ll128, staged, direct]
 }
 
