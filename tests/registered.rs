@@ -392,3 +392,73 @@ fn registered_as_processes() {
     }
     child::run(3, TEST);
 }
+
+/// CUDA graphs (2 GPUs): calls captured on a stream borrowed by its handle (as PyTorch's is)
+/// send no bootstrap message: registered buffers take the direct
+/// kernel, unregistered ones (after `prepare`) LL or staging, never the exchange; the graph
+/// replays right.
+#[test]
+#[ignore = "needs CUDA"]
+fn captured_calls_neither_allocate_nor_exchange() {
+    use mscclpp::host::gpu::BackendKind;
+    if ranks::backend() != BackendKind::Cuda || !enough_devices(2, "captured calls") {
+        eprintln!("NOT RUN: captured calls need the CUDA backend and 2 GPUs");
+        return;
+    }
+    counted_threads(2, |comm, sends| {
+        let cfg = CollectiveConfig::for_backend(comm.gpu().kind());
+        let n = 2;
+        // Above LL128's and below the copy engines' sizes: the direct kernel's on the table.
+        let m = (cfg.direct_min_bytes.max(cfg.ll128_max_bytes) * 2) / 4;
+        let c = Collectives::with_config(Arc::new(comm), cfg)?;
+        let comm = c.communicator().clone();
+        c.prepare()?;
+        let owner = comm.gpu().stream()?;
+        // SAFETY: the owner outlives the borrowed stream.
+        let st = unsafe { comm.gpu().borrow_stream(owner.raw()) }?;
+        let (reg_in, reg_out) = (comm.gpu().alloc(m * 4)?, comm.gpu().alloc(n * m * 4)?);
+        let (raw_in, raw_out) = (comm.gpu().alloc(m * 4)?, comm.gpu().alloc(n * m * 4)?);
+        // SAFETY: the buffers outlive the collectives' use of them.
+        unsafe { c.register_buffer(reg_out.ptr(), n * m * 4) }?;
+        let r = comm.rank();
+        let x: Vec<u32> = (0..m).map(|i| value(r, 0, i)).collect();
+        fill(&reg_in, 0, &x);
+        fill(&raw_in, 0, &x);
+        comm.barrier()?;
+        let before = sends.get();
+        let mut ran = Vec::new();
+        let graph = st.capture(|| -> mscclpp::host::Result<()> {
+            // SAFETY: the buffers outlive the graph's replays below.
+            unsafe { c.all_gather(reg_in.ptr(), reg_out.ptr(), m, DataType::U32, &st, None) }?;
+            ran.push(c.last_algorithm());
+            // SAFETY: as above.
+            unsafe { c.all_gather(raw_in.ptr(), raw_out.ptr(), m, DataType::U32, &st, None) }?;
+            ran.push(c.last_algorithm());
+            Ok(())
+        })?;
+        assert_eq!(sends.get(), before, "capture sent nothing");
+        assert_eq!(ran[0], Some(Algorithm::Direct), "registered: direct");
+        assert!(
+            matches!(
+                ran[1],
+                Some(Algorithm::Staged | Algorithm::LlOneShot | Algorithm::Ll128)
+            ),
+            "unregistered under capture: {:?}",
+            ran[1]
+        );
+        for _ in 0..3 {
+            // SAFETY: as above.
+            unsafe { graph.launch(&st) }?;
+        }
+        st.synchronize()?;
+        assert!(comm.status().error().is_none());
+        for out in [&reg_out, &raw_out] {
+            let got = read(out, 0, n * m);
+            for q in 0..n {
+                let want: Vec<u32> = (0..m).map(|i| value(q, 0, i)).collect();
+                assert_eq!(&got[q * m..(q + 1) * m], &want[..], "part {q}");
+            }
+        }
+        comm.barrier()
+    });
+}
