@@ -41,6 +41,9 @@ pub struct RegistrySlot {
 
 static_assertions::assert_eq_size!(RegistrySlot, [u64; 4]);
 
+/// Bytes of one [`RegistrySlot`].
+pub const SLOT_BYTES: usize = core::mem::size_of::<RegistrySlot>();
+
 /// One buffer of a call on registered buffers: where it lies in its owner's registration.
 #[repr(C, align(8))]
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]

@@ -148,8 +148,9 @@ impl ScratchLayout {
 /// What one rank's collectives allocate in device memory, by when ([`memory_plan`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemoryPlan {
-    /// At set-up (`Collectives::new`): the LL16 region, the channel table and the LL flags
-    /// (the semaphores and the status block are a few words more).
+    /// At set-up (`Collectives::new`): the LL16 region and the descriptors, the channel
+    /// table, the LL flags and the table of the peers' registrations (the semaphores and the
+    /// status block are a few words more).
     pub at_creation: usize,
     /// On the first call of an algorithm that needs it: each lazily allocated region, named,
     /// with the algorithms that need it.
@@ -168,7 +169,10 @@ pub fn memory_plan(cfg: &CollectiveConfig, ranks: usize) -> MemoryPlan {
         (Region::CopyEngine, "ce (all-reduce)"),
     ];
     MemoryPlan {
-        at_creation: layout.len() + table + 16,
+        at_creation: layout.len()
+            + table
+            + 16
+            + ranks * mscclpp_shared::REGISTRY_SLOTS * mscclpp_shared::registry::SLOT_BYTES,
         on_first_use: regions
             .iter()
             .map(|&(r, who)| {
