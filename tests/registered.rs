@@ -210,7 +210,8 @@ fn registered_calls_send_no_bootstrap_message() {
 }
 
 /// Memory of `mem_alloc` is registered already: calls on it send nothing; `mem_free` takes it
-/// back. Windows: symmetric, the same slot everywhere, calls on them send nothing.
+/// back. Windows: symmetric, the same slot everywhere, calls on them send nothing (the direct
+/// kernel, and the copy engines at their sizes).
 #[test]
 fn mem_alloc_and_windows_send_nothing() {
     if !enough_devices(3, "registered buffers") {
@@ -281,6 +282,45 @@ fn mem_alloc_and_windows_send_nothing() {
         }
         c.deregister_window(w2)?;
         c.deregister_window(w1)?;
+        // Windows at the copy engines' sizes: all-gather and send_recv by copy engine, the
+        // peers' addresses from the windows, still no message.
+        let big = (cfg.ce_min_bytes + 4096) / 4;
+        let (ci, co) = (comm.gpu().alloc(big * 4)?, comm.gpu().alloc(n * big * 4)?);
+        // SAFETY: the buffers outlive the windows.
+        let (w3, w4) = unsafe {
+            (
+                c.register_window(ci.ptr(), big * 4)?,
+                c.register_window(co.ptr(), n * big * 4)?,
+            )
+        };
+        let xb: Vec<u32> = (0..big).map(|i| value(r, 1, i)).collect();
+        fill(&ci, 0, &xb);
+        comm.barrier()?;
+        let before = sends.get();
+        // SAFETY: the windows hold what the calls move until the synchronize.
+        unsafe { c.all_gather(ci.ptr(), co.ptr(), big, DataType::U32, &st, None) }?;
+        st.synchronize()?;
+        assert_eq!(c.last_algorithm(), Some(Algorithm::CopyEngine));
+        let got = read(&co, 0, n * big);
+        for q in 0..n {
+            let want: Vec<u32> = (0..big).map(|i| value(q, 1, i)).collect();
+            assert_eq!(
+                &got[q * big..(q + 1) * big],
+                &want[..],
+                "window all-gather part {q}"
+            );
+        }
+        let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+        // SAFETY: as above (the output at offset 0 of its window on every rank).
+        unsafe { c.send_recv(ci.ptr(), next, co.ptr(), prev, big, DataType::U32, &st) }?;
+        st.synchronize()?;
+        assert_eq!(c.last_algorithm(), Some(Algorithm::CopyEngine));
+        assert_eq!(sends.get(), before, "copy engines on windows send nothing");
+        let want: Vec<u32> = (0..big).map(|i| value(prev, 1, i)).collect();
+        assert_eq!(read(&co, 0, big), want, "window send_recv");
+        comm.barrier()?;
+        c.deregister_window(w4)?;
+        c.deregister_window(w3)?;
         // A window of another size on one rank: refused on every rank, nothing kept.
         let len = if r == 1 { m * 4 - 16 } else { m * 4 };
         match unsafe { c.register_window(wi.ptr(), len) } {

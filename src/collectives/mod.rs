@@ -54,7 +54,8 @@
 //! On unregistered buffers the direct and copy-engine paths cost one bootstrap message per
 //! peer per call (host side). On registered buffers (`registry.rs`) they cost none: the direct
 //! kernel learns the peers' buffers from descriptors its peers write into its scratch, and the
-//! copy engines are not taken (they would need the peers' addresses on the host). They need
+//! copy engines, which need the peers' addresses on the host, are taken only where the outputs
+//! are windows (all-gather, broadcast, `send_recv`). They need
 //! every buffer to be device memory this process allocated with an exportable allocator
 //! (`cuMemAlloc`, e.g. PyTorch's caching allocator), 16-byte aligned and a multiple of 16 bytes
 //! long, on at most [`MAX_DIRECT_RANKS`](mscclpp_shared::MAX_DIRECT_RANKS) ranks; otherwise
@@ -603,15 +604,19 @@ impl Collectives {
     }
 
     /// Whether `a` may take `args` now. On registered buffers (`args.reg`), of the algorithms
-    /// on the callers' buffers only the direct kernel (it learns the peers' buffers itself;
-    /// the copy engines would need their addresses on the host). Under CUDA-graph capture,
+    /// on the callers' buffers the direct kernel (it learns the peers' buffers itself), and the
+    /// copy engines where the host knows the peers' addresses (outputs in windows). Under CUDA-graph capture,
     /// nothing that allocates or waits on the host: no per-call exchange of unregistered
     /// buffers, no scratch region not allocated yet.
     fn usable(&self, a: Algorithm, args: &Args, capturing: bool) -> bool {
         let u = a.unit();
         if u.registered {
             return match args.reg {
-                Some(_) => a == Algorithm::Direct,
+                Some(_) => {
+                    a == Algorithm::Direct
+                        || a == Algorithm::CopyEngine
+                            && algo::copy_engine::CopyEngine::takes_registered(args)
+                }
                 None => !capturing,
             };
         }

@@ -53,7 +53,11 @@
 //! passes registered buffers, or none does (a rank whose buffers are registered takes the
 //! registered path without asking the others: a mismatch leaves the other side waiting in its
 //! exchange until the deadline, and the kernel of this side gives up at its spin limit; both
-//! fail, typed, and nothing is written). Registered calls never decline: a rank whose buffers
+//! fail, typed, and nothing is written). The direct kernel takes registered calls; the copy
+//! engines take those whose outputs are windows (all-gather, broadcast, `send_recv`), copying
+//! into the peers' windows at this rank's offset (NCCL's symmetric rule; the length is
+//! checked against the window, so nothing lands outside it). Registered calls never decline:
+//! a rank whose buffers
 //! do not suit the direct kernel (misaligned, overlapping the wrong way) says so in its
 //! descriptor and every rank's kernel refuses the launch
 //! ([`RegisteredRefusal`](mscclpp_shared::RegisteredRefusal)), recorded as
@@ -230,6 +234,18 @@ impl Registry {
                 )
             })
         })
+    }
+
+    /// Peer `q`'s window in window slot `slot` as mapped here: `(base, len)` (the copy
+    /// engines need the peers' addresses on the host). Windows come and go collectively, so
+    /// the peer's window in a slot is the one this rank registered in the same call.
+    pub fn peer_window(&self, q: usize, slot: u32) -> Option<(DevicePtr<u8>, usize)> {
+        if (slot as usize) < FIRST_WINDOW_SLOT {
+            return None;
+        }
+        let m = lock(&self.peers.mirror);
+        let s = m.get(q)?.get(slot as usize)?.as_ref()?;
+        Some((s.base, s.len as usize))
     }
 
     /// Registers `[ptr, ptr + len)` in a free slot below [`FIRST_WINDOW_SLOT`] (or, for a

@@ -217,11 +217,11 @@ pub(crate) fn choose(
 
 /// What a call is refused as when the algorithm it needs cannot take it now: under CUDA-graph
 /// capture, an algorithm that would allocate or exchange buffers with the peers on the host;
-/// on registered buffers, the copy engines.
+/// on registered buffers, the copy engines unless the outputs are windows.
 pub(crate) const UNUSABLE_IN_CAPTURE: &str = "this algorithm on this call now (under CUDA-graph \
      capture nothing that allocates or exchanges buffers with the peers: run one call eagerly \
      or Collectives::prepare before capturing, or register the buffers; on registered \
-     buffers the copy engines are not taken, the direct kernel is)";
+     buffers the copy engines need windows, for all-gather, broadcast and send_recv)";
 
 /// What `call` runs, forced to `forced` or not, when every rank's buffers can (`registered`)
 /// or cannot be shared; `Err` with what is unsupported. The dispatch's steps, without a GPU:
