@@ -140,10 +140,10 @@ struct CollOpts {
     /// 0 on the CPU backend, which has no graphs]
     #[arg(short = 'G', long = "cudagraph", value_name = "N")]
     graph_launches: Option<u32>,
-    /// Register the buffers with the collectives once, before the sweep
-    /// (`Collectives::register_buffer`, NCCL's `ncclCommRegister`): the direct kernel then
-    /// learns the peers' buffers itself, so no call sends a bootstrap message or waits on the
-    /// host, eager (`-G 0`) or captured; the copy engines are not taken
+    /// Register the buffers with the collectives once, before the sweep, as windows
+    /// (`Collectives::register_window`, NCCL's `ncclCommWindowRegister`): no call then sends a
+    /// bootstrap message or waits on the host, eager (`-G 0`) or captured (the direct kernel
+    /// learns the peers' buffers itself; the copy engines find them in the windows)
     #[arg(long)]
     registered: bool,
     /// Ranks as threads, one GPU each; ignored under a launcher [default: every GPU when

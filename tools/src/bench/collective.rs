@@ -660,8 +660,9 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
     if a.registered {
         for buf in [&r.send, &r.recv] {
             if !buf.is_empty() {
-                // SAFETY: the buffers live until after the deregistration at the end.
-                registrations.push(unsafe { coll.register_buffer(buf.ptr(), buf.len()) }?);
+                // Windows (every rank's buffers have the same size): the copy engines take
+                // them too. SAFETY: the buffers live until after the deregistration below.
+                registrations.push(unsafe { coll.register_window(buf.ptr(), buf.len()) }?);
             }
         }
         comm.bootstrap().barrier()?;
@@ -692,8 +693,8 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
         rows.push(row);
     }
     comm.bootstrap().barrier()?;
-    for reg in registrations {
-        coll.deregister(reg)?;
+    for reg in registrations.into_iter().rev() {
+        coll.deregister_window(reg)?;
     }
     drop(base);
     Ok((rank == 0).then_some((info, rows)))
