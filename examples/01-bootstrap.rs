@@ -1,9 +1,10 @@
 //! 01 — Bootstrap: how ranks find each other.
 //!
 //! Every mscclpp program starts here. Rank 0 binds a root address, which together with a random
-//! session magic makes the `UniqueId`; every rank (rank 0 included) calls `TcpBootstrap::init`
-//! with its rank, the world size and that id, and the ranks end up connected to each other over
-//! TCP. The bootstrap then carries the small set-up messages of everything else (memory handles,
+//! session magic and a random secret makes the `UniqueId`; every rank (rank 0 included) calls
+//! `TcpBootstrap::init` with its rank, the world size and that id, proves that it holds the
+//! secret, and the ranks end up linked to each other over TCP (a tree, plus links opened on
+//! first use). The bootstrap then carries the small set-up messages of everything else (memory handles,
 //! connection info), plus a few collectives: `all_gather`, `barrier`, `broadcast`.
 //!
 //! Here the ranks are threads of one process on loopback. In a real job they are processes, and

@@ -38,7 +38,9 @@ if [ "$#" -gt 0 ]; then select=("$@"); else select=(--workspace); fi
 command -v python3 >/dev/null || { echo "gpu-bundle: python3 is needed to read cargo's JSON" >&2; exit 1; }
 
 # Reads cargo's JSON messages on stdin; prints "<kind>\t<package dir>\t<target name>\t<path>"
-# for every executable: kind `test` for test harness binaries, `bin` for the rest.
+# for every executable: kind `test` for test harness binaries, `bin` for the rest; and kind
+# `lib` for every shared library a `cdylib` target builds (the drop-in libnccl.so.2's tests
+# load it from next to their binary).
 list_executables() {
     python3 -c '
 import json, os, sys
@@ -51,9 +53,16 @@ for line in sys.stdin:
         m = json.loads(line)
     except ValueError:
         continue
-    if m.get("reason") != "compiler-artifact" or not m.get("executable"):
+    if m.get("reason") != "compiler-artifact":
         continue
     t = m["target"]
+    if "cdylib" in t.get("crate_types", []):
+        pkg_dir = os.path.relpath(os.path.dirname(m["manifest_path"]), root)
+        for f in m.get("filenames", []):
+            if f.endswith(".so"):
+                print("\t".join(["lib", pkg_dir, os.path.basename(f), f]))
+    if not m.get("executable"):
+        continue
     kind = "test" if m["profile"]["test"] else "bin"
     pkg_dir = os.path.relpath(os.path.dirname(m["manifest_path"]), root)
     name = t["name"] + ("" if kind == "bin" else "-" + "-".join(t["kind"]))
@@ -76,7 +85,10 @@ declare -A source_of=()
 copy() { # kind pkg_dir name path
     local dest="$bundle/tests/$3"
     if [ "$1" = bin ]; then dest="$bundle/bin/$3"; fi
+    # A shared library lies next to the test binaries that load it; the test and the build
+    # passes report it at two paths (deps/ and its copy): the first is taken.
     local key="${dest#"$bundle"/}"
+    if [ "$1" = lib ] && [ -n "${source_of[$key]:-}" ]; then return 0; fi
     if [ -n "${source_of[$key]:-}" ]; then
         [ "${source_of[$key]}" = "$4" ] && return 0
         echo "gpu-bundle: two executables would be $key: ${source_of[$key]} and $4 ($2); rename one target" >&2
@@ -84,7 +96,11 @@ copy() { # kind pkg_dir name path
     fi
     source_of[$key]="$4"
     cp "$4" "$dest"
-    strip --strip-all "$dest" 2>/dev/null || echo "gpu-bundle: could not strip $dest" >&2
+    if [ "$1" = lib ]; then
+        strip --strip-unneeded "$dest" 2>/dev/null || echo "gpu-bundle: could not strip $dest" >&2
+    else
+        strip --strip-all "$dest" 2>/dev/null || echo "gpu-bundle: could not strip $dest" >&2
+    fi
     printf '%s\t%s\t%s\n' "$1" "$2" "$key" >>"$bundle/manifest.tsv"
 }
 while IFS=$'\t' read -r kind pkg name path; do

@@ -3,10 +3,11 @@
 
 use mscclpp_device::collectives as c;
 use mscclpp_device::kernels as k;
+use mscclpp_device::test_kernels as t;
 use mscclpp_host::gpu::KernelSpec;
 use mscclpp_shared::{
     BlockSumParams, BlockVoteParams, CollectiveParams, CopyParams, DirectCollectiveParams,
-    FifoPushParams, PingPongParams, PortPingPongParams,
+    FifoPushParams, P2pParams, PingPongParams, PortPingPongParams, TestKernelParams,
 };
 
 /// `copy_kernel`: grid-stride copy.
@@ -42,6 +43,9 @@ pub const LL_ALL_REDUCE: KernelSpec<CollectiveParams> =
 /// `ll_all_gather_kernel`: the LL all-gather in a kernel of its own.
 pub const LL_ALL_GATHER: KernelSpec<CollectiveParams> =
     KernelSpec::new("ll_all_gather_kernel", c::ll_all_gather_kernel);
+/// `ll_reduce_kernel`: the LL reduce to a root, every type and operator.
+pub const LL_REDUCE: KernelSpec<CollectiveParams> =
+    KernelSpec::new("ll_reduce_kernel", c::ll_reduce_kernel);
 /// `ll128_all_reduce_kernel`: the all-reduce with LL128 lines (medium messages).
 pub const LL128_ALL_REDUCE: KernelSpec<CollectiveParams> =
     KernelSpec::new("ll128_all_reduce_kernel", c::ll128_all_reduce_kernel);
@@ -60,6 +64,9 @@ pub const STAGED_COLLECTIVE: KernelSpec<CollectiveParams> =
 /// `direct_collective_kernel`: every collective on the callers' registered buffers.
 pub const DIRECT_COLLECTIVE: KernelSpec<DirectCollectiveParams> =
     KernelSpec::new("direct_collective_kernel", c::direct_collective_kernel);
+
+/// `p2p_kernel`: the point-to-point engine (a batch of sends and receives to any peers).
+pub const P2P: KernelSpec<P2pParams> = KernelSpec::new("p2p_kernel", c::p2p_kernel);
 
 // The `_any` twins of the reducing kernels: every type and operator but the common sums
 // (f16, bf16, f32), which the kernels above reduce without paying for the others in registers.
@@ -90,6 +97,15 @@ pub const DIRECT_COLLECTIVE_ANY: KernelSpec<DirectCollectiveParams> = KernelSpec
     c::direct_collective_any_kernel,
 );
 
+/// `reduce_words_test_kernel`: `reduce_word` over arrays (tests of the GPU's packed f16x2 and
+/// bf16x2 sums against a host reference).
+pub const TEST_REDUCE_WORDS: KernelSpec<TestKernelParams> =
+    KernelSpec::new("reduce_words_test_kernel", t::reduce_words_test_kernel);
+/// `ll128_blocks_test_kernel`: LL128 lines from block 0 to block 1 of one launch (tests of the
+/// GPU's whole-line stores on one GPU).
+pub const TEST_LL128_BLOCKS: KernelSpec<TestKernelParams> =
+    KernelSpec::new("ll128_blocks_test_kernel", t::ll128_blocks_test_kernel);
+
 /// Every built-in kernel's entry point name (checked against the PTX by a test).
 pub const ALL_NAMES: &[&str] = &[
     COPY.name,
@@ -102,14 +118,18 @@ pub const ALL_NAMES: &[&str] = &[
     LL_COLLECTIVE.name,
     LL_ALL_REDUCE.name,
     LL_ALL_GATHER.name,
+    LL_REDUCE.name,
     LL128_ALL_REDUCE.name,
     LL128_COLLECTIVE.name,
     LL_TWO_SHOT_ALL_REDUCE.name,
     STAGED_COLLECTIVE.name,
     DIRECT_COLLECTIVE.name,
+    P2P.name,
     LL_COLLECTIVE_ANY.name,
     LL128_COLLECTIVE_ANY.name,
     LL_TWO_SHOT_ALL_REDUCE_ANY.name,
     STAGED_COLLECTIVE_ANY.name,
     DIRECT_COLLECTIVE_ANY.name,
+    TEST_REDUCE_WORDS.name,
+    TEST_LL128_BLOCKS.name,
 ];

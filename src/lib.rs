@@ -12,6 +12,7 @@
 //! | [`host`] (`mscclpp-host`) | backends, bootstrap, communicator, transports, proxy | `src/*.cc` |
 //! | `mscclpp` (this crate) | facade, collectives, kernel registry, embedded PTX | `mscclpp` Python/C++ front |
 //! | `mscclpp-tools` (`tools/`, not a dependency) | `mscclpp-bench`, `mscclpp-run`, `mscclpp-info` | `mscclpp-test`, `mpirun` |
+//! | `mscclpp-nccl` (`nccl/`, not a dependency) | the drop-in `libnccl.so.2`: NCCL's C API over [`collectives`] | the NCCL API shim (`apps/nccl`) |
 //!
 //! The libraries emit `tracing` events and install no subscriber; programs without one of
 //! their own call `mscclpp_log::init()` (crate `mscclpp-log`, `log/`), which shows them as

@@ -7,6 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::values::MARKER;
 use common::{module, pattern, ranks_as_processes, ranks_as_threads};
 use mscclpp::device::packet::packets_for;
 use mscclpp::host::communicator::Communicator;
@@ -34,6 +35,7 @@ fn memory_and_packet_ping_pong(comm: Communicator) {
     let t = Transport::local_for(g.kind());
     let conn = connect(&comm);
     let recv_buf = g.alloc(BYTES).unwrap();
+    recv_buf.copy_from_host(0, &[MARKER; BYTES]).unwrap();
     let src = g.alloc(BYTES).unwrap();
     let pkts = g.alloc(packets_for::<LL16Packet>(BYTES) * 16).unwrap();
     src.copy_from_host(0, &pattern(BYTES, rank as u8)).unwrap();
@@ -110,6 +112,7 @@ fn port_ping_pong(comm: Communicator) {
     let t = Transport::local_for(g.kind());
     let conn = connect(&comm);
     let recv_buf = g.alloc(BYTES).unwrap();
+    recv_buf.copy_from_host(0, &[MARKER; BYTES]).unwrap();
     let src = g.alloc(BYTES).unwrap();
     src.copy_from_host(0, &pattern(BYTES, 10 + rank as u8))
         .unwrap();
@@ -154,7 +157,7 @@ fn port_ping_pong(comm: Communicator) {
             pattern(BYTES, 10 + peer as u8),
             "rank {rank} flush {flush}"
         );
-        recv_buf.copy_from_host(0, &vec![0u8; BYTES]).unwrap();
+        recv_buf.copy_from_host(0, &[MARKER; BYTES]).unwrap();
         comm.bootstrap().barrier().unwrap();
     }
     svc.stop().unwrap();
@@ -276,7 +279,9 @@ const DONE_TAG: u64 = 99;
 
 #[test]
 fn memory_channel_threads() {
-    ranks_as_threads(2, memory_and_packet_ping_pong);
+    if common::enough_gpus("memory_channel_threads", 2) {
+        ranks_as_threads(2, memory_and_packet_ping_pong);
+    }
 }
 
 #[test]
@@ -289,7 +294,9 @@ fn memory_channel_processes() {
 
 #[test]
 fn port_channel_threads() {
-    ranks_as_threads(2, port_ping_pong);
+    if common::enough_gpus("port_channel_threads", 2) {
+        ranks_as_threads(2, port_ping_pong);
+    }
 }
 
 #[test]
@@ -302,7 +309,9 @@ fn port_channel_processes() {
 
 #[test]
 fn abort_releases_waiters() {
-    ranks_as_threads(2, abort_releases_a_waiting_kernel);
+    if common::enough_gpus("abort_releases_waiters", 2) {
+        ranks_as_threads(2, abort_releases_a_waiting_kernel);
+    }
 }
 
 #[test]

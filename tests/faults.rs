@@ -3,7 +3,14 @@
 //! processes. Every survivor must get an
 //! error, or have its kernel released with `Error::Remote` naming the victim, within
 //! [`RELEASE_WITHIN`], and then exit cleanly; the parent waits for every child (none is left
-//! behind) and checks that no `/dev/shm/*mscclpp*` file appeared.
+//! behind). Every step's error is checked for its type (and the rank it names).
+//!
+//! Memory: the CPU backend's device memory is one memfd per allocation (nothing ever appears
+//! in `/dev/shm`, so a check there could not fail); what a failed communicator could leak is
+//! its mappings and descriptors of its own and the dead rank's memory. So on the CPU backend
+//! each survivor checks, once its case has dropped everything, that no `memfd:mscclpp-`
+//! mapping or descriptor is left in its process (and, in the cases that queue work, that it
+//! had some while it waited, so the check sees what it looks for).
 //!
 //! Each test prints the survivors' release times (`cargo test --test faults -- --nocapture`).
 //!
@@ -16,7 +23,6 @@
 
 mod common;
 
-use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -48,26 +54,64 @@ const SURVIVOR_LINGER: Duration = Duration::from_millis(500);
 /// The cases share two cores; run one at a time so the release times mean something.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn shm_files() -> BTreeSet<String> {
-    std::fs::read_dir("/dev/shm")
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.to_lowercase().contains("mscclpp"))
-                .collect()
-        })
+/// This process's mappings and descriptors of CPU-backend device memory (`memfd:mscclpp-…`,
+/// its own allocations and those of peers it opened), as lines naming each.
+fn memfds() -> Vec<String> {
+    const NAME: &str = "memfd:mscclpp-";
+    let mut found: Vec<String> = std::fs::read_to_string("/proc/self/maps")
         .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(NAME))
+        .map(|l| format!("mapping {l}"))
+        .collect();
+    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+        for e in fds.flatten() {
+            if let Ok(link) = std::fs::read_link(e.path())
+                && link.to_string_lossy().contains(NAME)
+            {
+                found.push(format!(
+                    "fd {} -> {}",
+                    e.file_name().to_string_lossy(),
+                    link.display()
+                ));
+            }
+        }
+    }
+    found
+}
+
+/// On the CPU backend, a survivor's check once its case returned (everything it made
+/// dropped): within a few seconds (threads that held the communicator wind down) no
+/// mapping or descriptor of device memory is left.
+fn expect_memory_released() {
+    if common::backend() != BackendKind::Cpu {
+        println!("FAULT memory check NOT RUN: it reads the CPU backend's memfd mappings");
+        return;
+    }
+    let start = Instant::now();
+    loop {
+        let left = memfds();
+        if left.is_empty() {
+            println!("FAULT_MEMORY_RELEASED");
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "device memory still mapped 5 s after the case dropped it:\n{}",
+            left.join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Parent side: runs `n` ranks of `test`, where rank `victim` kills itself; checks every
 /// survivor exited successfully within the bound, the victim died of SIGKILL, every child was
 /// reaped and no shared-memory file was left.
 fn run_fault(test: &str, n: usize, victim: usize) {
-    if !enough_devices(test, n) {
+    if !common::enough_gpus(test, n) {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let before = shm_files();
     let t0 = Instant::now();
     let ends = common::ranks_as_processes_bounded(n, test, HANG_GUARD);
     let took = t0.elapsed();
@@ -138,24 +182,16 @@ fn run_fault(test: &str, n: usize, victim: usize) {
             e.output
         );
     }
-    let leaked: Vec<_> = shm_files().difference(&before).cloned().collect();
-    assert!(leaked.is_empty(), "files left in /dev/shm: {leaked:?}");
-    println!("{test}: whole case {took:?}");
-}
-
-/// Whether the backend under test has a device for each of `n` ranks (always on the CPU
-/// backend, whose ranks may share its one device; on CUDA, one GPU per rank). Says `NOT RUN`
-/// when not.
-fn enough_devices(test: &str, n: usize) -> bool {
-    let kind = common::backend();
-    let devices = kind.device_count().expect("device count");
-    let enough = kind == BackendKind::Cpu || devices >= n;
-    if !enough {
-        eprintln!(
-            "NOT RUN: {test} needs {n} GPUs (one per rank), the {kind:?} backend has {devices}"
-        );
+    if common::backend() == BackendKind::Cpu {
+        for (r, e) in ends.iter().enumerate().filter(|(r, _)| *r != victim) {
+            assert!(
+                e.output.contains("FAULT_MEMORY_RELEASED"),
+                "survivor rank {r} did not report its memory released:\n{}",
+                e.output
+            );
+        }
     }
-    enough
+    println!("{test}: whole case {took:?}");
 }
 
 fn now_ns() -> u128 {
@@ -205,6 +241,37 @@ fn expect_remote(comm: &Communicator, victim: usize, deadline: Instant) {
     }
 }
 
+/// Whether `e` is what a survivor may get from work that waited for the dead `victim`: the
+/// communicator's verdict naming it, or a device wait that the abort released.
+fn released_error(e: &Error, victim: usize) -> bool {
+    match e {
+        Error::Remote { rank, .. } => *rank == victim,
+        Error::Device { code, .. } => *code == mscclpp::shared::DeviceErrorCode::Aborted,
+        _ => false,
+    }
+}
+
+/// Whether `e` is what a survivor's collective call may be refused with once `victim` died:
+/// as [`released_error`] (the communicator's first recorded error, a released device wait),
+/// or the registered paths' per-call exchange finding the victim's bootstrap link closed.
+fn refused_error(e: &Error, victim: usize) -> bool {
+    released_error(e, victim)
+        || matches!(e, Error::BootstrapPeerClosed { peer, .. } if peer.rank == Some(victim))
+}
+
+/// Whether `e` is what `Collectives::new` may fail with once `victim` died: the
+/// communicator's verdict naming it, a send to the victim's closed bootstrap link (before the
+/// verdict), or (the victim died after sending its buffers' handles) opening the victim's
+/// memory, which died with it.
+fn setup_error(e: &Error, victim: usize) -> bool {
+    match e {
+        Error::Remote { rank, .. } => *rank == victim,
+        Error::BootstrapPeerClosed { peer, .. } => peer.rank == Some(victim),
+        Error::IpcOpen { owner_device, .. } => *owner_device as usize == victim,
+        _ => false,
+    }
+}
+
 /// The survivor's check after queuing work that waits for the victim: the stream finishes (or
 /// fails) within the bound and the communicator names the victim.
 fn expect_released(comm: &Communicator, stream: &Stream, start: Instant, victim: usize) {
@@ -214,7 +281,10 @@ fn expect_released(comm: &Communicator, stream: &Stream, start: Instant, victim:
     match done {
         Ok(true) => {}
         Ok(false) => panic!("the kernel still waits for dead rank {victim} after {waited:?}"),
-        Err(e) => println!("FAULT the stream reported: {e}"),
+        Err(e) => {
+            assert!(released_error(&e, victim), "the stream reported {e:?}");
+            println!("FAULT the stream reported: {e}")
+        }
     }
     assert!(waited < RELEASE_WITHIN, "released only after {waited:?}");
     expect_remote(comm, victim, start + RELEASE_WITHIN);
@@ -238,7 +308,10 @@ fn setup_before(comm: Communicator, victim: usize) {
     mark_released();
     match got {
         Ok(_) => panic!("Collectives::new succeeded with rank {victim} dead"),
-        Err(e) => println!("FAULT Collectives::new failed after {waited:?}: {e}"),
+        Err(e) => {
+            assert!(setup_error(&e, victim), "Collectives::new gave {e:?}");
+            println!("FAULT Collectives::new failed after {waited:?}: {e}")
+        }
     }
     assert!(waited < RELEASE_WITHIN, "Collectives::new took {waited:?}");
     expect_remote(&comm, victim, start + RELEASE_WITHIN);
@@ -344,7 +417,10 @@ fn setup_during(bs: TcpBootstrap, victim: usize, at_op: usize, linger: Duration)
     mark_released();
     match got {
         Ok(_) => panic!("Collectives::new succeeded with rank {victim} dead"),
-        Err(e) => println!("FAULT Collectives::new failed after {waited:?}: {e}"),
+        Err(e) => {
+            assert!(setup_error(&e, victim), "Collectives::new gave {e:?}");
+            println!("FAULT Collectives::new failed after {waited:?}: {e}")
+        }
     }
     assert!(waited < RELEASE_WITHIN, "Collectives::new took {waited:?}");
     expect_remote(&comm, victim, start + RELEASE_WITHIN);
@@ -410,10 +486,16 @@ fn port_transfer(comm: Communicator, victim: usize) {
         stop_took < RELEASE_WITHIN,
         "stopping the proxy took {stop_took:?}"
     );
+    // The proxy's own sticky error, if it had one, is about the dead rank.
+    if let Err(e) = &stopped {
+        assert!(refused_error(e, victim), "stopping the proxy gave {e:?}");
+    }
 }
 
-/// (c) A few good all-reduces of `algo`, then the victim skips the next one and dies while the
-/// survivor is inside it.
+/// (c) A few good all-reduces of `algo`; then both ranks queue the next one, but the
+/// victim's stream is held by a gate kernel that never finishes, so its part never runs and
+/// the survivor's waits inside its own part (a kernel, or the copy engines' barriers) for it;
+/// the victim dies while the survivor is in there (checked: its work cannot have finished).
 fn all_reduce_inside(comm: Communicator, victim: usize, algo: Algorithm, count: usize) {
     let comm = Arc::new(comm);
     let c = Collectives::new(comm.clone()).expect("collectives");
@@ -452,29 +534,72 @@ fn all_reduce_inside(comm: Communicator, victim: usize, algo: Algorithm, count: 
     }
     comm.bootstrap().barrier().unwrap();
     if comm.rank() == victim {
+        let _gate = hold_stream(&stream);
+        // Its host part (the registered paths' per-call exchange) runs with the survivors'.
+        queue().expect("the victim's all-reduce was refused");
         std::thread::sleep(DIE_AFTER);
         die_now();
     }
     let start = Instant::now();
-    let queued = queue();
-    if let Err(e) = queued {
-        println!("FAULT all_reduce refused: {e}");
-    }
-    expect_released(&comm, &stream, start, victim);
-    // Later calls fail at once or are released at once; none hangs.
-    let again = Instant::now();
-    let queued = queue();
-    let finished = queued.is_err() || stream.synchronize_timeout(RELEASE_WITHIN).is_ok();
-    assert!(finished, "a later all-reduce hung");
-    println!(
-        "FAULT a later all-reduce ended in {} ms ({})",
-        again.elapsed().as_millis(),
-        if queued.is_err() {
-            "refused"
-        } else {
-            "released"
-        }
+    queue().expect("the survivor's all-reduce was refused while every rank was alive");
+    assert!(
+        !stream.query().unwrap(),
+        "the survivor's all-reduce finished without the victim's part"
     );
+    expect_released(&comm, &stream, start, victim);
+    assert!(
+        !memfds().is_empty() || common::backend() != BackendKind::Cpu,
+        "no device memory seen"
+    );
+    // Later calls fail at once (naming the victim) or are released at once; none hangs.
+    let again = Instant::now();
+    match queue() {
+        Err(e) => {
+            assert!(refused_error(&e, victim), "a later all-reduce gave {e:?}");
+            println!(
+                "FAULT a later all-reduce was refused in {} ms: {e}",
+                again.elapsed().as_millis()
+            );
+        }
+        Ok(()) => {
+            match stream.synchronize_timeout(RELEASE_WITHIN) {
+                Ok(true) => {}
+                Ok(false) => panic!("a later all-reduce hung"),
+                Err(e) => assert!(released_error(&e, victim), "a later all-reduce gave {e:?}"),
+            }
+            println!(
+                "FAULT a later all-reduce was released in {} ms",
+                again.elapsed().as_millis()
+            );
+        }
+    }
+}
+
+/// Holds `stream` with a kernel that never finishes by itself (a FIFO push into a full FIFO
+/// that nobody drains, with no spin limit): what is queued behind it does not run. For a
+/// victim, which dies with it; the returned owners keep the FIFO and its status alive.
+fn hold_stream(
+    stream: &Stream,
+) -> (
+    mscclpp::host::fifo::Fifo,
+    mscclpp::host::status::StatusBlock,
+) {
+    use mscclpp::host::fifo::Fifo;
+    use mscclpp::host::status::StatusBlock;
+    let g = stream.gpu();
+    let status = StatusBlock::new(g, 0).unwrap();
+    let fifo = Fifo::new(g, 2).unwrap();
+    let m = module(g);
+    let k = m.kernel(kernels::FIFO_PUSH).unwrap();
+    let p = mscclpp::shared::FifoPushParams {
+        status: status.device_ptr(),
+        fifo: fifo.device_handle(status.device_ptr()),
+        per_thread: 3,
+        reserved: 0,
+    };
+    // SAFETY: the FIFO and the status live until the process dies (returned to the caller).
+    unsafe { stream.launch(&k, LaunchConfig::new(1, 1), p) }.unwrap();
+    (fifo, status)
 }
 
 macro_rules! fault_case {
@@ -483,7 +608,10 @@ macro_rules! fault_case {
         #[test]
         fn $name() {
             match common::child_communicator() {
-                Some(comm) => ($body)(comm, $victim),
+                Some(comm) => {
+                    ($body)(comm, $victim);
+                    expect_memory_released();
+                }
                 None => run_fault(stringify!($name), $n, $victim),
             }
         }
@@ -504,7 +632,10 @@ macro_rules! setup_case {
         #[test]
         fn $name() {
             match common::child_bootstrap() {
-                Some(bs) => setup_during(bs, 2, $at, $linger),
+                Some(bs) => {
+                    setup_during(bs, 2, $at, $linger);
+                    expect_memory_released();
+                }
                 None => run_fault(stringify!($name), 3, 2),
             }
         }
@@ -623,7 +754,7 @@ fault_case!(
 /// comes (ranks as threads): `Error::Aborted` within [`WATCHED_WITHIN`].
 #[test]
 fn abort_ends_a_bootstrap_barrier() {
-    if !enough_devices("abort_ends_a_bootstrap_barrier", 2) {
+    if !common::enough_gpus("abort_ends_a_bootstrap_barrier", 2) {
         return;
     }
     common::ranks_as_threads(2, |comm| {
@@ -687,8 +818,9 @@ fault_case!(
     |c, v| all_reduce_inside(c, v, Algorithm::TwoShotPut, 64 * 1024)
 );
 fault_case!(
-    /// (c) The victim dies while the survivor is inside the pipelined copy-engine all-reduce
-    /// (its per-call exchange, or the barriers of its three streams).
+    /// (c) The victim dies while the survivor is inside the pipelined copy-engine all-reduce:
+    /// past its per-call exchange (the victim made it too), its three streams wait at the copy
+    /// engines' barriers for the victim's part, which the victim's gate kernel holds back.
     killed_inside_all_reduce_copy_engine, 2, 1,
     |c, v| all_reduce_inside(c, v, Algorithm::CopyEngine, 64 * 1024)
 );

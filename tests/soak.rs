@@ -64,10 +64,10 @@ impl Rng {
     }
 }
 
-/// A small integer for element `i` of `rank`'s input of call `call`: exact in every type, also
-/// summed over the ranks.
+/// A small integer for element `i` of `rank`'s input of call `call` (a hash of the three, see
+/// [`common::values::value`]): exact in every type, also summed over the ranks.
 fn value(call: usize, rank: usize, i: usize) -> f64 {
-    ((call * 5 + rank * 7 + i * 13) % 23) as f64 - 5.0 * ((i + rank + call) % 2) as f64
+    common::values::value(rank, call, i)
 }
 
 /// `rank`'s input of call `call`: `count` elements.
@@ -239,7 +239,7 @@ fn soak(c: &Collectives, ops: usize) -> Tally {
         let mine = |parts: usize| input(call_no, dtype, me, count * parts);
         let v = |r: usize, idx: usize| value(call_no, r, idx);
         // Poison the output, so that an element the collective forgets is caught.
-        outb.copy_from_host(out_off, &vec![0xa5; n * count * es])
+        outb.copy_from_host(out_off, &vec![common::values::MARKER; n * count * es])
             .unwrap();
         let (queued, want, out_len): (_, Vec<f64>, usize) = match call {
             Call::AllReduce { op, algo, in_place } => {

@@ -199,3 +199,199 @@ pub unsafe fn read_packet<P: Packet>(
     })?;
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    //! Packets on the host build, in host memory: layouts, payload tails at every length and
+    //! alignment, several "threads" sharing the work, stale flags, and the abort.
+
+    extern crate std;
+    use std::vec;
+    use std::vec::Vec;
+
+    use super::*;
+
+    /// Bytes that differ everywhere (no period a misplaced word could hide in).
+    fn data(n: usize, seed: u32) -> Vec<u8> {
+        (0..n as u32)
+            .map(|i| {
+                (i.wrapping_mul(2_654_435_761) ^ seed.wrapping_mul(40_503)).rotate_left(i % 29)
+                    as u8
+            })
+            .collect()
+    }
+
+    #[test]
+    fn packets_are_laid_out_as_the_shared_structs_say() {
+        let mut p16 = LL16Packet::default();
+        let mut p8 = LL8Packet::default();
+        // SAFETY: both are live, aligned packets.
+        unsafe {
+            LL16Packet::store(&mut p16, [0x1111_1111, 0x2222_2222], 7);
+            LL8Packet::store(&mut p8, [0x3333_3333, 0x4444_4444], 9);
+        }
+        assert_eq!(
+            (p16.data1, p16.flag1, p16.data2, p16.flag2),
+            (0x1111_1111, 7, 0x2222_2222, 7)
+        );
+        assert_eq!((p8.data, p8.flag), (0x3333_3333, 9));
+        // SAFETY: as above.
+        unsafe {
+            assert_eq!(LL16Packet::load(&p16, 7), Some([0x1111_1111, 0x2222_2222]));
+            assert_eq!(LL16Packet::load(&p16, 8), None);
+            assert_eq!(LL8Packet::load(&p8, 9), Some([0x3333_3333, 0]));
+            assert_eq!(LL8Packet::load(&p8, 7), None);
+        }
+        // Half a packet fresh, half stale (a torn write as the reader may see it): not ready.
+        for (f1, f2) in [(7, 6), (6, 7)] {
+            let half = LL16Packet {
+                data1: 1,
+                flag1: f1,
+                data2: 2,
+                flag2: f2,
+            };
+            // SAFETY: as above.
+            assert_eq!(unsafe { LL16Packet::load(&half, 7) }, None, "{f1} {f2}");
+        }
+    }
+
+    #[test]
+    fn payloads_round_trip_at_every_length_and_alignment() {
+        let src = data(24, 1);
+        for len in 0..=9 {
+            for at in 0..4 {
+                let mut back = vec![0xa5u8; 16];
+                // SAFETY: `src` holds `at + len` bytes and `back` 16.
+                unsafe {
+                    let w16 = read_payload::<LL16Packet>(src.as_ptr().add(at), len);
+                    write_payload::<LL16Packet>(back.as_mut_ptr().add(at), w16, len);
+                }
+                let n = len.min(8);
+                let mut want = vec![0xa5u8; 16];
+                want[at..at + n].copy_from_slice(&src[at..at + n]);
+                assert_eq!(back, want, "LL16 len {len} at {at}");
+                // The words carry the bytes little-endian, zero past the end.
+                // SAFETY: as above.
+                let w = unsafe { read_payload::<LL16Packet>(src.as_ptr().add(at), len) };
+                let mut le = [0u8; 8];
+                le[..n].copy_from_slice(&src[at..at + n]);
+                assert_eq!(
+                    w,
+                    [
+                        u32::from_le_bytes([le[0], le[1], le[2], le[3]]),
+                        u32::from_le_bytes([le[4], le[5], le[6], le[7]])
+                    ],
+                    "LL16 words, len {len} at {at}"
+                );
+                let mut back = vec![0xa5u8; 16];
+                // SAFETY: as above.
+                unsafe {
+                    let w8 = read_payload::<LL8Packet>(src.as_ptr().add(at), len);
+                    assert_eq!(w8[1], 0, "LL8 carries one word");
+                    write_payload::<LL8Packet>(back.as_mut_ptr().add(at), w8, len);
+                }
+                let n = len.min(4);
+                let mut want = vec![0xa5u8; 16];
+                want[at..at + n].copy_from_slice(&src[at..at + n]);
+                assert_eq!(back, want, "LL8 len {len} at {at}");
+            }
+        }
+    }
+
+    /// `put_packets` then `unpack_packets` of `bytes` bytes, the work split over `threads`
+    /// callers (run one after another), from and to buffers `at` bytes into their allocation.
+    fn round_trip<P: Packet + Default>(bytes: usize, threads: usize, at: usize, flag: u32) {
+        let src = data(bytes + at, flag);
+        let mut pkts: Vec<P> = vec![P::default(); packets_for::<P>(bytes) + 1];
+        for tid in 0..threads {
+            // SAFETY: `src` holds `at + bytes`, `pkts` the packets for `bytes`.
+            unsafe {
+                put_packets(
+                    pkts.as_mut_ptr(),
+                    src.as_ptr().add(at),
+                    bytes,
+                    tid,
+                    threads,
+                    flag,
+                )
+            };
+        }
+        // Every packet carries its bytes of the data and zeros past the end (a read past the
+        // end of the source would put other bytes there, or fault on a GPU).
+        let mut carried = vec![0u8; packets_for::<P>(bytes) * P::PAYLOAD];
+        carried[..bytes].copy_from_slice(&src[at..at + bytes]);
+        for (i, chunk) in carried.chunks(P::PAYLOAD).enumerate() {
+            let mut le = [0u8; 8];
+            le[..P::PAYLOAD].copy_from_slice(chunk);
+            let want = [
+                u32::from_le_bytes([le[0], le[1], le[2], le[3]]),
+                u32::from_le_bytes([le[4], le[5], le[6], le[7]]),
+            ];
+            // SAFETY: a live, aligned packet.
+            let got = unsafe { P::load(&pkts[i], flag) };
+            assert_eq!(got, Some(want), "packet {i} of {bytes} B at +{at}");
+        }
+        let mut out = vec![0xa5u8; bytes + at + 8];
+        for tid in 0..threads {
+            // SAFETY: as above; `out` holds `at + bytes` and more.
+            let r = unsafe {
+                unpack_packets(
+                    out.as_mut_ptr().add(at),
+                    pkts.as_ptr(),
+                    bytes,
+                    tid,
+                    threads,
+                    flag,
+                    DevicePtr::NULL,
+                )
+            };
+            assert_eq!(r, Ok(()));
+        }
+        let mut want = vec![0xa5u8; bytes + at + 8];
+        want[at..at + bytes].copy_from_slice(&src[at..at + bytes]);
+        assert_eq!(out, want, "{} B by {threads} threads at +{at}", bytes);
+        // The packet past the last one is untouched.
+        // SAFETY: a live, aligned packet.
+        assert!(unsafe { P::load(&pkts[packets_for::<P>(bytes)], flag) }.is_none());
+    }
+
+    #[test]
+    fn put_and_unpack_round_trip() {
+        assert_eq!(packets_for::<LL16Packet>(17), 3);
+        assert_eq!(packets_for::<LL8Packet>(17), 5);
+        assert_eq!(packets_for::<LL16Packet>(16), 2);
+        for bytes in [1, 4, 7, 8, 9, 31, 64, 101] {
+            for threads in [1, 3] {
+                for at in [0, 1, 4] {
+                    round_trip::<LL16Packet>(bytes, threads, at, 5);
+                    round_trip::<LL8Packet>(bytes, threads, at, 6);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_stale_flag_waits_until_the_abort() {
+        let mut status = DeviceStatus {
+            abort: 1,
+            ..DeviceStatus::default()
+        };
+        let st = DevicePtr::from_ptr(&mut status as *mut DeviceStatus);
+        let mut p = LL16Packet::default();
+        // SAFETY: a live, aligned packet.
+        unsafe { LL16Packet::store(&mut p, [1, 2], 3) };
+        // SAFETY: as above.
+        assert_eq!(unsafe { read_packet(&p, 3, st) }, Ok([1, 2]));
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { read_packet(&p, 4, st) },
+            Err(DeviceErrorCode::Aborted)
+        );
+        assert_eq!(status.error_code, DeviceErrorCode::Aborted as u32);
+        let mut out = [0u8; 8];
+        // SAFETY: as above; `out` holds 8 bytes.
+        let r = unsafe { unpack_packets(out.as_mut_ptr(), &p, 8, 0, 1, 4, st) };
+        assert_eq!(r, Err(DeviceErrorCode::Aborted));
+        assert_eq!(out, [0; 8], "nothing written from a stale packet");
+    }
+}

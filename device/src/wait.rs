@@ -4,7 +4,9 @@
 //! the first 64 polls, then about 100 ns of `nanosleep`; on the host yields, then sleeps);
 //! every [`ABORT_CHECK_INTERVAL`] iterations it reads the
 //! `DeviceStatus::abort` word (host-mapped, relaxed system-scope load), and after
-//! `DeviceStatus::spin_limit` iterations (0 = no limit) it gives up. Either way it records the
+//! `DeviceStatus::spin_limit` iterations (0 = no limit) it gives up; on the host build (the CPU
+//! backend) it also gives up, as a timeout, once `MSCCLPP_SPIN_TIMEOUT_MS` has passed
+//! ([`arch::host::SPIN_TIMEOUT_ENV`]; the GPU has no time bound). Either way it records the
 //! first error of the status word (`error_code` by compare-and-swap from 0, then
 //! `error_detail`, then a system fence) and returns the code, so kernels can return early and
 //! the host can turn the code into a typed error. See `mscclpp_shared::status`.
@@ -13,8 +15,16 @@ use crate::arch;
 use mscclpp_shared::status::error_detail;
 use mscclpp_shared::{DeviceErrorCode, DevicePtr, DeviceStatus, WaitSite};
 
-/// Iterations between two reads of the abort flag.
-pub const ABORT_CHECK_INTERVAL: u64 = 1024;
+/// Iterations between two reads of the abort flag (and of the host build's time bound): 1024
+/// on the GPU, where the flag is host-mapped memory across PCIe; 64 on the host build (the CPU
+/// backend), where the read is a cache hit and every poll past the first 64 sleeps, so that
+/// 1024 polls were a second or more on a loaded machine for each wait an abort must end (a
+/// pipelined copy-engine all-reduce queues dozens, one after another).
+pub const ABORT_CHECK_INTERVAL: u64 = if cfg!(target_arch = "nvptx64") {
+    1024
+} else {
+    64
+};
 /// Spin limit used when a handle carries no status (a bug in the caller, but never a hang).
 pub const FALLBACK_SPIN_LIMIT: u64 = 1 << 32;
 
@@ -88,6 +98,9 @@ fn spin(
     // never touch it; the limit is fetched together with the first abort check.
     let mut limit = u64::MAX;
     let mut iteration: u64 = 0;
+    // The host build's time bound (`MSCCLPP_SPIN_TIMEOUT_MS`); on nvptx a unit whose `passed`
+    // is constant false, so the GPU's loop is the same as without it.
+    let deadline = arch::spin_deadline();
     loop {
         arch::spin_step(iteration);
         if ready() {
@@ -95,9 +108,17 @@ fn spin(
         }
         iteration += 1;
         if iteration.is_multiple_of(ABORT_CHECK_INTERVAL) {
-            if agree(aborted(status)) {
-                record_error(status, DeviceErrorCode::Aborted, error_detail(site, addr));
-                return Err(DeviceErrorCode::Aborted);
+            let abort = aborted(status);
+            let late = deadline.passed();
+            // One vote for both reasons, so the lanes of a warp leave together.
+            if agree(abort || late) {
+                let code = if late && !abort {
+                    DeviceErrorCode::Timeout
+                } else {
+                    DeviceErrorCode::Aborted
+                };
+                record_error(status, code, error_detail(site, addr));
+                return Err(code);
             }
             if iteration == ABORT_CHECK_INTERVAL {
                 limit = if status.is_null() {

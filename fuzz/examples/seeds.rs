@@ -6,9 +6,10 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
+use mscclpp_host::auth::Nonce;
 use mscclpp_host::bootstrap::wire::{
-    self, Abort, AbortCode, Accept, DataHeader, Join, PeerHello, Reject, RejectCode, Table,
-    TableEntry,
+    self, Abort, AbortCode, Accept, Challenge, DataHeader, Hello, Join, Notice, Proof, Purpose,
+    Reject, RejectCode, Table, TableEntry,
 };
 use mscclpp_host::bootstrap::{BootstrapConfig, TcpBootstrap, UniqueId};
 use mscclpp_host::communicator::Communicator;
@@ -38,9 +39,7 @@ fn main() -> mscclpp_host::Result<()> {
 
     // bootstrap_frames: pick & 0x0f chooses the decoder, pick >> 4 the world size - 1.
     let join = Join {
-        magic: 7,
-        rank: 1,
-        size: 4,
+        tag: [0x5a; 32],
         listen: v4,
         host_hash: 99,
         deadline_ms: 30_000,
@@ -85,16 +84,38 @@ fn main() -> mscclpp_host::Result<()> {
         "abort",
         &picked(0x34, &body(abort.encode())),
     );
-    let hello = PeerHello {
+    let hello = Hello {
         magic: 7,
+        purpose: Purpose::Link,
         from: 2,
-        size: 3,
         to: 0,
+        size: 3,
+        nonce: Nonce([0x11; 32]),
+    };
+    write("bootstrap_frames", "hello", &picked(5, &hello.body()));
+    let challenge = Challenge {
+        nonce: Nonce([0x22; 32]),
+        tag: [0x33; 32],
     };
     write(
         "bootstrap_frames",
-        "hello",
-        &picked(5, &body(hello.encode())),
+        "challenge",
+        &picked(8, &body(challenge.encode())),
+    );
+    let proof = Proof { tag: [0x44; 32] };
+    write(
+        "bootstrap_frames",
+        "proof",
+        &picked(9, &body(proof.encode())),
+    );
+    let notice = Notice {
+        rank: 2,
+        reason: "closed its bootstrap connection".into(),
+    };
+    write(
+        "bootstrap_frames",
+        "notice",
+        &picked(0x3a, &notice.encode()),
     );
     let accept = Accept { magic: 7, rank: 0 };
     write(
@@ -147,11 +168,13 @@ fn main() -> mscclpp_host::Result<()> {
             id: 3,
             offset: 64,
             len: 4096,
+            key: 0x0123_4567_89ab_cdef,
         },
         Frame::Update {
             id: 1,
             offset: 8,
             value: 5,
+            key: 0xfedc_ba98_7654_3210,
         },
         Frame::Flush { seq: 9 },
         Frame::Ack { seq: 9 },
@@ -166,10 +189,11 @@ fn main() -> mscclpp_host::Result<()> {
         );
     }
     let hs = Handshake {
-        kind: HandshakeKind::Hello,
+        kind: HandshakeKind::Challenge,
         from: 1,
         to: 0,
-        token: 42,
+        nonce: [0x55; 32],
+        tag: [0x66; 32],
     };
     write("ethernet_frames", "handshake", &picked(1, &hs.encode()));
     let info = EndpointInfo {

@@ -1,4 +1,5 @@
-//! Fuzz target: every decoder of the bootstrap's wire frames (`mscclpp_host::bootstrap::wire`).
+//! Fuzz target: every decoder of the bootstrap's wire frames (`mscclpp_host::bootstrap::wire`),
+//! the authenticated handshake's (`Hello`, `Challenge`, `Join`, `Proof`) and notices included.
 //! The first byte picks the decoder (and a world size for the size-dependent ones); the rest
 //! is the input. Decoders must never panic; a body that decodes must re-encode to exactly the
 //! bytes it came from (no two encodings of one value, nothing ignored).
@@ -47,12 +48,8 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         5 => {
-            if let Ok(h) = wire::PeerHello::decode(input) {
-                assert_eq!(
-                    body_of(&h.encode()),
-                    input,
-                    "PeerHello re-encodes differently"
-                );
+            if let Ok(h) = wire::Hello::decode(input) {
+                assert_eq!(h.body(), input, "Hello re-encodes differently");
             }
         }
         6 => {
@@ -62,6 +59,28 @@ fuzz_target!(|data: &[u8]| {
         }
         7 => {
             let _ = wire::Reject::decode(input);
+        }
+        8 => {
+            if let Ok(c) = wire::Challenge::decode(input) {
+                assert_eq!(
+                    body_of(&c.encode()),
+                    input,
+                    "Challenge re-encodes differently"
+                );
+            }
+        }
+        9 => {
+            if let Ok(p) = wire::Proof::decode(input) {
+                assert_eq!(body_of(&p.encode()), input, "Proof re-encodes differently");
+            }
+        }
+        10 => {
+            if let Ok(n) = wire::Notice::decode(input, size) {
+                assert!(n.rank < size, "Notice names rank ≥ size");
+                if std::str::from_utf8(&input[8..]).is_ok() {
+                    assert_eq!(n.encode(), input, "Notice re-encodes differently");
+                }
+            }
         }
         _ => {
             let _ = wire::decode_addr(input);

@@ -388,6 +388,7 @@ impl Communicator {
             gpu: &self.gpu,
             registry: &self.registry,
             status: &self.status,
+            secret: self.bootstrap.secret(),
         };
         // Network transports prepare before the endpoints cross (a listener, a queue pair); a
         // local failure travels in the endpoint, so the peer fails at once with this rank's

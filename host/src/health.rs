@@ -103,6 +103,8 @@ impl WatchedBootstrap {
             Error::BootstrapPeerClosed { .. }
                 | Error::BootstrapTimeout { .. }
                 | Error::BootstrapIo { .. }
+                | Error::BootstrapPeerGone { .. }
+                | Error::BootstrapQueueFull { .. }
         ) {
             return e;
         }
@@ -164,6 +166,9 @@ impl Bootstrap for WatchedBootstrap {
     }
     fn forgo_goodbye(&self) {
         self.inner.forgo_goodbye()
+    }
+    fn secret(&self) -> Option<crate::auth::Secret> {
+        self.inner.secret()
     }
 }
 

@@ -4,6 +4,7 @@
 //!
 //! | module | holds |
 //! |---|---|
+//! | [`auth`] | mutual challenge–response authentication over a per-world secret (HMAC-SHA-256), for every handshake that admits a peer |
 //! | [`gpu`] | the device runtime: `cuda` and `cpu` backends behind one API |
 //! | [`error`] | the crate's error type |
 //! | [`bootstrap`] | TCP bootstrap: `UniqueId`, rank/size from launcher env, tagged send/recv, all-gather, barrier, broadcast |
@@ -37,13 +38,14 @@
 //! | 4 | `bootstrap`, `status` |
 //! | 3 | `gpu`, `numa` |
 //! | 2 | `error` |
-//! | 1 | `transport` |
+//! | 1 | `auth`, `transport` |
 //! | 0 | `backend`, `backoff`, `codec`, `random`, `socket`, `sync` |
 //!
 //! So the communicator sits on the connections, which sit on the registered memories, which sit
 //! on the GPU layer; nothing below knows the communicator.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod auth;
 mod backend;
 pub mod backoff;
 pub mod bootstrap;

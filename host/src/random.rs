@@ -1,9 +1,11 @@
 //! Random bytes: the one place the crate asks the kernel for randomness.
 //!
-//! Used for session magics ([`UniqueId`](crate::bootstrap::UniqueId)), shared-memory names,
-//! registration tokens and the stray-connection tokens of the network transports. None of
-//! these is a secret (the bootstrap has no authentication yet); they must only be unpredictable
-//! enough that two jobs, two processes or two connections never pick the same value.
+//! Used for the world's secret and the handshakes' nonces ([`crate::auth`]; these fail when the
+//! kernel has no randomness to give), session magics ([`UniqueId`](crate::bootstrap::UniqueId)),
+//! shared-memory names, registration tokens, the memories' network keys and the endpoint
+//! tokens of the network transports ([`token`]: these fall back to std's per-process random
+//! hasher keys, themselves from the kernel, mixed with the time and the process id, rather
+//! than fail).
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};

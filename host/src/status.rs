@@ -87,6 +87,13 @@ impl StatusBlock {
         if code == 0 {
             return None;
         }
+        if code == DeviceErrorCode::CountMismatch as u32 {
+            let (peer, sent_bytes) = mscclpp_shared::status::count_mismatch_parts(detail);
+            return Some(Error::CountMismatch {
+                peer: peer as usize,
+                sent_bytes,
+            });
+        }
         let site = match (detail >> 56) as u8 {
             1 => WaitSite::FifoPush,
             2 => WaitSite::FifoSync,

@@ -11,9 +11,13 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+mod bootstrap_util;
+
+use bootstrap_util::{connect_retry, forged, hello, join_by_hand};
 use mscclpp_host::Error;
+use mscclpp_host::auth::Secret;
 use mscclpp_host::bootstrap::wire::{
-    self, ControlHeader, Join, Kind, PeerHello, Reject, RejectCode,
+    self, ControlHeader, Hello, Kind, Proof, Purpose, Reject, RejectCode,
 };
 use mscclpp_host::bootstrap::{
     Bootstrap, BootstrapConfig, Launcher, RootSpec, TcpBootstrap, UniqueId, interface_ipv4,
@@ -457,10 +461,20 @@ fn wrong_size_and_wrong_magic_ranks_are_refused() {
             matches!(&e, Error::BootstrapRejected { peer, .. } if peer.rank == Some(0)),
             "{e}"
         );
-        let stranger = UniqueId::from_parts(id.root(), id.magic() ^ 1).unwrap();
+        let stranger = UniqueId::from_parts(id.root(), id.magic() ^ 1, *id.secret()).unwrap();
         let e = TcpBootstrap::init(BootstrapConfig::new(1, 2, stranger).with_timeout(timeout))
             .unwrap_err();
         assert!(matches!(&e, Error::BootstrapBadMagic { .. }), "{e}");
+        // The right magic and address without the secret: the root's proof does not check
+        // out, and the impostor gets nothing (not even a chance to send its own).
+        let impostor =
+            UniqueId::from_parts(id.root(), id.magic(), Secret::random().unwrap()).unwrap();
+        let e = TcpBootstrap::init(BootstrapConfig::new(1, 2, impostor).with_timeout(timeout))
+            .unwrap_err();
+        assert!(
+            matches!(&e, Error::BootstrapAuth { peer, .. } if peer.rank == Some(0)),
+            "{e}"
+        );
         // The root still serves the real rank 1.
         let bs1 = TcpBootstrap::init(BootstrapConfig::new(1, 2, id).with_timeout(timeout)).unwrap();
         let bs0 = root.join().unwrap().unwrap();
@@ -473,27 +487,14 @@ fn wrong_size_and_wrong_magic_ranks_are_refused() {
 
 // ---- hostile connections ----
 
-fn connect_retry(addr: SocketAddr) -> TcpStream {
-    let until = Instant::now() + Duration::from_secs(10);
-    loop {
-        match TcpStream::connect(addr) {
-            Ok(s) => return s,
-            Err(e) if Instant::now() < until => {
-                let _ = e;
-                thread::sleep(Duration::from_millis(10));
-            }
-            Err(e) => panic!("cannot connect to {addr}: {e}"),
-        }
-    }
-}
-
 fn connect_send(addr: SocketAddr, bytes: &[u8]) -> TcpStream {
     let mut s = connect_retry(addr);
     s.write_all(bytes).unwrap();
     s
 }
 
-/// Reads until EOF (or `limit`): the REJECT the listener sent, if any, and whether it closed.
+/// Reads until EOF (or `limit`): the REJECT the listener sent (after any other frames), if
+/// any, and whether it closed.
 fn answer(mut s: TcpStream, limit: Duration) -> (Option<Reject>, bool) {
     s.set_read_timeout(Some(limit)).unwrap();
     let mut got = Vec::new();
@@ -506,11 +507,23 @@ fn answer(mut s: TcpStream, limit: Duration) -> (Option<Reject>, bool) {
             Err(_) => break false,
         }
     };
-    let reject = (got.len() >= wire::CONTROL_HEADER_LEN)
-        .then(|| ControlHeader::decode(got[..wire::CONTROL_HEADER_LEN].try_into().unwrap()).ok())
-        .flatten()
-        .filter(|h| h.kind == Kind::Reject.code() && h.version == wire::VERSION)
-        .and_then(|_| Reject::decode(&got[wire::CONTROL_HEADER_LEN..]).ok());
+    let mut reject = None;
+    let mut at = 0;
+    while got.len() >= at + wire::CONTROL_HEADER_LEN {
+        let Ok(h) =
+            ControlHeader::decode(got[at..at + wire::CONTROL_HEADER_LEN].try_into().unwrap())
+        else {
+            break;
+        };
+        let end = at + wire::CONTROL_HEADER_LEN + h.body_len as usize;
+        if end > got.len() {
+            break;
+        }
+        if h.kind == Kind::Reject.code() {
+            reject = Reject::decode(&got[at + wire::CONTROL_HEADER_LEN..end]).ok();
+        }
+        at = end;
+    }
     (reject, closed)
 }
 
@@ -566,35 +579,27 @@ fn hostile_connections_on_the_root_port_are_rejected_while_ranks_join() {
     let (id, listener) = UniqueId::bind(loopback()).unwrap();
     let root = id.root();
     let hs = Duration::from_secs(2);
-    let fake = "127.0.0.1:9".parse().unwrap();
-    let join = |magic: u64, rank: usize, size: usize| {
-        Join {
+    let hello_with = |magic: u64, purpose: Purpose, rank: usize, size: usize| {
+        Hello {
             magic,
-            rank,
-            size,
-            listen: fake,
-            host_hash: 0,
-            deadline_ms: 1000,
+            ..hello(&id, purpose, rank, wire::ROOT, size)
         }
         .encode()
     };
 
     // The hostile clients connect first; they wait in the root's backlog.
     let garbage = connect_send(root, &random_bytes(64));
-    let wrong_magic = connect_send(root, &join(id.magic() ^ 0xdead, 1, 3));
-    let wrong_version = connect_send(root, &with_version(join(id.magic(), 1, 3), 99));
-    let oversized = connect_send(root, &oversized_header(Kind::Join));
-    let wrong_kind = connect_send(
+    let wrong_magic = connect_send(root, &hello_with(id.magic() ^ 0xdead, Purpose::Join, 1, 3));
+    let wrong_version = connect_send(
         root,
-        &PeerHello {
-            magic: id.magic(),
-            from: 1,
-            size: 3,
-            to: 0,
-        }
-        .encode(),
+        &with_version(hello_with(id.magic(), Purpose::Join, 1, 3), 99),
     );
-    let wrong_size = connect_send(root, &join(id.magic(), 1, 99));
+    let oversized = connect_send(root, &oversized_header(Kind::Hello));
+    let wrong_kind = connect_send(root, &Proof { tag: [0; 32] }.encode());
+    let wrong_purpose = connect_send(root, &hello_with(id.magic(), Purpose::Link, 1, 3));
+    let wrong_size = connect_send(root, &hello_with(id.magic(), Purpose::Join, 1, 99));
+    // Needs the root's CHALLENGE: runs while the ranks join.
+    let forger = thread::spawn(move || forged(root, &id, Purpose::Join, (1, wire::ROOT, 3)));
     let silent = connect_retry(root);
     drop(connect_retry(root)); // connects and leaves at once
     let dripper = drip(root);
@@ -641,7 +646,9 @@ fn hostile_connections_on_the_root_port_are_rejected_while_ranks_join() {
         ("wrong version", wrong_version, RejectCode::Version),
         ("oversized length", oversized, RejectCode::Malformed),
         ("wrong frame kind", wrong_kind, RejectCode::Unexpected),
+        ("link at the root", wrong_purpose, RejectCode::Unexpected),
         ("wrong world size", wrong_size, RejectCode::Mismatch),
+        ("forged JOIN", forger.join().unwrap(), RejectCode::Auth),
     ] {
         let (reject, closed) = answer(conn, limit);
         assert!(closed, "{name}: not closed");
@@ -679,12 +686,10 @@ fn hostile_connections_on_a_rank_listener_are_rejected_while_the_mesh_forms() {
 
         // Rank 1 listens (it cannot finish set-up before rank 2 exists); attack its listener.
         let m = id.magic();
-        let hello = |magic: u64, from: usize, to: usize| {
-            PeerHello {
+        let link_hello = |magic: u64, purpose: Purpose, from: usize, to: usize| {
+            Hello {
                 magic,
-                from,
-                size: 3,
-                to,
+                ..hello(&id, purpose, from, to, 3)
             }
             .encode()
         };
@@ -697,44 +702,41 @@ fn hostile_connections_on_a_rank_listener_are_rejected_while_the_mesh_forms() {
             ),
             (
                 "wrong magic",
-                connect_send(rank1, &hello(m ^ 1, 2, 1)),
+                connect_send(rank1, &link_hello(m ^ 1, Purpose::Link, 2, 1)),
                 RejectCode::BadMagic,
             ),
             (
                 "wrong version",
-                connect_send(rank1, &with_version(hello(m, 2, 1), wire::VERSION + 1)),
+                connect_send(
+                    rank1,
+                    &with_version(link_hello(m, Purpose::Link, 2, 1), wire::VERSION + 1),
+                ),
                 RejectCode::Version,
             ),
             (
                 "oversized length",
-                connect_send(rank1, &oversized_header(Kind::PeerHello)),
+                connect_send(rank1, &oversized_header(Kind::Hello)),
                 RejectCode::Malformed,
             ),
             (
                 "JOIN at a rank",
-                connect_send(
-                    rank1,
-                    &Join {
-                        magic: m,
-                        rank: 2,
-                        size: 3,
-                        listen: rank1,
-                        host_hash: 0,
-                        deadline_ms: 0,
-                    }
-                    .encode(),
-                ),
+                connect_send(rank1, &link_hello(m, Purpose::Join, 2, 1)),
                 RejectCode::Unexpected,
             ),
             (
                 "wrong target",
-                connect_send(rank1, &hello(m, 2, 0)),
+                connect_send(rank1, &link_hello(m, Purpose::Link, 2, 0)),
                 RejectCode::Mismatch,
             ),
             (
-                "lower rank",
-                connect_send(rank1, &hello(m, 0, 1)),
+                "itself",
+                connect_send(rank1, &link_hello(m, Purpose::Link, 1, 1)),
                 RejectCode::Unexpected,
+            ),
+            (
+                "forged proof",
+                forged(rank1, &id, Purpose::Link, (2, 1, 3)),
+                RejectCode::Auth,
             ),
         ];
         for (name, conn, code) in cases {
@@ -767,10 +769,15 @@ const ROLE: &str = "MSCCLPP_BS_TEST_ROLE";
 const EXPECT: &str = "MSCCLPP_BS_TEST_EXPECT";
 const CHILD_TEST: &str = "child_process_entry";
 
-/// The body of a child process (does nothing in a normal test run).
+/// The body of a child process, started by its parent test with `--ignored --exact` (so a
+/// normal run does not count it as a test).
 #[test]
+#[ignore = "child-process entry point, run by its parent test"]
 fn child_process_entry() {
     let Ok(role) = std::env::var(ROLE) else {
+        eprintln!(
+            "NOT RUN: child_process_entry is a child-process entry point; its parent test runs it"
+        );
         return;
     };
     let expect = std::env::var(EXPECT).unwrap_or_default();
@@ -802,17 +809,8 @@ fn child_process_entry() {
         "die-after-join" => {
             // Joins at the root like a real rank, says so, and waits to be killed.
             let cfg = BootstrapConfig::from_env().unwrap();
-            let id = cfg.root.unique_id().unwrap();
-            let mut s = TcpStream::connect(id.root()).unwrap();
-            let join = Join {
-                magic: id.magic(),
-                rank: cfg.rank,
-                size: cfg.size,
-                listen: "127.0.0.1:9".parse().unwrap(),
-                host_hash: 0,
-                deadline_ms: 20_000,
-            };
-            s.write_all(&join.encode()).unwrap();
+            let id = cfg.session().unwrap();
+            let _s = join_by_hand(&id, cfg.rank, cfg.size, "127.0.0.1:9".parse().unwrap());
             println!("JOINED");
             std::io::stdout().flush().unwrap();
             thread::sleep(Duration::from_secs(60));
@@ -857,7 +855,13 @@ fn spawn_child(
     timeout_ms: u64,
 ) -> ChildProc {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", CHILD_TEST, "--nocapture", "--test-threads=1"]);
+    cmd.args([
+        "--ignored",
+        "--exact",
+        CHILD_TEST,
+        "--nocapture",
+        "--test-threads=1",
+    ]);
     for v in LAUNCHER_VARS {
         cmd.env_remove(v);
     }
@@ -1004,10 +1008,13 @@ fn unique_id_round_trips_and_rejects_malformed_input() {
     let a = UniqueId::new("10.1.2.3:29500".parse().unwrap()).unwrap();
     let b = UniqueId::new("10.1.2.3:29500".parse().unwrap()).unwrap();
     assert_ne!(a.magic(), b.magic(), "magics are random");
+    assert_ne!(a.secret(), b.secret(), "secrets are random");
+    assert!(a.is_authenticated());
+    assert!(!format!("{a:?}").contains(&format!("{:02x}", a.secret().to_bytes()[0]).repeat(2)));
     assert_eq!(a.root(), "10.1.2.3:29500".parse().unwrap());
 
     let hex = a.to_hex();
-    assert_eq!(hex.len(), 80);
+    assert_eq!(hex.len(), 144);
     assert!(
         hex.bytes()
             .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
@@ -1025,13 +1032,13 @@ fn unique_id_round_trips_and_rejects_malformed_input() {
 
     let bad_hex = |s: &str| matches!(UniqueId::from_hex(s), Err(Error::BootstrapUniqueId { .. }));
     assert!(bad_hex(""));
-    assert!(bad_hex(&hex[..78]));
+    assert!(bad_hex(&hex[..142]));
     assert!(bad_hex(&format!("{hex}00")));
     assert!(bad_hex(&format!("g{}", &hex[1..])));
-    assert!(bad_hex(&format!("{}é", &hex[..78])));
+    assert!(bad_hex(&format!("{}é", &hex[..142])));
 
     let bytes = a.to_bytes();
-    let bad_bytes = |f: &dyn Fn(&mut [u8; 40])| {
+    let bad_bytes = |f: &dyn Fn(&mut [u8; 72])| {
         let mut b = bytes;
         f(&mut b);
         matches!(
@@ -1039,12 +1046,16 @@ fn unique_id_round_trips_and_rejects_malformed_input() {
             Err(Error::BootstrapUniqueId { .. })
         )
     };
-    assert!(bad_bytes(&|b| b[0] = 2)); // format
+    assert!(bad_bytes(&|b| b[0] = 1)); // format 1 (no secret)
+    assert!(bad_bytes(&|b| b[1] = 2)); // unknown flag
     assert!(bad_bytes(&|b| b[3] = 1)); // reserved
     assert!(bad_bytes(&|b| b[16] = 5)); // address family
     assert!(bad_bytes(&|b| b[16 + 24 - 1] = 1)); // IPv4 with a scope id
     assert!(bad_bytes(&|b| b[18..20].copy_from_slice(&[0, 0]))); // port 0
-    assert!(UniqueId::from_bytes(&bytes[..39]).is_err());
+    assert!(UniqueId::from_bytes(&bytes[..71]).is_err());
+    let mut other_secret = bytes;
+    other_secret[50] ^= 1;
+    assert_ne!(UniqueId::from_bytes(&other_secret).unwrap(), a);
 
     assert!(UniqueId::new("10.0.0.1:0".parse().unwrap()).is_err());
     assert!(UniqueId::new("0.0.0.0:5000".parse().unwrap()).is_err());
@@ -1063,6 +1074,22 @@ fn unique_id_round_trips_and_rejects_malformed_input() {
         UniqueId::for_addr("10.0.0.1:5001".parse().unwrap())
             .unwrap()
             .magic()
+    );
+    // A plain address: authenticated only with a secret, which changes nothing else.
+    let open = UniqueId::for_addr(addr).unwrap();
+    assert!(!open.is_authenticated());
+    let k = Secret::from_passphrase("sixteen chars ok").unwrap();
+    let shut = UniqueId::for_addr_with_secret(addr, k).unwrap();
+    assert!(shut.is_authenticated());
+    assert_eq!((shut.magic(), shut.root()), (open.magic(), open.root()));
+    assert_ne!(shut.secret(), open.secret());
+    assert_eq!(UniqueId::from_hex(&open.to_hex()).unwrap(), open);
+    assert_eq!(
+        BootstrapConfig::new(1, 2, addr)
+            .with_secret(k)
+            .session()
+            .unwrap(),
+        shut
     );
 }
 
@@ -1108,6 +1135,37 @@ fn environment_of_each_launcher() {
         (c.ifname.as_deref(), c.host_id.as_deref()),
         (Some("eth0"), Some("node-a"))
     );
+    assert_eq!(c.secret, None);
+    assert!(!c.session().unwrap().is_authenticated());
+
+    // A secret for a plain address, and the queue caps.
+    let c = parse(&[
+        ("MSCCLPP_RANK", "0"),
+        ("MSCCLPP_WORLD_SIZE", "2"),
+        ("MSCCLPP_BOOTSTRAP", "10.0.0.1:5000"),
+        ("MSCCLPP_SECRET", "correct horse battery staple"),
+        ("MSCCLPP_BOOTSTRAP_MAX_QUEUED_BYTES", "1000"),
+        ("MSCCLPP_BOOTSTRAP_MAX_QUEUED_FRAMES", "7"),
+    ])
+    .unwrap();
+    assert_eq!(
+        c.secret,
+        Secret::from_passphrase("correct horse battery staple")
+    );
+    assert!(c.session().unwrap().is_authenticated());
+    assert_eq!((c.max_queued_bytes, c.max_queued_frames), (1000, 7));
+    assert!(config_error(&[
+        ("MSCCLPP_RANK", "0"),
+        ("MSCCLPP_WORLD_SIZE", "2"),
+        ("MSCCLPP_BOOTSTRAP", "10.0.0.1:5000"),
+        ("MSCCLPP_SECRET", "too short"),
+    ]));
+    assert!(config_error(&[
+        ("MSCCLPP_RANK", "0"),
+        ("MSCCLPP_WORLD_SIZE", "2"),
+        ("MSCCLPP_BOOTSTRAP", "10.0.0.1:5000"),
+        ("MSCCLPP_BOOTSTRAP_MAX_QUEUED_FRAMES", "0"),
+    ]));
 
     // torchrun: the root listens one port above torchrun's own store.
     let c = parse(&[

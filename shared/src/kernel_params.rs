@@ -66,6 +66,35 @@ pub struct FifoPushParams {
     pub reserved: u32,
 }
 
+/// The test kernels of `mscclpp_device::test_kernels` (single-GPU tests of paths only the
+/// GPU takes): `reduce_words_test_kernel` writes `out[i] = reduce_word(a[i], b[i], dtype, op)`
+/// for `count` 32-bit words; `ll128_blocks_test_kernel` sends `count` bytes from `a` as LL128
+/// lines with flag `flag` through the line buffer `b` from block 0 to block 1, which writes
+/// them to `out`.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct TestKernelParams {
+    /// Abort flag and error record.
+    pub status: DevicePtr<DeviceStatus>,
+    /// First input.
+    pub a: DevicePtr<u8>,
+    /// Second input (reduce) or the line buffer (LL128).
+    pub b: DevicePtr<u8>,
+    /// Output.
+    pub out: DevicePtr<u8>,
+    /// Words (reduce) or bytes (LL128).
+    pub count: u64,
+    /// [`DataType`] (reduce).
+    pub dtype: u32,
+    /// [`ReduceOp`] (reduce).
+    pub op: u32,
+    /// The lines' flag (LL128; never 0, what fresh memory holds).
+    pub flag: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
+}
+
+static_assertions::assert_eq_size!(TestKernelParams, [u64; 7]);
 static_assertions::assert_eq_size!(CopyParams, [u64; 4]);
 static_assertions::assert_eq_size!(BlockSumParams, [u64; 4]);
 static_assertions::assert_eq_size!(BlockVoteParams, [u64; 3]);
@@ -321,6 +350,9 @@ pub enum CollectiveMode {
     /// scratch). 9 was `ReduceChunk`, retired with the unpipelined copy-engine all-reduce, and
     /// is not reused.
     ReduceLocal = 10,
+    /// Reduce `bytes` over all ranks into `root`'s output (the other ranks' outputs are not
+    /// touched and may be null).
+    Reduce = 11,
 }
 
 /// Parameters of the collective kernels (`ll_collective_kernel`, `staged_collective_kernel`).

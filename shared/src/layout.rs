@@ -54,7 +54,10 @@ layouts! {
     RegistrySlot { base, len, generation, reserved, reserved2 }
     BufferRef { slot, generation, offset }
     RegisteredCall { input, output, call, ok, reserved, reserved2 }
+    P2pOp { buf, bytes, peer, kind, first_block, blocks }
+    P2pParams { status, channels, scratch, region_offset, ll_bytes, chunk_bytes, rank, nranks, lanes, nops, ops }
     IpcMemHandle { kind, device, owner_pid, owner_fd, token, alloc_size, offset, size, cuda }
+    TestKernelParams { status, a, b, out, count, dtype, op, flag, reserved }
 }
 
 /// The trigger bit constants the C header must define with the same values.
@@ -157,8 +160,21 @@ pub const TRIGGER_CONSTANTS: &[(&str, u64)] = {
             "MSCCLPP_MODE_REDUCE_LOCAL",
             crate::CollectiveMode::ReduceLocal as u64,
         ),
+        ("MSCCLPP_MODE_REDUCE", crate::CollectiveMode::Reduce as u64),
         ("MSCCLPP_MAX_DIRECT_RANKS", crate::MAX_DIRECT_RANKS as u64),
         ("MSCCLPP_REGISTRY_SLOTS", crate::REGISTRY_SLOTS as u64),
         ("MSCCLPP_WINDOW_SLOTS", crate::WINDOW_SLOTS as u64),
+        (
+            "MSCCLPP_DEVICE_ERROR_COUNT_MISMATCH",
+            crate::DeviceErrorCode::CountMismatch as u64,
+        ),
+        (
+            "MSCCLPP_COUNT_MISMATCH_BYTES_BITS",
+            crate::status::COUNT_MISMATCH_BYTES_BITS as u64,
+        ),
+        ("MSCCLPP_P2P_MAX_OPS", crate::P2P_MAX_OPS as u64),
+        ("MSCCLPP_P2P_MAX_LANES", crate::P2P_MAX_LANES as u64),
+        ("MSCCLPP_P2P_SEND", crate::P2P_SEND as u64),
+        ("MSCCLPP_P2P_RECV", crate::P2P_RECV as u64),
     ]
 };

@@ -14,6 +14,7 @@
 //! | [`packet`] | LL8 / LL16 packets |
 //! | [`status`] | [`DeviceStatus`]: abort flag and first-error record |
 //! | [`kernel_params`] | the built-in kernels' parameter structs |
+//! | [`p2p`] | the point-to-point engine's parameters and scratch layout |
 //! | [`layout`] | a table of every struct's size, alignment and field offsets (for the C check) |
 #![no_std]
 
@@ -22,6 +23,7 @@ pub mod ipc;
 pub mod kernel_params;
 pub mod layout;
 pub mod memory_channel;
+pub mod p2p;
 pub mod packet;
 pub mod port_channel;
 pub mod ptr;
@@ -35,9 +37,10 @@ pub use ipc::IpcMemHandle;
 pub use kernel_params::{
     BlockSumParams, BlockVoteParams, CollectiveMode, CollectiveParams, CopyParams,
     DIRECT_SHARED_BYTES, DataType, DeviceReduceOp, DirectCollectiveParams, FifoPushParams,
-    MAX_DIRECT_RANKS, PingPongParams, PortPingPongParams, ReduceOp,
+    MAX_DIRECT_RANKS, PingPongParams, PortPingPongParams, ReduceOp, TestKernelParams,
 };
 pub use memory_channel::MemoryChannelDeviceHandle;
+pub use p2p::{P2P_MAX_LANES, P2P_MAX_OPS, P2P_RECV, P2P_SEND, P2pLayout, P2pOp, P2pParams};
 pub use packet::{LL8Packet, LL16Packet};
 pub use port_channel::PortChannelDeviceHandle;
 pub use ptr::DevicePtr;

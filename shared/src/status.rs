@@ -26,6 +26,9 @@ pub enum DeviceErrorCode {
     Timeout = 2,
     /// A device API call got an argument it cannot serve (detail says which).
     InvalidArgument = 3,
+    /// A point-to-point receive got a message of another byte count than it was posted with
+    /// (detail: [`count_mismatch_detail`]); it consumed the message and wrote nothing.
+    CountMismatch = 4,
 }
 
 impl DeviceErrorCode {
@@ -37,6 +40,7 @@ impl DeviceErrorCode {
             1 => Some(Self::Aborted),
             2 => Some(Self::Timeout),
             3 => Some(Self::InvalidArgument),
+            4 => Some(Self::CountMismatch),
             _ => None,
         }
     }
@@ -64,6 +68,25 @@ pub enum WaitSite {
 /// Packs a wait site and an address into `error_detail`.
 pub const fn error_detail(site: WaitSite, addr: u64) -> u64 {
     ((site as u64) << 56) | (addr & ((1 << 56) - 1))
+}
+
+/// Bits of [`count_mismatch_detail`] that hold the byte count (above them: the peer).
+pub const COUNT_MISMATCH_BYTES_BITS: u32 = 44;
+
+/// `error_detail` of [`DeviceErrorCode::CountMismatch`]: the sending peer in bits 44..56 (the
+/// top byte, the wait site, stays 0) and the byte count it sent in bits 0..44 (saturated).
+pub const fn count_mismatch_detail(peer: u32, sent_bytes: u64) -> u64 {
+    let max = (1u64 << COUNT_MISMATCH_BYTES_BITS) - 1;
+    let bytes = if sent_bytes > max { max } else { sent_bytes };
+    ((peer as u64 & 0xfff) << COUNT_MISMATCH_BYTES_BITS) | bytes
+}
+
+/// The (peer, sent bytes) of a [`count_mismatch_detail`].
+pub const fn count_mismatch_parts(detail: u64) -> (u32, u64) {
+    (
+        ((detail >> COUNT_MISMATCH_BYTES_BITS) & 0xfff) as u32,
+        detail & ((1u64 << COUNT_MISMATCH_BYTES_BITS) - 1),
+    )
 }
 
 /// Abort flag and first-error record shared by the host and all kernels of a communicator.

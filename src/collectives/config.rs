@@ -297,6 +297,39 @@ settings! {
     },
     /// Most packets an LL call sends per peer in a single block (one thread a packet).
     ll_single_block_packets: u32 { cuda: 512, cpu: 0 },
+    /// Largest point-to-point message (send, receive, and every collective built on them)
+    /// sent as LL16 packets in one block; larger ones travel in chunks on every lane. A
+    /// multiple of 8 (0: every message in chunks). Sizes the scratch: `4 × p2p_ll_bytes` per
+    /// peer.
+    p2p_ll_bytes: usize {
+        // Not measured on GPUs yet: NCCL's LL protocol serves point-to-point messages up to a
+        // few tens of KiB. CPU: small, so that the tests cross it.
+        cuda: 32 << 10,
+        cpu: 1 << 10,
+        env: "MSCCLPP_P2P_LL_BYTES",
+        limit: Limit::RangeStep(0, 1 << 20, 8),
+    },
+    /// Bytes of a chunk of a larger point-to-point message (a multiple of 16). Sizes the
+    /// scratch: `2 × p2p_lanes × p2p_chunk_bytes` per peer.
+    p2p_chunk_bytes: usize {
+        // Not measured on GPUs yet (NCCL's NVLink point-to-point chunk is 512 KiB with 8
+        // channels); CPU: small, so that the tests' messages run in many chunks.
+        cuda: 128 << 10,
+        cpu: 2 << 10,
+        env: "MSCCLPP_P2P_CHUNK_BYTES",
+        limit: Limit::RangeStep(16, 64 << 20, 16),
+    },
+    /// Lanes (blocks, each with its own chunk slots and counters) a larger point-to-point
+    /// message travels on, at most `P2P_MAX_LANES`.
+    p2p_lanes: u32 {
+        cuda: 4,
+        cpu: 2,
+        env: "MSCCLPP_P2P_LANES",
+        limit: Limit::Range(1, mscclpp_shared::P2P_MAX_LANES as u64),
+    },
+    /// Threads per block of the point-to-point engine (`p2p_kernel`, 88 registers a thread on
+    /// sm_90: at most 736 fit a block).
+    p2p_threads: u32 { cuda: 512, cpu: 16 },
 }
 
 impl CollectiveConfig {
@@ -389,10 +422,19 @@ mod tests {
         if let Some(v) = var("MSCCLPP_DIRECT_THREADS") {
             c.direct_threads = (v as u32).clamp(32, 1024);
         }
+        if let Some(v) = var("MSCCLPP_P2P_LL_BYTES") {
+            c.p2p_ll_bytes = v.min(1 << 20) / 8 * 8;
+        }
+        if let Some(v) = var("MSCCLPP_P2P_CHUNK_BYTES") {
+            c.p2p_chunk_bytes = v.clamp(16, 64 << 20) / 16 * 16;
+        }
+        if let Some(v) = var("MSCCLPP_P2P_LANES") {
+            c.p2p_lanes = (v as u32).clamp(1, 8);
+        }
         c
     }
 
-    const VARS: [&str; 17] = [
+    const VARS: [&str; 20] = [
         "MSCCLPP_DIRECT_MIN_BYTES",
         "MSCCLPP_CE_MIN_BYTES",
         "MSCCLPP_LL_PART_MAX_BYTES",
@@ -410,6 +452,9 @@ mod tests {
         "MSCCLPP_DIRECT_BLOCKS",
         "MSCCLPP_DIRECT_BLOCK_BYTES",
         "MSCCLPP_DIRECT_THREADS",
+        "MSCCLPP_P2P_LL_BYTES",
+        "MSCCLPP_P2P_CHUNK_BYTES",
+        "MSCCLPP_P2P_LANES",
     ];
 
     #[test]

@@ -20,7 +20,7 @@ use mscclpp_host::registered_memory::RegisteredMemory;
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::{
     BufferRef, CollectiveMode, CollectiveParams, DataType, DevicePtr, DeviceReduceOp,
-    DirectCollectiveParams, MemoryChannelDeviceHandle,
+    DirectCollectiveParams, MemoryChannelDeviceHandle, P2pParams,
 };
 
 use super::reduction::KernelOp;
@@ -36,7 +36,7 @@ use super::{Algorithm, CollectiveConfig};
 pub(crate) enum Peer {
     /// Every rank alike (all-reduce, all-gather, reduce-scatter, all-to-all).
     None,
-    /// The broadcast's root.
+    /// The root of a broadcast or a reduce.
     Root(usize),
     /// `send_recv`: sends to `next`, receives from `prev`.
     Pair { next: usize, prev: usize },
@@ -245,6 +245,23 @@ impl Context {
         &self.handles
     }
 
+    /// The point-to-point engine's parameters with no operation yet (`nops` 0).
+    pub fn p2p_params(&self) -> P2pParams {
+        let lay = self.layout.p2p();
+        P2pParams {
+            status: self.comm.status().device_ptr(),
+            channels: self.channel_table.ptr().cast(),
+            scratch: self.scratch.ptr(),
+            region_offset: self.layout.p2p_offset(),
+            ll_bytes: lay.ll_bytes,
+            chunk_bytes: lay.chunk_bytes,
+            rank: self.rank() as u32,
+            nranks: self.ranks() as u32,
+            lanes: lay.lanes as u32,
+            ..P2pParams::default()
+        }
+    }
+
     /// The type and operator of a call that moves data without reducing it.
     pub const MOVE: (DataType, KernelOp) = (DataType::U32, KernelOp::plain(DeviceReduceOp::Sum));
 
@@ -309,6 +326,7 @@ pub(crate) fn needs_any(p: &CollectiveParams) -> bool {
         CollectiveMode::AllReducePut,
         CollectiveMode::ReduceScatter,
         CollectiveMode::ReduceLocal,
+        CollectiveMode::Reduce,
     ]
     .iter()
     .any(|&m| m as u32 == p.mode);

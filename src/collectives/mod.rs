@@ -1,6 +1,8 @@
-//! Collectives on a communicator: `all_reduce` (sum, min, max over f32, f16, bf16, i32, u32),
-//! `all_gather`, `reduce_scatter`, `broadcast`, `all_to_all`, `send` / `recv` and
-//! `send_recv`, in place or out of place, any element count, on a caller's stream.
+//! Collectives on a communicator: `all_reduce`, `all_gather`, `reduce_scatter`, `broadcast`,
+//! `reduce`, `all_to_all`, `gather`, `scatter`, `all_to_allv`, `send` / `recv`, `send_recv`
+//! and groups of any of them ([`Group`], NCCL's `ncclGroupStart` / `ncclGroupEnd`), every NCCL
+//! data type and reduction, in place or out of place, any element count (zero included), on a
+//! caller's stream.
 //!
 //! [`Collectives::new`] connects every rank to every other on its node (CUDA IPC / shared
 //! memory), allocates a scratch buffer per rank that every peer maps (the LL16 region; the
@@ -20,7 +22,8 @@
 //! | file | what |
 //! |---|---|
 //! | `mod.rs` | [`Collectives`]: set-up, the public calls, and the dispatch (choose, queue, fall back) |
-//! | `algo/` | one file per algorithm ([`Algorithm`]: `ll`, `ll128`, `ll_two_shot`, `staged`, `two_shot_put`, `direct`, `copy_engine`), each implementing one trait, registered by one line (`algo/mod.rs` says how to add one) |
+//! | `group.rs` | [`Group`] and the calls made of sends and receives (`gather`, `scatter`, `all_to_allv`) |
+//! | `algo/` | one file per algorithm ([`Algorithm`]: `ll`, `ll128`, `ll_two_shot`, `staged`, `two_shot_put`, `direct`, `copy_engine`, `p2p`), each implementing one trait, registered by one line (`algo/mod.rs` says how to add one) |
 //! | `select.rs` | the one selection table (collective, size, ranks, registered or not → algorithm) |
 //! | `config.rs` | [`CollectiveConfig`], from one table of settings (defaults per backend, environment variables, limits) |
 //! | `scratch.rs` | the scratch layout (LL16, LL128, staging regions; the copy-engine scratch) |
@@ -33,9 +36,9 @@
 //!
 //! Algorithms (chosen by size unless the caller forces one with [`Algorithm`]; each file says
 //! more, the selection table says when):
-//! - `ll` (all-reduce and a two-rank `send_recv` up to `ll_max_bytes`; all-gather,
-//!   reduce-scatter, all-to-all and broadcast up to `ll_part_max_bytes` per part): LL16
-//!   packets into every peer's scratch: one hop, no barrier.
+//! - `ll` (all-reduce up to `ll_max_bytes`; all-gather, reduce-scatter, all-to-all, broadcast
+//!   and reduce up to `ll_part_max_bytes` per part): LL16 packets into every peer's scratch:
+//!   one hop, no barrier.
 //! - `ll128` (all-reduce from `ll128_min_bytes` to `ll128_max_bytes` on fewer than
 //!   `ll_two_shot_min_ranks` ranks; all-gather and reduce-scatter parts from
 //!   `ll128_part_min_bytes` to `ll128_max_bytes` on any number): the same with LL128 lines.
@@ -45,11 +48,14 @@
 //!   LL128.
 //! - `staged` (everything, any size): through the staging region, in pieces.
 //! - `put` (all-reduce, any size): only writes cross the links.
-//! - `direct` (every collective but send/recv, from `direct_min_bytes`; `send_recv` below
-//!   `ce_min_bytes`): one kernel on the callers' registered buffers.
-//! - `ce` (all-gather, broadcast, all-to-all, `send_recv` from `ce_min_bytes`; `send` / `recv`
-//!   from `direct_min_bytes`; all-reduce from `ce_all_reduce_min_bytes`): the copy engines on
-//!   the registered buffers.
+//! - `direct` (every collective but the point-to-point ones, from `direct_min_bytes`): one
+//!   kernel on the callers' registered buffers.
+//! - `ce` (all-gather, broadcast, all-to-all from `ce_min_bytes`; all-reduce from
+//!   `ce_all_reduce_min_bytes`): the copy engines on the registered buffers.
+//! - `p2p` (every point-to-point call: `send`, `recv`, `send_recv`, `gather`, `scatter`,
+//!   `all_to_allv`, a group's sends and receives): each pair of ranks in step on its own, LL16
+//!   packets up to `p2p_ll_bytes`, pipelined chunks beyond; a receive of another count than
+//!   its send is refused (`Error::CountMismatch`) by the receiving kernel.
 //!
 //! On unregistered buffers the direct and copy-engine paths cost one bootstrap message per
 //! peer per call (host side). On registered buffers (`registry.rs`) they cost none: the direct
@@ -72,12 +78,19 @@
 //!
 //! Measured on 2×H200: see BENCHMARKS.md.
 //!
-//! Every rank must call the same collectives in the same order (as with NCCL); `send` and
-//! `recv` pair up between two ranks.
+//! Every rank must call the same collectives in the same order (as with NCCL); sends and
+//! receives pair up between two ranks, in order, whatever call made each (`group.rs`).
+//!
+//! NCCL's edge cases: a call of zero elements succeeds and touches nothing (a point-to-point
+//! one still pairs with its peer's, as NCCL's do); in place with NCCL's offsets works
+//! (all-gather `input = output + rank * count`, reduce-scatter `output = input + rank *
+//! count`, gather and scatter at the root's own part); a broadcast's non-roots may pass a null
+//! input, a reduce's and a gather's non-roots a null output, a scatter's a null input.
 
 mod algo;
 mod config;
 mod context;
+mod group;
 mod reduction;
 mod regions;
 mod registered;
@@ -91,6 +104,7 @@ pub mod typed;
 
 pub use algo::{Algorithm, Collective};
 pub use config::{CollectiveConfig, Limit, Setting};
+pub use group::Group;
 pub use reduction::{KernelOp, Reduction, Scalar, element_bits};
 pub use registry::Registration;
 pub use scratch::{MemoryPlan, memory_plan};
@@ -103,6 +117,7 @@ use mscclpp_host::communicator::Communicator;
 use mscclpp_host::gpu::{Module, Stream};
 use mscclpp_shared::{DataType, DevicePtr, DeviceReduceOp};
 
+use algo::p2p::P2p;
 use algo::{Queue, Queued, UNITS};
 use context::{Args, CallRegs, Context, Peer, SetUp, copy_if_needed};
 use scratch::ScratchLayout;
@@ -251,7 +266,7 @@ impl Collectives {
     }
 
     /// Broadcast of `root`'s `count` elements into every rank's `output`. `algo` forces one
-    /// of the algorithms that serve it.
+    /// of the algorithms that serve it. Other ranks' `input` is not read and may be null.
     ///
     /// # Safety
     /// `input` (read on the root) and `output` hold `count` elements; as above.
@@ -268,6 +283,40 @@ impl Collectives {
     ) -> Result<()> {
         self.check_rank(root)?;
         let call = self.call(Collective::Broadcast, count, dtype, Context::MOVE.1);
+        // SAFETY: the caller's contract.
+        unsafe {
+            self.run(
+                self.args(call, input, output, Peer::Root(root)),
+                algo,
+                stream,
+            )
+        }
+    }
+
+    /// Reduce to `root` (NCCL's `ncclReduce`): `count` elements of every rank's `input`
+    /// reduced by `op` (a [`Reduction`] or a [`ReduceOp`](mscclpp_shared::ReduceOp)) into the
+    /// root's `output` (which may be its `input`). Other ranks' `output` is not touched and
+    /// may be null. `algo` forces one of the algorithms that serve it (`ll`, `staged`,
+    /// `direct`).
+    ///
+    /// # Safety
+    /// `input` holds `count` elements, the root's `output` too; valid until the queued work
+    /// completes (as is a [`Scalar::Device`]); every rank makes the same call.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn reduce(
+        &self,
+        input: DevicePtr<u8>,
+        output: DevicePtr<u8>,
+        count: usize,
+        dtype: DataType,
+        op: impl Into<Reduction>,
+        root: usize,
+        stream: &Stream,
+        algo: Option<Algorithm>,
+    ) -> Result<()> {
+        self.check_rank(root)?;
+        let op = self.lower(op.into(), dtype)?;
+        let call = self.call(Collective::Reduce, count, dtype, op);
         // SAFETY: the caller's contract.
         unsafe {
             self.run(
@@ -298,7 +347,9 @@ impl Collectives {
         unsafe { self.run(self.args(call, input, output, Peer::None), algo, stream) }
     }
 
-    /// Sends `count` elements to `peer` (which calls [`Collectives::recv`]).
+    /// Sends `count` elements to `peer`, which receives them with [`Collectives::recv`] (or a
+    /// receive of a [`Group`] or `send_recv`: sends and receives pair up in order whatever
+    /// call made each). A receive posted with another count gets `Error::CountMismatch`.
     ///
     /// # Safety
     /// `input` holds `count` elements until the queued work completes.
@@ -317,7 +368,9 @@ impl Collectives {
         unsafe { self.run(args, None, stream) }
     }
 
-    /// Receives `count` elements from `peer` (which calls [`Collectives::send`]).
+    /// Receives `count` elements from `peer` (which sends them with [`Collectives::send`], a
+    /// [`Group`] or `send_recv`). A message of another count is refused: nothing is written,
+    /// and this rank's next call (and `status().error()`) returns `Error::CountMismatch`.
     ///
     /// # Safety
     /// `output` holds `count` elements until the queued work completes.
@@ -337,8 +390,9 @@ impl Collectives {
     }
 
     /// Sends `count` elements of `input` to `next` and receives as many from `prev` into
-    /// `output`, both at once (as a grouped `ncclSend` + `ncclRecv`): on registered buffers
-    /// both directions move together; when staging, even ranks send first.
+    /// `output`, both at once (a [`Group`] of a send and a receive, as a grouped `ncclSend` +
+    /// `ncclRecv`): any pattern of pairs works (a ring, pairs of equal parity, `next ==
+    /// prev`).
     ///
     /// # Safety
     /// `input` and `output` hold `count` elements, do not overlap, and stay valid until the
@@ -405,14 +459,15 @@ impl Collectives {
         if b == 0 || !(2..=mscclpp_shared::MAX_DIRECT_RANKS).contains(&n) {
             return None;
         }
+        // Point-to-point calls run on the p2p engine through the scratch (no peer buffers to
+        // learn); a reduce's non-roots may pass no output, so it keeps the per-call exchange.
         let (input, output) = match (a.call.collective, a.peer) {
-            (_, Peer::To(_) | Peer::From(_)) => return None,
-            (_, Peer::Pair { .. }) => (None, Some(b)),
+            (_, Peer::To(_) | Peer::From(_) | Peer::Pair { .. }) => return None,
             (Collective::AllReduce, _) => (Some(b), Some(b)),
             (Collective::AllGather | Collective::AllToAll, _) => (None, Some(n * b)),
             (Collective::ReduceScatter, _) => (Some(n * b), None),
             (Collective::Broadcast, _) => (None, Some(b)),
-            (Collective::SendRecv, _) => return None,
+            (Collective::Reduce | Collective::SendRecv, _) => return None,
         };
         let r = &self.cx.registry;
         let find = |p: DevicePtr<u8>, len: Option<usize>| match len {
@@ -558,21 +613,35 @@ impl Collectives {
         self.cx.registry.counts()
     }
 
-    /// The dispatch (what `select::decide` models): an all-reduce on one rank copies; else
+    /// The point-to-point engine.
+    fn p2p(&self) -> Result<&P2p> {
+        self.units[Algorithm::P2p as usize]
+            .as_any()
+            .downcast_ref::<P2p>()
+            .ok_or_else(|| {
+                self.cx
+                    .cannot("a point-to-point engine registered elsewhere")
+            })
+    }
+
+    /// The dispatch (what `select::decide` models): a call of zero elements queues nothing
+    /// (but a point-to-point one, which pairs with its peer's); an all-reduce or a reduce on
+    /// one rank copies; else
     /// the forced algorithm or the selection table's choice queues the call; an algorithm on
     /// registered buffers that declines it (some rank's buffers cannot be shared) leaves it to
     /// the table's first algorithm that needs none, unless it was forced (then the call is
-    /// refused, on every rank alike); a `send_recv` that splits runs as a `send` and a `recv`.
+    /// refused, on every rank alike).
     ///
     /// # Safety
     /// The public call's contract for `args`.
     unsafe fn run(&self, args: Args, forced: Option<Algorithm>, stream: &Stream) -> Result<()> {
         let (cx, call) = (&self.cx, &args.call);
-        if call.bytes == 0 {
+        if call.bytes == 0 && call.collective != Collective::SendRecv {
             return Ok(());
         }
         let mut forced = forced;
-        if call.collective == Collective::AllReduce && call.ranks == 1 {
+        let rooted = matches!(call.collective, Collective::AllReduce | Collective::Reduce);
+        if rooted && call.ranks == 1 {
             if call.op.op != DeviceReduceOp::PreMulSum {
                 // SAFETY: the caller's contract.
                 return unsafe { copy_if_needed(stream, args.output, args.input, call.bytes) };
@@ -586,11 +655,7 @@ impl Collectives {
         let usable = |a: Algorithm| self.usable(a, &args, capturing);
         let mut choice = select::choose(&cx.cfg, call, forced, true, &usable).map_err(cannot)?;
         loop {
-            let a = match choice {
-                Choice::Run(a) => a,
-                // SAFETY: the caller's contract.
-                Choice::Split => return unsafe { self.split(args, stream) },
-            };
+            let Choice::Run(a) = choice;
             match self.units[a as usize].queue(cx, &args, stream)? {
                 Queued::Ran => return Ok(()),
                 Queued::Declined if forced.is_some() || !a.unit().registered => {
@@ -645,32 +710,6 @@ impl Collectives {
     /// all-reduce's scratch, nor the callers' buffers). [`memory_plan`] gives the sizes ahead.
     pub fn scratch_bytes(&self) -> usize {
         self.cx.layout.len() + self.cx.regions.allocated(&self.cx.layout)
-    }
-
-    /// A `send_recv` as a `send` to `next` and a `recv` from `prev`, even ranks sending first.
-    ///
-    /// # Safety
-    /// `send_recv`'s contract for `args`.
-    unsafe fn split(&self, args: Args, stream: &Stream) -> Result<()> {
-        let Peer::Pair { next, prev } = args.peer else {
-            return Err(self.cx.cannot("a split of anything but send_recv"));
-        };
-        let call = Call {
-            one_way: true,
-            ..args.call
-        };
-        let send = self.args(call, args.input, DevicePtr::NULL, Peer::To(next));
-        let recv = self.args(call, DevicePtr::NULL, args.output, Peer::From(prev));
-        // SAFETY: the caller's contract, split in two.
-        unsafe {
-            if self.cx.rank().is_multiple_of(2) {
-                self.run(send, None, stream)?;
-                self.run(recv, None, stream)
-            } else {
-                self.run(recv, None, stream)?;
-                self.run(send, None, stream)
-            }
-        }
     }
 
     fn check_rank(&self, r: usize) -> Result<()> {

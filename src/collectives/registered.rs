@@ -25,10 +25,9 @@
 //! stale mapping is never used for new memory; the old one stays mapped (bounded as above).
 //!
 //! A message that cannot be decoded or mapped is an error; the rank then aborts the
-//! communicator, because its peers may already be waiting in the kernel for it. So is a
-//! declared length shorter than what this rank will write there ([`need_len`]), or, in a
-//! symmetric call, any length other than this rank's own ([`same_len`]): another count or
-//! configuration on that peer.
+//! communicator, because its peers may already be waiting in the kernel for it. So is, in a
+//! symmetric call, a declared length other than this rank's own ([`same_len`]): another count
+//! or configuration on that peer.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -59,25 +58,6 @@ pub fn whole_vectors(ptrs: &[DevicePtr<u8>], part: usize) -> bool {
 
 /// A buffer a peer shared: its address here and the length it declared.
 pub type Shared = (DevicePtr<u8>, usize);
-
-/// Checks that peer `q` shared at least `need` bytes for `what` (a peer that called with a
-/// smaller count, or another configuration, would otherwise be written past its buffer).
-pub fn need_len(
-    comm: &Communicator,
-    q: usize,
-    shared: usize,
-    need: usize,
-    what: &str,
-) -> Result<()> {
-    if shared >= need {
-        return Ok(());
-    }
-    Err(refuse(
-        comm,
-        q,
-        format!("{what}: {shared} bytes shared, {need} needed (same call on every rank?)"),
-    ))
-}
 
 /// Checks that peer `q` shared exactly `mine` bytes for `what`, as every rank of a symmetric
 /// call does (a different length means another count or configuration there, e.g. another
@@ -136,7 +116,7 @@ impl RegisteredBuffers {
     /// Shares `mine` (this rank's buffers the peers need: address and length) with `peers`,
     /// and returns every peer's shared buffers as addressed here, with the lengths the peer
     /// declared (checked against its registration, not against what the caller needs: see
-    /// [`need_len`]), in `peers` order; `None` when some rank cannot go direct (then every rank
+    /// [`same_len`]), in `peers` order; `None` when some rank cannot go direct (then every rank
     /// returns `None`), e.g. because it passed `eligible = false` (its buffers overlap in a way
     /// the direct path cannot serve). Every rank in `peers` makes the matching call with this
     /// rank in its `peers`.

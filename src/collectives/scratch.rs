@@ -1,6 +1,7 @@
 //! The communicator's scratch: buffers every peer maps, cut into the regions the algorithms ask
-//! for (`CollectiveAlgorithm::SCRATCH`). Only the LL16 region is allocated when the
-//! collectives are set up; every other region is a buffer of its own, allocated and exchanged
+//! for (`CollectiveAlgorithm::SCRATCH`). Only the set-up scratch (the LL16 region, the
+//! descriptors and the point-to-point region, which every send and receive needs at once and
+//! under capture) is allocated when the collectives are set up; every other region is a buffer of its own, allocated and exchanged
 //! with the peers by the first call that needs it (`regions.rs`), so that a communicator pays
 //! only for the algorithms it runs (a split's many small communicators, most of which never
 //! stage):
@@ -8,19 +9,22 @@
 //! | region | size | when | written by | read by |
 //! |---|---|---|---|---|
 //! | LL16 (the set-up scratch) | two halves (by the launch flag's parity) of `n - 1` slots of `ll_slot_bytes`, one per peer (`mscclpp_device::collectives::ll::slot_of`) | set-up | each peer its own slot (LL16 stores that carry their flag) | this rank's LL kernels, polling the flags |
+//! | descriptors (in the set-up scratch, after LL16) | `max_blocks * n` descriptors of 64 bytes (at most `MAX_DIRECT_RANKS` ranks) | set-up | block `b` of peer `q`, its [`RegisteredCall`](mscclpp_shared::RegisteredCall) for a direct kernel on registered buffers | block `b` of this rank's direct kernel (`mscclpp_device::collectives::direct`) |
+//! | point-to-point (in the set-up scratch, after the descriptors) | `P2pLayout::bytes` (per peer: an inbox, its acknowledgements and this rank's counters) | set-up | the peers' `p2p_kernel` (inboxes, acknowledgements) and this rank's (counters) | `mscclpp_shared::p2p` says who reads what |
 //! | LL128 | two halves of `n` slots of `ll128_slot_bytes` | first LL128 call | peers, a warp's 128-byte lines whose last word is the flag | this rank's LL128 kernels |
 //! | staging | `stage_bytes + 16 n` | first staged or `put` call | this rank's staged kernel (its input, in pieces) | the peers' staged kernels, after a block barrier |
 //! | copy engine | `ce_scratch_bytes` | first copy-engine all-reduce | peers' copy engines | this rank's reductions |
-//! | descriptors (in the set-up scratch, after LL16) | `max_blocks * n` descriptors of 64 bytes (at most `MAX_DIRECT_RANKS` ranks) | set-up | block `b` of peer `q`, its [`RegisteredCall`](mscclpp_shared::RegisteredCall) for a direct kernel on registered buffers | block `b` of this rank's direct kernel (`mscclpp_device::collectives::direct`) |
 //!
-//! Every region starts at offset 0 of its buffer (the kernels' `ll128_offset` and
-//! `stage_offset` are 0), and a kernel's `scratch` and channel table are its region's
+//! Every lazily allocated region starts at offset 0 of its buffer (the kernels' `ll128_offset`
+//! and `stage_offset` are 0; the point-to-point engine's `region_offset` is
+//! [`ScratchLayout::p2p_offset`] in the set-up scratch), and a kernel's `scratch` and channel table are its region's
 //! ([`Context::params_in`](super::context::Context::params_in)). A region no registered
 //! algorithm asks for takes no space.
 //!
 //! [`memory_plan`] says what each costs for a configuration and a number of ranks
 //! (`mscclpp-info` prints it).
 
+use mscclpp_shared::P2pLayout;
 use mscclpp_shared::packet::ll128;
 
 use super::CollectiveConfig;
@@ -36,6 +40,8 @@ pub(crate) enum Region {
     Staging,
     /// The copy-engine all-reduce's own buffer.
     CopyEngine,
+    /// The point-to-point engine's inboxes, acknowledgements and counters.
+    P2p,
 }
 
 impl Region {
@@ -46,6 +52,7 @@ impl Region {
             Region::Ll128 => "LL128 lines",
             Region::Staging => "staging",
             Region::CopyEngine => "copy-engine all-reduce scratch",
+            Region::P2p => "point-to-point",
         }
     }
 }
@@ -58,6 +65,8 @@ pub(crate) struct ScratchLayout {
     ll_slot_bytes: u64,
     ll128_slot_bytes: u64,
     stage_bytes: usize,
+    p2p: P2pLayout,
+    p2p_bytes: usize,
     ce_bytes: usize,
 }
 
@@ -90,12 +99,27 @@ impl ScratchLayout {
         } else {
             0
         };
+        let p2p = P2pLayout {
+            nranks: ranks as u64,
+            // A configuration built by hand may hold anything: the kernel serves 1 to
+            // P2P_MAX_LANES lanes (every rank clamps alike).
+            lanes: cfg.p2p_lanes.clamp(1, mscclpp_shared::P2P_MAX_LANES) as u64,
+            ll_bytes: (cfg.p2p_ll_bytes & !7) as u64,
+            chunk_bytes: (up16(cfg.p2p_chunk_bytes.max(16))) as u64,
+        };
+        let p2p_bytes = if needed(Region::P2p) {
+            p2p.bytes() as usize
+        } else {
+            0
+        };
         Self {
             ranks,
             desc_bytes,
             ll_slot_bytes,
             ll128_slot_bytes,
             stage_bytes,
+            p2p,
+            p2p_bytes,
             ce_bytes,
         }
     }
@@ -117,10 +141,10 @@ impl ScratchLayout {
         self.ll128_slot_bytes
     }
 
-    /// Bytes of the scratch allocated at set-up (the LL16 region and the descriptors; at least
-    /// 16).
+    /// Bytes of the scratch allocated at set-up (the LL16 region, the descriptors and the
+    /// point-to-point region; at least 16).
     pub fn len(&self) -> usize {
-        (self.desc_offset() as usize + self.desc_bytes).max(16)
+        (self.p2p_offset() as usize + self.p2p_bytes).max(16)
     }
 
     /// Offset of the descriptor area in the set-up scratch (after the LL16 region).
@@ -128,7 +152,17 @@ impl ScratchLayout {
         up16(self.region_len(Region::Ll)) as u64
     }
 
-    /// Bytes of `r`'s buffer.
+    /// Offset of the point-to-point region in the set-up scratch (after the descriptors).
+    pub fn p2p_offset(&self) -> u64 {
+        up16(self.desc_offset() as usize + self.desc_bytes) as u64
+    }
+
+    /// The point-to-point region's layout.
+    pub fn p2p(&self) -> P2pLayout {
+        self.p2p
+    }
+
+    /// Bytes of `r`'s buffer (for the regions of the set-up scratch: of the region).
     pub fn region_len(&self, r: Region) -> usize {
         let n = self.ranks as u64;
         match r {
@@ -136,6 +170,7 @@ impl ScratchLayout {
             Region::Ll128 => (2 * n * self.ll128_slot_bytes) as usize,
             Region::Staging => self.stage_bytes,
             Region::CopyEngine => self.ce_bytes,
+            Region::P2p => self.p2p_bytes,
         }
     }
 
@@ -148,7 +183,8 @@ impl ScratchLayout {
 /// What one rank's collectives allocate in device memory, by when ([`memory_plan`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemoryPlan {
-    /// At set-up (`Collectives::new`): the LL16 region and the descriptors, the channel
+    /// At set-up (`Collectives::new`): the LL16 region, the descriptors and the point-to-point
+    /// region, the channel
     /// table, the LL flags and the table of the peers' registrations (the semaphores and the
     /// status block are a few words more).
     pub at_creation: usize,

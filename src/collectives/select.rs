@@ -23,12 +23,13 @@ use super::{Algorithm, Collective, CollectiveConfig};
 /// One call as the choice sees it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Call {
-    /// The collective (`SendRecv` for `send_recv`, `send` and `recv`).
+    /// The collective (`SendRecv` for `send_recv`, `send` and `recv`; gather, scatter and
+    /// all-to-all-v are batches of sends and receives, which choose nothing).
     pub collective: Collective,
     /// `send` or `recv` alone (with `SendRecv`), not a `send_recv`.
     pub one_way: bool,
-    /// Bytes: the whole message of all-reduce, broadcast and the point-to-point calls, one
-    /// part of the others.
+    /// Bytes: the whole message of all-reduce, broadcast, reduce and the point-to-point calls,
+    /// one part of the others.
     pub bytes: usize,
     /// Ranks of the communicator.
     pub ranks: usize,
@@ -43,9 +44,6 @@ pub(crate) struct Call {
 pub(crate) enum Choice {
     /// This algorithm queues the call.
     Run(Algorithm),
-    /// A `send_recv` runs as a `send` and a `recv` (even ranks send first), each chosen on
-    /// its own.
-    Split,
 }
 
 /// What a call runs in the end.
@@ -145,25 +143,14 @@ const TABLE: &[Row] = &[
     row(AllToAll, CopyEngine, |c, x| x.bytes >= c.ce_min_bytes),
     row(AllToAll, Direct, |c, x| x.bytes >= c.direct_min_bytes),
     row(AllToAll, Staged, always),
-    // send_recv: one LL exchange on two ranks (every rank of the communicator takes part,
-    // as LL launches must); on registered buffers the direct kernel (one launch), from
-    // `ce_min_bytes` the copy engines; else a send and a recv.
-    row(SendRecv, LlOneShot, |c, x| {
-        x.ranks == 2 && x.bytes <= c.ll_max_bytes
-    }),
-    row(SendRecv, Direct, |c, x| {
-        (c.direct_min_bytes..c.ce_min_bytes).contains(&x.bytes)
-    }),
-    row(SendRecv, CopyEngine, |c, x| x.bytes >= c.direct_min_bytes),
-    Row {
-        collective: SendRecv,
-        one_way: false,
-        choice: Choice::Split,
-        when: always,
-    },
-    // send and recv alone.
-    one_way(CopyEngine, |c, x| x.bytes >= c.direct_min_bytes),
-    one_way(Staged, always),
+    // Reduce (to a root): as a broadcast's sizes, without copy engines (they do not reduce).
+    row(Reduce, LlOneShot, |c, x| x.bytes <= c.ll_part_max_bytes),
+    row(Reduce, Direct, |c, x| x.bytes >= c.direct_min_bytes),
+    row(Reduce, Staged, always),
+    // send_recv, send and recv: the point-to-point engine, always (one path, so that any send
+    // pairs with any receive, whatever call made each, and a count mismatch is always found).
+    row(SendRecv, P2p, always),
+    one_way(P2p, always),
 ];
 
 /// Whether `a` serves `call`'s ranks, type and operator (and point-to-point calls, for
@@ -204,7 +191,6 @@ pub(crate) fn choose(
         .filter(|r| r.collective == call.collective && r.one_way == call.one_way)
         .filter(|r| match r.choice {
             Choice::Run(a) => fits(a, call, registered) && usable(a),
-            Choice::Split => true,
         })
         .find(|r| (r.when)(cfg, call))
         .map(|r| r.choice)
@@ -221,12 +207,12 @@ pub(crate) fn choose(
 pub(crate) const UNUSABLE_IN_CAPTURE: &str = "this algorithm on this call now (under CUDA-graph \
      capture nothing that allocates or exchanges buffers with the peers: run one call eagerly \
      or Collectives::prepare before capturing, or register the buffers; on registered \
-     buffers the copy engines need windows, for all-gather, broadcast and send_recv)";
+     buffers the copy engines need windows, for all-gather and broadcast)";
 
 /// What `call` runs, forced to `forced` or not, when every rank's buffers can (`registered`)
 /// or cannot be shared; `Err` with what is unsupported. The dispatch's steps, without a GPU:
-/// an all-reduce on one rank copies; otherwise [`choose`]; a `send_recv` that splits is
-/// decided as a `send` (its `recv` decides alike); an algorithm on registered buffers that
+/// an all-reduce or a reduce on one rank copies (a pre-multiplied sum stages); otherwise
+/// [`choose`]; an algorithm on registered buffers that
 /// cannot have them declines (a forced one is refused, else the choice is made again among
 /// the others); the chosen algorithm's `plan` says what finally runs.
 #[cfg(test)]
@@ -236,20 +222,17 @@ pub(crate) fn decide(
     forced: Option<Algorithm>,
     registered: bool,
 ) -> Result<Decision, &'static str> {
-    if call.collective == AllReduce && call.ranks == 1 {
-        return Ok(Decision::Copy);
+    if matches!(call.collective, AllReduce | Reduce) && call.ranks == 1 {
+        return Ok(if call.op.op == mscclpp_shared::DeviceReduceOp::PreMulSum {
+            Decision::Run(Staged)
+        } else {
+            Decision::Copy
+        });
     }
     let layout = ScratchLayout::for_registered(cfg, call.ranks);
     let mut choice = choose(cfg, &call, forced, true, &|_| true)?;
     loop {
         match choice {
-            Choice::Split => {
-                let half = Call {
-                    one_way: true,
-                    ..call
-                };
-                return decide(cfg, half, None, registered);
-            }
             Choice::Run(a) if a.unit().registered && !registered => {
                 if forced.is_some() {
                     return Err(DECLINED);
@@ -274,7 +257,8 @@ mod tests {
     #[test]
     fn rows_name_algorithms_that_serve_them() {
         for r in TABLE {
-            if let Choice::Run(a) = r.choice {
+            let Choice::Run(a) = r.choice;
+            {
                 let u = a.unit();
                 if r.collective == super::SendRecv {
                     assert!(u.point_to_point, "{a:?} in a send/recv row");
@@ -291,6 +275,7 @@ mod tests {
             (super::ReduceScatter, false),
             (super::Broadcast, false),
             (super::AllToAll, false),
+            (super::Reduce, false),
             (super::SendRecv, false),
             (super::SendRecv, true),
         ] {
@@ -300,10 +285,8 @@ mod tests {
             let Some(last) = last else {
                 panic!("{c:?} ({one_way}) has no rows");
             };
-            let ok = match last.choice {
-                Choice::Split => true,
-                Choice::Run(a) => a == super::Algorithm::Staged,
-            };
+            let Choice::Run(a) = last.choice;
+            let ok = a == super::Algorithm::Staged || (c == super::SendRecv && a == super::P2p);
             assert!(ok, "{c:?} ({one_way}) ends with {:?}", last.choice);
             for bytes in [1, 1 << 10, 1 << 20, 1 << 30] {
                 for ranks in [1, 2, 8, 64] {

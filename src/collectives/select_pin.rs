@@ -5,6 +5,10 @@
 //! `part_algorithm`, `ll128_part`, `launch_ll_two_shot`, `try_direct`, `ll_shape`,
 //! `launch_ll128`, `staged_config`, `launch_direct`). The reference is written on its own and
 //! must not be changed with the library: a difference is a change of behaviour.
+//!
+//! Changed on purpose since (each marked `Changed:` below): the point-to-point calls
+//! (`send`, `recv`, `send_recv`) run on the point-to-point engine (`p2p`), whatever their size
+//! and buffers, and the scratch ends with its region; the reduce to a root was added.
 
 use mscclpp_host::gpu::{BackendKind, LaunchConfig};
 use mscclpp_shared::{DataType, MAX_DIRECT_RANKS, ReduceOp};
@@ -37,7 +41,8 @@ fn library_shapes(cfg: &CollectiveConfig, backend: BackendKind, x: u64) -> [Laun
 
 /// The regions' sizes, as the offsets of the one buffer that held them all before the regions
 /// became buffers of their own: (LL slot, LL128 offset, LL128 slot, staging offset, total). The
-/// LL16 region had a slot for every rank then, and has one for every peer now.
+/// LL16 region had a slot for every rank then, and has one for every peer now; the
+/// point-to-point region (in the set-up scratch now, after the descriptors) ended it.
 fn library_layout(cfg: &CollectiveConfig, n: usize) -> (u64, u64, u64, u64, usize) {
     use super::scratch::Region;
     let l = super::scratch::ScratchLayout::for_registered(cfg, n);
@@ -50,7 +55,8 @@ fn library_layout(cfg: &CollectiveConfig, n: usize) -> (u64, u64, u64, u64, usiz
         ll128_offset,
         l.ll128_slot_bytes(),
         stage,
-        stage as usize + l.region_len(Region::Staging),
+        super::scratch::up16(stage as usize + l.region_len(Region::Staging))
+            + l.region_len(Region::P2p),
     )
 }
 
@@ -101,6 +107,7 @@ fn ref_part_algorithm(
         Some(LlOneShot) if !ll => Err(()),
         None if ll && part <= cfg.ll_part_max_bytes => Ok(LlOneShot),
         Some(CopyEngine) if !ce => Err(()),
+        Some(P2p) => Err(()),
         Some(a) => Ok(a),
         None if ce && part >= cfg.ce_min_bytes => Ok(CopyEngine),
         None if part >= cfg.direct_min_bytes => Ok(Direct),
@@ -181,6 +188,7 @@ fn ref_all_reduce(
             other => Ok(other),
         },
         Staged | TwoShotPut => Ok(Some(algo)),
+        P2p => Err(()),
     }
 }
 
@@ -246,26 +254,38 @@ fn ref_broadcast(
     ref_try_direct(n, a, algo.is_some(), reg)
 }
 
-/// `send` and `recv`.
-fn ref_send(cfg: &CollectiveConfig, n: usize, bytes: usize, reg: bool) -> Outcome {
-    let p2p = bytes >= cfg.direct_min_bytes && n <= MAX_DIRECT_RANKS;
-    Ok(Some(if p2p && reg { CopyEngine } else { Staged }))
+/// `send`, `recv` and `send_recv`. Changed: the point-to-point engine, always (before: the
+/// copy engines for `send` / `recv` from `direct_min_bytes` on registered buffers, else
+/// staging; `send_recv` LL on two ranks up to `ll_max_bytes`, then the direct kernel and the
+/// copy engines on registered buffers, else a staged send and recv, even ranks first).
+fn ref_point_to_point() -> Outcome {
+    Ok(Some(P2p))
 }
 
-fn ref_send_recv(cfg: &CollectiveConfig, n: usize, bytes: usize, reg: bool) -> Outcome {
-    if n == 2 && bytes <= cfg.ll_max_bytes {
-        return Ok(Some(LlOneShot));
+/// The reduce to a root (added with the surface of NCCL): LL up to `ll_part_max_bytes`, the
+/// direct kernel from `direct_min_bytes` on registered buffers, else staging; forced: `ll`
+/// (within `ll_max_bytes`), `staged` or `direct`; a copy on one rank.
+fn ref_reduce(
+    cfg: &CollectiveConfig,
+    n: usize,
+    bytes: usize,
+    algo: Option<Algorithm>,
+    reg: bool,
+) -> Outcome {
+    if n == 1 {
+        return Ok(None);
     }
-    let p2p = bytes >= cfg.direct_min_bytes && n <= MAX_DIRECT_RANKS;
-    if p2p && reg {
-        return Ok(Some(if bytes < cfg.ce_min_bytes {
-            Direct
-        } else {
-            CopyEngine
-        }));
+    let a = match algo {
+        Some(a @ (LlOneShot | Staged | Direct)) => a,
+        Some(_) => return Err(()),
+        None if bytes <= cfg.ll_part_max_bytes => LlOneShot,
+        None if bytes >= cfg.direct_min_bytes => Direct,
+        None => Staged,
+    };
+    if a == LlOneShot {
+        return ref_ll(cfg, bytes);
     }
-    // Even ranks send then receive, odd ones the reverse; both stage here.
-    ref_send(cfg, n, bytes, reg)
+    ref_try_direct(n, a, algo.is_some(), reg)
 }
 
 fn reference(cfg: &CollectiveConfig, call: Call, algo: Option<Algorithm>, reg: bool) -> Outcome {
@@ -275,8 +295,8 @@ fn reference(cfg: &CollectiveConfig, call: Call, algo: Option<Algorithm>, reg: b
         Collective::AllGather => ref_all_gather(cfg, n, b, algo, reg),
         Collective::ReduceScatter => ref_reduce_scatter(cfg, n, b, algo, reg),
         Collective::Broadcast | Collective::AllToAll => ref_broadcast(cfg, n, b, algo, reg),
-        Collective::SendRecv if call.one_way => ref_send(cfg, n, b, reg),
-        Collective::SendRecv => ref_send_recv(cfg, n, b, reg),
+        Collective::Reduce => ref_reduce(cfg, n, b, algo, reg),
+        Collective::SendRecv => ref_point_to_point(),
     }
 }
 
@@ -330,6 +350,14 @@ fn ref_layout(cfg: &CollectiveConfig, n: usize) -> (u64, u64, u64, u64, usize) {
     let ll128_slot = (cfg.ll128_max_bytes.div_ceil(480) * 512) as u64;
     let stage_offset = ll128_offset + 2 * n as u64 * ll128_slot;
     let total = stage_offset as usize + cfg.stage_bytes + 16 * n;
+    // Changed: the point-to-point region follows the staging (16-byte aligned): per peer an
+    // inbox (per lane two 16-byte headers, an 8-byte counter (all of them padded to 16
+    // bytes), two chunk slots; two halves of LL packets, 16 bytes per 8), 16 bytes of
+    // acknowledgements and 32 bytes of counters per lane.
+    let lanes = cfg.p2p_lanes as usize;
+    let ll_half = cfg.p2p_ll_bytes / 8 * 16;
+    let inbox = lanes * 32 + up16(lanes * 8) + 2 * ll_half + 2 * lanes * up16(cfg.p2p_chunk_bytes);
+    let total = up16(total) + n * (inbox + lanes * 16 + lanes * 32);
     (ll_slot, ll128_offset, ll128_slot, stage_offset, total)
 }
 
@@ -407,6 +435,7 @@ fn calls() -> Vec<(Collective, bool)> {
         (Collective::ReduceScatter, false),
         (Collective::Broadcast, false),
         (Collective::AllToAll, false),
+        (Collective::Reduce, false),
         (Collective::SendRecv, false),
         (Collective::SendRecv, true),
     ]
@@ -503,12 +532,16 @@ fn the_reference_says_what_the_readme_says() {
     let rs = Collective::ReduceScatter;
     assert_eq!(auto(&cuda, call(rs, 32 << 20, 4), true), Ok(Some(Direct)));
     let sr = Collective::SendRecv;
-    assert_eq!(auto(&cuda, call(sr, 1 << 20, 2), true), Ok(Some(LlOneShot)));
-    assert_eq!(auto(&cuda, call(sr, 1 << 20, 3), true), Ok(Some(Direct)));
+    assert_eq!(auto(&cuda, call(sr, 1 << 20, 2), true), Ok(Some(P2p)));
+    assert_eq!(auto(&cuda, call(sr, 16 << 20, 3), true), Ok(Some(P2p)));
+    let rd = Collective::Reduce;
     assert_eq!(
-        auto(&cuda, call(sr, 16 << 20, 3), true),
-        Ok(Some(CopyEngine))
+        auto(&cuda, call(rd, 64 << 10, 4), true),
+        Ok(Some(LlOneShot))
     );
+    assert_eq!(auto(&cuda, call(rd, 8 << 20, 4), true), Ok(Some(Direct)));
+    assert_eq!(auto(&cuda, call(rd, 8 << 20, 4), false), Ok(Some(Staged)));
+    assert_eq!(auto(&cuda, call(rd, 800 << 10, 4), true), Ok(Some(Staged)));
     assert_eq!(auto(&cpu, call(ar, 4 << 10, 2), true), Ok(Some(Ll128)));
     let bc = Collective::Broadcast;
     assert_eq!(

@@ -20,16 +20,34 @@ pub fn gpu(ordinal: usize) -> Gpu {
     Gpu::open(kind, ordinal % count).expect("open device")
 }
 
+/// Whether the backend under test gives each of `ranks` ranks a device of its own (always on
+/// the CPU backend, whose ranks may share its one device; on CUDA, one GPU per rank: kernels of
+/// ranks sharing a GPU wait for each other behind the driver's device-wide synchronisation).
+/// Says `NOT RUN` on stderr, naming `test`, when not.
+pub fn enough_gpus(test: &str, ranks: usize) -> bool {
+    let kind = backend();
+    let devices = kind.device_count().expect("device count");
+    let enough = kind == BackendKind::Cpu || devices >= ranks;
+    if !enough {
+        eprintln!(
+            "NOT RUN: {test} needs {ranks} GPUs (one per rank), the {kind:?} backend has {devices}"
+        );
+    }
+    enough
+}
+
 /// The built-in kernels loaded on `gpu`.
 pub fn module(gpu: &Gpu) -> Module {
     gpu.load_ptx(mscclpp::DEVICE_PTX)
         .expect("load the embedded PTX")
 }
 
-/// Bytes `0, 1, 2, …` offset by `seed` (wrapping), never all zero.
+/// `len` bytes that depend on `seed` and on each byte's index through a hash
+/// ([`values::hash`]): no period (a copy that moves the wrong 16-byte vector, or the right
+/// one to the wrong place, shows at any grid stride) and different for every seed.
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .map(|i| (values::hash(&[0x7061_7474, seed as u64, i as u64]) >> 24) as u8)
         .collect()
 }
 
@@ -74,10 +92,23 @@ const CHILD_RANK: &str = "MSCCLPP_TEST_CHILD_RANK";
 const CHILD_SIZE: &str = "MSCCLPP_TEST_CHILD_SIZE";
 const CHILD_ID: &str = "MSCCLPP_TEST_CHILD_ID";
 
+/// In a child process of a test: dies (SIGKILL) when the thread of the test that started it
+/// ends, so that a parent killed by a test runner's timeout (a mutation run's, say) leaves no
+/// rank running on (one whose kernel loops, in a mutant, would run for ever). Exits at once if
+/// the parent is already gone.
+pub fn die_with_parent() {
+    // SAFETY: `prctl(PR_SET_PDEATHSIG, SIGKILL)` takes no pointers.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    if std::os::unix::process::parent_id() == 1 {
+        std::process::exit(1);
+    }
+}
+
 /// In a child started by [`ranks_as_processes`]: its communicator (and `None` in the parent).
 pub fn child_communicator() -> Option<Communicator> {
     let rank: usize = std::env::var(CHILD_RANK).ok()?.parse().ok()?;
     let size: usize = std::env::var(CHILD_SIZE).ok()?.parse().ok()?;
+    die_with_parent();
     let bs = if rank == 0 {
         let (id, listener) = UniqueId::bind(loopback()).unwrap();
         println!("\nUNIQUE_ID {}", id.to_hex());
@@ -93,56 +124,29 @@ pub fn child_communicator() -> Option<Communicator> {
     Some(Communicator::new(Arc::new(bs), gpu(rank)).expect("communicator"))
 }
 
+/// How long a world of child processes may run before [`ranks_as_processes_status`] kills it
+/// (far more than any test here needs; a hang fails the test instead of stalling it).
+pub const PROCESS_BOUND: Duration = Duration::from_secs(600);
+
 /// Runs `n` ranks as child processes re-running the test `test_name` of this binary (which
-/// calls [`child_communicator`] first); returns each rank's exit status and output.
+/// calls [`child_communicator`] first); returns each rank's exit status and output. Bounded by
+/// [`PROCESS_BOUND`]: a world still running then is killed and the test fails.
 pub fn ranks_as_processes_status(
     n: usize,
     test_name: &str,
 ) -> Vec<(std::process::ExitStatus, String)> {
-    let exe = std::env::current_exe().unwrap();
-    let spawn = |r: usize, id: &str| {
-        Command::new(&exe)
-            .args(["--exact", test_name, "--nocapture", "--test-threads=1"])
-            .env(CHILD_RANK, r.to_string())
-            .env(CHILD_SIZE, n.to_string())
-            .env(CHILD_ID, id)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
-    let mut root = spawn(0, "");
-    let mut out = BufReader::new(root.stdout.take().unwrap());
-    let mut line = String::new();
-    let mut id = None;
-    while out.read_line(&mut line).unwrap() > 0 {
-        if let Some(at) = line.find("UNIQUE_ID ") {
-            id = Some(line[at + 10..].trim().to_string());
-            break;
-        }
-        line.clear();
-    }
-    let id = id.expect("rank 0 printed no unique id");
-    let drain = std::thread::spawn(move || {
-        let mut rest = String::new();
-        std::io::Read::read_to_string(&mut out, &mut rest).ok();
-        rest
-    });
-    let children: Vec<_> = (1..n).map(|r| spawn(r, &id)).collect();
-    let mut results: Vec<_> = std::iter::once(root)
-        .chain(children)
-        .map(|c| {
-            let o = c.wait_with_output().unwrap();
-            let text = format!(
-                "{}{}",
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
+    ranks_as_processes_bounded(n, test_name, PROCESS_BOUND)
+        .into_iter()
+        .enumerate()
+        .map(|(r, e)| {
+            assert!(
+                !e.overran,
+                "rank {r} of {test_name} still ran after {PROCESS_BOUND:?} (killed):\n{}",
+                e.output
             );
-            (o.status, text)
+            (e.status, e.output)
         })
-        .collect();
-    results[0].1.push_str(&drain.join().unwrap());
-    results
+        .collect()
 }
 
 /// As [`ranks_as_processes_status`]; panics unless every child exits successfully.
@@ -266,6 +270,7 @@ pub fn ranks_as_processes_bounded(n: usize, test_name: &str, bound: Duration) ->
 pub fn child_bootstrap() -> Option<TcpBootstrap> {
     let rank: usize = std::env::var(CHILD_RANK).ok()?.parse().ok()?;
     let size: usize = std::env::var(CHILD_SIZE).ok()?.parse().ok()?;
+    die_with_parent();
     let bs = if rank == 0 {
         let (id, listener) = UniqueId::bind(loopback()).unwrap();
         println!("\nUNIQUE_ID {}", id.to_hex());

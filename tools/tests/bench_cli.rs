@@ -155,10 +155,37 @@ fn every_collective_checked_on_the_cpu_backend() {
         "broadcast",
         "alltoall",
         "sendrecv",
+        "reduce",
+        "gather",
+        "scatter",
+        "alltoallv",
     ] {
         for place in ["--inplace", "--outofplace"] {
             let args = format!("{op} -b 96 -e 96K -f 32 -c -n 1 -w 1 -g 3 -r 2 -d bf16 {place}");
             assert_all_correct(&run(&bench(), &args), 3, &args);
+        }
+    }
+}
+
+/// The reduce by every reduction, and every type through the collectives added with it (on
+/// three ranks, so that the averages of floats are inexact and checked within their bound).
+#[test]
+fn every_type_and_reduction_checked_on_the_cpu_backend() {
+    if !have_binaries() {
+        return;
+    }
+    for op in ["sum", "prod", "min", "max", "avg", "premulsum"] {
+        for d in ["f32", "i8", "e4m3"] {
+            let args = format!("reduce -b 40 -e 40K -f 1000 -c -n 1 -w 0 -g 3 -r 1 -d {d} -o {op}");
+            assert_all_correct(&run(&bench(), &args), 2, &args);
+        }
+    }
+    for d in [
+        "f32", "f16", "bf16", "i32", "u32", "i8", "u8", "i64", "u64", "f64", "e4m3", "e5m2",
+    ] {
+        for op in ["allreduce -o avg", "alltoallv", "gather"] {
+            let args = format!("{op} -b 96 -e 96 -c -n 1 -w 0 -g 3 -d {d}");
+            assert_all_correct(&run(&bench(), &args), 1, &args);
         }
     }
 }
@@ -315,7 +342,11 @@ fn bad_command_lines_say_why() {
             2,
             "invalid value 'f128' for '--datatype <T>'\n  [possible values: f32, f16, bf16, i32, u32, i8, u8, i64, u64, f64, e4m3, e5m2]",
         ),
-        ("allreduce -o prod", 2, "[possible values: sum, min, max]"),
+        (
+            "allreduce -o xor",
+            2,
+            "[possible values: sum, prod, min, max, avg, premulsum]",
+        ),
         ("allreduce --bogus", 2, "unexpected argument '--bogus'"),
         (
             "allreduce -b",
@@ -329,6 +360,8 @@ fn bad_command_lines_say_why() {
         ("allreduce -G 1", 1, "CUDA graphs need the CUDA backend"),
         ("allreduce --baseline nccl", 1, "needs the CUDA backend"),
         ("broadcast -r 5", 1, "the root must be below the 2 ranks"),
+        ("gather -r 2", 1, "the root must be below the 2 ranks"),
+        ("reduce -a ce", 2, "not an algorithm of reduce"),
         ("sendrecv -g 1", 1, "sendrecv needs at least 2 ranks"),
     ] {
         let o = run(&bench(), args);

@@ -36,6 +36,16 @@ unsafe fn a64<'a>(p: *const u64) -> &'a AtomicU64 {
     unsafe { AtomicU64::from_ptr(p as *mut u64) }
 }
 
+/// A GPU faults on a vector access that is not aligned to its width; the host twin traps
+/// (a panic of the emulated thread, which the grid emulator reports), so that the CPU backend
+/// catches an access that would fault on the GPU instead of doing it unaligned.
+#[inline(always)]
+fn check_vector_alignment(p: *const u8, width: usize) {
+    if !(p as usize).is_multiple_of(width) {
+        panic!("device trap: {width}-byte vector access at {p:p} is not {width}-byte aligned");
+    }
+}
+
 /// Acquire load.
 ///
 /// # Safety
@@ -97,6 +107,7 @@ pub unsafe fn st_relaxed_sys_u64(p: *mut u64, v: u64) {
 /// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn st_release_sys_v2_u64(p: *mut u64, lo: u64, hi: u64) {
+    check_vector_alignment(p as *const u8, 16);
     // SAFETY: the caller's contract (module docs); `p + 1` is inside the 16-byte slot.
     unsafe {
         a64(p).store(lo, Ordering::Relaxed);
@@ -176,6 +187,7 @@ pub fn fence_acq_rel_gpu() {
 /// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn ld_volatile_v4_u32(p: *const u32) -> [u32; 4] {
+    check_vector_alignment(p as *const u8, 16);
     // SAFETY: the caller's contract (module docs); 16-byte aligned slot.
     let (lo, hi) = unsafe {
         (
@@ -191,6 +203,7 @@ pub unsafe fn ld_volatile_v4_u32(p: *const u32) -> [u32; 4] {
 /// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn st_volatile_v4_u32(p: *mut u32, v: [u32; 4]) {
+    check_vector_alignment(p as *const u8, 16);
     let lo = v[0] as u64 | ((v[1] as u64) << 32);
     let hi = v[2] as u64 | ((v[3] as u64) << 32);
     // SAFETY: the caller's contract (module docs); 16-byte aligned slot.
@@ -205,6 +218,7 @@ pub unsafe fn st_volatile_v4_u32(p: *mut u32, v: [u32; 4]) {
 /// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn ld_volatile_v2_u32(p: *const u32) -> [u32; 2] {
+    check_vector_alignment(p as *const u8, 8);
     // SAFETY: the caller's contract (module docs).
     let w = unsafe { a64(p as *const u64) }.load(Ordering::Relaxed);
     [w as u32, (w >> 32) as u32]
@@ -215,6 +229,7 @@ pub unsafe fn ld_volatile_v2_u32(p: *const u32) -> [u32; 2] {
 /// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn st_volatile_v2_u32(p: *mut u32, v: [u32; 2]) {
+    check_vector_alignment(p as *const u8, 8);
     // SAFETY: the caller's contract (module docs).
     unsafe { a64(p as *const u64) }.store(v[0] as u64 | ((v[1] as u64) << 32), Ordering::Relaxed)
 }
@@ -224,6 +239,7 @@ pub unsafe fn st_volatile_v2_u32(p: *mut u32, v: [u32; 2]) {
 /// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn ld_v4_u32(p: *const u32) -> [u32; 4] {
+    check_vector_alignment(p as *const u8, 16);
     // SAFETY: the caller's contract (module docs).
     unsafe { (p as *const [u32; 4]).read() }
 }
@@ -233,6 +249,7 @@ pub unsafe fn ld_v4_u32(p: *const u32) -> [u32; 4] {
 /// The pointer arguments are valid and aligned for their width (module docs).
 #[inline(always)]
 pub unsafe fn st_v4_u32(p: *mut u32, v: [u32; 4]) {
+    check_vector_alignment(p as *const u8, 16);
     // SAFETY: the caller's contract (module docs).
     unsafe { (p as *mut [u32; 4]).write(v) }
 }
@@ -255,6 +272,53 @@ pub fn spin_step(iteration: u64) {
         std::thread::yield_now();
     } else {
         std::thread::sleep(core::time::Duration::from_micros(50));
+    }
+}
+/// Environment variable that bounds every device wait of the host build in time (the CPU
+/// backend's kernels): a whole number of milliseconds, read once per process. Unset, `0` or not
+/// a number: no time bound (the status word's iteration limit and the abort flag only). Meant
+/// for tests and mutation runs, where a lost signal must fail in seconds: the iteration limit
+/// ([`DeviceStatus::spin_limit`](mscclpp_shared::DeviceStatus)) counts polls, and a poll of the
+/// host build sleeps, so that limit is days of wall time here. The nvptx build has no such
+/// bound (its [`SpinDeadline`] never passes).
+pub const SPIN_TIMEOUT_ENV: &str = "MSCCLPP_SPIN_TIMEOUT_MS";
+
+/// The time bound of [`SPIN_TIMEOUT_ENV`] for `value` (the variable's text), in nanoseconds; 0
+/// for none.
+pub fn spin_timeout_ns(value: Option<&str>) -> u64 {
+    value
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(0, |ms| ms.saturating_mul(1_000_000))
+}
+
+/// When a wait that started at [`spin_deadline`] gives up on time alone (host build: from
+/// [`SPIN_TIMEOUT_ENV`]).
+#[derive(Clone, Copy, Debug)]
+pub struct SpinDeadline {
+    /// [`grid::monotonic_ns`] at which the wait gives up; `u64::MAX` for never.
+    at_ns: u64,
+}
+
+impl SpinDeadline {
+    /// Whether the wait has run past its time bound.
+    #[inline(always)]
+    pub fn passed(&self) -> bool {
+        self.at_ns != u64::MAX && grid::monotonic_ns() >= self.at_ns
+    }
+}
+
+/// The deadline of a wait that starts now.
+#[inline(always)]
+pub fn spin_deadline() -> SpinDeadline {
+    static TIMEOUT_NS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let timeout = *TIMEOUT_NS
+        .get_or_init(|| spin_timeout_ns(std::env::var(SPIN_TIMEOUT_ENV).ok().as_deref()));
+    SpinDeadline {
+        at_ns: if timeout == 0 {
+            u64::MAX
+        } else {
+            grid::monotonic_ns().saturating_add(timeout)
+        },
     }
 }
 /// A GPU trap: on the host, a panic of the emulated thread (the grid emulator reports it).
@@ -313,4 +377,55 @@ pub fn cvt_f32_f16(h: u16) -> f32 {
 #[inline(always)]
 pub fn cvt_rn_f16_f32(f: f32) -> u16 {
     crate::reduce::f32_to_f16_soft(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spin_timeout_reads_whole_milliseconds() {
+        assert_eq!(spin_timeout_ns(None), 0);
+        assert_eq!(spin_timeout_ns(Some("")), 0);
+        assert_eq!(spin_timeout_ns(Some("0")), 0);
+        assert_eq!(spin_timeout_ns(Some("ten")), 0);
+        assert_eq!(spin_timeout_ns(Some("-5")), 0);
+        assert_eq!(spin_timeout_ns(Some("1500")), 1_500_000_000);
+        assert_eq!(spin_timeout_ns(Some(" 7 ")), 7_000_000);
+        assert_eq!(spin_timeout_ns(Some("18446744073709551615")), u64::MAX);
+    }
+
+    #[test]
+    fn misaligned_vector_accesses_trap_as_on_the_gpu() {
+        let words = [1u64, 2, 3, 4, 5];
+        let base = words.as_ptr() as *const u8;
+        let at16 = if (base as usize).is_multiple_of(16) {
+            0
+        } else {
+            8
+        };
+        // SAFETY: 16 bytes inside `words`, 16-byte aligned.
+        let v = unsafe { ld_v4_u32(base.add(at16) as *const u32) };
+        assert_eq!(v[0] as u64 | (v[1] as u64) << 32, words[at16 / 8]);
+        for off in [4, 8] {
+            let p = base.wrapping_add(at16 + off) as *const u32;
+            // SAFETY: inside `words`; the twin traps before the access.
+            let r = std::panic::catch_unwind(|| unsafe { ld_v4_u32(p) });
+            assert!(r.is_err(), "a 16-byte load at +{off} did not trap");
+        }
+        // SAFETY: as above (8 bytes, misaligned by 4).
+        let r =
+            std::panic::catch_unwind(|| unsafe { ld_volatile_v2_u32(base.add(4) as *const u32) });
+        assert!(r.is_err(), "an 8-byte load at +4 did not trap");
+    }
+
+    #[test]
+    fn a_deadline_far_away_has_not_passed() {
+        let d = SpinDeadline {
+            at_ns: grid::monotonic_ns() + 3_600_000_000_000,
+        };
+        assert!(!d.passed());
+        assert!(SpinDeadline { at_ns: 0 }.passed());
+        assert!(!SpinDeadline { at_ns: u64::MAX }.passed());
+    }
 }

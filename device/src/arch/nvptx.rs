@@ -429,6 +429,25 @@ pub fn spin_step(iteration: u64) {
         nanosleep(100);
     }
 }
+/// A wait's time bound: none on the GPU (the status word's iteration limit and the abort flag
+/// bound every wait; the host build's twin reads `MSCCLPP_SPIN_TIMEOUT_MS`). A unit type whose
+/// [`SpinDeadline::passed`] is constant `false`, so the waits compile as if it were not there.
+#[derive(Clone, Copy, Debug)]
+pub struct SpinDeadline;
+
+impl SpinDeadline {
+    /// Never: the GPU has no time bound.
+    #[inline(always)]
+    pub fn passed(&self) -> bool {
+        false
+    }
+}
+
+/// The deadline of a wait that starts now (none on the GPU).
+#[inline(always)]
+pub fn spin_deadline() -> SpinDeadline {
+    SpinDeadline
+}
 /// Stops the kernel (the panic handler and failed invariants).
 #[inline(always)]
 pub fn trap() -> ! {

@@ -15,6 +15,8 @@
 //!   (remote loads, then remote stores). Nobody else touches chunk `r` anywhere, so in place is
 //!   safe; each element is read and written by the same thread.
 //! - reduce-scatter: its own output only, from part `r` of every input (remote loads).
+//! - reduce: the root's output only, from every input (the root's remote loads; the other
+//!   ranks only meet).
 //! - all-gather, all-to-all, broadcast: stores only: part `r` of every rank's output
 //!   (all-to-all: part `r` of rank `q`'s output comes from part `q` of the input; broadcast:
 //!   only the root stores).
@@ -310,6 +312,17 @@ fn direct<const ANY: bool>(d: DirectCollectiveParams) {
                 dst: |q| output(q).add((me as u64 * p.stride + s) as usize),
             };
             copy_spread(&sp, me, all, n);
+        } else if p.mode == CollectiveMode::Reduce as u32 {
+            if me == p.root {
+                let (s, e) = sub_slice(p.bytes, b, nb);
+                let sp = same_offset(s, e - s);
+                with_reducer!(
+                    ANY,
+                    r,
+                    |r| reduce_spread(&sp, me, all, |q| q == me, n, r),
+                    ()
+                );
+            }
         } else if p.mode == CollectiveMode::Broadcast as u32 {
             if me == p.root {
                 let (s, e) = sub_slice(p.bytes, b, nb);

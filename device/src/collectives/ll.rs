@@ -34,9 +34,15 @@ enum LlMode {
     /// as in the other modes, every rank hears from every peer in every LL call: that is
     /// what keeps a peer from running more than one call ahead of a slot's reader.
     Broadcast,
+    /// Everyone's `bytes` reduced into `root`'s output. The other ranks send their data to the
+    /// root and an ack packet to every other peer; the root sends every peer an ack: so, again,
+    /// every rank hears from every peer.
+    Reduce,
 }
 
 impl LlMode {
+    /// The mode of an all-mode kernel's launch (not the reduce: `ll_reduce_kernel` alone serves
+    /// it, and the all-mode kernels do nothing for it, as for any mode they do not know).
     fn from_mode(mode: u32) -> Option<Self> {
         Some(match mode {
             m if m == CollectiveMode::AllReduce as u32 => Self::AllReduce,
@@ -67,9 +73,16 @@ impl LlMode {
     }
 }
 
-/// The LL collectives' body; returns false if a packet wait gave up.
+/// The LL collectives' body; returns false if a packet wait gave up. `REDUCE`: whether it may
+/// be a reduce (only [`ll_reduce_kernel`] serves it; the others compile without its branches,
+/// which took the all-mode kernels from 47 and 76 registers to 56 and 82).
 #[inline(always)]
-fn ll_collective(p: &CollectiveParams, mode: LlMode, l: LlLaunch, r: impl Reduce) -> bool {
+fn ll_collective<const REDUCE: bool>(
+    p: &CollectiveParams,
+    mode: LlMode,
+    l: LlLaunch,
+    r: impl Reduce,
+) -> bool {
     let flag = l.flag;
     let n = packet::packets_for::<LL16Packet>(p.bytes as usize) as u64;
     let half = ll_half(p, flag);
@@ -78,17 +91,26 @@ fn ll_collective(p: &CollectiveParams, mode: LlMode, l: LlLaunch, r: impl Reduce
     let me = p.rank;
     // 1. My payload for every peer, as packets, into my slot of its region. A thread handles the
     //    same packet index `i` in both steps, so in-place layouts read before they write.
-    // Broadcast: the root sends its data, the others one ack packet each.
+    // Broadcast: the root sends its data, the others one ack packet each. Reduce: the others
+    // send their data to the root and an ack to the rest; the root one ack to everyone.
     let ack_only = mode == LlMode::Broadcast && me != p.root;
+    let data_to = |q: u32| {
+        if REDUCE && mode == LlMode::Reduce {
+            me != p.root && q == p.root
+        } else {
+            !ack_only
+        }
+    };
     let mut i = tid;
     while i < n {
         let off = i * 8;
         let len = (p.bytes - off) as usize;
         for q in 0..p.nranks {
-            if !mode.talks_to(p, q) || (ack_only && i > 0) {
+            let data = data_to(q);
+            if !mode.talks_to(p, q) || (!data && i > 0) {
                 continue;
             }
-            let w = if ack_only {
+            let w = if !data {
                 [0; 2]
             } else {
                 // SAFETY: `off < bytes` inside the source part.
@@ -144,6 +166,32 @@ fn ll_collective(p: &CollectiveParams, mode: LlMode, l: LlLaunch, r: impl Reduce
                         packet::write_payload::<LL16Packet>(dst, w, len);
                     }
                 }
+                LlMode::Reduce if REDUCE && me == p.root => {
+                    let Ok(acc) = reduce_arrivals(
+                        p,
+                        flag,
+                        half,
+                        i,
+                        packet::read_payload::<LL16Packet>(
+                            mode.source(p, me).add(off as usize),
+                            len,
+                        ),
+                        r,
+                    ) else {
+                        return false;
+                    };
+                    packet::write_payload::<LL16Packet>(output.add(off as usize), acc, len);
+                }
+                LlMode::Reduce if REDUCE => {
+                    // The acks (packet 0 of every peer).
+                    for q in 0..p.nranks {
+                        if i == 0 && q != me && packet_from(q, 0).is_err() {
+                            return false;
+                        }
+                    }
+                }
+                // Refused by the all-mode kernels' frame.
+                LlMode::Reduce => return false,
                 LlMode::SendRecv => {
                     let Ok(w) = packet_from(p.root, i) else {
                         return false;
@@ -483,7 +531,8 @@ fn ll_collective_entry<const ANY: bool>(p: CollectiveParams) {
     };
     let reduces = matches!(mode, LlMode::AllReduce | LlMode::ReduceScatter);
     // The main kernel leaves the all-reduce to `ll_all_reduce_kernel` (serving it here too
-    // took 55 registers, not 47) and records `InvalidArgument` for it.
+    // took 55 registers, not 47) and records `InvalidArgument` for it; neither serves the
+    // reduce (`ll_reduce_kernel`'s, which `from_mode` never returns).
     let serves = ANY || mode != LlMode::AllReduce;
     let Some(r) = reducer_serving::<ANY>(&p, reduces, serves) else {
         return;
@@ -492,14 +541,14 @@ fn ll_collective_entry<const ANY: bool>(p: CollectiveParams) {
         return;
     };
     let ok = if !reduces {
-        ll_collective(&p, mode, l, CommonSum::COPY)
+        ll_collective::<false>(&p, mode, l, CommonSum::COPY)
     } else if ANY {
-        ll_collective(&p, mode, l, r)
+        ll_collective::<false>(&p, mode, l, r)
     } else {
         // The main kernel's reduce-scatter (its all-reduce is `ll_all_reduce_kernel`'s), one
         // loop for the three common sums, as the kernel always had (`reducer_for` refused the
         // others).
-        ll_collective(&p, LlMode::ReduceScatter, l, CommonSum(r.dtype))
+        ll_collective::<false>(&p, LlMode::ReduceScatter, l, CommonSum(r.dtype))
     };
     ll_finish(&p, l, ok);
 }
@@ -543,11 +592,21 @@ crate::kernel! {
                 |r| if whole {
                     ll_all_reduce_words(&p, l, r)
                 } else {
-                    ll_collective(&p, LlMode::AllReduce, l, r)
+                    ll_collective::<false>(&p, LlMode::AllReduce, l, r)
                 },
                 false
             )
         });
+    }
+}
+
+crate::kernel! {
+    /// The LL reduce (`mode` is ignored) of every type and operator: every rank but the root
+    /// sends its `bytes` to `root` as packets, and an ack packet to every other peer; the root
+    /// reduces them into its output and sends every peer an ack (so that every rank hears
+    /// from every peer, as in every LL launch).
+    fn ll_reduce_kernel(p: CollectiveParams) {
+        ll_kernel::<true>(&p, true, |l, r| ll_collective::<true>(&p, LlMode::Reduce, l, r));
     }
 }
 
@@ -561,7 +620,7 @@ crate::kernel! {
         let ok = if ll_whole_words(&p) && p.stride.is_multiple_of(8) {
             ll_all_gather_words(&p, l)
         } else {
-            ll_collective(&p, LlMode::AllGather, l, CommonSum::COPY)
+            ll_collective::<false>(&p, LlMode::AllGather, l, CommonSum::COPY)
         };
         ll_finish(&p, l, ok);
     }

@@ -72,13 +72,16 @@ pub mod direct;
 pub mod ll;
 pub mod ll128;
 pub mod ll_two_shot;
+pub mod p2p;
 
 pub use direct::{direct_collective_any_kernel, direct_collective_kernel};
 pub use ll::{
     ll_all_gather_kernel, ll_all_reduce_kernel, ll_collective_any_kernel, ll_collective_kernel,
+    ll_reduce_kernel,
 };
 pub use ll_two_shot::{ll_two_shot_all_reduce_any_kernel, ll_two_shot_all_reduce_kernel};
 pub use ll128::{ll128_all_reduce_kernel, ll128_collective_any_kernel, ll128_collective_kernel};
+pub use p2p::p2p_kernel;
 
 use crate::arch;
 use crate::copy::copy;
@@ -250,6 +253,7 @@ fn mode_reduces(mode: u32) -> bool {
         || mode == CollectiveMode::AllReducePut as u32
         || mode == CollectiveMode::ReduceScatter as u32
         || mode == CollectiveMode::ReduceLocal as u32
+        || mode == CollectiveMode::Reduce as u32
 }
 
 crate::kernel! {
@@ -408,6 +412,22 @@ fn staged<const ANY: bool>(p: CollectiveParams) {
                 stage.add((me * part + s) as usize),
                 e - s,
             );
+        } else if mode == CollectiveMode::Reduce as u32 {
+            // Every rank stages its piece; the root reduces every rank's staging into its
+            // own, then into its output (the next launch's opening barrier keeps the peers'
+            // staging until the root has read it).
+            let (s, e) = sub_slice(bytes, b as u64, nb);
+            block_copy(stage.add(s as usize), input.add(s as usize), e - s);
+            if !barrier(&p, None) {
+                return;
+            }
+            if p.rank == p.root {
+                let acc = stage.add(s as usize);
+                let from = |q: u32| peer_stage(q).add(s as usize) as *const u8;
+                with_reducer!(ANY, r, |r| block_reduce_into(acc, &p, e - s, r, from), ());
+                arch::sync_threads();
+                block_copy(output.add(s as usize), acc, e - s);
+            }
         } else if mode == CollectiveMode::Broadcast as u32 {
             let (s, e) = sub_slice(bytes, b as u64, nb);
             if p.rank == p.root {

@@ -5,7 +5,9 @@
 //! |---|---|
 //! | rank, size, local rank | `MSCCLPP_RANK`/`MSCCLPP_WORLD_SIZE`/`MSCCLPP_LOCAL_RANK`; torchrun's `RANK`/`WORLD_SIZE`/`LOCAL_RANK`; Open MPI's `OMPI_COMM_WORLD_RANK`/`_SIZE`/`_LOCAL_RANK`; Slurm's `SLURM_PROCID`/`SLURM_NTASKS`/`SLURM_LOCALID`. The first launcher whose rank variable is set supplies all three. |
 //! | root | `MSCCLPP_UNIQUE_ID` (hex); `MSCCLPP_BOOTSTRAP` (`ip:port`, `host:port` or `ifname:ip:port`); torchrun's `MASTER_ADDR` with `MASTER_PORT` + [`TORCHRUN_PORT_OFFSET`] (torchrun's own store already listens on `MASTER_PORT`) |
+//! | secret | `MSCCLPP_SECRET` (at least 16 characters; `mscclpp-run` makes one): the world's secret when the root is a plain address (`MSCCLPP_BOOTSTRAP`, torchrun's); a unique id carries its own. Without it such a world is **not authenticated**, and the first set-up of the process says so on standard error |
 //! | timeouts | `MSCCLPP_BOOTSTRAP_TIMEOUT_MS` (set-up, and operations unless `MSCCLPP_BOOTSTRAP_OP_TIMEOUT_MS` is set) |
+//! | queue caps | `MSCCLPP_BOOTSTRAP_MAX_QUEUED_BYTES`, `MSCCLPP_BOOTSTRAP_MAX_QUEUED_FRAMES`: what one peer may leave queued at this rank ([`BootstrapConfig::max_queued_bytes`]) |
 //! | interface | `MSCCLPP_SOCKET_IFNAME` (comma-separated names; the first with an IPv4 address wins) |
 //! | node identity | `MSCCLPP_HOSTID` (else host name + boot id) |
 
@@ -14,12 +16,17 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use super::{UniqueId, wire};
+use crate::auth::Secret;
 use crate::error::{Error, Result};
 
 /// Default deadline for set-up (and, unless set apart, for each operation).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default deadline for an accepted connection to complete its handshake.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default cap on the bytes one peer may leave queued (unreceived) at a rank.
+pub const DEFAULT_MAX_QUEUED_BYTES: u64 = 256 << 20;
+/// Default cap on the frames one peer may leave queued (unreceived) at a rank.
+pub const DEFAULT_MAX_QUEUED_FRAMES: u64 = 65_536;
 /// Under torchrun the root listens at `MASTER_PORT` + this, because torchrun's agent already
 /// serves its TCP store at `MASTER_PORT`.
 pub const TORCHRUN_PORT_OFFSET: u16 = 1;
@@ -44,6 +51,12 @@ pub mod env {
     pub const SOCKET_IFNAME: &str = "MSCCLPP_SOCKET_IFNAME";
     /// Overrides the host identity used to group ranks into nodes.
     pub const HOSTID: &str = "MSCCLPP_HOSTID";
+    /// The world's secret for plain-address roots (at least 16 characters).
+    pub const SECRET: &str = "MSCCLPP_SECRET";
+    /// Cap on the bytes one peer may leave queued at a rank.
+    pub const MAX_QUEUED_BYTES: &str = "MSCCLPP_BOOTSTRAP_MAX_QUEUED_BYTES";
+    /// Cap on the frames one peer may leave queued at a rank.
+    pub const MAX_QUEUED_FRAMES: &str = "MSCCLPP_BOOTSTRAP_MAX_QUEUED_FRAMES";
     /// torchrun: root host.
     pub const MASTER_ADDR: &str = "MASTER_ADDR";
     /// torchrun: root port (the bootstrap uses this + [`TORCHRUN_PORT_OFFSET`](super::TORCHRUN_PORT_OFFSET)).
@@ -92,9 +105,10 @@ const LAUNCHERS: [(Launcher, &str, &str, &str); 4] = [
 /// How ranks find the root.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RootSpec {
-    /// A [`UniqueId`] made by rank 0 (random magic).
+    /// A [`UniqueId`] made by rank 0 (random magic and secret).
     UniqueId(UniqueId),
-    /// A plain `ip:port`; rank 0 listens there and the magic is derived from the address.
+    /// A plain `ip:port`; rank 0 listens there and the magic is derived from the address; the
+    /// secret is [`BootstrapConfig::secret`].
     Addr(SocketAddr),
 }
 
@@ -107,7 +121,8 @@ impl RootSpec {
         }
     }
 
-    /// The session id every rank uses.
+    /// The session id every rank uses, without a secret for a plain address (see
+    /// [`BootstrapConfig::session`], which adds it).
     pub fn unique_id(&self) -> Result<UniqueId> {
         match self {
             RootSpec::UniqueId(id) => Ok(*id),
@@ -156,6 +171,15 @@ pub struct BootstrapConfig {
     pub listen: Option<SocketAddr>,
     /// Host identity for grouping ranks into nodes; default: host name + kernel boot id.
     pub host_id: Option<String>,
+    /// The world's secret when [`root`](Self::root) is a plain address (a unique id carries
+    /// its own and ignores this). `None`: the world is not authenticated (module docs).
+    pub secret: Option<Secret>,
+    /// Most bytes one peer may leave queued (sent, not yet received) at this rank; a peer
+    /// that sends more has its link cut and is reported as gone
+    /// (`Error::BootstrapQueueFull`). It also caps the length of one message.
+    pub max_queued_bytes: u64,
+    /// Most frames one peer may leave queued at this rank (as above).
+    pub max_queued_frames: u64,
 }
 
 impl BootstrapConfig {
@@ -173,6 +197,47 @@ impl BootstrapConfig {
             ifname: None,
             listen: None,
             host_id: None,
+            secret: None,
+            max_queued_bytes: DEFAULT_MAX_QUEUED_BYTES,
+            max_queued_frames: DEFAULT_MAX_QUEUED_FRAMES,
+        }
+    }
+
+    /// Sets the world's secret for a plain-address root.
+    pub fn with_secret(mut self, secret: Secret) -> Self {
+        self.secret = Some(secret);
+        self
+    }
+
+    /// Sets the caps on what one peer may leave queued at this rank.
+    pub fn with_queue_caps(mut self, bytes: u64, frames: u64) -> Self {
+        self.max_queued_bytes = bytes;
+        self.max_queued_frames = frames;
+        self
+    }
+
+    /// The session every rank of this world uses: the unique id, or, for a plain address, the
+    /// id derived from it and [`secret`](Self::secret). Without a secret the world is not
+    /// authenticated, and the first such set-up of the process says so on standard error.
+    pub fn session(&self) -> Result<UniqueId> {
+        match (&self.root, self.secret) {
+            (RootSpec::UniqueId(id), _) => Ok(*id),
+            (RootSpec::Addr(a), Some(s)) => UniqueId::for_addr_with_secret(*a, s),
+            (RootSpec::Addr(a), None) => {
+                static ONCE: std::sync::Once = std::sync::Once::new();
+                ONCE.call_once(|| {
+                    eprintln!(
+                        "mscclpp: WARNING: the bootstrap root is a plain address ({a}) and {} is not set: this world is NOT authenticated; anyone who can reach its ports can join it, read its set-up messages and write into its Ethernet memories. Set {} (the same value of at least 16 characters on every rank; mscclpp-run does this) or use a unique id.",
+                        env::SECRET,
+                        env::SECRET
+                    );
+                });
+                tracing::warn!(
+                    "bootstrap: plain root address {a} without {}: no authentication",
+                    env::SECRET
+                );
+                UniqueId::for_addr(*a)
+            }
         }
     }
 
@@ -304,6 +369,21 @@ impl BootstrapConfig {
         if let Some(t) = ms(env::OP_TIMEOUT_MS)? {
             cfg.op_timeout = t;
         }
+        if let Some(p) = get(env::SECRET) {
+            cfg.secret = Some(Secret::from_passphrase(p).ok_or_else(|| {
+                Error::BootstrapConfig(format!(
+                    "{} is shorter than {} characters",
+                    env::SECRET,
+                    crate::auth::MIN_PASSPHRASE_LEN
+                ))
+            })?);
+        }
+        if let Some(n) = num(env::MAX_QUEUED_BYTES)? {
+            cfg.max_queued_bytes = n as u64;
+        }
+        if let Some(n) = num(env::MAX_QUEUED_FRAMES)? {
+            cfg.max_queued_frames = n as u64;
+        }
         cfg.validate()?;
         Ok(cfg)
     }
@@ -332,6 +412,9 @@ impl BootstrapConfig {
         }
         if self.timeout.is_zero() || self.op_timeout.is_zero() || self.handshake_timeout.is_zero() {
             return bad("deadlines must be nonzero".into());
+        }
+        if self.max_queued_bytes == 0 || self.max_queued_frames == 0 {
+            return bad("queue caps must be nonzero".into());
         }
         let root = self.root.addr();
         if !wire::is_connectable(&root) {

@@ -1,14 +1,21 @@
-//! A rank's inbox. Connection reader threads push every data frame here, keyed by
+//! A rank's inbox. The rank's I/O thread pushes every data frame here, keyed by
 //! (peer, channel, tag); receivers take the oldest frame of their key, so messages of other keys
 //! wait in their queues instead of being dropped, and any order of receives works. When a
-//! connection ends, its reader records why; every pending and later receive from that peer
-//! fails at once with that reason (frames already queued are still delivered first). A link
-//! that ends after the peer's goodbye is recorded as [`LinkDown::Left`]: receives from that
-//! peer fail the same way, but it is not a failure to blame ([`Mailbox::first_down`] skips it;
-//! [`Mailbox::first_left`] tells when it left).
+//! peer's link ends, or another rank reports it gone, the reason is recorded; every pending and
+//! later receive from that peer fails at once with that reason (frames already queued are still
+//! delivered first). A link that ends after the peer's goodbye is recorded as
+//! [`LinkDown::Left`]: receives from that peer fail the same way, but it is not a failure to
+//! blame ([`Mailbox::first_down`] skips it; [`Mailbox::first_left`] tells when it left).
 //!
-//! One mutex guards the queues and the link states; one condition variable wakes receivers on
-//! every push and every link failure; every wait is bounded by its deadline.
+//! **Bounded memory.** Each peer may have at most [`Caps::bytes`] bytes and [`Caps::frames`]
+//! frames queued (taken by no receive yet, the frame being read included): the I/O thread asks
+//! [`Mailbox::reserve`] for a frame's length as soon as its header arrives, before it reads or
+//! allocates a byte of payload; a frame over the cap marks the peer down with
+//! [`LinkDown::Flood`], which fails its receives with `Error::BootstrapQueueFull` and makes a
+//! communicator on this bootstrap abort (its health monitor sees a dead peer).
+//!
+//! One mutex guards the queues, counters and link states; one condition variable wakes
+//! receivers on every push and every state change; every wait is bounded by its deadline.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -20,7 +27,7 @@ use crate::error::Error;
 use crate::socket::remaining;
 use crate::sync::{lock, wait_timeout};
 
-/// Why a peer's connection is down.
+/// Why a peer is down.
 #[derive(Debug, Clone)]
 pub(crate) enum LinkDown {
     /// EOF or reset without a goodbye (the peer died, or closed its bootstrap after a failure).
@@ -31,6 +38,24 @@ pub(crate) enum LinkDown {
     Io(io::ErrorKind, String),
     /// The peer sent a frame that does not parse; the connection was cut.
     Malformed(String),
+    /// The peer queued more than the caps allow; the connection was cut.
+    Flood {
+        /// Bytes that would have been queued with the refused frame.
+        bytes: u64,
+        /// Frames that would have been queued with it.
+        frames: u64,
+        /// The caps.
+        caps: Caps,
+    },
+    /// Another rank reported it gone (a notice, passed on along the links).
+    Reported {
+        /// Who told this rank.
+        by: usize,
+        /// Why, as reported.
+        reason: String,
+    },
+    /// Its listener could not be reached to open a link (its bootstrap is gone).
+    Unreachable(String),
 }
 
 impl LinkDown {
@@ -48,6 +73,44 @@ impl LinkDown {
                 source: io::Error::new(*kind, msg.clone()),
             },
             LinkDown::Malformed(reason) => ctx.malformed(reason.clone()),
+            LinkDown::Flood {
+                bytes,
+                frames,
+                caps,
+            } => Error::BootstrapQueueFull {
+                rank: ctx.rank,
+                peer: ctx.peer,
+                bytes: *bytes,
+                frames: *frames,
+                max_bytes: caps.bytes,
+                max_frames: caps.frames,
+            },
+            LinkDown::Reported { .. } | LinkDown::Unreachable(_) => Error::BootstrapPeerGone {
+                rank: ctx.rank,
+                peer: ctx.peer,
+                op: ctx.op,
+                reason: self.describe(),
+            },
+        }
+    }
+
+    /// For people (what `Bootstrap::dead_peer` says).
+    pub fn describe(&self) -> String {
+        match self {
+            LinkDown::Closed => "closed its bootstrap connection".into(),
+            LinkDown::Left => "left after its goodbye".into(),
+            LinkDown::Io(kind, msg) => format!("bootstrap link failed: {kind:?} {msg}"),
+            LinkDown::Malformed(m) => format!("sent a malformed frame: {m}"),
+            LinkDown::Flood {
+                bytes,
+                frames,
+                caps,
+            } => format!(
+                "sent more than this rank queues for a peer ({bytes} bytes in {frames} frames; at most {} bytes, {} frames)",
+                caps.bytes, caps.frames
+            ),
+            LinkDown::Reported { by, reason } => format!("{reason} (reported by rank {by})"),
+            LinkDown::Unreachable(why) => format!("its bootstrap listener is gone ({why})"),
         }
     }
 }
@@ -59,6 +122,15 @@ pub(crate) enum RecvFail {
     Down(LinkDown),
 }
 
+/// Per-peer caps on what waits in the mailbox (module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Caps {
+    /// Bytes.
+    pub bytes: u64,
+    /// Frames.
+    pub frames: u64,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Key {
     peer: usize,
@@ -66,12 +138,20 @@ struct Key {
     tag: u64,
 }
 
+/// What one peer has queued.
+#[derive(Debug, Default, Clone, Copy)]
+struct Queued {
+    bytes: u64,
+    frames: u64,
+}
+
 #[derive(Debug)]
 struct State {
     queues: HashMap<Key, VecDeque<Vec<u8>>>,
-    down: Vec<Option<LinkDown>>,
-    /// The peer whose link went down first (in time) without a goodbye: the one a health
-    /// monitor should blame, since links of ranks that merely gave up after it follow.
+    queued: HashMap<usize, Queued>,
+    down: HashMap<usize, LinkDown>,
+    /// The peer that went down first (in time) without a goodbye: the one a health monitor
+    /// should blame, since links of ranks that merely gave up after it follow.
     first_down: Option<usize>,
     /// The first peer that left after its goodbye, and when.
     first_left: Option<(usize, Instant)>,
@@ -81,21 +161,42 @@ struct State {
 pub(crate) struct Mailbox {
     state: Mutex<State>,
     cv: Condvar,
+    caps: Caps,
 }
 
 impl Mailbox {
-    pub fn new(size: usize) -> Self {
+    pub fn new(caps: Caps) -> Self {
         Self {
             state: Mutex::new(State {
                 queues: HashMap::new(),
-                down: vec![None; size],
+                queued: HashMap::new(),
+                down: HashMap::new(),
                 first_down: None,
                 first_left: None,
             }),
             cv: Condvar::new(),
+            caps,
         }
     }
 
+    /// Counts a frame of `len` bytes from `peer` against its caps, before its payload is read.
+    /// On `Err`, nothing was counted: the caller cuts the link ([`LinkDown::Flood`]).
+    pub fn reserve(&self, peer: usize, len: u64) -> Result<(), LinkDown> {
+        let mut st = lock(&self.state);
+        let q = st.queued.entry(peer).or_default();
+        let (bytes, frames) = (q.bytes.saturating_add(len), q.frames + 1);
+        if bytes > self.caps.bytes || frames > self.caps.frames {
+            return Err(LinkDown::Flood {
+                bytes,
+                frames,
+                caps: self.caps,
+            });
+        }
+        *q = Queued { bytes, frames };
+        Ok(())
+    }
+
+    /// Queues a frame whose length was [`reserve`](Self::reserve)d.
     pub fn push(&self, peer: usize, channel: u32, tag: u64, data: Vec<u8>) {
         lock(&self.state)
             .queues
@@ -105,31 +206,37 @@ impl Mailbox {
         self.cv.notify_all();
     }
 
-    /// Records why `peer`'s link ended (the first reason wins) and wakes its receivers.
-    pub fn set_down(&self, peer: usize, why: LinkDown) {
-        let mut st = lock(&self.state);
-        if let Some(slot) = st.down.get_mut(peer)
-            && slot.is_none()
-        {
-            let left = matches!(why, LinkDown::Left);
-            *slot = Some(why);
-            if left {
-                st.first_left.get_or_insert((peer, Instant::now()));
-            } else {
-                st.first_down.get_or_insert(peer);
-            }
-        }
-        drop(st);
-        self.cv.notify_all();
+    /// What `peer` has queued: (bytes, frames).
+    pub fn queued(&self, peer: usize) -> (u64, u64) {
+        let st = lock(&self.state);
+        st.queued.get(&peer).map_or((0, 0), |q| (q.bytes, q.frames))
     }
 
-    /// The peer whose link went down first, and why. (Not the lowest-numbered one: when a
-    /// rank dies, the survivors that give up and exit close their links after it, and a
-    /// monitor polling later must still blame the rank that died.)
+    /// Records why `peer` is down (the first reason wins) and wakes its receivers. `true` if
+    /// this call recorded it (the caller then tells the other ranks, unless it left).
+    pub fn set_down(&self, peer: usize, why: LinkDown) -> bool {
+        let mut st = lock(&self.state);
+        if st.down.contains_key(&peer) {
+            return false;
+        }
+        if matches!(why, LinkDown::Left) {
+            st.first_left.get_or_insert((peer, Instant::now()));
+        } else {
+            st.first_down.get_or_insert(peer);
+        }
+        st.down.insert(peer, why);
+        drop(st);
+        self.cv.notify_all();
+        true
+    }
+
+    /// The peer that went down first, and why. (Not the lowest-numbered one: when a rank dies,
+    /// the survivors that give up and exit close their links after it, and a monitor polling
+    /// later must still blame the rank that died.)
     pub fn first_down(&self) -> Option<(usize, LinkDown)> {
         let st = lock(&self.state);
         let peer = st.first_down?;
-        st.down.get(peer).cloned().flatten().map(|d| (peer, d))
+        st.down.get(&peer).cloned().map(|d| (peer, d))
     }
 
     /// The first peer that left after its goodbye, and when.
@@ -138,7 +245,7 @@ impl Mailbox {
     }
 
     pub fn down(&self, peer: usize) -> Option<LinkDown> {
-        lock(&self.state).down.get(peer).cloned().flatten()
+        lock(&self.state).down.get(&peer).cloned()
     }
 
     /// The oldest frame of (peer, channel, tag), waiting until `deadline`.
@@ -158,9 +265,13 @@ impl Mailbox {
                 if q.is_empty() {
                     st.queues.remove(&key);
                 }
+                if let Some(c) = st.queued.get_mut(&peer) {
+                    c.bytes = c.bytes.saturating_sub(m.len() as u64);
+                    c.frames = c.frames.saturating_sub(1);
+                }
                 return Ok(m);
             }
-            if let Some(d) = st.down.get(peer).cloned().flatten() {
+            if let Some(d) = st.down.get(&peer).cloned() {
                 return Err(RecvFail::Down(d));
             }
             let Some(left) = remaining(deadline) else {
@@ -170,14 +281,11 @@ impl Mailbox {
         }
     }
 
-    /// Waits until every link in `peers` is down, or `deadline`. `true` if all are.
+    /// Waits until every peer in `peers` is down, or `deadline`. `true` if all are.
     pub fn wait_down(&self, peers: &[usize], deadline: Instant) -> bool {
         let mut st = lock(&self.state);
         loop {
-            if peers
-                .iter()
-                .all(|&p| st.down.get(p).is_none_or(Option::is_some))
-            {
+            if peers.iter().all(|p| st.down.contains_key(p)) {
                 return true;
             }
             let Some(left) = remaining(deadline) else {
@@ -192,9 +300,39 @@ impl Mailbox {
 mod tests {
     use super::*;
 
+    const CAPS: Caps = Caps {
+        bytes: 100,
+        frames: 3,
+    };
+
+    #[test]
+    fn frames_over_the_caps_are_refused_and_receives_free_room() {
+        let m = Mailbox::new(CAPS);
+        m.reserve(1, 60).unwrap();
+        m.push(1, 0, 1, vec![0; 60]);
+        assert!(matches!(
+            m.reserve(1, 41),
+            Err(LinkDown::Flood { bytes: 101, .. })
+        ));
+        m.reserve(1, 40).unwrap();
+        m.push(1, 0, 2, vec![0; 40]);
+        assert_eq!(m.queued(1), (100, 2));
+        assert_eq!(m.queued(2), (0, 0), "caps are per peer");
+        m.reserve(2, 100).unwrap();
+        let soon = Instant::now() + std::time::Duration::from_secs(1);
+        assert_eq!(m.recv(1, 0, 1, soon).unwrap().len(), 60);
+        assert_eq!(m.queued(1), (40, 1));
+        m.reserve(1, 0).unwrap();
+        m.reserve(1, 0).unwrap();
+        assert!(matches!(
+            m.reserve(1, 0),
+            Err(LinkDown::Flood { frames: 4, .. })
+        ));
+    }
+
     #[test]
     fn first_down_is_the_first_in_time_not_the_lowest_rank() {
-        let m = Mailbox::new(4);
+        let m = Mailbox::new(CAPS);
         assert!(m.first_down().is_none());
         m.set_down(2, LinkDown::Closed);
         m.set_down(1, LinkDown::Malformed("x".into()));
@@ -207,7 +345,7 @@ mod tests {
 
     #[test]
     fn a_peer_that_left_is_not_blamed_but_its_receives_fail() {
-        let m = Mailbox::new(3);
+        let m = Mailbox::new(CAPS);
         m.push(1, 0, 5, b"queued".to_vec());
         m.set_down(1, LinkDown::Left);
         assert!(m.first_down().is_none());

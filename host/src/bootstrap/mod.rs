@@ -17,8 +17,8 @@
 //!
 //! | item | what |
 //! |---|---|
-//! | [`UniqueId`] | root address + random session magic; 80 hex characters through any launcher |
-//! | [`BootstrapConfig`] | rank, size, root, deadlines, interface; [`BootstrapConfig::from_env`] knows MSCCL++, torchrun, Open MPI and Slurm variables |
+//! | [`UniqueId`] | root address + random session magic + random 32-byte secret; 144 hex characters through any launcher |
+//! | [`BootstrapConfig`] | rank, size, root, secret, deadlines, interface, queue caps; [`BootstrapConfig::from_env`] knows MSCCL++, torchrun, Open MPI and Slurm variables |
 //! | [`TcpBootstrap`] | the bootstrap: `send`/`recv` by (peer, tag), `all_gather`, `barrier`, `broadcast`, node layout |
 //! | [`Bootstrap`] | the operations as a trait, for other implementations (e.g. in-process) |
 //! | [`SubBootstrap`] | a group of ranks (a sub-communicator) as a bootstrap of its own, over the parent's links and tags |
@@ -26,42 +26,71 @@
 //!
 //! # Protocol
 //!
-//! Every integer is little-endian; [`wire`] has the byte tables. Set-up, in order:
+//! Every integer is little-endian; [`wire`] has the byte tables. Set-up, in order (each phase
+//! is one function of `TcpBootstrap`):
 //!
 //! 1. **Listen.** Every rank binds its own listener (ephemeral port on the address that routes
 //!    to the root, on `MSCCLPP_SOCKET_IFNAME`'s IPv4 address, or on [`BootstrapConfig::listen`])
-//!    and starts serving handshakes on it at once. Rank 0 also serves the root address.
+//!    and its I/O thread serves it at once. Rank 0 also serves the root address.
 //! 2. **Join.** Every rank (rank 0 included, over loopback) connects to the root, retrying while
-//!    it is refused, and sends `JOIN {magic, rank, size, listen address, host hash, ms left}`.
+//!    it is refused, and runs the authenticated handshake ([`crate::auth`]): `HELLO {magic,
+//!    purpose, rank, size, nonce}`; the root answers `CHALLENGE {nonce, tag}`, its proof that
+//!    it knows the world's secret, which the rank checks before it says anything more; the
+//!    rank sends `JOIN {tag, listen address, host hash, ms left}`, its own proof covering its
+//!    registration. A join the root cut without an answer (it evicted a handshake under a flood
+//!    of connections) is tried again until the deadline.
 //! 3. **Table.** When all `size` ranks have joined, the root sends each `TABLE {magic, size,
 //!    (listen address, host hash) × size}` and closes. If a joined rank's connection ends first,
 //!    or ranks are missing at the deadline (the earliest of the root's and every joined rank's),
 //!    the root sends `ABORT {code, ranks}` instead, also to ranks that join later while its
-//!    deadline lasts, so every rank fails naming the same culprits. A duplicate rank or a
-//!    different world size gets `REJECT`.
-//! 4. **Mesh.** Rank `r` connects to every rank `j < r` and sends `PEER_HELLO {magic, from r,
-//!    size, to j}`; `j` answers `ACCEPT {magic, j}` or `REJECT {code, reason}`. One connection
-//!    per pair carries both directions.
-//! 5. **Barrier.** A barrier over the mesh ends set-up: once `init` returns anywhere, every rank
-//!    is connected to every other.
+//!    deadline lasts, so every rank fails naming the same culprits. A second JOIN for a rank
+//!    (`REJECT Duplicate`), a different world size, a wrong proof (`REJECT Auth`) are refused
+//!    without blocking anything.
+//! 4. **Tree.** Every rank `r > 0` opens a link to its parent `(r − 1) / 2` in a binary tree
+//!    (`HELLO`, `CHALLENGE`, `PROOF {tag}`, then `ACCEPT` or `REJECT`), and a barrier over the
+//!    tree ends set-up: once `init` returns anywhere, every tree link is up. A rank holds its
+//!    listener, at most three tree links and its I/O thread's wake-up descriptor: O(1)
+//!    descriptors per rank, not one socket per peer.
+//! 5. **Links on first use.** A `send` or `recv` to a rank with no link opens one (the same
+//!    handshake) and keeps it. A rank sends to a peer always on one link, so the frames of one
+//!    (sender, tag) pair arrive in order; if two ranks open links to each other at once, each
+//!    sends on its own and reads both.
 //!
-//! After set-up each connection carries data frames `{channel, tag, length, payload}`: channel 0
+//! After the handshake a link carries data frames `{channel, tag, length, payload}`: channel 0
 //! for user `send`/`recv`, channel 1 for the bootstrap's collectives (tag = operation, round and
-//! a per-bootstrap sequence number, so collectives never see user messages or each other's).
+//! a per-bootstrap sequence number, so collectives never see user messages or each other's),
+//! 2 for the goodbye, 3 for notices (a rank is gone).
+//!
+//! **Collectives** run over the tree (barrier: up, then down; all-gather: each rank's subtree
+//! up, everything down; broadcast: up from the root along its ancestors, then down): 2·log2(n)
+//! hops and 2(n − 1) messages, instead of a ring's n − 1 hops and n(n − 1) messages for an
+//! all-gather of small items (the bootstrap's are small: latency and message count matter).
+//!
+//! # Authentication
+//!
+//! Every connection a listener admits, the root's and each rank's, proves that its peer
+//! knows the world's secret, both ways, without sending it ([`crate::auth`]: HMAC-SHA-256 over
+//! both nonces and the hello, constant-time comparison). A peer without the secret gets a
+//! `CHALLENGE` and nothing else: no table, no frames, no link. The secret comes from the
+//! [`UniqueId`] (random, made by rank 0), or, when the root is a plain address
+//! (`MSCCLPP_BOOTSTRAP`, torchrun's `MASTER_ADDR`), from `MSCCLPP_SECRET`; without it such a
+//! world is **not authenticated** (the secret is derived from the address; the first set-up of
+//! the process says so on standard error). There is no encryption and no per-frame integrity:
+//! an attacker on the path can read and rewrite the traffic (RELIABILITY.md).
 //!
 //! # Threads
 //!
 //! | thread | lives | does |
 //! |---|---|---|
-//! | `bs{r}-mesh` | set-up | accepts on rank `r`'s listener (polls, so it can stop) |
-//! | `bs0-root` | set-up, rank 0 | accepts on the root address |
-//! | `bs0-rootsvc` | set-up, rank 0 | collects JOINs, decides: table or abort |
-//! | `bs{r}-hs` | one per accepted connection, bounded by the handshake deadline | reads and checks the first frame, answers; at the root, then watches the joined rank's connection until the answer |
-//! | `bs{r}-rx{p}` | one per peer, until drop | reads data frames from `p` into the mailbox |
+//! | `bs{r}-io` | until drop | serves rank `r`'s listener (every handshake at once, non-blocking, `poll`) and reads every link into the mailbox; marks peers down; passes notices on |
+//! | `bs{r}-notice` | a moment, when a peer is gone | writes the notice to the other linked ranks (so the I/O thread never waits on a writer lock) |
+//! | `bs0-root` | set-up, rank 0 | serves the root address (the same non-blocking handshakes), collects JOINs, decides: table or abort |
 //!
-//! Receives happen on the caller's thread: they wait on the mailbox (a mutex and condition
-//! variable) for a frame of their (peer, tag), so frames of other tags queue up and can be taken
-//! in any order. Sends write the frame under the connection's writer lock.
+//! One I/O thread per rank, whatever the number of links: a thousand ranks as threads of one
+//! process are a thousand I/O threads, not a million readers. Receives happen on the caller's
+//! thread: they wait on the mailbox (a mutex and condition variable) for a frame of their
+//! (peer, tag), so frames of other tags queue up and can be taken in any order. Sends write the
+//! frame under the link's writer lock.
 //!
 //! # Failure model
 //!
@@ -70,20 +99,36 @@
 //!   default 5 s, measured from accept to the last byte, so slow drips do not extend it), each
 //!   operation ([`BootstrapConfig::op_timeout`]). Socket reads and writes carry the time left.
 //! - Errors name the peer ([`Peer`]: rank and/or address) and the operation:
-//!   `BootstrapTimeout`, `BootstrapMissingRanks`, `BootstrapPeerClosed`, `BootstrapBadMagic`,
-//!   `BootstrapVersion`, `BootstrapMalformed`, `BootstrapRejected`, `BootstrapConnect`, … (see
+//!   `BootstrapTimeout`, `BootstrapMissingRanks`, `BootstrapPeerClosed`, `BootstrapPeerGone`,
+//!   `BootstrapBadMagic`, `BootstrapAuth`, `BootstrapVersion`, `BootstrapMalformed`,
+//!   `BootstrapRejected`, `BootstrapQueueFull`, `BootstrapConnect`, … (see
 //!   [`Error`](crate::Error)).
-//! - A closed connection fails every pending and later receive from that peer at once (messages
-//!   it sent before closing are still delivered), and every later send to it.
+//! - **Admission under load.** A listener accepts every connection as it comes and runs every
+//!   handshake at once without blocking (no thread per connection, no cap below the world
+//!   size); garbage, silence, a wrong magic, version, size or proof is answered with a
+//!   `REJECT` and drained in the background; at most max(1024, 2 × size) handshakes are open
+//!   at once, the oldest evicted beyond that. Hundreds of idle or garbage connections do not
+//!   delay a real rank (host/tests/bootstrap_scale.rs).
+//! - A closed link fails every pending and later receive from that peer at once (messages it
+//!   sent before closing are still delivered), and every later send to it. **A death reaches
+//!   every rank**: when a link ends without a goodbye (or a peer floods or sends garbage), the
+//!   rank that saw it sends a notice `{rank, reason}` on all its other links, and each rank that
+//!   hears it first passes it on; the tree links connect every rank, so every rank learns
+//!   (`Bootstrap::dead_peer`, "… (reported by rank k)"), in a few hops. A link that cannot be
+//!   opened because the peer's listener is gone marks the peer down too (not passed on: it
+//!   may just have finished).
+//! - **Bounded memory.** Each peer may leave at most [`BootstrapConfig::max_queued_bytes`]
+//!   (256 MiB) and `max_queued_frames` (65 536) queued at a rank; the I/O thread counts a
+//!   frame against them as soon as its header arrives, before any payload is read or
+//!   allocated. A peer over the caps has its link cut: receives from it fail with
+//!   `BootstrapQueueFull`, `dead_peer` names it, so a communicator aborts.
 //! - Nothing read is trusted: marker, version, magic, kind, every length (handshake bodies are
-//!   capped at their exact size, data frames at 1 GiB) and every rank are checked before use.
-//!   A listener refuses garbage, wrong magic, wrong version, oversized lengths and silent
-//!   connections with a `REJECT` and keeps serving; each connection's handshake runs on its own
-//!   thread, so none of them delays a valid peer.
-//! - `Drop` sends a goodbye frame on every connection (unless [`Bootstrap::forgo_goodbye`] was
+//!   capped at their exact size, data frames by the caps), every rank, every item of a
+//!   collective (ranks of the sender's subtree, each once) are checked before use.
+//! - `Drop` sends a goodbye frame on every link (unless [`Bootstrap::forgo_goodbye`] was
 //!   called, or the thread is panicking), then FIN, waits briefly (at most 2 s) for the peers'
-//!   FINs so nothing unread is reset, then shuts the sockets and joins every thread; it never
-//!   panics. A peer tells a rank that finished ([`Bootstrap::left_peer`]) from one that died
+//!   FINs so nothing unread is reset, then stops the I/O thread; it never panics. A peer tells a
+//!   rank that finished ([`Bootstrap::left_peer`]) from one that died
 //!   ([`Bootstrap::dead_peer`]) by that goodbye; receives from either fail at once.
 //!
 //! Collectives (`barrier`, `all_gather`, `broadcast`, and `init`) must be called in the same
@@ -100,10 +145,11 @@
 //! so a watch that fails does not discard a message that had arrived. The watched operations
 //! use the same frames, tags and sequence numbers as the plain ones, so ranks may mix them.
 
+mod admit;
 mod config;
 mod mailbox;
 mod net;
-mod os;
+pub(crate) mod os;
 mod root;
 mod sub;
 mod tcp;
@@ -113,8 +159,9 @@ pub mod wire;
 use std::time::Duration;
 
 pub use config::{
-    BootstrapConfig, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_TIMEOUT, Launcher, RootSpec,
-    TORCHRUN_PORT_OFFSET, env, parse_root,
+    BootstrapConfig, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_QUEUED_BYTES,
+    DEFAULT_MAX_QUEUED_FRAMES, DEFAULT_TIMEOUT, Launcher, RootSpec, TORCHRUN_PORT_OFFSET, env,
+    parse_root,
 };
 pub use net::{interface_ipv4, local_ip};
 pub use sub::{MAX_SUB_ID, SUB_TAG, SubBootstrap};
@@ -197,6 +244,12 @@ pub trait Bootstrap: Send + Sync {
     /// Makes this rank close its connections without a goodbye (a communicator on it failed),
     /// so that the peers abort at once, as for a rank that died. The default does nothing.
     fn forgo_goodbye(&self) {}
+    /// The world's secret, for transports that authenticate their own connections (the
+    /// Ethernet transport's handshake, [`crate::auth`]). The default (a bootstrap that never
+    /// leaves the process) has none.
+    fn secret(&self) -> Option<crate::auth::Secret> {
+        None
+    }
 
     /// The next message from `peer` under `tag`, within the operation deadline.
     fn recv(&self, peer: usize, tag: u64) -> Result<Vec<u8>> {
@@ -221,7 +274,7 @@ pub trait Bootstrap: Send + Sync {
 }
 
 /// FNV-1a, 64-bit: a small stable hash for host identities and derived magics (not for
-/// anything adversarial).
+/// anything adversarial: the secret is what authenticates).
 pub(crate) struct Fnv1a(u64);
 
 impl Fnv1a {

@@ -1,29 +1,18 @@
-//! Control-frame I/O over [`crate::socket`]'s deadline-bounded sockets, error context, address selection, and the [`Acceptor`] that serves
-//! a listener with one short-lived handshake thread per accepted connection.
+//! Blocking control-frame I/O over [`crate::socket`]'s deadline-bounded sockets (the
+//! connector's side of a handshake), error context, and address selection.
 
-use std::collections::HashMap;
 use std::io;
-use std::net::{
-    IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket,
-};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::{self, JoinHandle};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use super::wire::{self, ControlHeader, HeaderError, Kind, Reject, RejectCode};
 use super::{Peer, os};
 use crate::error::{Error, Result};
-use crate::socket::{IoFail, deadline_in, drain, read_full, remaining, write_full};
-use crate::sync::lock;
+use crate::socket::{IoFail, read_full, remaining};
 
-/// How often blocked loops (accept, watchers) look at their stop flags.
+/// Longest a bootstrap I/O thread sleeps in `poll` before it looks at its deadlines again.
 pub(crate) const POLL_SLICE: Duration = Duration::from_millis(50);
-/// Most handshakes one listener runs at once; further connections are closed at once.
-const MAX_HANDSHAKES: usize = 256;
-/// How long a rejected connection is drained after the REJECT frame, so that closing it does not
-/// reset the connection before the peer has read why.
-const REJECT_LINGER: Duration = Duration::from_millis(300);
 
 /// Why a control frame could not be read.
 #[derive(Debug)]
@@ -145,6 +134,9 @@ impl Ctx {
     /// The connector's error for a [`Reject`] it received.
     pub fn rejected(&self, r: Reject) -> Error {
         match r.code {
+            RejectCode::Auth => {
+                self.auth(format!("the peer refused this rank's proof: {}", r.reason))
+            }
             RejectCode::BadMagic => self.bad_magic("session magic (the peer rejected ours)"),
             RejectCode::BadMarker => self.bad_magic("protocol marker (the peer rejected ours)"),
             _ => Error::BootstrapRejected {
@@ -152,6 +144,14 @@ impl Ctx {
                 peer: self.peer,
                 reason: format!("{:?}: {}", r.code, r.reason),
             },
+        }
+    }
+
+    pub fn auth(&self, reason: String) -> Error {
+        Error::BootstrapAuth {
+            rank: self.rank,
+            peer: self.peer,
+            reason,
         }
     }
 
@@ -166,21 +166,6 @@ impl Ctx {
             }
         }
     }
-}
-
-/// Refuses a connection: sends the REJECT (best effort), closes our side for writing, and drains
-/// what the peer still sends for a moment, so the close does not reset the connection before the
-/// peer has read the reason.
-pub(crate) fn reject(stream: &TcpStream, code: RejectCode, reason: &str) {
-    let frame = Reject {
-        code,
-        reason: reason.to_owned(),
-    }
-    .encode();
-    let _ = write_full(stream, &frame, deadline_in(REJECT_LINGER));
-    let _ = stream.shutdown(Shutdown::Write);
-    drain(stream, deadline_in(REJECT_LINGER));
-    let _ = stream.shutdown(Shutdown::Both);
 }
 
 /// The [`RejectCode`] and reason for a handshake that failed to read.
@@ -330,180 +315,5 @@ pub(crate) fn connect_retry(ctx: &Ctx, addr: SocketAddr, deadline: Instant) -> R
             }
             Err(e) => return Err(ctx.connect(e)),
         }
-    }
-}
-
-/// The handshake logic of one listener, run on its own thread for each accepted connection.
-pub(crate) trait Handshake: Send + Sync + 'static {
-    /// Reads and checks the first frame, answers, and hands a valid connection on (after
-    /// [`Pending::release`]).
-    fn handle(&self, stream: TcpStream, addr: SocketAddr, pending: Pending);
-}
-
-/// Connections whose handshake is in progress; the acceptor shuts them down when it stops.
-#[derive(Default)]
-struct Live {
-    stopped: bool,
-    streams: HashMap<u64, TcpStream>,
-}
-
-/// A connection's registration with its acceptor, held by its handshake thread.
-pub(crate) struct Pending {
-    id: u64,
-    live: Arc<Mutex<Live>>,
-}
-
-impl Pending {
-    /// Takes the connection off the acceptor's books so that stopping the acceptor no longer
-    /// shuts it down. `false` if the acceptor has already stopped: drop the connection.
-    pub fn release(self) -> bool {
-        let mut live = lock(&self.live);
-        let kept = live.streams.remove(&self.id).is_some() && !live.stopped;
-        drop(live); // before `self`'s Drop takes the lock again
-        kept
-    }
-}
-
-impl Drop for Pending {
-    fn drop(&mut self) {
-        lock(&self.live).streams.remove(&self.id);
-    }
-}
-
-/// A listener served by a thread that accepts connections and starts one handshake thread per
-/// connection. Stopping it closes the listener, shuts down every unfinished handshake and joins
-/// all of its threads.
-pub(crate) struct Acceptor {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Acceptor {
-    pub fn start(
-        rank: usize,
-        listener: TcpListener,
-        label: &'static str,
-        handler: Arc<dyn Handshake>,
-    ) -> Result<Self> {
-        let addr = listener
-            .local_addr()
-            .map_err(|source| Error::BootstrapListen {
-                rank,
-                addr: unspecified(),
-                source,
-            })?;
-        listener
-            .set_nonblocking(true)
-            .map_err(|source| Error::BootstrapListen { rank, addr, source })?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
-        let thread = thread::Builder::new()
-            .name(format!("bs{rank}-{label}"))
-            .spawn(move || accept_loop(rank, listener, label, handler, flag))
-            .map_err(|source| Error::BootstrapSpawn {
-                rank,
-                what: "listener thread",
-                source,
-            })?;
-        Ok(Self {
-            stop,
-            thread: Some(thread),
-        })
-    }
-
-    pub fn stop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for Acceptor {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-fn unspecified() -> SocketAddr {
-    SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0)
-}
-
-fn accept_loop(
-    rank: usize,
-    listener: TcpListener,
-    label: &'static str,
-    handler: Arc<dyn Handshake>,
-    stop: Arc<AtomicBool>,
-) {
-    let live = Arc::new(Mutex::new(Live::default()));
-    let mut workers: Vec<JoinHandle<()>> = Vec::new();
-    let mut next_id = 0u64;
-    while !stop.load(Ordering::Acquire) {
-        match os::wait_readable(&listener, POLL_SLICE) {
-            Ok(true) => {}
-            Ok(false) => continue,
-            Err(e) => {
-                tracing::warn!("bootstrap rank {rank}: polling the {label} listener failed: {e}");
-                thread::sleep(POLL_SLICE);
-                continue;
-            }
-        }
-        loop {
-            let (stream, addr) = match listener.accept() {
-                Ok(c) => c,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) => {
-                    // EMFILE, ECONNABORTED, …: not fatal to the listener.
-                    tracing::warn!(
-                        "bootstrap rank {rank}: accepting on the {label} listener failed: {e}"
-                    );
-                    thread::sleep(POLL_SLICE);
-                    break;
-                }
-            };
-            workers.retain(|w| !w.is_finished());
-            if workers.len() >= MAX_HANDSHAKES {
-                tracing::warn!(
-                    "bootstrap rank {rank}: {MAX_HANDSHAKES} handshakes in progress; closing the connection from {addr}"
-                );
-                continue;
-            }
-            let Ok(clone) = stream
-                .set_nonblocking(false)
-                .and_then(|()| stream.try_clone())
-            else {
-                continue;
-            };
-            let id = next_id;
-            next_id += 1;
-            lock(&live).streams.insert(id, clone);
-            let pending = Pending {
-                id,
-                live: Arc::clone(&live),
-            };
-            let h = Arc::clone(&handler);
-            match thread::Builder::new()
-                .name(format!("bs{rank}-hs"))
-                .spawn(move || h.handle(stream, addr, pending))
-            {
-                Ok(w) => workers.push(w),
-                Err(e) => tracing::warn!(
-                    "bootstrap rank {rank}: no thread for the connection from {addr}: {e}"
-                ),
-            }
-        }
-    }
-    drop(listener);
-    {
-        let mut l = lock(&live);
-        l.stopped = true;
-        for s in l.streams.values() {
-            let _ = s.shutdown(Shutdown::Both);
-        }
-    }
-    for w in workers {
-        let _ = w.join();
     }
 }

@@ -1,10 +1,13 @@
 //! Thin safe wrappers over the few libc calls the bootstrap needs (host name, interface
-//! addresses, `poll`). All of the bootstrap's `unsafe` is in this file.
+//! addresses, `poll`, non-blocking `recv`/`send` on a blocking socket, the listen backlog,
+//! `eventfd`), also used by the Ethernet transport's set-up. All of the bootstrap's `unsafe` is
+//! in this file.
 
 use std::ffi::CStr;
-use std::io;
-use std::net::Ipv4Addr;
-use std::os::fd::AsRawFd;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
 /// This machine's host name (`gethostname(2)`).
@@ -76,24 +79,122 @@ pub(crate) fn ipv4_interfaces() -> io::Result<Vec<InterfaceAddr>> {
     Ok(out)
 }
 
-/// Waits up to `timeout` for `fd` to become readable (for a listener: a connection to accept).
-/// `Ok(false)` on timeout or interruption.
-pub(crate) fn wait_readable(fd: &impl AsRawFd, timeout: Duration) -> io::Result<bool> {
-    let mut pfd = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
+/// Waits up to `timeout` for events on `fds` (`poll(2)`); the number of ready entries, 0 on
+/// timeout or interruption.
+pub(crate) fn poll(fds: &mut [libc::pollfd], timeout: Duration) -> io::Result<usize> {
     let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
-    // SAFETY: `pfd` is one valid, writable pollfd and nfds is 1.
-    let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+    let n = libc::nfds_t::try_from(fds.len()).unwrap_or(libc::nfds_t::MAX);
+    // SAFETY: `fds` is a valid, writable slice of `fds.len()` pollfd entries for the whole call.
+    let rc = unsafe { libc::poll(fds.as_mut_ptr(), n, ms) };
     if rc < 0 {
         let err = io::Error::last_os_error();
         return if err.kind() == io::ErrorKind::Interrupted {
-            Ok(false)
+            Ok(0)
         } else {
             Err(err)
         };
     }
-    Ok(rc > 0)
+    Ok(rc.unsigned_abs() as usize)
+}
+
+/// A `pollfd` asking for readability of `fd`.
+pub(crate) fn pollin(fd: &impl AsRawFd) -> libc::pollfd {
+    libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    }
+}
+
+/// Reads what is there without blocking, whatever the socket's blocking mode (`recv(2)` with
+/// `MSG_DONTWAIT`): `Ok(0)` is end of stream, `WouldBlock` means nothing to read yet.
+pub(crate) fn recv_now(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is writable for `buf.len()` bytes for the whole call; recv writes at most
+    // that many; the descriptor is owned by `stream`, alive for the call.
+    let n = unsafe {
+        libc::recv(
+            stream.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n.unsigned_abs())
+}
+
+/// Writes what fits without blocking (`send(2)` with `MSG_DONTWAIT | MSG_NOSIGNAL`).
+pub(crate) fn send_now(stream: &TcpStream, buf: &[u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is readable for `buf.len()` bytes for the whole call; the descriptor is
+    // owned by `stream`, alive for the call.
+    let n = unsafe {
+        libc::send(
+            stream.as_raw_fd(),
+            buf.as_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n.unsigned_abs())
+}
+
+/// Sends a small frame without blocking; it must go out whole (a fresh connection's send
+/// buffer always has room for a handshake frame).
+pub(crate) fn send_whole(stream: &TcpStream, frame: &[u8]) -> io::Result<()> {
+    match send_now(stream, frame) {
+        Ok(n) if n == frame.len() => Ok(()),
+        Ok(n) => Err(io::Error::new(
+            io::ErrorKind::WriteZero,
+            format!("only {n} of {} bytes fit", frame.len()),
+        )),
+        Err(e) => Err(e),
+    }
+}
+
+/// Sets a listening socket's accept backlog (`listen(2)` again on a listening socket changes
+/// it; std binds with 128, too few for a thousand ranks joining at once).
+pub(crate) fn set_backlog(listener: &TcpListener, backlog: i32) -> io::Result<()> {
+    // SAFETY: the descriptor is owned by `listener`, alive and listening for the call.
+    if unsafe { libc::listen(listener.as_raw_fd(), backlog) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// An `eventfd(2)`: a thread blocked in [`poll`] on it wakes when another calls [`Wake::wake`].
+#[derive(Debug)]
+pub(crate) struct Wake(File);
+
+impl Wake {
+    pub fn new() -> io::Result<Self> {
+        // SAFETY: plain system call with flags; no pointers.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just returned by eventfd, is open, and nothing else owns it.
+        Ok(Self(File::from(unsafe { OwnedFd::from_raw_fd(fd) })))
+    }
+
+    /// Makes the descriptor readable (best effort: a full counter is readable anyway).
+    pub fn wake(&self) {
+        let _ = (&self.0).write(&1u64.to_ne_bytes());
+    }
+
+    /// Resets it to not readable.
+    pub fn drain(&self) {
+        let mut b = [0u8; 8];
+        let _ = (&self.0).read(&mut b);
+    }
+}
+
+impl AsRawFd for Wake {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0.as_raw_fd()
+    }
 }

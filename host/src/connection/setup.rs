@@ -41,6 +41,8 @@ pub(crate) struct Context<'a> {
     pub registry: &'a Arc<LocalMemories>,
     /// The communicator's status block (network receivers abort it when the peer fails).
     pub status: &'a Arc<StatusBlock>,
+    /// The world's secret (the bootstrap's): network transports authenticate with it.
+    pub secret: Option<crate::auth::Secret>,
 }
 
 /// What a transport prepared before the endpoints crossed.
@@ -171,6 +173,7 @@ impl LocalEndpoint {
                         registry: Arc::clone(ctx.registry),
                         status: Arc::clone(ctx.status),
                         timeout: self.config.flush_timeout,
+                        secret: ctx.secret,
                     },
                 )?;
                 Ok(ready(Arc::new(conn)))

@@ -520,6 +520,48 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A peer could not prove that it knows this world's secret, or refused this rank's proof
+    /// (a peer of another job, a wrong `MSCCLPP_SECRET`, or a stranger on the port).
+    #[error("bootstrap rank {rank}: authentication with {peer} failed: {reason}")]
+    BootstrapAuth {
+        /// This rank.
+        rank: usize,
+        /// Who.
+        peer: crate::socket::Peer,
+        /// What did not match.
+        reason: String,
+    },
+    /// A peer queued more bytes or frames at this rank than the caps allow
+    /// (`BootstrapConfig::max_queued_bytes`, `max_queued_frames`); its link was cut.
+    #[error(
+        "bootstrap rank {rank}: {peer} queued {bytes} bytes in {frames} frames, over the caps of {max_bytes} bytes and {max_frames} frames per peer"
+    )]
+    BootstrapQueueFull {
+        /// This rank.
+        rank: usize,
+        /// Who.
+        peer: crate::socket::Peer,
+        /// Bytes that would have been queued.
+        bytes: u64,
+        /// Frames that would have been queued.
+        frames: u64,
+        /// Byte cap.
+        max_bytes: u64,
+        /// Frame cap.
+        max_frames: u64,
+    },
+    /// A peer is gone: another rank reported it dead, or its listener can no longer be reached.
+    #[error("bootstrap rank {rank}: {peer} is gone ({op}): {reason}")]
+    BootstrapPeerGone {
+        /// This rank.
+        rank: usize,
+        /// Who.
+        peer: crate::socket::Peer,
+        /// What this rank was doing.
+        op: &'static str,
+        /// Why.
+        reason: String,
+    },
     // ---- end bootstrap ----
     // ---- communicator, registered memory, connections ----
     /// A buffer to register is empty or at address 0.
@@ -551,6 +593,45 @@ pub enum Error {
     PeerIsSelf {
         /// This rank.
         rank: usize,
+    },
+    /// A point-to-point receive got a message of another byte count than it was posted with
+    /// (detected by the receiving kernel, which consumed the message and wrote nothing; the
+    /// count travels with the data, so no host round trip is needed to find it).
+    #[error(
+        "a receive from rank {peer} got a message of {sent_bytes} bytes, which is not the \
+         count it was posted with (every send must match its receive's count and type)"
+    )]
+    CountMismatch {
+        /// The sending rank.
+        peer: usize,
+        /// The bytes it sent.
+        sent_bytes: u64,
+    },
+    /// A per-rank argument (the counts or displacements of an all-to-all-v) does not hold one
+    /// entry per rank.
+    #[error("{what} holds {len} entries for {ranks} ranks")]
+    PerRankLength {
+        /// Which argument.
+        what: &'static str,
+        /// Its entries.
+        len: usize,
+        /// Ranks of the communicator.
+        ranks: usize,
+    },
+    /// A group's sends to this rank itself and its receives from itself do not pair up: the
+    /// `index`-th send to self and the `index`-th receive from self differ in size, or one of
+    /// them is missing (`None`).
+    #[error(
+        "send {index} to this rank itself ({sent_bytes:?} bytes) does not match receive {index} \
+         from itself ({recv_bytes:?} bytes)"
+    )]
+    SelfMismatch {
+        /// Which pair (0-based, in the order the group recorded them).
+        index: usize,
+        /// The send's bytes, if there is one.
+        sent_bytes: Option<u64>,
+        /// The receive's bytes, if there is one.
+        recv_bytes: Option<u64>,
     },
     /// Something that needs a peer on this node was asked of a peer on another node.
     #[error("{what} needs rank {remote_rank} on this node, but it runs on another")]

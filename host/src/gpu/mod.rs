@@ -330,8 +330,10 @@ impl Gpu {
     pub fn load_ptx(&self, ptx: &str) -> Result<Module> {
         let imp = match &self.inner.imp {
             DeviceImpl::Cuda(d) => ModuleImpl::Cuda(d.load_ptx(ptx)?),
+            // Empty PTX: a `MSCCLPP_SKIP_PTX=1` build (CPU-backend mutation runs), which has no
+            // entry points to check names against.
             DeviceImpl::Cpu(_) => ModuleImpl::Cpu {
-                entries: ptx::PtxInfo::parse(ptx).entries,
+                entries: (!ptx.trim().is_empty()).then(|| ptx::PtxInfo::parse(ptx).entries),
             },
         };
         Ok(Module {

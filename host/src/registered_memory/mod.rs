@@ -55,6 +55,9 @@ struct Inner {
     mapping: Mapping,
     /// Random per registration; for memory of this process, its key in [`LIVE`].
     token: u64,
+    /// The network key: random per registration, sent only inside this memory's serialized
+    /// form; a network transport's write into the memory must name it ([`RegisteredMemory::key`]).
+    key: u64,
     /// The entry in the communicator's registry of network-writable memories (local memories
     /// registered for `Ethernet`/`Ib`); dropping the last clone removes it, after which no
     /// receiver writes here.
@@ -83,11 +86,12 @@ fn fresh_token() -> u64 {
     (key ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1
 }
 
-/// Who registered a local memory, under which id.
+/// Who registered a local memory, under which id and network key.
 #[derive(Clone, Copy, Debug)]
 struct LocalId {
     rank: usize,
     id: u32,
+    key: u64,
 }
 
 /// A registered buffer (ours or a peer's). Cheap to clone.
@@ -136,6 +140,7 @@ impl RegisteredMemory {
                 ipc,
                 mapping: Mapping::Direct,
                 token,
+                key: id.key,
                 _registration: registration,
             }),
         }
@@ -154,6 +159,15 @@ impl RegisteredMemory {
     /// Size in bytes.
     pub fn size(&self) -> usize {
         self.inner.size
+    }
+
+    /// The memory's network key: a random value made at registration and sent to a peer only
+    /// inside this memory's serialized form. Every write or signal that a network transport
+    /// (Ethernet; the multi-node transports) makes into the memory carries it, and the owner
+    /// refuses one whose key does not match, so a peer can write only into memories that were
+    /// sent to it. (Like InfiniBand's rkey; `Ib` uses its own rkeys.)
+    pub fn key(&self) -> u64 {
+        self.inner.key
     }
 
     /// The transports it was registered for.

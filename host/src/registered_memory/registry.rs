@@ -6,8 +6,8 @@
 //!
 //! Network transports (`Ethernet`, `Ib`) write into this rank's memory on behalf of a peer,
 //! which names the destination only by its id. The registry therefore also keeps a map id →
-//! [`LocalMemory`] (address, size, transports) of every memory registered here for a network
-//! transport:
+//! [`LocalMemory`] (address, size, transports, network key) of every memory registered here for a
+//! network transport:
 //! - **written** by registration (insert, under the write lock) and by the drop of the
 //!   [`Registration`] that the memory's last [`RegisteredMemory`] clone holds (remove, under
 //!   the write lock);
@@ -39,6 +39,8 @@ pub(crate) struct LocalMemory {
     pub size: usize,
     /// The transports it was registered for.
     pub transports: TransportFlags,
+    /// Its network key ([`RegisteredMemory::key`]): a write must carry it.
+    pub key: u64,
 }
 
 /// The registry of one rank (module docs).
@@ -83,17 +85,20 @@ impl LocalMemories {
             });
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let key = crate::random::token();
         let registration = network_writable(transports).then(|| {
             let mem = LocalMemory {
                 ptr,
                 size,
                 transports,
+                key,
             };
             self.insert(id, mem)
         });
         let id = LocalId {
             rank: self.rank,
             id,
+            key,
         };
         Ok(RegisteredMemory::local(
             gpu,

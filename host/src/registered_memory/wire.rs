@@ -2,8 +2,10 @@
 //!
 //! Wire form (little-endian, version [`WIRE_VERSION`]):
 //! `magic "MSRM" | version u16 | backend u8 | flags u8 | owner_rank u32 | owner_pid u32 |
-//!  transports u32 | local_id u32 | size u64 | owner_addr u64 | token u64 |
+//!  transports u32 | local_id u32 | size u64 | owner_addr u64 | token u64 | key u64 |
 //!  ipc IpcMemHandle (112 bytes)`.
+//! `key` is the memory's network key ([`RegisteredMemory::key`]): a network transport's write
+//! or signal into the memory must carry it, so only ranks this form was sent to can write.
 //! A memory claimed by this very process is used directly only if its token names a
 //! registration this process made, of exactly that address and size.
 //! The receiver checks the magic, the version, the exact length, the transport bits, that the
@@ -21,11 +23,11 @@ use crate::transport::{Transport, TransportFlags};
 
 /// Magic of a serialized registered memory.
 pub const WIRE_MAGIC: [u8; 4] = *b"MSRM";
-/// Version of the serialized form.
-pub const WIRE_VERSION: u16 = 2;
+/// Version of the serialized form. 3: the network key.
+pub const WIRE_VERSION: u16 = 3;
 const FLAG_HAS_IPC: u8 = 1;
 /// Length of the serialized form.
-pub const WIRE_LEN: usize = 4 + 2 + 1 + 1 + 4 + 4 + 4 + 4 + 8 + 8 + 8 + 112;
+pub const WIRE_LEN: usize = 4 + 2 + 1 + 1 + 4 + 4 + 4 + 4 + 8 + 8 + 8 + 8 + 112;
 
 impl RegisteredMemory {
     /// The serialized form.
@@ -46,6 +48,7 @@ impl RegisteredMemory {
             .u64(i.size as u64)
             .u64(i.owner_addr)
             .u64(i.token)
+            .u64(i.key)
             .bytes(bytemuck::bytes_of(&i.ipc.unwrap_or_default()));
         debug_assert_eq!(w.0.len(), WIRE_LEN);
         w.0
@@ -92,6 +95,7 @@ impl RegisteredMemory {
         let size = r.u64().map_err(bad)?;
         let owner_addr = r.u64().map_err(bad)?;
         let token = r.u64().map_err(bad)?;
+        let key = r.u64().map_err(bad)?;
         let ipc: IpcMemHandle = bytemuck::pod_read_unaligned(r.take(112).map_err(bad)?);
         r.finish().map_err(bad)?;
         if owner_rank != from_rank {
@@ -161,6 +165,7 @@ impl RegisteredMemory {
                 ipc,
                 mapping,
                 token,
+                key,
                 _registration: None,
             }),
         })

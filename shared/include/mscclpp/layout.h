@@ -113,6 +113,9 @@
 #define MSCCLPP_DEVICE_ERROR_ABORTED 1u          /* the host set the abort flag */
 #define MSCCLPP_DEVICE_ERROR_TIMEOUT 2u          /* a wait spun more than spin_limit times */
 #define MSCCLPP_DEVICE_ERROR_INVALID_ARGUMENT 3u /* a device API call got a value it cannot serve */
+#define MSCCLPP_DEVICE_ERROR_COUNT_MISMATCH 4u    /* a p2p receive got another byte count */
+/* COUNT_MISMATCH's error_detail: sending peer in bits 44..56, its byte count in bits 0..44. */
+#define MSCCLPP_COUNT_MISMATCH_BYTES_BITS 44
 
 /* CollectiveParams.dtype, .op and .mode (shared/src/kernel_params.rs). */
 #define MSCCLPP_DTYPE_F32 0u
@@ -144,9 +147,16 @@
 #define MSCCLPP_MODE_BARRIER 8u
 /* 9 (reduce-chunk) is retired and not reused. */
 #define MSCCLPP_MODE_REDUCE_LOCAL 10u
+#define MSCCLPP_MODE_REDUCE 11u /* reduce into the root's output only */
 #define MSCCLPP_MAX_DIRECT_RANKS 8u
 #define MSCCLPP_REGISTRY_SLOTS 256u
 #define MSCCLPP_WINDOW_SLOTS 64u
+
+/* The point-to-point engine (shared/src/p2p.rs). */
+#define MSCCLPP_P2P_MAX_OPS 16u
+#define MSCCLPP_P2P_MAX_LANES 8u
+#define MSCCLPP_P2P_SEND 0u
+#define MSCCLPP_P2P_RECV 1u
 
 /* DeviceStatus.error_detail: the wait site in the top byte, the watched address below it. */
 #define MSCCLPP_ERROR_DETAIL_SITE_SHIFT 56
@@ -540,6 +550,50 @@ MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, meet, 304);
 MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, reserved, 308);
 MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, mine, 312);
 
+/* p2p_kernel: sends and receives to any peers, run together. The scratch layout they use is
+ * P2pLayout in shared/src/p2p.rs. */
+typedef struct P2pOp {
+  MSCCLPP_ALIGNAS(8) uint64_t buf; /* input (send) or output (receive); may be 0 if bytes is 0 */
+  uint64_t bytes;                  /* this side's byte count */
+  uint32_t peer;                   /* never this rank */
+  uint32_t kind;                   /* MSCCLPP_P2P_SEND or MSCCLPP_P2P_RECV */
+  uint32_t first_block;            /* first block serving it */
+  uint32_t blocks;                 /* blocks serving it (lanes i, i + blocks, ...) */
+} P2pOp;
+MSCCLPP_CHECK_LAYOUT(P2pOp, 32, 8);
+MSCCLPP_CHECK_OFFSET(P2pOp, buf, 0);
+MSCCLPP_CHECK_OFFSET(P2pOp, bytes, 8);
+MSCCLPP_CHECK_OFFSET(P2pOp, peer, 16);
+MSCCLPP_CHECK_OFFSET(P2pOp, kind, 20);
+MSCCLPP_CHECK_OFFSET(P2pOp, first_block, 24);
+MSCCLPP_CHECK_OFFSET(P2pOp, blocks, 28);
+
+typedef struct P2pParams {
+  MSCCLPP_ALIGNAS(8) uint64_t status; /* DeviceStatus */
+  uint64_t channels;      /* the collectives' channel table (row 0: the peers' scratch) */
+  uint64_t scratch;       /* this rank's scratch */
+  uint64_t region_offset; /* the point-to-point region in every scratch */
+  uint64_t ll_bytes;      /* largest message sent as LL16 packets */
+  uint64_t chunk_bytes;   /* chunk of a larger message */
+  uint32_t rank;
+  uint32_t nranks;
+  uint32_t lanes;         /* 1 .. MSCCLPP_P2P_MAX_LANES */
+  uint32_t nops;          /* entries of ops in use */
+  P2pOp ops[MSCCLPP_P2P_MAX_OPS];
+} P2pParams;
+MSCCLPP_CHECK_LAYOUT(P2pParams, 576, 8);
+MSCCLPP_CHECK_OFFSET(P2pParams, status, 0);
+MSCCLPP_CHECK_OFFSET(P2pParams, channels, 8);
+MSCCLPP_CHECK_OFFSET(P2pParams, scratch, 16);
+MSCCLPP_CHECK_OFFSET(P2pParams, region_offset, 24);
+MSCCLPP_CHECK_OFFSET(P2pParams, ll_bytes, 32);
+MSCCLPP_CHECK_OFFSET(P2pParams, chunk_bytes, 40);
+MSCCLPP_CHECK_OFFSET(P2pParams, rank, 48);
+MSCCLPP_CHECK_OFFSET(P2pParams, nranks, 52);
+MSCCLPP_CHECK_OFFSET(P2pParams, lanes, 56);
+MSCCLPP_CHECK_OFFSET(P2pParams, nops, 60);
+MSCCLPP_CHECK_OFFSET(P2pParams, ops, 64);
+
 /* ---------------------------------------------------------------------------------------- */
 /* Inter-process (shared/src/ipc.rs)                                                        */
 /* ---------------------------------------------------------------------------------------- */
@@ -567,6 +621,32 @@ MSCCLPP_CHECK_OFFSET(IpcMemHandle, alloc_size, 24);
 MSCCLPP_CHECK_OFFSET(IpcMemHandle, offset, 32);
 MSCCLPP_CHECK_OFFSET(IpcMemHandle, size, 40);
 MSCCLPP_CHECK_OFFSET(IpcMemHandle, cuda, 48);
+
+/* Test kernels (device/src/test_kernels.rs): reduce_words_test_kernel writes
+ * out[i] = reduce(a[i], b[i]) for count 32-bit words of dtype with op; ll128_blocks_test_kernel
+ * sends count bytes of a as LL128 lines with flag through the line buffer b from block 0 to
+ * block 1, which writes them to out. */
+typedef struct TestKernelParams {
+  MSCCLPP_ALIGNAS(8) uint64_t status; /* DeviceStatus */
+  uint64_t a;
+  uint64_t b;
+  uint64_t out;
+  uint64_t count; /* words (reduce) or bytes (LL128) */
+  uint32_t dtype; /* MSCCLPP_DTYPE_* (reduce) */
+  uint32_t op;    /* MSCCLPP_OP_* (reduce) */
+  uint32_t flag;  /* LL128 line flag, never 0 */
+  uint32_t reserved; /* zero */
+} TestKernelParams;
+MSCCLPP_CHECK_LAYOUT(TestKernelParams, 56, 8);
+MSCCLPP_CHECK_OFFSET(TestKernelParams, status, 0);
+MSCCLPP_CHECK_OFFSET(TestKernelParams, a, 8);
+MSCCLPP_CHECK_OFFSET(TestKernelParams, b, 16);
+MSCCLPP_CHECK_OFFSET(TestKernelParams, out, 24);
+MSCCLPP_CHECK_OFFSET(TestKernelParams, count, 32);
+MSCCLPP_CHECK_OFFSET(TestKernelParams, dtype, 40);
+MSCCLPP_CHECK_OFFSET(TestKernelParams, op, 44);
+MSCCLPP_CHECK_OFFSET(TestKernelParams, flag, 48);
+MSCCLPP_CHECK_OFFSET(TestKernelParams, reserved, 52);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Trigger helpers                                                                          */

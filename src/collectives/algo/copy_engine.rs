@@ -1,8 +1,8 @@
 //! `ce`: the callers' registered buffers again (`registered.rs`), moved by the copy engines
 //! (`cuMemcpyAsync` into the peers' mapped buffers) between two block barriers (the direct
-//! kernel's `Barrier` mode). All-gather, broadcast and all-to-all from `ce_min_bytes`,
-//! `send_recv` from `ce_min_bytes`, `send` / `recv` from `direct_min_bytes`; all-reduce from
-//! `ce_all_reduce_min_bytes`, as a pipelined reduce-scatter and all-gather by copy engine
+//! kernel's `Barrier` mode). All-gather, broadcast and all-to-all from `ce_min_bytes`;
+//! all-reduce from `ce_all_reduce_min_bytes`, as a pipelined reduce-scatter and all-gather by
+//! copy engine
 //! through a scratch buffer of its own (`copy_engine/all_reduce.rs`). At most
 //! `MAX_DIRECT_RANKS` ranks; a call whose buffers some rank cannot share is declined (the
 //! dispatch then stages it).
@@ -13,11 +13,11 @@ use mscclpp_host::Result;
 use mscclpp_host::gpu::{Event, Stream};
 use mscclpp_shared::{DevicePtr, DirectCollectiveParams};
 
-use super::direct::{self, at_most_direct_ranks, pair_output, pair_peers, symmetric};
+use super::direct::{self, at_most_direct_ranks, symmetric};
 use super::{Algorithm, Collective, CollectiveAlgorithm, Queued};
 use crate::collectives::CollectiveConfig;
 use crate::collectives::context::{Args, CallRegs, Context, Peer, SetUp, Twin, copy_if_needed};
-use crate::collectives::registered::{self, disjoint_or_at, need_len};
+use crate::collectives::registered;
 use crate::collectives::scratch::{Region, ScratchLayout};
 use crate::collectives::select::Call;
 
@@ -46,7 +46,6 @@ impl CollectiveAlgorithm for CopyEngine {
         Collective::AllToAll,
     ];
     const NOT_SERVED: &'static str = "a copy-engine reduction (use `direct` or `staged`)";
-    const POINT_TO_POINT: bool = true;
     const REGISTERED: bool = true;
     const SCRATCH: &'static [Region] = &[Region::CopyEngine];
 
@@ -85,44 +84,9 @@ impl CollectiveAlgorithm for CopyEngine {
 
     fn queue(&self, cx: &Context, args: &Args, stream: &Stream) -> Result<Queued> {
         let (n, me) = (cx.ranks(), cx.rank());
-        let (input, output, b) = (args.input, args.output, args.call.bytes);
+        let (input, b) = (args.input, args.call.bytes);
         if let Some(regs) = args.reg {
             return self.windows(cx, args, regs, stream);
-        }
-        match args.peer {
-            Peer::Pair { next, prev } => {
-                let peers = pair_peers(next, prev);
-                // Copy engines need no whole vectors.
-                let eligible = disjoint_or_at(input, b, output, b, None);
-                let got = cx
-                    .buffers
-                    .exchange(&cx.comm, &peers, &[(output, b)], eligible)?;
-                let Some(got) = got else {
-                    return Ok(Queued::Declined);
-                };
-                let dst = pair_output(cx, next, &got, b)?;
-                return self.copies(cx, stream, &peers, &[(next, dst, input, b)]);
-            }
-            Peer::To(peer) => {
-                let got = cx.buffers.exchange(&cx.comm, &[peer], &[], true)?;
-                let Some(&(dst, len)) = got.as_ref().and_then(|g| g.first()?.first()) else {
-                    return Ok(Queued::Declined);
-                };
-                need_len(&cx.comm, peer, len, b, "recv's output")?;
-                return self.copies(cx, stream, &[peer], &[(peer, dst, input, b)]);
-            }
-            Peer::From(peer) => {
-                let mine = [(output, b)];
-                if cx
-                    .buffers
-                    .exchange(&cx.comm, &[peer], &mine, true)?
-                    .is_none()
-                {
-                    return Ok(Queued::Declined);
-                }
-                return self.copies(cx, stream, &[peer], &[]);
-            }
-            Peer::None | Peer::Root(_) => {}
         }
         let (mut mine, mut eligible) = symmetric(cx, args);
         if args.call.collective == Collective::AllReduce {
@@ -160,7 +124,7 @@ impl CollectiveAlgorithm for CopyEngine {
                     )
                 })
                 .collect(),
-            Collective::ReduceScatter | Collective::SendRecv => {
+            Collective::ReduceScatter | Collective::Reduce | Collective::SendRecv => {
                 return Err(cx.cannot(Self::NOT_SERVED));
             }
         };
@@ -171,8 +135,8 @@ impl CollectiveAlgorithm for CopyEngine {
 impl CopyEngine {
     /// Whether the copy engines take a call on registered buffers: outputs in windows (the
     /// host knows the peers' windows, and NCCL's symmetric rule puts the peers' buffers at this
-    /// rank's offset), for the collectives that copy into the peers' outputs only: all-gather,
-    /// broadcast and `send_recv` (not the all-reduce, whose scratch is traded per call, nor
+    /// rank's offset), for the collectives that copy into the peers' outputs only: all-gather
+    /// and broadcast (not the all-reduce, whose scratch is traded per call, nor
     /// the all-to-all, which refuses in place; those take the direct kernel).
     pub(crate) fn takes_registered(args: &Args) -> bool {
         let Some(regs) = args.reg else {
@@ -181,12 +145,12 @@ impl CopyEngine {
         regs.windows
             && regs.output.is_some()
             && match args.peer {
-                Peer::Pair { .. } => true,
                 Peer::None | Peer::Root(_) => matches!(
                     args.call.collective,
                     Collective::AllGather | Collective::Broadcast
                 ),
-                Peer::To(_) | Peer::From(_) => false,
+                // Point-to-point calls run on the p2p engine.
+                Peer::Pair { .. } | Peer::To(_) | Peer::From(_) => false,
             }
     }
 
@@ -228,29 +192,16 @@ impl CopyEngine {
             }
         };
         let at = |q: usize| (q * b) as u64;
-        match args.peer {
-            Peer::Pair { next, prev } => {
-                let dst = peer_output(next)?;
-                self.copies(
-                    cx,
-                    stream,
-                    &pair_peers(next, prev),
-                    &[(next, dst, input, b)],
-                )
-            }
-            _ => {
-                let copies: Vec<Copy> = match args.call.collective {
-                    Collective::AllGather => (0..n)
-                        .map(|q| Ok((q, peer_output(q)?.byte_add_cast(at(me)), input, b)))
-                        .collect::<Result<_>>()?,
-                    Collective::Broadcast if me == args.root() as usize => (0..n)
-                        .map(|q| Ok((q, peer_output(q)?, input, b)))
-                        .collect::<Result<_>>()?,
-                    _ => Vec::new(),
-                };
-                self.copies(cx, stream, &cx.others(), &copies)
-            }
-        }
+        let copies: Vec<Copy> = match args.call.collective {
+            Collective::AllGather => (0..n)
+                .map(|q| Ok((q, peer_output(q)?.byte_add_cast(at(me)), input, b)))
+                .collect::<Result<_>>()?,
+            Collective::Broadcast if me == args.root() as usize => (0..n)
+                .map(|q| Ok((q, peer_output(q)?, input, b)))
+                .collect::<Result<_>>()?,
+            _ => Vec::new(),
+        };
+        self.copies(cx, stream, &cx.others(), &copies)
     }
 
     /// Queues `copies` on the copy engines between two barriers with `peers`. The copy into

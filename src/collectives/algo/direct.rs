@@ -1,12 +1,12 @@
 //! `direct`: no staging. The callers' buffers are registered on first use and exchanged on
 //! every call (`registered.rs`), and one kernel reads and writes the peers' buffers themselves
-//! (`mscclpp_device::collectives::direct`). Every collective from `direct_min_bytes`, and
-//! `send_recv` below `ce_min_bytes`, on at most `MAX_DIRECT_RANKS` ranks; a call whose buffers
-//! some rank cannot share is declined (the dispatch then stages it). The same kernel's
-//! `Barrier` mode brackets the copy-engine transfers ([`barrier`]).
+//! (`mscclpp_device::collectives::direct`). Every collective (not the point-to-point calls)
+//! from `direct_min_bytes`, on at most `MAX_DIRECT_RANKS` ranks; a call whose buffers some rank
+//! cannot share is declined (the dispatch then stages it). The same kernel's `Barrier` mode
+//! brackets the copy-engine transfers ([`barrier`]).
 
+use mscclpp_host::Result;
 use mscclpp_host::gpu::{LaunchConfig, Stream};
-use mscclpp_host::{Error, Result};
 use mscclpp_shared::{
     CollectiveMode, DIRECT_SHARED_BYTES, DevicePtr, DirectCollectiveParams, MAX_DIRECT_RANKS,
     MemoryChannelDeviceHandle, RegisteredCall,
@@ -15,7 +15,7 @@ use mscclpp_shared::{
 use super::{Algorithm, Collective, CollectiveAlgorithm, Queued};
 use crate::collectives::CollectiveConfig;
 use crate::collectives::context::{Args, CallRegs, Context, Peer, SetUp, Twin};
-use crate::collectives::registered::{self, disjoint_or_at, need_len, whole_vectors};
+use crate::collectives::registered::{self, disjoint_or_at, whole_vectors};
 use crate::kernels;
 
 pub(crate) struct Direct {
@@ -32,9 +32,9 @@ impl CollectiveAlgorithm for Direct {
         Collective::ReduceScatter,
         Collective::Broadcast,
         Collective::AllToAll,
+        Collective::Reduce,
     ];
     const NOT_SERVED: &'static str = "a direct variant of this collective";
-    const POINT_TO_POINT: bool = true;
     const REGISTERED: bool = true;
 
     fn serves_ranks(ranks: usize) -> Result<(), &'static str> {
@@ -55,11 +55,8 @@ impl CollectiveAlgorithm for Direct {
         if let Some(regs) = args.reg {
             return self.registered(cx, args, regs, stream);
         }
-        if let Peer::Pair { next, prev } = args.peer {
-            return self.send_recv(cx, args, (next, prev), stream);
-        }
         if call.collective == Collective::SendRecv {
-            return Err(cx.cannot("the direct kernel for a send or recv alone"));
+            return Err(cx.cannot(Self::NOT_SERVED));
         }
         let (mine, eligible) = symmetric(cx, args);
         let Some(t) = registered::share_all(cx, &mine, eligible)? else {
@@ -80,6 +77,13 @@ impl CollectiveAlgorithm for Direct {
             }
             Collective::ReduceScatter => {
                 let mut d = cx.direct_params(CollectiveMode::ReduceScatter, reduce, b);
+                d.inputs = t[0];
+                d.outputs[me] = output;
+                (d, b)
+            }
+            Collective::Reduce => {
+                let mut d = cx.direct_params(CollectiveMode::Reduce, reduce, b);
+                d.common.root = args.root();
                 d.inputs = t[0];
                 d.outputs[me] = output;
                 (d, b)
@@ -120,15 +124,12 @@ impl Direct {
         let (call, n, me) = (&args.call, cx.ranks(), cx.rank());
         let (input, output, b) = (args.input, args.output, call.bytes);
         let reduce = (call.dtype, call.op);
-        let bit = |q: usize| 1u32 << q;
         let (mode, data, need, work, meet) = match (call.collective, args.peer) {
-            (_, Peer::Pair { next, prev }) => (
-                CollectiveMode::Send,
-                Context::MOVE,
-                [0, b],
-                b,
-                bit(next) | bit(prev),
-            ),
+            // Point-to-point calls run on the p2p engine, a reduce on exchanged buffers
+            // (`Collectives::registered_call` gives them no registrations).
+            (Collective::SendRecv | Collective::Reduce, _) | (_, Peer::Pair { .. }) => {
+                return Err(cx.cannot(Self::NOT_SERVED));
+            }
             (Collective::AllReduce, _) => (CollectiveMode::AllReduce, reduce, [b, b], b / n, 0),
             (Collective::AllGather, _) => (
                 CollectiveMode::AllGather,
@@ -148,14 +149,8 @@ impl Direct {
                 n * b,
                 0,
             ),
-            (Collective::SendRecv, _) => return Err(cx.cannot(Self::NOT_SERVED)),
         };
-        let eligible = match args.peer {
-            Peer::Pair { .. } => {
-                disjoint_or_at(input, b, output, b, None) && whole_vectors(&[input, output], b)
-            }
-            _ => symmetric(cx, args).1,
-        };
+        let eligible = symmetric(cx, args).1;
         let mut d = cx.direct_params(mode, data, b);
         (d.common.input, d.common.output) = (input, output);
         d.common.root = args.root();
@@ -191,65 +186,6 @@ impl Direct {
         launch(cx, &self.kernel, d, work, stream)?;
         Ok(Queued::Ran)
     }
-
-    /// `send_recv` in one launch: this rank's input into `next`'s output, `prev`'s into ours.
-    fn send_recv(
-        &self,
-        cx: &Context,
-        args: &Args,
-        (next, prev): (usize, usize),
-        stream: &Stream,
-    ) -> Result<Queued> {
-        let (input, output, b) = (args.input, args.output, args.call.bytes);
-        let peers = pair_peers(next, prev);
-        // The kernel moves whole vectors on both sides.
-        let eligible =
-            disjoint_or_at(input, b, output, b, None) && whole_vectors(&[input, output], b);
-        let got = cx
-            .buffers
-            .exchange(&cx.comm, &peers, &[(output, b)], eligible)?;
-        let Some(got) = got else {
-            return Ok(Queued::Declined);
-        };
-        pair_output(cx, next, &got, b)?;
-        let mut d = cx.direct_params(CollectiveMode::Send, Context::MOVE, b);
-        (d.common.input, d.common.output) = (input, output);
-        d.common.root = args.root();
-        d.inputs[cx.rank()] = input;
-        // The kernel meets exactly the ranks with an output entry.
-        for (&q, theirs) in peers.iter().zip(&got) {
-            d.outputs[q] = theirs.first().map_or(DevicePtr::NULL, |&(p, _)| p);
-        }
-        launch(cx, &self.kernel, d, b, stream)?;
-        Ok(Queued::Ran)
-    }
-}
-
-/// The ranks a `send_recv` exchanges buffers with: `next`, and `prev` when it differs.
-pub(super) fn pair_peers(next: usize, prev: usize) -> Vec<usize> {
-    let mut peers = vec![next];
-    if prev != next {
-        peers.push(prev);
-    }
-    peers
-}
-
-/// `next`'s output as `next` shared it (`got[0]`), checked to hold `bytes`.
-pub(super) fn pair_output(
-    cx: &Context,
-    next: usize,
-    got: &[Vec<registered::Shared>],
-    bytes: usize,
-) -> Result<DevicePtr<u8>> {
-    let Some(&(dst, len)) = got.first().and_then(|g| g.first()) else {
-        cx.comm.abort();
-        return Err(Error::MalformedMemory {
-            rank: next,
-            reason: "send_recv without its output".into(),
-        });
-    };
-    need_len(&cx.comm, next, len, bytes, "send_recv's output")?;
-    Ok(dst)
 }
 
 /// Refuses more than `MAX_DIRECT_RANKS` ranks (the kernels' parameter blocks hold that many
@@ -292,6 +228,13 @@ pub(super) fn symmetric(cx: &Context, args: &Args) -> (Vec<(DevicePtr<u8>, usize
             vec![(input, n * b)],
             disjoint_or_at(output, b, input, n * b, Some(me * b)) && both,
         ),
+        // Every rank shares its input; the root's output is its own.
+        Collective::Reduce => {
+            let root = args.root() as usize;
+            let output = me != root
+                || disjoint_or_at(output, b, input, b, Some(0)) && whole_vectors(&[output], b);
+            (vec![(input, b)], output && whole_vectors(&[input], b))
+        }
         Collective::Broadcast => {
             let root = args.root() as usize;
             let source = me != root

@@ -1,9 +1,8 @@
 //! `ll`: one-shot LL16. Every rank writes its input (or each peer's part of it; a broadcast's
-//! non-roots an acknowledgement) as LL16 packets into every peer's slot of the LL region and
-//! reduces or copies what arrives: one hop, no barrier. Serves every collective up to
-//! `ll_max_bytes` per part, and a two-rank `send_recv`. Kernels
-//! `mscclpp_device::collectives::ll` (all-reduce and all-gather have kernels of their own,
-//! with fewer branches).
+//! non-roots, and a reduce's root, an acknowledgement) as LL16 packets into every peer's slot
+//! of the LL region and reduces or copies what arrives: one hop, no barrier. Serves every
+//! collective up to `ll_max_bytes` per part. Kernels `mscclpp_device::collectives::ll`
+//! (all-reduce, all-gather and reduce have kernels of their own, with fewer branches).
 
 use mscclpp_host::Result;
 use mscclpp_host::gpu::{Kernel, LaunchConfig, Stream};
@@ -11,7 +10,7 @@ use mscclpp_shared::{CollectiveMode, CollectiveParams};
 
 use super::{Algorithm, Collective, CollectiveAlgorithm, Queued};
 use crate::collectives::CollectiveConfig;
-use crate::collectives::context::{Args, Context, Peer, SetUp, pick};
+use crate::collectives::context::{Args, Context, SetUp, pick};
 use crate::collectives::scratch::{Region, ScratchLayout};
 use crate::collectives::select::Call;
 use crate::kernels;
@@ -22,6 +21,8 @@ pub(crate) struct Ll {
     others: Kernel<CollectiveParams>,
     /// The twin of all three for every reduction but the common sums.
     any: Kernel<CollectiveParams>,
+    /// The reduce to a root, every type and operator.
+    reduce: Kernel<CollectiveParams>,
 }
 
 impl CollectiveAlgorithm for Ll {
@@ -34,9 +35,9 @@ impl CollectiveAlgorithm for Ll {
         Collective::ReduceScatter,
         Collective::Broadcast,
         Collective::AllToAll,
+        Collective::Reduce,
     ];
     const NOT_SERVED: &'static str = "an LL variant of this collective";
-    const POINT_TO_POINT: bool = true;
     const SCRATCH: &'static [Region] = &[Region::Ll];
 
     fn plan(
@@ -57,6 +58,7 @@ impl CollectiveAlgorithm for Ll {
             all_gather: s.kernel(kernels::LL_ALL_GATHER)?,
             others: s.kernel(kernels::LL_COLLECTIVE)?,
             any: s.kernel(kernels::LL_COLLECTIVE_ANY)?,
+            reduce: s.kernel(kernels::LL_REDUCE)?,
         })
     }
 
@@ -82,16 +84,19 @@ impl CollectiveAlgorithm for Ll {
                 &self.others,
             ),
             Collective::Broadcast => (CollectiveMode::Broadcast, Context::MOVE.1, 0, &self.others),
-            // The two-rank exchange: `root` is the peer.
-            Collective::SendRecv if matches!(args.peer, Peer::Pair { .. }) => {
-                (CollectiveMode::Send, Context::MOVE.1, 0, &self.others)
-            }
-            Collective::SendRecv => return Err(cx.cannot("an LL send or recv alone")),
+            Collective::Reduce => (CollectiveMode::Reduce, call.op, 0, &self.reduce),
+            Collective::SendRecv => return Err(cx.cannot(Self::NOT_SERVED)),
         };
         let mut p = cx.params(mode, (dtype, op));
         (p.input, p.output, p.bytes, p.stride) = (args.input, args.output, bytes, stride);
         p.root = args.root();
-        launch(cx, pick(kernel, &self.any, &p), p, stream)?;
+        // The reduce's kernel serves every type and operator itself.
+        let kernel = if call.collective == Collective::Reduce {
+            kernel
+        } else {
+            pick(kernel, &self.any, &p)
+        };
+        launch(cx, kernel, p, stream)?;
         Ok(Queued::Ran)
     }
 }

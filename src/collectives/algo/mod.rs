@@ -48,6 +48,7 @@ pub(crate) mod direct;
 pub(crate) mod ll;
 pub(crate) mod ll128;
 pub(crate) mod ll_two_shot;
+pub(crate) mod p2p;
 pub(crate) mod staged;
 pub(crate) mod two_shot_put;
 
@@ -60,6 +61,7 @@ pub(crate) const UNITS: [Unit; Algorithm::ALL.len()] = [
     unit::<copy_engine::CopyEngine>(),
     unit::<ll128::Ll128>(),
     unit::<ll_two_shot::LlTwoShot>(),
+    unit::<p2p::P2p>(),
 ];
 
 /// An algorithm a caller can force (`Collectives::all_reduce(…, Some(algorithm))`,
@@ -87,11 +89,16 @@ pub enum Algorithm {
     /// one-shot's `n - 1` times, for one more hop (medium messages on more than a few ranks).
     /// All-reduce only; a call too small for every rank to own a part runs one-shot.
     LlTwoShot,
+    /// The point-to-point engine: `send`, `recv`, `send_recv`, gather, scatter, all-to-all-v
+    /// and the point-to-point operations of a group (each pair of ranks in step on its own,
+    /// LL16 packets for small messages, pipelined chunks for larger ones). It cannot be
+    /// forced on a collective.
+    P2p,
 }
 
 impl Algorithm {
     /// Every algorithm, in declaration order (`ALL[a as usize] == a`).
-    pub const ALL: [Algorithm; 7] = [
+    pub const ALL: [Algorithm; 8] = [
         Self::LlOneShot,
         Self::Staged,
         Self::TwoShotPut,
@@ -99,9 +106,10 @@ impl Algorithm {
         Self::CopyEngine,
         Self::Ll128,
         Self::LlTwoShot,
+        Self::P2p,
     ];
 
-    /// Its CLI name: `ll`, `staged`, `put`, `direct`, `ce`, `ll128` or `ll2`.
+    /// Its CLI name: `ll`, `staged`, `put`, `direct`, `ce`, `ll128`, `ll2` or `p2p`.
     pub fn name(self) -> &'static str {
         self.unit().name
     }
@@ -142,6 +150,8 @@ pub enum Collective {
     Broadcast,
     /// [`Collectives::all_to_all`](super::Collectives::all_to_all).
     AllToAll,
+    /// [`Collectives::reduce`](super::Collectives::reduce).
+    Reduce,
     /// [`Collectives::send_recv`](super::Collectives::send_recv), and
     /// [`send`](super::Collectives::send) / [`recv`](super::Collectives::recv) alone.
     SendRecv,
@@ -216,11 +226,18 @@ pub(crate) trait CollectiveAlgorithm: Sized + Send + Sync + 'static {
 pub(crate) trait Queue: Send + Sync {
     /// [`CollectiveAlgorithm::queue`].
     fn queue(&self, cx: &Context, args: &Args, stream: &Stream) -> Result<Queued>;
+    /// The algorithm itself, for the calls of its own beyond `queue` (the point-to-point
+    /// engine's batches).
+    fn as_any(&self) -> &dyn std::any::Any;
 }
 
 impl<A: CollectiveAlgorithm> Queue for A {
     fn queue(&self, cx: &Context, args: &Args, stream: &Stream) -> Result<Queued> {
         CollectiveAlgorithm::queue(self, cx, args, stream)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 
@@ -294,13 +311,14 @@ mod tests {
         let names: Vec<_> = Algorithm::ALL.map(Algorithm::name).into();
         assert_eq!(
             names,
-            ["ll", "staged", "put", "direct", "ce", "ll128", "ll2"]
+            ["ll", "staged", "put", "direct", "ce", "ll128", "ll2", "p2p"]
         );
         assert_eq!(Algorithm::parse("nccl"), None);
     }
 
     /// What `mscclpp-bench -a` accepted per collective before the algorithms answered it
-    /// themselves (`src/bench/args.rs`, commit e1cbef2).
+    /// themselves (`src/bench/args.rs`, commit e1cbef2); the reduce, added since, is served
+    /// by `ll`, `staged` and `direct` (`reduce_is_served_by_ll_staged_and_direct`).
     #[test]
     fn serves_what_the_bench_accepted() {
         use Algorithm::*;
@@ -320,9 +338,22 @@ mod tests {
                     Ll128 => matches!(c, AllReduce | AllGather | ReduceScatter),
                     LlOneShot | Staged | Direct => c != SendRecv,
                     CopyEngine => matches!(c, AllReduce | AllGather | Broadcast | AllToAll),
+                    // Added after the bench's matrix: forced by nobody.
+                    P2p => false,
                 };
                 assert_eq!(a.serves(c), before, "{a:?} {c:?}");
             }
+        }
+    }
+
+    #[test]
+    fn reduce_is_served_by_ll_staged_and_direct() {
+        for a in Algorithm::ALL {
+            let want = matches!(
+                a,
+                Algorithm::LlOneShot | Algorithm::Staged | Algorithm::Direct
+            );
+            assert_eq!(a.serves(Collective::Reduce), want, "{a:?}");
         }
     }
 }

@@ -2,7 +2,8 @@
 //! rank's scratch, ranks meet at a block barrier, and each rank reads its peers' staging over
 //! NVLink; all-reduce is a reduce-scatter followed by an all-gather. Large operations run in
 //! pieces of the staging size. What every collective falls back to when nothing faster serves
-//! it. Kernel `mscclpp_device::collectives::staged_collective_kernel`.
+//! it (point-to-point calls run on `p2p`). Kernel
+//! `mscclpp_device::collectives::staged_collective_kernel`.
 
 use mscclpp_host::Result;
 use mscclpp_host::gpu::{BackendKind, LaunchConfig, Stream};
@@ -10,7 +11,7 @@ use mscclpp_shared::{CollectiveMode, CollectiveParams, DataType, DevicePtr};
 
 use super::{Algorithm, Collective, CollectiveAlgorithm, Queued};
 use crate::collectives::CollectiveConfig;
-use crate::collectives::context::{Args, Context, Peer, SetUp, Twin};
+use crate::collectives::context::{Args, Context, SetUp, Twin};
 use crate::collectives::reduction::KernelOp;
 use crate::collectives::regions::Peers;
 use crate::collectives::scratch::Region;
@@ -30,9 +31,9 @@ impl CollectiveAlgorithm for Staged {
         Collective::ReduceScatter,
         Collective::Broadcast,
         Collective::AllToAll,
+        Collective::Reduce,
     ];
     const NOT_SERVED: &'static str = "a staged variant of this collective";
-    const POINT_TO_POINT: bool = true;
     const SCRATCH: &'static [Region] = &[Region::Staging];
 
     fn channel_rows(cfg: &CollectiveConfig) -> u32 {
@@ -48,57 +49,44 @@ impl CollectiveAlgorithm for Staged {
         let (stage, per_rank) = (cx.cfg.stage_bytes, (cx.cfg.stage_bytes / n) & !15);
         let (input, output) = (args.input, args.output);
         let reduce = (call.dtype, call.op);
-        let (mode, data, input, output, max_piece) = match (call.collective, args.peer) {
-            (Collective::AllReduce, _) => {
+        let (mode, data, input, output, max_piece) = match call.collective {
+            Collective::AllReduce => {
                 let mode = CollectiveMode::AllReduce;
                 all_reduce(cx, &self.kernel, mode, Algorithm::Staged, args, stream)?;
                 return Ok(Queued::Ran);
             }
             // The input piece is offset within the input, the output piece within each part.
-            (Collective::AllGather, _) => (
+            Collective::AllGather => (
                 CollectiveMode::AllGather,
                 Context::MOVE,
                 input,
                 output,
                 stage,
             ),
-            (Collective::ReduceScatter, _) => (
+            Collective::ReduceScatter => (
                 CollectiveMode::ReduceScatter,
                 reduce,
                 input,
                 output,
                 per_rank,
             ),
-            (Collective::Broadcast, _) => (
+            Collective::Broadcast => (
                 CollectiveMode::Broadcast,
                 Context::MOVE,
                 input,
                 output,
                 stage,
             ),
-            (Collective::AllToAll, _) => (
+            Collective::AllToAll => (
                 CollectiveMode::AllToAll,
                 Context::MOVE,
                 input,
                 output,
                 per_rank,
             ),
-            (Collective::SendRecv, Peer::To(_)) => (
-                CollectiveMode::Send,
-                Context::MOVE,
-                input,
-                DevicePtr::NULL,
-                stage,
-            ),
-            (Collective::SendRecv, Peer::From(_)) => (
-                CollectiveMode::Recv,
-                Context::MOVE,
-                DevicePtr::NULL,
-                output,
-                stage,
-            ),
-            // A send_recv splits into a send and a recv before it gets here.
-            (Collective::SendRecv, _) => return Err(cx.cannot("a staged send_recv in one call")),
+            // The root reads every rank's piece at the same offset of its staging.
+            Collective::Reduce => (CollectiveMode::Reduce, reduce, input, output, stage),
+            Collective::SendRecv => return Err(cx.cannot(Self::NOT_SERVED)),
         };
         let piece = Piece {
             mode,

@@ -8,14 +8,19 @@ use std::path::{Path, PathBuf};
 
 use clap::error::ErrorKind;
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
-use mscclpp::collectives::{Algorithm, Collective};
-use mscclpp::shared::{DataType, ReduceOp};
+use mscclpp::collectives::{Algorithm, Collective, Reduction, Scalar, element_bits};
+use mscclpp::shared::DataType;
 
 /// What every collective's `--help` ends with.
 const COLLECTIVE_NOTES: &str = "\
-sizes: allreduce, broadcast and sendrecv move SIZE bytes per rank; allgather, reducescatter
-and alltoall SIZE bytes in all (SIZE / nranks per rank and part), as in nccl-tests.
-busbw = algbw x 2(n-1)/n (allreduce), (n-1)/n (allgather, reducescatter, alltoall), 1 (others).
+sizes: allreduce, reduce, broadcast and sendrecv move SIZE bytes per rank; allgather,
+reducescatter, gather, scatter, alltoall and alltoallv SIZE bytes in all (SIZE / nranks per
+rank and part), as in nccl-tests. alltoallv: rank r sends rank q a share of its part of
+(r + 2q + 1) mod 4 thirds (none, a third, two thirds or all of it; counts per pair).
+busbw = algbw x 2(n-1)/n (allreduce), (n-1)/n (allgather, reducescatter, gather, scatter,
+alltoall, alltoallv), 1 (others). -o premulsum multiplies every contribution by 2.
+sendrecv, gather, scatter and alltoallv are groups of sends and receives (NCCL: grouped
+ncclSend / ncclRecv, and ncclGather / ncclScatter from NCCL 2.28).
 
 launchers: under mpirun, torchrun, Slurm or mscclpp-run (MSCCLPP_RANK / RANK /
 OMPI_COMM_WORLD_RANK / SLURM_PROCID set) each process is one rank on GPU `local rank`.
@@ -65,7 +70,20 @@ enum Bench {
     /// all_to_all: SIZE bytes in all, SIZE / nranks from each rank to each rank
     #[command(aliases = ["all_to_all", "all-to-all"], after_help = COLLECTIVE_NOTES)]
     Alltoall(CollOpts),
-    /// send_recv around a ring: SIZE bytes to the next rank, from the previous
+    /// reduce: SIZE bytes per rank, reduced onto the root (-r)
+    #[command(after_help = COLLECTIVE_NOTES)]
+    Reduce(CollOpts),
+    /// gather: SIZE bytes in all, SIZE / nranks from each rank onto the root (-r)
+    #[command(after_help = COLLECTIVE_NOTES)]
+    Gather(CollOpts),
+    /// scatter: SIZE bytes in all on the root (-r), SIZE / nranks to each rank
+    #[command(after_help = COLLECTIVE_NOTES)]
+    Scatter(CollOpts),
+    /// all_to_allv: as alltoall with a count per pair of ranks (uneven, some zero)
+    #[command(aliases = ["all_to_allv", "all-to-allv"], after_help = COLLECTIVE_NOTES)]
+    Alltoallv(CollOpts),
+    /// send and receive around a ring, in one group: SIZE bytes to the next rank, from the
+    /// previous
     #[command(aliases = ["send_recv", "send-recv"], after_help = COLLECTIVE_NOTES)]
     Sendrecv(CollOpts),
     /// MemoryChannel signal + wait round trip (us)
@@ -123,10 +141,10 @@ struct CollOpts {
     /// Data type
     #[arg(short = 'd', long = "datatype", value_name = "T", value_enum, default_value_t = Dtype::F16)]
     dtype: Dtype,
-    /// Reduction (allreduce, reducescatter)
+    /// Reduction (allreduce, reducescatter, reduce)
     #[arg(short = 'o', long = "op", value_name = "OP", value_enum, default_value_t = Redop::Sum)]
     redop: Redop,
-    /// Broadcast root
+    /// Root (broadcast, reduce, gather, scatter)
     #[arg(short = 'r', long = "root", value_name = "R", default_value_t = 0)]
     root: usize,
     /// In place (the default; all-to-all and send/recv are always out of place)
@@ -215,23 +233,64 @@ impl Dtype {
     }
 }
 
-/// `-o`.
+/// `-o`: NCCL's reductions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Redop {
+pub enum Redop {
+    /// Sum
     Sum,
+    /// Product
+    Prod,
+    /// Minimum
     Min,
+    /// Maximum
     Max,
+    /// Average (NCCL's ncclAvg)
+    Avg,
+    /// Sum of every contribution times 2 (NCCL's ncclRedOpCreatePreMulSum, host scalar)
+    #[value(name = "premulsum", alias = "pre-mul-sum")]
+    PreMulSum,
 }
 
 impl Redop {
-    fn reduce_op(self) -> ReduceOp {
+    /// Every reduction.
+    pub const ALL: [Redop; 6] = [
+        Self::Sum,
+        Self::Prod,
+        Self::Min,
+        Self::Max,
+        Self::Avg,
+        Self::PreMulSum,
+    ];
+
+    /// The name on the command line and in reports.
+    pub fn name(self) -> &'static str {
         match self {
-            Self::Sum => ReduceOp::Sum,
-            Self::Min => ReduceOp::Min,
-            Self::Max => ReduceOp::Max,
+            Self::Sum => "sum",
+            Self::Prod => "prod",
+            Self::Min => "min",
+            Self::Max => "max",
+            Self::Avg => "avg",
+            Self::PreMulSum => "premulsum",
+        }
+    }
+
+    /// The library's reduction on `dtype`.
+    pub fn reduction(self, dtype: DataType) -> Reduction {
+        match self {
+            Self::Sum => Reduction::Sum,
+            Self::Prod => Reduction::Prod,
+            Self::Min => Reduction::Min,
+            Self::Max => Reduction::Max,
+            Self::Avg => Reduction::Avg,
+            Self::PreMulSum => {
+                Reduction::PreMulSum(Scalar::Host(element_bits(PREMUL_SCALAR, dtype)))
+            }
         }
     }
 }
+
+/// The scalar of `-o premulsum`.
+pub const PREMUL_SCALAR: f64 = 2.0;
 
 /// `--baseline`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -255,12 +314,21 @@ pub enum Op {
     Broadcast,
     /// `all_to_all`.
     AllToAll,
-    /// `send` + `recv` around a ring.
+    /// `reduce` to a root.
+    Reduce,
+    /// `gather` to a root.
+    Gather,
+    /// `scatter` from a root.
+    Scatter,
+    /// `all_to_allv` (uneven counts).
+    AllToAllv,
+    /// `send` + `recv` around a ring, in one group.
     SendRecv,
 }
 
 impl Op {
-    /// The collective it benchmarks, as the algorithms say what they serve.
+    /// The collective it benchmarks, as the algorithms say what they serve (the ops made of
+    /// sends and receives are point-to-point calls, which choose their own).
     pub fn collective(self) -> Collective {
         match self {
             Self::AllReduce => Collective::AllReduce,
@@ -268,7 +336,8 @@ impl Op {
             Self::ReduceScatter => Collective::ReduceScatter,
             Self::Broadcast => Collective::Broadcast,
             Self::AllToAll => Collective::AllToAll,
-            Self::SendRecv => Collective::SendRecv,
+            Self::Reduce => Collective::Reduce,
+            Self::Gather | Self::Scatter | Self::AllToAllv | Self::SendRecv => Collective::SendRecv,
         }
     }
 
@@ -280,6 +349,10 @@ impl Op {
             Self::ReduceScatter => "reducescatter",
             Self::Broadcast => "broadcast",
             Self::AllToAll => "alltoall",
+            Self::Reduce => "reduce",
+            Self::Gather => "gather",
+            Self::Scatter => "scatter",
+            Self::AllToAllv => "alltoallv",
             Self::SendRecv => "sendrecv",
         }
     }
@@ -289,19 +362,32 @@ impl Op {
         let n = n as f64;
         match self {
             Self::AllReduce => 2.0 * (n - 1.0) / n,
-            Self::AllGather | Self::ReduceScatter | Self::AllToAll => (n - 1.0) / n,
-            Self::Broadcast | Self::SendRecv => 1.0,
+            Self::AllGather
+            | Self::ReduceScatter
+            | Self::AllToAll
+            | Self::Gather
+            | Self::Scatter
+            | Self::AllToAllv => (n - 1.0) / n,
+            Self::Broadcast | Self::Reduce | Self::SendRecv => 1.0,
         }
     }
 
     /// Whether the op reduces (so `-o` matters).
     pub fn reduces(self) -> bool {
-        matches!(self, Self::AllReduce | Self::ReduceScatter)
+        matches!(self, Self::AllReduce | Self::ReduceScatter | Self::Reduce)
+    }
+
+    /// Whether the op has a root (`-r`).
+    pub fn rooted(self) -> bool {
+        matches!(
+            self,
+            Self::Broadcast | Self::Reduce | Self::Gather | Self::Scatter
+        )
     }
 
     /// Whether the op can run in place.
     pub fn has_in_place(self) -> bool {
-        !matches!(self, Self::AllToAll | Self::SendRecv)
+        !matches!(self, Self::AllToAll | Self::AllToAllv | Self::SendRecv)
     }
 
     /// The fewest ranks the op runs on.
@@ -373,7 +459,7 @@ pub struct CollArgs {
     /// `-d`.
     pub dtype: DataType,
     /// `-o`.
-    pub redop: ReduceOp,
+    pub redop: Redop,
     /// `-r`.
     pub root: usize,
     /// `--inplace` / `--outofplace`.
@@ -442,6 +528,10 @@ impl Bench {
             Self::Reducescatter(o) => (Op::ReduceScatter, o),
             Self::Broadcast(o) => (Op::Broadcast, o),
             Self::Alltoall(o) => (Op::AllToAll, o),
+            Self::Reduce(o) => (Op::Reduce, o),
+            Self::Gather(o) => (Op::Gather, o),
+            Self::Scatter(o) => (Op::Scatter, o),
+            Self::Alltoallv(o) => (Op::AllToAllv, o),
             Self::Sendrecv(o) => (Op::SendRecv, o),
             Self::Signal(s) => return s.primitive(Primitive::Signal),
             Self::Packet(s) => return s.primitive(Primitive::Packet),
@@ -484,7 +574,8 @@ impl CollOpts {
         let algo = match self.algo {
             Some(AlgoChoice::Forced(a)) if !a.serves(op.collective()) => {
                 return Err(format!(
-                    "-a {}: not an algorithm of {} (sendrecv picks its own)",
+                    "-a {}: not an algorithm of {} (sendrecv, gather, scatter and alltoallv \
+                     run on the point-to-point engine)",
                     algo_name(Some(a)),
                     op.name()
                 ));
@@ -505,7 +596,7 @@ impl CollOpts {
             check: self.check.is_some_and(|c| c != 0),
             algo,
             dtype: self.dtype.data_type(),
-            redop: self.redop.reduce_op(),
+            redop: self.redop,
             root: self.root,
             inplace: !self.outofplace,
             graph_launches: self.graph_launches,
@@ -555,9 +646,9 @@ fn parse_algo(s: &str) -> Result<AlgoChoice, String> {
     if s == "auto" {
         return Ok(AlgoChoice::Auto);
     }
-    Algorithm::parse(s)
-        .map(AlgoChoice::Forced)
-        .ok_or_else(|| "not an algorithm (ll, ll128, ll2, staged, put, direct, ce, auto)".into())
+    Algorithm::parse(s).map(AlgoChoice::Forced).ok_or_else(|| {
+        "not an algorithm (ll, ll128, ll2, staged, put, direct, ce, p2p, auto)".into()
+    })
 }
 
 /// Parses `16`, `8K`, `1M`, `1G` (binary multiples; a trailing `B` is allowed); at least 1.
@@ -599,12 +690,8 @@ pub fn dtype_name(d: DataType) -> &'static str {
 }
 
 /// The name of a reduction.
-pub fn redop_name(o: ReduceOp) -> &'static str {
-    match o {
-        ReduceOp::Sum => "sum",
-        ReduceOp::Min => "min",
-        ReduceOp::Max => "max",
-    }
+pub fn redop_name(o: Redop) -> &'static str {
+    o.name()
 }
 
 #[cfg(test)]
@@ -650,7 +737,7 @@ mod tests {
         assert_eq!(c.algo, Some(Algorithm::Staged));
         assert_eq!(
             (c.dtype, c.redop, c.inplace),
-            (DataType::BF16, ReduceOp::Max, false)
+            (DataType::BF16, Redop::Max, false)
         );
         assert_eq!((c.graph_launches, c.ranks), (Some(0), Some(4)));
         assert!(!c.registered);
@@ -660,7 +747,7 @@ mod tests {
         let d = coll("allgather");
         assert_eq!(
             (d.dtype, d.redop, d.inplace, d.check, d.warmup, d.factor),
-            (DataType::F16, ReduceOp::Sum, true, false, 5, 2)
+            (DataType::F16, Redop::Sum, true, false, 5, 2)
         );
         assert_eq!(
             (d.min, d.max, d.iters, d.algo, d.baseline),
@@ -680,6 +767,21 @@ mod tests {
         assert_eq!(coll("allreduce -a auto --baseline none").algo, None);
         assert_eq!(coll("allreduce -a ll2").algo, Some(Algorithm::LlTwoShot));
         assert!(coll("allreduce --plot x.PNG").plot.is_some());
+        // The ops of the whole NCCL surface, every type and reduction.
+        assert_eq!(coll("reduce -r 1 -o avg").op, Op::Reduce);
+        assert_eq!(coll("gather").op, Op::Gather);
+        assert_eq!(coll("scatter").op, Op::Scatter);
+        assert_eq!(coll("all_to_allv").op, Op::AllToAllv);
+        assert_eq!(coll("reduce -a direct").algo, Some(Algorithm::Direct));
+        for d in [
+            "f32", "f16", "bf16", "i32", "u32", "i8", "u8", "i64", "u64", "f64", "e4m3", "e5m2",
+        ] {
+            assert_eq!(dtype_name(coll(&format!("allreduce -d {d}")).dtype), d);
+        }
+        for o in Redop::ALL {
+            assert_eq!(coll(&format!("reduce -o {}", o.name())).redop, o);
+        }
+        assert_eq!(coll("allreduce -o pre-mul-sum").redop, Redop::PreMulSum);
     }
 
     #[test]
@@ -693,14 +795,17 @@ mod tests {
             ),
             ("allreduce -b 0", "sizes start at 1 byte"),
             (
-                "allreduce -d f64",
-                "invalid value 'f64' for '--datatype <T>'",
+                "allreduce -d f128",
+                "invalid value 'f128' for '--datatype <T>'",
             ),
-            ("allreduce -o prod", "invalid value 'prod' for '--op <OP>'"),
+            ("allreduce -o xor", "invalid value 'xor' for '--op <OP>'"),
             ("allreduce -a fast", "not an algorithm (ll, ll128"),
             ("broadcast -a put", "not an algorithm of broadcast"),
             ("reducescatter -a ce", "not an algorithm of reducescatter"),
-            ("sendrecv -a staged", "sendrecv picks its own"),
+            ("sendrecv -a staged", "run on the point-to-point engine"),
+            ("gather -a ll", "not an algorithm of gather"),
+            ("reduce -a ce", "not an algorithm of reduce"),
+            ("allreduce -a p2p", "not an algorithm of allreduce"),
             ("allreduce -b 1M -e 1K", "-e 1024 is below -b 1048576"),
             ("allreduce -f 1", "invalid value '1' for '--stepfactor <N>'"),
             ("allreduce -n 0", "invalid value '0' for '--iters <N>'"),
@@ -755,7 +860,8 @@ mod tests {
 
     #[test]
     fn every_forcible_algorithm_serves_all_reduce() {
-        for a in Algorithm::ALL {
+        // The point-to-point engine serves no collective: nothing can be forced onto it.
+        for a in Algorithm::ALL.into_iter().filter(|&a| a != Algorithm::P2p) {
             assert!(a.serves(Op::AllReduce.collective()), "{a:?}");
             assert!(!a.serves(Op::SendRecv.collective()), "{a:?}");
         }
@@ -770,5 +876,9 @@ mod tests {
         assert_eq!(Op::AllToAll.busbw_factor(8), 0.875);
         assert_eq!(Op::Broadcast.busbw_factor(8), 1.0);
         assert_eq!(Op::SendRecv.busbw_factor(8), 1.0);
+        assert_eq!(Op::Reduce.busbw_factor(8), 1.0);
+        assert_eq!(Op::Gather.busbw_factor(4), 0.75);
+        assert_eq!(Op::Scatter.busbw_factor(4), 0.75);
+        assert_eq!(Op::AllToAllv.busbw_factor(8), 0.875);
     }
 }

@@ -24,7 +24,7 @@ use mscclpp::host::gpu::{BackendKind, DeviceBuffer, Event, Stream};
 use mscclpp::shared::DevicePtr;
 
 use super::BoxError;
-use super::args::{Baseline, CollArgs, Op, algo_name, dtype_name, redop_name};
+use super::args::{Baseline, CollArgs, Op, Redop, algo_name, dtype_name, redop_name};
 use super::data::{Pattern, SENTINEL};
 use super::nccl;
 use super::report::{self, BaseRow, Row, RunInfo};
@@ -82,10 +82,10 @@ impl Shape {
         let c = bytes / es;
         let p = c / n;
         let (part, in_parts, out_parts) = match op {
-            Op::AllReduce | Op::Broadcast | Op::SendRecv => (c, 1, 1),
-            Op::AllGather => (p, 1, n),
-            Op::ReduceScatter => (p, n, 1),
-            Op::AllToAll => (p, n, n),
+            Op::AllReduce | Op::Broadcast | Op::Reduce | Op::SendRecv => (c, 1, 1),
+            Op::AllGather | Op::Gather => (p, 1, n),
+            Op::ReduceScatter | Op::Scatter => (p, n, 1),
+            Op::AllToAll | Op::AllToAllv => (p, n, n),
         };
         let count = part * in_parts.max(out_parts);
         (part > 0).then_some(Self {
@@ -96,6 +96,13 @@ impl Shape {
             out_parts,
         })
     }
+}
+
+/// Elements rank `from` sends rank `to` in the all-to-all-v of parts of `part` elements: none,
+/// a third, two thirds or all of the part, by `(from + 2 to + 1) mod 4` (uneven in every row
+/// and column, zero for some pairs).
+pub fn alltoallv_count(part: usize, from: usize, to: usize) -> usize {
+    part * ((from + 2 * to + 1) % 4) / 3
 }
 
 /// Where a buffer of the operation starts: in the receive buffer or the send buffer, at a
@@ -150,14 +157,14 @@ impl Rank<'_> {
             );
         }
         match op {
-            Op::AllGather => (
+            Op::AllGather | Op::Gather => (
                 Place {
                     recv: true,
                     off: mine,
                 },
                 Place { recv: true, off: 0 },
             ),
-            Op::ReduceScatter => (
+            Op::ReduceScatter | Op::Scatter => (
                 Place { recv: true, off: 0 },
                 Place {
                     recv: true,
@@ -325,12 +332,13 @@ impl Rank<'_> {
         let (input, output) = self.places(sh);
         let span = sh.part * sh.in_parts.max(sh.out_parts) * es;
         self.write_bytes(&self.recv, 0, span, SENTINEL)?;
+        let op = if a.op.reduces() { a.redop } else { Redop::Sum };
         for p in 0..sh.in_parts {
             let at = Place {
                 off: input.off + p * sh.part * es,
                 ..input
             };
-            self.write_part(at, &Pattern::input(dt, n, rank, p), sh.part)?;
+            self.write_part(at, &Pattern::input(dt, op, n, rank, p), sh.part)?;
         }
         self.comm.bootstrap().barrier()?;
         if self.plan.graph_launches > 0 {
@@ -343,20 +351,28 @@ impl Rank<'_> {
         self.stream.synchronize()?;
         self.failed()?;
         let mut wrong = 0;
-        for q in 0..sh.out_parts {
-            let want = match a.op {
-                Op::AllReduce => Pattern::reduced(dt, a.redop, n, 0),
-                Op::AllGather => Pattern::input(dt, n, q, 0),
-                Op::ReduceScatter => Pattern::reduced(dt, a.redop, n, rank),
-                Op::Broadcast => Pattern::input(dt, n, a.root, 0),
-                Op::AllToAll => Pattern::input(dt, n, q, rank),
-                Op::SendRecv => Pattern::input(dt, n, (rank + n - 1) % n, 0),
+        // Rooted ops: only the root's output is defined (NCCL's too).
+        let defined = !matches!(a.op, Op::Reduce | Op::Gather) || rank == a.root;
+        for q in (0..sh.out_parts).filter(|_| defined) {
+            let (input, reduced) = (
+                |r, p| Pattern::input(dt, Redop::Sum, n, r, p),
+                |p| Pattern::reduced(dt, a.redop, n, p),
+            );
+            let (want, elems) = match a.op {
+                Op::AllReduce | Op::Reduce => (reduced(0), sh.part),
+                Op::AllGather | Op::Gather => (input(q, 0), sh.part),
+                Op::ReduceScatter => (reduced(rank), sh.part),
+                Op::Broadcast => (input(a.root, 0), sh.part),
+                Op::Scatter => (input(a.root, rank), sh.part),
+                Op::AllToAll => (input(q, rank), sh.part),
+                Op::AllToAllv => (input(q, rank), alltoallv_count(sh.part, q, rank)),
+                Op::SendRecv => (input((rank + n - 1) % n, 0), sh.part),
             };
             let at = Place {
                 off: output.off + q * sh.part * es,
                 ..output
             };
-            wrong += self.count_wrong(at, &want, sh.part)?;
+            wrong += self.count_wrong(at, &want, elems)?;
         }
         self.comm.bootstrap().barrier()?;
         Ok(wrong)
@@ -501,21 +517,35 @@ impl<'a> Rank<'a> {
         let (inp, out) = (self.ptr(input), self.ptr(output));
         let (stream, part, dt) = (&self.stream, sh.part, a.dtype);
         let (next, prev) = ((rank + 1) % n, (rank + n - 1) % n);
+        let red = a.redop.reduction(dt);
+        // All-to-all-v: parts `part` apart, the counts of `alltoallv_count`.
+        let displs: Vec<usize> = (0..n).map(|q| q * part).collect();
+        let sends: Vec<usize> = (0..n).map(|q| alltoallv_count(part, rank, q)).collect();
+        let recvs: Vec<usize> = (0..n).map(|q| alltoallv_count(part, q, rank)).collect();
         let ours = || -> Result<(), BoxError> {
             // SAFETY: `inp` and `out` address the parts `Shape` sized the buffers for, alive
             // for the whole sweep; every rank makes the same calls in the same order.
             unsafe {
                 match a.op {
-                    Op::AllReduce => {
-                        coll.all_reduce(inp, out, part, dt, a.redop, stream, a.algo)?
-                    }
+                    Op::AllReduce => coll.all_reduce(inp, out, part, dt, red, stream, a.algo)?,
                     Op::AllGather => coll.all_gather(inp, out, part, dt, stream, a.algo)?,
                     Op::ReduceScatter => {
-                        coll.reduce_scatter(inp, out, part, dt, a.redop, stream, a.algo)?
+                        coll.reduce_scatter(inp, out, part, dt, red, stream, a.algo)?
                     }
                     Op::Broadcast => coll.broadcast(inp, out, part, dt, a.root, stream, a.algo)?,
                     Op::AllToAll => coll.all_to_all(inp, out, part, dt, stream, a.algo)?,
-                    Op::SendRecv => coll.send_recv(inp, next, out, prev, part, dt, stream)?,
+                    Op::Reduce => coll.reduce(inp, out, part, dt, red, a.root, stream, a.algo)?,
+                    Op::Gather => coll.gather(inp, out, part, dt, a.root, stream)?,
+                    Op::Scatter => coll.scatter(inp, out, part, dt, a.root, stream)?,
+                    Op::AllToAllv => {
+                        coll.all_to_allv(inp, &sends, &displs, out, &recvs, &displs, dt, stream)?
+                    }
+                    Op::SendRecv => {
+                        let mut g = coll.group();
+                        g.send(inp, part, dt, next)?;
+                        g.recv(out, part, dt, prev)?;
+                        g.end(stream)?
+                    }
                 }
             }
             Ok(())
@@ -533,6 +563,16 @@ impl<'a> Rank<'a> {
                     Op::ReduceScatter => b.reduce_scatter(inp, out, part, dt, a.redop, stream),
                     Op::Broadcast => b.broadcast(inp, out, part, dt, a.root, stream),
                     Op::AllToAll => b.all_to_all(inp, out, n, part, dt, stream),
+                    Op::Reduce => b.reduce(inp, out, part, dt, a.redop, a.root, stream),
+                    Op::Gather => b.gather_or_scatter(true, inp, out, part, dt, a.root, stream),
+                    Op::Scatter => b.gather_or_scatter(false, inp, out, part, dt, a.root, stream),
+                    Op::AllToAllv => {
+                        let es = (dt.size() * part) as u64;
+                        let at = |p: DevicePtr<u8>, q: usize| p.byte_add_cast::<u8>(q as u64 * es);
+                        let s: Vec<_> = (0..n).map(|q| (at(inp, q), sends[q])).collect();
+                        let r: Vec<_> = (0..n).map(|q| (at(out, q), recvs[q])).collect();
+                        b.all_to_allv(&s, &r, dt, stream)
+                    }
                     Op::SendRecv => b.send_recv(inp, next, out, prev, part, dt, stream),
                 }
             }
@@ -684,7 +724,14 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
             continue;
         }
         let algo = match a.op {
-            Op::AllReduce if n == 1 => "copy".to_string(),
+            // One rank copies (a pre-multiplied sum, an average of floats included, stages).
+            Op::AllReduce | Op::Reduce
+                if n == 1
+                    && a.redop != Redop::PreMulSum
+                    && !(a.redop == Redop::Avg && a.dtype.is_float()) =>
+            {
+                "copy".to_string()
+            }
             _ => algo_name(coll.last_algorithm()).to_string(),
         };
         let checked = (ours.wrong.is_some(), theirs.wrong.is_some());
@@ -774,7 +821,7 @@ fn print_header(plan: &Plan, info: &RunInfo, cfg: CollectiveConfig) {
         a.warmup,
         if a.check { "on" } else { "off" }
     );
-    if a.op == Op::Broadcast {
+    if a.op.rooted() {
         println!("# root {}", a.root);
     }
     if let Some(b) = &info.baseline {
@@ -811,6 +858,14 @@ mod tests {
         let s = Shape::new(Op::AllToAll, 64, 4, 2).unwrap();
         assert_eq!((s.size, s.part, s.in_parts, s.out_parts), (64, 8, 4, 4));
         assert!(Shape::new(Op::AllGather, 8, 8, 2).is_none());
+        let s = Shape::new(Op::Gather, 1000, 3, 4).unwrap();
+        assert_eq!((s.size, s.part, s.in_parts, s.out_parts), (996, 83, 1, 3));
+        let s = Shape::new(Op::Scatter, 64, 2, 4).unwrap();
+        assert_eq!((s.size, s.part, s.in_parts, s.out_parts), (64, 8, 2, 1));
+        let s = Shape::new(Op::Reduce, 64, 2, 4).unwrap();
+        assert_eq!((s.size, s.part, s.in_parts, s.out_parts), (64, 16, 1, 1));
+        let s = Shape::new(Op::AllToAllv, 64, 4, 2).unwrap();
+        assert_eq!((s.size, s.part, s.in_parts, s.out_parts), (64, 8, 4, 4));
         assert!(Shape::new(Op::SendRecv, 1, 2, 2).is_none());
     }
 }

@@ -1,14 +1,20 @@
 //! Test data for `-c`: every rank's input part is a pseudo-random sequence of small integers
 //! that depends on the rank, the part and the element index (period [`PERIOD`], a prime, so
 //! a block, piece or chunk landing at a wrong offset is caught), and every output element is
-//! checked exactly against a host reference. The integers are small enough that sums over
-//! all ranks stay exact in every type, bf16, 8-bit integers and fp8 included, in any order of
-//! reduction.
+//! checked against a host reference. The integers are small enough that every reduction over
+//! all ranks is exact in every type, bf16, 8-bit integers and fp8 included, in any order of
+//! reduction: sums (and the pre-multiplied sums, by 2) stay within what the type holds
+//! exactly; products multiply values of -1, 1 and 2 (powers of two; integers wrap as the
+//! kernels' do). The one inexact reduction is a floating-point average over a rank count that
+//! is not a power of two (NCCL multiplies by 1/n rounded to the type): it is checked within
+//! `(n + 1)·u·Σ|x|/n` (`u` the type's unit roundoff).
 
 use mscclpp::device::reduce::{
     Fp8, bf16_to_f32, f16_to_f32_soft, f32_to_bf16, f32_to_f16_soft, f32_to_fp8, fp8_to_f32,
 };
-use mscclpp::shared::{DataType, ReduceOp};
+use mscclpp::shared::DataType;
+
+use super::args::{PREMUL_SCALAR, Redop};
 
 /// Elements before a pattern repeats (prime).
 pub const PERIOD: usize = 4093;
@@ -25,37 +31,62 @@ fn mix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-/// Element `j` of rank `rank`'s part `part` (of `n` ranks): a small integer whose partial sums
-/// over the `n` ranks are exact in the type (at most 256 in magnitude, exact in bf16; 127 for
-/// 8-bit integers, 16 for e4m3 and 8 for e5m2), non-negative for unsigned types.
-pub fn value(dtype: DataType, n: usize, rank: usize, part: usize, j: usize) -> f64 {
-    let most = match dtype {
+fn unsigned(dtype: DataType) -> bool {
+    matches!(dtype, DataType::U32 | DataType::U8 | DataType::U64)
+}
+
+/// Element `j` of rank `rank`'s part `part` (of `n` ranks) for reductions by `op`: a small
+/// integer whose reductions over the `n` ranks are exact in the type (sums at most 256 in
+/// magnitude, exact in bf16; 127 for 8-bit integers, 16 for e4m3 and 8 for e5m2; half of that
+/// before a pre-multiplication by 2; on more ranks than that, the ranks past it contribute 0;
+/// products of -1, 1 and 2, at most 2^8 on up to 8 ranks), non-negative for unsigned types.
+/// Ops that do not reduce use `Redop::Sum`'s values.
+pub fn value(dtype: DataType, op: Redop, n: usize, rank: usize, part: usize, j: usize) -> f64 {
+    let h = mix(((rank as u64) << 44) ^ ((part as u64) << 24) ^ j as u64);
+    if op == Redop::Prod {
+        let choices: &[f64] = match (unsigned(dtype), n <= 8) {
+            (true, _) => &[1.0, 2.0],
+            (false, true) => &[-1.0, 1.0, 2.0],
+            (false, false) => &[-1.0, 1.0],
+        };
+        return choices[(h % choices.len() as u64) as usize];
+    }
+    let mut most = match dtype {
         DataType::I8 | DataType::U8 => 127,
         DataType::F8E4M3 => 16,
         DataType::F8E5M2 => 8,
         _ => 256,
     };
-    let span = (most / n.max(1)).clamp(2, 24) as u64;
-    let h = mix(((rank as u64) << 44) ^ ((part as u64) << 24) ^ j as u64) % span;
-    if matches!(dtype, DataType::U32 | DataType::U8 | DataType::U64) {
-        h as f64
+    if op == Redop::PreMulSum {
+        most /= PREMUL_SCALAR as usize;
+    }
+    // More ranks than the type's exact range: only the first `most` contribute (0 or 1 each).
+    if rank >= most {
+        return 0.0;
+    }
+    let span = (most / n.clamp(1, most)).clamp(2, 24) as u64;
+    let v = h % span;
+    if unsigned(dtype) {
+        v as f64
     } else {
-        h as f64 - (span / 3) as f64
+        v as f64 - (span / 3) as f64
     }
 }
 
-/// Appends `v` (an integer that the type holds exactly) in `dtype`'s little-endian encoding.
+/// Appends `v` (an integer that the type holds exactly) in `dtype`'s little-endian encoding;
+/// integers wrap to the type's width, as the kernels' arithmetic does.
 pub fn encode(dtype: DataType, v: f64, out: &mut Vec<u8>) {
+    let i = v as i128;
     match dtype {
         DataType::F32 => out.extend_from_slice(&(v as f32).to_le_bytes()),
         DataType::F16 => out.extend_from_slice(&f32_to_f16_soft(v as f32).to_le_bytes()),
         DataType::BF16 => out.extend_from_slice(&f32_to_bf16(v as f32).to_le_bytes()),
-        DataType::I32 => out.extend_from_slice(&(v as i32).to_le_bytes()),
-        DataType::U32 => out.extend_from_slice(&(v as u32).to_le_bytes()),
-        DataType::I8 => out.push(v as i8 as u8),
-        DataType::U8 => out.push(v as u8),
-        DataType::I64 => out.extend_from_slice(&(v as i64).to_le_bytes()),
-        DataType::U64 => out.extend_from_slice(&(v as u64).to_le_bytes()),
+        DataType::I32 => out.extend_from_slice(&(i as i32).to_le_bytes()),
+        DataType::U32 => out.extend_from_slice(&(i as u32).to_le_bytes()),
+        DataType::I8 => out.push(i as i8 as u8),
+        DataType::U8 => out.push(i as u8),
+        DataType::I64 => out.extend_from_slice(&(i as i64).to_le_bytes()),
+        DataType::U64 => out.extend_from_slice(&(i as u64).to_le_bytes()),
         DataType::F64 => out.extend_from_slice(&v.to_le_bytes()),
         DataType::F8E4M3 => out.push(f32_to_fp8(v as f32, Fp8::E4M3)),
         DataType::F8E5M2 => out.push(f32_to_fp8(v as f32, Fp8::E5M2)),
@@ -83,38 +114,81 @@ pub fn decode(dtype: DataType, b: &[u8]) -> f64 {
     }
 }
 
+/// The unit roundoff of a floating-point type (half an ulp of 1).
+fn unit_roundoff(dtype: DataType) -> f64 {
+    let mantissa = match dtype {
+        DataType::F64 => 52,
+        DataType::F32 => 23,
+        DataType::F16 => 10,
+        DataType::BF16 => 7,
+        DataType::F8E4M3 => 3,
+        DataType::F8E5M2 => 2,
+        _ => return 0.0,
+    };
+    2f64.powi(-mantissa - 1)
+}
+
+/// The reduction by `op` of every rank's value `xs`, and how far from it a result may be.
+fn reduce(dtype: DataType, op: Redop, xs: &[f64]) -> (f64, f64) {
+    let n = xs.len() as f64;
+    let exact = |v: f64| (v, 0.0);
+    match op {
+        Redop::Sum => exact(xs.iter().sum()),
+        Redop::Prod => exact(xs.iter().product()),
+        Redop::Min => exact(xs.iter().copied().fold(f64::INFINITY, f64::min)),
+        Redop::Max => exact(xs.iter().copied().fold(f64::NEG_INFINITY, f64::max)),
+        Redop::PreMulSum => exact(xs.iter().map(|x| x * PREMUL_SCALAR).sum()),
+        // Integers: the sum, divided once, truncating toward zero.
+        Redop::Avg if !dtype.is_float() => exact((xs.iter().sum::<f64>() / n).trunc()),
+        Redop::Avg => {
+            let mass: f64 = xs.iter().map(|x| x.abs()).sum();
+            let tol = 1.1 * (n + 1.0) * unit_roundoff(dtype) * mass / n;
+            (xs.iter().sum::<f64>() / n, tol)
+        }
+    }
+}
+
 /// One period of a part's elements, encoded; element `i` of the part is element `i % PERIOD`.
+/// A pattern of an inexact reduction also holds each element's value and tolerance.
 #[derive(Clone, Debug)]
 pub struct Pattern {
     dtype: DataType,
     bytes: Vec<u8>,
+    within: Option<Vec<(f64, f64)>>,
 }
 
 impl Pattern {
-    fn from_values(dtype: DataType, values: impl Iterator<Item = f64>) -> Self {
+    fn from_values(dtype: DataType, values: impl Iterator<Item = (f64, f64)>) -> Self {
         let mut bytes = Vec::with_capacity(PERIOD * dtype.size());
-        for v in values {
+        let mut within = Vec::with_capacity(PERIOD);
+        for (v, tol) in values {
             encode(dtype, v, &mut bytes);
+            within.push((v, tol));
         }
-        Self { dtype, bytes }
+        let inexact = within.iter().any(|&(_, tol)| tol > 0.0);
+        Self {
+            dtype,
+            bytes,
+            within: inexact.then_some(within),
+        }
     }
 
-    /// Rank `rank`'s input part `part`.
-    pub fn input(dtype: DataType, n: usize, rank: usize, part: usize) -> Self {
-        Self::from_values(dtype, (0..PERIOD).map(|j| value(dtype, n, rank, part, j)))
+    /// Rank `rank`'s input part `part` for reductions by `op` (`Redop::Sum` for the ops that
+    /// do not reduce).
+    pub fn input(dtype: DataType, op: Redop, n: usize, rank: usize, part: usize) -> Self {
+        Self::from_values(
+            dtype,
+            (0..PERIOD).map(|j| (value(dtype, op, n, rank, part, j), 0.0)),
+        )
     }
 
-    /// The reduction with `op` of part `part` over all `n` ranks.
-    pub fn reduced(dtype: DataType, op: ReduceOp, n: usize, part: usize) -> Self {
+    /// The reduction by `op` of part `part` over all `n` ranks.
+    pub fn reduced(dtype: DataType, op: Redop, n: usize, part: usize) -> Self {
         Self::from_values(
             dtype,
             (0..PERIOD).map(|j| {
-                let vals = (0..n).map(|r| value(dtype, n, r, part, j));
-                match op {
-                    ReduceOp::Sum => vals.sum(),
-                    ReduceOp::Min => vals.fold(f64::INFINITY, f64::min),
-                    ReduceOp::Max => vals.fold(f64::NEG_INFINITY, f64::max),
-                }
+                let xs: Vec<f64> = (0..n).map(|r| value(dtype, op, n, r, part, j)).collect();
+                reduce(dtype, op, &xs)
             }),
         )
     }
@@ -149,18 +223,26 @@ impl Pattern {
     }
 
     /// How many elements of `got` (elements `first ..` of the part) differ from the pattern.
-    /// Values are compared, so `-0.0` equals `0.0`; NaN never matches.
+    /// Values are compared, so `-0.0` equals `0.0`; NaN never matches; an inexact reduction's
+    /// elements may differ by their tolerance.
     pub fn count_wrong(&self, first: usize, got: &[u8]) -> u64 {
         let es = self.es();
         let mut wrong = 0;
         self.runs(first, got.len() / es, |o, p| {
-            let (g, w) = (&got[o], &self.bytes[p]);
-            if g != w {
-                wrong += g
-                    .chunks_exact(es)
-                    .zip(w.chunks_exact(es))
-                    .filter(|(a, b)| decode(self.dtype, a) != decode(self.dtype, b))
-                    .count() as u64;
+            let (g, w) = (&got[o], &self.bytes[p.clone()]);
+            if g == w {
+                return;
+            }
+            for (k, (a, b)) in g.chunks_exact(es).zip(w.chunks_exact(es)).enumerate() {
+                let v = decode(self.dtype, a);
+                let ok = match &self.within {
+                    Some(within) => {
+                        let (want, tol) = within[p.start / es + k];
+                        (v - want).abs() <= tol
+                    }
+                    None => v == decode(self.dtype, b),
+                };
+                wrong += u64::from(!ok);
             }
         });
         wrong
@@ -171,29 +253,51 @@ impl Pattern {
 mod tests {
     use super::*;
 
-    const TYPES: [DataType; 5] = [
+    const TYPES: [DataType; 12] = [
         DataType::F32,
         DataType::F16,
         DataType::BF16,
         DataType::I32,
         DataType::U32,
+        DataType::I8,
+        DataType::U8,
+        DataType::I64,
+        DataType::U64,
+        DataType::F64,
+        DataType::F8E4M3,
+        DataType::F8E5M2,
     ];
 
+    /// Every reduction of every type is exact (the average of floats within its bound) and
+    /// survives its encoding: the reference says what exact arithmetic says.
     #[test]
     fn values_are_exact_and_encode_round_trip() {
         for dtype in TYPES {
             for n in [1, 2, 3, 8, 16, 64] {
-                for op in [ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max] {
+                for op in Redop::ALL {
                     let p = Pattern::reduced(dtype, op, n, 1);
                     for (j, e) in p.bytes.chunks_exact(dtype.size()).enumerate() {
-                        let vals: Vec<f64> = (0..n).map(|r| value(dtype, n, r, 1, j)).collect();
-                        let want = match op {
-                            ReduceOp::Sum => vals.iter().sum(),
-                            ReduceOp::Min => vals.iter().cloned().fold(f64::INFINITY, f64::min),
-                            ReduceOp::Max => vals.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
+                        let xs: Vec<f64> = (0..n).map(|r| value(dtype, op, n, r, 1, j)).collect();
+                        let (want, tol) = reduce(dtype, op, &xs);
+                        let inexact = op == Redop::Avg && dtype.is_float();
+                        assert_eq!(tol > 0.0, inexact && xs.iter().any(|&x| x != 0.0));
+                        if inexact {
+                            continue;
+                        }
+                        // Integers wrap (products of 2s); everything else is exact.
+                        let got = decode(dtype, e);
+                        let bits = (dtype.size() * 8) as u32;
+                        let wrapped = if dtype.is_float() {
+                            want
+                        } else {
+                            let m = (want as i128).rem_euclid(1i128 << bits);
+                            let signed = !unsigned(dtype) && m >= 1i128 << (bits - 1);
+                            (if signed { m - (1i128 << bits) } else { m }) as f64
                         };
-                        assert!(want.abs() <= 256.0 && want.fract() == 0.0);
-                        assert_eq!(decode(dtype, e), want, "{dtype:?} n={n} {op:?} j={j}");
+                        assert_eq!(got, wrapped, "{dtype:?} n={n} {op:?} j={j}");
+                        if op != Redop::Prod {
+                            assert!(want.abs() <= 256.0 && want.fract() == 0.0);
+                        }
                     }
                 }
             }
@@ -202,9 +306,15 @@ mod tests {
 
     #[test]
     fn data_depends_on_rank_part_and_index() {
-        let a = Pattern::input(DataType::F16, 2, 0, 0);
-        assert_ne!(a.bytes, Pattern::input(DataType::F16, 2, 1, 0).bytes);
-        assert_ne!(a.bytes, Pattern::input(DataType::F16, 2, 0, 1).bytes);
+        let a = Pattern::input(DataType::F16, Redop::Sum, 2, 0, 0);
+        assert_ne!(
+            a.bytes,
+            Pattern::input(DataType::F16, Redop::Sum, 2, 1, 0).bytes
+        );
+        assert_ne!(
+            a.bytes,
+            Pattern::input(DataType::F16, Redop::Sum, 2, 0, 1).bytes
+        );
         // Not periodic with any power of two below the period.
         for shift in [1, 2, 4, 8, 16, 64, 1024] {
             assert_ne!(a.bytes[..2 * 512], a.bytes[2 * shift..2 * (shift + 512)]);
@@ -215,7 +325,7 @@ mod tests {
     fn fill_and_check_tile_the_period() {
         for dtype in TYPES {
             let es = dtype.size();
-            let p = Pattern::input(dtype, 4, 3, 2);
+            let p = Pattern::input(dtype, Redop::Sum, 4, 3, 2);
             let first = PERIOD - 5;
             let mut buf = vec![0u8; (2 * PERIOD + 17) * es];
             p.fill(first, &mut buf);
@@ -224,12 +334,32 @@ mod tests {
             assert_eq!(p.count_wrong(first, &buf), 0);
             buf[7 * es] ^= 0x40;
             buf[(PERIOD + 9) * es + es - 1] ^= 0x01;
-            assert_eq!(p.count_wrong(first, &buf), 2);
+            assert_eq!(p.count_wrong(first, &buf), 2, "{dtype:?}");
             // The sentinel is never an expected value.
             let sentinel = vec![SENTINEL; 64 * es];
-            assert_eq!(p.count_wrong(0, &sentinel), 64);
+            assert_eq!(p.count_wrong(0, &sentinel), 64, "{dtype:?}");
             // Shifted by one element: nearly everything is wrong.
-            assert!(p.count_wrong(first + 1, &buf) > PERIOD as u64);
+            assert!(
+                p.count_wrong(first + 1, &buf) > PERIOD as u64 / 2,
+                "{dtype:?}"
+            );
         }
+    }
+
+    /// An inexact average accepts a result within its bound and nothing far from it.
+    #[test]
+    fn averages_of_floats_are_checked_within_their_bound() {
+        let (dtype, n) = (DataType::F16, 3);
+        let p = Pattern::reduced(dtype, Redop::Avg, n, 0);
+        assert!(p.within.is_some());
+        let mut buf = vec![0u8; 100 * 2];
+        p.fill(0, &mut buf);
+        assert_eq!(p.count_wrong(0, &buf), 0);
+        let mut off = Vec::new();
+        for j in 0..100 {
+            let (v, _) = p.within.as_ref().unwrap()[j];
+            encode(dtype, v + 1.0, &mut off);
+        }
+        assert_eq!(p.count_wrong(0, &off), 100);
     }
 }

@@ -22,11 +22,13 @@ use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
 use std::sync::OnceLock;
 
 use cudarc::nccl::sys;
+use mscclpp::collectives::element_bits;
 use mscclpp::host::communicator::Communicator;
 use mscclpp::host::gpu::{Gpu, Stream};
-use mscclpp::shared::{DataType, DevicePtr, ReduceOp};
+use mscclpp::shared::{DataType, DevicePtr};
 
 use super::BoxError;
+use super::args::{PREMUL_SCALAR, Redop};
 
 /// Environment variable naming the NCCL library (file or folder).
 pub const NCCL_LIB_ENV: &str = "MSCCLPP_NCCL_LIB";
@@ -80,6 +82,24 @@ type Gather = unsafe extern "C" fn(
     sys::ncclComm_t,
     Stream_,
 ) -> NcclResult;
+type ReduceRoot = unsafe extern "C" fn(
+    *const c_void,
+    *mut c_void,
+    usize,
+    sys::ncclDataType_t,
+    sys::ncclRedOp_t,
+    c_int,
+    sys::ncclComm_t,
+    Stream_,
+) -> NcclResult;
+type RedOpCreatePreMulSum = unsafe extern "C" fn(
+    *mut sys::ncclRedOp_t,
+    *mut c_void,
+    sys::ncclDataType_t,
+    sys::ncclScalarResidence_t,
+    sys::ncclComm_t,
+) -> NcclResult;
+type RedOpDestroy = unsafe extern "C" fn(sys::ncclRedOp_t, sys::ncclComm_t) -> NcclResult;
 type Broadcast = unsafe extern "C" fn(
     *const c_void,
     *mut c_void,
@@ -120,6 +140,12 @@ struct Fns {
     broadcast: Broadcast,
     send: Send,
     recv: Recv,
+    reduce: ReduceRoot,
+    red_op_create_pre_mul_sum: RedOpCreatePreMulSum,
+    red_op_destroy: RedOpDestroy,
+    /// `ncclGather` / `ncclScatter` (root-taking, as `ncclBroadcast`): NCCL 2.28 and newer.
+    gather: Option<Broadcast>,
+    scatter: Option<Broadcast>,
 }
 
 /// The loaded library (loaded once per process, never unloaded).
@@ -245,6 +271,17 @@ impl Nccl {
             broadcast: f!("ncclBroadcast", Broadcast),
             send: f!("ncclSend", Send),
             recv: f!("ncclRecv", Recv),
+            reduce: f!("ncclReduce", ReduceRoot),
+            red_op_create_pre_mul_sum: f!("ncclRedOpCreatePreMulSum", RedOpCreatePreMulSum),
+            red_op_destroy: f!("ncclRedOpDestroy", RedOpDestroy),
+            gather: sym("ncclGather").ok().map(|p| {
+                // SAFETY: as in `f!` (NCCL 2.28's ncclGather has ncclBroadcast's signature).
+                unsafe { std::mem::transmute::<*mut c_void, Broadcast>(p) }
+            }),
+            scatter: sym("ncclScatter").ok().map(|p| {
+                // SAFETY: as above, for ncclScatter.
+                unsafe { std::mem::transmute::<*mut c_void, Broadcast>(p) }
+            }),
         };
         let mut v: c_int = 0;
         // SAFETY: `v` is a valid out-pointer.
@@ -299,11 +336,16 @@ fn nccl_type(d: DataType) -> sys::ncclDataType_t {
     }
 }
 
-fn nccl_op(o: ReduceOp) -> sys::ncclRedOp_t {
+/// NCCL's built-in operator for `o` (`None`: the pre-multiplied sum, created per call).
+fn nccl_op(o: Redop) -> Option<sys::ncclRedOp_t> {
+    use sys::ncclRedOp_t as R;
     match o {
-        ReduceOp::Sum => sys::ncclRedOp_t::ncclSum,
-        ReduceOp::Min => sys::ncclRedOp_t::ncclMin,
-        ReduceOp::Max => sys::ncclRedOp_t::ncclMax,
+        Redop::Sum => Some(R::ncclSum),
+        Redop::Prod => Some(R::ncclProd),
+        Redop::Min => Some(R::ncclMin),
+        Redop::Max => Some(R::ncclMax),
+        Redop::Avg => Some(R::ncclAvg),
+        Redop::PreMulSum => None,
     }
 }
 
@@ -365,6 +407,41 @@ impl Comm {
         })
     }
 
+    /// Calls `f` with NCCL's operator for `op` on `dtype`: a built-in one, or a pre-multiplied
+    /// sum by [`PREMUL_SCALAR`] created for the call and destroyed once it is queued (NCCL
+    /// allows that as soon as the last call given the operator has returned).
+    fn with_op(
+        &self,
+        op: Redop,
+        dtype: DataType,
+        f: impl FnOnce(sys::ncclRedOp_t) -> Result<(), NcclError>,
+    ) -> Result<(), BoxError> {
+        if let Some(o) = nccl_op(op) {
+            return Ok(f(o)?);
+        }
+        let fns = &self.nccl.fns;
+        let mut scalar = element_bits(PREMUL_SCALAR, dtype).to_le_bytes();
+        let mut o = sys::ncclRedOp_t::ncclSum;
+        // SAFETY: `o` is a valid out-pointer; `scalar` holds one element of `dtype` (and more
+        // bytes), read during the call (host-immediate); `self.raw` is live.
+        self.nccl.check("ncclRedOpCreatePreMulSum", unsafe {
+            (fns.red_op_create_pre_mul_sum)(
+                &mut o,
+                scalar.as_mut_ptr().cast(),
+                nccl_type(dtype),
+                sys::ncclScalarResidence_t::ncclScalarHostImmediate,
+                self.raw,
+            )
+        })?;
+        let r = f(o);
+        // SAFETY: `o` was created above on `self.raw`; the call that used it has returned.
+        let d = self.nccl.check("ncclRedOpDestroy", unsafe {
+            (fns.red_op_destroy)(o, self.raw)
+        });
+        r?;
+        Ok(d?)
+    }
+
     fn stream(s: &Stream) -> Result<Stream_, BoxError> {
         s.cuda_raw()
             .map(|r| r as Stream_)
@@ -382,23 +459,103 @@ impl Comm {
         output: DevicePtr<u8>,
         count: usize,
         dtype: DataType,
-        op: ReduceOp,
+        op: Redop,
         stream: &Stream,
     ) -> Result<(), BoxError> {
         let s = Self::stream(stream)?;
+        self.with_op(op, dtype, |op| {
+            // SAFETY: the caller's contract; `self.raw` is live.
+            let r = unsafe {
+                (self.nccl.fns.all_reduce)(
+                    input.addr() as *const c_void,
+                    output.addr() as *mut c_void,
+                    count,
+                    nccl_type(dtype),
+                    op,
+                    self.raw,
+                    s,
+                )
+            };
+            self.nccl.check("ncclAllReduce", r)
+        })
+    }
+
+    /// `ncclReduce` onto `root`.
+    ///
+    /// # Safety
+    /// As [`mscclpp::collectives::Collectives::reduce`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn reduce(
+        &self,
+        input: DevicePtr<u8>,
+        output: DevicePtr<u8>,
+        count: usize,
+        dtype: DataType,
+        op: Redop,
+        root: usize,
+        stream: &Stream,
+    ) -> Result<(), BoxError> {
+        let s = Self::stream(stream)?;
+        self.with_op(op, dtype, |op| {
+            // SAFETY: the caller's contract; `self.raw` is live.
+            let r = unsafe {
+                (self.nccl.fns.reduce)(
+                    input.addr() as *const c_void,
+                    output.addr() as *mut c_void,
+                    count,
+                    nccl_type(dtype),
+                    op,
+                    root as c_int,
+                    self.raw,
+                    s,
+                )
+            };
+            self.nccl.check("ncclReduce", r)
+        })
+    }
+
+    /// `ncclGather` (`gather` true) or `ncclScatter` with `root` (NCCL 2.28 and newer; an
+    /// older one is an error that says so).
+    ///
+    /// # Safety
+    /// As [`mscclpp::collectives::Collectives::gather`] / `scatter`.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn gather_or_scatter(
+        &self,
+        gather: bool,
+        input: DevicePtr<u8>,
+        output: DevicePtr<u8>,
+        count: usize,
+        dtype: DataType,
+        root: usize,
+        stream: &Stream,
+    ) -> Result<(), BoxError> {
+        let s = Self::stream(stream)?;
+        let (f, name) = if gather {
+            (self.nccl.fns.gather, "ncclGather")
+        } else {
+            (self.nccl.fns.scatter, "ncclScatter")
+        };
+        let Some(f) = f else {
+            return Err(format!(
+                "NCCL {} has no {name} (NCCL 2.28 and newer have it)",
+                self.nccl.version
+            )
+            .into());
+        };
         // SAFETY: the caller's contract; `self.raw` is live.
         let r = unsafe {
-            (self.nccl.fns.all_reduce)(
+            f(
                 input.addr() as *const c_void,
                 output.addr() as *mut c_void,
                 count,
                 nccl_type(dtype),
-                nccl_op(op),
+                root as c_int,
                 self.raw,
                 s,
             )
         };
-        Ok(self.nccl.check("ncclAllReduce", r)?)
+        Ok(self.nccl.check(name, r)?)
     }
 
     /// `ncclAllGather` (`count` elements per rank).
@@ -438,23 +595,25 @@ impl Comm {
         output: DevicePtr<u8>,
         count: usize,
         dtype: DataType,
-        op: ReduceOp,
+        op: Redop,
         stream: &Stream,
     ) -> Result<(), BoxError> {
         let s = Self::stream(stream)?;
-        // SAFETY: the caller's contract; `self.raw` is live.
-        let r = unsafe {
-            (self.nccl.fns.reduce_scatter)(
-                input.addr() as *const c_void,
-                output.addr() as *mut c_void,
-                count,
-                nccl_type(dtype),
-                nccl_op(op),
-                self.raw,
-                s,
-            )
-        };
-        Ok(self.nccl.check("ncclReduceScatter", r)?)
+        self.with_op(op, dtype, |op| {
+            // SAFETY: the caller's contract; `self.raw` is live.
+            let r = unsafe {
+                (self.nccl.fns.reduce_scatter)(
+                    input.addr() as *const c_void,
+                    output.addr() as *mut c_void,
+                    count,
+                    nccl_type(dtype),
+                    op,
+                    self.raw,
+                    s,
+                )
+            };
+            self.nccl.check("ncclReduceScatter", r)
+        })
     }
 
     /// `ncclBroadcast`.
@@ -503,7 +662,33 @@ impl Comm {
         stream: &Stream,
     ) -> Result<(), BoxError> {
         // SAFETY: the caller's contract.
-        unsafe { self.exchange(&[(input, to)], &[(output, from)], count, dtype, stream) }
+        unsafe {
+            self.exchange(
+                &[(input, count, to)],
+                &[(output, count, from)],
+                dtype,
+                stream,
+            )
+        }
+    }
+
+    /// All-to-all-v as one group of sends and receives: `sends[q]` = (buffer, count) to rank
+    /// `q`, `recvs[q]` from rank `q` (zero counts included, as PyTorch issues them).
+    ///
+    /// # Safety
+    /// Every buffer holds its count of elements until the queued work completes.
+    pub unsafe fn all_to_allv(
+        &self,
+        sends: &[(DevicePtr<u8>, usize)],
+        recvs: &[(DevicePtr<u8>, usize)],
+        dtype: DataType,
+        stream: &Stream,
+    ) -> Result<(), BoxError> {
+        let with_peer = |v: &[(DevicePtr<u8>, usize)]| -> Vec<(DevicePtr<u8>, usize, usize)> {
+            v.iter().enumerate().map(|(q, &(p, c))| (p, c, q)).collect()
+        };
+        // SAFETY: the caller's contract.
+        unsafe { self.exchange(&with_peer(sends), &with_peer(recvs), dtype, stream) }
     }
 
     /// All-to-all as one group of sends and receives (as nccl-tests does): part `p` (`count`
@@ -522,22 +707,23 @@ impl Comm {
     ) -> Result<(), BoxError> {
         let part = (count * dtype.size()) as u64;
         let sends: Vec<_> = (0..nranks)
-            .map(|p| (input.byte_add_cast::<u8>(p as u64 * part), p))
+            .map(|p| (input.byte_add_cast::<u8>(p as u64 * part), count, p))
             .collect();
         let recvs: Vec<_> = (0..nranks)
-            .map(|p| (output.byte_add_cast::<u8>(p as u64 * part), p))
+            .map(|p| (output.byte_add_cast::<u8>(p as u64 * part), count, p))
             .collect();
         // SAFETY: the caller's contract.
-        unsafe { self.exchange(&sends, &recvs, count, dtype, stream) }
+        unsafe { self.exchange(&sends, &recvs, dtype, stream) }
     }
 
+    /// One group of sends and receives, each (buffer, count, peer).
+    ///
     /// # Safety
-    /// Every buffer holds `count` elements until the queued work completes.
+    /// Every buffer holds its count of elements until the queued work completes.
     unsafe fn exchange(
         &self,
-        sends: &[(DevicePtr<u8>, usize)],
-        recvs: &[(DevicePtr<u8>, usize)],
-        count: usize,
+        sends: &[(DevicePtr<u8>, usize, usize)],
+        recvs: &[(DevicePtr<u8>, usize, usize)],
         dtype: DataType,
         stream: &Stream,
     ) -> Result<(), BoxError> {
@@ -547,7 +733,7 @@ impl Comm {
         self.nccl
             .check("ncclGroupStart", unsafe { (f.group_start)() })?;
         let mut first_err = Ok(());
-        for &(p, to) in sends {
+        for &(p, count, to) in sends {
             // SAFETY: the caller's contract; `self.raw` is live.
             let r = unsafe {
                 (f.send)(
@@ -563,7 +749,7 @@ impl Comm {
                 first_err = self.nccl.check("ncclSend", r);
             }
         }
-        for &(p, from) in recvs {
+        for &(p, count, from) in recvs {
             // SAFETY: as above.
             let r = unsafe {
                 (f.recv)(

@@ -24,7 +24,7 @@ use std::process::ExitCode;
 
 use mscclpp::host::bootstrap::BootstrapConfig;
 use mscclpp::host::gpu::{BACKEND_ENV, BackendKind};
-use mscclpp_tools::bench::args::{self, Baseline, CollArgs, Command, Op, PlotFormat, PrimArgs};
+use mscclpp_tools::bench::args::{self, Baseline, CollArgs, Command, PlotFormat, PrimArgs};
 use mscclpp_tools::bench::collective::{self, Plan};
 use mscclpp_tools::bench::placement::{self, Placement};
 use mscclpp_tools::bench::{self, BoxError, Ranks, nccl, plot, primitives, report};
@@ -123,7 +123,7 @@ fn check_collective(a: &CollArgs, backend: BackendKind, n: usize) -> Result<u32,
         }
         nccl::Nccl::load()?;
     }
-    if a.op == Op::Broadcast && a.root >= n {
+    if a.op.rooted() && a.root >= n {
         return Err(format!("-r {}: the root must be below the {n} ranks", a.root).into());
     }
     if n < a.op.min_ranks() {

@@ -6,8 +6,9 @@
 //! ```
 //! Each copy gets `MSCCLPP_RANK`, `MSCCLPP_WORLD_SIZE`, `MSCCLPP_LOCAL_RANK` and either
 //! `MSCCLPP_UNIQUE_ID` (default: a fresh id naming a free loopback port, which rank 0 then
-//! listens on) or `MSCCLPP_BOOTSTRAP` (with `--bootstrap ip:port`), which is what
-//! `BootstrapConfig::from_env` reads. `NCCL_NVLS_ENABLE=0` is set unless already set (NVLink
+//! listens on, with a fresh random secret) or `MSCCLPP_BOOTSTRAP` (with `--bootstrap
+//! ip:port`) and `MSCCLPP_SECRET` (the caller's, if set, else a fresh random one, so the job is
+//! authenticated either way), which is what `BootstrapConfig::from_env` reads. `NCCL_NVLS_ENABLE=0` is set unless already set (NVLink
 //! multicast stays off on shared machines).
 //!
 //! Every line a copy prints is prefixed with its rank (`[1] ...`, on the same stream). Each
@@ -29,6 +30,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use mscclpp::host::auth::Secret;
 use mscclpp::host::bootstrap::UniqueId;
 use mscclpp_tools::BoxError;
 
@@ -197,19 +199,32 @@ struct Job {
     pumps: Vec<thread::JoinHandle<()>>,
 }
 
-/// The environment variable naming rank 0's bootstrap address, and its value.
-fn bootstrap_root(a: &Args) -> Result<(&'static str, String), BoxError> {
+/// The environment variables naming rank 0's bootstrap address and the job's secret.
+fn bootstrap_root(a: &Args) -> Result<Vec<(&'static str, String)>, BoxError> {
     Ok(match a.bootstrap {
-        Some(addr) => ("MSCCLPP_BOOTSTRAP", addr.to_string()),
-        None => (
+        Some(addr) => {
+            let secret = match std::env::var("MSCCLPP_SECRET") {
+                Ok(s) if !s.trim().is_empty() => s,
+                _ => Secret::random()?
+                    .to_bytes()
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect(),
+            };
+            vec![
+                ("MSCCLPP_BOOTSTRAP", addr.to_string()),
+                ("MSCCLPP_SECRET", secret),
+            ]
+        }
+        None => vec![(
             "MSCCLPP_UNIQUE_ID",
             UniqueId::new(free_loopback_port()?)?.to_hex(),
-        ),
+        )],
     })
 }
 
 /// The command of rank `r`: the rank variables, its own process group, stdin for rank 0 only.
-fn rank_command(a: &Args, r: usize, root: &(&str, String), nvls: bool) -> Command {
+fn rank_command(a: &Args, r: usize, root: &[(&str, String)], nvls: bool) -> Command {
     let n = a.n.to_string();
     let mut cmd = Command::new(&a.command[0]);
     cmd.args(&a.command[1..])
@@ -218,7 +233,7 @@ fn rank_command(a: &Args, r: usize, root: &(&str, String), nvls: bool) -> Comman
         .env("MSCCLPP_LOCAL_RANK", r.to_string())
         .env_remove("MSCCLPP_UNIQUE_ID")
         .env_remove("MSCCLPP_BOOTSTRAP")
-        .env(root.0, &root.1)
+        .envs(root.iter().map(|(k, v)| (k, v)))
         .stdin(if r == 0 {
             Stdio::inherit()
         } else {

@@ -1,33 +1,35 @@
-//! [`TcpBootstrap`]: set-up (listen, join at the root, build the mesh) and the operations over
-//! the mesh (tagged send/receive, barrier, all-gather, broadcast).
+//! [`TcpBootstrap`]: set-up (listen, join at the root, link the tree) and the operations over
+//! the links (tagged send/receive, barrier, all-gather, broadcast).
 //!
 //! | file | holds |
 //! |---|---|
-//! | `mod.rs` | [`TcpBootstrap`], its set-up (steps 1–5 of the [protocol](super)), node layout, `Drop` |
-//! | `mesh.rs` | joining at the root, connecting to lower ranks, the handshake of this rank's listener |
-//! | `link.rs` | one mesh connection: its writer and the reader thread that feeds the mailbox |
-//! | `ops.rs` | the [`Bootstrap`] operations: frames out and in, the collectives |
+//! | `mod.rs` | [`TcpBootstrap`], its set-up (one function per phase of the [protocol](super)), node layout, `Drop` |
+//! | `connect.rs` | the connector's handshakes: joining at the root, opening a link |
+//! | `links.rs` | the rank's links: one socket each, the out link per peer, opened on first use |
+//! | `reactor.rs` | the rank's I/O thread: its listener's handshakes, every link's frames, notices |
+//! | `ops.rs` | the [`Bootstrap`] operations: frames out and in, the collectives over the tree |
 
-mod link;
-mod mesh;
+mod connect;
+mod links;
 mod ops;
+mod reactor;
 
 use std::collections::HashMap;
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use self::link::Link;
-use self::mesh::{Incoming, PeerHandshake, connect_peer, join_root};
-use super::mailbox::Mailbox;
-use super::net::{self, Acceptor, Ctx};
+use self::links::{Links, SendFail};
+use self::reactor::{Reactor, Shared};
+use super::admit::{Admission, Gate};
+use super::mailbox::{Caps, LinkDown, Mailbox};
+use super::net::{self, Ctx};
 use super::root::{RootParams, RootService};
-use super::wire;
+use super::wire::{self, Purpose};
 use super::{Bootstrap, BootstrapConfig, Peer, RootListener, UniqueId};
 use crate::error::{Error, Result};
-use crate::socket::{deadline_in, remaining};
+use crate::socket::{IoFail, deadline_in};
 
 /// Longest a dropped bootstrap waits for its peers to acknowledge the close.
 const MAX_LINGER: Duration = Duration::from_secs(2);
@@ -62,16 +64,19 @@ impl NodeMap {
 }
 
 /// TCP bootstrap: every rank listens, joins at the root (rank 0), learns every rank's address,
-/// and keeps one connection per pair of ranks for tagged messages and small collectives.
-/// See the [module docs](super) for the protocol, threads and failure model.
+/// links to its neighbours in a binary tree for the collectives, and opens a link to any other
+/// rank on first use. See the [module docs](super) for the protocol, threads and failure model.
 pub struct TcpBootstrap {
     rank: usize,
     size: usize,
     addrs: Vec<SocketAddr>,
     nodes: NodeMap,
     op_timeout: Duration,
+    session: UniqueId,
     mailbox: Arc<Mailbox>,
-    links: Vec<Option<Link>>,
+    links: Arc<Links>,
+    reactor: Option<Reactor>,
+    max_queued_bytes: u64,
     coll_seq: AtomicU64,
     /// Whether `Drop` says goodbye (cleared by [`Bootstrap::forgo_goodbye`]).
     goodbye: AtomicBool,
@@ -106,47 +111,13 @@ impl TcpBootstrap {
 
     fn start(config: BootstrapConfig, root_listener: Option<RootListener>) -> Result<Self> {
         config.validate()?;
-        let id = config.root.unique_id()?;
+        let id = config.session()?;
         let me = config.rank;
         let deadline = deadline_in(config.timeout);
         if config.size == 1 {
-            return Ok(Self::solo(&config));
+            return Ok(Self::solo(&config, id));
         }
-        if me != 0 && root_listener.is_some() {
-            return Err(Error::BootstrapConfig(format!(
-                "rank {me} was given the root listener; only rank 0 serves the root"
-            )));
-        }
-        let root = match root_listener {
-            Some(l) => {
-                let bound = l.local_addr().map_err(|source| Error::BootstrapListen {
-                    rank: 0,
-                    addr: id.root(),
-                    source,
-                })?;
-                if bound != id.root() {
-                    return Err(Error::BootstrapConfig(format!(
-                        "the root listener is bound to {bound}, but the root address is {}",
-                        id.root()
-                    )));
-                }
-                Some(l.into_inner())
-            }
-            None if me == 0 => Some(net::bind(0, id.root())?),
-            None => None,
-        };
-        let root = match root {
-            Some(listener) => {
-                let params = RootParams {
-                    magic: id.magic(),
-                    size: config.size,
-                    deadline,
-                    handshake_timeout: config.handshake_timeout,
-                };
-                Some(RootService::start(listener, params)?)
-            }
-            None => None,
-        };
+        let root = Self::serve_root(&config, &id, root_listener, deadline)?;
         let mut joined = false;
         let result = Self::set_up(&config, id, deadline, &mut joined);
         if let Some(root) = root {
@@ -163,15 +134,59 @@ impl TcpBootstrap {
         result
     }
 
-    fn solo(config: &BootstrapConfig) -> Self {
+    /// Phase 0 (rank 0): the root service, on the given listener or a fresh one.
+    fn serve_root(
+        config: &BootstrapConfig,
+        id: &UniqueId,
+        root_listener: Option<RootListener>,
+        deadline: Instant,
+    ) -> Result<Option<RootService>> {
+        let me = config.rank;
+        if me != 0 && root_listener.is_some() {
+            return Err(Error::BootstrapConfig(format!(
+                "rank {me} was given the root listener; only rank 0 serves the root"
+            )));
+        }
+        let listener = match root_listener {
+            Some(l) => {
+                let bound = l.local_addr().map_err(|source| Error::BootstrapListen {
+                    rank: 0,
+                    addr: id.root(),
+                    source,
+                })?;
+                if bound != id.root() {
+                    return Err(Error::BootstrapConfig(format!(
+                        "the root listener is bound to {bound}, but the root address is {}",
+                        id.root()
+                    )));
+                }
+                l.into_inner()
+            }
+            None if me == 0 => net::bind(0, id.root())?,
+            None => return Ok(None),
+        };
+        let params = RootParams {
+            magic: id.magic(),
+            size: config.size,
+            secret: *id.secret(),
+            deadline,
+            handshake_timeout: config.handshake_timeout,
+        };
+        Ok(Some(RootService::start(listener, params)?))
+    }
+
+    fn solo(config: &BootstrapConfig, session: UniqueId) -> Self {
         Self {
             rank: 0,
             size: 1,
             addrs: Vec::new(),
             nodes: NodeMap::new(&[0]),
             op_timeout: config.op_timeout,
-            mailbox: Arc::new(Mailbox::new(1)),
-            links: Vec::new(),
+            session,
+            mailbox: Arc::new(Mailbox::new(caps(config))),
+            links: Arc::default(),
+            reactor: None,
+            max_queued_bytes: config.max_queued_bytes,
             coll_seq: AtomicU64::new(0),
             goodbye: AtomicBool::new(true),
         }
@@ -183,9 +198,19 @@ impl TcpBootstrap {
         deadline: Instant,
         joined: &mut bool,
     ) -> Result<Self> {
-        let (me, size) = (cfg.rank, cfg.size);
+        let (listener, listen) = Self::listen(cfg, &id)?;
+        let mut bs = Self::serve(cfg, id, listener)?;
+        let host_hash = net::host_hash(cfg.host_id.as_deref());
+        let table = connect::join_root(cfg, &id, listen, host_hash, deadline, joined)?;
+        bs.learn(cfg, &table);
+        bs.link_tree(deadline, cfg.timeout)?;
+        Ok(bs)
+    }
 
-        // 1. This rank's listener, serving handshakes from the start.
+    /// Phase 1: this rank's listener, on the address that routes to the root (or the
+    /// configured interface or address).
+    fn listen(cfg: &BootstrapConfig, id: &UniqueId) -> Result<(TcpListener, SocketAddr)> {
+        let me = cfg.rank;
         let want = match cfg.listen {
             Some(a) => a,
             None => SocketAddr::new(net::advertised_ip(cfg.ifname.as_deref(), id.root())?, 0),
@@ -201,93 +226,122 @@ impl TcpBootstrap {
         if listen.ip().is_unspecified() {
             listen.set_ip(net::advertised_ip(cfg.ifname.as_deref(), id.root())?);
         }
-        let (tx, rx) = mpsc::channel();
-        let handshake = PeerHandshake {
-            magic: id.magic(),
-            me,
-            size,
-            timeout: cfg.handshake_timeout,
-            claimed: Mutex::new(vec![false; size]),
-            tx,
-        };
-        let mut acceptor = Acceptor::start(me, listener, "mesh", Arc::new(handshake))?;
+        Ok((listener, listen))
+    }
 
-        // 2. Join at the root; learn every rank's address and host.
-        let host_hash = net::host_hash(cfg.host_id.as_deref());
-        let table = join_root(cfg, id, listen, host_hash, deadline, joined)?;
+    /// Phase 2: the I/O thread serves the listener (links from ranks that finished joining
+    /// earlier may arrive before this rank has the table).
+    fn serve(cfg: &BootstrapConfig, id: UniqueId, listener: TcpListener) -> Result<Self> {
+        let me = cfg.rank;
+        let addr = listener.local_addr().ok();
+        let gate = Gate {
+            me,
+            purpose: Purpose::Link,
+            magic: id.magic(),
+            size: cfg.size,
+            secret: *id.secret(),
+        };
+        let admission = Admission::new(listener, gate, cfg.handshake_timeout, "listener").map_err(
+            |source| Error::BootstrapListen {
+                rank: me,
+                addr: addr.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0))),
+                source,
+            },
+        )?;
+        let mailbox = Arc::new(Mailbox::new(caps(cfg)));
+        let links = Arc::new(Links::default());
+        let shared = Arc::new(Shared {
+            me,
+            size: cfg.size,
+            magic: id.magic(),
+            mailbox: Arc::clone(&mailbox),
+            links: Arc::clone(&links),
+        });
+        let reactor = Reactor::start(shared, admission)?;
+        Ok(Self {
+            rank: me,
+            size: cfg.size,
+            addrs: Vec::new(),
+            nodes: NodeMap::new(&[]),
+            op_timeout: cfg.op_timeout,
+            session: id,
+            mailbox,
+            links,
+            reactor: Some(reactor),
+            max_queued_bytes: cfg.max_queued_bytes,
+            coll_seq: AtomicU64::new(0),
+            goodbye: AtomicBool::new(true),
+        })
+    }
+
+    /// Phase 3 (after joining): every rank's address and node.
+    fn learn(&mut self, cfg: &BootstrapConfig, table: &wire::Table) {
+        let me = self.rank;
         let hashes: Vec<u64> = table.entries.iter().map(|e| e.host_hash).collect();
-        let nodes = NodeMap::new(&hashes);
+        self.nodes = NodeMap::new(&hashes);
         if let Some(l) = cfg.launcher_local_rank
-            && l != nodes.local_rank[me]
+            && l != self.nodes.local_rank[me]
         {
             tracing::warn!(
                 "bootstrap rank {me}: the launcher says local rank {l}, host identities say {} (set MSCCLPP_HOSTID to group differently)",
-                nodes.local_rank[me]
+                self.nodes.local_rank[me]
             );
         }
-        let addrs: Vec<SocketAddr> = table.entries.iter().map(|e| e.listen).collect();
+        self.addrs = table.entries.iter().map(|e| e.listen).collect();
+    }
 
-        // 3. Mesh: connect to every lower rank; take connections from every higher rank.
-        let mut streams: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
-        for (j, slot) in streams.iter_mut().enumerate().take(me) {
-            *slot = Some(connect_peer(cfg, id, j, addrs[j], deadline)?);
+    /// Phase 4: the link to the parent in the collectives' tree, then a barrier over the
+    /// tree, so that no rank returns before every tree link is up.
+    fn link_tree(&self, deadline: Instant, timeout: Duration) -> Result<()> {
+        if let Some(parent) = ops::parent(self.rank) {
+            self.link(
+                parent,
+                deadline,
+                self.ctx(parent, "link to the tree parent", timeout),
+            )?;
         }
-        let mut waiting = size - 1 - me;
-        while waiting > 0 {
-            let timed_out = match remaining(deadline) {
-                None => true,
-                Some(left) => match rx.recv_timeout(left) {
-                    Ok(Incoming { from, stream }) => {
-                        if let Some(slot) = streams.get_mut(from).filter(|s| s.is_none()) {
-                            *slot = Some(stream);
-                            waiting -= 1;
-                        }
-                        false
-                    }
-                    Err(RecvTimeoutError::Timeout) => false,
-                    Err(RecvTimeoutError::Disconnected) => true,
-                },
-            };
-            if timed_out {
-                let missing = (me + 1..size).filter(|&r| streams[r].is_none()).collect();
-                return Err(Error::BootstrapMissingRanks {
-                    rank: me,
-                    missing,
-                    op: "mesh set-up (waiting for higher ranks to connect)",
-                    after: cfg.timeout,
-                });
+        self.barrier_until(deadline, timeout, "set-up barrier", None)
+    }
+
+    /// The out link to `peer`, opened now if there is none (module docs of `links.rs`).
+    fn link(&self, peer: usize, deadline: Instant, ctx: Ctx) -> Result<Arc<links::LinkConn>> {
+        if let Some(down) = self.mailbox.down(peer) {
+            return Err(down.to_error(&ctx));
+        }
+        match self.links.begin(peer, deadline) {
+            links::Begin::Ready(l) => return Ok(l),
+            links::Begin::Timeout => return Err(ctx.timeout_error()),
+            links::Begin::Open => {}
+        }
+        let Some(&addr) = self.addrs.get(peer) else {
+            self.links.end(peer, None);
+            return Err(ctx.io(IoFail::Closed));
+        };
+        let ctx_open = Ctx {
+            op: "open a link",
+            ..ctx
+        };
+        match connect::open_link(&ctx_open, &self.session, self.size, peer, addr, deadline) {
+            Ok(stream) => {
+                let conn = links::LinkConn::new(peer, stream);
+                self.links.end(peer, Some(Arc::clone(&conn)));
+                if let Some(r) = &self.reactor {
+                    r.add(Arc::clone(&conn));
+                }
+                Ok(self.links.out(peer).unwrap_or(conn))
+            }
+            Err(e) => {
+                self.links.end(peer, None);
+                if let Error::BootstrapConnect { source, .. } = &e
+                    && source.kind() == std::io::ErrorKind::ConnectionRefused
+                {
+                    // Its listener is gone: so is its bootstrap (set-up is over everywhere).
+                    self.mailbox
+                        .set_down(peer, LinkDown::Unreachable(source.to_string()));
+                }
+                Err(e)
             }
         }
-        acceptor.stop();
-
-        // 4. A reader thread per connection; then a barrier, so that no rank returns before
-        //    every rank is connected.
-        let mut bs = TcpBootstrap {
-            rank: me,
-            size,
-            addrs,
-            nodes,
-            op_timeout: cfg.op_timeout,
-            mailbox: Arc::new(Mailbox::new(size)),
-            links: Vec::with_capacity(size),
-            coll_seq: AtomicU64::new(0),
-            goodbye: AtomicBool::new(true),
-        };
-        for (p, s) in streams.into_iter().enumerate() {
-            let link = match s {
-                Some(s) => Some(Link::start(
-                    me,
-                    p,
-                    bs.addrs.get(p).copied(),
-                    s,
-                    Arc::clone(&bs.mailbox),
-                )?),
-                None => None,
-            };
-            bs.links.push(link);
-        }
-        bs.barrier_until(deadline, cfg.timeout, "set-up barrier", None)?;
-        Ok(bs)
     }
 
     /// Number of nodes.
@@ -298,6 +352,18 @@ impl TcpBootstrap {
     /// The ranks on `node`, in rank order (empty if there is no such node).
     pub fn ranks_on_node(&self, node: usize) -> &[usize] {
         self.nodes.members.get(node).map_or(&[], Vec::as_slice)
+    }
+
+    /// How many links this rank holds now (diagnostics: the tree's, plus those opened by
+    /// point-to-point traffic).
+    pub fn link_count(&self) -> usize {
+        self.links.count()
+    }
+
+    /// What `peer` has queued at this rank, unreceived: (bytes, frames) (diagnostics; capped
+    /// by [`BootstrapConfig::max_queued_bytes`] and `max_queued_frames`).
+    pub fn queued_from(&self, peer: usize) -> (u64, u64) {
+        self.mailbox.queued(peer)
     }
 
     /// The address `rank` listened on during set-up (diagnostics).
@@ -340,38 +406,57 @@ impl TcpBootstrap {
 }
 
 impl Drop for TcpBootstrap {
-    /// Closes every connection gracefully without waiting on anyone for long: first our FIN
-    /// (after everything already sent); each peer's reader answers with its own as soon as it
-    /// reads ours, so our readers see EOF with nothing left unread (closing a socket with unread
-    /// bytes would reset it and could discard what we sent last). After at most
-    /// min(op deadline, 2 s) the sockets are shut down regardless and the reader threads joined.
+    /// Closes every link gracefully without waiting on anyone for long: first our FIN (after
+    /// everything already sent); each peer's I/O thread answers with its own as soon as it
+    /// reads ours, so ours sees EOF with nothing left unread (closing a socket with unread bytes
+    /// would reset it and could discard what we sent last). After at most min(op deadline,
+    /// 2 s) the I/O thread is stopped and the sockets closed regardless.
     ///
     /// Unless a communicator on it failed ([`Bootstrap::forgo_goodbye`]) or the thread is
-    /// panicking, a goodbye frame goes first on every connection: the peers then know that this
-    /// rank finished rather than died, and do not abort their communicators for it (see
+    /// panicking, a goodbye frame goes first on every link: the peers then know that this rank
+    /// finished rather than died, and do not abort their communicators for it (see
     /// [`Bootstrap::left_peer`]).
     fn drop(&mut self) {
-        let peers: Vec<usize> = self
-            .links
-            .iter()
-            .enumerate()
-            .filter(|(_, l)| l.is_some())
-            .map(|(p, _)| p)
-            .collect();
-        if self.goodbye.load(Ordering::Acquire) && !std::thread::panicking() {
-            let deadline = deadline_in(self.op_timeout.min(MAX_LINGER));
-            for &p in &peers {
-                let ctx = self.ctx(p, "goodbye", MAX_LINGER);
-                // Best effort: a peer already gone needs no goodbye.
-                let _ = self.send_frame(p, wire::CHANNEL_GOODBYE, 0, &[], deadline, ctx);
-            }
+        if let Some(r) = &self.reactor {
+            r.settle(MAX_LINGER);
+            r.closing();
         }
-        for l in self.links.iter().flatten() {
-            let _ = l.ctl.shutdown(Shutdown::Write);
+        let links = self.links.all();
+        let goodbye = self.goodbye.load(Ordering::Acquire) && !std::thread::panicking();
+        let deadline = deadline_in(self.op_timeout.min(MAX_LINGER));
+        for l in &links {
+            l.close(goodbye, deadline);
         }
-        self.mailbox
-            .wait_down(&peers, deadline_in(self.op_timeout.min(MAX_LINGER)));
-        self.links.clear();
+        let mut peers: Vec<usize> = links.iter().map(|l| l.peer).collect();
+        peers.dedup();
+        self.mailbox.wait_down(&peers, deadline);
+        if let Some(mut r) = self.reactor.take() {
+            r.stop();
+        }
+    }
+}
+
+/// The mailbox caps of a configuration.
+fn caps(cfg: &BootstrapConfig) -> Caps {
+    Caps {
+        bytes: cfg.max_queued_bytes,
+        frames: cfg.max_queued_frames,
+    }
+}
+
+/// What a failed send means for the caller.
+fn send_error(ctx: &Ctx, fail: SendFail) -> Error {
+    match fail {
+        SendFail::Io(f) => ctx.io(f),
+        SendFail::Broken(why) => Error::BootstrapIo {
+            rank: ctx.rank,
+            peer: ctx.peer,
+            op: ctx.op,
+            source: std::io::Error::new(
+                std::io::ErrorKind::BrokenPipe,
+                format!("the link was cut after an earlier send failed: {why}"),
+            ),
+        },
     }
 }
 

@@ -1,31 +1,113 @@
-//! The [`Bootstrap`] operations of a [`TcpBootstrap`]: data frames out (under the link's
-//! writer lock) and in (from the mailbox), and the collectives over them.
+//! The [`Bootstrap`] operations of a [`TcpBootstrap`]: data frames out (on the peer's out
+//! link, opened on first use) and in (from the mailbox), and the collectives over a binary
+//! tree of the ranks.
+//!
+//! **The tree.** Rank `r`'s parent is `(r − 1) / 2`, its children `2r + 1` and `2r + 2`: every
+//! rank holds at most three links for the collectives, whatever the world size, and a
+//! collective takes 2·log2(n) hops instead of a ring's n − 1 (at 1024 ranks, 20 hops instead of
+//! 1023, and 2(n − 1) messages instead of n(n − 1) for an all-gather of small items; the
+//! bootstrap's items are small, so latency and message count matter, not bandwidth).
+//!
+//! - `barrier`: children report up (round 0); rank 0 releases down (round 1).
+//! - `all_gather`: each rank sends up its subtree's items (rank, length, bytes); rank 0 sends
+//!   every item down. Unequal lengths travel too, so every rank can name the rank whose
+//!   contribution differs from its own instead of waiting for one that gave up.
+//! - `broadcast` from `root`: the data climbs from `root` to rank 0 along `root`'s ancestors
+//!   (round 0), then goes down the whole tree (round 1).
+//!
+//! Tags: operation (8 bits) | round (8 bits) | per-bootstrap sequence number (48 bits), on the
+//! collective channel, so collectives never see user messages or each other's.
 
-use std::io;
-use std::net::Shutdown;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::super::mailbox::{LinkDown, RecvFail};
 use super::super::net::Ctx;
-use super::super::wire::{self, DataHeader};
+use super::super::wire;
 use super::super::{WATCH_SLICE, Watch};
-use super::{Bootstrap, TcpBootstrap};
+use super::{Bootstrap, TcpBootstrap, send_error};
 use crate::error::{Error, Result};
-use crate::socket::{IoFail, deadline_in, write_full};
-use crate::sync::lock;
+use crate::socket::deadline_in;
 
-/// Payloads up to this size are sent in one write together with their header.
-const COALESCE_BYTES: usize = 64 << 10;
-
-// Collective tags: operation (8 bits) | round (8 bits) | sequence number (48 bits).
 const OP_BARRIER: u64 = 1;
 const OP_ALL_GATHER: u64 = 2;
 const OP_BROADCAST: u64 = 3;
 const SEQ_MASK: u64 = (1 << 48) - 1;
+const UP: u64 = 0;
+const DOWN: u64 = 1;
 
 fn coll_tag(op: u64, round: u64, seq: u64) -> u64 {
     (op << 56) | ((round & 0xff) << 48) | (seq & SEQ_MASK)
+}
+
+/// Rank `r`'s parent in the collectives' tree.
+pub(super) fn parent(r: usize) -> Option<usize> {
+    (r > 0).then(|| (r - 1) / 2)
+}
+
+/// Rank `r`'s children in a tree of `n` ranks.
+fn children(r: usize, n: usize) -> impl Iterator<Item = usize> {
+    [2 * r + 1, 2 * r + 2].into_iter().filter(move |&c| c < n)
+}
+
+/// Whether `r` is in the subtree of `top`.
+fn in_subtree(mut r: usize, top: usize) -> bool {
+    loop {
+        if r == top {
+            return true;
+        }
+        match parent(r) {
+            Some(p) if r > top => r = p,
+            _ => return false,
+        }
+    }
+}
+
+/// Ranks in the subtree of `top` in a tree of `n` ranks.
+fn subtree_size(top: usize, n: usize) -> usize {
+    let (mut lo, mut width, mut count) = (top, 1usize, 0usize);
+    while lo < n {
+        count += width.min(n - lo);
+        lo = lo.saturating_mul(2).saturating_add(1);
+        width = width.saturating_mul(2);
+    }
+    count
+}
+
+/// Appends `(rank u32, length u32, bytes)`.
+fn put_item(out: &mut Vec<u8>, rank: usize, data: &[u8]) {
+    out.extend_from_slice(&u32::try_from(rank).unwrap_or(u32::MAX).to_le_bytes());
+    out.extend_from_slice(&u32::try_from(data.len()).unwrap_or(u32::MAX).to_le_bytes());
+    out.extend_from_slice(data);
+}
+
+/// Parses a sequence of items; every rank must pass `ok`, none twice (`seen` is per rank).
+fn items(
+    msg: &[u8],
+    seen: &mut [bool],
+    ok: impl Fn(usize) -> bool,
+) -> Result<Vec<(usize, Vec<u8>)>, String> {
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    while at < msg.len() {
+        let word = |i: usize| -> Result<usize, String> {
+            let b = msg
+                .get(i..i + 4)
+                .ok_or_else(|| format!("item header cut at byte {i}"))?;
+            Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+        };
+        let (rank, len) = (word(at)?, word(at + 4)?);
+        at += 8;
+        let data = msg
+            .get(at..at.saturating_add(len))
+            .ok_or_else(|| format!("item of rank {rank} ({len} bytes) cut"))?;
+        at += len;
+        if rank >= seen.len() || !ok(rank) || std::mem::replace(&mut seen[rank], true) {
+            return Err(format!("unexpected item of rank {rank}"));
+        }
+        out.push((rank, data.to_vec()));
+    }
+    Ok(out)
 }
 
 impl TcpBootstrap {
@@ -39,57 +121,32 @@ impl TcpBootstrap {
         ctx: Ctx,
     ) -> Result<()> {
         self.check_peer(peer)?;
-        if data.len() as u64 > wire::MAX_DATA_LEN {
+        let max = self.max_message();
+        if data.len() as u64 > max {
             return Err(Error::BootstrapMessageTooLarge {
                 rank: self.rank,
                 len: data.len(),
-                max: wire::MAX_DATA_LEN,
+                max,
             });
         }
         if peer == self.rank {
+            self.mailbox
+                .reserve(peer, data.len() as u64)
+                .map_err(|d| d.to_error(&ctx))?;
             self.mailbox.push(peer, channel, tag, data.to_vec());
             return Ok(());
         }
-        let Some(link) = self.links.get(peer).and_then(Option::as_ref) else {
-            return Err(ctx.io(IoFail::Closed));
-        };
+        let link = self.link(peer, deadline, ctx)?;
         if let Some(down) = self.mailbox.down(peer) {
             return Err(down.to_error(&ctx));
         }
-        let mut w = lock(&link.writer);
-        if let Some(why) = &w.broken {
-            let source = io::Error::new(
-                io::ErrorKind::BrokenPipe,
-                format!("the connection was cut after an earlier send failed: {why}"),
-            );
-            return Err(Error::BootstrapIo {
-                rank: self.rank,
-                peer: ctx.peer,
-                op: ctx.op,
-                source,
-            });
-        }
-        let header = DataHeader {
-            channel,
-            tag,
-            len: data.len() as u64,
-        }
-        .encode();
-        let sent = if data.len() <= COALESCE_BYTES {
-            let mut frame = Vec::with_capacity(header.len() + data.len());
-            frame.extend_from_slice(&header);
-            frame.extend_from_slice(data);
-            write_full(&w.stream, &frame, deadline)
-        } else {
-            write_full(&w.stream, &header, deadline)
-                .and_then(|()| write_full(&w.stream, data, deadline))
-        };
-        if let Err(f) = sent {
-            w.broken = Some(format!("{f:?}"));
-            let _ = link.ctl.shutdown(Shutdown::Both);
-            return Err(ctx.io(f));
-        }
-        Ok(())
+        link.send(channel, tag, data, deadline)
+            .map_err(|f| send_error(&ctx, f))
+    }
+
+    /// The largest message a peer with the same caps accepts.
+    fn max_message(&self) -> u64 {
+        wire::MAX_DATA_LEN.min(self.max_queued_bytes)
     }
 
     /// The oldest frame of (peer, channel, tag) by `deadline`. With a `watch`, waits in slices
@@ -127,7 +184,22 @@ impl TcpBootstrap {
         self.coll_seq.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Dissemination barrier: in round k, send to rank + 2^k and hear from rank − 2^k.
+    fn coll_send(&self, to: usize, tag: u64, data: &[u8], d: Instant, ctx: Ctx) -> Result<()> {
+        self.send_frame(to, wire::CHANNEL_COLLECTIVE, tag, data, d, ctx)
+    }
+
+    fn coll_recv(
+        &self,
+        from: usize,
+        tag: u64,
+        d: Instant,
+        ctx: Ctx,
+        watch: Option<Watch<'_>>,
+    ) -> Result<Vec<u8>> {
+        self.recv_frame(from, wire::CHANNEL_COLLECTIVE, tag, d, ctx, watch)
+    }
+
+    /// Tree barrier: up from the leaves, release down from rank 0.
     pub(super) fn barrier_until(
         &self,
         deadline: Instant,
@@ -137,70 +209,106 @@ impl TcpBootstrap {
     ) -> Result<()> {
         let (n, me) = (self.size, self.rank);
         let seq = self.next_seq();
-        let (mut dist, mut round) = (1usize, 0u64);
-        while dist < n {
-            let tag = coll_tag(OP_BARRIER, round, seq);
-            let (to, from) = ((me + dist) % n, (me + n - dist) % n);
-            self.send_frame(
-                to,
-                wire::CHANNEL_COLLECTIVE,
-                tag,
-                &[],
-                deadline,
-                self.ctx(to, op, timeout),
-            )?;
-            let got = self.recv_frame(
-                from,
-                wire::CHANNEL_COLLECTIVE,
-                tag,
-                deadline,
-                self.ctx(from, op, timeout),
-                watch,
-            )?;
-            if !got.is_empty() {
-                return Err(self.ctx(from, op, timeout).malformed(format!(
+        let (up, down) = (
+            coll_tag(OP_BARRIER, UP, seq),
+            coll_tag(OP_BARRIER, DOWN, seq),
+        );
+        let empty = |from: usize, got: Vec<u8>| {
+            if got.is_empty() {
+                Ok(())
+            } else {
+                Err(self.ctx(from, op, timeout).malformed(format!(
                     "{op}: a barrier message carries {} bytes",
                     got.len()
-                )));
+                )))
             }
-            dist *= 2;
-            round += 1;
+        };
+        for c in children(me, n) {
+            empty(
+                c,
+                self.coll_recv(c, up, deadline, self.ctx(c, op, timeout), watch)?,
+            )?;
+        }
+        if let Some(p) = parent(me) {
+            self.coll_send(p, up, &[], deadline, self.ctx(p, op, timeout))?;
+            empty(
+                p,
+                self.coll_recv(p, down, deadline, self.ctx(p, op, timeout), watch)?,
+            )?;
+        }
+        for c in children(me, n) {
+            self.coll_send(c, down, &[], deadline, self.ctx(c, op, timeout))?;
         }
         Ok(())
     }
 
     fn all_gather_with(&self, data: &[u8], watch: Option<Watch<'_>>) -> Result<Vec<Vec<u8>>> {
         const OP: &str = "all_gather";
-        let (n, me) = (self.size, self.rank);
-        let deadline = deadline_in(self.op_timeout);
-        let tag = coll_tag(OP_ALL_GATHER, 0, self.next_seq());
-        for k in 1..n {
-            let to = (me + k) % n;
-            self.send_frame(
-                to,
-                wire::CHANNEL_COLLECTIVE,
-                tag,
-                data,
-                deadline,
-                self.ctx(to, OP, self.op_timeout),
-            )?;
-        }
-        let mut out = vec![Vec::new(); n];
-        out[me] = data.to_vec();
-        for k in 1..n {
-            let from = (me + n - k) % n;
-            let ctx = self.ctx(from, OP, self.op_timeout);
-            let got = self.recv_frame(from, wire::CHANNEL_COLLECTIVE, tag, deadline, ctx, watch)?;
-            if got.len() != data.len() {
+        let (n, me, t) = (self.size, self.rank, self.op_timeout);
+        let deadline = deadline_in(t);
+        let seq = self.next_seq();
+        let (up, down) = (
+            coll_tag(OP_ALL_GATHER, UP, seq),
+            coll_tag(OP_ALL_GATHER, DOWN, seq),
+        );
+        let mut mine = Vec::new();
+        put_item(&mut mine, me, data);
+        let mut seen = vec![false; n];
+        seen[me] = true;
+        for c in children(me, n) {
+            let ctx = self.ctx(c, OP, t);
+            let msg = self.coll_recv(c, up, deadline, ctx, watch)?;
+            let got = items(&msg, &mut seen, |r| in_subtree(r, c)).map_err(|r| ctx.malformed(r))?;
+            if got.len() != subtree_size(c, n) {
                 return Err(ctx.malformed(format!(
-                    "all_gather: rank {from} contributed {} bytes, this rank {}",
+                    "all_gather: rank {c} sent {} items for its subtree of {}",
                     got.len(),
-                    data.len()
+                    subtree_size(c, n)
                 )));
             }
-            out[from] = got;
+            for (r, d) in got {
+                put_item(&mut mine, r, &d);
+            }
         }
-        Ok(out)
+        let all = match parent(me) {
+            Some(p) => {
+                self.coll_send(p, up, &mine, deadline, self.ctx(p, OP, t))?;
+                let ctx = self.ctx(p, OP, t);
+                self.coll_recv(p, down, deadline, ctx, watch)?
+            }
+            None => {
+                let mut seen = vec![false; n];
+                let mut got = items(&mine, &mut seen, |_| true)
+                    .map_err(|r| self.ctx(me, OP, t).malformed(r))?;
+                got.sort_by_key(|(r, _)| *r);
+                let mut all = Vec::with_capacity(mine.len());
+                for (r, d) in got {
+                    put_item(&mut all, r, &d);
+                }
+                all
+            }
+        };
+        for c in children(me, n) {
+            self.coll_send(c, down, &all, deadline, self.ctx(c, OP, t))?;
+        }
+        let from = parent(me).unwrap_or(me);
+        let ctx = self.ctx(from, OP, t);
+        let mut seen = vec![false; n];
+        let got = items(&all, &mut seen, |_| true).map_err(|r| ctx.malformed(r))?;
+        if got.len() != n || got.iter().enumerate().any(|(i, (r, _))| i != *r) {
+            return Err(ctx.malformed(format!(
+                "all_gather: the result holds {} items, not one per rank in order",
+                got.len()
+            )));
+        }
+        if let Some((r, d)) = got.iter().find(|(_, d)| d.len() != data.len()) {
+            return Err(self.ctx(*r, OP, t).malformed(format!(
+                "all_gather: rank {r} contributed {} bytes, this rank {}",
+                d.len(),
+                data.len()
+            )));
+        }
+        Ok(got.into_iter().map(|(_, d)| d).collect())
     }
 
     /// [`all_gather`](Bootstrap::all_gather) into one buffer of `size × data.len()` bytes.
@@ -216,30 +324,41 @@ impl TcpBootstrap {
     ) -> Result<()> {
         const OP: &str = "broadcast";
         self.check_peer(root)?;
-        let (n, me) = (self.size, self.rank);
-        let deadline = deadline_in(self.op_timeout);
-        let tag = coll_tag(OP_BROADCAST, 0, self.next_seq());
-        if me == root {
-            for k in 1..n {
-                let to = (me + k) % n;
-                self.send_frame(
-                    to,
-                    wire::CHANNEL_COLLECTIVE,
-                    tag,
-                    data,
-                    deadline,
-                    self.ctx(to, OP, self.op_timeout),
-                )?;
+        let (n, me, t) = (self.size, self.rank, self.op_timeout);
+        let deadline = deadline_in(t);
+        let seq = self.next_seq();
+        let (up, down) = (
+            coll_tag(OP_BROADCAST, UP, seq),
+            coll_tag(OP_BROADCAST, DOWN, seq),
+        );
+        // Up: from `root` to rank 0 along root's ancestors.
+        if root != 0 {
+            if me == root {
+                if let Some(p) = parent(me) {
+                    self.coll_send(p, up, data, deadline, self.ctx(p, OP, t))?;
+                }
+            } else if in_subtree(root, me) {
+                let Some(c) = children(me, n).find(|&c| in_subtree(root, c)) else {
+                    return Err(self
+                        .ctx(root, OP, t)
+                        .malformed("no path to the root".into()));
+                };
+                let got = self.coll_recv(c, up, deadline, self.ctx(c, OP, t), watch)?;
+                match parent(me) {
+                    Some(p) => self.coll_send(p, up, &got, deadline, self.ctx(p, OP, t))?,
+                    None => *data = got,
+                }
             }
-        } else {
-            *data = self.recv_frame(
-                root,
-                wire::CHANNEL_COLLECTIVE,
-                tag,
-                deadline,
-                self.ctx(root, OP, self.op_timeout),
-                watch,
-            )?;
+        }
+        // Down: from rank 0 to everyone.
+        if let Some(p) = parent(me) {
+            let got = self.coll_recv(p, down, deadline, self.ctx(p, OP, t), watch)?;
+            if me != root {
+                *data = got;
+            }
+        }
+        for c in children(me, n) {
+            self.coll_send(c, down, data, deadline, self.ctx(c, OP, t))?;
         }
         Ok(())
     }
@@ -282,6 +401,8 @@ impl Bootstrap for TcpBootstrap {
         )
     }
 
+    /// Opens the link to `peer` first if there is none (so that a peer that has gone is
+    /// noticed at once), then waits.
     fn recv_watched(
         &self,
         peer: usize,
@@ -291,6 +412,13 @@ impl Bootstrap for TcpBootstrap {
     ) -> Result<Vec<u8>> {
         let ctx = self.ctx(peer, "recv", timeout);
         let deadline = deadline_in(timeout);
+        self.check_peer(peer)?;
+        if peer != self.rank && self.links.out(peer).is_none() && self.mailbox.down(peer).is_none()
+        {
+            // A link that cannot be opened marks the peer down when its listener is gone; the
+            // receive then reports that (frames it sent before are still delivered first).
+            let _ = self.link(peer, deadline, ctx);
+        }
         self.recv_frame(peer, wire::CHANNEL_USER, tag, deadline, ctx, Some(watch))
     }
 
@@ -322,16 +450,14 @@ impl Bootstrap for TcpBootstrap {
     fn forgo_goodbye(&self) {
         self.goodbye.store(false, Ordering::Release);
     }
+    fn secret(&self) -> Option<crate::auth::Secret> {
+        Some(*self.session.secret())
+    }
     fn dead_peer(&self) -> Option<(usize, String)> {
         self.mailbox.first_down().map(|(peer, why)| {
             let reason = match why {
-                LinkDown::Closed => "closed its bootstrap connection".to_string(),
-                // `first_down` never names a peer that left.
                 LinkDown::Left => "left after its goodbye".to_string(),
-                LinkDown::Io(kind, msg) => {
-                    format!("bootstrap link failed: {kind:?} {msg}")
-                }
-                LinkDown::Malformed(m) => format!("sent a malformed frame: {m}"),
+                other => other.describe(),
             };
             (peer, reason)
         })
@@ -347,5 +473,49 @@ mod tests {
         assert_ne!(coll_tag(OP_BARRIER, 1, 5), coll_tag(OP_BARRIER, 0, 5));
         assert_ne!(coll_tag(OP_BARRIER, 0, 5), coll_tag(OP_ALL_GATHER, 0, 5));
         assert_ne!(coll_tag(OP_BROADCAST, 0, 5), coll_tag(OP_BROADCAST, 0, 6));
+    }
+
+    #[test]
+    fn the_tree_covers_every_rank_once() {
+        for n in [1, 2, 3, 7, 8, 100, 1024, 1025] {
+            let mut parents = 0;
+            for r in 0..n {
+                for c in children(r, n) {
+                    assert_eq!(parent(c), Some(r));
+                    parents += 1;
+                }
+                assert!(in_subtree(r, 0));
+                assert_eq!(
+                    subtree_size(r, n),
+                    (0..n).filter(|&x| in_subtree(x, r)).count(),
+                    "subtree of {r} in {n}"
+                );
+            }
+            assert_eq!(parents, n - 1, "edges of a tree of {n}");
+        }
+        assert!(!in_subtree(2, 1));
+        assert!(in_subtree(4, 1) && in_subtree(9, 1) && !in_subtree(5, 1));
+    }
+
+    #[test]
+    fn items_are_checked() {
+        let mut m = Vec::new();
+        put_item(&mut m, 1, b"ab");
+        put_item(&mut m, 3, b"");
+        let mut seen = vec![false; 4];
+        let got = items(&m, &mut seen, |r| r % 2 == 1).unwrap();
+        assert_eq!(got, vec![(1, b"ab".to_vec()), (3, Vec::new())]);
+        let mut seen = vec![false; 4];
+        assert!(
+            items(&m, &mut seen, |r| r == 1).is_err(),
+            "rank 3 not allowed"
+        );
+        let mut seen = vec![false; 4];
+        assert!(items(&[m.clone(), m.clone()].concat(), &mut seen, |_| true).is_err());
+        for cut in 1..m.len() {
+            let mut seen = vec![false; 4];
+            let r = items(&m[..cut], &mut seen, |_| true);
+            assert!(r.is_err() || cut == 10, "cut at {cut}: {r:?}");
+        }
     }
 }

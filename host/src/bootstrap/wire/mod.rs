@@ -20,27 +20,34 @@
 //! | 16 | 4 | body length | checked against the kind's cap before a byte of body is read |
 //! | 20 | 4 | reserved | 0 |
 //!
-//! Bodies (sizes exact unless noted; `addr` is the 24-byte address below):
+//! Bodies (sizes exact unless noted; `addr` is the 24-byte address below; `tag` a 32-byte
+//! HMAC-SHA-256 tag of [`crate::auth`]):
 //!
 //! | kind | code | from → to | body |
 //! |---|---|---|---|
-//! | [`Join`] | 1 | rank → root | magic u64, rank u32, size u32, listen addr, host hash u64, ms left of the sender's set-up deadline u64 (56 bytes) |
-//! | [`Table`] | 2 | root → rank | magic u64, size u32, reserved u32, then `size` × (listen addr, host hash u64) (16 + 32·size bytes) |
-//! | [`Abort`] | 3 | root → rank | code u32, count u32, then `count` ranks u32 (8 + 4·count bytes) |
-//! | [`PeerHello`] | 4 | rank → rank | magic u64, from u32, size u32, to u32, reserved u32 (24 bytes) |
-//! | [`Accept`] | 5 | rank → rank | magic u64, rank u32, reserved u32 (16 bytes) |
-//! | [`Reject`] | 6 | acceptor → connector | code u32, reason length u32, reason (UTF-8, at most [`MAX_REASON_LEN`]) |
+//! | [`Hello`] | 1 | connector → acceptor | magic u64, purpose u32 (1 join, 2 link), from u32, to u32 ([`ROOT`] at the root), size u32, nonce (32) (56 bytes) |
+//! | [`Challenge`] | 2 | acceptor → connector | nonce (32), tag (32): the acceptor's proof over the hello body and both nonces (64 bytes) |
+//! | [`Join`] | 3 | rank → root | tag (32): the rank's proof over the hello body, both nonces and the rest of this body; listen addr, host hash u64, ms left of the sender's set-up deadline u64 (72 bytes) |
+//! | [`Proof`] | 4 | rank → rank | tag (32): the connector's proof over the hello body and both nonces (32 bytes) |
+//! | [`Table`] | 5 | root → rank | magic u64, size u32, reserved u32, then `size` × (listen addr, host hash u64) (16 + 32·size bytes) |
+//! | [`Abort`] | 6 | root → rank | code u32, count u32, then `count` ranks u32 (8 + 4·count bytes) |
+//! | [`Accept`] | 7 | rank → rank | magic u64, rank u32, reserved u32 (16 bytes) |
+//! | [`Reject`] | 8 | acceptor → connector | code u32, reason length u32, reason (UTF-8, at most [`MAX_REASON_LEN`]) |
+//!
+//! A set-up connection is `HELLO`, `CHALLENGE`, then `JOIN` (root: answered by `TABLE` or `ABORT`
+//! once every rank has joined) or `PROOF` (rank: answered by `ACCEPT`); any step may be answered by
+//! `REJECT` instead. Nothing after `HELLO` is answered before the connector's tag checks out.
 //!
 //! An address is 24 bytes: family u8 (4 or 6), reserved u8, port u16, 16 address bytes (IPv4 in
 //! the first 4, the rest 0), IPv6 scope id u32 (0 for IPv4).
 //!
 //! # Data frames (after set-up)
 //!
-//! Once the mesh is up, each pair of ranks shares one connection carrying data frames both ways:
+//! Once a link is accepted it carries data frames both ways:
 //!
 //! | offset | size | field | value |
 //! |---|---|---|---|
-//! | 0 | 4 | channel | [`CHANNEL_USER`] (user `send`/`recv`), [`CHANNEL_COLLECTIVE`] (barrier, all-gather, broadcast) or [`CHANNEL_GOODBYE`] (the last frame of a rank that finished normally; tag and length 0) |
+//! | 0 | 4 | channel | [`CHANNEL_USER`] (user `send`/`recv`), [`CHANNEL_COLLECTIVE`] (barrier, all-gather, broadcast), [`CHANNEL_GOODBYE`] (the last frame of a rank that finished normally; tag and length 0) or [`CHANNEL_NOTICE`] (a [`Notice`]: a rank is gone; tag 0) |
 //! | 4 | 4 | reserved | 0 |
 //! | 8 | 8 | tag | user tag, or the collective's (operation, round, sequence) |
 //! | 16 | 8 | length | at most [`MAX_DATA_LEN`] |
@@ -51,15 +58,17 @@ mod set_up;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 
 pub use self::set_up::{
-    Abort, AbortCode, Accept, Join, PeerHello, Reject, RejectCode, Table, TableEntry,
+    Abort, AbortCode, Accept, Challenge, Hello, Join, Notice, Proof, Purpose, Reject, RejectCode,
+    Table, TableEntry,
 };
 
 /// First 8 bytes of every control frame.
 pub const MARKER: [u8; 8] = *b"MSCLBOOT";
 /// Protocol version spoken by this build. Peers of another version are rejected at handshake.
 /// 2 (sixth session): the goodbye data frame ([`CHANNEL_GOODBYE`]), which a version-1 peer
-/// would take for a malformed frame.
-pub const VERSION: u32 = 2;
+/// would take for a malformed frame. 3: authenticated handshakes (`HELLO`, `CHALLENGE`,
+/// `JOIN`/`PROOF`), links opened on first use instead of a mesh, notices ([`CHANNEL_NOTICE`]).
+pub const VERSION: u32 = 3;
 /// Bytes in a control frame header.
 pub const CONTROL_HEADER_LEN: usize = 24;
 /// Bytes in a data frame header.
@@ -73,10 +82,18 @@ pub const MAX_RANKS: usize = 1 << 20;
 pub const MAX_REASON_LEN: usize = 256;
 /// Bytes of an encoded socket address.
 pub const ADDR_LEN: usize = 24;
+/// The `to` of a [`Hello`] addressed to the root.
+pub const ROOT: usize = u32::MAX as usize;
+/// Body length of a [`Hello`].
+pub const HELLO_BODY_LEN: usize = 24 + crate::auth::NONCE_LEN;
+/// Body length of a [`Challenge`].
+pub const CHALLENGE_BODY_LEN: usize = crate::auth::NONCE_LEN + crate::auth::TAG_LEN;
 /// Body length of a [`Join`].
-pub const JOIN_BODY_LEN: usize = 56;
-/// Body length of a [`PeerHello`].
-pub const PEER_HELLO_BODY_LEN: usize = 24;
+pub const JOIN_BODY_LEN: usize = crate::auth::TAG_LEN + ADDR_LEN + 16;
+/// Body length of a [`Proof`].
+pub const PROOF_BODY_LEN: usize = crate::auth::TAG_LEN;
+/// Largest payload of a [`Notice`].
+pub const MAX_NOTICE_LEN: usize = 8 + MAX_REASON_LEN;
 /// Body length of an [`Accept`].
 pub const ACCEPT_BODY_LEN: usize = 16;
 /// Bytes per [`Table`] entry.
@@ -92,6 +109,8 @@ pub const CHANNEL_COLLECTIVE: u32 = 1;
 /// closes its bootstrap after finishing normally (no payload, tag 0). A connection that ends
 /// without it is a rank that died or failed.
 pub const CHANNEL_GOODBYE: u32 = 2;
+/// Data frame channel of notices ([`Notice`]: a rank is gone), passed on from rank to rank.
+pub const CHANNEL_NOTICE: u32 = 3;
 
 /// Body length of a [`Table`] for `size` ranks.
 pub const fn table_body_len(size: usize) -> usize {
@@ -107,44 +126,53 @@ pub const fn max_abort_body(size: usize) -> usize {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Kind {
-    /// A rank registers with the root.
+    /// A connector says who it is, what it wants, and its nonce.
+    Hello,
+    /// The acceptor's nonce and proof.
+    Challenge,
+    /// A rank's proof and registration at the root.
     Join,
+    /// A rank's proof for a link.
+    Proof,
     /// The root's answer once every rank joined: the address table.
     Table,
     /// The root's answer when set-up failed: why, and which ranks.
     Abort,
-    /// A rank opens its mesh connection to a lower rank.
-    PeerHello,
-    /// A rank accepts a mesh connection.
+    /// A rank accepts a link.
     Accept,
     /// An acceptor (root or rank) refuses a connection.
     Reject,
 }
 
 impl Kind {
+    const ALL: [Kind; 8] = [
+        Kind::Hello,
+        Kind::Challenge,
+        Kind::Join,
+        Kind::Proof,
+        Kind::Table,
+        Kind::Abort,
+        Kind::Accept,
+        Kind::Reject,
+    ];
+
     /// Wire code.
     pub const fn code(self) -> u32 {
         match self {
-            Kind::Join => 1,
-            Kind::Table => 2,
-            Kind::Abort => 3,
-            Kind::PeerHello => 4,
-            Kind::Accept => 5,
-            Kind::Reject => 6,
+            Kind::Hello => 1,
+            Kind::Challenge => 2,
+            Kind::Join => 3,
+            Kind::Proof => 4,
+            Kind::Table => 5,
+            Kind::Abort => 6,
+            Kind::Accept => 7,
+            Kind::Reject => 8,
         }
     }
 
     /// The kind of a wire code, if it is one.
-    pub const fn from_code(code: u32) -> Option<Kind> {
-        Some(match code {
-            1 => Kind::Join,
-            2 => Kind::Table,
-            3 => Kind::Abort,
-            4 => Kind::PeerHello,
-            5 => Kind::Accept,
-            6 => Kind::Reject,
-            _ => return None,
-        })
+    pub fn from_code(code: u32) -> Option<Kind> {
+        Self::ALL.into_iter().find(|k| k.code() == code)
     }
 }
 
@@ -266,6 +294,12 @@ impl<'a> Cursor<'a> {
         Ok(u64::from_le_bytes(a))
     }
 
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.bytes(N)?);
+        Ok(a)
+    }
+
     fn zero_u32(&mut self, what: &str) -> Result<(), String> {
         match self.u32()? {
             0 => Ok(()),
@@ -356,6 +390,20 @@ pub fn decode_addr(b: &[u8]) -> Result<SocketAddr, String> {
     Ok(a)
 }
 
+/// The label every handshake tag of the bootstrap starts its context with.
+const AUTH_LABEL: &[u8] = b"mscclpp-rs bootstrap v3 ";
+
+/// The context the acceptor's tag (in a [`Challenge`]) covers: the [`Hello`]'s body.
+pub fn acceptor_context(hello_body: &[u8]) -> Vec<u8> {
+    [AUTH_LABEL, hello_body].concat()
+}
+
+/// The context the connector's tag (in a [`Join`] or [`Proof`]) covers: the [`Hello`]'s body
+/// and the request ([`Join::request`]; empty for a [`Proof`]).
+pub fn connector_context(hello_body: &[u8], request: &[u8]) -> Vec<u8> {
+    [AUTH_LABEL, hello_body, request].concat()
+}
+
 /// An address other ranks can connect to: a concrete IP and a nonzero port.
 pub fn is_connectable(addr: &SocketAddr) -> bool {
     addr.port() != 0 && !addr.ip().is_unspecified() && !addr.ip().is_multicast()
@@ -364,7 +412,7 @@ pub fn is_connectable(addr: &SocketAddr) -> bool {
 /// The 24-byte header of a data frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DataHeader {
-    /// [`CHANNEL_USER`], [`CHANNEL_COLLECTIVE`] or [`CHANNEL_GOODBYE`].
+    /// [`CHANNEL_USER`], [`CHANNEL_COLLECTIVE`], [`CHANNEL_GOODBYE`] or [`CHANNEL_NOTICE`].
     pub channel: u32,
     /// Tag.
     pub tag: u64,
@@ -390,11 +438,21 @@ impl DataHeader {
         c.zero_u32("data.reserved")?;
         let tag = c.u64()?;
         let len = c.u64()?;
-        if channel != CHANNEL_USER && channel != CHANNEL_COLLECTIVE && channel != CHANNEL_GOODBYE {
+        if ![
+            CHANNEL_USER,
+            CHANNEL_COLLECTIVE,
+            CHANNEL_GOODBYE,
+            CHANNEL_NOTICE,
+        ]
+        .contains(&channel)
+        {
             return Err(format!("unknown data channel {channel}"));
         }
         if channel == CHANNEL_GOODBYE && (tag != 0 || len != 0) {
             return Err(format!("a goodbye with tag {tag} and {len} bytes"));
+        }
+        if channel == CHANNEL_NOTICE && (tag != 0 || len > MAX_NOTICE_LEN as u64) {
+            return Err(format!("a notice with tag {tag} and {len} bytes"));
         }
         if len > MAX_DATA_LEN {
             return Err(format!(

@@ -4,20 +4,136 @@
 use std::net::SocketAddr;
 
 use super::{
-    ACCEPT_BODY_LEN, Cursor, JOIN_BODY_LEN, Kind, MAX_REASON_LEN, PEER_HELLO_BODY_LEN, frame,
-    get_addr, is_connectable, put_addr, put_u32, put_u64, rank_u32, rank_usize, table_body_len,
+    ACCEPT_BODY_LEN, CHALLENGE_BODY_LEN, Cursor, HELLO_BODY_LEN, JOIN_BODY_LEN, Kind,
+    MAX_REASON_LEN, frame, get_addr, is_connectable, put_addr, put_u32, put_u64, rank_u32,
+    rank_usize, table_body_len,
 };
+use crate::auth::{NONCE_LEN, Nonce, TAG_LEN};
 
-/// A rank registers with the root (first frame on a rank → root connection).
+/// What a connection is for (a [`Hello`]'s purpose).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Purpose {
+    /// A rank joins at the root (the root's listener).
+    Join,
+    /// A rank opens a link to another rank (that rank's listener).
+    Link,
+}
+
+impl Purpose {
+    /// Wire code.
+    pub const fn code(self) -> u32 {
+        match self {
+            Purpose::Join => 1,
+            Purpose::Link => 2,
+        }
+    }
+
+    /// The purpose of a wire code, if it is one.
+    pub const fn from_code(code: u32) -> Option<Self> {
+        match code {
+            1 => Some(Purpose::Join),
+            2 => Some(Purpose::Link),
+            _ => None,
+        }
+    }
+}
+
+/// The first frame on every set-up connection (connector → acceptor): who connects, whom it
+/// wants, for what, and its nonce. Its body is the context both tags of the handshake cover
+/// ([`crate::auth`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hello {
+    /// Session magic from the [`UniqueId`](crate::bootstrap::UniqueId) (tells jobs apart; not
+    /// a secret).
+    pub magic: u64,
+    /// What the connection is for.
+    pub purpose: Purpose,
+    /// The connector's rank.
+    pub from: usize,
+    /// The rank it wants ([`ROOT`](super::ROOT) for the root).
+    pub to: usize,
+    /// The world size it was configured with.
+    pub size: usize,
+    /// The connector's nonce.
+    pub nonce: Nonce,
+}
+
+impl Hello {
+    /// The body (the handshake's context).
+    pub fn body(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(HELLO_BODY_LEN);
+        put_u64(&mut b, self.magic);
+        put_u32(&mut b, self.purpose.code());
+        put_u32(&mut b, rank_u32(self.from));
+        put_u32(&mut b, rank_u32(self.to));
+        put_u32(&mut b, rank_u32(self.size));
+        b.extend_from_slice(&self.nonce.0);
+        b
+    }
+
+    /// The whole frame.
+    pub fn encode(&self) -> Vec<u8> {
+        frame(Kind::Hello, self.body())
+    }
+
+    /// Parses a body (layout only; the acceptor checks magic, purpose and ranks).
+    pub fn decode(body: &[u8]) -> Result<Self, String> {
+        let mut c = Cursor::new(body);
+        let magic = c.u64()?;
+        let raw = c.u32()?;
+        let purpose = Purpose::from_code(raw).ok_or_else(|| format!("unknown purpose {raw}"))?;
+        let from = rank_usize(c.u32()?);
+        let to = rank_usize(c.u32()?);
+        let size = rank_usize(c.u32()?);
+        let nonce = c.array::<NONCE_LEN>()?;
+        c.finish()?;
+        Ok(Self {
+            magic,
+            purpose,
+            from,
+            to,
+            size,
+            nonce: Nonce(nonce),
+        })
+    }
+}
+
+/// The acceptor's answer to a [`Hello`]: its nonce and its proof that it knows the secret.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Challenge {
+    /// The acceptor's nonce.
+    pub nonce: Nonce,
+    /// `auth::tag(Acceptor, hello body, Nc, Na)`.
+    pub tag: [u8; TAG_LEN],
+}
+
+impl Challenge {
+    /// The whole frame.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(CHALLENGE_BODY_LEN);
+        b.extend_from_slice(&self.nonce.0);
+        b.extend_from_slice(&self.tag);
+        frame(Kind::Challenge, b)
+    }
+
+    /// Parses a body.
+    pub fn decode(body: &[u8]) -> Result<Self, String> {
+        let mut c = Cursor::new(body);
+        let nonce = Nonce(c.array::<NONCE_LEN>()?);
+        let tag = c.array::<TAG_LEN>()?;
+        c.finish()?;
+        Ok(Self { nonce, tag })
+    }
+}
+
+/// A rank's proof and request at the root (connector → root, after the [`Challenge`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Join {
-    /// Session magic from the [`UniqueId`](crate::bootstrap::UniqueId).
-    pub magic: u64,
-    /// Sender's rank.
-    pub rank: usize,
-    /// World size the sender was configured with.
-    pub size: usize,
-    /// Where the sender's own listener accepts mesh connections.
+    /// `auth::tag(Connector, hello body ‖ request, Nc, Na)`, where the request is the rest of
+    /// this body.
+    pub tag: [u8; TAG_LEN],
+    /// Where the sender's own listener accepts links.
     pub listen: SocketAddr,
     /// Hash of the sender's host identity (groups ranks into nodes).
     pub host_hash: u64,
@@ -27,25 +143,29 @@ pub struct Join {
 }
 
 impl Join {
-    /// The whole frame.
-    pub fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(JOIN_BODY_LEN);
-        put_u64(&mut b, self.magic);
-        put_u32(&mut b, rank_u32(self.rank));
-        put_u32(&mut b, rank_u32(self.size));
+    /// The request part (what the tag covers after the hello body).
+    pub fn request(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(JOIN_BODY_LEN - TAG_LEN);
         put_addr(&mut b, &self.listen);
         put_u64(&mut b, self.host_hash);
         put_u64(&mut b, self.deadline_ms);
+        b
+    }
+
+    /// The whole frame.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(JOIN_BODY_LEN);
+        b.extend_from_slice(&self.tag);
+        b.extend_from_slice(&self.request());
         frame(Kind::Join, b)
     }
 
-    /// Parses a body (no range checks beyond the layout; the root checks ranks and magic).
+    /// Parses a body (layout only; the root checks the tag and the address).
     pub fn decode(body: &[u8]) -> Result<Self, String> {
         let mut c = Cursor::new(body);
+        let tag = c.array::<TAG_LEN>()?;
         let j = Join {
-            magic: c.u64()?,
-            rank: rank_usize(c.u32()?),
-            size: rank_usize(c.u32()?),
+            tag,
             listen: get_addr(&mut c)?,
             host_hash: c.u64()?,
             deadline_ms: c.u64()?,
@@ -53,6 +173,76 @@ impl Join {
         c.finish()?;
         Ok(j)
     }
+}
+
+/// A rank's proof for a link (connector → rank, after the [`Challenge`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Proof {
+    /// `auth::tag(Connector, hello body, Nc, Na)`.
+    pub tag: [u8; TAG_LEN],
+}
+
+impl Proof {
+    /// The whole frame.
+    pub fn encode(&self) -> Vec<u8> {
+        frame(Kind::Proof, self.tag.to_vec())
+    }
+
+    /// Parses a body.
+    pub fn decode(body: &[u8]) -> Result<Self, String> {
+        let mut c = Cursor::new(body);
+        let tag = c.array::<TAG_LEN>()?;
+        c.finish()?;
+        Ok(Self { tag })
+    }
+}
+
+/// A rank tells the others, through its links, that a rank is gone (payload of a
+/// [`CHANNEL_NOTICE`](super::CHANNEL_NOTICE) data frame): each rank that hears it first passes it
+/// on, so a death seen by one rank reaches every rank.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    /// The rank that is gone.
+    pub rank: usize,
+    /// Why (for people); cut to [`MAX_REASON_LEN`] bytes.
+    pub reason: String,
+}
+
+impl Notice {
+    /// The payload.
+    pub fn encode(&self) -> Vec<u8> {
+        let reason = cut(&self.reason);
+        let mut b = Vec::with_capacity(8 + reason.len());
+        put_u32(&mut b, rank_u32(self.rank));
+        put_u32(&mut b, rank_u32(reason.len()));
+        b.extend_from_slice(reason);
+        b
+    }
+
+    /// Parses a payload; the rank must be below `size`.
+    pub fn decode(body: &[u8], size: usize) -> Result<Self, String> {
+        let mut c = Cursor::new(body);
+        let rank = rank_usize(c.u32()?);
+        if rank >= size {
+            return Err(format!("notice about rank {rank} in a world of {size}"));
+        }
+        let n = rank_usize(c.u32()?);
+        if n > MAX_REASON_LEN {
+            return Err(format!("notice reason of {n} bytes"));
+        }
+        let reason = String::from_utf8_lossy(c.bytes(n)?).into_owned();
+        c.finish()?;
+        Ok(Self { rank, reason })
+    }
+}
+
+/// `reason` cut to at most [`MAX_REASON_LEN`] bytes at a character boundary.
+fn cut(reason: &str) -> &[u8] {
+    let mut end = reason.len().min(MAX_REASON_LEN);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    &reason.as_bytes()[..end]
 }
 
 /// One rank's row of the [`Table`].
@@ -196,47 +386,7 @@ impl Abort {
     }
 }
 
-/// A rank opens its mesh connection to a lower rank (first frame on a rank → rank connection).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PeerHello {
-    /// Session magic.
-    pub magic: u64,
-    /// Connecting rank.
-    pub from: usize,
-    /// World size.
-    pub size: usize,
-    /// Rank the connector believes it reached.
-    pub to: usize,
-}
-
-impl PeerHello {
-    /// The whole frame.
-    pub fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(PEER_HELLO_BODY_LEN);
-        put_u64(&mut b, self.magic);
-        put_u32(&mut b, rank_u32(self.from));
-        put_u32(&mut b, rank_u32(self.size));
-        put_u32(&mut b, rank_u32(self.to));
-        put_u32(&mut b, 0);
-        frame(Kind::PeerHello, b)
-    }
-
-    /// Parses a body.
-    pub fn decode(body: &[u8]) -> Result<Self, String> {
-        let mut c = Cursor::new(body);
-        let h = PeerHello {
-            magic: c.u64()?,
-            from: rank_usize(c.u32()?),
-            size: rank_usize(c.u32()?),
-            to: rank_usize(c.u32()?),
-        };
-        c.zero_u32("hello.reserved")?;
-        c.finish()?;
-        Ok(h)
-    }
-}
-
-/// A rank accepts a mesh connection.
+/// A rank accepts a link (after checking the connector's [`Proof`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Accept {
     /// Session magic.
@@ -288,6 +438,10 @@ pub enum RejectCode {
     Timeout,
     /// A frame kind this listener does not take, or a rank that should not connect here.
     Unexpected,
+    /// The connector's proof does not match this world's secret.
+    Auth,
+    /// The acceptor is stopping (or has no room); try again or give up.
+    Busy,
     /// A code this build does not know.
     Other(u32),
 }
@@ -304,6 +458,8 @@ impl RejectCode {
             RejectCode::Mismatch => 6,
             RejectCode::Timeout => 7,
             RejectCode::Unexpected => 8,
+            RejectCode::Auth => 9,
+            RejectCode::Busy => 10,
             RejectCode::Other(c) => c,
         }
     }
@@ -319,6 +475,8 @@ impl RejectCode {
             6 => RejectCode::Mismatch,
             7 => RejectCode::Timeout,
             8 => RejectCode::Unexpected,
+            9 => RejectCode::Auth,
+            10 => RejectCode::Busy,
             c => RejectCode::Other(c),
         }
     }
@@ -336,11 +494,7 @@ pub struct Reject {
 impl Reject {
     /// The whole frame.
     pub fn encode(&self) -> Vec<u8> {
-        let mut end = self.reason.len().min(MAX_REASON_LEN);
-        while !self.reason.is_char_boundary(end) {
-            end -= 1;
-        }
-        let reason = &self.reason.as_bytes()[..end];
+        let reason = cut(&self.reason);
         let mut b = Vec::with_capacity(8 + reason.len());
         put_u32(&mut b, self.code.code());
         put_u32(&mut b, rank_u32(reason.len()));

@@ -11,9 +11,7 @@ fn control_frames_round_trip() {
     let v4: SocketAddr = "10.1.2.3:4567".parse().unwrap();
     let v6 = SocketAddr::V6(SocketAddrV6::new("fe80::1".parse().unwrap(), 80, 0, 3));
     let j = Join {
-        magic: 7,
-        rank: 3,
-        size: 8,
+        tag: [7; 32],
         listen: v4,
         host_hash: 9,
         deadline_ms: 1000,
@@ -26,6 +24,39 @@ fn control_frames_round_trip() {
         (Kind::Join.code(), JOIN_BODY_LEN)
     );
     assert_eq!(Join::decode(body(&f)).unwrap(), j);
+    assert_eq!(&body(&f)[32..], &j.request()[..]);
+
+    let hello = Hello {
+        magic: 5,
+        purpose: Purpose::Link,
+        from: 2,
+        to: ROOT,
+        size: 4,
+        nonce: crate::auth::Nonce([3; 32]),
+    };
+    let f = hello.encode();
+    assert_eq!(f.len(), CONTROL_HEADER_LEN + HELLO_BODY_LEN);
+    assert_eq!(body(&f), &hello.body()[..]);
+    assert_eq!(Hello::decode(body(&f)).unwrap(), hello);
+    let mut bad = hello.body();
+    bad[8] = 9; // purpose
+    assert!(Hello::decode(&bad).is_err());
+    let c = Challenge {
+        nonce: crate::auth::Nonce([1; 32]),
+        tag: [2; 32],
+    };
+    assert_eq!(Challenge::decode(body(&c.encode())).unwrap(), c);
+    let p = Proof { tag: [4; 32] };
+    assert_eq!(Proof::decode(body(&p.encode())).unwrap(), p);
+    assert_eq!(p.encode().len(), CONTROL_HEADER_LEN + PROOF_BODY_LEN);
+    let n = Notice {
+        rank: 3,
+        reason: "y".repeat(1000),
+    };
+    let back = Notice::decode(&n.encode(), 4).unwrap();
+    assert_eq!((back.rank, back.reason.len()), (3, MAX_REASON_LEN));
+    assert!(Notice::decode(&n.encode(), 3).is_err(), "rank 3 of 3");
+    assert!(n.encode().len() <= MAX_NOTICE_LEN);
 
     let t = Table {
         magic: 1,
@@ -50,13 +81,6 @@ fn control_frames_round_trip() {
     assert_eq!(Abort::decode(body(&a.encode()), 4).unwrap(), a);
     assert!(Abort::decode(body(&a.encode()), 3).is_err());
 
-    let p = PeerHello {
-        magic: 5,
-        from: 2,
-        size: 4,
-        to: 1,
-    };
-    assert_eq!(PeerHello::decode(body(&p.encode())).unwrap(), p);
     let acc = Accept { magic: 5, rank: 1 };
     assert_eq!(Accept::decode(body(&acc.encode())).unwrap(), acc);
     let r = Reject {
@@ -115,14 +139,25 @@ fn headers_reject_garbage() {
     assert!(bye(0, 0).is_ok());
     assert!(bye(1, 0).is_err());
     assert!(bye(0, 8).is_err());
+    let notice = |tag, len: usize| {
+        DataHeader::decode(
+            &DataHeader {
+                channel: CHANNEL_NOTICE,
+                tag,
+                len: len as u64,
+            }
+            .encode(),
+        )
+    };
+    assert!(notice(0, MAX_NOTICE_LEN).is_ok());
+    assert!(notice(1, 8).is_err());
+    assert!(notice(0, MAX_NOTICE_LEN + 1).is_err());
 }
 
 #[test]
 fn bodies_reject_truncation_and_padding() {
     let j = Join {
-        magic: 1,
-        rank: 0,
-        size: 1,
+        tag: [0; 32],
         listen: "1.2.3.4:5".parse().unwrap(),
         host_hash: 0,
         deadline_ms: 0,
@@ -135,9 +170,9 @@ fn bodies_reject_truncation_and_padding() {
     long.push(0);
     assert!(Join::decode(&long).is_err());
     let mut bad = body(&j).to_vec();
-    bad[16] = 5; // address family
+    bad[32] = 5; // address family
     assert!(Join::decode(&bad).is_err());
     let mut bad = body(&j).to_vec();
-    bad[16 + 10] = 1; // IPv4 padding
+    bad[32 + 10] = 1; // IPv4 padding
     assert!(Join::decode(&bad).is_err());
 }

@@ -18,21 +18,26 @@
 //! # Set-up (inside `Communicator::connect`, built by `connection::setup`)
 //!
 //! 1. Each side binds a listener ([`Listener::bind`]) on an ephemeral port *before* the endpoints
-//!    cross, and puts an [`EndpointInfo`] {random token, addresses} into its endpoint's `extra`.
-//!    It binds `MSCCLPP_SOCKET_IFNAME`'s IPv4 address when that is set (and advertises only it);
-//!    otherwise it binds 0.0.0.0 and advertises the address [`local_ip`](crate::bootstrap::local_ip) picks plus 127.0.0.1.
+//!    cross, on the address it advertises: `MSCCLPP_SOCKET_IFNAME`'s IPv4 address when that is
+//!    set, else the one [`local_ip`](crate::bootstrap::local_ip) picks — never 0.0.0.0, so the
+//!    port is not open on other interfaces. It puts an [`EndpointInfo`] {random token, that
+//!    address} into its endpoint's `extra`.
 //! 2. Each side connects its **outbound stream** to the peer (same node: loopback addresses
-//!    first; otherwise loopback addresses are skipped) and sends `HELLO {from, to, the peer's
-//!    token}`.
-//! 3. Each side accepts on its listener until a connection says a valid `HELLO` (its own
-//!    token, the expected ranks); anything else — garbage, silence for 2 s, another job — is
-//!    closed and the loop keeps waiting, until the set-up deadline. It answers `ACCEPT {from, to,
-//!    the peer's token}` on that **inbound stream**.
-//! 4. Each side reads the `ACCEPT` on its outbound stream.
+//!    first; otherwise loopback addresses are skipped) and runs the connector's half of the
+//!    handshake: `HELLO {its nonce}`, check the peer's `CHALLENGE {nonce, tag}`, `PROOF {tag}`,
+//!    read `ACCEPT`.
+//! 3. At the same time (a helper thread), each side serves its listener: every connection at
+//!    once, without blocking on any ([`MAX_PENDING`] at most, each for at most
+//!    [`HANDSHAKE_SLICE`]), until one completes the acceptor's half as the expected rank
+//!    (`HELLO` → `CHALLENGE`, then a `PROOF` whose tag checks out → `ACCEPT`); that one is the
+//!    **inbound stream**. Garbage, silence, another job or a wrong proof is closed and the
+//!    others go on, until the set-up deadline. So a dozen silent connections cost nothing.
 //!
-//! Both connects happen before either side accepts, and a TCP connect completes in the
-//! listener's backlog, so no side waits for the other. The token is a stray-connection filter
-//! (it ties the stream to this endpoint exchange), not authentication.
+//! The tags are [`crate::auth`]'s, keyed by the world's secret (the bootstrap's,
+//! `Bootstrap::secret`; a bootstrap without one, which never leaves its process, gives a
+//! public key), over [`handshake_context`]: the protocol, both ranks
+//! and both endpoint tokens, which crossed through the bootstrap. A peer without the secret
+//! gets no connection; a tag seen on one connection is worth nothing on another.
 //!
 //! Two streams, one per direction of data: the outbound stream carries this rank's frames to the
 //! peer and only small `ACK`/`ERROR` answers back; the inbound stream the reverse. A receiver
@@ -46,27 +51,28 @@
 //! [`EndpointInfo`]: `magic "MSET" | version u16 | token u64 | count u8 (1..=8) | count ×
 //! address (24 bytes, `bootstrap::wire` encoding)`.
 //!
-//! Handshake (32 bytes, connector → acceptor `HELLO`, acceptor → connector `ACCEPT`):
+//! Handshake messages (88 bytes; a field a kind does not use is zero):
 //!
 //! | offset | size | field |
 //! |---|---|---|
 //! | 0 | 8 | marker [`HANDSHAKE_MARKER`] |
 //! | 8 | 4 | version [`PROTOCOL_VERSION`] |
-//! | 12 | 4 | kind: 1 `HELLO`, 2 `ACCEPT` |
+//! | 12 | 4 | kind: 1 `HELLO` (connector), 2 `CHALLENGE` (acceptor), 3 `PROOF` (connector), 4 `ACCEPT` (acceptor) |
 //! | 16 | 4 | from (sender's rank) |
 //! | 20 | 4 | to (receiver's rank) |
-//! | 24 | 8 | token: `HELLO` carries the acceptor's token, `ACCEPT` the connector's |
+//! | 24 | 32 | nonce (`HELLO`, `CHALLENGE`) |
+//! | 56 | 32 | tag (`CHALLENGE`: the acceptor's, `PROOF`: the connector's) |
 //!
-//! Frames (a 32-byte header, then a payload for `WRITE` and `ERROR`):
+//! Frames (a 40-byte header, then a payload for `WRITE` and `ERROR`):
 //!
-//! | op | code | direction | id | word at 8 | word at 16 | word at 24 | payload |
-//! |---|---|---|---|---|---|---|---|
-//! | `WRITE` | 1 | sender → receiver | destination `local_id` | offset | len (1..=[`CHUNK`]) | 0 | `len` bytes |
-//! | `UPDATE` | 2 | sender → receiver | destination `local_id` | offset (8-aligned) | 8 | value | — |
-//! | `FLUSH` | 3 | sender → receiver | 0 | sequence number | 0 | 0 | — |
-//! | `BYE` | 4 | sender → receiver | 0 | 0 | 0 | 0 | — |
-//! | `ACK` | 0x81 | receiver → sender | 0 | sequence number | 0 | 0 | — |
-//! | `ERROR` | 0x82 | receiver → sender | 0 | 0 | len (≤ [`MAX_REASON`]) | 0 | UTF-8 reason |
+//! | op | code | direction | id | word at 8 | word at 16 | word at 24 | word at 32 | payload |
+//! |---|---|---|---|---|---|---|---|---|
+//! | `WRITE` | 1 | sender → receiver | destination `local_id` | offset | len (1..=[`CHUNK`]) | 0 | the destination's network key | `len` bytes |
+//! | `UPDATE` | 2 | sender → receiver | destination `local_id` | offset (8-aligned) | 8 | value | the destination's network key | — |
+//! | `FLUSH` | 3 | sender → receiver | 0 | sequence number | 0 | 0 | 0 | — |
+//! | `BYE` | 4 | sender → receiver | 0 | 0 | 0 | 0 | 0 | — |
+//! | `ACK` | 0x81 | receiver → sender | 0 | sequence number | 0 | 0 | 0 | — |
+//! | `ERROR` | 0x82 | receiver → sender | 0 | 0 | len (≤ [`MAX_REASON`]) | 0 | 0 | UTF-8 reason |
 //!
 //! Who writes and reads what:
 //! - The **sender** (the caller of `write`/`update_and_sync`/`flush`, under the outbound lock)
@@ -85,12 +91,17 @@
 //!
 //! The header is checked before any payload is read: known op, reserved words 0, `WRITE` length
 //! at most [`CHUNK`], `ERROR` length at most [`MAX_REASON`], a frame kind that belongs to this
-//! direction. The destination id must be in the registry and registered for `Ethernet`,
-//! `offset + len` must not overflow and must be at most the registered size, an `UPDATE` word
-//! must be 8-byte aligned. The payload is read into a staging buffer first; the lookup is
+//! direction. The destination id must be in the registry and registered for `Ethernet`, the
+//! frame's key must be the memory's network key (`RegisteredMemory::key`, compared in constant
+//! time: a random value per registration that only the ranks the memory was sent to know, so a
+//! peer cannot write into memory never sent to it, however it guesses ids), `offset + len`
+//! must not overflow and must be at most the registered size, an `UPDATE` word must be 8-byte
+//! aligned. The payload is read into a staging buffer first; the lookup is
 //! repeated under the registry's read lock, and the copy happens while holding it. A frame that
 //! fails a check is not applied: the receiver sends `ERROR {reason}` back, closes, and the
-//! connection's later calls return [`Error::EthernetProtocol`] (sticky); the sender's next
+//! connection's later calls return [`Error::EthernetProtocol`] (sticky), and the receiving
+//! rank's communicator is aborted (a peer that names memory it was never given, or a wrong key,
+//! is broken or hostile, and nothing it sends can be trusted after that); the sender's next
 //! `flush` returns [`Error::Remote`] with the receiver's reason.
 //!
 //! # Failure model
@@ -128,7 +139,7 @@ use std::time::Duration;
 use self::sender::Out;
 pub use self::setup::Listener;
 pub(crate) use self::setup::Setup;
-pub use self::wire::{EndpointInfo, Frame, Handshake, HandshakeKind};
+pub use self::wire::{EndpointInfo, Frame, Handshake, HandshakeKind, handshake_context};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, HostMapped, Stream};
 use crate::socket::{deadline_in, drain, remaining};
@@ -143,18 +154,22 @@ pub const INFO_VERSION: u16 = 1;
 pub const MAX_ADDRS: usize = 8;
 /// First 8 bytes of a handshake.
 pub const HANDSHAKE_MARKER: [u8; 8] = *b"MSCLETH\0";
-/// Version of the handshake and frame protocol.
-pub const PROTOCOL_VERSION: u32 = 1;
-/// Bytes of a handshake.
-pub const HANDSHAKE_LEN: usize = 32;
+/// Version of the handshake and frame protocol. 2: the authenticated handshake, the network
+/// key in `WRITE` and `UPDATE`.
+pub const PROTOCOL_VERSION: u32 = 2;
+/// Bytes of a handshake message.
+pub const HANDSHAKE_LEN: usize = 88;
 /// Bytes of a frame header.
-pub const HEADER_LEN: usize = 32;
+pub const HEADER_LEN: usize = 40;
 /// Largest `WRITE` payload (larger writes are split; a longer one read is refused).
 pub const CHUNK: usize = 4 << 20;
 /// Largest `ERROR` reason.
 pub const MAX_REASON: usize = 256;
-/// Longest an accepted connection may take to say its `HELLO` before it is dropped.
+/// Longest an accepted connection may take to complete its handshake before it is dropped.
 pub const HANDSHAKE_SLICE: Duration = Duration::from_secs(2);
+/// Most connections a listener holds in their handshake at once (the oldest is dropped for a
+/// new one beyond that).
+pub const MAX_PENDING: usize = 256;
 /// Longest `Drop` waits for the peer to close after `BYE`.
 pub const LINGER: Duration = Duration::from_secs(1);
 /// How long a receiver tries to tell the peer why it refused a frame.

@@ -113,15 +113,25 @@ impl Receiver {
     fn handle(&mut self, h: &[u8; HEADER_LEN]) -> Result<Step, Failure> {
         let frame = Frame::decode(h).map_err(Failure::Protocol)?;
         match frame {
-            Frame::Write { id, offset, len } => {
+            Frame::Write {
+                id,
+                offset,
+                len,
+                key,
+            } => {
                 // Checked before a byte of payload is read…
-                check_destination(&self.registry.read(), id, offset, len, 1)
+                check_destination(&self.registry.read(), id, key, (offset, len, 1))
                     .map_err(Failure::Protocol)?;
-                self.apply_write(id, offset, len)?;
+                self.apply_write(id, key, offset, len)?;
                 Ok(Step::Continue)
             }
-            Frame::Update { id, offset, value } => {
-                self.apply_update(id, offset, value)?;
+            Frame::Update {
+                id,
+                offset,
+                value,
+                key,
+            } => {
+                self.apply_update(id, key, offset, value)?;
                 Ok(Step::Continue)
             }
             Frame::Flush { seq } => {
@@ -160,7 +170,7 @@ impl Receiver {
         }
     }
 
-    fn apply_write(&mut self, id: u32, offset: u64, len: u64) -> Result<(), Failure> {
+    fn apply_write(&mut self, id: u32, key: u64, offset: u64, len: u64) -> Result<(), Failure> {
         let n = len as usize; // ≤ CHUNK, checked by decode
         let timeout = self.timeout;
         let (stream, staging) = staging(&self.gpu, &mut self.dev, CHUNK).map_err(local)?;
@@ -178,7 +188,7 @@ impl Receiver {
         // be deregistered (and freed by its owner) while it is written.
         let registry = Arc::clone(&self.registry);
         let map = registry.read();
-        let dst = check_destination(&map, id, offset, len, 1).map_err(Failure::Protocol)?;
+        let dst = check_destination(&map, id, key, (offset, len, 1)).map_err(Failure::Protocol)?;
         // SAFETY: `dst..dst+n` lies inside a registered local memory (checked under the lock,
         // which is held until the copy completes); the staging buffer is a distinct allocation.
         unsafe { stream.copy_dtod(dst, staging.device_ptr(), n) }
@@ -186,11 +196,11 @@ impl Receiver {
         self.sync("a WRITE copy")
     }
 
-    fn apply_update(&mut self, id: u32, offset: u64, value: u64) -> Result<(), Failure> {
+    fn apply_update(&mut self, id: u32, key: u64, offset: u64, value: u64) -> Result<(), Failure> {
         let (stream, _) = staging(&self.gpu, &mut self.dev, CHUNK).map_err(local)?;
         let registry = Arc::clone(&self.registry);
         let map = registry.read();
-        let dst = check_destination(&map, id, offset, 8, 8).map_err(Failure::Protocol)?;
+        let dst = check_destination(&map, id, key, (offset, 8, 8)).map_err(Failure::Protocol)?;
         // SAFETY: an 8-byte aligned word inside a registered local memory, kept registered by
         // the read lock until the store completes.
         unsafe { stream.write_value_u64(dst.cast(), value) }

@@ -244,6 +244,7 @@ impl Connection for EthernetConnection {
                 id: dst.local_id(),
                 offset: dst_off + done,
                 len: n,
+                key: dst.key(),
             };
             frame[..HEADER_LEN].copy_from_slice(&header.encode());
             self.send_frame(wire, frame, deadline, "write")?;
@@ -272,6 +273,7 @@ impl Connection for EthernetConnection {
             id: dst.local_id(),
             offset: dst_off,
             value: new_value,
+            key: dst.key(),
         }
         .encode();
         let mut out = lock(&self.out);

@@ -3,7 +3,7 @@
 //! both streams, and the start of the receiver thread.
 
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -12,8 +12,12 @@ use std::time::{Duration, Instant};
 use super::Shared;
 use super::receiver::Receiver;
 use super::sender::{BackReader, Out, Wire};
-use super::wire::{EndpointInfo, Handshake, HandshakeKind};
-use super::{ACCEPT_POLL, CONNECT_ATTEMPT, EthernetConnection, HANDSHAKE_LEN, HANDSHAKE_SLICE};
+use super::wire::{EndpointInfo, Handshake, HandshakeKind, handshake_context};
+use super::{
+    ACCEPT_POLL, CONNECT_ATTEMPT, EthernetConnection, HANDSHAKE_LEN, HANDSHAKE_SLICE, MAX_PENDING,
+};
+use crate::auth::{self, Nonce, Role, Secret};
+use crate::bootstrap::os::{self, send_whole};
 use crate::bootstrap::{env, interface_ipv4, local_ip};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
@@ -29,7 +33,9 @@ pub struct Listener {
 }
 
 impl Listener {
-    /// Binds a listener for a connection to `remote_rank` (see the module docs for the address).
+    /// Binds a listener for a connection to `remote_rank` on the address it advertises (see
+    /// the module docs): `MSCCLPP_SOCKET_IFNAME`'s IPv4 address, else the one
+    /// [`local_ip`](crate::bootstrap::local_ip) picks; never 0.0.0.0.
     pub fn bind(remote_rank: usize) -> Result<Self> {
         let fail = |op, source| Error::EthernetIo {
             remote_rank,
@@ -39,22 +45,12 @@ impl Listener {
         let ifname = std::env::var(env::SOCKET_IFNAME)
             .ok()
             .filter(|s| !s.trim().is_empty());
-        let (bind_ip, advertised): (IpAddr, Vec<IpAddr>) = match ifname.as_deref() {
-            Some(names) => {
-                let ip = IpAddr::V4(interface_ipv4(names)?);
-                (ip, vec![ip])
-            }
-            None => {
-                let mut ips = vec![local_ip(None)?];
-                let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
-                if !ips.contains(&lo) {
-                    ips.push(lo);
-                }
-                (IpAddr::V4(Ipv4Addr::UNSPECIFIED), ips)
-            }
+        let ip = match ifname.as_deref() {
+            Some(names) => IpAddr::V4(interface_ipv4(names)?),
+            None => local_ip(None)?,
         };
-        let listener = TcpListener::bind(SocketAddr::new(bind_ip, 0))
-            .map_err(|e| fail("bind a listener", e))?;
+        let listener =
+            TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| fail("bind a listener", e))?;
         let port = listener
             .local_addr()
             .map_err(|e| fail("read the listener's address", e))?
@@ -66,10 +62,7 @@ impl Listener {
             listener,
             info: EndpointInfo {
                 token: crate::random::token(),
-                addrs: advertised
-                    .into_iter()
-                    .map(|ip| SocketAddr::new(ip, port))
-                    .collect(),
+                addrs: vec![SocketAddr::new(ip, port)],
             },
             remote_rank,
         })
@@ -80,81 +73,196 @@ impl Listener {
         &self.info
     }
 
-    /// Accepts until a connection says a valid `HELLO` from `remote_rank` to `rank`, answers it
-    /// with `ACCEPT`, and returns it. Anything else is closed and the loop continues until
-    /// `deadline`.
-    fn accept_peer(
-        &self,
-        rank: usize,
-        peer_token: u64,
-        deadline: Instant,
-        after: Duration,
-    ) -> Result<TcpStream> {
+    /// Accepts until a connection completes the acceptor's side of the handshake as
+    /// `remote_rank` (module docs), and returns it. Every connection is served at once, without
+    /// blocking on any (a silent or slow one costs a poll slot until its [`HANDSHAKE_SLICE`]);
+    /// anything that fails its handshake is closed, and the loop goes on until `deadline`.
+    fn accept_peer(&self, auth: &Auth, deadline: Instant, after: Duration) -> Result<TcpStream> {
+        let mut pending: Vec<Incoming> = Vec::new();
         loop {
-            match self.listener.accept() {
-                Ok((stream, addr)) => match self.check_hello(&stream, rank, peer_token, deadline) {
-                    Ok(()) => return Ok(stream),
+            let now = Instant::now();
+            pending.retain(|p| {
+                let live = p.until > now;
+                if !live {
+                    tracing::warn!(
+                        "Ethernet rank {}: dropped a connection from {} while waiting for rank {}: no complete handshake within {HANDSHAKE_SLICE:?}",
+                        auth.me,
+                        p.addr,
+                        self.remote_rank
+                    );
+                }
+                live
+            });
+            let Some(left) = remaining(deadline) else {
+                return Err(Error::EthernetTimeout {
+                    remote_rank: self.remote_rank,
+                    op: "accept the peer's connection",
+                    after,
+                });
+            };
+            let mut fds = vec![os::pollin(&self.listener)];
+            fds.extend(pending.iter().map(|p| os::pollin(&p.stream)));
+            let wait = pending
+                .iter()
+                .map(|p| p.until)
+                .min()
+                .and_then(remaining)
+                .map_or(left, |d| d.min(left))
+                .min(ACCEPT_POLL * 20);
+            if let Err(e) = os::poll(&mut fds, wait) {
+                tracing::warn!("Ethernet rank {}: poll failed: {e}", auth.me);
+                thread::sleep(ACCEPT_POLL);
+            }
+            if fds[0].revents != 0 {
+                self.accept_all(&mut pending);
+            }
+            let ready: Vec<usize> = (0..pending.len())
+                .filter(|&i| fds.get(i + 1).is_some_and(|f| f.revents != 0))
+                .collect();
+            let mut done = Vec::new();
+            for i in ready {
+                match pending[i].step(auth, self.remote_rank) {
+                    Ok(Some(())) => return Ok(pending.swap_remove(i).stream),
+                    Ok(None) => {}
                     Err(why) => {
                         tracing::warn!(
-                            "Ethernet rank {rank}: dropped a connection from {addr} while waiting for rank {}: {why}",
+                            "Ethernet rank {}: dropped a connection from {} while waiting for rank {}: {why}",
+                            auth.me,
+                            pending[i].addr,
                             self.remote_rank
                         );
-                        let _ = stream.shutdown(Shutdown::Both);
+                        done.push(i);
                     }
-                },
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    if e.kind() != io::ErrorKind::WouldBlock {
-                        // EMFILE, ECONNABORTED, …: not fatal to the listener.
-                        tracing::warn!("Ethernet rank {rank}: accept failed: {e}");
-                    }
-                    let Some(left) = remaining(deadline) else {
-                        return Err(Error::EthernetTimeout {
-                            remote_rank: self.remote_rank,
-                            op: "accept the peer's connection",
-                            after,
-                        });
-                    };
-                    thread::sleep(ACCEPT_POLL.min(left));
                 }
+            }
+            for i in done.into_iter().rev() {
+                let p = pending.swap_remove(i);
+                let _ = p.stream.shutdown(Shutdown::Both);
             }
         }
     }
 
-    fn check_hello(
-        &self,
-        stream: &TcpStream,
-        rank: usize,
-        peer_token: u64,
-        deadline: Instant,
-    ) -> Result<(), String> {
-        stream
-            .set_nonblocking(false)
-            .map_err(|e| format!("socket: {e}"))?;
-        let hs_deadline = deadline.min(deadline_in(HANDSHAKE_SLICE));
+    fn accept_all(&self, pending: &mut Vec<Incoming>) {
+        loop {
+            match self.listener.accept() {
+                Ok((stream, addr)) => {
+                    if stream.set_nonblocking(false).is_err() {
+                        continue;
+                    }
+                    if pending.len() >= MAX_PENDING {
+                        // The oldest is the likeliest to be idle: a real peer finishes in two
+                        // round trips.
+                        let p = pending.remove(0);
+                        let _ = p.stream.shutdown(Shutdown::Both);
+                    }
+                    pending.push(Incoming {
+                        stream,
+                        addr,
+                        until: deadline_in(HANDSHAKE_SLICE),
+                        buf: Vec::new(),
+                        challenge: None,
+                    });
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    if e.kind() != io::ErrorKind::WouldBlock {
+                        // EMFILE, ECONNABORTED, …: not fatal to the listener.
+                        tracing::warn!("Ethernet: accept failed: {e}");
+                    }
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// What both sides' tags are computed from: the key, the ranks and both tokens.
+pub(super) struct Auth {
+    me: usize,
+    peer: usize,
+    key: Secret,
+    my_token: u64,
+    peer_token: u64,
+}
+
+impl Auth {
+    /// The context of the handshake in which `connector` connects to the other.
+    fn context(&self, connector_is_me: bool) -> Vec<u8> {
+        let (c, a, ct, at) = if connector_is_me {
+            (self.me, self.peer, self.my_token, self.peer_token)
+        } else {
+            (self.peer, self.me, self.peer_token, self.my_token)
+        };
+        handshake_context(c as u32, a as u32, ct, at)
+    }
+}
+
+/// A connection to the listener whose handshake is in progress.
+struct Incoming {
+    stream: TcpStream,
+    addr: SocketAddr,
+    until: Instant,
+    buf: Vec<u8>,
+    /// After our `CHALLENGE`: the connector's nonce and ours.
+    challenge: Option<(Nonce, Nonce)>,
+}
+
+impl Incoming {
+    /// Reads what is there; `Ok(Some)` once the connector has proven itself and was accepted.
+    fn step(&mut self, auth: &Auth, remote_rank: usize) -> Result<Option<()>, String> {
+        let mut chunk = [0u8; HANDSHAKE_LEN];
+        let want = HANDSHAKE_LEN - self.buf.len();
+        match os::recv_now(&self.stream, &mut chunk[..want]) {
+            Ok(0) => return Err("closed during the handshake".into()),
+            Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(None),
+            Err(e) => return Err(format!("socket: {e}")),
+        }
+        if self.buf.len() < HANDSHAKE_LEN {
+            return Ok(None);
+        }
         let mut b = [0u8; HANDSHAKE_LEN];
-        read_full(stream, &mut b, hs_deadline).map_err(|f| format!("no HELLO: {f:?}"))?;
+        b.copy_from_slice(&self.buf);
+        self.buf.clear();
         let h = Handshake::decode(&b)?;
-        let expected = (
-            HandshakeKind::Hello,
-            self.remote_rank as u64,
-            rank as u64,
-            self.info.token,
-        );
-        if (h.kind, u64::from(h.from), u64::from(h.to), h.token) != expected {
+        let (me, peer) = (auth.me as u32, remote_rank as u32);
+        if (h.from, h.to) != (peer, me) {
             return Err(format!(
-                "{:?} from rank {} to rank {} with another token",
+                "{:?} from rank {} to rank {}, expected from rank {peer} to rank {me}",
                 h.kind, h.from, h.to
             ));
         }
-        let accept = Handshake {
-            kind: HandshakeKind::Accept,
-            from: rank as u32,
-            to: self.remote_rank as u32,
-            token: peer_token,
-        };
-        write_full(stream, &accept.encode(), hs_deadline)
-            .map_err(|f| format!("sending ACCEPT: {f:?}"))
+        let context = auth.context(false);
+        match (h.kind, self.challenge) {
+            (HandshakeKind::Hello, None) => {
+                let theirs = Nonce(h.nonce);
+                let ours = Nonce::random().map_err(|e| format!("no nonce: {e}"))?;
+                let tag = auth::tag(&auth.key, Role::Acceptor, &context, &theirs, &ours);
+                let c = Handshake {
+                    kind: HandshakeKind::Challenge,
+                    from: me,
+                    to: peer,
+                    nonce: ours.0,
+                    tag,
+                };
+                send_whole(&self.stream, &c.encode()).map_err(|e| format!("CHALLENGE: {e}"))?;
+                self.challenge = Some((theirs, ours));
+                Ok(None)
+            }
+            (HandshakeKind::Proof, Some((theirs, ours))) => {
+                if !auth::verify(&auth.key, Role::Connector, &context, &theirs, &ours, &h.tag) {
+                    return Err(
+                        "its proof does not match this world's secret (or this connection's endpoints)"
+                            .into(),
+                    );
+                }
+                let a = Handshake::new(HandshakeKind::Accept, me, peer);
+                send_whole(&self.stream, &a.encode()).map_err(|e| format!("ACCEPT: {e}"))?;
+                Ok(Some(()))
+            }
+            (kind, _) => Err(format!("an unexpected {kind:?}")),
+        }
     }
 }
 
@@ -174,6 +282,8 @@ pub(crate) struct Setup<'a> {
     pub status: Arc<StatusBlock>,
     /// Set-up deadline, socket write timeout, payload read timeout.
     pub timeout: Duration,
+    /// The world's secret (from the bootstrap); `None` for a bootstrap without one.
+    pub secret: Option<Secret>,
 }
 
 fn connect_out(setup: &Setup<'_>, info: &EndpointInfo, deadline: Instant) -> Result<TcpStream> {
@@ -224,6 +334,63 @@ fn connect_out(setup: &Setup<'_>, info: &EndpointInfo, deadline: Instant) -> Res
     }
 }
 
+/// The connector's half: connect, `HELLO`, check the `CHALLENGE`, `PROOF`, read `ACCEPT`.
+fn connect_and_prove(
+    setup: &Setup<'_>,
+    info: &EndpointInfo,
+    auth: &Auth,
+    deadline: Instant,
+    io_fail: &dyn Fn(&'static str, IoFail) -> Error,
+    handshake: &dyn Fn(String) -> Error,
+) -> Result<TcpStream> {
+    let (me, peer) = (setup.rank as u32, setup.remote_rank as u32);
+    let out = connect_out(setup, info, deadline)?;
+    let ours = Nonce::random().map_err(|e| handshake(format!("no nonce: {e}")))?;
+    let hello = Handshake {
+        nonce: ours.0,
+        ..Handshake::new(HandshakeKind::Hello, me, peer)
+    };
+    write_full(&out, &hello.encode(), deadline).map_err(|f| io_fail("send HELLO", f))?;
+    let read = |what: &'static str| -> Result<Handshake> {
+        let mut b = [0u8; HANDSHAKE_LEN];
+        read_full(&out, &mut b, deadline).map_err(|f| match f {
+            IoFail::Closed => handshake(format!(
+                "the peer closed the connection instead of answering ({what}): a wrong address, or it could not check this rank's proof"
+            )),
+            f => io_fail(what, f),
+        })?;
+        let h = Handshake::decode(&b).map_err(|r| handshake(format!("bad {what}: {r}")))?;
+        if (h.from, h.to) != (peer, me) {
+            return Err(handshake(format!(
+                "{what} from rank {} to rank {}",
+                h.from, h.to
+            )));
+        }
+        Ok(h)
+    };
+    let c = read("CHALLENGE")?;
+    let context = auth.context(true);
+    let theirs = Nonce(c.nonce);
+    if c.kind != HandshakeKind::Challenge
+        || !auth::verify(&auth.key, Role::Acceptor, &context, &ours, &theirs, &c.tag)
+    {
+        return Err(handshake(format!(
+            "the peer's {:?} does not prove that it knows this world's secret",
+            c.kind
+        )));
+    }
+    let proof = Handshake {
+        tag: auth::tag(&auth.key, Role::Connector, &context, &ours, &theirs),
+        ..Handshake::new(HandshakeKind::Proof, me, peer)
+    };
+    write_full(&out, &proof.encode(), deadline).map_err(|f| io_fail("send PROOF", f))?;
+    let a = read("ACCEPT")?;
+    if a.kind != HandshakeKind::Accept {
+        return Err(handshake(format!("{:?} instead of ACCEPT", a.kind)));
+    }
+    Ok(out)
+}
+
 impl EthernetConnection {
     /// Completes the set-up with the peer whose endpoint `extra` is `peer_extra` (steps 2–4 of
     /// the module docs) and starts the receiver thread.
@@ -259,47 +426,29 @@ impl EthernetConnection {
             IoFail::Io(e) => io(op)(e),
         };
 
-        // 2. Outbound: connect and say HELLO.
-        let out = connect_out(&setup, &info, deadline)?;
-        let hello = Handshake {
-            kind: HandshakeKind::Hello,
-            from: setup.rank as u32,
-            to: remote_rank as u32,
-            token: info.token,
+        let auth = Auth {
+            me: setup.rank,
+            peer: remote_rank,
+            key: setup
+                .secret
+                .unwrap_or_else(|| Secret::public(b"mscclpp-rs ethernet without a world secret")),
+            my_token,
+            peer_token: info.token,
         };
-        write_full(&out, &hello.encode(), deadline).map_err(|f| io_fail("send HELLO", f))?;
-        // 3. Inbound: accept the peer's HELLO, answer ACCEPT.
-        let inbound = listener.accept_peer(setup.rank, info.token, deadline, setup.timeout)?;
-        drop(listener);
-        // 4. The peer's ACCEPT on the outbound stream.
-        let mut b = [0u8; HANDSHAKE_LEN];
-        read_full(&out, &mut b, deadline).map_err(|f| match f {
-            IoFail::Closed => handshake(
-                "the peer closed the connection instead of accepting it (wrong address or token)"
-                    .into(),
-            ),
-            f => io_fail("read ACCEPT", f),
+        // 2.–4. Both halves at once (each side is connector and acceptor): the inbound half on
+        // a helper thread, so neither side's round trips wait on the other's.
+        let (out, inbound) = thread::scope(|s| {
+            let acceptor = thread::Builder::new()
+                .name(format!("eth{}-accept{remote_rank}", setup.rank))
+                .spawn_scoped(s, || listener.accept_peer(&auth, deadline, setup.timeout))
+                .map_err(io("start the accepting thread"))?;
+            let out = connect_and_prove(&setup, &info, &auth, deadline, &io_fail, &handshake);
+            let inbound = acceptor
+                .join()
+                .unwrap_or_else(|_| Err(handshake("the accepting thread panicked".into())));
+            Ok::<_, Error>((out?, inbound?))
         })?;
-        let acc = Handshake::decode(&b).map_err(|r| handshake(format!("bad ACCEPT: {r}")))?;
-        // The connector's own token comes back: the acceptor learnt it from this side's
-        // endpoint, the only place it appears.
-        if acc.kind != HandshakeKind::Accept
-            || acc.from as usize != remote_rank
-            || acc.to as usize != setup.rank
-            || acc.token != my_token
-        {
-            return Err(handshake(format!(
-                "unexpected answer {:?} from rank {} to rank {} (token {})",
-                acc.kind,
-                acc.from,
-                acc.to,
-                if acc.token == my_token {
-                    "ours"
-                } else {
-                    "not ours"
-                }
-            )));
-        }
+        drop(listener);
 
         for s in [&out, &inbound] {
             s.set_nodelay(true).map_err(io("set TCP_NODELAY"))?;

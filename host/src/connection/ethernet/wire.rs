@@ -6,8 +6,11 @@ use std::net::SocketAddr;
 
 use mscclpp_shared::DevicePtr;
 
+use subtle::ConstantTimeEq;
+
 use super::{CHUNK, HANDSHAKE_LEN, HANDSHAKE_MARKER, HEADER_LEN, INFO_MAGIC, INFO_VERSION};
 use super::{MAX_ADDRS, MAX_REASON, PROTOCOL_VERSION};
+use crate::auth::{NONCE_LEN, TAG_LEN};
 use crate::bootstrap::wire::{ADDR_LEN, decode_addr, is_connectable, put_addr};
 use crate::codec::{Reader, Writer};
 use crate::registered_memory::LocalMemory;
@@ -16,7 +19,8 @@ use crate::transport::Transport;
 /// What one side tells the other through the bootstrap: where it listens, and its token.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EndpointInfo {
-    /// Random value the peer must echo in its `HELLO` (stray-connection filter).
+    /// Random per connection set-up: both sides' tokens go into the context of the
+    /// handshake's tags, tying them to this one connection.
     pub token: u64,
     /// Addresses the listener can be reached at, in order of preference.
     pub addrs: Vec<SocketAddr>,
@@ -66,16 +70,31 @@ impl EndpointInfo {
     }
 }
 
-/// Kind of a handshake message.
+/// Kind of a handshake message (see the module docs for the exchange).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HandshakeKind {
-    /// Connector → acceptor.
+    /// Connector → acceptor: who, and its nonce.
     Hello,
-    /// Acceptor → connector.
+    /// Acceptor → connector: its nonce and its tag.
+    Challenge,
+    /// Connector → acceptor: its tag.
+    Proof,
+    /// Acceptor → connector: the connection is accepted.
     Accept,
 }
 
-/// A `HELLO` or `ACCEPT` (see the module docs).
+impl HandshakeKind {
+    const fn code(self) -> u32 {
+        match self {
+            HandshakeKind::Hello => 1,
+            HandshakeKind::Challenge => 2,
+            HandshakeKind::Proof => 3,
+            HandshakeKind::Accept => 4,
+        }
+    }
+}
+
+/// One handshake message (see the module docs). Fields a kind does not use are zero.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Handshake {
     /// Which message.
@@ -84,28 +103,38 @@ pub struct Handshake {
     pub from: u32,
     /// Receiver's rank.
     pub to: u32,
-    /// The receiver's token (from its endpoint).
-    pub token: u64,
+    /// The sender's nonce (`HELLO`, `CHALLENGE`).
+    pub nonce: [u8; NONCE_LEN],
+    /// The sender's tag (`CHALLENGE`, `PROOF`).
+    pub tag: [u8; TAG_LEN],
 }
 
 impl Handshake {
-    /// The 32 bytes.
+    /// A message of `kind` with no nonce and no tag.
+    pub fn new(kind: HandshakeKind, from: u32, to: u32) -> Self {
+        Self {
+            kind,
+            from,
+            to,
+            nonce: [0; NONCE_LEN],
+            tag: [0; TAG_LEN],
+        }
+    }
+
+    /// The bytes.
     pub fn encode(&self) -> [u8; HANDSHAKE_LEN] {
         let mut b = [0u8; HANDSHAKE_LEN];
         b[0..8].copy_from_slice(&HANDSHAKE_MARKER);
         b[8..12].copy_from_slice(&PROTOCOL_VERSION.to_le_bytes());
-        let kind: u32 = match self.kind {
-            HandshakeKind::Hello => 1,
-            HandshakeKind::Accept => 2,
-        };
-        b[12..16].copy_from_slice(&kind.to_le_bytes());
+        b[12..16].copy_from_slice(&self.kind.code().to_le_bytes());
         b[16..20].copy_from_slice(&self.from.to_le_bytes());
         b[20..24].copy_from_slice(&self.to.to_le_bytes());
-        b[24..32].copy_from_slice(&self.token.to_le_bytes());
+        b[24..56].copy_from_slice(&self.nonce);
+        b[56..88].copy_from_slice(&self.tag);
         b
     }
 
-    /// Parses 32 bytes: marker, version, kind.
+    /// Parses the bytes: marker, version, kind, and zero where the kind carries nothing.
     pub fn decode(b: &[u8; HANDSHAKE_LEN]) -> Result<Self, String> {
         let mut r = Reader::new(b, "Ethernet handshake");
         if r.take(8)? != HANDSHAKE_MARKER {
@@ -119,20 +148,53 @@ impl Handshake {
         }
         let kind = match r.u32()? {
             1 => HandshakeKind::Hello,
-            2 => HandshakeKind::Accept,
+            2 => HandshakeKind::Challenge,
+            3 => HandshakeKind::Proof,
+            4 => HandshakeKind::Accept,
             k => return Err(format!("unknown handshake kind {k}")),
         };
         let from = r.u32()?;
         let to = r.u32()?;
-        let token = r.u64()?;
+        let mut nonce = [0u8; NONCE_LEN];
+        nonce.copy_from_slice(r.take(NONCE_LEN)?);
+        let mut tag = [0u8; TAG_LEN];
+        tag.copy_from_slice(r.take(TAG_LEN)?);
         r.finish()?;
+        let (has_nonce, has_tag) = match kind {
+            HandshakeKind::Hello => (true, false),
+            HandshakeKind::Challenge => (true, true),
+            HandshakeKind::Proof => (false, true),
+            HandshakeKind::Accept => (false, false),
+        };
+        if (!has_nonce && nonce != [0; NONCE_LEN]) || (!has_tag && tag != [0; TAG_LEN]) {
+            return Err(format!("{kind:?} with bytes where it carries nothing"));
+        }
         Ok(Self {
             kind,
             from,
             to,
-            token,
+            nonce,
+            tag,
         })
     }
+}
+
+/// The context both tags of one connection's handshake cover: the protocol, both ranks (the
+/// connector's first) and both endpoint tokens (the connector's first), which crossed through
+/// the bootstrap, so a tag is worth nothing for another connection.
+pub fn handshake_context(
+    connector: u32,
+    acceptor: u32,
+    connector_token: u64,
+    acceptor_token: u64,
+) -> Vec<u8> {
+    let mut w = Writer::default();
+    w.bytes(b"mscclpp-rs ethernet v2 ")
+        .u32(connector)
+        .u32(acceptor)
+        .u64(connector_token)
+        .u64(acceptor_token);
+    w.0
 }
 
 const OP_WRITE: u32 = 1;
@@ -153,6 +215,8 @@ pub enum Frame {
         offset: u64,
         /// Payload bytes (1..=[`CHUNK`]).
         len: u64,
+        /// The destination's network key.
+        key: u64,
     },
     /// Store `value` into the 8-byte word at `offset` of memory `id`, after earlier frames.
     Update {
@@ -162,6 +226,8 @@ pub enum Frame {
         offset: u64,
         /// The value.
         value: u64,
+        /// The destination's network key.
+        key: u64,
     },
     /// Answer `ACK {seq}` once every earlier frame is applied.
     Flush {
@@ -183,15 +249,25 @@ pub enum Frame {
 }
 
 impl Frame {
-    /// The 32 header bytes.
+    /// The 40 header bytes.
     pub fn encode(&self) -> [u8; HEADER_LEN] {
-        let (op, id, a, b, c) = match *self {
-            Frame::Write { id, offset, len } => (OP_WRITE, id, offset, len, 0),
-            Frame::Update { id, offset, value } => (OP_UPDATE, id, offset, 8, value),
-            Frame::Flush { seq } => (OP_FLUSH, 0, seq, 0, 0),
-            Frame::Bye => (OP_BYE, 0, 0, 0, 0),
-            Frame::Ack { seq } => (OP_ACK, 0, seq, 0, 0),
-            Frame::Error { len } => (OP_ERROR, 0, 0, len, 0),
+        let (op, id, a, b, c, k) = match *self {
+            Frame::Write {
+                id,
+                offset,
+                len,
+                key,
+            } => (OP_WRITE, id, offset, len, 0, key),
+            Frame::Update {
+                id,
+                offset,
+                value,
+                key,
+            } => (OP_UPDATE, id, offset, 8, value, key),
+            Frame::Flush { seq } => (OP_FLUSH, 0, seq, 0, 0, 0),
+            Frame::Bye => (OP_BYE, 0, 0, 0, 0, 0),
+            Frame::Ack { seq } => (OP_ACK, 0, seq, 0, 0, 0),
+            Frame::Error { len } => (OP_ERROR, 0, 0, len, 0, 0),
         };
         let mut h = [0u8; HEADER_LEN];
         h[0..4].copy_from_slice(&op.to_le_bytes());
@@ -199,13 +275,14 @@ impl Frame {
         h[8..16].copy_from_slice(&a.to_le_bytes());
         h[16..24].copy_from_slice(&b.to_le_bytes());
         h[24..32].copy_from_slice(&c.to_le_bytes());
+        h[32..40].copy_from_slice(&k.to_le_bytes());
         h
     }
 
     /// Parses a header: known op, unused fields 0, lengths within their caps.
     pub fn decode(h: &[u8; HEADER_LEN]) -> Result<Self, String> {
         let mut r = Reader::new(h, "Ethernet frame header");
-        let (op, id, a, b, c) = (r.u32()?, r.u32()?, r.u64()?, r.u64()?, r.u64()?);
+        let (op, id, a, b, c, key) = (r.u32()?, r.u32()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?);
         let zero = |what: &str, v: u64| {
             if v == 0 {
                 Ok(())
@@ -223,6 +300,7 @@ impl Frame {
                     id,
                     offset: a,
                     len: b,
+                    key,
                 }
             }
             OP_UPDATE => {
@@ -233,9 +311,11 @@ impl Frame {
                     id,
                     offset: a,
                     value: c,
+                    key,
                 }
             }
             OP_FLUSH | OP_ACK => {
+                zero("key", key)?;
                 zero("id", id.into())?;
                 zero("word 16", b)?;
                 zero("word 24", c)?;
@@ -251,12 +331,14 @@ impl Frame {
                     ("word 8", a),
                     ("word 16", b),
                     ("word 24", c),
+                    ("key", key),
                 ] {
                     zero(what, v)?;
                 }
                 Frame::Bye
             }
             OP_ERROR => {
+                zero("key", key)?;
                 zero("id", id.into())?;
                 zero("word 8", a)?;
                 zero("word 24", c)?;
@@ -271,20 +353,25 @@ impl Frame {
 }
 
 /// Checks a destination named by a peer against the registry: registered here for `Ethernet`,
-/// `[offset, offset + len)` inside it, and (for `align` > 1) the address aligned. Returns the
-/// destination address. This is the receiver's whole trust boundary.
+/// the right network key (compared in constant time), `[offset, offset + len)` inside it, and
+/// (for `align` > 1) the address aligned. Returns the destination address. This is the
+/// receiver's whole trust boundary.
 pub(crate) fn check_destination(
     registry: &HashMap<u32, LocalMemory>,
     id: u32,
-    offset: u64,
-    len: u64,
-    align: u64,
+    key: u64,
+    (offset, len, align): (u64, u64, u64),
 ) -> Result<DevicePtr<u8>, String> {
     let mem = registry.get(&id).ok_or_else(|| {
         format!("memory {id} is not registered here for a network transport (or no longer)")
     })?;
     if !mem.transports.has(Transport::Ethernet) {
         return Err(format!("memory {id} is not registered for Ethernet"));
+    }
+    if !bool::from(mem.key.to_le_bytes().ct_eq(&key.to_le_bytes())) {
+        return Err(format!(
+            "the write into memory {id} carries a wrong network key (this rank never sent that memory to the writer)"
+        ));
     }
     match offset.checked_add(len) {
         Some(end) if end <= mem.size as u64 => {}
@@ -354,22 +441,39 @@ mod tests {
     #[test]
     fn handshake_round_trip_and_rejection() {
         let h = Handshake {
-            kind: HandshakeKind::Accept,
+            kind: HandshakeKind::Challenge,
             from: 3,
             to: 1,
-            token: 99,
+            nonce: [5; NONCE_LEN],
+            tag: [6; TAG_LEN],
         };
         let b = h.encode();
         assert_eq!(Handshake::decode(&b).unwrap(), h);
+        let a = Handshake::new(HandshakeKind::Accept, 1, 3);
+        assert_eq!(Handshake::decode(&a.encode()).unwrap(), a);
         let mut bad = b;
         bad[0] = b'X';
         assert!(Handshake::decode(&bad).is_err());
         let mut bad = b;
-        bad[8] = 2; // version
+        bad[8] = 1; // version 1
         assert!(Handshake::decode(&bad).is_err());
         let mut bad = b;
         bad[12] = 7; // kind
         assert!(Handshake::decode(&bad).is_err());
+        let mut bad = a.encode();
+        bad[60] = 1; // a tag on an ACCEPT
+        assert!(Handshake::decode(&bad).is_err());
+        let mut bad = Handshake::new(HandshakeKind::Proof, 1, 3).encode();
+        bad[30] = 1; // a nonce on a PROOF
+        assert!(Handshake::decode(&bad).is_err());
+        assert_ne!(
+            handshake_context(1, 3, 10, 20),
+            handshake_context(3, 1, 10, 20)
+        );
+        assert_ne!(
+            handshake_context(1, 3, 10, 20),
+            handshake_context(1, 3, 20, 10)
+        );
     }
 
     #[test]
@@ -379,16 +483,19 @@ mod tests {
                 id: 7,
                 offset: 1 << 40,
                 len: CHUNK as u64,
+                key: 0xfeed,
             },
             Frame::Write {
                 id: 0,
                 offset: 0,
                 len: 1,
+                key: 0,
             },
             Frame::Update {
                 id: 2,
                 offset: 64,
                 value: u64::MAX,
+                key: u64::MAX,
             },
             Frame::Flush { seq: 5 },
             Frame::Bye,
@@ -409,6 +516,9 @@ mod tests {
             h[24..32].copy_from_slice(&c.to_le_bytes());
             h
         };
+        let mut keyed_flush = enc(OP_FLUSH, 0, 3, 0, 0);
+        keyed_flush[32] = 1;
+        assert!(Frame::decode(&keyed_flush).is_err(), "a key on a flush");
         for bad in [
             enc(OP_WRITE, 1, 0, 0, 0),                     // empty write
             enc(OP_WRITE, 1, 0, CHUNK as u64 + 1, 0),      // over the cap
@@ -426,6 +536,7 @@ mod tests {
 
     #[test]
     fn destinations_are_checked_against_the_registry() {
+        const K: u64 = 0x5eed_1234_abcd_0042;
         let mut map = HashMap::new();
         let eth = TransportFlags::from(Transport::Ethernet);
         map.insert(
@@ -434,6 +545,7 @@ mod tests {
                 ptr: DevicePtr::from_addr(0x1000),
                 size: 100,
                 transports: eth,
+                key: K,
             },
         );
         map.insert(
@@ -442,6 +554,7 @@ mod tests {
                 ptr: DevicePtr::from_addr(0x2000),
                 size: 100,
                 transports: TransportFlags::from(Transport::Shm),
+                key: K,
             },
         );
         map.insert(
@@ -450,34 +563,41 @@ mod tests {
                 ptr: DevicePtr::from_addr(0x3004),
                 size: 64,
                 transports: eth,
+                key: K,
             },
         );
         assert_eq!(
-            check_destination(&map, 1, 0, 100, 1).unwrap().addr(),
+            check_destination(&map, 1, K, (0, 100, 1)).unwrap().addr(),
             0x1000
         );
         assert_eq!(
-            check_destination(&map, 1, 99, 1, 1).unwrap().addr(),
+            check_destination(&map, 1, K, (99, 1, 1)).unwrap().addr(),
             0x1000 + 99
         );
-        assert!(check_destination(&map, 1, 99, 2, 1).is_err());
-        assert!(check_destination(&map, 1, 100, 1, 1).is_err());
-        assert!(check_destination(&map, 1, u64::MAX, 2, 1).is_err());
-        assert!(check_destination(&map, 1, 1, u64::MAX, 1).is_err());
+        assert!(check_destination(&map, 1, K, (99, 2, 1)).is_err());
+        assert!(check_destination(&map, 1, K, (100, 1, 1)).is_err());
+        assert!(check_destination(&map, 1, K, (u64::MAX, 2, 1)).is_err());
+        assert!(check_destination(&map, 1, K, (1, u64::MAX, 1)).is_err());
         assert!(
-            check_destination(&map, 2, 0, 8, 1).is_err(),
+            check_destination(&map, 2, K, (0, 8, 1)).is_err(),
             "not registered for Ethernet"
         );
-        assert!(check_destination(&map, 9, 0, 8, 1).is_err(), "unknown id");
-        assert!(check_destination(&map, 1, 8, 8, 8).is_ok());
         assert!(
-            check_destination(&map, 1, 4, 8, 8).is_err(),
+            check_destination(&map, 9, K, (0, 8, 1)).is_err(),
+            "unknown id"
+        );
+        assert!(check_destination(&map, 1, K, (8, 8, 8)).is_ok());
+        assert!(
+            check_destination(&map, 1, K, (4, 8, 8)).is_err(),
             "misaligned offset"
         );
         assert!(
-            check_destination(&map, 3, 0, 8, 8).is_err(),
+            check_destination(&map, 3, K, (0, 8, 8)).is_err(),
             "misaligned base"
         );
-        assert!(check_destination(&map, 3, 4, 8, 8).is_ok());
+        assert!(check_destination(&map, 3, K, (4, 8, 8)).is_ok());
+        let wrong = check_destination(&map, 1, K ^ 1, (0, 8, 1)).unwrap_err();
+        assert!(wrong.contains("network key"), "{wrong}");
+        assert!(check_destination(&map, 1, 0, (0, 8, 1)).is_err());
     }
 }

@@ -60,6 +60,11 @@ impl Drop for Loaded {
     }
 }
 
+/// Why empty PTX text is refused: the usual cause is a build with `MSCCLPP_SKIP_PTX=1`
+/// (mscclpp's `build.rs`), which embeds an empty `DEVICE_PTX` for CPU-backend runs.
+pub(crate) const EMPTY_PTX: &str = "the PTX text is empty: a build with MSCCLPP_SKIP_PTX=1 \
+    embeds no device code (it serves the CPU backend only); rebuild without that variable";
+
 /// A loaded module (PTX JIT-compiled by the driver, or a cubin/fatbin).
 #[derive(Debug)]
 pub struct Module {
@@ -67,7 +72,8 @@ pub struct Module {
 }
 
 impl Module {
-    /// Loads PTX text for a device of architecture `device`; `what` names it in errors. PTX
+    /// Loads PTX text for a device of architecture `device`; `what` names it in errors. Empty
+    /// PTX (a `MSCCLPP_SKIP_PTX=1` build) is [`Error::ModuleLoad`] saying so. PTX
     /// whose `.target` is newer than the device is refused with [`Error::PtxTarget`] (the
     /// driver would only say that the JIT failed).
     pub(super) fn load_ptx(
@@ -76,6 +82,13 @@ impl Module {
         ptx: &str,
         what: &str,
     ) -> Result<Self> {
+        if ptx.trim().is_empty() {
+            return Err(Error::ModuleLoad {
+                what: what.to_string(),
+                ordinal: ctx.ordinal(),
+                source: BackendError::Invalid(EMPTY_PTX.to_string()),
+            });
+        }
         let target = PtxInfo::parse(ptx).target;
         let too_new = |target: Option<SmArch>| Error::PtxTarget {
             what: what.to_string(),

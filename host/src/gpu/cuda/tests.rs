@@ -421,6 +421,23 @@ fn ptx_for_a_newer_gpu_is_a_readable_error() {
     }
 }
 
+/// Empty PTX (what a build with `MSCCLPP_SKIP_PTX=1` embeds) is refused before the driver
+/// sees it, with a cause that names the variable.
+#[test]
+#[ignore = "needs CUDA"]
+fn empty_ptx_is_refused_naming_the_skip_variable() {
+    let d = Device::open(0).expect("open");
+    for empty in ["", "\n  \n"] {
+        match d.load_ptx(empty) {
+            Err(Error::ModuleLoad {
+                source: BackendError::Invalid(why),
+                ..
+            }) => assert!(why.contains("MSCCLPP_SKIP_PTX=1"), "{why}"),
+            other => panic!("empty PTX {empty:?}: {other:?}"),
+        }
+    }
+}
+
 #[test]
 #[ignore = "needs CUDA"]
 fn graphs_capture_and_replay() {

@@ -1,0 +1,540 @@
+//! Errors: [`NcclError`] (one variant per way a call fails, with its context and the library's
+//! error as `#[source]`), the NCCL code of each ([`NcclError::code`], and [`host_code`] for the
+//! library's errors), the text `ncclGetLastError` returns, and [`api`], the wrapper every
+//! exported function runs its body in: it catches panics (nothing unwinds into C; a panic is
+//! `ncclInternalError`), records the error text and logs it.
+//!
+//! # The last error
+//! Every failing call writes its text (the error and its sources, joined by `: `) twice:
+//! into a buffer of the calling thread, and into the newest slot of a process-wide ring of
+//! [`RING`] static buffers. `ncclGetLastError` returns the calling thread's text if that
+//! thread had an error, else the process's newest (so a watchdog thread sees the errors of the
+//! threads it watches). The pointer stays valid for the life of the thread (its own buffer)
+//! or of the process (a ring slot); its text is replaced by this thread's next error, or,
+//! for a ring slot, [`RING`] errors later.
+//!
+//! Shared words: the ring's slots are written under `RING_LOCK` (one writer at a time) and
+//! published by a release store of `LATEST`; readers (C callers) take `LATEST` with acquire
+//! and read the slot without a lock, as NCCL's callers read its static buffer.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int};
+use std::panic::AssertUnwindSafe;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use mscclpp::host::Error as HostError;
+
+use crate::abi::ncclResult_t;
+
+/// Why an NCCL call failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NcclError {
+    /// A pointer argument that must not be null is null.
+    #[error("{what} is null")]
+    Null {
+        /// The argument.
+        what: &'static str,
+    },
+    /// A communicator handle that is not a live communicator of this library.
+    #[error("{ptr:#x} is not a live communicator (never made by this library, or destroyed)")]
+    UnknownComm {
+        /// The handle.
+        ptr: usize,
+    },
+    /// A communicator whose initialisation has not finished: used inside the group that
+    /// initialises it, or a non-blocking one still in progress.
+    #[error("the communicator is still being initialised{}", if *.in_group { " (in the group that initialises it; use it after ncclGroupEnd)" } else { "" })]
+    CommPending {
+        /// Whether the init waits for the end of the caller's group.
+        in_group: bool,
+    },
+    /// A communicator whose initialisation failed (`ncclCommGetAsyncError` says why; destroy
+    /// it).
+    #[error("the communicator's initialisation failed: {reason}")]
+    CommFailed {
+        /// The code the initialisation returned.
+        code: ncclResult_t,
+        /// Its text.
+        reason: String,
+    },
+    /// A communicator used after `ncclCommFinalize`.
+    #[error("the communicator was finalized (only ncclCommDestroy may follow)")]
+    Finalized,
+    /// An integer argument out of its range.
+    #[error("{what} is {value}, {expected}")]
+    OutOfRange {
+        /// The argument.
+        what: &'static str,
+        /// Its value.
+        value: i64,
+        /// The range, in words.
+        expected: String,
+    },
+    /// A value that is no NCCL data type.
+    #[error("data type {value} is not an ncclDataType_t (0 to 11)")]
+    BadType {
+        /// The value.
+        value: c_int,
+    },
+    /// An NCCL data type the collectives do not serve yet.
+    #[error(
+        "{name} is not served yet (served: ncclInt32, ncclUint32, ncclFloat16, ncclFloat32, ncclBfloat16)"
+    )]
+    TypeNotServed {
+        /// Its NCCL name.
+        name: &'static str,
+    },
+    /// A value that is no NCCL operator.
+    #[error("operator {value} is not an ncclRedOp_t")]
+    BadOp {
+        /// The value.
+        value: c_int,
+    },
+    /// An NCCL operator the collectives do not serve yet.
+    #[error("{name} is not served yet (served: ncclSum, ncclMin, ncclMax)")]
+    OpNotServed {
+        /// What it is.
+        name: &'static str,
+    },
+    /// An operator `ncclRedOpCreatePreMulSum` did not make for this communicator (or that was
+    /// destroyed).
+    #[error("operator {value} is not a live operator of this communicator")]
+    UnknownOp {
+        /// The value.
+        value: c_int,
+    },
+    /// `count` elements of the type do not fit in a `size_t` of bytes.
+    #[error("{count} elements of {elem_bytes} bytes{} overflow the address space", if *.parts > 1 { format!(" times {} ranks", .parts) } else { String::new() })]
+    CountOverflow {
+        /// The count.
+        count: usize,
+        /// Bytes per element.
+        elem_bytes: usize,
+        /// How many such parts the call moves.
+        parts: usize,
+    },
+    /// A versioned struct (`ncclConfig_t`, `ncclCollConfig_t`) that is not one.
+    #[error("the {what} is not initialised: {reason}")]
+    BadConfig {
+        /// Which struct.
+        what: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A config field this library cannot honour.
+    #[error("{what}: {reason}")]
+    ConfigRefused {
+        /// The field.
+        what: &'static str,
+        /// Why.
+        reason: &'static str,
+    },
+    /// A unique id this library did not make.
+    #[error("the ncclUniqueId was not made by ncclGetUniqueId of this library")]
+    ForeignUniqueId {
+        /// What the bootstrap said.
+        #[source]
+        source: Box<HostError>,
+    },
+    /// `ncclGroupEnd` without a matching `ncclGroupStart`.
+    #[error("ncclGroupEnd without ncclGroupStart")]
+    GroupUnbalanced,
+    /// An earlier call of the group failed, so the group ran nothing.
+    #[error("an earlier call of this group failed, so the group ran nothing: {first}")]
+    GroupFailed {
+        /// The code of that call.
+        code: ncclResult_t,
+        /// Its text.
+        first: String,
+    },
+    /// Sends and receives that cannot match (to the rank itself without the matching other
+    /// half, or of different sizes).
+    #[error("unmatched send and receive: {why}")]
+    P2pUnmatched {
+        /// What does not match.
+        why: String,
+    },
+    /// A buffer that is not memory `ncclMemAlloc` handed out.
+    #[error("{ptr:#x} was not allocated by ncclMemAlloc (or was freed)")]
+    UnknownBuffer {
+        /// The pointer.
+        ptr: usize,
+    },
+    /// A registration or window handle that is not live on this communicator.
+    #[error("{what} {ptr:#x} is not live on this communicator")]
+    UnknownHandle {
+        /// Registration or window.
+        what: &'static str,
+        /// The handle.
+        ptr: usize,
+    },
+    /// A buffer to register that is not device memory of the communicator's device.
+    #[error("[{ptr:#x}, +{size}) is not inside one allocation of device {device}")]
+    NotDeviceMemory {
+        /// Start.
+        ptr: usize,
+        /// Length.
+        size: usize,
+        /// The communicator's device.
+        device: usize,
+        /// What the GPU layer said.
+        #[source]
+        source: Option<Box<HostError>>,
+    },
+    /// Part of NCCL's API this library does not implement (and may never).
+    #[error("{what} is not implemented by mscclpp-rs: {why}")]
+    NotImplemented {
+        /// The function or feature.
+        what: &'static str,
+        /// Why, and what to use instead.
+        why: &'static str,
+    },
+    /// Part of NCCL's API this library will implement once the API beneath exists.
+    #[error("{what} is not served yet by mscclpp-rs ({needs})")]
+    NotYet {
+        /// The function or feature.
+        what: &'static str,
+        /// What it waits for.
+        needs: &'static str,
+    },
+    /// The library failed (`operation` names what the call was doing).
+    #[error("{operation} failed")]
+    Library {
+        /// What was being done.
+        operation: &'static str,
+        /// The library's error (boxed: the library's error type is large).
+        #[source]
+        source: Box<HostError>,
+    },
+    /// A thread of the library panicked (a bug; reported instead of unwinding).
+    #[error("a thread to {what} panicked")]
+    Panicked {
+        /// What the thread was for.
+        what: &'static str,
+    },
+    /// A thread of the library could not be started.
+    #[error("starting a thread to {what} failed")]
+    Thread {
+        /// What the thread was for.
+        what: &'static str,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl NcclError {
+    /// The NCCL code the call returns.
+    pub fn code(&self) -> ncclResult_t {
+        use ncclResult_t::*;
+        match self {
+            Self::Null { .. }
+            | Self::UnknownComm { .. }
+            | Self::OutOfRange { .. }
+            | Self::BadType { .. }
+            | Self::TypeNotServed { .. }
+            | Self::BadOp { .. }
+            | Self::OpNotServed { .. }
+            | Self::UnknownOp { .. }
+            | Self::CountOverflow { .. }
+            | Self::BadConfig { .. }
+            | Self::ForeignUniqueId { .. }
+            | Self::UnknownBuffer { .. }
+            | Self::UnknownHandle { .. }
+            | Self::NotDeviceMemory { .. } => ncclInvalidArgument,
+            Self::CommPending { .. }
+            | Self::Finalized
+            | Self::ConfigRefused { .. }
+            | Self::GroupUnbalanced
+            | Self::P2pUnmatched { .. }
+            | Self::NotImplemented { .. }
+            | Self::NotYet { .. } => ncclInvalidUsage,
+            Self::CommFailed { code, .. } | Self::GroupFailed { code, .. } => *code,
+            Self::Library { source, .. } => host_code(source),
+            Self::Thread { .. } => ncclSystemError,
+            Self::Panicked { .. } => ncclInternalError,
+        }
+    }
+
+    /// A library error met while doing `operation`.
+    pub fn library(operation: &'static str) -> impl FnOnce(HostError) -> Self {
+        move |source| Self::Library {
+            operation,
+            source: Box::new(source),
+        }
+    }
+
+    /// The text: this error and its sources, joined by `: `.
+    pub fn text(&self) -> String {
+        let mut s = self.to_string();
+        let mut cur: Option<&dyn std::error::Error> = std::error::Error::source(self);
+        while let Some(e) = cur {
+            s.push_str(": ");
+            s.push_str(&e.to_string());
+            cur = e.source();
+        }
+        s
+    }
+}
+
+/// The NCCL code of a library error: a dead or failed peer is `ncclRemoteError`, a wait that
+/// ran out of time `ncclTimeout`, the GPU layer `ncclUnhandledCudaError`, the network and the
+/// OS `ncclSystemError`, a wrong argument or state `ncclInvalidArgument` /
+/// `ncclInvalidUsage`, anything else `ncclInternalError`.
+pub fn host_code(e: &HostError) -> ncclResult_t {
+    use mscclpp::shared::DeviceErrorCode;
+    use ncclResult_t::*;
+    match e {
+        HostError::Remote { .. }
+        | HostError::BootstrapPeerClosed { .. }
+        | HostError::EthernetPeerClosed { .. }
+        | HostError::SemaphorePeer { .. }
+        | HostError::ProxyFailed { .. } => ncclRemoteError,
+        HostError::BootstrapTimeout { .. }
+        | HostError::BootstrapMissingRanks { .. }
+        | HostError::SemaphoreTimeout { .. }
+        | HostError::FlushTimeout { .. }
+        | HostError::EthernetTimeout { .. } => ncclTimeout,
+        HostError::Device { code, .. } => match code {
+            DeviceErrorCode::Timeout => ncclTimeout,
+            DeviceErrorCode::Aborted => ncclRemoteError,
+            _ => ncclInternalError,
+        },
+        HostError::NoLibcuda
+        | HostError::CudaInit(_)
+        | HostError::DeviceOpen { .. }
+        | HostError::Alloc { .. }
+        | HostError::HostAlloc { .. }
+        | HostError::IpcExport { .. }
+        | HostError::IpcOpen { .. }
+        | HostError::PeerAccess { .. }
+        | HostError::Stream { .. }
+        | HostError::Copy { .. }
+        | HostError::ModuleLoad { .. }
+        | HostError::MissingKernel { .. }
+        | HostError::ParamSize { .. }
+        | HostError::Launch { .. }
+        | HostError::CurrentDevice { .. } => ncclUnhandledCudaError,
+        HostError::BootstrapConfig(_)
+        | HostError::BootstrapInterface { .. }
+        | HostError::BootstrapListen { .. }
+        | HostError::BootstrapConnect { .. }
+        | HostError::BootstrapBadMagic { .. }
+        | HostError::BootstrapVersion { .. }
+        | HostError::BootstrapMalformed { .. }
+        | HostError::BootstrapRejected { .. }
+        | HostError::BootstrapIo { .. }
+        | HostError::BootstrapSpawn { .. }
+        | HostError::HealthMonitorStart { .. }
+        | HostError::ProxyStart { .. }
+        | HostError::EthernetIo { .. }
+        | HostError::EthernetConnect { .. } => ncclSystemError,
+        HostError::NoSuchDevice { .. }
+        | HostError::NoSuchRank { .. }
+        | HostError::StreamDevice { .. }
+        | HostError::BootstrapUniqueId { .. }
+        | HostError::UnknownAddress { .. }
+        | HostError::OutOfRange { .. } => ncclInvalidArgument,
+        HostError::Unsupported { .. }
+        | HostError::PeerIsSelf { .. }
+        | HostError::CrossNode { .. }
+        | HostError::DuplicateGpu { .. }
+        | HostError::ConfigMismatch { .. }
+        | HostError::Aborted { .. } => ncclInvalidUsage,
+        _ => ncclInternalError,
+    }
+}
+
+/// What a call that did not fail returns: done, or (non-blocking) still in progress.
+pub type Outcome = Result<ncclResult_t, NcclError>;
+
+/// Runs an exported function's `body`: logging set up on first use, a panic caught and
+/// turned into `ncclInternalError`, an error's text recorded for `ncclGetLastError` and
+/// logged as a warning. `name` is the NCCL function.
+pub fn api(name: &'static str, body: impl FnOnce() -> Outcome) -> ncclResult_t {
+    let guarded = || {
+        crate::log::ensure_init();
+        body()
+    };
+    match std::panic::catch_unwind(AssertUnwindSafe(guarded)) {
+        Ok(Ok(code)) => code,
+        Ok(Err(e)) => {
+            let code = e.code();
+            fail(name, code, &e.text());
+            code
+        }
+        Err(panic) => {
+            let code = ncclResult_t::ncclInternalError;
+            fail(
+                name,
+                code,
+                &format!("internal error (a panic: {})", panic_text(&*panic)),
+            );
+            code
+        }
+    }
+}
+
+/// [`api`] for the few functions that return something else than an `ncclResult_t`: `body`'s
+/// value, or `fallback` after a panic (recorded as an internal error).
+pub fn guarded<T>(name: &'static str, fallback: T, body: impl FnOnce() -> T) -> T {
+    let guarded = || {
+        crate::log::ensure_init();
+        body()
+    };
+    match std::panic::catch_unwind(AssertUnwindSafe(guarded)) {
+        Ok(v) => v,
+        Err(panic) => {
+            let text = format!("internal error (a panic: {})", panic_text(&*panic));
+            fail(name, ncclResult_t::ncclInternalError, &text);
+            fallback
+        }
+    }
+}
+
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".to_string())
+}
+
+/// Records `text` as the last error of `name` (code `code`) and logs it.
+pub fn fail(name: &'static str, code: ncclResult_t, text: &str) {
+    let line = format!("{name}: {text}");
+    tracing::warn!("{line} ({})", code.name());
+    set_last_error(&line);
+}
+
+/// Bytes of each last-error buffer (the text is cut to fit, NUL included).
+pub const LAST_ERROR_BYTES: usize = 1024;
+/// Slots of the process-wide ring.
+pub const RING: usize = 16;
+
+struct Ring {
+    slots: [std::cell::UnsafeCell<[u8; LAST_ERROR_BYTES]>; RING],
+}
+
+// SAFETY: slots are written only under `RING_LOCK`; readers only read (see module docs).
+unsafe impl Sync for Ring {}
+
+static RING_SLOTS: Ring = Ring {
+    slots: [const { std::cell::UnsafeCell::new([0; LAST_ERROR_BYTES]) }; RING],
+};
+static RING_LOCK: Mutex<usize> = Mutex::new(0);
+/// The newest slot plus one (0: no error yet).
+static LATEST: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static MINE: RefCell<Option<Box<[u8; LAST_ERROR_BYTES]>>> = const { RefCell::new(None) };
+}
+
+fn copy_c(dst: &mut [u8; LAST_ERROR_BYTES], text: &str) {
+    let mut n = text.len().min(LAST_ERROR_BYTES - 1);
+    while !text.is_char_boundary(n) {
+        n -= 1;
+    }
+    dst[..n].copy_from_slice(&text.as_bytes()[..n]);
+    dst[n] = 0;
+}
+
+/// Records `text` as the calling thread's and the process's last error.
+pub fn set_last_error(text: &str) {
+    // A panic here would be inside `api`'s handler: nothing below can panic but the lock,
+    // whose poison is ignored.
+    let _ = MINE.try_with(|m| {
+        let mut m = m.borrow_mut();
+        copy_c(
+            m.get_or_insert_with(|| Box::new([0; LAST_ERROR_BYTES])),
+            text,
+        );
+    });
+    let mut next = RING_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let slot = *next % RING;
+    // SAFETY: writers hold `RING_LOCK`; the slot is a static array.
+    copy_c(unsafe { &mut *RING_SLOTS.slots[slot].get() }, text);
+    *next = next.wrapping_add(1);
+    LATEST.store(slot + 1, Ordering::Release);
+}
+
+/// `ncclGetLastError`'s text: the calling thread's last error, else the process's, else "".
+pub fn last_error() -> *const c_char {
+    let mine = MINE
+        .try_with(|m| m.borrow().as_ref().map(|b| b.as_ptr().cast::<c_char>()))
+        .ok()
+        .flatten();
+    if let Some(p) = mine {
+        return p;
+    }
+    match LATEST.load(Ordering::Acquire) {
+        0 => c"".as_ptr(),
+        i => RING_SLOTS.slots[i - 1].get().cast::<c_char>().cast_const(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CStr;
+
+    fn read(p: *const c_char) -> String {
+        // SAFETY: `last_error` returns a NUL-terminated static or thread-local buffer.
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn last_error_is_per_thread_then_per_process() {
+        std::thread::spawn(|| {
+            set_last_error("first thread's error");
+            assert_eq!(read(last_error()), "first thread's error");
+        })
+        .join()
+        .unwrap();
+        // A thread without errors of its own sees the newest of the process.
+        std::thread::spawn(|| assert_eq!(read(last_error()), "first thread's error"))
+            .join()
+            .unwrap();
+        let long = "é".repeat(LAST_ERROR_BYTES);
+        std::thread::spawn(move || {
+            set_last_error(&long);
+            let got = read(last_error());
+            assert!(got.len() < LAST_ERROR_BYTES && got.chars().all(|c| c == 'é'));
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn panics_become_internal_errors() {
+        std::thread::spawn(|| {
+            let code = api("ncclTest", || panic!("boom"));
+            assert_eq!(code, ncclResult_t::ncclInternalError);
+            assert!(read(last_error()).contains("ncclTest: internal error (a panic: boom)"));
+            let v = guarded("ncclTest2", 7, || -> i32 { panic!("bang") });
+            assert_eq!(v, 7);
+            assert!(read(last_error()).contains("bang"));
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn errors_carry_their_sources_and_codes() {
+        let e = NcclError::Library {
+            operation: "ncclAllReduce",
+            source: Box::new(HostError::Remote {
+                rank: 3,
+                reason: "gone".into(),
+            }),
+        };
+        assert_eq!(e.code(), ncclResult_t::ncclRemoteError);
+        assert!(
+            e.text().starts_with("ncclAllReduce failed: "),
+            "{}",
+            e.text()
+        );
+        assert!(e.text().contains("gone"), "{}", e.text());
+    }
+}

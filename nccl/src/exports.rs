@@ -1,0 +1,815 @@
+//! Every C symbol of the library, in `nccl.h`'s order: each `nccl*` function and its `pnccl*`
+//! profiling alias (NVIDIA exports both), plus `ncclAllToAll`, a second spelling of
+//! `ncclAlltoAll` that some NCCL-API shims use. Each body is one call into the module of its
+//! concern, run by [`api`] (panics caught, errors recorded for `ncclGetLastError`). The
+//! functions NCCL has and this library does not implement are in `stubs.rs`.
+
+#![allow(non_snake_case, non_camel_case_types)]
+
+use std::ffi::{c_char, c_int, c_void};
+
+use crate::abi::{
+    NCCL_VERSION_CODE, ncclCollConfig_t, ncclConfig_t, ncclResult_t, ncclSimInfo_t, ncclUniqueId,
+    read_versioned,
+};
+use crate::collectives::{self as coll, Op};
+use crate::comm::Handle;
+use crate::error::{NcclError, Outcome, api, guarded, last_error};
+use crate::group::{self, Call};
+use crate::init;
+use crate::p2p::{self, Dir};
+use crate::registration as reg;
+
+/// `ncclComm_t`.
+pub type ncclComm_t = *mut c_void;
+/// `cudaStream_t`.
+pub type cudaStream_t = *mut c_void;
+/// `ncclWindow_t`.
+pub type ncclWindow_t = *mut c_void;
+
+/// Defines `nccl…` with `body` and `pnccl…` calling it.
+macro_rules! export {
+    ($(#[$doc:meta])* fn $name:ident / $pname:ident ($($a:ident: $t:ty),* $(,)?) -> $ret:ty $body:block) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// NCCL's contract for this function: every pointer argument is null where NCCL allows
+        /// it, else valid for what NCCL's documentation says the function reads or writes;
+        /// buffers and streams stay valid until the work queued on them completes.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> $ret $body
+
+        #[doc = concat!("`", stringify!($pname), "`: the profiling alias of [`", stringify!($name), "`].")]
+        ///
+        /// # Safety
+        /// As the function it aliases.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $pname($($a: $t),*) -> $ret {
+            // SAFETY: the same contract, passed on.
+            unsafe { $name($($a),*) }
+        }
+    };
+}
+pub(crate) use export;
+
+/// Checks a per-call `ncclCollConfig_t` (null: none): its tuning hints are accepted and left to
+/// the library's own choice; a forced NCCL algorithm selection is refused, and a launch
+/// completion event is not served yet.
+fn coll_config(config: *const ncclCollConfig_t) -> Result<(), NcclError> {
+    // SAFETY: NCCL's contract: null or a struct of its declared size.
+    let Some(cfg) = (unsafe { read_versioned(config, "ncclCollConfig_t") })? else {
+        return Ok(());
+    };
+    if !cfg.algSelection.is_null() && cfg.forceAlgSelection != 0 {
+        // SAFETY: NCCL's contract: a NUL-terminated string when not null.
+        let sel = unsafe { std::ffi::CStr::from_ptr(cfg.algSelection) };
+        if !sel.is_empty() {
+            return Err(NcclError::ConfigRefused {
+                what: "ncclCollConfig_t::algSelection",
+                reason: "it names NCCL's algorithms; mscclpp-rs chooses among its own (MSCCLPP_* settings), so set forceAlgSelection = 0 or leave it unset",
+            });
+        }
+    }
+    if !cfg.launchCompletionEvent.is_null() {
+        return Err(NcclError::NotYet {
+            what: "ncclCollConfig_t::launchCompletionEvent",
+            needs: "recording a caller's CUDA event",
+        });
+    }
+    Ok(())
+}
+
+/// A collective: its checks by `make`, then now or at the group's end.
+fn collective(
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+    make: impl FnOnce(&crate::comm::Comm) -> Result<Op, NcclError>,
+) -> Outcome {
+    group::enqueue(|| {
+        let c = coll::check(comm)?;
+        let op = make(&c)?;
+        Ok((
+            c,
+            Call::Coll {
+                op,
+                stream: stream as u64,
+            },
+        ))
+    })
+}
+
+/// A send or receive.
+fn point_to_point(
+    dir: Dir,
+    buf: *const c_void,
+    count: usize,
+    datatype: c_int,
+    peer: c_int,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> Outcome {
+    group::enqueue(|| {
+        let c = coll::check(comm)?;
+        let op = p2p::p2p_op(&c, dir, buf, count, datatype, peer, stream)?;
+        Ok((c, Call::P2p(op)))
+    })
+}
+
+/// A collective that is not served yet: checked, then refused.
+#[allow(clippy::too_many_arguments)]
+fn not_yet(
+    what: &'static str,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    datatype: c_int,
+    op: Option<c_int>,
+    root: c_int,
+    comm: ncclComm_t,
+) -> Outcome {
+    group::enqueue(|| {
+        let c = coll::check(comm)?;
+        coll::check_rooted(&c, what, send, recv, count, datatype, op, root)?;
+        Err(NcclError::NotYet {
+            what,
+            needs: "the library's reduce, gather and scatter collectives",
+        })
+    })
+}
+
+fn done() -> Outcome {
+    Ok(ncclResult_t::ncclSuccess)
+}
+
+export! {
+    /// `ncclMemAlloc`: device memory of the current device from the library's exportable
+    /// allocator (usable by the collectives' zero-copy paths).
+    fn ncclMemAlloc / pncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> ncclResult_t {
+        api("ncclMemAlloc", || reg::mem_alloc(ptr, size).and_then(|()| done()))
+    }
+}
+
+export! {
+    /// `ncclMemFree`.
+    fn ncclMemFree / pncclMemFree(ptr: *mut c_void) -> ncclResult_t {
+        api("ncclMemFree", || reg::mem_free(ptr).and_then(|()| done()))
+    }
+}
+
+export! {
+    /// `ncclGetVersion`: the NCCL API level implemented ([`NCCL_VERSION_CODE`]).
+    fn ncclGetVersion / pncclGetVersion(version: *mut c_int) -> ncclResult_t {
+        api("ncclGetVersion", || {
+            if version.is_null() {
+                return Err(NcclError::Null { what: "version" });
+            }
+            // SAFETY: checked non-null; NCCL's contract: a writable int.
+            unsafe { version.write(NCCL_VERSION_CODE) };
+            done()
+        })
+    }
+}
+
+export! {
+    /// `ncclGetUniqueId`.
+    fn ncclGetUniqueId / pncclGetUniqueId(uniqueId: *mut ncclUniqueId) -> ncclResult_t {
+        api("ncclGetUniqueId", || init::get_unique_id(uniqueId))
+    }
+}
+
+export! {
+    /// `ncclCommInitRankConfig`.
+    fn ncclCommInitRankConfig / pncclCommInitRankConfig(
+        comm: *mut ncclComm_t,
+        nranks: c_int,
+        commId: ncclUniqueId,
+        rank: c_int,
+        config: *mut ncclConfig_t,
+    ) -> ncclResult_t {
+        api("ncclCommInitRankConfig", || {
+            let r = init::init_rank(comm, nranks, &commId, rank, config);
+            if let Err(e) = &r {
+                group::note_failure(e);
+            }
+            r
+        })
+    }
+}
+
+export! {
+    /// `ncclCommInitRank`.
+    fn ncclCommInitRank / pncclCommInitRank(
+        comm: *mut ncclComm_t,
+        nranks: c_int,
+        commId: ncclUniqueId,
+        rank: c_int,
+    ) -> ncclResult_t {
+        api("ncclCommInitRank", || {
+            let r = init::init_rank(comm, nranks, &commId, rank, std::ptr::null());
+            if let Err(e) = &r {
+                group::note_failure(e);
+            }
+            r
+        })
+    }
+}
+
+export! {
+    /// `ncclCommInitAll`.
+    fn ncclCommInitAll / pncclCommInitAll(comm: *mut ncclComm_t, ndev: c_int, devlist: *const c_int) -> ncclResult_t {
+        api("ncclCommInitAll", || init::init_all(comm, ndev, devlist))
+    }
+}
+
+export! {
+    /// `ncclCommFinalize`.
+    fn ncclCommFinalize / pncclCommFinalize(comm: ncclComm_t) -> ncclResult_t {
+        api("ncclCommFinalize", || init::finalize(comm))
+    }
+}
+
+export! {
+    /// `ncclCommDestroy`.
+    fn ncclCommDestroy / pncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
+        api("ncclCommDestroy", || init::destroy(comm))
+    }
+}
+
+export! {
+    /// `ncclCommAbort`.
+    fn ncclCommAbort / pncclCommAbort(comm: ncclComm_t) -> ncclResult_t {
+        api("ncclCommAbort", || init::abort(comm))
+    }
+}
+
+export! {
+    /// `ncclCommSplit` (arguments checked; the split is not served yet).
+    fn ncclCommSplit / pncclCommSplit(
+        comm: ncclComm_t,
+        color: c_int,
+        key: c_int,
+        newcomm: *mut ncclComm_t,
+        config: *mut ncclConfig_t,
+    ) -> ncclResult_t {
+        api("ncclCommSplit", || {
+            let r = init::split(comm, color, key, newcomm, config);
+            if let Err(e) = &r {
+                group::note_failure(e);
+            }
+            r
+        })
+    }
+}
+
+export! {
+    /// `ncclCommInitRankScalable`.
+    fn ncclCommInitRankScalable / pncclCommInitRankScalable(
+        newcomm: *mut ncclComm_t,
+        nranks: c_int,
+        myrank: c_int,
+        nId: c_int,
+        commIds: *mut ncclUniqueId,
+        config: *mut ncclConfig_t,
+    ) -> ncclResult_t {
+        api("ncclCommInitRankScalable", || {
+            let r = init::init_rank_scalable(newcomm, nranks, myrank, nId, commIds, config);
+            if let Err(e) = &r {
+                group::note_failure(e);
+            }
+            r
+        })
+    }
+}
+
+/// The text of each code.
+fn error_string(code: c_int) -> &'static std::ffi::CStr {
+    match code {
+        0 => c"no error",
+        1 => c"unhandled CUDA error (the GPU layer failed; ncclGetLastError says where)",
+        2 => c"unhandled system error (the OS or the network failed; ncclGetLastError says where)",
+        3 => c"internal error of mscclpp-rs (please report it with ncclGetLastError's text)",
+        4 => c"invalid argument (ncclGetLastError says which)",
+        5 => c"invalid usage (a call in the wrong state, or not implemented; ncclGetLastError says which)",
+        6 => c"remote error (a peer exited or failed)",
+        7 => c"operation in progress",
+        8 => c"timeout (peers did not answer in time)",
+        _ => c"unknown result code",
+    }
+}
+
+export! {
+    /// `ncclGetErrorString`.
+    fn ncclGetErrorString / pncclGetErrorString(result: c_int) -> *const c_char {
+        guarded("ncclGetErrorString", c"unknown result code".as_ptr(), || {
+            error_string(result).as_ptr()
+        })
+    }
+}
+
+export! {
+    /// `ncclGetLastError`: the calling thread's last error, else the process's (`comm` is not
+    /// used, as in NCCL).
+    fn ncclGetLastError / pncclGetLastError(comm: ncclComm_t) -> *const c_char {
+        let _ = comm;
+        guarded("ncclGetLastError", c"".as_ptr(), last_error)
+    }
+}
+
+export! {
+    /// `ncclCommGetAsyncError`.
+    fn ncclCommGetAsyncError / pncclCommGetAsyncError(comm: ncclComm_t, asyncError: *mut c_int) -> ncclResult_t {
+        api("ncclCommGetAsyncError", || init::get_async_error(comm, asyncError))
+    }
+}
+
+export! {
+    /// `ncclCommCount`.
+    fn ncclCommCount / pncclCommCount(comm: ncclComm_t, count: *mut c_int) -> ncclResult_t {
+        api("ncclCommCount", || init::tell(comm, count, |h| h.nranks))
+    }
+}
+
+export! {
+    /// `ncclCommCuDevice`: the CUDA device ordinal (on the CPU backend, its device).
+    fn ncclCommCuDevice / pncclCommCuDevice(comm: ncclComm_t, device: *mut c_int) -> ncclResult_t {
+        api("ncclCommCuDevice", || init::tell(comm, device, |h| h.device))
+    }
+}
+
+export! {
+    /// `ncclCommUserRank`.
+    fn ncclCommUserRank / pncclCommUserRank(comm: ncclComm_t, rank: *mut c_int) -> ncclResult_t {
+        api("ncclCommUserRank", || init::tell(comm, rank, |h| h.rank))
+    }
+}
+
+export! {
+    /// `ncclCommRegister`.
+    fn ncclCommRegister / pncclCommRegister(
+        comm: ncclComm_t,
+        buff: *mut c_void,
+        size: usize,
+        handle: *mut *mut c_void,
+    ) -> ncclResult_t {
+        api("ncclCommRegister", || {
+            reg::register(&*Handle::ready(comm)?, buff, size, handle).and_then(|()| done())
+        })
+    }
+}
+
+export! {
+    /// `ncclCommDeregister`.
+    fn ncclCommDeregister / pncclCommDeregister(comm: ncclComm_t, handle: *mut c_void) -> ncclResult_t {
+        api("ncclCommDeregister", || {
+            reg::deregister(&*Handle::ready(comm)?, handle).and_then(|()| done())
+        })
+    }
+}
+
+export! {
+    /// `ncclCommWindowRegister`.
+    fn ncclCommWindowRegister / pncclCommWindowRegister(
+        comm: ncclComm_t,
+        buff: *mut c_void,
+        size: usize,
+        win: *mut ncclWindow_t,
+        winFlags: c_int,
+    ) -> ncclResult_t {
+        api("ncclCommWindowRegister", || {
+            reg::window_register(&*Handle::ready(comm)?, buff, size, win, winFlags)
+                .and_then(|()| done())
+        })
+    }
+}
+
+export! {
+    /// `ncclCommWindowDeregister`.
+    fn ncclCommWindowDeregister / pncclCommWindowDeregister(comm: ncclComm_t, win: ncclWindow_t) -> ncclResult_t {
+        api("ncclCommWindowDeregister", || {
+            reg::window_deregister(&*Handle::ready(comm)?, win).and_then(|()| done())
+        })
+    }
+}
+
+export! {
+    /// `ncclWinGetUserPtr`.
+    fn ncclWinGetUserPtr / pncclWinGetUserPtr(comm: ncclComm_t, win: ncclWindow_t, outUserPtr: *mut *mut c_void) -> ncclResult_t {
+        api("ncclWinGetUserPtr", || {
+            if outUserPtr.is_null() {
+                return Err(NcclError::Null { what: "outUserPtr" });
+            }
+            let p = reg::window_user_ptr(&*Handle::ready(comm)?, win)?;
+            // SAFETY: checked non-null; NCCL's contract: a writable `void*`.
+            unsafe { outUserPtr.write(p as *mut c_void) };
+            done()
+        })
+    }
+}
+
+export! {
+    /// `ncclRedOpCreatePreMulSum` (the operator is made; collectives with it are not served
+    /// yet).
+    fn ncclRedOpCreatePreMulSum / pncclRedOpCreatePreMulSum(
+        op: *mut c_int,
+        scalar: *mut c_void,
+        datatype: c_int,
+        residence: c_int,
+        comm: ncclComm_t,
+    ) -> ncclResult_t {
+        api("ncclRedOpCreatePreMulSum", || {
+            if op.is_null() {
+                return Err(NcclError::Null { what: "op" });
+            }
+            let v = reg::create_pre_mul_sum(&*Handle::ready(comm)?, scalar, datatype, residence)?;
+            // SAFETY: checked non-null; NCCL's contract: a writable `ncclRedOp_t`.
+            unsafe { op.write(v) };
+            done()
+        })
+    }
+}
+
+export! {
+    /// `ncclRedOpDestroy`.
+    fn ncclRedOpDestroy / pncclRedOpDestroy(op: c_int, comm: ncclComm_t) -> ncclResult_t {
+        api("ncclRedOpDestroy", || reg::destroy_op(&*Handle::ready(comm)?, op).and_then(|()| done()))
+    }
+}
+
+export! {
+    /// `ncclReduce` (arguments checked; not served yet).
+    fn ncclReduce / pncclReduce(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        count: usize,
+        datatype: c_int,
+        op: c_int,
+        root: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> ncclResult_t {
+        let _ = stream;
+        api("ncclReduce", || not_yet("ncclReduce", sendbuff, recvbuff, count, datatype, Some(op), root, comm))
+    }
+}
+
+export! {
+    /// `ncclBcast`: an in-place broadcast.
+    fn ncclBcast / pncclBcast(
+        buff: *mut c_void,
+        count: usize,
+        datatype: c_int,
+        root: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> ncclResult_t {
+        api("ncclBcast", || {
+            collective(comm, stream, |c| coll::broadcast_op(c, buff, buff, count, datatype, root))
+        })
+    }
+}
+
+export! {
+    /// `ncclBroadcast`.
+    fn ncclBroadcast / pncclBroadcast(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        count: usize,
+        datatype: c_int,
+        root: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> ncclResult_t {
+        api("ncclBroadcast", || {
+            collective(comm, stream, |c| coll::broadcast_op(c, sendbuff, recvbuff, count, datatype, root))
+        })
+    }
+}
+
+export! {
+    /// `ncclAllReduce`.
+    fn ncclAllReduce / pncclAllReduce(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        count: usize,
+        datatype: c_int,
+        op: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> ncclResult_t {
+        api("ncclAllReduce", || {
+            collective(comm, stream, |c| coll::all_reduce_op(c, sendbuff, recvbuff, count, datatype, op))
+        })
+    }
+}
+
+export! {
+    /// `ncclReduceScatter`.
+    fn ncclReduceScatter / pncclReduceScatter(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        recvcount: usize,
+        datatype: c_int,
+        op: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> ncclResult_t {
+        api("ncclReduceScatter", || {
+            collective(comm, stream, |c| coll::reduce_scatter_op(c, sendbuff, recvbuff, recvcount, datatype, op))
+        })
+    }
+}
+
+export! {
+    /// `ncclAllGather`.
+    fn ncclAllGather / pncclAllGather(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        sendcount: usize,
+        datatype: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> ncclResult_t {
+        api("ncclAllGather", || {
+            collective(comm, stream, |c| coll::all_gather_op(c, sendbuff, recvbuff, sendcount, datatype))
+        })
+    }
+}
+
+export! {
+    /// `ncclAlltoAll` (NVIDIA's spelling).
+    fn ncclAlltoAll / pncclAlltoAll(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        count: usize,
+        datatype: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> ncclResult_t {
+        api("ncclAlltoAll", || {
+            collective(comm, stream, |c| coll::all_to_all_op(c, sendbuff, recvbuff, count, datatype))
+        })
+    }
+}
+
+export! {
+    /// `ncclAllToAll`: the same as [`ncclAlltoAll`] (a spelling some shims use; NVIDIA
+    /// exports only `ncclAlltoAll`).
+    fn ncclAllToAll / pncclAllToAll(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        count: usize,
+        datatype: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> ncclResult_t {
+        // SAFETY: the same contract, passed on.
+        unsafe { ncclAlltoAll(sendbuff, recvbuff, count, datatype, comm, stream) }
+    }
+}
+
+export! {
+    /// `ncclGather` (arguments checked; not served yet).
+    fn ncclGather / pncclGather(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        count: usize,
+        datatype: c_int,
+        root: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> ncclResult_t {
+        let _ = stream;
+        api("ncclGather", || not_yet("ncclGather", sendbuff, recvbuff, count, datatype, None, root, comm))
+    }
+}
+
+export! {
+    /// `ncclScatter` (arguments checked; not served yet).
+    fn ncclScatter / pncclScatter(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        count: usize,
+        datatype: c_int,
+        root: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> ncclResult_t {
+        let _ = stream;
+        api("ncclScatter", || not_yet("ncclScatter", sendbuff, recvbuff, count, datatype, None, root, comm))
+    }
+}
+
+export! {
+    /// `ncclAllReduceConfig`.
+    fn ncclAllReduceConfig / pncclAllReduceConfig(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        count: usize,
+        datatype: c_int,
+        op: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+        config: *const ncclCollConfig_t,
+    ) -> ncclResult_t {
+        api("ncclAllReduceConfig", || {
+            collective(comm, stream, |c| {
+                coll_config(config)?;
+                coll::all_reduce_op(c, sendbuff, recvbuff, count, datatype, op)
+            })
+        })
+    }
+}
+
+export! {
+    /// `ncclBroadcastConfig`.
+    fn ncclBroadcastConfig / pncclBroadcastConfig(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        count: usize,
+        datatype: c_int,
+        root: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+        config: *const ncclCollConfig_t,
+    ) -> ncclResult_t {
+        api("ncclBroadcastConfig", || {
+            collective(comm, stream, |c| {
+                coll_config(config)?;
+                coll::broadcast_op(c, sendbuff, recvbuff, count, datatype, root)
+            })
+        })
+    }
+}
+
+export! {
+    /// `ncclReduceConfig` (arguments checked; not served yet).
+    fn ncclReduceConfig / pncclReduceConfig(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        count: usize,
+        datatype: c_int,
+        op: c_int,
+        root: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+        config: *const ncclCollConfig_t,
+    ) -> ncclResult_t {
+        let _ = stream;
+        api("ncclReduceConfig", || {
+            coll_config(config)?;
+            not_yet("ncclReduce", sendbuff, recvbuff, count, datatype, Some(op), root, comm)
+        })
+    }
+}
+
+export! {
+    /// `ncclAllGatherConfig`.
+    fn ncclAllGatherConfig / pncclAllGatherConfig(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        sendcount: usize,
+        datatype: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+        config: *const ncclCollConfig_t,
+    ) -> ncclResult_t {
+        api("ncclAllGatherConfig", || {
+            collective(comm, stream, |c| {
+                coll_config(config)?;
+                coll::all_gather_op(c, sendbuff, recvbuff, sendcount, datatype)
+            })
+        })
+    }
+}
+
+export! {
+    /// `ncclReduceScatterConfig`.
+    fn ncclReduceScatterConfig / pncclReduceScatterConfig(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        recvcount: usize,
+        datatype: c_int,
+        op: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+        config: *const ncclCollConfig_t,
+    ) -> ncclResult_t {
+        api("ncclReduceScatterConfig", || {
+            collective(comm, stream, |c| {
+                coll_config(config)?;
+                coll::reduce_scatter_op(c, sendbuff, recvbuff, recvcount, datatype, op)
+            })
+        })
+    }
+}
+
+export! {
+    /// `ncclAlltoAllConfig`.
+    fn ncclAlltoAllConfig / pncclAlltoAllConfig(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        count: usize,
+        datatype: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+        config: *const ncclCollConfig_t,
+    ) -> ncclResult_t {
+        api("ncclAlltoAllConfig", || {
+            collective(comm, stream, |c| {
+                coll_config(config)?;
+                coll::all_to_all_op(c, sendbuff, recvbuff, count, datatype)
+            })
+        })
+    }
+}
+
+export! {
+    /// `ncclGatherConfig` (arguments checked; not served yet).
+    fn ncclGatherConfig / pncclGatherConfig(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        count: usize,
+        datatype: c_int,
+        root: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+        config: *const ncclCollConfig_t,
+    ) -> ncclResult_t {
+        let _ = stream;
+        api("ncclGatherConfig", || {
+            coll_config(config)?;
+            not_yet("ncclGather", sendbuff, recvbuff, count, datatype, None, root, comm)
+        })
+    }
+}
+
+export! {
+    /// `ncclScatterConfig` (arguments checked; not served yet).
+    fn ncclScatterConfig / pncclScatterConfig(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        count: usize,
+        datatype: c_int,
+        root: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+        config: *const ncclCollConfig_t,
+    ) -> ncclResult_t {
+        let _ = stream;
+        api("ncclScatterConfig", || {
+            coll_config(config)?;
+            not_yet("ncclScatter", sendbuff, recvbuff, count, datatype, None, root, comm)
+        })
+    }
+}
+
+export! {
+    /// `ncclSend`.
+    fn ncclSend / pncclSend(
+        sendbuff: *const c_void,
+        count: usize,
+        datatype: c_int,
+        peer: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> ncclResult_t {
+        api("ncclSend", || point_to_point(Dir::Send, sendbuff, count, datatype, peer, comm, stream))
+    }
+}
+
+export! {
+    /// `ncclRecv`.
+    fn ncclRecv / pncclRecv(
+        recvbuff: *mut c_void,
+        count: usize,
+        datatype: c_int,
+        peer: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> ncclResult_t {
+        api("ncclRecv", || point_to_point(Dir::Recv, recvbuff, count, datatype, peer, comm, stream))
+    }
+}
+
+export! {
+    /// `ncclGroupStart`.
+    fn ncclGroupStart / pncclGroupStart() -> ncclResult_t {
+        api("ncclGroupStart", group::start)
+    }
+}
+
+export! {
+    /// `ncclGroupEnd`.
+    fn ncclGroupEnd / pncclGroupEnd() -> ncclResult_t {
+        api("ncclGroupEnd", group::end)
+    }
+}
+
+export! {
+    /// `ncclGroupSimulateEnd`: closes the group without running it; simulation is not
+    /// implemented (`ncclInvalidUsage`).
+    fn ncclGroupSimulateEnd / pncclGroupSimulateEnd(simInfo: *mut ncclSimInfo_t) -> ncclResult_t {
+        let _ = simInfo;
+        api("ncclGroupSimulateEnd", group::simulate_end)
+    }
+}

@@ -1,0 +1,347 @@
+//! `ncclGroupStart` / `ncclGroupEnd`: a group depth per thread; inside a group, communicator
+//! inits, collectives and sends/receives are recorded, and the outermost `ncclGroupEnd` runs
+//! them: the inits first, each on a thread of its own (so one thread can initialise the ranks
+//! of several devices, whose inits wait for each other), then each communicator's calls, on a
+//! thread per communicator when there are several (their calls wait for each other too). A
+//! communicator's calls run in call order, its collectives first and then its sends and
+//! receives (`p2p.rs` says how those are paired), all on one stream: the first call's, which
+//! first waits for the other streams of the batch, which then wait for it (NCCL makes one
+//! operation of a group whatever its streams).
+//!
+//! A call of the group that fails its checks returns its error at once and poisons the group:
+//! `ncclGroupEnd` then runs nothing, fails the group's inits and returns that error, as NCCL
+//! does. Every communicator's sends and receives are planned before anything runs, so sends
+//! and receives that cannot match (to the rank itself) leave every stream untouched.
+//!
+//! Outside a group each call runs at once: [`enqueue`] is the one path for both.
+//!
+//! State: the group of each thread is thread-local (a group belongs to the thread that
+//! started it, as in NCCL); at its end the batches run on scoped threads that share only the
+//! communicators (`Arc<Comm>`), joined before `ncclGroupEnd` returns.
+
+use std::cell::RefCell;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use mscclpp::host::gpu::Stream;
+
+use crate::abi::ncclResult_t;
+use crate::collectives::{self, Op};
+use crate::comm::{CallStream, Comm, Handle};
+use crate::error::{NcclError, Outcome};
+use crate::init::InitJob;
+use crate::p2p::{self, P2p, Step};
+
+/// A recorded call.
+#[derive(Clone, Copy, Debug)]
+pub enum Call {
+    /// A collective on the caller's `stream`.
+    Coll {
+        /// What.
+        op: Op,
+        /// The caller's stream.
+        stream: u64,
+    },
+    /// A send or a receive.
+    P2p(P2p),
+}
+
+#[derive(Default)]
+struct Group {
+    depth: usize,
+    inits: Vec<(Arc<Handle>, InitJob)>,
+    calls: Vec<(Arc<Comm>, Call)>,
+    /// The first failure of a call inside the group (code, text).
+    failed: Option<(ncclResult_t, String)>,
+}
+
+thread_local! {
+    static GROUP: RefCell<Group> = RefCell::default();
+}
+
+fn with<T>(f: impl FnOnce(&mut Group) -> T) -> T {
+    GROUP.with(|g| f(&mut g.borrow_mut()))
+}
+
+/// Whether the calling thread is inside a group.
+pub fn in_group() -> bool {
+    with(|g| g.depth > 0)
+}
+
+/// `ncclGroupStart`.
+pub fn start() -> Outcome {
+    with(|g| g.depth += 1);
+    Ok(ncclResult_t::ncclSuccess)
+}
+
+/// Records a failure of a call made inside a group (the first one wins).
+pub fn note_failure(e: &NcclError) {
+    with(|g| {
+        if g.depth > 0 && g.failed.is_none() {
+            g.failed = Some((e.code(), e.text()));
+        }
+    });
+}
+
+/// Records an init for the end of the group.
+pub fn defer_init(h: Arc<Handle>, job: InitJob) {
+    with(|g| g.inits.push((h, job)));
+}
+
+/// A collective or a send/receive: `make` checks the arguments and names the communicator
+/// and the call, which runs now or at the end of the group; a failure inside a group
+/// poisons it.
+pub fn enqueue(make: impl FnOnce() -> Result<(Arc<Comm>, Call), NcclError>) -> Outcome {
+    let r = make().and_then(|(comm, call)| submit(comm, call));
+    if let Err(e) = &r {
+        note_failure(e);
+    }
+    r
+}
+
+/// `ncclGroupSimulateEnd`: closes the group level as `ncclGroupEnd` would, but runs nothing
+/// (the outermost level fails the group's inits and drops its calls); simulation itself is
+/// not implemented, which the caller is told.
+pub fn simulate_end() -> Outcome {
+    let taken = with(|g| {
+        if g.depth == 0 {
+            return Err(NcclError::GroupUnbalanced);
+        }
+        g.depth -= 1;
+        if g.depth > 0 {
+            return Ok(Vec::new());
+        }
+        g.calls.clear();
+        g.failed = None;
+        Ok(std::mem::take(&mut g.inits))
+    })?;
+    let e = NcclError::NotImplemented {
+        what: "ncclGroupSimulateEnd",
+        why: "there is no performance model; the group was closed and nothing ran",
+    };
+    for (h, _) in taken {
+        h.finish(Err(NcclError::GroupFailed {
+            code: e.code(),
+            first: e.text(),
+        }));
+    }
+    Err(e)
+}
+
+/// Runs `call` on `comm` now, or records it for the end of the group.
+fn submit(comm: Arc<Comm>, call: Call) -> Outcome {
+    let recorded = with(|g| {
+        if g.depth > 0 {
+            g.calls.push((comm.clone(), call));
+            true
+        } else {
+            false
+        }
+    });
+    if !recorded {
+        let steps = plan(&comm, &[call])?;
+        run_batch(&comm, &[call], &steps)?;
+    }
+    Ok(ncclResult_t::ncclSuccess)
+}
+
+/// `ncclGroupEnd`.
+pub fn end() -> Outcome {
+    let taken = with(|g| {
+        if g.depth == 0 {
+            return Err(NcclError::GroupUnbalanced);
+        }
+        g.depth -= 1;
+        if g.depth > 0 {
+            return Ok(None);
+        }
+        Ok(Some((
+            std::mem::take(&mut g.inits),
+            std::mem::take(&mut g.calls),
+            g.failed.take(),
+        )))
+    })?;
+    let Some((inits, calls, failed)) = taken else {
+        return Ok(ncclResult_t::ncclSuccess);
+    };
+    if let Some((code, first)) = failed {
+        for (h, _) in &inits {
+            h.finish(Err(NcclError::GroupFailed {
+                code,
+                first: first.clone(),
+            }));
+        }
+        return Err(NcclError::GroupFailed { code, first });
+    }
+    run_inits(inits)?;
+    run_calls(calls)?;
+    Ok(ncclResult_t::ncclSuccess)
+}
+
+/// Runs the inits, each on a thread of its own when there are several; every handle is
+/// finished; returns the first failure.
+pub fn run_inits(inits: Vec<(Arc<Handle>, InitJob)>) -> Result<(), NcclError> {
+    if let [(h, job)] = inits.as_slice() {
+        let r = job.run();
+        let out = r.as_ref().err().map(|e| (e.code(), e.text()));
+        h.finish(r);
+        return out.map_or(Ok(()), |(code, first)| {
+            Err(NcclError::GroupFailed { code, first })
+        });
+    }
+    let results = on_threads("initialise a communicator", &inits, |(h, job)| {
+        let r = job.run();
+        let out = r.as_ref().err().map(|e| (e.code(), e.text()));
+        h.finish(r);
+        out.map_or(Ok(()), |(code, first)| {
+            Err(NcclError::GroupFailed { code, first })
+        })
+    });
+    for ((h, _), r) in inits.iter().zip(&results) {
+        if let Err(e) = r {
+            // A thread that never ran (or panicked) left its handle pending.
+            h.finish_if_pending(e);
+        }
+    }
+    results.into_iter().collect()
+}
+
+/// The plan of `comm`'s sends and receives among `calls`.
+fn plan(comm: &Comm, calls: &[Call]) -> Result<Vec<Step>, NcclError> {
+    let ops: Vec<P2p> = calls
+        .iter()
+        .filter_map(|c| match c {
+            Call::P2p(p) => Some(*p),
+            Call::Coll { .. } => None,
+        })
+        .collect();
+    if ops.is_empty() {
+        return Ok(Vec::new());
+    }
+    p2p::plan(comm.rank, comm.nranks, &ops)
+}
+
+/// Runs one communicator's calls: collectives in order, then the planned sends and receives
+/// (on CUDA with the thread's capture mode relaxed: [`Comm::relaxed_capture`]); then (CPU
+/// backend) waits for them.
+fn run_batch(comm: &Comm, calls: &[Call], steps: &[Step]) -> Result<(), NcclError> {
+    let _relaxed = comm.relaxed_capture()?;
+    let mut streams: Vec<u64> = Vec::new();
+    for call in calls {
+        let s = match call {
+            Call::Coll { stream, .. } => *stream,
+            Call::P2p(p) => p.stream,
+        };
+        if !streams.contains(&s) {
+            streams.push(s);
+        }
+    }
+    on_one_stream(comm, &streams, |s| {
+        for call in calls {
+            if let Call::Coll { op, .. } = call {
+                collectives::run(comm, op, s)?;
+            }
+        }
+        p2p::run(comm, steps, s)
+    })?;
+    comm.complete()
+}
+
+/// Runs `queue` on the first of `streams` (the callers' streams of one communicator's batch,
+/// in call order) after the work queued so far on the others, and makes the others' later
+/// work wait for it: one operation, as NCCL makes a group whatever its streams (events; with
+/// one stream, or on the CPU backend, nothing but the call).
+fn on_one_stream(
+    comm: &Comm,
+    streams: &[u64],
+    queue: impl FnOnce(&Stream) -> Result<(), NcclError>,
+) -> Result<(), NcclError> {
+    let first = comm.stream(streams.first().copied().unwrap_or(0) as *mut c_void)?;
+    if streams.len() < 2 || matches!(first, CallStream::Own(_)) {
+        return queue(&first);
+    }
+    let others: Vec<CallStream<'_>> = streams[1..]
+        .iter()
+        .map(|&s| comm.stream(s as *mut c_void))
+        .collect::<Result<_, _>>()?;
+    let event = || {
+        comm.gpu()
+            .event()
+            .map_err(NcclError::library("joining the group's streams"))
+    };
+    for o in &others {
+        let e = event()?;
+        o.record(&e)
+            .and_then(|()| first.wait_event(&e))
+            .map_err(NcclError::library("joining the group's streams"))?;
+    }
+    queue(&first)?;
+    let done = event()?;
+    first
+        .record(&done)
+        .map_err(NcclError::library("joining the group's streams"))?;
+    for o in &others {
+        o.wait_event(&done)
+            .map_err(NcclError::library("joining the group's streams"))?;
+    }
+    Ok(())
+}
+
+fn run_calls(calls: Vec<(Arc<Comm>, Call)>) -> Result<(), NcclError> {
+    let mut batches: Vec<(Arc<Comm>, Vec<Call>)> = Vec::new();
+    for (comm, call) in calls {
+        match batches.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &comm)) {
+            Some((_, v)) => v.push(call),
+            None => batches.push((comm, vec![call])),
+        }
+    }
+    let planned: Vec<(Arc<Comm>, Vec<Call>, Vec<Step>)> = batches
+        .into_iter()
+        .map(|(c, calls)| {
+            let steps = plan(&c, &calls)?;
+            Ok((c, calls, steps))
+        })
+        .collect::<Result<_, NcclError>>()?;
+    match planned.as_slice() {
+        [] => Ok(()),
+        [(c, calls, steps)] => run_batch(c, calls, steps),
+        _ => on_threads(
+            "run a communicator's calls",
+            &planned,
+            |(c, calls, steps)| run_batch(c, calls, steps),
+        )
+        .into_iter()
+        .collect(),
+    }
+}
+
+/// Runs `f` on every item, each on a scoped thread of its own; the results in order (a panic
+/// of `f` is [`NcclError::Panicked`]).
+fn on_threads<T: Sync>(
+    what: &'static str,
+    items: &[T],
+    f: impl Fn(&T) -> Result<(), NcclError> + Sync,
+) -> Vec<Result<(), NcclError>> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = items
+            .iter()
+            .map(|item| {
+                let f = &f;
+                std::thread::Builder::new()
+                    .name("nccl-group".into())
+                    .spawn_scoped(s, move || {
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(item)))
+                            .unwrap_or(Err(NcclError::Panicked { what }))
+                    })
+                    .map_err(|source| NcclError::Thread { what, source })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| match h {
+                Ok(h) => h.join().unwrap_or(Err(NcclError::Panicked { what })),
+                Err(e) => Err(e),
+            })
+            .collect()
+    })
+}

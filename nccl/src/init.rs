@@ -1,0 +1,539 @@
+//! Communicators' lives: unique ids, the inits (`ncclCommInitRank`, `…Config`, `…Scalable`,
+//! `ncclCommInitAll`), `ncclCommSplit`, `ncclCommFinalize`, `ncclCommDestroy`,
+//! `ncclCommAbort`, and what a communicator tells about itself (`ncclCommGetAsyncError`,
+//! `ncclCommCount`, `ncclCommCuDevice`, `ncclCommUserRank`).
+//!
+//! # Unique ids
+//! `ncclGetUniqueId` binds the bootstrap root's listening socket at once (this host's address
+//! on `MSCCLPP_SOCKET_IFNAME` / `NCCL_SOCKET_IFNAME`, else its first interface that is up, else
+//! loopback; a free port) and keeps it in this process, keyed by the id; rank 0's init in this
+//! process takes it. So, as with PyTorch and vLLM, **the process that makes the id must be the
+//! one that initialises rank 0**. `NCCL_COMM_ID=ip:port` makes the id from that address
+//! instead (every process can then make it; rank 0 binds the port at init). The id is our
+//! 40-byte bootstrap id followed by zeros, in NCCL's 128 bytes.
+//!
+//! # Inits
+//! An init makes the rank's bootstrap (`TcpBootstrap`: every rank of the id meets at the
+//! root), its communicator on the current device ([`comm::current_device`]) and its
+//! collectives. Blocking (the default, or `ncclConfig_t::blocking = 1`, or `NCCL_COMM_BLOCKING`
+//! unset or 1): the call returns when it is done. Non-blocking: the call returns
+//! `ncclInProgress` at once and the init runs on a thread; `ncclCommGetAsyncError` says
+//! `ncclInProgress` until it is done, then `ncclSuccess` or why it failed. Inside a group the
+//! init runs at `ncclGroupEnd` (`group.rs`). Bootstrap deadlines: `MSCCLPP_BOOTSTRAP_TIMEOUT_MS`
+//! and `MSCCLPP_BOOTSTRAP_OP_TIMEOUT_MS` (default 30 s each).
+//!
+//! # Ends
+//! `ncclCommFinalize` waits for the communicator's queued work (CUDA: the device, since the
+//! callers' streams are not tracked) and refuses later calls. `ncclCommDestroy` finalizes if
+//! needed and frees the communicator. `ncclCommAbort` sets the abort flag (every kernel of the
+//! communicator that waits for a peer returns), returns at once, and frees the communicator
+//! on a thread of its own once its device work is done ([`comm::retire`]).
+
+use std::collections::HashMap;
+use std::ffi::{CStr, c_char, c_int, c_void};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mscclpp::collectives::Collectives;
+use mscclpp::host::Error as HostError;
+use mscclpp::host::bootstrap::{
+    BootstrapConfig, RootListener, TcpBootstrap, UNIQUE_ID_BYTES, UniqueId, env, local_ip,
+    parse_root,
+};
+use mscclpp::host::communicator::Communicator;
+use mscclpp::host::gpu::BackendKind;
+
+use crate::abi::{
+    NCCL_CONFIG_UNDEF_INT, NCCL_SPLIT_NOCOLOR, ncclConfig_t, ncclResult_t, ncclUniqueId,
+    read_versioned,
+};
+use crate::collectives::rank_arg;
+use crate::comm::{self, Comm, Handle, lock};
+use crate::error::{NcclError, Outcome, set_last_error};
+use crate::group;
+
+/// Root listeners bound by `ncclGetUniqueId`, by the id's bytes.
+static ROOTS: Mutex<Option<HashMap<[u8; UNIQUE_ID_BYTES], RootListener>>> = Mutex::new(None);
+
+fn keep_root(id: &UniqueId, l: RootListener) {
+    lock(&ROOTS)
+        .get_or_insert_with(HashMap::new)
+        .insert(id.to_bytes(), l);
+}
+
+fn take_root(id: &UniqueId) -> Option<RootListener> {
+    lock(&ROOTS).as_mut()?.remove(&id.to_bytes())
+}
+
+/// The interface(s) to use: `MSCCLPP_SOCKET_IFNAME`, else NCCL's `NCCL_SOCKET_IFNAME` when it
+/// names interfaces (an exact `=` prefix is dropped; an exclusion list `^…` is not followed).
+fn socket_ifname() -> Option<String> {
+    let get = |k: &str| {
+        std::env::var(k)
+            .ok()
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+    };
+    if let Some(v) = get(env::SOCKET_IFNAME) {
+        return Some(v);
+    }
+    let v = get("NCCL_SOCKET_IFNAME")?;
+    if v.starts_with('^') {
+        tracing::debug!("NCCL_SOCKET_IFNAME={v}: exclusion lists are not followed");
+        return None;
+    }
+    Some(v.trim_start_matches('=').to_string())
+}
+
+/// `ncclGetUniqueId` (module docs).
+pub fn get_unique_id(out: *mut ncclUniqueId) -> Outcome {
+    if out.is_null() {
+        return Err(NcclError::Null { what: "uniqueId" });
+    }
+    let lib = NcclError::library;
+    let id = match std::env::var("NCCL_COMM_ID")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+    {
+        Some(spec) => {
+            let (_, addr) = parse_root(&spec).map_err(lib("reading NCCL_COMM_ID"))?;
+            UniqueId::for_addr(addr).map_err(lib("making a unique id"))?
+        }
+        None => {
+            let ip =
+                local_ip(socket_ifname().as_deref()).map_err(lib("choosing the root's address"))?;
+            let (id, l) =
+                UniqueId::bind(SocketAddr::new(ip, 0)).map_err(lib("binding the root's socket"))?;
+            keep_root(&id, l);
+            id
+        }
+    };
+    let mut raw = ncclUniqueId {
+        internal: [0; crate::abi::NCCL_UNIQUE_ID_BYTES],
+    };
+    for (d, s) in raw.internal.iter_mut().zip(id.to_bytes()) {
+        *d = s as c_char;
+    }
+    // SAFETY: checked non-null; NCCL's contract: a writable `ncclUniqueId`.
+    unsafe { out.write(raw) };
+    Ok(ncclResult_t::ncclSuccess)
+}
+
+/// Our id inside an `ncclUniqueId`: its first bytes, zeros after.
+fn parse_id(id: &ncclUniqueId) -> Result<UniqueId, NcclError> {
+    let b: Vec<u8> = id.internal.iter().map(|&c| c as u8).collect();
+    let foreign = |source| NcclError::ForeignUniqueId {
+        source: Box::new(source),
+    };
+    if b[UNIQUE_ID_BYTES..].iter().any(|&x| x != 0) {
+        return Err(foreign(HostError::BootstrapUniqueId {
+            reason: format!("bytes {UNIQUE_ID_BYTES} to 127 are not 0"),
+        }));
+    }
+    UniqueId::from_bytes(&b[..UNIQUE_ID_BYTES]).map_err(foreign)
+}
+
+fn env_ms(k: &str) -> Result<Option<Duration>, NcclError> {
+    match std::env::var(k).ok().map(|v| v.trim().to_string()) {
+        None => Ok(None),
+        Some(v) if v.is_empty() => Ok(None),
+        Some(v) => match v.parse::<u64>() {
+            Ok(n) if n > 0 => Ok(Some(Duration::from_millis(n))),
+            _ => Err(NcclError::library("reading the bootstrap's deadlines")(
+                HostError::BootstrapConfig(format!(
+                    "{k}={v:?} is not a positive number of milliseconds"
+                )),
+            )),
+        },
+    }
+}
+
+/// One rank's init, run by the calling thread, a group's end, or a non-blocking init's thread.
+#[derive(Clone, Debug)]
+pub struct InitJob {
+    /// This rank.
+    pub rank: usize,
+    /// Ranks.
+    pub nranks: usize,
+    /// The bootstrap id.
+    pub id: UniqueId,
+    /// The backend.
+    pub kind: BackendKind,
+    /// The device ordinal.
+    pub device: usize,
+    /// `ncclConfig_t::blocking`.
+    pub blocking: bool,
+    /// The communicator's name (for the log).
+    pub name: String,
+}
+
+impl InitJob {
+    /// Bootstrap, communicator, collectives.
+    pub fn run(&self) -> Result<Comm, NcclError> {
+        let lib = NcclError::library;
+        let gpu = comm::gpu(self.kind, self.device)?;
+        let mut cfg = BootstrapConfig::new(self.rank, self.nranks, self.id);
+        if let Some(i) = socket_ifname() {
+            cfg = cfg.with_ifname(i);
+        }
+        if let Ok(h) = std::env::var(env::HOSTID)
+            && !h.trim().is_empty()
+        {
+            cfg = cfg.with_host_id(h.trim());
+        }
+        if let Some(t) = env_ms(env::TIMEOUT_MS)? {
+            cfg = cfg.with_timeout(t);
+        }
+        if let Some(t) = env_ms(env::OP_TIMEOUT_MS)? {
+            cfg = cfg.with_op_timeout(t);
+        }
+        let root = if self.rank == 0 {
+            take_root(&self.id)
+        } else {
+            None
+        };
+        let bs = match root {
+            Some(l) => TcpBootstrap::init_with_root_listener(cfg, l),
+            None => TcpBootstrap::init(cfg),
+        }
+        .map_err(lib("the bootstrap (meeting the other ranks)"))?;
+        let c = Communicator::new(Arc::new(bs), gpu).map_err(lib("creating the communicator"))?;
+        let coll = Collectives::new(Arc::new(c)).map_err(lib("setting up the collectives"))?;
+        tracing::info!(
+            "{}: rank {} of {} on {:?} device {} ready",
+            self.name,
+            self.rank,
+            self.nranks,
+            self.kind,
+            self.device
+        );
+        Comm::new(coll, self.name.clone())
+    }
+}
+
+/// Whether an init blocks: `config.blocking` if set (0 or 1), else `NCCL_COMM_BLOCKING`, else
+/// yes.
+fn blocking_of(cfg: &ncclConfig_t) -> Result<bool, NcclError> {
+    match cfg.blocking {
+        0 => Ok(false),
+        1 => Ok(true),
+        NCCL_CONFIG_UNDEF_INT => Ok(std::env::var("NCCL_COMM_BLOCKING")
+            .map(|v| v.trim() != "0")
+            .unwrap_or(true)),
+        v => Err(NcclError::OutOfRange {
+            what: "config->blocking",
+            value: v.into(),
+            expected: "0 or 1".into(),
+        }),
+    }
+}
+
+fn name_of(cfg: &ncclConfig_t, id: &UniqueId, rank: usize) -> String {
+    if !cfg.commName.is_null() {
+        // SAFETY: NCCL's contract: `commName` is null or a NUL-terminated string.
+        let s = unsafe { CStr::from_ptr(cfg.commName) }.to_string_lossy();
+        return s.chars().take(64).collect();
+    }
+    format!("comm {:04x} rank {rank}", id.magic() & 0xffff)
+}
+
+/// Writes the `ncclComm_t` a caller asked for.
+fn write_comm(out: *mut *mut c_void, v: *mut c_void) {
+    // SAFETY: `out` was checked non-null by every caller; NCCL's contract: a writable
+    // `ncclComm_t`.
+    unsafe { out.write(v) };
+}
+
+/// Starts `job` for the handle written to `out`: at the group's end, on a thread of its own
+/// (non-blocking), or now.
+fn start(out: *mut *mut c_void, job: InitJob) -> Outcome {
+    if group::in_group() {
+        let (h, ptr) = Handle::create(job.rank, job.nranks, job.device, true);
+        group::defer_init(h, job);
+        write_comm(out, ptr);
+        return Ok(ncclResult_t::ncclSuccess);
+    }
+    let (h, ptr) = Handle::create(job.rank, job.nranks, job.device, false);
+    if !job.blocking {
+        let h2 = h.clone();
+        let spawned = std::thread::Builder::new()
+            .name("nccl-init".into())
+            .spawn(move || h2.finish(job.run()));
+        if let Err(source) = spawned {
+            let _ = Handle::remove(ptr);
+            return Err(NcclError::Thread {
+                what: "initialise a communicator",
+                source,
+            });
+        }
+        write_comm(out, ptr);
+        return Ok(ncclResult_t::ncclInProgress);
+    }
+    match job.run() {
+        Ok(c) => {
+            h.finish(Ok(c));
+            write_comm(out, ptr);
+            Ok(ncclResult_t::ncclSuccess)
+        }
+        Err(e) => {
+            let _ = Handle::remove(ptr);
+            write_comm(out, std::ptr::null_mut());
+            Err(e)
+        }
+    }
+}
+
+/// `ncclCommInitRankConfig` (`config` may be null: `ncclCommInitRank`).
+pub fn init_rank(
+    out: *mut *mut c_void,
+    nranks: c_int,
+    id: &ncclUniqueId,
+    rank: c_int,
+    config: *const ncclConfig_t,
+) -> Outcome {
+    if out.is_null() {
+        return Err(NcclError::Null { what: "comm" });
+    }
+    let n = usize::try_from(nranks)
+        .ok()
+        .filter(|&n| n >= 1)
+        .ok_or(NcclError::OutOfRange {
+            what: "nranks",
+            value: nranks.into(),
+            expected: "at least 1".into(),
+        })?;
+    let rank = rank_arg("rank", rank, n)?;
+    // SAFETY: NCCL's contract: `config` is null or a struct of its declared size.
+    let cfg = unsafe { read_versioned(config, "ncclConfig_t") }?.unwrap_or_default();
+    let blocking = blocking_of(&cfg)?;
+    let id = parse_id(id)?;
+    let kind = comm::backend()?;
+    let device = comm::current_device(kind)?;
+    let job = InitJob {
+        rank,
+        nranks: n,
+        id,
+        kind,
+        device,
+        blocking,
+        name: name_of(&cfg, &id, rank),
+    };
+    start(out, job)
+}
+
+/// `ncclCommInitRankScalable`: the first id serves (ranks meet at one root); the listeners
+/// of the others, if made here, are closed.
+pub fn init_rank_scalable(
+    out: *mut *mut c_void,
+    nranks: c_int,
+    rank: c_int,
+    n_ids: c_int,
+    ids: *const ncclUniqueId,
+    config: *const ncclConfig_t,
+) -> Outcome {
+    if ids.is_null() {
+        return Err(NcclError::Null { what: "commIds" });
+    }
+    let n_ids = usize::try_from(n_ids)
+        .ok()
+        .filter(|&n| n >= 1)
+        .ok_or(NcclError::OutOfRange {
+            what: "nId",
+            value: n_ids.into(),
+            expected: "at least 1".into(),
+        })?;
+    // SAFETY: NCCL's contract: `commIds` holds `nId` ids.
+    let all = unsafe { std::slice::from_raw_parts(ids, n_ids) };
+    for other in &all[1..] {
+        if let Ok(id) = parse_id(other) {
+            drop(take_root(&id));
+        }
+    }
+    init_rank(out, nranks, &all[0], rank, config)
+}
+
+/// `ncclCommInitAll`: `ndev` ranks of one process (a loopback root), each initialised on a
+/// thread of its own; on any failure none is kept.
+pub fn init_all(comms: *mut *mut c_void, ndev: c_int, devlist: *const c_int) -> Outcome {
+    if comms.is_null() {
+        return Err(NcclError::Null { what: "comm" });
+    }
+    let n = usize::try_from(ndev)
+        .ok()
+        .filter(|&n| n >= 1)
+        .ok_or(NcclError::OutOfRange {
+            what: "ndev",
+            value: ndev.into(),
+            expected: "at least 1".into(),
+        })?;
+    let kind = comm::backend()?;
+    let count = kind
+        .device_count()
+        .map_err(NcclError::library("counting the devices"))?;
+    let devices: Vec<usize> = if devlist.is_null() {
+        (0..n).collect()
+    } else {
+        // SAFETY: NCCL's contract: `devlist` holds `ndev` ints.
+        unsafe { std::slice::from_raw_parts(devlist, n) }
+            .iter()
+            .map(|&d| d as i64)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|d| usize::try_from(d).unwrap_or(usize::MAX))
+            .collect()
+    };
+    if let Some(&bad) = devices.iter().find(|&&d| d >= count) {
+        return Err(NcclError::OutOfRange {
+            what: "a device of devlist",
+            value: if bad == usize::MAX { -1 } else { bad as i64 },
+            expected: format!("a device ordinal below {count}"),
+        });
+    }
+    let (id, l) = UniqueId::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .map_err(NcclError::library("binding the root's socket"))?;
+    keep_root(&id, l);
+    let jobs: Vec<(Arc<Handle>, InitJob)> = devices
+        .iter()
+        .enumerate()
+        .map(|(rank, &device)| {
+            let (h, _) = Handle::create(rank, n, device, true);
+            let job = InitJob {
+                rank,
+                nranks: n,
+                id,
+                kind,
+                device,
+                blocking: true,
+                name: format!("comm {:04x} rank {rank}", id.magic() & 0xffff),
+            };
+            (h, job)
+        })
+        .collect();
+    let ptrs: Vec<*mut c_void> = jobs
+        .iter()
+        .map(|(h, _)| Arc::as_ptr(h) as *mut c_void)
+        .collect();
+    let handles: Vec<Arc<Handle>> = jobs.iter().map(|(h, _)| h.clone()).collect();
+    if let Err(e) = group::run_inits(jobs) {
+        drop(take_root(&id));
+        for (p, h) in ptrs.iter().zip(&handles) {
+            let _ = Handle::remove(*p);
+            if let Some(c) = h.release() {
+                c.communicator_abort();
+                comm::retire(c);
+            }
+        }
+        return Err(e);
+    }
+    for (i, p) in ptrs.into_iter().enumerate() {
+        // SAFETY: NCCL's contract: `comm` holds `ndev` handles.
+        unsafe { comms.add(i).write(p) };
+    }
+    Ok(ncclResult_t::ncclSuccess)
+}
+
+/// `ncclCommSplit`: its arguments are checked; the split itself waits for the library's
+/// `Communicator::split`.
+pub fn split(
+    comm: *mut c_void,
+    color: c_int,
+    _key: c_int,
+    newcomm: *mut *mut c_void,
+    config: *const ncclConfig_t,
+) -> Outcome {
+    let c = Handle::ready(comm)?;
+    c.check_usable()?;
+    if newcomm.is_null() {
+        return Err(NcclError::Null { what: "newcomm" });
+    }
+    if color < 0 && color != NCCL_SPLIT_NOCOLOR {
+        return Err(NcclError::OutOfRange {
+            what: "color",
+            value: color.into(),
+            expected: "a color of 0 or more, or NCCL_SPLIT_NOCOLOR".into(),
+        });
+    }
+    // SAFETY: NCCL's contract: `config` is null or a struct of its declared size.
+    let cfg = unsafe { read_versioned(config, "ncclConfig_t") }?.unwrap_or_default();
+    blocking_of(&cfg)?;
+    Err(NcclError::NotYet {
+        what: "ncclCommSplit",
+        needs: "the library's Communicator::split",
+    })
+}
+
+/// `ncclCommFinalize`.
+pub fn finalize(comm: *mut c_void) -> Outcome {
+    let c = Handle::ready(comm)?;
+    if c.set_finalized() {
+        return Err(NcclError::Finalized);
+    }
+    c.flush()?;
+    Ok(ncclResult_t::ncclSuccess)
+}
+
+/// `ncclCommDestroy` (null: nothing).
+pub fn destroy(comm: *mut c_void) -> Outcome {
+    if comm.is_null() {
+        return Ok(ncclResult_t::ncclSuccess);
+    }
+    let h = Handle::remove(comm)?;
+    if let Some(c) = h.release()
+        && !c.set_finalized()
+        && let Err(e) = c.flush()
+    {
+        tracing::warn!("ncclCommDestroy of {}: {}", c.name, e.text());
+    }
+    Ok(ncclResult_t::ncclSuccess)
+}
+
+/// `ncclCommAbort` (null: nothing).
+pub fn abort(comm: *mut c_void) -> Outcome {
+    if comm.is_null() {
+        return Ok(ncclResult_t::ncclSuccess);
+    }
+    let h = Handle::remove(comm)?;
+    if let Some(c) = h.release() {
+        c.communicator_abort();
+        comm::retire(c);
+    }
+    Ok(ncclResult_t::ncclSuccess)
+}
+
+/// `ncclCommGetAsyncError`: `ncclInProgress` while initialising, the init's failure, or the
+/// communicator's sticky error (whose text also becomes the last error).
+pub fn get_async_error(comm: *mut c_void, out: *mut c_int) -> Outcome {
+    if out.is_null() {
+        return Err(NcclError::Null { what: "asyncError" });
+    }
+    let h = Handle::find(comm)?;
+    let (code, text) = h.with_state(|s| match s {
+        comm::State::Pending { .. } => (ncclResult_t::ncclInProgress, None),
+        comm::State::Failed(code, text) => (*code, Some(text.clone())),
+        comm::State::Ready(c) => match c.async_error() {
+            Some((code, text)) => (code, Some(text)),
+            None => (ncclResult_t::ncclSuccess, None),
+        },
+    });
+    if let Some(t) = text {
+        set_last_error(&format!("ncclCommGetAsyncError: {t}"));
+    }
+    // SAFETY: checked non-null; NCCL's contract: a writable `ncclResult_t`.
+    unsafe { out.write(code as c_int) };
+    Ok(ncclResult_t::ncclSuccess)
+}
+
+/// `ncclCommCount`, `ncclCommCuDevice` and `ncclCommUserRank`: `pick` chooses from the
+/// handle (known from the init call on).
+pub fn tell(comm: *mut c_void, out: *mut c_int, pick: impl FnOnce(&Handle) -> usize) -> Outcome {
+    let h = Handle::find(comm)?;
+    if out.is_null() {
+        return Err(NcclError::Null {
+            what: "the result pointer",
+        });
+    }
+    // SAFETY: checked non-null; NCCL's contract: a writable int. Ranks and ordinals fit.
+    unsafe { out.write(pick(&h) as c_int) };
+    Ok(ncclResult_t::ncclSuccess)
+}

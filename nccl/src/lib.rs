@@ -1,0 +1,86 @@
+//! # mscclpp-nccl: a drop-in `libnccl.so.2`
+//!
+//! NCCL's C API over mscclpp-rs's collectives, native (no NVIDIA NCCL underneath), built as
+//! `libmscclpp_nccl.so` with the SONAME `libnccl.so.2` (`scripts/build-nccl.sh` installs it as
+//! `target/nccl/lib/libnccl.so.2`), with its own `include/nccl.h`, ABI-identical to NVIDIA's
+//! 2.32.3 header: the same enum values, `ncclUniqueId` of 128 bytes by value, `ncclConfig_t`
+//! read by its `size` field. Every symbol NVIDIA's `libnccl.so.2` 2.32.3 exports (`nccl*` and
+//! their `pnccl*` aliases, 193) is exported, plus `ncclAllToAll` / `pncclAllToAll`, a second
+//! spelling of NVIDIA's `ncclAlltoAll`. README's "Use from PyTorch and other NCCL programs"
+//! says how to load it.
+//!
+//! No logic of its own beyond argument checks, groups and mapping:
+//!
+//! | module | concern |
+//! |---|---|
+//! | `abi` | NCCL's types and values; the type and operator mappings (`data_type`, `reduce_op`: one function each) |
+//! | `exports` | every implemented C symbol, one call into its module each |
+//! | `stubs` | the C symbols not implemented (list below) |
+//! | `init` | unique ids, inits, split, finalize, destroy, abort, async errors |
+//! | `comm` | the handle table, communicators, devices and streams |
+//! | `group` | `ncclGroupStart` / `ncclGroupEnd` |
+//! | `collectives` | the collectives' checks and their calls into `mscclpp::collectives` |
+//! | `p2p` | sends and receives, and how a group's are paired |
+//! | `registration` | `ncclMemAlloc`, buffer and window registration, pre-multiplied sums |
+//! | `error` | errors, their NCCL codes, `ncclGetLastError`, the panic guard |
+//! | `log` | the `NCCL_DEBUG` / `MSCCLPP_LOG` subscriber and the banner |
+//!
+//! Nothing unwinds into the caller: every exported function catches panics and returns
+//! `ncclInternalError` (the library is loaded into PyTorch; `panic = "abort"` is not an
+//! option). Every failing call sets the text `ncclGetLastError` returns.
+//!
+//! ## What is served
+//!
+//! | NCCL | here |
+//! |---|---|
+//! | `ncclGetVersion` | 23203 (2.32.3, the API level of the header and the exported symbols) |
+//! | `ncclGetUniqueId`, `ncclCommInitRank`, `…Config` (blocking, and non-blocking with `ncclInProgress`), `…Scalable` (its first id), `ncclCommInitAll` | yes (`init.rs`: the process that makes the id initialises rank 0) |
+//! | `ncclCommFinalize`, `ncclCommDestroy`, `ncclCommAbort`, `ncclCommGetAsyncError`, `ncclCommCount`, `ncclCommCuDevice`, `ncclCommUserRank`, `ncclGetErrorString`, `ncclGetLastError` | yes |
+//! | `ncclGroupStart` / `ncclGroupEnd` | yes: nested, inits of several ranks in one thread, collectives of several communicators, sends and receives of any shape NCCL allows, run in NCCL's rounds (`group.rs`, `p2p.rs`) |
+//! | `ncclAllReduce`, `ncclAllGather`, `ncclReduceScatter`, `ncclBroadcast`, `ncclBcast`, `ncclAlltoAll` (+ `ncclAllToAll`), their `…Config` forms, `ncclSend`, `ncclRecv` | yes, for `ncclInt32`, `ncclUint32`, `ncclFloat16`, `ncclFloat32`, `ncclBfloat16` and `ncclSum`, `ncclMin`, `ncclMax`; any count (0 too), in place |
+//! | other types (`ncclInt8`, `ncclUint8`, `ncclInt64`, `ncclUint64`, `ncclFloat64`, fp8) and operators (`ncclProd`, `ncclAvg`, pre-multiplied sums) | not yet: `ncclInvalidArgument`, the last error names it (`abi::data_type`, `abi::reduce_op`) |
+//! | `ncclReduce`, `ncclGather`, `ncclScatter` (+ `…Config`), `ncclCommSplit` | arguments checked, then not yet: `ncclInvalidUsage` |
+//! | `ncclMemAlloc` / `ncclMemFree`, `ncclCommRegister` / `Deregister`, `ncclCommWindowRegister` / `Deregister`, `ncclWinGetUserPtr`, `ncclRedOpCreatePreMulSum` / `ncclRedOpDestroy` | yes (`registration.rs`) |
+//! | `ncclParamDumpAll` | logs the `MSCCLPP_*` settings that stand for NCCL's parameters |
+//!
+//! ## Exported but not implemented (`stubs.rs`)
+//!
+//! Each returns `ncclInvalidUsage` (those that return no code: an empty value) and sets the
+//! last error to why:
+//!
+//! | symbols | why |
+//! |---|---|
+//! | `ncclCommQueryProperties`, `ncclDevCommCreate`, `ncclDevCommDestroy`, `ncclGetLsaMultimemDevicePointer`, `ncclGetMultimemDevicePointer`, `ncclGetLsaDevicePointer`, `ncclGetPeerDevicePointer`, `ncclGetMultimemDeviceLeInfo`, `ncclGetCftDeviceLeInfo`, `ncclGetPeerDeviceLeInfo`, `ncclTeamWorld`, `ncclTeamLsa`, `ncclTeamCft`, `ncclTeamCftMultimem`, `ncclTeamRail`, `ncclTeamRankToWorld`, `ncclTeamRankToLsa`, `ncclLsaBarrierCreateRequirement`, `ncclGinBarrierCreateRequirement`, `ncclCftBarrierCreateRequirement`, `ncclLLA2ACalcSlots`, `ncclLLA2ACreateRequirement`, `ncclGinOutboxCreateRequirement`, `ncclGinInboxA2ACreateRequirement`, `ncclPutSignal`, `ncclSignal`, `ncclWaitSignal` | NCCL's device-side API and one-sided operations: mscclpp-rs kernels use its own channels |
+//! | `ncclCommGrow`, `ncclCommGetUniqueId`, `ncclCommShrink`, `ncclCommRevoke` | communicators do not change size or get revoked: make a new one |
+//! | `ncclCommSuspend`, `ncclCommResume` | memory is not released and re-acquired |
+//! | `ncclCommMemStats` | no per-communicator memory statistics |
+//! | `ncclSetEncryption` | the bootstrap's sockets are not encrypted |
+//! | `ncclParamBind`, `ncclParamGet`, `ncclParamGetI8` … `ncclParamGetU64`, `ncclParamGetStr`, `ncclParamGetParameter`, `ncclParamGetAllParameterKeys` | NCCL's parameters do not exist; `MSCCLPP_*` variables do |
+//! | `ncclGroupSimulateEnd` | no performance model (the group is closed, nothing runs) |
+//! | `ncclResetDebugInit`, `ncclResetDebugInitInternal` | logging is set up once per process |
+//!
+//! (every one with its `pnccl` alias but `ncclResetDebugInitInternal`, which NVIDIA exports
+//! alone.)
+//!
+//! ## Backends
+//! On the CUDA backend a communicator uses the calling thread's current device through its
+//! primary context (as PyTorch does) and queues on the caller's stream, so calls are
+//! asynchronous and can be captured in CUDA graphs. On the CPU backend (no GPU; CI) there is
+//! no CUDA runtime: the stream argument is not used and each call (each group) is complete
+//! when it returns (`comm.rs`).
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod abi;
+mod collectives;
+mod comm;
+pub mod error;
+mod exports;
+mod group;
+mod init;
+mod log;
+mod p2p;
+mod registration;
+mod stubs;
+
+pub use exports::*;
+pub use stubs::*;

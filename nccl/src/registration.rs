@@ -1,0 +1,315 @@
+//! Memory and registrations: `ncclMemAlloc` / `ncclMemFree` (device memory of the current
+//! device from the library's exportable allocator, kept in a process-wide table until freed),
+//! `ncclCommRegister` / `ncclCommDeregister` and the windows of `ncclCommWindowRegister`
+//! (checked to lie in one allocation of the communicator's device, and recorded per
+//! communicator), and the operators of `ncclRedOpCreatePreMulSum` (recorded per communicator
+//! from `ncclNumOps` up).
+//!
+//! What a registration does: the collectives' zero-copy paths (`direct`, copy engines)
+//! register every caller buffer on first use and exchange it with the peers on every call,
+//! whether or not it was registered here; `ncclCommRegister` checks the buffer and hands out a
+//! handle for it, so programs that register (PyTorch with `TORCH_NCCL_USE_TENSOR_REGISTER_…`,
+//! NCCL's user-buffer registration) get the same zero-copy paths. A window is such a
+//! registration; NCCL's device API over windows is not implemented (`stubs.rs`).
+
+//!
+//! Shared state: the allocation table and each communicator's registrations and operators are
+//! behind mutexes; the handle counter is an atomic incremented relaxed (only uniqueness
+//! matters).
+
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use mscclpp::host::gpu::DeviceBuffer;
+use mscclpp::shared::{DevicePtr, ReduceOp};
+
+use crate::abi::{self, ncclNumOps, ncclScalarDevice, ncclScalarHostImmediate};
+use crate::comm::{self, Comm, lock};
+use crate::error::NcclError;
+
+/// `ncclMemAlloc`'s buffers, by address.
+static ALLOCATIONS: Mutex<Option<HashMap<usize, DeviceBuffer>>> = Mutex::new(None);
+
+/// `ncclMemAlloc`: `size` bytes of device memory on the current device.
+pub fn mem_alloc(ptr: *mut *mut c_void, size: usize) -> Result<(), NcclError> {
+    if ptr.is_null() {
+        return Err(NcclError::Null { what: "ptr" });
+    }
+    if size == 0 {
+        return Err(NcclError::OutOfRange {
+            what: "size",
+            value: 0,
+            expected: "at least 1 byte".into(),
+        });
+    }
+    let kind = comm::backend()?;
+    let g = comm::gpu(kind, comm::current_device(kind)?)?;
+    let buf = g
+        .alloc(size)
+        .map_err(NcclError::library("allocating device memory"))?;
+    let addr = buf.ptr().addr() as usize;
+    lock(&ALLOCATIONS)
+        .get_or_insert_with(HashMap::new)
+        .insert(addr, buf);
+    // SAFETY: checked non-null; NCCL's contract: it points to a writable `void*`.
+    unsafe { ptr.write(addr as *mut c_void) };
+    Ok(())
+}
+
+/// `ncclMemFree`: frees what `ncclMemAlloc` returned (null: nothing).
+pub fn mem_free(ptr: *mut c_void) -> Result<(), NcclError> {
+    if ptr.is_null() {
+        return Ok(());
+    }
+    let buf = lock(&ALLOCATIONS)
+        .as_mut()
+        .and_then(|m| m.remove(&(ptr as usize)))
+        .ok_or(NcclError::UnknownBuffer { ptr: ptr as usize })?;
+    drop(buf);
+    Ok(())
+}
+
+/// A registered range (`ncclCommRegister`) or window (`ncclCommWindowRegister`).
+#[derive(Clone, Copy, Debug)]
+pub struct Registered {
+    /// First byte.
+    pub ptr: usize,
+    /// Length.
+    pub size: usize,
+    /// Window flags (0 for a plain registration).
+    pub flags: c_int,
+}
+
+/// A communicator's registrations and windows, by handle.
+#[derive(Default)]
+pub struct Registrations {
+    buffers: HashMap<usize, Registered>,
+    windows: HashMap<usize, Registered>,
+}
+
+/// Handles are unique in the process (never 0).
+fn next_handle() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(1);
+    // Aligned like a pointer, so no program mistakes one for a small integer.
+    NEXT.fetch_add(1, Ordering::Relaxed) << 4
+}
+
+/// Checks that `[ptr, ptr + size)` lies in one allocation of `comm`'s device.
+fn check_range(comm: &Comm, ptr: *mut c_void, size: usize) -> Result<Registered, NcclError> {
+    if ptr.is_null() {
+        return Err(NcclError::Null { what: "buff" });
+    }
+    let (p, device) = (ptr as usize, comm.device);
+    let not_device = |source| NcclError::NotDeviceMemory {
+        ptr: p,
+        size,
+        device,
+        source,
+    };
+    if size == 0 {
+        return Err(not_device(None));
+    }
+    let a = comm
+        .gpu()
+        .allocation_of(DevicePtr::from_addr(p as u64))
+        .map_err(|e| not_device(Some(Box::new(e))))?;
+    let base = a.base.addr() as usize;
+    match p.checked_add(size) {
+        Some(end) if p >= base && end <= base + a.size => Ok(Registered {
+            ptr: p,
+            size,
+            flags: 0,
+        }),
+        _ => Err(not_device(None)),
+    }
+}
+
+/// `ncclCommRegister`.
+pub fn register(
+    comm: &Comm,
+    buff: *mut c_void,
+    size: usize,
+    handle: *mut *mut c_void,
+) -> Result<(), NcclError> {
+    if handle.is_null() {
+        return Err(NcclError::Null { what: "handle" });
+    }
+    let r = check_range(comm, buff, size)?;
+    let h = next_handle();
+    tracing::debug!(
+        "{}: registered [{:#x}, +{}) as {h:#x}",
+        comm.name,
+        r.ptr,
+        r.size
+    );
+    lock(&comm.registrations).buffers.insert(h, r);
+    // SAFETY: checked non-null; NCCL's contract: a writable `void*`.
+    unsafe { handle.write(h as *mut c_void) };
+    Ok(())
+}
+
+/// `ncclCommDeregister`.
+pub fn deregister(comm: &Comm, handle: *mut c_void) -> Result<(), NcclError> {
+    lock(&comm.registrations)
+        .buffers
+        .remove(&(handle as usize))
+        .map(drop)
+        .ok_or(NcclError::UnknownHandle {
+            what: "registration",
+            ptr: handle as usize,
+        })
+}
+
+/// Every `NCCL_WIN_*` flag of NCCL 2.32.
+pub const WINDOW_FLAGS: c_int = 0x0f;
+
+/// `ncclCommWindowRegister`.
+pub fn window_register(
+    comm: &Comm,
+    buff: *mut c_void,
+    size: usize,
+    win: *mut *mut c_void,
+    flags: c_int,
+) -> Result<(), NcclError> {
+    if win.is_null() {
+        return Err(NcclError::Null { what: "win" });
+    }
+    if flags & !WINDOW_FLAGS != 0 {
+        return Err(NcclError::OutOfRange {
+            what: "winFlags",
+            value: flags.into(),
+            expected: format!("a combination of NCCL_WIN_* flags ({WINDOW_FLAGS:#x})"),
+        });
+    }
+    let r = Registered {
+        flags,
+        ..check_range(comm, buff, size)?
+    };
+    let h = next_handle();
+    tracing::debug!(
+        "{}: window [{:#x}, +{}) flags {:#x} as {h:#x}",
+        comm.name,
+        r.ptr,
+        r.size,
+        r.flags
+    );
+    lock(&comm.registrations).windows.insert(h, r);
+    // SAFETY: checked non-null; NCCL's contract: a writable `ncclWindow_t`.
+    unsafe { win.write(h as *mut c_void) };
+    Ok(())
+}
+
+/// `ncclCommWindowDeregister`.
+pub fn window_deregister(comm: &Comm, win: *mut c_void) -> Result<(), NcclError> {
+    lock(&comm.registrations)
+        .windows
+        .remove(&(win as usize))
+        .map(drop)
+        .ok_or(NcclError::UnknownHandle {
+            what: "window",
+            ptr: win as usize,
+        })
+}
+
+/// `ncclWinGetUserPtr`: the first byte of the window.
+pub fn window_user_ptr(comm: &Comm, win: *mut c_void) -> Result<usize, NcclError> {
+    lock(&comm.registrations)
+        .windows
+        .get(&(win as usize))
+        .map(|r| r.ptr)
+        .ok_or(NcclError::UnknownHandle {
+            what: "window",
+            ptr: win as usize,
+        })
+}
+
+/// The scalar of a pre-multiplied sum.
+#[derive(Clone, Debug)]
+#[expect(
+    dead_code,
+    reason = "read once the collectives serve pre-multiplied sums"
+)]
+pub enum Scalar {
+    /// Read from the caller's host memory at creation (its bytes).
+    Host(Vec<u8>),
+    /// Read on the device while the collective runs (its address).
+    Device(usize),
+}
+
+/// A communicator's operators made by `ncclRedOpCreatePreMulSum`, by value.
+#[derive(Default)]
+pub struct PreMulSums {
+    ops: HashMap<c_int, (c_int, Scalar)>,
+}
+
+/// `ncclRedOpCreatePreMulSum`: records the operator; returns its value (the smallest free
+/// one from `ncclNumOps`).
+#[allow(non_upper_case_globals)] // NCCL's names of the residences, as patterns
+pub fn create_pre_mul_sum(
+    comm: &Comm,
+    scalar: *mut c_void,
+    datatype: c_int,
+    residence: c_int,
+) -> Result<c_int, NcclError> {
+    if scalar.is_null() {
+        return Err(NcclError::Null { what: "scalar" });
+    }
+    let (_, size) = abi::type_info(datatype).ok_or(NcclError::BadType { value: datatype })?;
+    let s = match residence {
+        ncclScalarHostImmediate => {
+            let mut b = vec![0u8; size];
+            // SAFETY: NCCL's contract: a host scalar of the data type, read before returning.
+            unsafe { std::ptr::copy_nonoverlapping(scalar.cast::<u8>(), b.as_mut_ptr(), size) };
+            Scalar::Host(b)
+        }
+        ncclScalarDevice => Scalar::Device(scalar as usize),
+        other => {
+            return Err(NcclError::OutOfRange {
+                what: "residence",
+                value: other.into(),
+                expected: "ncclScalarDevice (0) or ncclScalarHostImmediate (1)".into(),
+            });
+        }
+    };
+    let mut t = lock(&comm.premul);
+    let mut v = ncclNumOps;
+    while t.ops.contains_key(&v) {
+        v = v.checked_add(1).ok_or(NcclError::OutOfRange {
+            what: "live pre-multiplied sums",
+            value: t.ops.len() as i64,
+            expected: "fewer than ncclMaxRedOp - ncclNumOps".into(),
+        })?;
+    }
+    t.ops.insert(v, (datatype, s));
+    Ok(v)
+}
+
+/// `ncclRedOpDestroy`.
+pub fn destroy_op(comm: &Comm, op: c_int) -> Result<(), NcclError> {
+    if op < ncclNumOps {
+        return Err(NcclError::OutOfRange {
+            what: "op",
+            value: op.into(),
+            expected:
+                "an operator made by ncclRedOpCreatePreMulSum (built-in ones are not destroyed)"
+                    .into(),
+        });
+    }
+    lock(&comm.premul)
+        .ops
+        .remove(&op)
+        .map(drop)
+        .ok_or(NcclError::UnknownOp { value: op })
+}
+
+/// The library's operator for `op` on `comm`: a live pre-multiplied sum of `comm` is not
+/// served yet, a dead or foreign one is [`NcclError::UnknownOp`], a built-in one is mapped by
+/// [`abi::reduce_op`].
+pub fn reduce_op(comm: &Comm, op: c_int) -> Result<ReduceOp, NcclError> {
+    if op >= ncclNumOps && !lock(&comm.premul).ops.contains_key(&op) {
+        return Err(NcclError::UnknownOp { value: op });
+    }
+    abi::reduce_op(op)
+}

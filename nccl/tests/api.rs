@@ -1,0 +1,1472 @@
+//! The C API of the drop-in library, through its C symbols (`dlopen`), by ranks as threads of
+//! one process: every function, the argument checks and their codes, groups, registration,
+//! and every served collective, type and operator checked element by element against a host
+//! reference, on 1 to 8 ranks, in place and out of place, at zero and awkward counts. Each
+//! scenario runs in a child process of its own on the CPU backend (`common::isolated`).
+
+mod common;
+
+use std::ffi::{CStr, c_int, c_void};
+use std::time::{Duration, Instant};
+
+use common::buf::Buf;
+use common::data::{self, OPS, TYPES};
+use common::ffi::{CollConfig, Config, Team, symbol};
+use common::*;
+
+const LIMIT: Duration = Duration::from_secs(300);
+
+/// Every served collective on rank `r` of `n`, at `count` elements (parts of `count` for
+/// all-gather, reduce-scatter and all-to-all), every type and operator, in place and out of
+/// place, on buffers from `ncclMemAlloc` when `nccl_mem`.
+fn every_collective(r: usize, n: usize, c: Comm, count: usize, nccl_mem: bool) {
+    let x = nccl();
+    let what = |s: &str, t: c_int| format!("{s} type {t} rank {r}/{n} count {count}");
+    for (t, es) in TYPES {
+        let b = count * es;
+        for op in OPS {
+            // All-reduce, out of place and in place.
+            let send = Buf::new(&data::bytes(t, r, 0, count), nccl_mem);
+            let recv = Buf::new(&data::marked(b), nccl_mem);
+            let want: Vec<f64> = (0..count).map(|i| data::reduced(t, op, n, 0, i)).collect();
+            ok(
+                unsafe { (x.all_reduce)(send.ptr(), recv.ptr(), count, t, op, c.0, STREAM) },
+                &what("ncclAllReduce", t),
+            );
+            data::check(t, &recv.read(), &want, &what("ncclAllReduce", t));
+            ok(
+                unsafe { (x.all_reduce)(send.ptr(), send.ptr(), count, t, op, c.0, STREAM) },
+                &what("in-place ncclAllReduce", t),
+            );
+            data::check(t, &send.read(), &want, &what("in-place ncclAllReduce", t));
+
+            // Reduce-scatter: part p of every rank reduces into rank p.
+            let parts: Vec<u8> = (0..n).flat_map(|p| data::bytes(t, r, p, count)).collect();
+            let want: Vec<f64> = (0..count).map(|i| data::reduced(t, op, n, r, i)).collect();
+            let send = Buf::new(&parts, nccl_mem);
+            let recv = Buf::new(&data::marked(b), nccl_mem);
+            ok(
+                unsafe { (x.reduce_scatter)(send.ptr(), recv.ptr(), count, t, op, c.0, STREAM) },
+                &what("ncclReduceScatter", t),
+            );
+            data::check(t, &recv.read(), &want, &what("ncclReduceScatter", t));
+            let own = send.at(r * b);
+            ok(
+                unsafe { (x.reduce_scatter)(send.ptr(), own, count, t, op, c.0, STREAM) },
+                &what("in-place ncclReduceScatter", t),
+            );
+            data::check(
+                t,
+                &send.read_range(r * b..(r + 1) * b),
+                &want,
+                &what("in-place ncclReduceScatter", t),
+            );
+        }
+
+        // All-gather: rank q's part lands at q.
+        let want: Vec<f64> = (0..n)
+            .flat_map(|q| (0..count).map(move |i| data::stored(t, data::value(q, 0, i))))
+            .collect();
+        let send = Buf::new(&data::bytes(t, r, 0, count), nccl_mem);
+        let recv = Buf::new(&data::marked(n * b), nccl_mem);
+        ok(
+            unsafe { (x.all_gather)(send.ptr(), recv.ptr(), count, t, c.0, STREAM) },
+            &what("ncclAllGather", t),
+        );
+        data::check(t, &recv.read(), &want, &what("ncclAllGather", t));
+        let mut inplace = data::marked(n * b);
+        inplace[r * b..(r + 1) * b].copy_from_slice(&data::bytes(t, r, 0, count));
+        let buf = Buf::new(&inplace, nccl_mem);
+        ok(
+            unsafe { (x.all_gather)(buf.at(r * b), buf.ptr(), count, t, c.0, STREAM) },
+            &what("in-place ncclAllGather", t),
+        );
+        data::check(t, &buf.read(), &want, &what("in-place ncclAllGather", t));
+
+        // Broadcast from every root, out of place (ncclBroadcast) and in place (ncclBcast).
+        for root in 0..n {
+            let want: Vec<f64> = (0..count)
+                .map(|i| data::stored(t, data::value(root, 7, i)))
+                .collect();
+            let mine = data::bytes(t, r, 7, count);
+            let send = Buf::new(&mine, nccl_mem);
+            let recv = Buf::new(&data::marked(b), nccl_mem);
+            ok(
+                unsafe {
+                    (x.broadcast)(send.ptr(), recv.ptr(), count, t, root as c_int, c.0, STREAM)
+                },
+                &what("ncclBroadcast", t),
+            );
+            data::check(t, &recv.read(), &want, &what("ncclBroadcast", t));
+            let buf = Buf::new(&mine, nccl_mem);
+            ok(
+                unsafe { (x.bcast)(buf.ptr(), count, t, root as c_int, c.0, STREAM) },
+                &what("ncclBcast", t),
+            );
+            data::check(t, &buf.read(), &want, &what("ncclBcast", t));
+        }
+
+        // All-to-all: part p of rank q lands as part q of rank p.
+        let parts: Vec<u8> = (0..n).flat_map(|p| data::bytes(t, r, p, count)).collect();
+        let want: Vec<f64> = (0..n)
+            .flat_map(|q| (0..count).map(move |i| data::stored(t, data::value(q, r, i))))
+            .collect();
+        let send = Buf::new(&parts, nccl_mem);
+        let recv = Buf::new(&data::marked(n * b), nccl_mem);
+        ok(
+            unsafe { (x.all_to_all)(send.ptr(), recv.ptr(), count, t, c.0, STREAM) },
+            &what("ncclAlltoAll", t),
+        );
+        data::check(t, &recv.read(), &want, &what("ncclAlltoAll", t));
+        let recv = Buf::new(&data::marked(n * b), nccl_mem);
+        ok(
+            unsafe { (x.all_to_all_alias)(send.ptr(), recv.ptr(), count, t, c.0, STREAM) },
+            &what("ncclAllToAll", t),
+        );
+        data::check(t, &recv.read(), &want, &what("ncclAllToAll", t));
+    }
+}
+
+/// Zero counts: every call succeeds and writes nothing.
+fn zero_counts(r: usize, c: Comm) {
+    let x = nccl();
+    let recv = Buf::new(&data::marked(64), false);
+    let p = recv.ptr();
+    for (t, _) in TYPES {
+        ok(
+            unsafe { (x.all_reduce)(p, p, 0, t, SUM, c.0, STREAM) },
+            "0 all-reduce",
+        );
+        ok(
+            unsafe { (x.all_gather)(p, p, 0, t, c.0, STREAM) },
+            "0 all-gather",
+        );
+        ok(
+            unsafe { (x.reduce_scatter)(p, p, 0, t, MAX, c.0, STREAM) },
+            "0 reduce-scatter",
+        );
+        ok(
+            unsafe { (x.broadcast)(p, p, 0, t, 0, c.0, STREAM) },
+            "0 broadcast",
+        );
+        ok(
+            unsafe { (x.all_to_all)(p, p, 0, t, c.0, STREAM) },
+            "0 all-to-all",
+        );
+        // Null buffers are fine when nothing moves.
+        let null = std::ptr::null_mut();
+        ok(
+            unsafe { (x.all_reduce)(null, null, 0, t, SUM, c.0, STREAM) },
+            "0 all-reduce, null",
+        );
+    }
+    assert_eq!(
+        recv.read(),
+        data::marked(64),
+        "rank {r}: a zero-count call wrote"
+    );
+}
+
+#[test]
+fn collectives_on_one_rank() {
+    isolated("collectives_on_one_rank", LIMIT, &[], || {
+        ranks(1, |r, c| {
+            every_collective(r, 1, c, 37, false);
+            every_collective(r, 1, c, 37, true);
+            zero_counts(r, c);
+        });
+    });
+}
+
+#[test]
+fn collectives_on_two_ranks() {
+    isolated("collectives_on_two_ranks", LIMIT, &[], || {
+        ranks(2, |r, c| {
+            every_collective(r, 2, c, 1, false);
+            every_collective(r, 2, c, 37, false);
+            // 3000 elements: parts of 6 to 12 KiB, past the CPU backend's zero-copy threshold.
+            every_collective(r, 2, c, 3000, true);
+            zero_counts(r, c);
+        });
+    });
+}
+
+#[test]
+fn collectives_on_three_ranks() {
+    isolated("collectives_on_three_ranks", LIMIT, &[], || {
+        ranks(3, |r, c| {
+            every_collective(r, 3, c, 37, false);
+            every_collective(r, 3, c, 1500, true);
+        });
+    });
+}
+
+#[test]
+fn collectives_on_four_ranks() {
+    isolated("collectives_on_four_ranks", LIMIT, &[], || {
+        ranks(4, |r, c| {
+            every_collective(r, 4, c, 129, true);
+            zero_counts(r, c);
+        });
+    });
+}
+
+#[test]
+fn collectives_on_eight_ranks() {
+    isolated("collectives_on_eight_ranks", LIMIT, &[], || {
+        ranks(8, |r, c| every_collective(r, 8, c, 5, false));
+    });
+}
+
+/// Large messages (staging in pieces, the copy engines on registered memory): f32 sums.
+#[test]
+fn large_messages_on_two_ranks() {
+    isolated("large_messages_on_two_ranks", LIMIT, &[], || {
+        ranks(2, |r, c| {
+            let x = nccl();
+            let count = 100_000;
+            for nccl_mem in [false, true] {
+                let send = Buf::new(&data::bytes(FLOAT32, r, 0, count), nccl_mem);
+                let recv = Buf::new(&data::marked(count * 4), nccl_mem);
+                ok(
+                    unsafe {
+                        (x.all_reduce)(send.ptr(), recv.ptr(), count, FLOAT32, SUM, c.0, STREAM)
+                    },
+                    "large all-reduce",
+                );
+                let want: Vec<f64> = (0..count)
+                    .map(|i| data::reduced(FLOAT32, SUM, 2, 0, i))
+                    .collect();
+                data::check(FLOAT32, &recv.read(), &want, "large all-reduce");
+                let all = Buf::new(&data::marked(2 * count * 4), nccl_mem);
+                ok(
+                    unsafe { (x.all_gather)(send.ptr(), all.ptr(), count, FLOAT32, c.0, STREAM) },
+                    "large all-gather",
+                );
+                let want: Vec<f64> = (0..2)
+                    .flat_map(|q| (0..count).map(move |i| data::value(q, 0, i)))
+                    .collect();
+                data::check(FLOAT32, &all.read(), &want, "large all-gather");
+            }
+        });
+    });
+}
+
+fn cstr(p: *const std::ffi::c_char) -> String {
+    assert!(!p.is_null());
+    // SAFETY: the library returns NUL-terminated strings.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+#[test]
+fn version_error_strings_and_bad_handles() {
+    isolated("version_error_strings_and_bad_handles", LIMIT, &[], || {
+        let x = nccl();
+        let mut v = 0;
+        ok(unsafe { (x.get_version)(&mut v) }, "ncclGetVersion");
+        assert_eq!(v, 23203, "NCCL 2.32.3's version code");
+        fails(
+            unsafe { (x.get_version)(std::ptr::null_mut()) },
+            INVALID_ARGUMENT,
+            &["ncclGetVersion", "version is null"],
+            "ncclGetVersion(NULL)",
+        );
+        let texts: Vec<String> = (0..10)
+            .map(|code| cstr(unsafe { (x.get_error_string)(code) }))
+            .collect();
+        for (i, t) in texts.iter().enumerate() {
+            assert!(!t.is_empty(), "code {i}");
+            assert_eq!(texts.iter().filter(|u| *u == t).count(), 1, "{t} twice");
+        }
+        assert_eq!(texts[0], "no error");
+        assert_eq!(
+            cstr(unsafe { (x.get_error_string)(-5) }),
+            "unknown result code"
+        );
+        assert_eq!(
+            cstr(unsafe { (x.get_error_string)(1000) }),
+            "unknown result code"
+        );
+
+        // Null, foreign and destroyed communicators.
+        let null = std::ptr::null_mut();
+        let mut n = 0;
+        let foreign = 0x1234 as *mut c_void;
+        for comm in [null, foreign] {
+            fails(
+                unsafe { (x.all_reduce)(null, null, 0, FLOAT32, SUM, comm, STREAM) },
+                INVALID_ARGUMENT,
+                &["not a live communicator"],
+                "ncclAllReduce on a bad communicator",
+            );
+            fails(
+                unsafe { (x.comm_count)(comm, &mut n) },
+                INVALID_ARGUMENT,
+                &["ncclCommCount"],
+                "ncclCommCount on a bad communicator",
+            );
+        }
+        ok(unsafe { (x.comm_destroy)(null) }, "ncclCommDestroy(NULL)");
+        ok(unsafe { (x.comm_abort)(null) }, "ncclCommAbort(NULL)");
+        let c = init_rank(unique_id(), 1, 0);
+        ok(unsafe { (x.comm_destroy)(c) }, "ncclCommDestroy");
+        fails(
+            unsafe { (x.comm_destroy)(c) },
+            INVALID_ARGUMENT,
+            &["not a live communicator"],
+            "a second ncclCommDestroy",
+        );
+        fails(
+            unsafe { (x.comm_user_rank)(c, &mut n) },
+            INVALID_ARGUMENT,
+            &[],
+            "ncclCommUserRank after destroy",
+        );
+
+        // Unique ids made elsewhere are refused; a bad rank or size too.
+        let mut bad = unique_id();
+        bad.0[100] = 1;
+        let mut out = null;
+        fails(
+            unsafe { (x.comm_init_rank)(&mut out, 1, bad, 0) },
+            INVALID_ARGUMENT,
+            &["ncclUniqueId"],
+            "a foreign id",
+        );
+        fails(
+            unsafe { (x.comm_init_rank)(&mut out, 1, UniqueId([0; 128]), 0) },
+            INVALID_ARGUMENT,
+            &["ncclUniqueId"],
+            "a zero id",
+        );
+        let id = unique_id();
+        fails(
+            unsafe { (x.comm_init_rank)(&mut out, 2, id, 2) },
+            INVALID_ARGUMENT,
+            &["rank is 2"],
+            "rank out of range",
+        );
+        fails(
+            unsafe { (x.comm_init_rank)(&mut out, 0, id, 0) },
+            INVALID_ARGUMENT,
+            &["nranks"],
+            "no ranks",
+        );
+        fails(
+            unsafe { (x.comm_init_rank)(std::ptr::null_mut(), 1, id, 0) },
+            INVALID_ARGUMENT,
+            &["comm is null"],
+            "no place for the handle",
+        );
+        fails(
+            unsafe { (x.get_unique_id)(std::ptr::null_mut()) },
+            INVALID_ARGUMENT,
+            &["uniqueId"],
+            "ncclGetUniqueId(NULL)",
+        );
+        // Groups must balance.
+        fails(
+            unsafe { (x.group_end)() },
+            INVALID_USAGE,
+            &["ncclGroupEnd without"],
+            "unbalanced",
+        );
+        // The last error of another thread is seen by a thread without errors of its own.
+        std::thread::spawn(|| assert!(last_error().contains("ncclGroupEnd without")))
+            .join()
+            .unwrap();
+    });
+}
+
+/// Every exported function NCCL has and this library does not implement refuses with
+/// `ncclInvalidUsage` and says why; none succeeds.
+#[test]
+fn stubs_refuse_and_say_why() {
+    isolated("stubs_refuse_and_say_why", LIMIT, &[], || {
+        let x = nccl();
+        let h = x.handle as *mut c_void;
+        let c = init_rank(unique_id(), 1, 0);
+        let p = std::ptr::null_mut::<c_void>();
+        type F6 = unsafe extern "C" fn(
+            *mut c_void,
+            *mut c_void,
+            *mut c_void,
+            *mut c_void,
+            *mut c_void,
+            *mut c_void,
+        ) -> c_int;
+        // Called through one prototype, six pointer-sized arguments (the communicator first):
+        // a stub reads none of its arguments, and on x86-64 System V (the only target these
+        // tests build for) arguments a callee does not read are left in registers or on the
+        // caller's stack, which the caller cleans. The C ABI test calls those of nccl.h with
+        // their own prototypes.
+        let stubs = [
+            "ncclCommRevoke",
+            "ncclCommShrink",
+            "ncclCommGetUniqueId",
+            "ncclCommGrow",
+            "ncclCommSuspend",
+            "ncclCommResume",
+            "ncclCommMemStats",
+            "ncclCommQueryProperties",
+            "ncclDevCommCreate",
+            "ncclDevCommDestroy",
+        ];
+        for name in stubs {
+            for prefix in ["", "p"] {
+                let full = format!("{prefix}{name}");
+                // SAFETY: every stub returns ncclResult_t (an int) and reads no argument (above).
+                let f: F6 = unsafe { std::mem::transmute(symbol(h, &full)) };
+                fails(
+                    unsafe { f(c, p, p, p, p, p) },
+                    INVALID_USAGE,
+                    &[name, "not implemented"],
+                    &full,
+                );
+            }
+        }
+        let no_comm = [
+            "ncclSetEncryption",
+            "ncclParamBind",
+            "ncclParamGetI8",
+            "ncclParamGetI16",
+            "ncclParamGetI32",
+            "ncclParamGetI64",
+            "ncclParamGetU8",
+            "ncclParamGetU16",
+            "ncclParamGetU32",
+            "ncclParamGetU64",
+            "ncclParamGetStr",
+            "ncclParamGet",
+            "ncclParamGetParameter",
+            "ncclParamGetAllParameterKeys",
+            "ncclGetLsaMultimemDevicePointer",
+            "ncclGetMultimemDevicePointer",
+            "ncclGetLsaDevicePointer",
+            "ncclGetPeerDevicePointer",
+            "ncclGetMultimemDeviceLeInfo",
+            "ncclGetCftDeviceLeInfo",
+            "ncclGetPeerDeviceLeInfo",
+            "ncclLsaBarrierCreateRequirement",
+            "ncclGinBarrierCreateRequirement",
+            "ncclCftBarrierCreateRequirement",
+            "ncclLLA2ACreateRequirement",
+            "ncclGinOutboxCreateRequirement",
+            "ncclGinInboxA2ACreateRequirement",
+            "ncclPutSignal",
+            "ncclSignal",
+            "ncclWaitSignal",
+        ];
+        for name in no_comm {
+            // SAFETY: as above.
+            let f: F6 = unsafe { std::mem::transmute(symbol(h, name)) };
+            fails(
+                unsafe { f(p, p, p, p, p, p) },
+                INVALID_USAGE,
+                &[name, "not implemented"],
+                name,
+            );
+        }
+        // Team functions return an empty team, the slot calculator -1; both say why.
+        assert_eq!(unsafe { (x.team_world)(c) }, Team::default());
+        assert!(last_error().contains("ncclTeamWorld"), "{}", last_error());
+        assert_eq!(unsafe { (x.lla2a_calc_slots)(16, 8) }, -1);
+        assert!(
+            last_error().contains("ncclLLA2ACalcSlots"),
+            "{}",
+            last_error()
+        );
+        for name in ["ncclResetDebugInit", "ncclResetDebugInitInternal"] {
+            // SAFETY: `void f(void)`.
+            let f: unsafe extern "C" fn() = unsafe { std::mem::transmute(symbol(h, name)) };
+            unsafe { f() };
+            assert!(last_error().contains(name), "{}", last_error());
+        }
+        // ncclParamDumpAll logs the settings; it has nothing to refuse.
+        // SAFETY: `void f(void)`.
+        let dump: unsafe extern "C" fn() =
+            unsafe { std::mem::transmute(symbol(h, "ncclParamDumpAll")) };
+        unsafe { dump() };
+        // Simulating a group closes it, runs nothing and says so.
+        ok(unsafe { (x.group_start)() }, "ncclGroupStart");
+        let v = Buf::new(&data::bytes(FLOAT32, 0, 0, 4), false);
+        ok(
+            unsafe { (x.all_reduce)(v.ptr(), v.ptr(), 4, FLOAT32, SUM, c, STREAM) },
+            "recorded",
+        );
+        fails(
+            unsafe { (x.group_simulate_end)(p) },
+            INVALID_USAGE,
+            &["ncclGroupSimulateEnd", "nothing ran"],
+            "ncclGroupSimulateEnd",
+        );
+        fails(
+            unsafe { (x.group_end)() },
+            INVALID_USAGE,
+            &["without ncclGroupStart"],
+            "closed",
+        );
+        ok(unsafe { (x.comm_destroy)(c) }, "ncclCommDestroy");
+    });
+}
+
+/// Argument checks of the collectives and what is not served yet, on one rank.
+#[test]
+fn argument_checks_and_not_yet_served() {
+    isolated("argument_checks_and_not_yet_served", LIMIT, &[], || {
+        let x = nccl();
+        let c = init_rank(unique_id(), 1, 0);
+        let b = Buf::new(&data::marked(1024), false);
+        let (p, q) = (b.ptr(), b.at(512));
+        let null = std::ptr::null_mut();
+        // Types and operators.
+        for t in [-1, 12, 1000] {
+            fails(
+                unsafe { (x.all_reduce)(p, q, 4, t, SUM, c, STREAM) },
+                INVALID_ARGUMENT,
+                &["is not an ncclDataType_t"],
+                "bad type",
+            );
+        }
+        for (t, name) in [
+            (INT8, "ncclInt8"),
+            (INT64, "ncclInt64"),
+            (FLOAT64, "ncclFloat64"),
+            (10, "ncclFloat8e4m3"),
+        ] {
+            fails(
+                unsafe { (x.all_reduce)(p, q, 4, t, SUM, c, STREAM) },
+                INVALID_ARGUMENT,
+                &[name, "not served yet"],
+                name,
+            );
+            fails(
+                unsafe { (x.all_gather)(p, q, 4, t, c, STREAM) },
+                INVALID_ARGUMENT,
+                &[name, "not served yet"],
+                name,
+            );
+        }
+        for (op, name) in [(PROD, "ncclProd"), (AVG, "ncclAvg")] {
+            fails(
+                unsafe { (x.all_reduce)(p, q, 4, FLOAT32, op, c, STREAM) },
+                INVALID_ARGUMENT,
+                &[name, "not served yet"],
+                name,
+            );
+        }
+        fails(
+            unsafe { (x.all_reduce)(p, q, 4, FLOAT32, -2, c, STREAM) },
+            INVALID_ARGUMENT,
+            &["not an ncclRedOp_t"],
+            "bad op",
+        );
+        fails(
+            unsafe { (x.all_reduce)(p, q, 4, FLOAT32, 77, c, STREAM) },
+            INVALID_ARGUMENT,
+            &["not a live operator"],
+            "unknown dynamic op",
+        );
+        // Counts that overflow, null buffers, ranks out of range.
+        fails(
+            unsafe { (x.all_reduce)(p, q, usize::MAX / 2, FLOAT32, SUM, c, STREAM) },
+            INVALID_ARGUMENT,
+            &["overflow"],
+            "count overflow",
+        );
+        fails(
+            unsafe { (x.all_reduce)(null, q, 4, FLOAT32, SUM, c, STREAM) },
+            INVALID_ARGUMENT,
+            &["sendbuff is null"],
+            "null sendbuff",
+        );
+        fails(
+            unsafe { (x.all_gather)(p, null, 4, FLOAT32, c, STREAM) },
+            INVALID_ARGUMENT,
+            &["recvbuff is null"],
+            "null recvbuff",
+        );
+        fails(
+            unsafe { (x.broadcast)(p, q, 4, FLOAT32, 1, c, STREAM) },
+            INVALID_ARGUMENT,
+            &["root is 1"],
+            "root out of range",
+        );
+        fails(
+            unsafe { (x.send)(p, 4, FLOAT32, 1, c, STREAM) },
+            INVALID_ARGUMENT,
+            &["peer is 1"],
+            "peer out of range",
+        );
+        fails(
+            unsafe { (x.send)(p, 4, FLOAT32, 0, c, STREAM) },
+            INVALID_USAGE,
+            &["itself"],
+            "a lone send to itself",
+        );
+        // Reduce, gather, scatter: checked, then not served yet.
+        fails(
+            unsafe { (x.reduce)(p, q, 4, FLOAT32, SUM, 0, c, STREAM) },
+            INVALID_USAGE,
+            &["ncclReduce", "not served yet"],
+            "ncclReduce",
+        );
+        fails(
+            unsafe { (x.reduce)(p, q, 4, FLOAT32, SUM, 3, c, STREAM) },
+            INVALID_ARGUMENT,
+            &["root is 3"],
+            "ncclReduce with a bad root",
+        );
+        fails(
+            unsafe { (x.gather)(p, q, 4, FLOAT32, 0, c, STREAM) },
+            INVALID_USAGE,
+            &["ncclGather", "not served yet"],
+            "ncclGather",
+        );
+        fails(
+            unsafe { (x.scatter)(null, q, 4, FLOAT32, 0, c, STREAM) },
+            INVALID_ARGUMENT,
+            &["sendbuff is null"],
+            "ncclScatter without data on the root",
+        );
+        fails(
+            unsafe { (x.scatter)(p, q, 4, FLOAT32, 0, c, STREAM) },
+            INVALID_USAGE,
+            &["ncclScatter", "not served yet"],
+            "ncclScatter",
+        );
+        // Split: checked, then not served yet.
+        let mut nc = null;
+        fails(
+            unsafe { (x.comm_split)(c, -7, 0, &mut nc, std::ptr::null_mut()) },
+            INVALID_ARGUMENT,
+            &["color"],
+            "a bad color",
+        );
+        for color in [0, -1] {
+            fails(
+                unsafe { (x.comm_split)(c, color, 0, &mut nc, std::ptr::null_mut()) },
+                INVALID_USAGE,
+                &["ncclCommSplit", "not served yet"],
+                "ncclCommSplit",
+            );
+        }
+        // Per-call configs: read by size and magic; a forced NCCL algorithm is refused.
+        let v = Buf::new(&data::bytes(FLOAT32, 0, 0, 4), false);
+        let o = Buf::new(&data::marked(16), false);
+        ok(
+            unsafe {
+                (x.all_reduce_config)(
+                    v.ptr(),
+                    o.ptr(),
+                    4,
+                    FLOAT32,
+                    SUM,
+                    c,
+                    STREAM,
+                    std::ptr::null(),
+                )
+            },
+            "ncclAllReduceConfig(NULL)",
+        );
+        let mut cfg = CollConfig::default();
+        ok(
+            unsafe { (x.all_reduce_config)(v.ptr(), o.ptr(), 4, FLOAT32, SUM, c, STREAM, &cfg) },
+            "ncclAllReduceConfig(initializer)",
+        );
+        data::check(
+            FLOAT32,
+            &o.read(),
+            &(0..4).map(|i| data::value(0, 0, i)).collect::<Vec<_>>(),
+            "config",
+        );
+        cfg.alg_selection = c"ring".as_ptr();
+        fails(
+            unsafe { (x.all_gather_config)(v.ptr(), o.ptr(), 4, FLOAT32, c, STREAM, &cfg) },
+            INVALID_USAGE,
+            &["algSelection"],
+            "a forced NCCL algorithm",
+        );
+        cfg.force_alg_selection = 0;
+        ok(
+            unsafe { (x.all_gather_config)(v.ptr(), o.ptr(), 4, FLOAT32, c, STREAM, &cfg) },
+            "an NCCL algorithm as a hint",
+        );
+        let bad = CollConfig {
+            magic: 1,
+            ..CollConfig::default()
+        };
+        fails(
+            unsafe { (x.all_gather_config)(v.ptr(), o.ptr(), 4, FLOAT32, c, STREAM, &bad) },
+            INVALID_ARGUMENT,
+            &["magic"],
+            "an uninitialised config",
+        );
+        // After ncclCommFinalize only ncclCommDestroy may follow.
+        ok(unsafe { (x.comm_finalize)(c) }, "ncclCommFinalize");
+        fails(
+            unsafe { (x.all_reduce)(v.ptr(), o.ptr(), 4, FLOAT32, SUM, c, STREAM) },
+            INVALID_USAGE,
+            &["finalized"],
+            "a call after finalize",
+        );
+        ok(unsafe { (x.comm_destroy)(c) }, "ncclCommDestroy");
+    });
+}
+
+#[test]
+fn memory_registration_and_operators() {
+    isolated("memory_registration_and_operators", LIMIT, &[], || {
+        let x = nccl();
+        let c = init_rank(unique_id(), 1, 0);
+        let null = std::ptr::null_mut();
+        // ncclMemAlloc / ncclMemFree.
+        let mut m: *mut c_void = null;
+        ok(unsafe { (x.mem_alloc)(&mut m, 8192) }, "ncclMemAlloc");
+        assert!(!m.is_null());
+        // SAFETY: CPU backend: 8192 bytes of host memory.
+        unsafe { std::ptr::write_bytes(m.cast::<u8>(), 7, 8192) };
+        fails(
+            unsafe { (x.mem_alloc)(&mut m, 0) },
+            INVALID_ARGUMENT,
+            &["size"],
+            "0 bytes",
+        );
+        fails(
+            unsafe { (x.mem_alloc)(null.cast(), 8) },
+            INVALID_ARGUMENT,
+            &["ptr is null"],
+            "no out",
+        );
+        let stack = [0u8; 64];
+        fails(
+            unsafe { (x.mem_free)(stack.as_ptr() as *mut c_void) },
+            INVALID_ARGUMENT,
+            &["ncclMemAlloc"],
+            "freeing foreign memory",
+        );
+        ok(unsafe { (x.mem_free)(null) }, "ncclMemFree(NULL)");
+        // Registrations: inside one allocation of the device only.
+        let mut h: *mut c_void = null;
+        ok(
+            unsafe { (x.comm_register)(c, m, 8192, &mut h) },
+            "ncclCommRegister",
+        );
+        assert!(!h.is_null());
+        let mut h2: *mut c_void = null;
+        ok(
+            unsafe { (x.comm_register)(c, m.cast::<u8>().add(100).cast(), 100, &mut h2) },
+            "ncclCommRegister of a part",
+        );
+        assert_ne!(h, h2);
+        fails(
+            unsafe { (x.comm_register)(c, m, 8193, &mut h2) },
+            INVALID_ARGUMENT,
+            &["not inside one allocation"],
+            "past the allocation",
+        );
+        fails(
+            unsafe { (x.comm_register)(c, stack.as_ptr() as *mut c_void, 64, &mut h2) },
+            INVALID_ARGUMENT,
+            &["not inside one allocation"],
+            "host memory",
+        );
+        ok(unsafe { (x.comm_deregister)(c, h) }, "ncclCommDeregister");
+        fails(
+            unsafe { (x.comm_deregister)(c, h) },
+            INVALID_ARGUMENT,
+            &["registration"],
+            "deregistering twice",
+        );
+        // Windows.
+        let mut w: *mut c_void = null;
+        ok(
+            unsafe { (x.window_register)(c, m, 4096, &mut w, 1) },
+            "ncclCommWindowRegister",
+        );
+        let mut user: *mut c_void = null;
+        ok(
+            unsafe { (x.win_get_user_ptr)(c, w, &mut user) },
+            "ncclWinGetUserPtr",
+        );
+        assert_eq!(user, m);
+        fails(
+            unsafe { (x.window_register)(c, m, 4096, &mut w, 0x100) },
+            INVALID_ARGUMENT,
+            &["winFlags"],
+            "unknown flags",
+        );
+        ok(
+            unsafe { (x.window_deregister)(c, w) },
+            "ncclCommWindowDeregister",
+        );
+        fails(
+            unsafe { (x.win_get_user_ptr)(c, w, &mut user) },
+            INVALID_ARGUMENT,
+            &["window"],
+            "a deregistered window",
+        );
+        // Pre-multiplied sums: made from ncclNumOps up, destroyed, not served in collectives.
+        let mut scalar = 0.5f32;
+        let mut op = -1;
+        let s = (&raw mut scalar).cast();
+        ok(
+            unsafe { (x.red_op_create_pre_mul_sum)(&mut op, s, FLOAT32, 1, c) },
+            "create",
+        );
+        assert_eq!(op, 5);
+        let mut op2 = -1;
+        ok(
+            unsafe { (x.red_op_create_pre_mul_sum)(&mut op2, m, FLOAT32, 0, c) },
+            "create (device)",
+        );
+        assert_eq!(op2, 6);
+        fails(
+            unsafe { (x.red_op_create_pre_mul_sum)(&mut op2, s, FLOAT32, 2, c) },
+            INVALID_ARGUMENT,
+            &["residence"],
+            "a bad residence",
+        );
+        fails(
+            unsafe { (x.all_reduce)(m, m, 4, FLOAT32, op, c, STREAM) },
+            INVALID_ARGUMENT,
+            &["pre-multiplied", "not served yet"],
+            "a pre-multiplied sum",
+        );
+        ok(unsafe { (x.red_op_destroy)(op, c) }, "ncclRedOpDestroy");
+        fails(
+            unsafe { (x.red_op_destroy)(op, c) },
+            INVALID_ARGUMENT,
+            &["not a live operator"],
+            "twice",
+        );
+        fails(
+            unsafe { (x.red_op_destroy)(SUM, c) },
+            INVALID_ARGUMENT,
+            &["built-in"],
+            "ncclSum",
+        );
+        ok(
+            unsafe { (x.red_op_create_pre_mul_sum)(&mut op, s, FLOAT32, 1, c) },
+            "again",
+        );
+        assert_eq!(op, 5, "the freed value is used again");
+        ok(unsafe { (x.comm_destroy)(c) }, "ncclCommDestroy");
+        ok(unsafe { (x.mem_free)(m) }, "ncclMemFree");
+        fails(
+            unsafe { (x.mem_free)(m) },
+            INVALID_ARGUMENT,
+            &["ncclMemAlloc"],
+            "freeing twice",
+        );
+    });
+}
+
+#[test]
+fn configs_nonblocking_init_and_init_all() {
+    isolated(
+        "configs_nonblocking_init_and_init_all",
+        LIMIT,
+        &[("NCCL_DEBUG", "INFO")],
+        || {
+            let x = nccl();
+            let null = std::ptr::null_mut();
+            // A config of an old NCCL (40 bytes: up to netName) is read by its size.
+            let id = unique_id();
+            let mut old = Config {
+                blocking: 1,
+                ..Config::default()
+            };
+            old.size = 40;
+            let mut c = null;
+            ok(
+                unsafe { (x.comm_init_rank_config)(&mut c, 1, id, 0, &mut old) },
+                "old config",
+            );
+            let (mut n, mut r, mut d) = (0, 0, 0);
+            ok(unsafe { (x.comm_count)(c, &mut n) }, "ncclCommCount");
+            ok(unsafe { (x.comm_user_rank)(c, &mut r) }, "ncclCommUserRank");
+            ok(unsafe { (x.comm_cu_device)(c, &mut d) }, "ncclCommCuDevice");
+            assert_eq!((n, r, d), (1, 0, 0));
+            ok(unsafe { (x.comm_destroy)(c) }, "destroy");
+            let mut bad = Config {
+                magic: 3,
+                ..Config::default()
+            };
+            fails(
+                unsafe { (x.comm_init_rank_config)(&mut c, 1, unique_id(), 0, &mut bad) },
+                INVALID_ARGUMENT,
+                &["magic"],
+                "a config without its initializer",
+            );
+            let mut bad = Config {
+                blocking: 2,
+                ..Config::default()
+            };
+            fails(
+                unsafe { (x.comm_init_rank_config)(&mut c, 1, unique_id(), 0, &mut bad) },
+                INVALID_ARGUMENT,
+                &["blocking"],
+                "blocking = 2",
+            );
+
+            // Non-blocking: ncclInProgress, then ncclCommGetAsyncError until done.
+            let id = unique_id();
+            let name = c"nonblocking-test";
+            let comms: Vec<Comm> = std::thread::scope(|s| {
+                let hs: Vec<_> = (0..2)
+                    .map(|rank| {
+                        s.spawn(move || {
+                            let mut cfg = Config {
+                                blocking: 0,
+                                comm_name: name.as_ptr(),
+                                ..Config::default()
+                            };
+                            let mut c = std::ptr::null_mut();
+                            let r =
+                                unsafe { (x.comm_init_rank_config)(&mut c, 2, id, rank, &mut cfg) };
+                            assert_eq!(r, IN_PROGRESS, "{}", last_error());
+                            assert!(!c.is_null());
+                            let deadline = Instant::now() + Duration::from_secs(60);
+                            let mut state = IN_PROGRESS;
+                            while state == IN_PROGRESS {
+                                assert!(Instant::now() < deadline, "init still in progress");
+                                ok(unsafe { (x.comm_get_async_error)(c, &mut state) }, "poll");
+                                std::thread::sleep(Duration::from_millis(5));
+                            }
+                            assert_eq!(state, SUCCESS, "{}", last_error());
+                            Comm(c)
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            std::thread::scope(|s| {
+                for (rank, c) in comms.iter().copied().enumerate() {
+                    s.spawn(move || every_collective(rank, 2, c, 9, false));
+                }
+            });
+            for c in comms {
+                ok(unsafe { (x.comm_destroy)(c.0) }, "destroy");
+            }
+
+            // ncclCommInitAll: ranks of one process; a device list.
+            let mut all = [null; 3];
+            let devs = [2, 0, 1];
+            ok(
+                unsafe { (x.comm_init_all)(all.as_mut_ptr(), 3, devs.as_ptr()) },
+                "ncclCommInitAll",
+            );
+            for (i, c) in all.iter().enumerate() {
+                ok(unsafe { (x.comm_user_rank)(*c, &mut r) }, "rank");
+                ok(unsafe { (x.comm_cu_device)(*c, &mut d) }, "device");
+                assert_eq!((r as usize, d), (i, devs[i]));
+            }
+            group_all_reduce(&all.map(Comm));
+            for c in all {
+                ok(unsafe { (x.comm_destroy)(c) }, "destroy");
+            }
+            let too_big = [0, 9999];
+            fails(
+                unsafe { (x.comm_init_all)(all.as_mut_ptr(), 2, too_big.as_ptr()) },
+                INVALID_ARGUMENT,
+                &["devlist"],
+                "a device that does not exist",
+            );
+            // ncclCommInitRankScalable: the first id serves.
+            let ids = [unique_id(), unique_id()];
+            let mut c = null;
+            let mut ids2 = ids;
+            ok(
+                unsafe {
+                    (x.comm_init_rank_scalable)(
+                        &mut c,
+                        1,
+                        0,
+                        2,
+                        ids2.as_mut_ptr(),
+                        std::ptr::null_mut(),
+                    )
+                },
+                "ncclCommInitRankScalable",
+            );
+            ok(unsafe { (x.comm_destroy)(c) }, "destroy");
+        },
+    );
+}
+
+/// One all-reduce over every communicator of `comms` (ranks of one clique), in one group
+/// issued by this thread; checks every result.
+fn group_all_reduce(comms: &[Comm]) {
+    let x = nccl();
+    let n = comms.len();
+    let count = 33;
+    let bufs: Vec<Buf> = (0..n)
+        .map(|r| Buf::new(&data::bytes(FLOAT32, r, 0, count), r % 2 == 0))
+        .collect();
+    ok(unsafe { (x.group_start)() }, "ncclGroupStart");
+    for (c, b) in comms.iter().zip(&bufs) {
+        ok(
+            unsafe { (x.all_reduce)(b.ptr(), b.ptr(), count, FLOAT32, SUM, c.0, STREAM) },
+            "grouped ncclAllReduce",
+        );
+    }
+    ok(unsafe { (x.group_end)() }, "ncclGroupEnd");
+    let want: Vec<f64> = (0..count)
+        .map(|i| data::reduced(FLOAT32, SUM, n, 0, i))
+        .collect();
+    for b in &bufs {
+        data::check(FLOAT32, &b.read(), &want, "grouped all-reduce");
+    }
+}
+
+/// One thread initialises four ranks in a group, then drives them with grouped collectives
+/// and sends/receives (as a single-process multi-GPU program does).
+#[test]
+fn one_thread_drives_four_ranks() {
+    isolated("one_thread_drives_four_ranks", LIMIT, &[], || {
+        let x = nccl();
+        let n = 4;
+        let id = unique_id();
+        let mut comms = vec![std::ptr::null_mut(); n];
+        ok(unsafe { (x.group_start)() }, "ncclGroupStart");
+        ok(unsafe { (x.group_start)() }, "nested ncclGroupStart");
+        for (r, c) in comms.iter_mut().enumerate() {
+            ok(
+                unsafe { (x.comm_init_rank)(c, n as c_int, id, r as c_int) },
+                "init in a group",
+            );
+            assert!(!c.is_null(), "the handle exists before the group ends");
+        }
+        ok(unsafe { (x.group_end)() }, "inner ncclGroupEnd");
+        // Still inside the outer group: the inits have not run.
+        let mut state = 0;
+        ok(
+            unsafe { (x.comm_get_async_error)(comms[0], &mut state) },
+            "poll",
+        );
+        assert_eq!(state, IN_PROGRESS);
+        let early = Buf::new(&data::marked(4), false);
+        fails(
+            unsafe { (x.all_reduce)(early.ptr(), early.ptr(), 1, FLOAT32, SUM, comms[0], STREAM) },
+            INVALID_USAGE,
+            &["still being initialised"],
+            "a call before the group ended",
+        );
+        // That failure poisons the group: it runs nothing, its inits fail.
+        fails(
+            unsafe { (x.group_end)() },
+            INVALID_USAGE,
+            &["earlier call of this group"],
+            "poisoned",
+        );
+        for c in &comms {
+            ok(unsafe { (x.comm_get_async_error)(*c, &mut state) }, "poll");
+            assert_eq!(state, INVALID_USAGE);
+            ok(unsafe { (x.comm_destroy)(*c) }, "destroy a failed init");
+        }
+
+        // Again, properly.
+        let id = unique_id();
+        ok(unsafe { (x.group_start)() }, "ncclGroupStart");
+        for (r, c) in comms.iter_mut().enumerate() {
+            ok(
+                unsafe { (x.comm_init_rank)(c, n as c_int, id, r as c_int) },
+                "init in a group",
+            );
+        }
+        ok(unsafe { (x.group_end)() }, "ncclGroupEnd");
+        let comms: Vec<Comm> = comms.into_iter().map(Comm).collect();
+        group_all_reduce(&comms);
+
+        // Uneven all-gather as grouped broadcasts (PyTorch's pattern): root q sends q + 3
+        // elements.
+        let counts: Vec<usize> = (0..n).map(|q| q + 3).collect();
+        let total: usize = counts.iter().sum();
+        let offsets: Vec<usize> = counts
+            .iter()
+            .scan(0, |a, &c| {
+                let o = *a;
+                *a += c;
+                Some(o)
+            })
+            .collect();
+        let outs: Vec<Buf> = (0..n)
+            .map(|_| Buf::new(&data::marked(total * 4), false))
+            .collect();
+        let mine: Vec<Buf> = (0..n)
+            .map(|r| Buf::new(&data::bytes(FLOAT32, r, 2, counts[r]), false))
+            .collect();
+        ok(unsafe { (x.group_start)() }, "ncclGroupStart");
+        for root in 0..n {
+            for r in 0..n {
+                let dst = outs[r].at(offsets[root] * 4);
+                ok(
+                    unsafe {
+                        (x.broadcast)(
+                            mine[r].ptr(),
+                            dst,
+                            counts[root],
+                            FLOAT32,
+                            root as c_int,
+                            comms[r].0,
+                            STREAM,
+                        )
+                    },
+                    "grouped ncclBroadcast",
+                );
+            }
+        }
+        ok(unsafe { (x.group_end)() }, "ncclGroupEnd");
+        let want: Vec<f64> = (0..n)
+            .flat_map(|q| (0..counts[q]).map(move |i| data::value(q, 2, i)))
+            .collect();
+        for o in &outs {
+            data::check(FLOAT32, &o.read(), &want, "uneven all-gather");
+        }
+
+        // All-to-all as sends and receives to every peer and itself, all ranks in one group.
+        let count = 6;
+        let sends: Vec<Buf> = (0..n)
+            .map(|r| {
+                Buf::new(
+                    &(0..n)
+                        .flat_map(|p| data::bytes(INT32, r, p, count))
+                        .collect::<Vec<_>>(),
+                    true,
+                )
+            })
+            .collect();
+        let recvs: Vec<Buf> = (0..n)
+            .map(|_| Buf::new(&data::marked(n * count * 4), true))
+            .collect();
+        ok(unsafe { (x.group_start)() }, "ncclGroupStart");
+        for r in 0..n {
+            for p in 0..n {
+                ok(
+                    unsafe {
+                        (x.send)(
+                            sends[r].at(p * count * 4),
+                            count,
+                            INT32,
+                            p as c_int,
+                            comms[r].0,
+                            STREAM,
+                        )
+                    },
+                    "grouped ncclSend",
+                );
+                ok(
+                    unsafe {
+                        (x.recv)(
+                            recvs[r].at(p * count * 4),
+                            count,
+                            INT32,
+                            p as c_int,
+                            comms[r].0,
+                            STREAM,
+                        )
+                    },
+                    "grouped ncclRecv",
+                );
+            }
+        }
+        ok(unsafe { (x.group_end)() }, "ncclGroupEnd");
+        for (r, b) in recvs.iter().enumerate() {
+            let want: Vec<f64> = (0..n)
+                .flat_map(|q| (0..count).map(move |i| data::value(q, r, i)))
+                .collect();
+            data::check(INT32, &b.read(), &want, "all-to-all by sends and receives");
+        }
+        for c in comms {
+            ok(unsafe { (x.comm_destroy)(c.0) }, "destroy");
+        }
+    });
+}
+
+/// PyTorch's call patterns, ranks as threads: a barrier (a one-float all-reduce), all-to-all
+/// by a group of sends and receives to every peer and itself, a ring exchange
+/// (`batch_isend_irecv`), coalesced all-reduces, an uneven all-to-all, and a two-rank
+/// communicator per send/recv pair.
+#[test]
+fn pytorch_patterns_as_threads() {
+    isolated("pytorch_patterns_as_threads", LIMIT, &[], || {
+        let n = 4;
+        let pair_ids: Vec<std::sync::Mutex<Option<UniqueId>>> =
+            (0..n / 2).map(|_| std::sync::Mutex::new(None)).collect();
+        let ready = std::sync::Barrier::new(n);
+        ranks(n, |r, c| {
+            let x = nccl();
+            // Barrier.
+            let one = Buf::new(&1f32.to_le_bytes(), false);
+            ok(
+                unsafe { (x.all_reduce)(one.ptr(), one.ptr(), 1, FLOAT32, SUM, c.0, STREAM) },
+                "barrier",
+            );
+            assert_eq!(one.read(), (n as f32).to_le_bytes());
+
+            // all_to_all_single as sends and receives.
+            let count = 10;
+            let send = Buf::new(
+                &(0..n)
+                    .flat_map(|p| data::bytes(BFLOAT16, r, p, count))
+                    .collect::<Vec<_>>(),
+                false,
+            );
+            let recv = Buf::new(&data::marked(n * count * 2), false);
+            ok(unsafe { (x.group_start)() }, "ncclGroupStart");
+            for p in 0..n {
+                ok(
+                    unsafe {
+                        (x.send)(
+                            send.at(p * count * 2),
+                            count,
+                            BFLOAT16,
+                            p as c_int,
+                            c.0,
+                            STREAM,
+                        )
+                    },
+                    "send",
+                );
+                ok(
+                    unsafe {
+                        (x.recv)(
+                            recv.at(p * count * 2),
+                            count,
+                            BFLOAT16,
+                            p as c_int,
+                            c.0,
+                            STREAM,
+                        )
+                    },
+                    "recv",
+                );
+            }
+            ok(unsafe { (x.group_end)() }, "ncclGroupEnd");
+            let want: Vec<f64> = (0..n)
+                .flat_map(|q| (0..count).map(move |i| data::value(q, r, i)))
+                .collect();
+            data::check(
+                BFLOAT16,
+                &recv.read(),
+                &want,
+                "all-to-all by sends and receives",
+            );
+
+            // Ring exchange: send to the next, receive from the previous.
+            let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+            let out = Buf::new(&data::bytes(FLOAT16, r, 3, 50), true);
+            let inn = Buf::new(&data::marked(100), true);
+            ok(unsafe { (x.group_start)() }, "ncclGroupStart");
+            ok(
+                unsafe { (x.recv)(inn.ptr(), 50, FLOAT16, prev as c_int, c.0, STREAM) },
+                "recv",
+            );
+            ok(
+                unsafe { (x.send)(out.ptr(), 50, FLOAT16, next as c_int, c.0, STREAM) },
+                "send",
+            );
+            ok(unsafe { (x.group_end)() }, "ncclGroupEnd");
+            let want: Vec<f64> = (0..50).map(|i| data::value(prev, 3, i)).collect();
+            data::check(FLOAT16, &inn.read(), &want, "ring exchange");
+
+            // Coalesced all-reduces of two types in one group.
+            let a = Buf::new(&data::bytes(INT32, r, 4, 20), false);
+            let b = Buf::new(&data::bytes(UINT32, r, 5, 30), false);
+            ok(unsafe { (x.group_start)() }, "ncclGroupStart");
+            ok(
+                unsafe { (x.all_reduce)(a.ptr(), a.ptr(), 20, INT32, MAX, c.0, STREAM) },
+                "a",
+            );
+            ok(
+                unsafe { (x.all_reduce)(b.ptr(), b.ptr(), 30, UINT32, SUM, c.0, STREAM) },
+                "b",
+            );
+            ok(unsafe { (x.group_end)() }, "ncclGroupEnd");
+            data::check(
+                INT32,
+                &a.read(),
+                &(0..20)
+                    .map(|i| data::reduced(INT32, MAX, n, 4, i))
+                    .collect::<Vec<_>>(),
+                "coalesced a",
+            );
+            data::check(
+                UINT32,
+                &b.read(),
+                &(0..30)
+                    .map(|i| data::reduced(UINT32, SUM, n, 5, i))
+                    .collect::<Vec<_>>(),
+                "coalesced b",
+            );
+
+            // An uneven all-to-all (rank q sends p + 1 elements to rank p), as PyTorch's
+            // all_to_all with split sizes.
+            let sendv = Buf::new(
+                &(0..n)
+                    .flat_map(|p| data::bytes(FLOAT32, r, p, p + 1))
+                    .collect::<Vec<_>>(),
+                false,
+            );
+            let recvv = Buf::new(&data::marked(n * (r + 1) * 4), false);
+            ok(unsafe { (x.group_start)() }, "ncclGroupStart");
+            let mut at = 0;
+            for p in 0..n {
+                ok(
+                    unsafe { (x.send)(sendv.at(at * 4), p + 1, FLOAT32, p as c_int, c.0, STREAM) },
+                    "send",
+                );
+                ok(
+                    unsafe {
+                        (x.recv)(
+                            recvv.at(p * (r + 1) * 4),
+                            r + 1,
+                            FLOAT32,
+                            p as c_int,
+                            c.0,
+                            STREAM,
+                        )
+                    },
+                    "recv",
+                );
+                at += p + 1;
+            }
+            ok(unsafe { (x.group_end)() }, "ncclGroupEnd");
+            let want: Vec<f64> = (0..n)
+                .flat_map(|q| (0..r + 1).map(move |i| data::value(q, r, i)))
+                .collect();
+            data::check(FLOAT32, &recvv.read(), &want, "uneven all-to-all");
+
+            // A two-rank communicator per send/recv pair (0-1, 2-3): the lower rank makes the
+            // id and hands it over.
+            let pair = r / 2;
+            if r % 2 == 0 {
+                *pair_ids[pair].lock().unwrap() = Some(unique_id());
+            }
+            ready.wait();
+            let pid = pair_ids[pair].lock().unwrap().expect("the pair's id");
+            let pc = init_rank(pid, 2, r % 2);
+            let msg = Buf::new(&data::bytes(FLOAT32, r, 9, 64), false);
+            let got = Buf::new(&data::marked(256), false);
+            let other = r ^ 1;
+            if r % 2 == 0 {
+                ok(
+                    unsafe { (x.send)(msg.ptr(), 64, FLOAT32, 1, pc, STREAM) },
+                    "pair send",
+                );
+                ok(
+                    unsafe { (x.recv)(got.ptr(), 64, FLOAT32, 1, pc, STREAM) },
+                    "pair recv",
+                );
+            } else {
+                ok(
+                    unsafe { (x.recv)(got.ptr(), 64, FLOAT32, 0, pc, STREAM) },
+                    "pair recv",
+                );
+                ok(
+                    unsafe { (x.send)(msg.ptr(), 64, FLOAT32, 0, pc, STREAM) },
+                    "pair send",
+                );
+            }
+            let want: Vec<f64> = (0..64).map(|i| data::value(other, 9, i)).collect();
+            data::check(FLOAT32, &got.read(), &want, "pair");
+            ok(
+                unsafe { (x.comm_destroy)(pc) },
+                "destroy the pair's communicator",
+            );
+        });
+    });
+}
+
+/// `ncclCommAbort` from another thread releases a call that waits for a rank that never
+/// comes, within a bounded time, and the waiting call reports an error.
+#[test]
+fn abort_releases_a_waiting_call() {
+    isolated("abort_releases_a_waiting_call", LIMIT, &[], || {
+        let x = nccl();
+        let id = unique_id();
+        let comms: Vec<Comm> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..2)
+                .map(|r| s.spawn(move || Comm(init_rank(id, 2, r))))
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let (c0, c1) = (comms[0], comms[1]);
+        let buf = Buf::new(&data::bytes(FLOAT32, 0, 0, 4000), false);
+        let p = buf.ptr() as usize;
+        let c0_raw = c0.0 as usize;
+        let started = std::sync::atomic::AtomicBool::new(false);
+        let (code, waited) = std::thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                started.store(true, std::sync::atomic::Ordering::SeqCst);
+                let t = Instant::now();
+                // Rank 1 never joins this all-reduce.
+                let r = unsafe {
+                    (x.all_reduce)(
+                        p as *mut c_void,
+                        p as *mut c_void,
+                        4000,
+                        FLOAT32,
+                        SUM,
+                        c0_raw as *mut c_void,
+                        STREAM,
+                    )
+                };
+                (r, t.elapsed())
+            });
+            while !started.load(std::sync::atomic::Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(Duration::from_millis(300));
+            let t = Instant::now();
+            ok(unsafe { (x.comm_abort)(c0.0) }, "ncclCommAbort");
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "ncclCommAbort took {:?}",
+                t.elapsed()
+            );
+            waiter.join().unwrap()
+        });
+        assert_ne!(code, SUCCESS, "the released call reported success");
+        assert!(
+            waited < Duration::from_secs(30),
+            "the call was released only after {waited:?}"
+        );
+        // The aborted handle is gone; the other rank's communicator sees its peer leave.
+        fails(
+            unsafe { (x.comm_abort)(c0.0) },
+            INVALID_ARGUMENT,
+            &["not a live communicator"],
+            "twice",
+        );
+        ok(unsafe { (x.comm_abort)(c1.0) }, "abort rank 1");
+    });
+}
+
+/// `NCCL_DEBUG=INFO` (or `VERSION`) shows the banner that says which library answers;
+/// without it nothing is printed for a call that succeeds.
+#[test]
+fn nccl_debug_shows_the_banner() {
+    let test = "nccl_debug_shows_the_banner";
+    if is_child(test) {
+        let mut v = 0;
+        ok(unsafe { (nccl().get_version)(&mut v) }, "ncclGetVersion");
+        return;
+    }
+    for (debug, shown) in [(Some("INFO"), true), (Some("VERSION"), true), (None, false)] {
+        let env: Vec<(&str, &str)> = debug.map(|d| ("NCCL_DEBUG", d)).into_iter().collect();
+        let out = spawn_test(test, &env, &[]).wait_for(LIMIT);
+        assert!(out.success, "{}", out.text);
+        let banner = "drop-in libnccl.so.2 (NCCL API 2.32.3), not NVIDIA's NCCL";
+        assert_eq!(
+            out.text.contains(banner),
+            shown,
+            "NCCL_DEBUG={debug:?}:\n{}",
+            out.text
+        );
+        if shown {
+            assert!(out.text.contains("mscclpp-rs"), "{}", out.text);
+        }
+    }
+}
