@@ -443,7 +443,6 @@ fn registered_as_processes() {
 /// kernel, unregistered ones (after `prepare`) LL or staging, never the exchange; the graph
 /// replays right.
 #[test]
-#[ignore = "needs CUDA"]
 fn captured_calls_neither_allocate_nor_exchange() {
     use mscclpp::host::gpu::BackendKind;
     if ranks::backend() != BackendKind::Cuda || !enough_devices(2, "captured calls") {

@@ -61,7 +61,9 @@
 //! peer per call (host side). On registered buffers (`registry.rs`) they cost none: the direct
 //! kernel learns the peers' buffers from descriptors its peers write into its scratch, and the
 //! copy engines, which need the peers' addresses on the host, are taken only where the outputs
-//! are windows (all-gather, broadcast, `send_recv`). They need
+//! are windows (all-gather, broadcast); a reduce keeps the per-call exchange, and the
+//! point-to-point calls exchange no buffers at all (the p2p engine moves them through the
+//! scratch). They need
 //! every buffer to be device memory this process allocated with an exportable allocator
 //! (`cuMemAlloc`, e.g. PyTorch's caching allocator), 16-byte aligned and a multiple of 16 bytes
 //! long, on at most [`MAX_DIRECT_RANKS`](mscclpp_shared::MAX_DIRECT_RANKS) ranks; otherwise

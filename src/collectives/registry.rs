@@ -48,13 +48,14 @@
 //! # On a call
 //!
 //! A call is **registered** when every buffer its peers access lies in one of this rank's
-//! registrations (all-reduce: input and output; all-gather, broadcast, all-to-all,
-//! `send_recv`: the output; reduce-scatter: the input). NCCL's rule holds here too: every rank
+//! registrations (all-reduce: input and output; all-gather, broadcast, all-to-all: the output;
+//! reduce-scatter: the input; never a reduce to a root, whose non-roots may pass no output, nor
+//! a point-to-point call, which the p2p engine moves through the scratch). NCCL's rule holds here too: every rank
 //! passes registered buffers, or none does (a rank whose buffers are registered takes the
 //! registered path without asking the others: a mismatch leaves the other side waiting in its
 //! exchange until the deadline, and the kernel of this side gives up at its spin limit; both
 //! fail, typed, and nothing is written). The direct kernel takes registered calls; the copy
-//! engines take those whose outputs are windows (all-gather, broadcast, `send_recv`), copying
+//! engines take those whose outputs are windows (all-gather, broadcast), copying
 //! into the peers' windows at this rank's offset (NCCL's symmetric rule; the length is
 //! checked against the window, so nothing lands outside it). Registered calls never decline:
 //! a rank whose buffers
