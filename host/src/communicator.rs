@@ -51,6 +51,7 @@ use crate::semaphore::{
     SemaphoreStub,
 };
 use crate::status::{DEFAULT_SPIN_LIMIT, StatusBlock};
+use crate::topology::Topology;
 use crate::transport::{Transport, TransportFlags};
 
 /// Tag range of `send_memory`/`recv_memory`.
@@ -78,6 +79,8 @@ pub struct Communicator {
     gpu: Gpu,
     status: Arc<StatusBlock>,
     registry: Arc<LocalMemories>,
+    /// The node layout, from the bootstrap's host grouping.
+    topology: Topology,
     /// The watched bootstrap and the monitor thread (joined on drop).
     health: Health,
     /// Splits made so far ([`split`](Communicator::split)): numbers each sub-communicator's
@@ -96,12 +99,14 @@ impl Communicator {
     pub fn new(bootstrap: Arc<dyn Bootstrap>, gpu: Gpu) -> Result<Self> {
         let status = Arc::new(StatusBlock::new(&gpu, DEFAULT_SPIN_LIMIT)?);
         let registry = LocalMemories::new(bootstrap.rank());
+        let topology = Topology::from_bootstrap(bootstrap.as_ref())?;
         let health = Health::start(bootstrap, status.clone())?;
         Ok(Self {
             bootstrap: health.bootstrap(),
             gpu,
             status,
             registry,
+            topology,
             health,
             splits: AtomicU64::new(0),
         })
@@ -242,10 +247,14 @@ impl Communicator {
         })
     }
 
+    /// The node layout: nodes, local indices, same-index columns ([`Topology`]).
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
     /// Whether `rank` runs on this rank's node.
     pub fn same_node(&self, rank: usize) -> bool {
-        let me = self.bootstrap.node_of(self.rank());
-        me.is_some() && me == self.bootstrap.node_of(rank)
+        self.topology.same_node(rank)
     }
 
     /// Registers a device buffer for `transports` (its IPC handle is exported when a same-node

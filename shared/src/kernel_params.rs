@@ -469,3 +469,42 @@ pub struct DirectCollectiveParams {
 }
 
 static_assertions::assert_eq_size!(DirectCollectiveParams, [u64; 47]);
+
+/// Parameters of `port_collective_kernel`, which moves every piece of a collective through
+/// PortChannels (the host proxies: the network between nodes, the copy engines inside one), in
+/// one block: see `mscclpp_device::collectives::port`.
+///
+/// `port_channels` points at `2 * nranks` handles in device memory: entry `2q` is the data
+/// channel to rank `q`, entry `2q + 1` its acknowledgement channel (both over the same
+/// connection, each with its own semaphore); the entries of `rank` itself are unused. Every
+/// handle's `src` is this rank's scratch and `dst` rank `q`'s. `counters` points at `2 * nranks`
+/// u64 in device memory, written and read only by the kernel's thread 0 (other threads read
+/// them after a block barrier): entry `2q` counts the pieces this rank ever sent to `q`, entry
+/// `2q + 1` those it ever received from `q`; their parity picks the receive slot, so both
+/// ranks of a pair agree on it across launches.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct PortCollectiveParams {
+    /// Status, buffers, `bytes` (per peer), `stride`, type, operator, `mode`, rank, ranks,
+    /// root; `scratch` is the base of this rank's scratch (`channels` and the LL fields are
+    /// unused).
+    pub common: CollectiveParams,
+    /// `2 * nranks` PortChannel handles (data, acknowledgement).
+    pub port_channels: DevicePtr<crate::PortChannelDeviceHandle>,
+    /// `2 * nranks` piece counters (sent, received).
+    pub counters: DevicePtr<u64>,
+    /// Bit `q`: this rank sends to rank `q`.
+    pub send_mask: u64,
+    /// Bit `q`: this rank receives from rank `q`.
+    pub recv_mask: u64,
+    /// Offset of the port region in every rank's scratch: `nranks` send slots, then
+    /// `2 * nranks` receive slots (two per sender, by piece parity), then one accumulator slot.
+    pub port_offset: u64,
+    /// Bytes of one slot (a multiple of 16): the largest piece.
+    pub slot_bytes: u64,
+}
+
+static_assertions::assert_eq_size!(PortCollectiveParams, [u64; 24]);
+
+/// Most ranks a port collective serves (bits of its masks).
+pub const MAX_PORT_RANKS: usize = 64;

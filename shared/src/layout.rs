@@ -54,6 +54,7 @@ layouts! {
     RegistrySlot { base, len, generation, reserved, reserved2 }
     BufferRef { slot, generation, offset }
     RegisteredCall { input, output, call, ok, reserved, reserved2 }
+    PortCollectiveParams { common, port_channels, counters, send_mask, recv_mask, port_offset, slot_bytes }
     P2pOp { buf, bytes, peer, kind, first_block, blocks }
     P2pParams { status, channels, scratch, region_offset, ll_bytes, chunk_bytes, rank, nranks, lanes, nops, ops }
     IpcMemHandle { kind, device, owner_pid, owner_fd, token, alloc_size, offset, size, cuda }
@@ -164,6 +165,7 @@ pub const TRIGGER_CONSTANTS: &[(&str, u64)] = {
         ("MSCCLPP_MAX_DIRECT_RANKS", crate::MAX_DIRECT_RANKS as u64),
         ("MSCCLPP_REGISTRY_SLOTS", crate::REGISTRY_SLOTS as u64),
         ("MSCCLPP_WINDOW_SLOTS", crate::WINDOW_SLOTS as u64),
+        ("MSCCLPP_MAX_PORT_RANKS", crate::MAX_PORT_RANKS as u64),
         (
             "MSCCLPP_DEVICE_ERROR_COUNT_MISMATCH",
             crate::DeviceErrorCode::CountMismatch as u64,

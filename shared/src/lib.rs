@@ -37,7 +37,8 @@ pub use ipc::IpcMemHandle;
 pub use kernel_params::{
     BlockSumParams, BlockVoteParams, CollectiveMode, CollectiveParams, CopyParams,
     DIRECT_SHARED_BYTES, DataType, DeviceReduceOp, DirectCollectiveParams, FifoPushParams,
-    MAX_DIRECT_RANKS, PingPongParams, PortPingPongParams, ReduceOp, TestKernelParams,
+    MAX_DIRECT_RANKS, MAX_PORT_RANKS, PingPongParams, PortCollectiveParams, PortPingPongParams,
+    ReduceOp, TestKernelParams,
 };
 pub use memory_channel::MemoryChannelDeviceHandle;
 pub use p2p::{P2P_MAX_LANES, P2P_MAX_OPS, P2P_RECV, P2P_SEND, P2pLayout, P2pOp, P2pParams};

@@ -23,6 +23,7 @@ use mscclpp_shared::{
     DirectCollectiveParams, MemoryChannelDeviceHandle, P2pParams,
 };
 
+use super::multinode::MultiNode;
 use super::reduction::KernelOp;
 use super::regions::{LazyRegions, Peers};
 use super::registered::RegisteredBuffers;
@@ -110,6 +111,9 @@ impl SetUp<'_> {
 
 /// The communicator-wide state of one `Collectives` (module docs).
 pub(crate) struct Context {
+    /// What a world of several nodes adds (port channels, the node's collectives); dropped
+    /// first, so that its proxy stops before the scratch goes.
+    pub multi: Option<MultiNode>,
     pub comm: Arc<Communicator>,
     pub cfg: CollectiveConfig,
     pub layout: ScratchLayout,
@@ -134,6 +138,7 @@ pub(crate) struct Context {
 
 /// The parts of a [`Context`] that set-up builds.
 pub(crate) struct Wiring {
+    pub multi: Option<MultiNode>,
     pub scratch: DeviceBuffer,
     pub channel_table: DeviceBuffer,
     pub handles: Vec<MemoryChannelDeviceHandle>,
@@ -153,6 +158,7 @@ impl Context {
         let buffers = Arc::new(RegisteredBuffers::default());
         let registry = Registry::new(&comm, &buffers)?;
         Ok(Self {
+            multi: w.multi,
             comm,
             cfg,
             layout,

@@ -2,20 +2,25 @@
 //! `reduce`, `all_to_all`, `gather`, `scatter`, `all_to_allv`, `send` / `recv`, `send_recv`
 //! and groups of any of them ([`Group`], NCCL's `ncclGroupStart` / `ncclGroupEnd`), every NCCL
 //! data type and reduction, in place or out of place, any element count (zero included), on a
-//! caller's stream.
+//! caller's stream. On a world of several nodes: every one but `reduce`, `gather`, `scatter`,
+//! `all_to_allv` and groups, which are refused there (`Error::Unsupported`).
 //!
-//! [`Collectives::new`] connects every rank to every other on its node (CUDA IPC / shared
-//! memory), allocates a scratch buffer per rank that every peer maps (the LL16 region; the
-//! others on first use, `scratch.rs`), builds one row of MemoryChannels (one per peer) for
-//! each block the kernels may use (`setup.rs`), starts the registration service
-//! (`registry.rs`) and sets up every algorithm. The built-in kernels' module is loaded once per
+//! [`Collectives::new`] on a world of one node connects every rank to every other (CUDA IPC /
+//! shared memory), allocates a scratch buffer per rank that every peer maps (the LL16 region,
+//! the descriptors and the point-to-point region; the others on first use, `scratch.rs`),
+//! builds one row of MemoryChannels (one per peer) for each block the kernels may use
+//! (`setup.rs`), starts the registration service (`registry.rs`) and sets up every algorithm.
+//! On a world of several nodes it connects every rank to every other with PortChannels instead
+//! (the network between nodes), and builds the node communicator the hierarchical all-reduce
+//! uses inside each node (`multinode.rs`). The built-in kernels' module is loaded once per
 //! device and shared (a split's collectives reuse it). The kernels are in
 //! `mscclpp_device::collectives`.
 //!
 //! Three ways to call: the raw `unsafe` calls on any device memory and any stream (a caller's,
 //! borrowed with `Gpu::borrow_stream`); the same on buffers registered ahead
-//! ([`Collectives::register_buffer`], windows, [`Collectives::mem_alloc`]), which send no
-//! bootstrap message; and the safe typed calls on [`DeviceVec`]s (`typed.rs`).
+//! ([`Collectives::register_buffer`], windows, [`Collectives::mem_alloc`]; a world of one node
+//! only), which send no bootstrap message; and the safe typed calls on [`DeviceVec`]s
+//! (`typed.rs`).
 //!
 //! Where things are:
 //!
@@ -23,7 +28,7 @@
 //! |---|---|
 //! | `mod.rs` | [`Collectives`]: set-up, the public calls, and the dispatch (choose, queue, fall back) |
 //! | `group.rs` | [`Group`] and the calls made of sends and receives (`gather`, `scatter`, `all_to_allv`) |
-//! | `algo/` | one file per algorithm ([`Algorithm`]: `ll`, `ll128`, `ll_two_shot`, `staged`, `two_shot_put`, `direct`, `copy_engine`, `p2p`), each implementing one trait, registered by one line (`algo/mod.rs` says how to add one) |
+//! | `algo/` | one file per algorithm ([`Algorithm`]: `ll`, `ll128`, `ll_two_shot`, `staged`, `two_shot_put`, `direct`, `copy_engine`, `p2p`, `port`, `hierarchical`), each implementing one trait, registered by one line (`algo/mod.rs` says how to add one) |
 //! | `select.rs` | the one selection table (collective, size, ranks, registered or not → algorithm) |
 //! | `config.rs` | [`CollectiveConfig`], from one table of settings (defaults per backend, environment variables, limits) |
 //! | `scratch.rs` | the scratch layout (LL16, LL128, staging regions; the copy-engine scratch) |
@@ -33,6 +38,8 @@
 //! | `regions.rs` | the scratch regions allocated on first use and traded with each peer once |
 //! | `typed.rs` | [`DeviceVec`], [`Element`] and the safe typed calls |
 //! | `setup.rs` | the checks and the wiring of set-up; the shared module of the built-in kernels |
+//! | `multinode.rs` | worlds of several nodes: the transport to every peer, the port channels and their proxy, the node communicator |
+//! | `node_bootstrap.rs` | the ranks of one node as a world of their own (the node communicator's bootstrap) |
 //!
 //! Algorithms (chosen by size unless the caller forces one with [`Algorithm`]; each file says
 //! more, the selection table says when):
@@ -52,10 +59,15 @@
 //!   kernel on the callers' registered buffers.
 //! - `ce` (all-gather, broadcast, all-to-all from `ce_min_bytes`; all-reduce from
 //!   `ce_all_reduce_min_bytes`): the copy engines on the registered buffers.
-//! - `p2p` (every point-to-point call: `send`, `recv`, `send_recv`, `gather`, `scatter`,
-//!   `all_to_allv`, a group's sends and receives): each pair of ranks in step on its own, LL16
-//!   packets up to `p2p_ll_bytes`, pipelined chunks beyond; a receive of another count than
-//!   its send is refused (`Error::CountMismatch`) by the receiving kernel.
+//! - `p2p` (every point-to-point call on a world of one node: `send`, `recv`, `send_recv`,
+//!   `gather`, `scatter`, `all_to_allv`, a group's sends and receives): each pair of ranks in
+//!   step on its own, LL16 packets up to `p2p_ll_bytes`, pipelined chunks beyond; a receive of
+//!   another count than its send is refused (`Error::CountMismatch`) by the receiving kernel.
+//! - `hier` (worlds of several nodes with as many ranks on each: all-reduce): reduce-scatter
+//!   inside the node, all-reduce between same-index ranks over PortChannels, all-gather inside
+//!   the node, pipelined in chunks.
+//! - `port` (worlds of several nodes: everything else, `send` / `recv` / `send_recv`
+//!   included): every collective through PortChannels to every rank.
 //!
 //! On unregistered buffers the direct and copy-engine paths cost one bootstrap message per
 //! peer per call (host side). On registered buffers (`registry.rs`) they cost none: the direct
@@ -93,6 +105,8 @@ mod algo;
 mod config;
 mod context;
 mod group;
+mod multinode;
+mod node_bootstrap;
 mod reduction;
 mod regions;
 mod registered;
@@ -107,6 +121,7 @@ pub mod typed;
 pub use algo::{Algorithm, Collective};
 pub use config::{CollectiveConfig, Limit, Setting};
 pub use group::Group;
+pub use multinode::{ENV_NET_TRANSPORT, network_transports};
 pub use reduction::{KernelOp, Reduction, Scalar, element_bits};
 pub use registry::Registration;
 pub use scratch::{MemoryPlan, memory_plan};
@@ -117,6 +132,7 @@ use std::sync::Arc;
 use mscclpp_host::Result;
 use mscclpp_host::communicator::Communicator;
 use mscclpp_host::gpu::{Module, Stream};
+use mscclpp_host::transport::Transport;
 use mscclpp_shared::{DataType, DevicePtr, DeviceReduceOp};
 
 use algo::p2p::P2p;
@@ -142,6 +158,13 @@ pub(crate) fn channel_rows(cfg: &CollectiveConfig) -> u32 {
         .fold(cfg.max_blocks, u32::max)
 }
 
+/// What a world of several nodes refuses of the point-to-point engine (`Error::Unsupported`):
+/// gather, scatter, all-to-all-v and a group's sends and receives (`send`, `recv` and
+/// `send_recv` alone run through PortChannels there).
+pub(crate) const P2P_ACROSS_NODES: &str = "gather, scatter, all_to_allv and a group's sends and \
+    receives on a world of several nodes (they need one node; send, recv and send_recv alone \
+    run across nodes)";
+
 impl Collectives {
     /// Sets up collectives with the backend's default configuration. Every rank calls it.
     pub fn new(comm: Arc<Communicator>) -> Result<Self> {
@@ -153,7 +176,6 @@ impl Collectives {
     /// settings differ from another's gets `Error::ConfigMismatch` (and so does the other).
     pub fn with_config(comm: Arc<Communicator>, mut cfg: CollectiveConfig) -> Result<Self> {
         cfg.max_blocks = channel_rows(&cfg);
-        setup::check_one_node(&comm)?;
         setup::check_one_gpu_per_rank(&comm)?;
         setup::check_same_config(&comm, &cfg)?;
         let g = comm.gpu().clone();
@@ -166,8 +188,13 @@ impl Collectives {
             .iter()
             .map(|u| (u.set_up)(&s))
             .collect::<Result<Vec<_>>>()?;
-        let layout = ScratchLayout::for_registered(&cfg, comm.size());
-        let wiring = setup::wire(&comm, &cfg, &layout)?;
+        let (layout, wiring) = if comm.topology().nodes() > 1 {
+            let layout = ScratchLayout::for_nodes(&cfg, comm.size());
+            (layout, setup::wire_nodes(&comm, &cfg, &layout)?)
+        } else {
+            let layout = ScratchLayout::for_registered(&cfg, comm.size());
+            (layout, setup::wire(&comm, &cfg, &layout)?)
+        };
         Ok(Self {
             units,
             cx: Context::new(comm, cfg, layout, wiring)?,
@@ -196,6 +223,22 @@ impl Collectives {
     /// The configuration in use.
     pub fn config(&self) -> CollectiveConfig {
         self.cx.cfg
+    }
+
+    /// The transport this rank's collectives use to reach every rank (`None` for this rank
+    /// itself), on a world of several nodes; `None` on a world of one node (every peer is
+    /// reached through the same-node transport's MemoryChannels).
+    pub fn transports(&self) -> Option<Vec<Option<Transport>>> {
+        self.cx.multi.as_ref().map(|m| m.transports.clone())
+    }
+
+    /// Payload bytes this rank's collectives sent to other nodes over `transport` so far (0 on
+    /// a world of one node): how a test or tool sees that traffic crossed a transport.
+    pub fn network_bytes_sent(&self, transport: Transport) -> u64 {
+        self.cx
+            .multi
+            .as_ref()
+            .map_or(0, |m| m.bytes_sent(transport))
     }
 
     /// All-reduce of `count` elements of `dtype` from `input` into `output` (they may be the
@@ -425,11 +468,14 @@ impl Collectives {
     }
 
     fn call(&self, collective: Collective, count: usize, dtype: DataType, op: KernelOp) -> Call {
+        let topology = self.cx.comm.topology();
         Call {
             collective,
             one_way: false,
             bytes: count * dtype.size(),
             ranks: self.cx.ranks(),
+            nodes: topology.nodes(),
+            uniform: topology.uniform().is_ok(),
             dtype,
             op,
         }
@@ -458,7 +504,8 @@ impl Collectives {
     /// (`registry.rs`, "On a call").
     fn registered_call(&self, a: &Args) -> Option<CallRegs> {
         let (n, b) = (self.cx.ranks(), a.call.bytes);
-        if b == 0 || !(2..=mscclpp_shared::MAX_DIRECT_RANKS).contains(&n) {
+        if b == 0 || !(2..=mscclpp_shared::MAX_DIRECT_RANKS).contains(&n) || self.cx.multi.is_some()
+        {
             return None;
         }
         // Point-to-point calls run on the p2p engine through the scratch (no peer buffers to
@@ -492,7 +539,7 @@ impl Collectives {
     /// own buffers when it likes (a bounded wait for the peers' registration services, which
     /// answer whatever the peers' programs do). As with NCCL, every rank must pass registered
     /// buffers to a call, or none. [`Error::NotRegistrable`], [`Error::RegistryFull`],
-    /// [`Error::RegistrationRefused`].
+    /// [`Error::RegistrationRefused`]; `Error::Unsupported` on a world of several nodes.
     ///
     /// [`Error::NotRegistrable`]: mscclpp_host::Error::NotRegistrable
     /// [`Error::RegistryFull`]: mscclpp_host::Error::RegistryFull
@@ -505,6 +552,7 @@ impl Collectives {
     pub unsafe fn register_buffer(&self, ptr: DevicePtr<u8>, bytes: usize) -> Result<Registration> {
         let cx = &self.cx;
         cx.ensure_healthy()?;
+        self.one_node()?;
         cx.registry
             .register(&cx.comm, &cx.buffers, ptr, bytes, None, None)
     }
@@ -531,6 +579,7 @@ impl Collectives {
     pub unsafe fn register_window(&self, ptr: DevicePtr<u8>, bytes: usize) -> Result<Registration> {
         let cx = &self.cx;
         cx.ensure_healthy()?;
+        self.one_node()?;
         let slot = cx.registry.free_window_slot();
         // `free_window_slot` fails only when every window slot is taken.
         let full = || mscclpp_host::Error::RegistryFull {
@@ -581,6 +630,7 @@ impl Collectives {
     pub fn mem_alloc(&self, bytes: usize) -> Result<Registration> {
         let cx = &self.cx;
         cx.ensure_healthy()?;
+        self.one_node()?;
         let buf = cx.comm.gpu().alloc(bytes)?;
         let ptr = buf.ptr();
         cx.registry
@@ -609,14 +659,30 @@ impl Collectives {
         Ok(())
     }
 
+    /// Registration maps the peers' memory into this process: a world of one node only
+    /// (across nodes the port channels move every call through the scratch, with no per-call
+    /// exchange to save).
+    fn one_node(&self) -> Result<()> {
+        match self.cx.multi {
+            None => Ok(()),
+            Some(_) => Err(self
+                .cx
+                .cannot("registering buffers on a world of several nodes")),
+        }
+    }
+
     /// `(this rank's registrations, the peers' registrations mapped here)` of
     /// [`register_buffer`](Self::register_buffer), windows and [`mem_alloc`](Self::mem_alloc).
     pub fn registrations(&self) -> (usize, usize) {
         self.cx.registry.counts()
     }
 
-    /// The point-to-point engine.
+    /// The point-to-point engine (a world of one node only: it needs MemoryChannels to every
+    /// peer).
     fn p2p(&self) -> Result<&P2p> {
+        if self.cx.multi.is_some() {
+            return Err(self.cx.cannot(P2P_ACROSS_NODES));
+        }
         self.units[Algorithm::P2p as usize]
             .as_any()
             .downcast_ref::<P2p>()

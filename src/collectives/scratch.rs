@@ -14,12 +14,15 @@
 //! | LL128 | two halves of `n` slots of `ll128_slot_bytes` | first LL128 call | peers, a warp's 128-byte lines whose last word is the flag | this rank's LL128 kernels |
 //! | staging | `stage_bytes + 16 n` | first staged or `put` call | this rank's staged kernel (its input, in pieces) | the peers' staged kernels, after a block barrier |
 //! | copy engine | `ce_scratch_bytes` | first copy-engine all-reduce | peers' copy engines | this rank's reductions |
+//! | port (worlds of several nodes only; in the set-up scratch, after the point-to-point region) | `3 n + 1` slots of `port_slot_bytes`: `n` send slots, `2 n` receive slots (two per sender), one accumulator | set-up | this rank's port kernel (send slots, accumulator); the peers' proxies (receive slots) | this rank's port kernel |
 //!
 //! Every lazily allocated region starts at offset 0 of its buffer (the kernels' `ll128_offset`
 //! and `stage_offset` are 0; the point-to-point engine's `region_offset` is
 //! [`ScratchLayout::p2p_offset`] in the set-up scratch), and a kernel's `scratch` and channel table are its region's
 //! ([`Context::params_in`](super::context::Context::params_in)). A region no registered
-//! algorithm asks for takes no space.
+//! algorithm asks for takes no space. A world of one node holds every region but the port
+//! region; a world of several nodes holds only the port region (the others' algorithms load
+//! and store the peers' memory, which needs one node), in its set-up scratch.
 //!
 //! [`memory_plan`] says what each costs for a configuration and a number of ranks
 //! (`mscclpp-info` prints it).
@@ -40,6 +43,8 @@ pub(crate) enum Region {
     Staging,
     /// The copy-engine all-reduce's own buffer.
     CopyEngine,
+    /// The port region (worlds of several nodes).
+    Port,
     /// The point-to-point engine's inboxes, acknowledgements and counters.
     P2p,
 }
@@ -53,6 +58,7 @@ impl Region {
             Region::Staging => "staging",
             Region::CopyEngine => "copy-engine all-reduce scratch",
             Region::P2p => "point-to-point",
+            Region::Port => "port slots",
         }
     }
 }
@@ -65,6 +71,7 @@ pub(crate) struct ScratchLayout {
     ll_slot_bytes: u64,
     ll128_slot_bytes: u64,
     stage_bytes: usize,
+    port_slot_bytes: u64,
     p2p: P2pLayout,
     p2p_bytes: usize,
     ce_bytes: usize,
@@ -94,7 +101,9 @@ impl ScratchLayout {
         } else {
             0
         };
-        let desc_bytes = if ranks <= mscclpp_shared::MAX_DIRECT_RANKS {
+        // The direct kernel's descriptors: a world of one node (no port region) of at most
+        // MAX_DIRECT_RANKS ranks.
+        let desc_bytes = if !needed(Region::Port) && ranks <= mscclpp_shared::MAX_DIRECT_RANKS {
             super::channel_rows(cfg) as usize * ranks * mscclpp_shared::REGISTERED_CALL_BYTES
         } else {
             0
@@ -112,6 +121,11 @@ impl ScratchLayout {
         } else {
             0
         };
+        let port_slot_bytes = if needed(Region::Port) {
+            (cfg.port_slot_bytes.max(16) & !15) as u64
+        } else {
+            0
+        };
         Self {
             ranks,
             desc_bytes,
@@ -120,15 +134,32 @@ impl ScratchLayout {
             stage_bytes,
             p2p,
             p2p_bytes,
+            port_slot_bytes,
             ce_bytes,
         }
     }
 
-    /// The layout holding every region the registered algorithms ask for.
+    /// The layout of a world of one node: every region the registered algorithms ask for but
+    /// the port region.
     pub fn for_registered(cfg: &CollectiveConfig, ranks: usize) -> Self {
         Self::new(cfg, ranks, |r| {
-            super::algo::UNITS.iter().any(|u| u.scratch.contains(&r))
+            r != Region::Port && super::algo::UNITS.iter().any(|u| u.scratch.contains(&r))
         })
+    }
+
+    /// The layout of a world of several nodes: the port region only.
+    pub fn for_nodes(cfg: &CollectiveConfig, ranks: usize) -> Self {
+        Self::new(cfg, ranks, |r| r == Region::Port)
+    }
+
+    /// Offset of the port region in the set-up scratch (after the point-to-point region).
+    pub fn port_offset(&self) -> u64 {
+        up16(self.p2p_offset() as usize + self.p2p_bytes) as u64
+    }
+
+    /// Bytes of one slot of the port region (0 without it).
+    pub fn port_slot_bytes(&self) -> u64 {
+        self.port_slot_bytes
     }
 
     /// Bytes of one rank's LL16 slot (the region starts at 0).
@@ -141,10 +172,10 @@ impl ScratchLayout {
         self.ll128_slot_bytes
     }
 
-    /// Bytes of the scratch allocated at set-up (the LL16 region, the descriptors and the
-    /// point-to-point region; at least 16).
+    /// Bytes of the scratch allocated at set-up (the LL16 region, the descriptors, the
+    /// point-to-point region and the port region; at least 16).
     pub fn len(&self) -> usize {
-        (self.p2p_offset() as usize + self.p2p_bytes).max(16)
+        (self.port_offset() as usize + self.region_len(Region::Port)).max(16)
     }
 
     /// Offset of the descriptor area in the set-up scratch (after the LL16 region).
@@ -171,6 +202,7 @@ impl ScratchLayout {
             Region::Staging => self.stage_bytes,
             Region::CopyEngine => self.ce_bytes,
             Region::P2p => self.p2p_bytes,
+            Region::Port => ((3 * n + 1) * self.port_slot_bytes) as usize,
         }
     }
 

@@ -33,6 +33,10 @@ pub(crate) struct Call {
     pub bytes: usize,
     /// Ranks of the communicator.
     pub ranks: usize,
+    /// Nodes the ranks run on.
+    pub nodes: usize,
+    /// Whether every node runs the same number of ranks.
+    pub uniform: bool,
     /// Element type.
     pub dtype: DataType,
     /// Operator, lowered for the kernels (`Sum` where the collective does not reduce).
@@ -97,6 +101,18 @@ use Collective::*;
 /// The selection table (module docs). Sizes are a call's `bytes` (per part for all-gather,
 /// reduce-scatter and all-to-all).
 const TABLE: &[Row] = &[
+    // Worlds of several nodes (the single-node algorithms do not serve them, so these rows
+    // are the only ones that fit there; the port and hierarchical algorithms serve no world
+    // of one node): the hierarchical all-reduce when every node has as many ranks, else and
+    // for everything else the port collective.
+    row(AllReduce, Hierarchical, always),
+    row(AllReduce, Port, always),
+    row(AllGather, Port, always),
+    row(ReduceScatter, Port, always),
+    row(Broadcast, Port, always),
+    row(AllToAll, Port, always),
+    row(SendRecv, Port, always),
+    one_way(Port, always),
     // All-reduce: LL128 in its range on few ranks; on more, the two-shot LL, which sends
     // 2 (n - 1) / n of the data where the one-shot kernels send n - 1 copies; LL16 below;
     // beyond the LL sizes the copy engines, the direct kernel, staging.
@@ -160,6 +176,7 @@ fn fits(a: Algorithm, call: &Call, registered: bool) -> bool {
     (registered || !u.registered)
         && (call.collective != SendRecv || u.point_to_point)
         && (u.serves_ranks)(call.ranks).is_ok()
+        && (u.serves_nodes)(call.nodes, call.uniform).is_ok()
         && (u.serves_data)(call.dtype, call.op).is_ok()
 }
 
@@ -180,6 +197,7 @@ pub(crate) fn choose(
             return Err(u.not_served);
         }
         (u.serves_ranks)(call.ranks)?;
+        (u.serves_nodes)(call.nodes, call.uniform)?;
         (u.serves_data)(call.dtype, call.op)?;
         if !usable(a) {
             return Err(UNUSABLE_IN_CAPTURE);
@@ -229,7 +247,11 @@ pub(crate) fn decide(
             Decision::Copy
         });
     }
-    let layout = ScratchLayout::for_registered(cfg, call.ranks);
+    let layout = if call.nodes > 1 {
+        ScratchLayout::for_nodes(cfg, call.ranks)
+    } else {
+        ScratchLayout::for_registered(cfg, call.ranks)
+    };
     let mut choice = choose(cfg, &call, forced, true, &|_| true)?;
     loop {
         match choice {
@@ -295,6 +317,8 @@ mod tests {
                         one_way,
                         bytes,
                         ranks,
+                        nodes: 1,
+                        uniform: true,
                         dtype: mscclpp_shared::DataType::F32,
                         op: super::KernelOp::from(mscclpp_shared::ReduceOp::Sum),
                     };

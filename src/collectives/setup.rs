@@ -1,5 +1,6 @@
 //! What `Collectives::with_config` does before any algorithm runs: the checks every rank makes
-//! alike (one node, one GPU per rank, the same configuration), and the wiring: the scratch
+//! alike (one GPU per rank, the same configuration), and the wiring of a world of one node
+//! (of several: `multinode.rs`, through [`wire_nodes`]): the scratch
 //! buffer every peer maps (laid out by `ScratchLayout`), a connection to every peer, and one
 //! row of MemoryChannels (one per peer) for each block the kernels may use, in a device
 //! table.
@@ -52,17 +53,28 @@ pub(super) fn builtin_module(g: &Gpu) -> Result<Arc<Module>> {
 }
 const SEMAPHORE_TAG: u64 = 0x5e_0000;
 
-/// Refuses ranks on other nodes (collectives across nodes are not implemented yet).
-pub(super) fn check_one_node(comm: &Communicator) -> Result<()> {
-    for q in 0..comm.size() {
-        if !comm.same_node(q) {
-            return Err(Error::CrossNode {
-                remote_rank: q,
-                what: "collectives (across nodes not implemented yet)",
-            });
-        }
-    }
-    Ok(())
+/// The wiring of a world of several nodes: the port region's scratch and the port channels
+/// (`multinode.rs`); no MemoryChannels (their table is left empty).
+pub(super) fn wire_nodes(
+    comm: &Arc<Communicator>,
+    cfg: &CollectiveConfig,
+    layout: &ScratchLayout,
+) -> Result<Wiring> {
+    let (scratch, multi) = super::multinode::wire(comm, cfg, layout)?;
+    let g = comm.gpu();
+    let channel_table = g.alloc(16)?;
+    let ll_flags = g.alloc(16)?;
+    ll_flags.copy_from_host(0, &[0; 16])?;
+    Ok(Wiring {
+        multi: Some(multi),
+        scratch,
+        channel_table,
+        handles: Vec::new(),
+        ll_flags,
+        channels: Vec::new(),
+        peers: Vec::new(),
+        connections: Vec::new(),
+    })
 }
 
 /// Refuses two ranks on one GPU (CUDA), checked on every rank alike by one all-gather.
@@ -162,6 +174,7 @@ pub(super) fn wire(
     channel_table.copy_from_host(0, bytemuck::cast_slice(&table))?;
     comm.bootstrap().barrier()?;
     Ok(Wiring {
+        multi: None,
         scratch,
         channel_table,
         handles: table,

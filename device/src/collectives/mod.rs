@@ -73,6 +73,7 @@ pub mod ll;
 pub mod ll128;
 pub mod ll_two_shot;
 pub mod p2p;
+pub mod port;
 
 pub use direct::{direct_collective_any_kernel, direct_collective_kernel};
 pub use ll::{
@@ -82,6 +83,7 @@ pub use ll::{
 pub use ll_two_shot::{ll_two_shot_all_reduce_any_kernel, ll_two_shot_all_reduce_kernel};
 pub use ll128::{ll128_all_reduce_kernel, ll128_collective_any_kernel, ll128_collective_kernel};
 pub use p2p::p2p_kernel;
+pub use port::port_collective_kernel;
 
 use crate::arch;
 use crate::copy::copy;

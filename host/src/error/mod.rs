@@ -641,6 +641,40 @@ pub enum Error {
         /// What was asked (a same-node transport, a collective, …).
         what: &'static str,
     },
+    /// Two ranks on different nodes offer no network transport in common (one forced another
+    /// with `MSCCLPP_NET_TRANSPORT`, or lacks libfabric or InfiniBand the other requires).
+    #[error(
+        "no network transport reaches rank {remote_rank}: this rank offers {mine:#x}, it offers {theirs:#x} (Transport bits: Ethernet 0x4, Ofi 0x8, Ib 0x100..; MSCCLPP_NET_TRANSPORT must agree on every rank)"
+    )]
+    NoCommonTransport {
+        /// The peer.
+        remote_rank: usize,
+        /// This rank's offer (`TransportFlags` bits).
+        mine: u32,
+        /// The peer's offer.
+        theirs: u32,
+    },
+    /// `MSCCLPP_NET_TRANSPORT` names no transport.
+    #[error("MSCCLPP_NET_TRANSPORT={value:?} is not a network transport (use ofi, ib or ethernet)")]
+    UnknownNetTransport {
+        /// The value.
+        value: String,
+    },
+    /// The bootstrap cannot say which node a rank runs on (`Bootstrap::node_of`).
+    #[error("the bootstrap knows no node of rank {rank}, so the node layout is unknown")]
+    NoNodeLayout {
+        /// The rank without a node.
+        rank: usize,
+    },
+    /// Something that needs the same number of ranks on every node (the hierarchical
+    /// collectives) was asked of a world whose nodes differ.
+    #[error(
+        "the nodes run different numbers of ranks ({sizes:?}, in node order), but this needs the same number on every node"
+    )]
+    UnevenNodes {
+        /// Ranks of every node, in node order.
+        sizes: Vec<usize>,
+    },
     /// A peer's serialized registered memory is invalid.
     #[error("registered memory from rank {rank} is malformed: {reason}")]
     MalformedMemory {
@@ -878,6 +912,82 @@ pub enum Error {
         /// What was wrong.
         reason: String,
     },
+    // ---- libfabric (connection::ofi) ----
+    /// libfabric is not usable here: the library could not be loaded, or no provider offers
+    /// what the transport needs.
+    #[error("libfabric is not available: {reason}")]
+    OfiUnavailable {
+        /// Why.
+        reason: String,
+    },
+    /// A libfabric call failed.
+    #[error("libfabric {call} failed (provider {provider:?}): {reason} ({code})")]
+    OfiCall {
+        /// The call (`fi_domain`, `fi_mr_regattr`, `fi_tsend`, …).
+        call: &'static str,
+        /// The provider.
+        provider: String,
+        /// libfabric's (negative) return code.
+        code: isize,
+        /// `fi_strerror` of it.
+        reason: String,
+    },
+    /// The libfabric set-up with a peer failed (malformed endpoint, another provider, …).
+    #[error("libfabric connection to rank {remote_rank}: set-up failed: {reason}")]
+    OfiConnect {
+        /// The peer.
+        remote_rank: usize,
+        /// Why.
+        reason: String,
+    },
+    /// The peer closed its end of a libfabric connection (it dropped it or exited).
+    #[error("rank {remote_rank} closed its libfabric connection ({op})")]
+    OfiPeerClosed {
+        /// The peer.
+        remote_rank: usize,
+        /// The operation that found it closed.
+        op: &'static str,
+    },
+    /// This rank refused a message of the peer (malformed, out of sequence, outside its
+    /// memories).
+    #[error("libfabric connection to rank {remote_rank}: refused a frame from the peer: {reason}")]
+    OfiProtocol {
+        /// The peer.
+        remote_rank: usize,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A libfabric connection stopped working on this side (a call failed, or the device
+    /// failed while staging or applying data).
+    #[error("libfabric connection to rank {remote_rank}: {op} failed: {reason}")]
+    OfiFailed {
+        /// The peer.
+        remote_rank: usize,
+        /// The operation.
+        op: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// A libfabric operation waited for room (send slots, the peer's receive slots) past its
+    /// deadline.
+    #[error("libfabric connection to rank {remote_rank}: {op} did not complete within {after:?}")]
+    OfiTimeout {
+        /// The peer.
+        remote_rank: usize,
+        /// The operation.
+        op: &'static str,
+        /// The deadline.
+        after: std::time::Duration,
+    },
+    /// A memory cannot be used on a libfabric connection.
+    #[error("libfabric connection to rank {remote_rank}: {misuse}")]
+    OfiMemory {
+        /// The peer.
+        remote_rank: usize,
+        /// What is wrong with the memory.
+        misuse: MemoryMisuse,
+    },
+
     /// InfiniBand cannot be used here: libibverbs is missing, has no device, or lacks a symbol.
     #[error("InfiniBand is not available: {reason}")]
     IbUnavailable {

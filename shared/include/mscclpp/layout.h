@@ -151,6 +151,7 @@
 #define MSCCLPP_MAX_DIRECT_RANKS 8u
 #define MSCCLPP_REGISTRY_SLOTS 256u
 #define MSCCLPP_WINDOW_SLOTS 64u
+#define MSCCLPP_MAX_PORT_RANKS 64u
 
 /* The point-to-point engine (shared/src/p2p.rs). */
 #define MSCCLPP_P2P_MAX_OPS 16u
@@ -550,6 +551,24 @@ MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, meet, 304);
 MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, reserved, 308);
 MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, mine, 312);
 
+/* port_collective_kernel: every piece of a collective through PortChannels, in one block. */
+typedef struct PortCollectiveParams {
+  CollectiveParams common; /* common.channels and the LL fields unused */
+  uint64_t port_channels;  /* 2 x nranks PortChannelDeviceHandle: [2q] data, [2q+1] acknowledgement */
+  uint64_t counters;       /* 2 x nranks u64: [2q] pieces sent to q, [2q+1] received from q */
+  uint64_t send_mask;      /* bit q: this rank sends to q */
+  uint64_t recv_mask;      /* bit q: this rank receives from q */
+  uint64_t port_offset;    /* nranks send slots, 2 x nranks receive slots, 1 accumulator slot */
+  uint64_t slot_bytes;     /* bytes of one slot (a multiple of 16) */
+} PortCollectiveParams;
+MSCCLPP_CHECK_LAYOUT(PortCollectiveParams, 192, 8);
+MSCCLPP_CHECK_OFFSET(PortCollectiveParams, common, 0);
+MSCCLPP_CHECK_OFFSET(PortCollectiveParams, port_channels, 144);
+MSCCLPP_CHECK_OFFSET(PortCollectiveParams, counters, 152);
+MSCCLPP_CHECK_OFFSET(PortCollectiveParams, send_mask, 160);
+MSCCLPP_CHECK_OFFSET(PortCollectiveParams, recv_mask, 168);
+MSCCLPP_CHECK_OFFSET(PortCollectiveParams, port_offset, 176);
+MSCCLPP_CHECK_OFFSET(PortCollectiveParams, slot_bytes, 184);
 /* p2p_kernel: sends and receives to any peers, run together. The scratch layout they use is
  * P2pLayout in shared/src/p2p.rs. */
 typedef struct P2pOp {

@@ -92,8 +92,9 @@ enum Bench {
     Packet(SweepOpts),
     /// FIFO push -> pop per trigger (us): one GPU thread pushes, a host thread pops
     Fifo(SweepOpts),
-    /// PortChannel put_with_signal ping-pong: one-way GB/s per SIZE
-    PortPut(SweepOpts),
+    /// PortChannel put_with_signal ping-pong: one-way GB/s per SIZE (--transport: over the
+    /// network transports too)
+    PortPut(PortOpts),
     /// MemoryChannel put (SM copy into peer memory): GB/s per SIZE
     MemoryPut(SweepOpts),
     /// cuMemcpyAsync into peer memory (the copy-engine line): GB/s per SIZE
@@ -123,6 +124,38 @@ struct SweepOpts {
     /// Write one JSON object per row to FILE
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+}
+
+/// Options of `port-put`.
+#[derive(Args, Clone, Debug)]
+struct PortOpts {
+    #[command(flatten)]
+    sweep: SweepOpts,
+    /// The connection's transport: local (CUDA IPC / shared memory), ofi (libfabric; its
+    /// provider as MSCCLPP_OFI_PROVIDER / FI_PROVIDER say) or ethernet (TCP)
+    #[arg(short = 't', long, value_name = "local|ofi|ethernet", default_value = "local",
+          value_parser = parse_transport)]
+    transport: PortTransport,
+}
+
+/// The transport of `port-put`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PortTransport {
+    /// The backend's same-node transport.
+    Local,
+    /// libfabric.
+    Ofi,
+    /// TCP between the proxies.
+    Ethernet,
+}
+
+fn parse_transport(s: &str) -> Result<PortTransport, String> {
+    match s {
+        "local" => Ok(PortTransport::Local),
+        "ofi" | "libfabric" => Ok(PortTransport::Ofi),
+        "ethernet" | "tcp" => Ok(PortTransport::Ethernet),
+        _ => Err(format!("{s:?} is not local, ofi or ethernet")),
+    }
 }
 
 /// Options of the collectives.
@@ -495,6 +528,8 @@ pub struct PrimArgs {
     pub warmup: u32,
     /// `--json`.
     pub json: Option<PathBuf>,
+    /// `port-put --transport`.
+    pub transport: PortTransport,
 }
 
 /// What the command line asks for.
@@ -536,7 +571,13 @@ impl Bench {
             Self::Signal(s) => return s.primitive(Primitive::Signal),
             Self::Packet(s) => return s.primitive(Primitive::Packet),
             Self::Fifo(s) => return s.primitive(Primitive::Fifo),
-            Self::PortPut(s) => return s.primitive(Primitive::PortPut),
+            Self::PortPut(p) => {
+                let mut c = p.sweep.primitive(Primitive::PortPut)?;
+                if let Command::Primitive(a) = &mut c {
+                    a.transport = p.transport;
+                }
+                return Ok(c);
+            }
             Self::MemoryPut(s) => return s.primitive(Primitive::MemoryPut),
             Self::CopyEngine(s) => return s.primitive(Primitive::CopyEngine),
         };
@@ -564,6 +605,7 @@ impl SweepOpts {
             iters: self.iters.unwrap_or(100),
             warmup: self.warmup.unwrap_or(10),
             json: self.json,
+            transport: PortTransport::Local,
         }))
     }
 }
@@ -845,9 +887,10 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        match parse_line("port-put -b 64K -n 3 -w 2 -f 4 --json p.json") {
+        match parse_line("port-put -b 64K -n 3 -w 2 -f 4 --json p.json -t ofi") {
             Ok(Command::Primitive(p)) => {
                 assert_eq!(p.op, Primitive::PortPut);
+                assert_eq!(p.transport, PortTransport::Ofi);
                 assert_eq!(
                     (p.min, p.max, p.iters, p.warmup, p.factor),
                     (65536, 65536, 3, 2, 4)
