@@ -775,6 +775,15 @@ fn suite(comm: Communicator, light: bool, expect_hier: bool) {
     let cfg = CollectiveConfig::for_backend(comm.gpu().kind()).with_env();
     let c = Collectives::with_config(comm.clone(), cfg).expect("collectives");
     let gpu = comm.gpu().clone();
+    // Registration maps the peers' memory: a world of one node only, refused (typed) here.
+    let buf = gpu.alloc(64).unwrap();
+    // SAFETY: `buf` outlives the (refused) registration.
+    let got = unsafe { c.register_buffer(buf.ptr(), 64) };
+    assert!(
+        matches!(got, Err(Error::Unsupported { .. })),
+        "register_buffer across nodes: {got:?}"
+    );
+    assert!(matches!(c.mem_alloc(64), Err(Error::Unsupported { .. })));
     let two = gpu.alloc(4).unwrap();
     two.copy_from_host(0, &2f32.to_le_bytes()).unwrap();
     let r = Rank {

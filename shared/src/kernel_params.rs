@@ -384,7 +384,8 @@ pub struct CollectiveParams {
     /// the flag advances on the device and CUDA-graph replays of a captured call use fresh
     /// flags.
     pub ll_flags: DevicePtr<u64>,
-    /// Bytes of one rank's LL slot (one half of the double buffer holds `nranks` slots).
+    /// Bytes of one rank's LL slot (one half of the double buffer holds `nranks - 1` slots, one
+    /// per peer).
     pub ll_slot_bytes: u64,
     /// Offset of the staging region in every scratch buffer.
     pub stage_offset: u64,
@@ -431,10 +432,22 @@ static_assertions::assert_eq_size!(CollectiveParams, [u64; 21]);
 /// Most ranks a direct collective serves (one node's NVLink domain).
 pub const MAX_DIRECT_RANKS: usize = 8;
 
+/// Dynamic shared memory the direct kernel is launched with: on registered buffers it keeps
+/// every rank's resolved input and output there (from word 2).
+pub const DIRECT_SHARED_BYTES: u32 = 16 + 16 * MAX_DIRECT_RANKS as u32;
+
 /// Parameters of `direct_collective_kernel`, which works on the callers' own buffers: every
-/// rank's input and output, registered on first use and mapped here, instead of staging copies.
-/// Entry `rank` of `inputs` / `outputs` is this rank's own buffer; entries past `nranks` are
-/// null. `common.channels` supplies the block barriers, `common.scratch` is unused.
+/// rank's input and output, mapped here, instead of staging copies. Entry `rank` of `inputs` /
+/// `outputs` is this rank's own buffer; entries past `nranks` are null. `common.channels`
+/// supplies the block barriers.
+///
+/// Two ways to learn the peers' buffers:
+/// - exchanged by the host on every call (`registry` null): `inputs` / `outputs` hold every
+///   rank's buffers; `common.scratch` is unused.
+/// - registered ahead (`registry` set): the host knows only its own; each block hands its
+///   peers `mine` through their scratch (at `desc_offset`) before its first barrier and
+///   resolves theirs in `registry` after it (`crate::registry`), checking that each holds
+///   `need` bytes; entries `q != rank` of `inputs` / `outputs` are ignored.
 #[repr(C, align(8))]
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct DirectCollectiveParams {
@@ -444,9 +457,24 @@ pub struct DirectCollectiveParams {
     pub inputs: [DevicePtr<u8>; MAX_DIRECT_RANKS],
     /// Rank q's output as this process addresses it.
     pub outputs: [DevicePtr<u8>; MAX_DIRECT_RANKS],
+    /// The peers' registrations mapped here (`[MAX_DIRECT_RANKS][REGISTRY_SLOTS]`), or null
+    /// when the host exchanged the buffers.
+    pub registry: DevicePtr<crate::RegistrySlot>,
+    /// Offset of the descriptor area in every rank's scratch (`max_blocks * nranks`
+    /// descriptors of `REGISTERED_CALL_BYTES`).
+    pub desc_offset: u64,
+    /// Bytes every rank's input and output must hold from its offset (0: not used).
+    pub need: [u64; 2],
+    /// `Send` mode on registered buffers: bit `q` set for each rank met (the exchange's next
+    /// and previous rank).
+    pub meet: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// This rank's descriptor (registered buffers only).
+    pub mine: crate::RegisteredCall,
 }
 
-static_assertions::assert_eq_size!(DirectCollectiveParams, [u64; 37]);
+static_assertions::assert_eq_size!(DirectCollectiveParams, [u64; 50]);
 
 /// Parameters of `port_collective_kernel`, which moves every piece of a collective through
 /// PortChannels (the host proxies: the network between nodes, the copy engines inside one), in

@@ -182,12 +182,14 @@ fn fits(a: Algorithm, call: &Call, registered: bool) -> bool {
 
 /// What `call` takes: `forced` if that algorithm serves it (else `Err` with what it cannot
 /// do), or the first row that holds, among the algorithms that need no registered buffers
-/// unless `registered`.
+/// unless `registered`. Only algorithms `usable` says can run now are taken (under CUDA-graph
+/// capture: those that neither allocate nor wait on the host, see `Collectives`' dispatch).
 pub(crate) fn choose(
     cfg: &CollectiveConfig,
     call: &Call,
     forced: Option<Algorithm>,
     registered: bool,
+    usable: &dyn Fn(Algorithm) -> bool,
 ) -> Result<Choice, &'static str> {
     if let Some(a) = forced {
         let u = a.unit();
@@ -197,18 +199,33 @@ pub(crate) fn choose(
         (u.serves_ranks)(call.ranks)?;
         (u.serves_nodes)(call.nodes, call.uniform)?;
         (u.serves_data)(call.dtype, call.op)?;
+        if !usable(a) {
+            return Err(UNUSABLE_IN_CAPTURE);
+        }
         return Ok(Choice::Run(a));
     }
     TABLE
         .iter()
         .filter(|r| r.collective == call.collective && r.one_way == call.one_way)
         .filter(|r| match r.choice {
-            Choice::Run(a) => fits(a, call, registered),
+            Choice::Run(a) => fits(a, call, registered) && usable(a),
         })
         .find(|r| (r.when)(cfg, call))
         .map(|r| r.choice)
-        .ok_or("a call no algorithm serves")
+        .ok_or(if usable(Staged) {
+            "a call no algorithm serves"
+        } else {
+            UNUSABLE_IN_CAPTURE
+        })
 }
+
+/// What a call is refused as when the algorithm it needs cannot take it now: under CUDA-graph
+/// capture, an algorithm that would allocate or exchange buffers with the peers on the host;
+/// on registered buffers, the copy engines unless the outputs are windows.
+pub(crate) const UNUSABLE_IN_CAPTURE: &str = "this algorithm on this call now (under CUDA-graph \
+     capture nothing that allocates or exchanges buffers with the peers: run one call eagerly \
+     or Collectives::prepare before capturing, or register the buffers; on registered \
+     buffers the copy engines need windows, for all-gather and broadcast)";
 
 /// What `call` runs, forced to `forced` or not, when every rank's buffers can (`registered`)
 /// or cannot be shared; `Err` with what is unsupported. The dispatch's steps, without a GPU:
@@ -235,14 +252,14 @@ pub(crate) fn decide(
     } else {
         ScratchLayout::for_registered(cfg, call.ranks)
     };
-    let mut choice = choose(cfg, &call, forced, true)?;
+    let mut choice = choose(cfg, &call, forced, true, &|_| true)?;
     loop {
         match choice {
             Choice::Run(a) if a.unit().registered && !registered => {
                 if forced.is_some() {
                     return Err(DECLINED);
                 }
-                choice = choose(cfg, &call, None, false)?;
+                choice = choose(cfg, &call, None, false, &|_| true)?;
             }
             Choice::Run(a) => return (a.unit().plan)(cfg, &layout, &call).map(Decision::Run),
         }

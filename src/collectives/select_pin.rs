@@ -39,15 +39,24 @@ fn library_shapes(cfg: &CollectiveConfig, backend: BackendKind, x: u64) -> [Laun
     ]
 }
 
+/// The regions' sizes, as the offsets of the one buffer that held them all before the regions
+/// became buffers of their own: (LL slot, LL128 offset, LL128 slot, staging offset, total). The
+/// LL16 region had a slot for every rank then, and has one for every peer now; the
+/// point-to-point region (in the set-up scratch now, after the descriptors) ended it.
 fn library_layout(cfg: &CollectiveConfig, n: usize) -> (u64, u64, u64, u64, usize) {
+    use super::scratch::Region;
     let l = super::scratch::ScratchLayout::for_registered(cfg, n);
-    let stage = l.stage_offset();
+    let ll_now = l.region_len(Region::Ll) as u64;
+    assert_eq!(ll_now, 2 * (n as u64 - 1) * l.ll_slot_bytes(), "{n} ranks");
+    let ll128_offset = ll_now + 2 * l.ll_slot_bytes();
+    let stage = ll128_offset + l.region_len(Region::Ll128) as u64;
     (
         l.ll_slot_bytes(),
-        l.ll128_offset(),
+        ll128_offset,
         l.ll128_slot_bytes(),
         stage,
-        l.len(),
+        super::scratch::up16(stage as usize + l.region_len(Region::Staging))
+            + l.region_len(Region::P2p),
     )
 }
 
@@ -329,7 +338,9 @@ fn ref_shapes(cfg: &CollectiveConfig, backend: BackendKind, x: u64) -> [LaunchCo
     // `launch_direct(work = x)`.
     let most = cfg.direct_blocks.min(cfg.max_blocks) as usize;
     let blocks = (x as usize).div_ceil(cfg.direct_block_bytes).clamp(1, most) as u32;
-    let direct = LaunchConfig::new(blocks, cfg.direct_threads).with_shared_mem(16);
+    // The direct kernel keeps every rank's buffers in shared memory since registered buffers
+    // (16 bytes before: `mscclpp_shared::DIRECT_SHARED_BYTES`, 16 + 16 * MAX_DIRECT_RANKS).
+    let direct = LaunchConfig::new(blocks, cfg.direct_threads).with_shared_mem(16 + 16 * 8);
     [ll, ll128, staged, direct]
 }
 

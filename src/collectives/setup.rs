@@ -10,10 +10,11 @@
 //! `recv_memory`, then per row and peer a semaphore (tag `SEMAPHORE_TAG + row`), then a
 //! barrier.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 use mscclpp_host::communicator::Communicator;
 use mscclpp_host::connection::{Connection, EndpointConfig};
+use mscclpp_host::gpu::{BackendKind, Gpu, Module};
 use mscclpp_host::memory_channel::MemoryChannel;
 use mscclpp_host::registered_memory::RegisteredMemory;
 use mscclpp_host::transport::Transport;
@@ -25,6 +26,31 @@ use super::context::Wiring;
 use super::scratch::ScratchLayout;
 
 const SCRATCH_TAG: u64 = 0x5c_0000;
+
+/// The built-in kernels' modules by device, shared by every `Collectives` on one (a split's
+/// collectives reuse their parent's): a mutex, written when a module is loaded, read at every
+/// set-up. Weak, so the module unloads with the last `Collectives` of its device.
+#[allow(clippy::type_complexity)]
+static MODULES: Mutex<Vec<((BackendKind, usize), Weak<Module>)>> = Mutex::new(Vec::new());
+
+/// The built-in kernels' module of `g`'s device (`crate::DEVICE_PTX`), loaded once per device
+/// while any `Collectives` on it lives. Loading is what set-up spends most of its time on
+/// without this (the CUDA driver compiles the PTX; the CPU backend reads its entry points).
+pub(super) fn builtin_module(g: &Gpu) -> Result<Arc<Module>> {
+    let key = (g.kind(), g.ordinal());
+    let mut modules = MODULES.lock().unwrap_or_else(|e| e.into_inner());
+    modules.retain(|(_, m)| m.strong_count() > 0);
+    if let Some(m) = modules
+        .iter()
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, m)| m.upgrade())
+    {
+        return Ok(m);
+    }
+    let m = Arc::new(g.load_ptx(crate::DEVICE_PTX)?);
+    modules.push((key, Arc::downgrade(&m)));
+    Ok(m)
+}
 const SEMAPHORE_TAG: u64 = 0x5e_0000;
 
 /// The wiring of a world of several nodes: the port region's scratch and the port channels
@@ -43,6 +69,7 @@ pub(super) fn wire_nodes(
         multi: Some(multi),
         scratch,
         channel_table,
+        handles: Vec::new(),
         ll_flags,
         channels: Vec::new(),
         peers: Vec::new(),
@@ -150,6 +177,7 @@ pub(super) fn wire(
         multi: None,
         scratch,
         channel_table,
+        handles: table,
         ll_flags,
         channels,
         peers: peers.into_iter().flatten().collect(),

@@ -252,6 +252,102 @@ pub enum Error {
         /// The backend.
         backend: BackendKind,
     },
+    /// A rank's request in a [`split`](crate::communicator::Communicator::split) could not be
+    /// read (a peer of another version, or a corrupted message).
+    #[error("rank {rank}'s split request is malformed: {reason}")]
+    MalformedSplit {
+        /// The rank that sent it.
+        rank: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A scratch region the collectives allocate on first use could not be allocated on some
+    /// rank (every rank of the call gets this error; the region stays unallocated).
+    #[error("the collectives' {region} region could not be allocated on rank {rank}")]
+    RegionUnavailable {
+        /// The region.
+        region: &'static str,
+        /// The first rank that could not allocate it.
+        rank: usize,
+    },
+    /// A buffer cannot be registered with the collectives (empty, not device memory of this
+    /// process's device, not inside one allocation, or not exportable to the peers).
+    #[error("the buffer [{ptr:#x}, +{len}) cannot be registered: {reason}")]
+    NotRegistrable {
+        /// Its first byte.
+        ptr: u64,
+        /// Its length.
+        len: usize,
+        /// Why.
+        reason: String,
+    },
+    /// The collectives' registration service thread could not be started.
+    #[error("starting the registration service thread failed")]
+    RegistrationServiceStart {
+        /// OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Every registration slot of this rank is in use (deregister some first).
+    #[error("all {slots} registration slots of this rank are in use ({what})")]
+    RegistryFull {
+        /// Slots of the kind asked for.
+        slots: usize,
+        /// Which kind: buffers or windows.
+        what: &'static str,
+    },
+    /// A peer could not map this rank's registration (or answered something else).
+    #[error("rank {rank} refused registration slot {slot}: {reason}")]
+    RegistrationRefused {
+        /// The peer.
+        rank: usize,
+        /// The registration slot.
+        slot: usize,
+        /// Why.
+        reason: String,
+    },
+    /// A registration handle this communicator does not hold (deregistered already, or of
+    /// another communicator).
+    #[error("no registration in slot {slot} with generation {generation} on this communicator")]
+    UnknownRegistration {
+        /// The slot.
+        slot: usize,
+        /// The generation.
+        generation: u32,
+    },
+    /// A collective window registration differs between ranks (NCCL's windows are symmetric:
+    /// every rank registers the same size, in the same order).
+    #[error("window registration: rank {rank}'s {what} is {theirs}, this rank's {mine}")]
+    WindowMismatch {
+        /// The rank that differs.
+        rank: usize,
+        /// What differs.
+        what: &'static str,
+        /// This rank's value.
+        mine: u64,
+        /// Theirs.
+        theirs: u64,
+    },
+    /// A typed collective's buffers do not hold what the call needs.
+    #[error("{what}: {got} elements where the call needs {need}")]
+    LengthMismatch {
+        /// Which buffer of which call.
+        what: &'static str,
+        /// Elements it holds.
+        got: usize,
+        /// Elements the call needs.
+        need: usize,
+    },
+    /// No live stream of this process has the handle a caller passed
+    /// ([`Gpu::borrow_stream`](crate::gpu::Gpu::borrow_stream) on the CPU backend, whose
+    /// handles are its own).
+    #[error("no live {backend:?} stream has the handle {stream:#x}")]
+    UnknownStream {
+        /// The handle.
+        stream: u64,
+        /// The backend.
+        backend: BackendKind,
+    },
     /// A file could not be read.
     #[error("reading {path} failed")]
     ReadFile {

@@ -149,6 +149,8 @@
 #define MSCCLPP_MODE_REDUCE_LOCAL 10u
 #define MSCCLPP_MODE_REDUCE 11u /* reduce into the root's output only */
 #define MSCCLPP_MAX_DIRECT_RANKS 8u
+#define MSCCLPP_REGISTRY_SLOTS 256u
+#define MSCCLPP_WINDOW_SLOTS 64u
 #define MSCCLPP_MAX_PORT_RANKS 64u
 
 /* The point-to-point engine (shared/src/p2p.rs). */
@@ -545,16 +547,75 @@ MSCCLPP_CHECK_OFFSET(CollectiveParams, scalar, 128);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, scalar_ptr, 136);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, trace, 144);
 
-/* direct_collective_kernel: the callers' own buffers of every rank, mapped here. */
+/* Registered buffers (shared/src/registry.rs). */
+
+/* One of a peer's registrations as mapped here (generation 0: none). */
+typedef struct RegistrySlot {
+  MSCCLPP_ALIGNAS(8) uint64_t base;
+  uint64_t len;
+  uint32_t generation;
+  uint32_t reserved;
+  uint64_t reserved2;
+} RegistrySlot;
+MSCCLPP_CHECK_LAYOUT(RegistrySlot, 32, 8);
+MSCCLPP_CHECK_OFFSET(RegistrySlot, base, 0);
+MSCCLPP_CHECK_OFFSET(RegistrySlot, len, 8);
+MSCCLPP_CHECK_OFFSET(RegistrySlot, generation, 16);
+MSCCLPP_CHECK_OFFSET(RegistrySlot, reserved, 20);
+MSCCLPP_CHECK_OFFSET(RegistrySlot, reserved2, 24);
+
+/* A buffer of a call on registered buffers: its owner's slot, generation and offset. */
+typedef struct BufferRef {
+  MSCCLPP_ALIGNAS(8) uint32_t slot;
+  uint32_t generation;
+  uint64_t offset;
+} BufferRef;
+MSCCLPP_CHECK_LAYOUT(BufferRef, 16, 8);
+MSCCLPP_CHECK_OFFSET(BufferRef, slot, 0);
+MSCCLPP_CHECK_OFFSET(BufferRef, generation, 4);
+MSCCLPP_CHECK_OFFSET(BufferRef, offset, 8);
+
+/* What a rank hands each peer at the start of a direct kernel on registered buffers. */
+typedef struct RegisteredCall {
+  BufferRef input;
+  BufferRef output;
+  uint64_t call;       /* digest of the call; a peer's that differs refuses the launch */
+  uint32_t ok;         /* 0: this rank's buffers do not suit the kernel */
+  uint32_t reserved;
+  uint64_t reserved2[2];
+} RegisteredCall;
+MSCCLPP_CHECK_LAYOUT(RegisteredCall, 64, 8);
+MSCCLPP_CHECK_OFFSET(RegisteredCall, input, 0);
+MSCCLPP_CHECK_OFFSET(RegisteredCall, output, 16);
+MSCCLPP_CHECK_OFFSET(RegisteredCall, call, 32);
+MSCCLPP_CHECK_OFFSET(RegisteredCall, ok, 40);
+MSCCLPP_CHECK_OFFSET(RegisteredCall, reserved, 44);
+MSCCLPP_CHECK_OFFSET(RegisteredCall, reserved2, 48);
+
+/* direct_collective_kernel: the callers' own buffers of every rank, mapped here: exchanged by
+ * the host (registry null), or registered ahead and resolved by the kernel from the peers'
+ * descriptors (registry set; entries q != rank of inputs/outputs ignored). */
 typedef struct DirectCollectiveParams {
-  CollectiveParams common;                   /* common.scratch unused */
+  CollectiveParams common;                   /* common.scratch: the descriptor area's buffer */
   uint64_t inputs[MSCCLPP_MAX_DIRECT_RANKS];  /* rank q's input as addressed here; null past nranks */
   uint64_t outputs[MSCCLPP_MAX_DIRECT_RANKS]; /* rank q's output as addressed here */
+  uint64_t registry;                          /* RegistrySlot[MAX_DIRECT_RANKS][REGISTRY_SLOTS] or 0 */
+  uint64_t desc_offset;                       /* descriptor area in every scratch */
+  uint64_t need[2];                           /* bytes every input / output must hold */
+  uint32_t meet;                              /* send mode, registered: ranks met (bit q) */
+  uint32_t reserved;
+  RegisteredCall mine;                        /* this rank's descriptor */
 } DirectCollectiveParams;
-MSCCLPP_CHECK_LAYOUT(DirectCollectiveParams, 296, 8);
+MSCCLPP_CHECK_LAYOUT(DirectCollectiveParams, 400, 8);
 MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, common, 0);
 MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, inputs, 168);
 MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, outputs, 232);
+MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, registry, 296);
+MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, desc_offset, 304);
+MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, need, 312);
+MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, meet, 328);
+MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, reserved, 332);
+MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, mine, 336);
 
 /* port_collective_kernel: every piece of a collective through PortChannels, in one block. */
 typedef struct PortCollectiveParams {

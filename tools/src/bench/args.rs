@@ -195,6 +195,12 @@ struct CollOpts {
     /// 0 on the CPU backend, which has no graphs]
     #[arg(short = 'G', long = "cudagraph", value_name = "N")]
     graph_launches: Option<u32>,
+    /// Register the buffers with the collectives once, before the sweep, as windows
+    /// (`Collectives::register_window`, NCCL's `ncclCommWindowRegister`): no call then sends a
+    /// bootstrap message or waits on the host, eager (`-G 0`) or captured (the direct kernel
+    /// learns the peers' buffers itself; the copy engines find them in the windows)
+    #[arg(long)]
+    registered: bool,
     /// Ranks as threads, one GPU each; ignored under a launcher [default: every GPU when
     /// there are two or more; else 2 on the CPU backend]
     #[arg(short = 'g', long = "ranks", value_name = "N",
@@ -497,6 +503,8 @@ pub struct CollArgs {
     pub inplace: bool,
     /// `-G` (None: the backend's default).
     pub graph_launches: Option<u32>,
+    /// `--registered`.
+    pub registered: bool,
     /// `-g`.
     pub ranks: Option<usize>,
     /// `--baseline`.
@@ -653,6 +661,7 @@ impl CollOpts {
             root: self.root,
             inplace: !self.outofplace,
             graph_launches: self.graph_launches,
+            registered: self.registered,
             ranks: self.ranks.map(|n| n as usize),
             baseline: match self.baseline {
                 Some(BaselineArg::Nccl) => Some(Baseline::Nccl),
@@ -804,6 +813,8 @@ mod tests {
             (DataType::BF16, Redop::Max, false)
         );
         assert_eq!((c.graph_launches, c.ranks), (Some(0), Some(4)));
+        assert!(!c.registered);
+        assert!(coll("allreduce --registered -G 0").registered);
         assert_eq!(c.baseline, Some(Baseline::Nccl));
         assert!(c.json.is_some() && c.plot.is_some());
         let d = coll("allgather");

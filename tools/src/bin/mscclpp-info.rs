@@ -42,6 +42,22 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             .find(|l| l.starts_with(".target"))
             .unwrap_or(".target ?")
     );
+    // What one rank's collectives allocate (this backend's default configuration).
+    let cfg = mscclpp::collectives::CollectiveConfig::for_backend(kind).with_env();
+    for ranks in [2, 8] {
+        let plan = mscclpp::collectives::memory_plan(&cfg, ranks);
+        let mib = |b: usize| b as f64 / (1 << 20) as f64;
+        let later: Vec<String> = plan
+            .on_first_use
+            .iter()
+            .map(|(what, who, b)| format!("+{:.1} MiB {what} on the first {who} call", mib(*b)))
+            .collect();
+        println!(
+            "collectives on {ranks} ranks: {:.2} MiB of device memory per rank at set-up; {}",
+            mib(plan.at_creation),
+            later.join("; ")
+        );
+    }
     for ordinal in 0..count.min(8) {
         let g = Gpu::open(kind, ordinal)?;
         let t = std::time::Instant::now();
