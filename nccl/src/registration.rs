@@ -22,8 +22,9 @@ use std::ffi::{c_int, c_void};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use mscclpp::collectives::{Reduction, Scalar};
 use mscclpp::host::gpu::DeviceBuffer;
-use mscclpp::shared::{DevicePtr, ReduceOp};
+use mscclpp::shared::DevicePtr;
 
 use crate::abi::{self, ncclNumOps, ncclScalarDevice, ncclScalarHostImmediate};
 use crate::comm::{self, Comm, lock};
@@ -225,22 +226,10 @@ pub fn window_user_ptr(comm: &Comm, win: *mut c_void) -> Result<usize, NcclError
         })
 }
 
-/// The scalar of a pre-multiplied sum.
-#[derive(Clone, Debug)]
-#[expect(
-    dead_code,
-    reason = "read once the collectives serve pre-multiplied sums"
-)]
-pub enum Scalar {
-    /// Read from the caller's host memory at creation (its bytes).
-    Host(Vec<u8>),
-    /// Read on the device while the collective runs (its address).
-    Device(usize),
-}
-
 /// A communicator's operators made by `ncclRedOpCreatePreMulSum`, by value.
 #[derive(Default)]
 pub struct PreMulSums {
+    /// Operator value: (the NCCL type it was made for, its scalar).
     ops: HashMap<c_int, (c_int, Scalar)>,
 }
 
@@ -259,12 +248,14 @@ pub fn create_pre_mul_sum(
     let (_, size) = abi::type_info(datatype).ok_or(NcclError::BadType { value: datatype })?;
     let s = match residence {
         ncclScalarHostImmediate => {
-            let mut b = vec![0u8; size];
-            // SAFETY: NCCL's contract: a host scalar of the data type, read before returning.
+            // Copied now, as NCCL does: the caller's variable may change or die after this.
+            let mut b = [0u8; 8];
+            // SAFETY: NCCL's contract: a host scalar of the data type (`size` <= 8 bytes),
+            // read before returning.
             unsafe { std::ptr::copy_nonoverlapping(scalar.cast::<u8>(), b.as_mut_ptr(), size) };
-            Scalar::Host(b)
+            Scalar::Host(u64::from_le_bytes(b))
         }
-        ncclScalarDevice => Scalar::Device(scalar as usize),
+        ncclScalarDevice => Scalar::Device(DevicePtr::from_addr(scalar as u64)),
         other => {
             return Err(NcclError::OutOfRange {
                 what: "residence",
@@ -304,12 +295,25 @@ pub fn destroy_op(comm: &Comm, op: c_int) -> Result<(), NcclError> {
         .ok_or(NcclError::UnknownOp { value: op })
 }
 
-/// The library's operator for `op` on `comm`: a live pre-multiplied sum of `comm` is not
-/// served yet, a dead or foreign one is [`NcclError::UnknownOp`], a built-in one is mapped by
-/// [`abi::reduce_op`].
-pub fn reduce_op(comm: &Comm, op: c_int) -> Result<ReduceOp, NcclError> {
-    if op >= ncclNumOps && !lock(&comm.premul).ops.contains_key(&op) {
-        return Err(NcclError::UnknownOp { value: op });
+/// The library's operator for `op` on `comm` in a call of NCCL type `dtype`: a live
+/// pre-multiplied sum of `comm` (made for `dtype`, else [`NcclError::OpTypeMismatch`]) with
+/// its scalar, a dead or foreign one [`NcclError::UnknownOp`], a built-in one as
+/// [`abi::reduce_op`] maps it.
+pub fn reduce_op(comm: &Comm, op: c_int, dtype: c_int) -> Result<Reduction, NcclError> {
+    if op < ncclNumOps {
+        return abi::reduce_op(op);
     }
-    abi::reduce_op(op)
+    let (made_for, scalar) = *lock(&comm.premul)
+        .ops
+        .get(&op)
+        .ok_or(NcclError::UnknownOp { value: op })?;
+    if made_for != dtype {
+        let name = |t| abi::type_info(t).map_or("(not a type)", |(n, _)| n);
+        return Err(NcclError::OpTypeMismatch {
+            op,
+            made_for: name(made_for),
+            called_with: name(dtype),
+        });
+    }
+    Ok(Reduction::PreMulSum(scalar))
 }
