@@ -16,56 +16,151 @@ use common::*;
 
 const LIMIT: Duration = Duration::from_secs(300);
 
-/// Every served collective on rank `r` of `n`, at `count` elements (parts of `count` for
-/// all-gather, reduce-scatter and all-to-all), every type and operator, in place and out of
-/// place, on buffers from `ncclMemAlloc` when `nccl_mem`.
+/// NCCL's operator values of every [`data::OPS`] entry for type `t` on `c` (pre-multiplied
+/// sums made here, destroyed on drop; the device scalar's buffer kept until then).
+struct TypeOps {
+    ops: Vec<(data::Op, c_int)>,
+    c: Comm,
+    _scalar: Buf,
+}
+
+impl TypeOps {
+    fn new(t: c_int, c: Comm, nccl_mem: bool) -> TypeOps {
+        let x = nccl();
+        let host = data::encode(t, data::stored(t, data::scalar(t, data::Op::PreMulHost)));
+        let dev = data::encode(t, data::stored(t, data::scalar(t, data::Op::PreMulDevice)));
+        let scalar = Buf::new(&dev, nccl_mem);
+        let ops = OPS
+            .iter()
+            .map(|&op| {
+                let (residence, p) = match op {
+                    data::Op::Builtin(v) => return (op, v),
+                    data::Op::PreMulHost => (1, host.as_ptr() as *mut c_void),
+                    data::Op::PreMulDevice => (0, scalar.ptr()),
+                };
+                let mut v = -1;
+                ok(
+                    unsafe { (x.red_op_create_pre_mul_sum)(&mut v, p, t, residence, c.0) },
+                    &format!("ncclRedOpCreatePreMulSum type {t} residence {residence}"),
+                );
+                assert!(v >= 5, "a pre-multiplied sum of value {v}");
+                (op, v)
+            })
+            .collect();
+        TypeOps {
+            ops,
+            c,
+            _scalar: scalar,
+        }
+    }
+}
+
+impl Drop for TypeOps {
+    fn drop(&mut self) {
+        for &(op, v) in &self.ops {
+            if !matches!(op, data::Op::Builtin(_)) {
+                let r = unsafe { (nccl().red_op_destroy)(v, self.c.0) };
+                if !std::thread::panicking() {
+                    ok(r, "ncclRedOpDestroy");
+                }
+            }
+        }
+    }
+}
+
+/// Every collective on rank `r` of `n`, at `count` elements (parts of `count` for
+/// all-gather, reduce-scatter, gather, scatter and all-to-all), every type and operator (the
+/// pre-multiplied sums with a host and a device scalar), in place and out of place, on
+/// buffers from `ncclMemAlloc` when `nccl_mem`; then a group of sends and receives (a ring,
+/// this rank itself, a zero count).
 fn every_collective(r: usize, n: usize, c: Comm, count: usize, nccl_mem: bool) {
     let x = nccl();
+    let null = std::ptr::null_mut();
     let what = |s: &str, t: c_int| format!("{s} type {t} rank {r}/{n} count {count}");
     for (t, es) in TYPES {
         let b = count * es;
-        for op in OPS {
+        let ops = TypeOps::new(t, c, nccl_mem);
+        for (k, &(op, v)) in ops.ops.iter().enumerate() {
+            let what = |s: &str| format!("{} op {op:?}", what(s, t));
             // All-reduce, out of place and in place.
-            let send = Buf::new(&data::bytes(t, r, 0, count), nccl_mem);
+            let send = Buf::new(&data::bytes_for(t, op, r, 0, count), nccl_mem);
             let recv = Buf::new(&data::marked(b), nccl_mem);
-            let want: Vec<f64> = (0..count).map(|i| data::reduced(t, op, n, 0, i)).collect();
+            let want: Vec<(f64, f64)> =
+                (0..count).map(|i| data::expected(t, op, n, 0, i)).collect();
             ok(
-                unsafe { (x.all_reduce)(send.ptr(), recv.ptr(), count, t, op, c.0, STREAM) },
-                &what("ncclAllReduce", t),
+                unsafe { (x.all_reduce)(send.ptr(), recv.ptr(), count, t, v, c.0, STREAM) },
+                &what("ncclAllReduce"),
             );
-            data::check(t, &recv.read(), &want, &what("ncclAllReduce", t));
+            data::check_within(t, &recv.read(), &want, &what("ncclAllReduce"));
             ok(
-                unsafe { (x.all_reduce)(send.ptr(), send.ptr(), count, t, op, c.0, STREAM) },
-                &what("in-place ncclAllReduce", t),
+                unsafe { (x.all_reduce)(send.ptr(), send.ptr(), count, t, v, c.0, STREAM) },
+                &what("in-place ncclAllReduce"),
             );
-            data::check(t, &send.read(), &want, &what("in-place ncclAllReduce", t));
+            data::check_within(t, &send.read(), &want, &what("in-place ncclAllReduce"));
+
+            // Reduce to a root that changes with the operator; other ranks pass no recvbuff;
+            // in place on every other operator.
+            let root = (t as usize + k) % n;
+            let send = Buf::new(&data::bytes_for(t, op, r, 0, count), nccl_mem);
+            let recv = Buf::new(&data::marked(b), nccl_mem);
+            let in_place = k % 2 == 1;
+            let out = match (r == root, in_place) {
+                (false, _) => null,
+                (true, true) => send.ptr(),
+                (true, false) => recv.ptr(),
+            };
+            ok(
+                unsafe { (x.reduce)(send.ptr(), out, count, t, v, root as c_int, c.0, STREAM) },
+                &what("ncclReduce"),
+            );
+            if r == root {
+                let got = if in_place { send.read() } else { recv.read() };
+                data::check_within(t, &got, &want, &what("ncclReduce"));
+            } else {
+                assert_eq!(
+                    recv.read(),
+                    data::marked(b),
+                    "{}: wrote",
+                    what("ncclReduce")
+                );
+                assert_eq!(
+                    send.read(),
+                    data::bytes_for(t, op, r, 0, count),
+                    "{}: wrote the send buffer",
+                    what("ncclReduce")
+                );
+            }
 
             // Reduce-scatter: part p of every rank reduces into rank p.
-            let parts: Vec<u8> = (0..n).flat_map(|p| data::bytes(t, r, p, count)).collect();
-            let want: Vec<f64> = (0..count).map(|i| data::reduced(t, op, n, r, i)).collect();
+            let parts: Vec<u8> = (0..n)
+                .flat_map(|p| data::bytes_for(t, op, r, p, count))
+                .collect();
+            let want: Vec<(f64, f64)> =
+                (0..count).map(|i| data::expected(t, op, n, r, i)).collect();
             let send = Buf::new(&parts, nccl_mem);
             let recv = Buf::new(&data::marked(b), nccl_mem);
             ok(
-                unsafe { (x.reduce_scatter)(send.ptr(), recv.ptr(), count, t, op, c.0, STREAM) },
-                &what("ncclReduceScatter", t),
+                unsafe { (x.reduce_scatter)(send.ptr(), recv.ptr(), count, t, v, c.0, STREAM) },
+                &what("ncclReduceScatter"),
             );
-            data::check(t, &recv.read(), &want, &what("ncclReduceScatter", t));
+            data::check_within(t, &recv.read(), &want, &what("ncclReduceScatter"));
             let own = send.at(r * b);
             ok(
-                unsafe { (x.reduce_scatter)(send.ptr(), own, count, t, op, c.0, STREAM) },
-                &what("in-place ncclReduceScatter", t),
+                unsafe { (x.reduce_scatter)(send.ptr(), own, count, t, v, c.0, STREAM) },
+                &what("in-place ncclReduceScatter"),
             );
-            data::check(
+            data::check_within(
                 t,
                 &send.read_range(r * b..(r + 1) * b),
                 &want,
-                &what("in-place ncclReduceScatter", t),
+                &what("in-place ncclReduceScatter"),
             );
         }
+        drop(ops);
 
         // All-gather: rank q's part lands at q.
         let want: Vec<f64> = (0..n)
-            .flat_map(|q| (0..count).map(move |i| data::stored(t, data::value(q, 0, i))))
+            .flat_map(|q| (0..count).map(move |i| data::moved(t, q, 0, i)))
             .collect();
         let send = Buf::new(&data::bytes(t, r, 0, count), nccl_mem);
         let recv = Buf::new(&data::marked(n * b), nccl_mem);
@@ -83,11 +178,62 @@ fn every_collective(r: usize, n: usize, c: Comm, count: usize, nccl_mem: bool) {
         );
         data::check(t, &buf.read(), &want, &what("in-place ncclAllGather", t));
 
+        // Gather to a root (other ranks pass no recvbuff), out of place and in place.
+        let root = t as usize % n;
+        let send = Buf::new(&data::bytes(t, r, 0, count), nccl_mem);
+        let recv = Buf::new(&data::marked(n * b), nccl_mem);
+        let out = if r == root { recv.ptr() } else { null };
+        ok(
+            unsafe { (x.gather)(send.ptr(), out, count, t, root as c_int, c.0, STREAM) },
+            &what("ncclGather", t),
+        );
+        if r == root {
+            data::check(t, &recv.read(), &want, &what("ncclGather", t));
+        }
+        let buf = Buf::new(&inplace, nccl_mem);
+        let out = if r == root { buf.ptr() } else { null };
+        ok(
+            unsafe { (x.gather)(buf.at(r * b), out, count, t, root as c_int, c.0, STREAM) },
+            &what("in-place ncclGather", t),
+        );
+        if r == root {
+            data::check(t, &buf.read(), &want, &what("in-place ncclGather", t));
+        } else {
+            assert_eq!(buf.read(), inplace, "{}: wrote", what("ncclGather", t));
+        }
+
+        // Scatter from a root (other ranks pass no sendbuff): part p lands on rank p.
+        let root = (t as usize + 1) % n;
+        let parts: Vec<u8> = (0..n).flat_map(|p| data::bytes(t, r, p, count)).collect();
+        let want: Vec<f64> = (0..count).map(|i| data::moved(t, root, r, i)).collect();
+        let send = Buf::new(&parts, nccl_mem);
+        let recv = Buf::new(&data::marked(b), nccl_mem);
+        let from = if r == root { send.ptr() } else { null };
+        ok(
+            unsafe { (x.scatter)(from, recv.ptr(), count, t, root as c_int, c.0, STREAM) },
+            &what("ncclScatter", t),
+        );
+        data::check(t, &recv.read(), &want, &what("ncclScatter", t));
+        let from = if r == root { send.ptr() } else { null };
+        let into = if r == root {
+            send.at(r * b)
+        } else {
+            recv.ptr()
+        };
+        ok(
+            unsafe { (x.scatter)(from, into, count, t, root as c_int, c.0, STREAM) },
+            &what("in-place ncclScatter", t),
+        );
+        let got = if r == root {
+            send.read_range(r * b..(r + 1) * b)
+        } else {
+            recv.read()
+        };
+        data::check(t, &got, &want, &what("in-place ncclScatter", t));
+
         // Broadcast from every root, out of place (ncclBroadcast) and in place (ncclBcast).
         for root in 0..n {
-            let want: Vec<f64> = (0..count)
-                .map(|i| data::stored(t, data::value(root, 7, i)))
-                .collect();
+            let want: Vec<f64> = (0..count).map(|i| data::moved(t, root, 7, i)).collect();
             let mine = data::bytes(t, r, 7, count);
             let send = Buf::new(&mine, nccl_mem);
             let recv = Buf::new(&data::marked(b), nccl_mem);
@@ -109,7 +255,7 @@ fn every_collective(r: usize, n: usize, c: Comm, count: usize, nccl_mem: bool) {
         // All-to-all: part p of rank q lands as part q of rank p.
         let parts: Vec<u8> = (0..n).flat_map(|p| data::bytes(t, r, p, count)).collect();
         let want: Vec<f64> = (0..n)
-            .flat_map(|q| (0..count).map(move |i| data::stored(t, data::value(q, r, i))))
+            .flat_map(|q| (0..count).map(move |i| data::moved(t, q, r, i)))
             .collect();
         let send = Buf::new(&parts, nccl_mem);
         let recv = Buf::new(&data::marked(n * b), nccl_mem);
@@ -124,6 +270,34 @@ fn every_collective(r: usize, n: usize, c: Comm, count: usize, nccl_mem: bool) {
             &what("ncclAllToAll", t),
         );
         data::check(t, &recv.read(), &want, &what("ncclAllToAll", t));
+
+        // One group: a ring (send to the next rank, receive from the previous), a send to and
+        // a receive from this rank itself, and a zero-count send and receive around the ring.
+        let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+        let ring = Buf::new(&data::bytes(t, r, 3, count), nccl_mem);
+        let me = Buf::new(&data::bytes(t, r, 4, count), nccl_mem);
+        let from_prev = Buf::new(&data::marked(b), nccl_mem);
+        let from_me = Buf::new(&data::marked(b), nccl_mem);
+        ok(unsafe { (x.group_start)() }, "ncclGroupStart");
+        let calls = [
+            unsafe { (x.send)(ring.ptr(), count, t, next as c_int, c.0, STREAM) },
+            unsafe { (x.recv)(from_prev.ptr(), count, t, prev as c_int, c.0, STREAM) },
+            unsafe { (x.recv)(from_me.ptr(), count, t, r as c_int, c.0, STREAM) },
+            unsafe { (x.send)(me.ptr(), count, t, r as c_int, c.0, STREAM) },
+            unsafe { (x.send)(null, 0, t, next as c_int, c.0, STREAM) },
+            unsafe { (x.recv)(null, 0, t, prev as c_int, c.0, STREAM) },
+        ];
+        for (i, code) in calls.into_iter().enumerate() {
+            ok(code, &what(&format!("grouped send/recv {i}"), t));
+        }
+        ok(
+            unsafe { (x.group_end)() },
+            &what("ncclGroupEnd of sends", t),
+        );
+        let want: Vec<f64> = (0..count).map(|i| data::moved(t, prev, 3, i)).collect();
+        data::check(t, &from_prev.read(), &want, &what("a ring of sends", t));
+        let want: Vec<f64> = (0..count).map(|i| data::moved(t, r, 4, i)).collect();
+        data::check(t, &from_me.read(), &want, &what("a send to itself", t));
     }
 }
 
@@ -512,8 +686,8 @@ fn stubs_refuse_and_say_why() {
 
 /// Argument checks of the collectives and what is not served yet, on one rank.
 #[test]
-fn argument_checks_and_not_yet_served() {
-    isolated("argument_checks_and_not_yet_served", LIMIT, &[], || {
+fn argument_checks() {
+    isolated("argument_checks", LIMIT, &[], || {
         let x = nccl();
         let c = init_rank(unique_id(), 1, 0);
         let b = Buf::new(&data::marked(1024), false);
@@ -528,33 +702,32 @@ fn argument_checks_and_not_yet_served() {
                 "bad type",
             );
         }
-        for (t, name) in [
-            (INT8, "ncclInt8"),
-            (INT64, "ncclInt64"),
-            (FLOAT64, "ncclFloat64"),
-            (10, "ncclFloat8e4m3"),
-        ] {
-            fails(
-                unsafe { (x.all_reduce)(p, q, 4, t, SUM, c, STREAM) },
-                INVALID_ARGUMENT,
-                &[name, "not served yet"],
-                name,
-            );
-            fails(
-                unsafe { (x.all_gather)(p, q, 4, t, c, STREAM) },
-                INVALID_ARGUMENT,
-                &[name, "not served yet"],
-                name,
-            );
-        }
-        for (op, name) in [(PROD, "ncclProd"), (AVG, "ncclAvg")] {
-            fails(
-                unsafe { (x.all_reduce)(p, q, 4, FLOAT32, op, c, STREAM) },
-                INVALID_ARGUMENT,
-                &[name, "not served yet"],
-                name,
-            );
-        }
+        // A pre-multiplied sum is for the type it was made for.
+        let mut two = 2.0f32;
+        let mut op = -1;
+        ok(
+            unsafe { (x.red_op_create_pre_mul_sum)(&mut op, (&raw mut two).cast(), FLOAT32, 1, c) },
+            "ncclRedOpCreatePreMulSum",
+        );
+        fails(
+            unsafe { (x.all_reduce)(p, q, 4, INT32, op, c, STREAM) },
+            INVALID_ARGUMENT,
+            &["ncclFloat32", "not ncclInt32"],
+            "a pre-multiplied sum of another type",
+        );
+        fails(
+            unsafe { (x.reduce)(p, q, 4, FLOAT16, op, 0, c, STREAM) },
+            INVALID_ARGUMENT,
+            &["ncclFloat32", "not ncclFloat16"],
+            "a pre-multiplied sum of another type (reduce)",
+        );
+        ok(unsafe { (x.red_op_destroy)(op, c) }, "ncclRedOpDestroy");
+        fails(
+            unsafe { (x.reduce_scatter)(p, q, 4, FLOAT32, op, c, STREAM) },
+            INVALID_ARGUMENT,
+            &["not a live operator"],
+            "a destroyed pre-multiplied sum",
+        );
         fails(
             unsafe { (x.all_reduce)(p, q, 4, FLOAT32, -2, c, STREAM) },
             INVALID_ARGUMENT,
@@ -604,13 +777,7 @@ fn argument_checks_and_not_yet_served() {
             &["itself"],
             "a lone send to itself",
         );
-        // Reduce, gather, scatter: checked, then not served yet.
-        fails(
-            unsafe { (x.reduce)(p, q, 4, FLOAT32, SUM, 0, c, STREAM) },
-            INVALID_USAGE,
-            &["ncclReduce", "not served yet"],
-            "ncclReduce",
-        );
+        // Reduce, gather, scatter: roots and the buffers the root needs.
         fails(
             unsafe { (x.reduce)(p, q, 4, FLOAT32, SUM, 3, c, STREAM) },
             INVALID_ARGUMENT,
@@ -618,10 +785,28 @@ fn argument_checks_and_not_yet_served() {
             "ncclReduce with a bad root",
         );
         fails(
-            unsafe { (x.gather)(p, q, 4, FLOAT32, 0, c, STREAM) },
-            INVALID_USAGE,
-            &["ncclGather", "not served yet"],
-            "ncclGather",
+            unsafe { (x.reduce)(p, null, 4, FLOAT32, SUM, 0, c, STREAM) },
+            INVALID_ARGUMENT,
+            &["recvbuff is null"],
+            "ncclReduce without a result on the root",
+        );
+        fails(
+            unsafe { (x.reduce)(p, q, 4, FLOAT32, 9, 0, c, STREAM) },
+            INVALID_ARGUMENT,
+            &["not a live operator"],
+            "ncclReduce with an unknown operator",
+        );
+        fails(
+            unsafe { (x.gather)(p, null, 4, FLOAT32, 0, c, STREAM) },
+            INVALID_ARGUMENT,
+            &["recvbuff is null"],
+            "ncclGather without a result on the root",
+        );
+        fails(
+            unsafe { (x.gather)(p, q, 4, FLOAT32, -1, c, STREAM) },
+            INVALID_ARGUMENT,
+            &["root is -1"],
+            "ncclGather with a bad root",
         );
         fails(
             unsafe { (x.scatter)(null, q, 4, FLOAT32, 0, c, STREAM) },
@@ -630,10 +815,10 @@ fn argument_checks_and_not_yet_served() {
             "ncclScatter without data on the root",
         );
         fails(
-            unsafe { (x.scatter)(p, q, 4, FLOAT32, 0, c, STREAM) },
-            INVALID_USAGE,
-            &["ncclScatter", "not served yet"],
-            "ncclScatter",
+            unsafe { (x.scatter)(p, q, usize::MAX / 2 + 1, INT8, 0, c, STREAM) },
+            INVALID_ARGUMENT,
+            &["overflow"],
+            "ncclScatter count overflow",
         );
         // Split: checked, then not served yet.
         let mut nc = null;
@@ -827,12 +1012,28 @@ fn memory_registration_and_operators() {
             &["residence"],
             "a bad residence",
         );
-        fails(
-            unsafe { (x.all_reduce)(m, m, 4, FLOAT32, op, c, STREAM) },
-            INVALID_ARGUMENT,
-            &["pre-multiplied", "not served yet"],
-            "a pre-multiplied sum",
+        // The host scalar was copied at creation: changing it now changes nothing.
+        scalar = 100.0;
+        let v = Buf::new(&data::bytes(FLOAT32, 0, 0, 4), false);
+        let o = Buf::new(&data::marked(16), false);
+        ok(
+            unsafe { (x.all_reduce)(v.ptr(), o.ptr(), 4, FLOAT32, op, c, STREAM) },
+            "an all-reduce by a pre-multiplied sum",
         );
+        let want: Vec<f64> = (0..4).map(|i| 0.5 * data::value(0, 0, i)).collect();
+        data::check(FLOAT32, &o.read(), &want, "host scalar 0.5");
+        // The device scalar is read by each call.
+        for d in [3.0f32, -0.25] {
+            // SAFETY: CPU backend: `m` is host memory of 8192 bytes.
+            unsafe { m.cast::<f32>().write(d) };
+            ok(
+                unsafe { (x.all_reduce)(v.ptr(), o.ptr(), 4, FLOAT32, op2, c, STREAM) },
+                "an all-reduce by a device pre-multiplied sum",
+            );
+            let want: Vec<f64> = (0..4).map(|i| d as f64 * data::value(0, 0, i)).collect();
+            data::check(FLOAT32, &o.read(), &want, "device scalar");
+        }
+        assert_eq!(scalar, 100.0);
         ok(unsafe { (x.red_op_destroy)(op, c) }, "ncclRedOpDestroy");
         fails(
             unsafe { (x.red_op_destroy)(op, c) },

@@ -200,9 +200,9 @@ static void calls(void) {
     EXPECT(ncclAllGatherConfig(a, b, 16, ncclFloat, comm, s, &cc), ncclSuccess); SAME(16);
     EXPECT(ncclReduceScatterConfig(a, b, 16, ncclFloat, ncclSum, comm, s, NULL), ncclSuccess); SAME(16);
     EXPECT(ncclAlltoAllConfig(a, b, 16, ncclFloat, comm, s, &cc), ncclSuccess); SAME(16);
-    EXPECT(ncclReduceConfig(a, b, 16, ncclFloat, ncclSum, 0, comm, s, &cc), ncclInvalidUsage);
-    EXPECT(ncclGatherConfig(a, b, 16, ncclFloat, 0, comm, s, &cc), ncclInvalidUsage);
-    EXPECT(ncclScatterConfig(a, b, 16, ncclFloat, 0, comm, s, &cc), ncclInvalidUsage);
+    EXPECT(ncclReduceConfig(a, b, 16, ncclFloat, ncclSum, 0, comm, s, &cc), ncclSuccess); SAME(16);
+    EXPECT(ncclGatherConfig(a, b, 16, ncclFloat, 0, comm, s, &cc), ncclSuccess); SAME(16);
+    EXPECT(ncclScatterConfig(a, b, 16, ncclFloat, 0, comm, s, &cc), ncclSuccess); SAME(16);
   }
   EXPECT(ncclGroupStart(), ncclSuccess);
   EXPECT(ncclSend(a, 16, ncclFloat, 0, comm, s), ncclSuccess);
@@ -221,13 +221,27 @@ static void calls(void) {
     for (i = 0; i < 32; i++) CHECK(c0[i] == 100.0f && c1[i] == 100.0f);
   }
 
+  EXPECT(ncclReduce(a, b, 16, ncclFloat, ncclSum, 0, comm, s), ncclSuccess); SAME(16);
+  EXPECT(ncclGather(a, b, 16, ncclFloat, 0, comm, s), ncclSuccess); SAME(16);
+  EXPECT(ncclScatter(a, b, 16, ncclFloat, 0, comm, s), ncclSuccess); SAME(16);
+  /* ncclProd, ncclAvg and a pre-multiplied sum on one rank: x, x and 2x. */
+  EXPECT(ncclAllReduce(a, b, 16, ncclFloat, ncclProd, comm, s), ncclSuccess); SAME(16);
+  EXPECT(ncclAllReduce(a, b, 16, ncclFloat, ncclAvg, comm, s), ncclSuccess); SAME(16);
+  {
+    float two = 2.0f;
+    ncclRedOp_t twice;
+    EXPECT(ncclRedOpCreatePreMulSum(&twice, &two, ncclFloat32, ncclScalarHostImmediate, comm),
+           ncclSuccess);
+    EXPECT(ncclAllReduce(a, b, 16, ncclFloat, twice, comm, s), ncclSuccess);
+    for (i = 0; i < 16; i++) CHECK(b[i] == 2.0f * a[i]);
+    memset(b, 0, 16 * sizeof(float));
+    EXPECT(ncclRedOpDestroy(twice, comm), ncclSuccess);
+  }
+
   /* Not served yet: checked, refused with ncclInvalidUsage. NVIDIA's library would accept
-   * these: their refusal shows that mscclpp-rs's library answered. */
-  EXPECT(ncclReduce(a, b, 16, ncclFloat, ncclSum, 0, comm, s), ncclInvalidUsage);
-  CHECK(strstr(ncclGetLastError(comm), "mscclpp-rs") != NULL);
-  EXPECT(ncclGather(a, b, 16, ncclFloat, 0, comm, s), ncclInvalidUsage);
-  EXPECT(ncclScatter(a, b, 16, ncclFloat, 0, comm, s), ncclInvalidUsage);
+   * it: its refusal shows that mscclpp-rs's library answered. */
   EXPECT(ncclCommSplit(comm, 0, 0, &nc, NULL), ncclInvalidUsage);
+  CHECK(strstr(ncclGetLastError(comm), "mscclpp-rs") != NULL);
 
   /* Not implemented: ncclInvalidUsage. */
   {
