@@ -3,7 +3,8 @@
 //! (`ncclGetVersion`, a unique id from rank 0, `ncclCommInitRank`, a one-element warm-up
 //! all-reduce, then collectives and lone sends and receives along a pipeline) and PyTorch's
 //! watchdog (a thread polling `ncclCommGetAsyncError` that aborts the communicator once a
-//! killed rank shows up there, releasing the call that waits for it). CPU backend, loopback.
+//! killed rank shows up there, releasing the call that waits for it); and every collective,
+//! type and operator (`common::suite`). CPU backend, loopback.
 
 mod common;
 
@@ -163,6 +164,27 @@ fn vllm_rank(rank: usize, n: usize) {
     );
     ok(unsafe { (x.comm_destroy)(c) }, "ncclCommDestroy");
     println!("DONE");
+}
+
+/// Every collective, type and operator (`common::suite`) by ranks as processes.
+#[test]
+fn every_collective_as_processes() {
+    let test = "every_collective_as_processes";
+    if is_child(test) {
+        let (rank, n) = (env_usize(RANK), env_usize(SIZE));
+        let c = init_rank(child_id(rank), n, rank);
+        common::suite::every_collective(rank, n, Comm(c), 37, false);
+        common::suite::every_collective(rank, n, Comm(c), 5, true);
+        ok(unsafe { (nccl().comm_destroy)(c) }, "ncclCommDestroy");
+        println!("DONE");
+        return;
+    }
+    for n in [2, 3] {
+        for child in spawn_ranks(test, n) {
+            let out = child.wait_for(Duration::from_secs(240));
+            assert!(out.success && out.stdout.contains("DONE"), "{}", out.text);
+        }
+    }
 }
 
 #[test]
