@@ -3,7 +3,9 @@
 //! `ncclCommRegister` / `ncclCommDeregister` and the windows of `ncclCommWindowRegister`
 //! (checked to lie in one allocation of the communicator's device, and recorded per
 //! communicator), and the operators of `ncclRedOpCreatePreMulSum` (recorded per communicator
-//! from `ncclNumOps` up).
+//! from `ncclNumOps` up, each with its data type and scalar: a host scalar copied at creation,
+//! as NCCL does, a device one by address, read by every call that uses it; [`reduce_op`]
+//! turns one into the library's `Reduction::PreMulSum`, refusing a call of another type).
 //!
 //! What a registration does: the collectives' zero-copy paths (`direct`, copy engines)
 //! register every caller buffer on first use and exchange it with the peers on every call,
@@ -11,7 +13,6 @@
 //! handle for it, so programs that register (PyTorch with `TORCH_NCCL_USE_TENSOR_REGISTER_…`,
 //! NCCL's user-buffer registration) get the same zero-copy paths. A window is such a
 //! registration; NCCL's device API over windows is not implemented (`stubs.rs`).
-
 //!
 //! Shared state: the allocation table and each communicator's registrations and operators are
 //! behind mutexes; the handle counter is an atomic incremented relaxed (only uniqueness
