@@ -615,6 +615,30 @@ fn argument_checks() {
     });
 }
 
+/// A receive of another count than its send: the receiving rank's call fails with
+/// `ncclInvalidUsage` and says why, and its buffer is untouched.
+#[test]
+fn mismatched_counts_are_refused() {
+    isolated("mismatched_counts_are_refused", LIMIT, &[], || {
+        let out = ranks(2, |r, c| {
+            let x = nccl();
+            if r == 0 {
+                let b = Buf::new(&data::bytes(FLOAT32, 0, 0, 4), false);
+                let code = unsafe { (x.send)(b.ptr(), 4, FLOAT32, 1, c.0, STREAM) };
+                (code, String::new(), true)
+            } else {
+                let b = Buf::new(&data::marked(20), false);
+                let code = unsafe { (x.recv)(b.ptr(), 5, FLOAT32, 0, c.0, STREAM) };
+                (code, last_error(), b.read() == data::marked(20))
+            }
+        });
+        assert_eq!(out[0].0, SUCCESS, "the send");
+        assert_eq!(out[1].0, INVALID_USAGE, "the receive: {}", out[1].1);
+        assert!(out[1].1.contains("count"), "{}", out[1].1);
+        assert!(out[1].2, "the receive wrote its buffer");
+    });
+}
+
 #[test]
 fn memory_registration_and_operators() {
     isolated("memory_registration_and_operators", LIMIT, &[], || {
@@ -1095,6 +1119,96 @@ fn one_thread_drives_four_ranks() {
                 .collect();
             data::check(INT32, &b.read(), &want, "all-to-all by sends and receives");
         }
+
+        // One group of every rank: an uneven reduce-scatter as reduces to each root (root q
+        // gets q + 2 elements, averaged, int64: PyTorch's pattern), a gather to rank 1, a
+        // scatter from rank 2 (fp8 e4m3) and a ring of uint8 sends, none depending on another.
+        let avg = data::Op::Builtin(AVG);
+        let rcounts: Vec<usize> = (0..n).map(|q| q + 2).collect();
+        let red_in: Vec<Vec<Buf>> = (0..n)
+            .map(|r| {
+                (0..n)
+                    .map(|q| Buf::new(&data::bytes_for(data::I64, avg, r, q, rcounts[q]), false))
+                    .collect()
+            })
+            .collect();
+        let red_out: Vec<Buf> = (0..n)
+            .map(|r| Buf::new(&data::marked(rcounts[r] * 8), false))
+            .collect();
+        let g_in: Vec<Buf> = (0..n)
+            .map(|r| Buf::new(&data::bytes(data::F16, r, 5, 9), true))
+            .collect();
+        let g_out = Buf::new(&data::marked(n * 9 * 2), true);
+        let s_in = Buf::new(
+            &(0..n)
+                .flat_map(|p| data::bytes(data::F8E4M3, 2, p, 11))
+                .collect::<Vec<_>>(),
+            false,
+        );
+        let s_out: Vec<Buf> = (0..n).map(|_| Buf::new(&data::marked(11), false)).collect();
+        let ring_in: Vec<Buf> = (0..n)
+            .map(|r| Buf::new(&data::bytes(data::U8, r, 6, 13), false))
+            .collect();
+        let ring_out: Vec<Buf> = (0..n).map(|_| Buf::new(&data::marked(13), false)).collect();
+        let null = std::ptr::null_mut();
+        ok(unsafe { (x.group_start)() }, "ncclGroupStart");
+        for r in 0..n {
+            let c = comms[r].0;
+            for q in 0..n {
+                let out = if r == q { red_out[r].ptr() } else { null };
+                let code = unsafe {
+                    (x.reduce)(
+                        red_in[r][q].ptr(),
+                        out,
+                        rcounts[q],
+                        data::I64,
+                        AVG,
+                        q as c_int,
+                        c,
+                        STREAM,
+                    )
+                };
+                ok(code, "grouped ncclReduce");
+            }
+            let out = if r == 1 { g_out.ptr() } else { null };
+            ok(
+                unsafe { (x.gather)(g_in[r].ptr(), out, 9, data::F16, 1, c, STREAM) },
+                "grouped ncclGather",
+            );
+            let from = if r == 2 { s_in.ptr() } else { null };
+            ok(
+                unsafe { (x.scatter)(from, s_out[r].ptr(), 11, data::F8E4M3, 2, c, STREAM) },
+                "grouped ncclScatter",
+            );
+            let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+            ok(
+                unsafe { (x.recv)(ring_out[r].ptr(), 13, data::U8, prev as c_int, c, STREAM) },
+                "grouped ncclRecv",
+            );
+            ok(
+                unsafe { (x.send)(ring_in[r].ptr(), 13, data::U8, next as c_int, c, STREAM) },
+                "grouped ncclSend",
+            );
+        }
+        ok(unsafe { (x.group_end)() }, "ncclGroupEnd of a mixed group");
+        for r in 0..n {
+            let want: Vec<(f64, f64)> = (0..rcounts[r])
+                .map(|i| data::expected(data::I64, avg, n, r, i))
+                .collect();
+            data::check_within(data::I64, &red_out[r].read(), &want, "grouped reduce");
+            let want: Vec<f64> = (0..11)
+                .map(|i| data::moved(data::F8E4M3, 2, r, i))
+                .collect();
+            data::check(data::F8E4M3, &s_out[r].read(), &want, "grouped scatter");
+            let prev = (r + n - 1) % n;
+            let want: Vec<f64> = (0..13).map(|i| data::moved(data::U8, prev, 6, i)).collect();
+            data::check(data::U8, &ring_out[r].read(), &want, "grouped ring");
+        }
+        let want: Vec<f64> = (0..n)
+            .flat_map(|q| (0..9).map(move |i| data::moved(data::F16, q, 5, i)))
+            .collect();
+        data::check(data::F16, &g_out.read(), &want, "grouped gather");
+
         for c in comms {
             ok(unsafe { (x.comm_destroy)(c.0) }, "destroy");
         }
