@@ -22,6 +22,8 @@
 #
 # Then run it with the `device` tool (`run`): carry ["gpu-bundle"], command
 #   bash gpu-bundle/run-tests.sh [test-name filter] [-- extra test-binary args]
+# The binaries travel packed (payload.tar.xz); run-tests.sh unpacks them first, and
+# `bash gpu-bundle/unpack.sh` alone does it before running gpu-bundle/bin/* by hand.
 # The repository is copied to the GPU machine as well; each binary runs in its package's
 # directory, as `cargo test` would. Full logs go to $OUT/gpu-tests/ when $OUT is set.
 #
@@ -107,6 +109,24 @@ while IFS=$'\t' read -r kind pkg name path; do
     [ -n "$kind" ] && copy "$kind" "$pkg" "$name" "$path"
 done <<<"$tests_tsv"$'\n'"$bins_tsv"
 
+# libfabric (the Ofi transport's engine, loaded at run time) and the libraries it needs, so that
+# the libfabric tests run on a GPU machine that has only the NVIDIA driver; run-tests.sh puts
+# them on the library path. Without libfabric here those tests print NOT RUN there.
+fabric=/usr/lib/x86_64-linux-gnu/libfabric.so.1
+if [ -e "$fabric" ]; then
+    mkdir -p "$bundle/lib"
+    cp -L "$fabric" "$bundle/lib/libfabric.so.1"
+    ldd "$fabric" | awk '$3 ~ /^\// {print $3}' | while read -r dep; do
+        case "$(basename "$dep")" in
+            libc.so*|libm.so*|libpthread.so*|libdl.so*|ld-linux*) ;;
+            *) cp -L "$dep" "$bundle/lib/" ;;
+        esac
+    done
+    echo "gpu-bundle: libfabric and $(($(ls "$bundle/lib" | wc -l) - 1)) libraries it needs in gpu-bundle/lib" >&2
+else
+    echo "gpu-bundle: no libfabric here ($fabric): its tests will print NOT RUN on the GPU machine" >&2
+fi
+
 cat >"$bundle/run-tests.sh" <<'RUNNER'
 #!/usr/bin/env bash
 # Runs every test binary of this bundle on the CUDA backend (made by scripts/gpu-bundle.sh).
@@ -117,6 +137,7 @@ cat >"$bundle/run-tests.sh" <<'RUNNER'
 set -uo pipefail
 bundle="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$bundle")"
+bash "$bundle/unpack.sh" || { echo "run-tests: cannot unpack $bundle/payload.tar.xz" >&2; exit 1; }
 filter=()
 extra=()
 while [ "$#" -gt 0 ]; do
@@ -126,19 +147,29 @@ done
 logs="${OUT:-/tmp}/gpu-tests"
 mkdir -p "$logs"
 export MSCCLPP_BACKEND=cuda NCCL_NVLS_ENABLE=0
+if [ -d "$bundle/lib" ]; then
+    export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export MSCCLPP_OFI_LIBRARY="$bundle/lib/libfabric.so.1"
+fi
 command -v nvidia-smi >/dev/null && nvidia-smi -L
-pass=0; fail=0; failed=()
+pass=0; fail=0; failed=(); notrun_total=0
 while IFS=$'\t' read -r kind pkg file; do
     [ "$kind" = test ] || continue
     name="$(basename "$file")"
     dir="$root/$pkg"; [ -d "$dir" ] || dir="$bundle"
     start=$SECONDS
     ( cd "$dir" && CARGO_MANIFEST_DIR="$dir" timeout "${MSCCLPP_TEST_TIMEOUT:-300}" \
-        "$bundle/$file" --include-ignored --test-threads 1 "${filter[@]}" "${extra[@]}" ) >"$logs/$name.log" 2>&1
+        "$bundle/$file" --include-ignored --test-threads 1 --nocapture "${filter[@]}" "${extra[@]}" ) >"$logs/$name.log" 2>&1
     rc=$?
     summary="$(grep -E '^test result:' "$logs/$name.log" | tail -1)"
+    # Tests that need more GPUs than this machine has pass after printing NOT RUN (the test
+    # harness shows it with --nocapture): counted and named here, never taken for a run.
+    notrun="$(grep -c 'NOT RUN' "$logs/$name.log" || true)"
+    notrun_total=$((notrun_total + notrun))
+    note=""; [ "$notrun" -gt 0 ] && note=" [$notrun NOT RUN]"
     if [ "$rc" -eq 0 ]; then
-        pass=$((pass + 1)); echo "PASS $name ($((SECONDS - start)) s) ${summary#test result: }"
+        pass=$((pass + 1)); echo "PASS $name ($((SECONDS - start)) s) ${summary#test result: }$note"
+        grep -o 'NOT RUN: .*' "$logs/$name.log" | head -5 | sed 's/^/    /'
     else
         fail=$((fail + 1)); failed+=("$name")
         echo "FAIL $name (exit $rc, $((SECONDS - start)) s) ${summary#test result: }"
@@ -146,19 +177,45 @@ while IFS=$'\t' read -r kind pkg file; do
         tail -n 40 "$logs/$name.log" | sed 's/^/    | /'
     fi
 done <"$bundle/manifest.tsv"
-echo "gpu-tests: $pass passed, $fail failed${failed[*]:+ (${failed[*]})}; logs in $logs"
+echo "gpu-tests: $pass passed, $fail failed${failed[*]:+ (${failed[*]})}; $notrun_total tests printed NOT RUN (too few GPUs); logs in $logs"
 [ "$fail" -eq 0 ]
 RUNNER
 chmod +x "$bundle/run-tests.sh"
 
+# The device tool carries at most 64 MiB, and the stripped binaries are several times that
+# (each holds the embedded PTX and the library): they travel as one xz archive (the binaries
+# share most of their bytes, so it packs them about 10x), unpacked on the GPU machine by
+# unpack.sh (tar, or Python's tarfile where tar has no xz), which run-tests.sh calls first.
+loose_kib="$(du -sk "$bundle" | cut -f1)"
+parts=(manifest.tsv)
+for d in tests bin lib; do [ -d "$bundle/$d" ] && parts+=("$d"); done
+XZ_OPT="-6 -T0" tar -C "$bundle" -cJf "$bundle/payload.tar.xz" "${parts[@]}"
+rm -rf "$bundle/tests" "$bundle/bin" "$bundle/lib"
+cat >"$bundle/unpack.sh" <<'UNPACK'
+#!/usr/bin/env bash
+# Unpacks payload.tar.xz next to this script (tests/, bin/, lib/), once: afterwards
+# gpu-bundle/bin/mscclpp-bench and the other binaries are there. Made by scripts/gpu-bundle.sh.
+set -euo pipefail
+bundle="$(cd "$(dirname "$0")" && pwd)"
+[ -f "$bundle/.unpacked" ] && exit 0
+if tar --version >/dev/null 2>&1 && command -v xz >/dev/null; then
+    tar -C "$bundle" -xJf "$bundle/payload.tar.xz"
+else
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+        "$bundle/payload.tar.xz" "$bundle"
+fi
+touch "$bundle/.unpacked"
+UNPACK
+chmod +x "$bundle/unpack.sh"
+
 size_kib="$(du -sk "$bundle" | cut -f1)"
-echo "gpu-bundle: $(grep -c '^test' "$bundle/manifest.tsv") test binaries, $(grep -c '^bin' "$bundle/manifest.tsv") other binaries, $((size_kib / 1024)) MiB in gpu-bundle/" >&2
+echo "gpu-bundle: $(grep -c '^test' "$bundle/manifest.tsv") test binaries, $(grep -c '^bin' "$bundle/manifest.tsv") other binaries, $((loose_kib / 1024)) MiB packed into $((size_kib / 1024)) MiB in gpu-bundle/" >&2
 if [ "$size_kib" -gt $((max_mib * 1024)) ]; then
     echo "gpu-bundle: the bundle is over ${max_mib} MiB; the device tool carries at most 64 MiB" >&2
     exit 1
 fi
 cat <<EOF
 Run it on the GPU machine with the device tool:
-  run(kind: "nvidia-h200-x2", carry: ["gpu-bundle"], command: "bash gpu-bundle/run-tests.sh")
+  run(carry: ["gpu-bundle"], command: "bash gpu-bundle/run-tests.sh")
   (a filter: "bash gpu-bundle/run-tests.sh gpu::cuda"; extra test args after "--")
 EOF

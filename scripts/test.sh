@@ -3,6 +3,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rustup toolchain install            # components from rust-toolchain.toml
+# libfabric for the Ofi transport and the multi-node tests (Debian's libfabric1, opened at run
+# time: nothing links it; libfabric-bin brings fi_info). CI runs as root on Debian.
+if ! ldconfig -p | grep -q 'libfabric\.so\.1 '; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libfabric1 libfabric-bin
+    else
+        echo "test.sh: libfabric is missing; install it (Debian/Ubuntu: apt-get install libfabric1 libfabric-bin)" >&2
+        exit 1
+    fi
+fi
+export MSCCLPP_REQUIRE_OFI=1         # the libfabric tests fail instead of printing NOT RUN
 cargo build --workspace --all-targets --locked
 bash scripts/check-ptx.sh           # the embedded PTX must assemble for sm_90
 bash scripts/check-cuda-header.sh   # CUDA C++ against mscclpp/device.cuh must compile (nvcc)

@@ -7,7 +7,8 @@ use mscclpp_device::test_kernels as t;
 use mscclpp_host::gpu::KernelSpec;
 use mscclpp_shared::{
     BlockSumParams, BlockVoteParams, CollectiveParams, CopyParams, DirectCollectiveParams,
-    FifoPushParams, P2pParams, PingPongParams, PortPingPongParams, TestKernelParams,
+    FifoPushParams, P2pParams, PingPongParams, PortCollectiveParams, PortPingPongParams,
+    TestKernelParams,
 };
 
 /// `copy_kernel`: grid-stride copy.
@@ -65,6 +66,10 @@ pub const STAGED_COLLECTIVE: KernelSpec<CollectiveParams> =
 pub const DIRECT_COLLECTIVE: KernelSpec<DirectCollectiveParams> =
     KernelSpec::new("direct_collective_kernel", c::direct_collective_kernel);
 
+/// `port_collective_kernel`: every collective through PortChannels (the proxies: the network
+/// between nodes), one piece at a time, for every type and operator.
+pub const PORT_COLLECTIVE: KernelSpec<PortCollectiveParams> =
+    KernelSpec::new("port_collective_kernel", c::port_collective_kernel);
 /// `p2p_kernel`: the point-to-point engine (a batch of sends and receives to any peers).
 pub const P2P: KernelSpec<P2pParams> = KernelSpec::new("p2p_kernel", c::p2p_kernel);
 
@@ -124,6 +129,7 @@ pub const ALL_NAMES: &[&str] = &[
     LL_TWO_SHOT_ALL_REDUCE.name,
     STAGED_COLLECTIVE.name,
     DIRECT_COLLECTIVE.name,
+    PORT_COLLECTIVE.name,
     P2P.name,
     LL_COLLECTIVE_ANY.name,
     LL128_COLLECTIVE_ANY.name,

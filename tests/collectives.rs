@@ -413,6 +413,8 @@ fn awkward_count(algo: Option<Algorithm>) -> usize {
         Some(Algorithm::Staged) => 997,
         Some(Algorithm::TwoShotPut) => 1999,
         Some(Algorithm::Direct | Algorithm::CopyEngine) => 1040,
+        // Worlds of several nodes only (tests/multinode.rs).
+        Some(Algorithm::Port | Algorithm::Hierarchical) => 1031,
         // Serves no collective (forcing it is refused); the point-to-point calls use it.
         Some(Algorithm::P2p) => 13,
     }
@@ -425,9 +427,10 @@ fn awkward_count(algo: Option<Algorithm>) -> usize {
 /// type with every operator by every algorithm).
 fn every_algorithm(c: &Collectives) {
     let n = c.communicator().size();
-    let forcible = Algorithm::ALL
+    let one_node = Algorithm::ALL
         .into_iter()
-        .filter(|a| a.serves(Collective::AllReduce));
+        .filter(|a| a.serves_world(1, true));
+    let forcible = one_node.clone().filter(|a| a.serves(Collective::AllReduce));
     let algos = std::iter::once(None).chain(forcible.map(Some));
     for (k, algo) in algos.enumerate() {
         all_reduce_ops(c, awkward_count(algo), algo, &[OPS[(n + k) % OPS.len()]]);
@@ -436,11 +439,12 @@ fn every_algorithm(c: &Collectives) {
     // that moves them (LL128 serves all-reduce only).
     others_case(c, 1, None);
     others_case(c, 1013, None);
-    for algo in Algorithm::ALL {
+    for algo in one_node {
         match algo {
             Algorithm::TwoShotPut | Algorithm::LlTwoShot | Algorithm::P2p => {
                 broadcast_refuses(c, algo)
             }
+            Algorithm::Port | Algorithm::Hierarchical => {}
             Algorithm::Ll128 => {
                 others_case(c, 333, Some(algo));
                 broadcast_refuses(c, algo);
@@ -526,7 +530,7 @@ fn every_algorithm_at_gpu_like_launch_shapes_3_ranks() {
         let types = [DataType::F16, DataType::U32];
         let forcible = Algorithm::ALL
             .into_iter()
-            .filter(|a| a.serves(Collective::AllReduce));
+            .filter(|a| a.serves(Collective::AllReduce) && a.serves_world(1, true));
         let algos = std::iter::once(None).chain(forcible.map(Some));
         for (k, algo) in algos.enumerate() {
             all_reduce_types(c, awkward_count(algo), algo, &[OPS[k % OPS.len()]], &types);
@@ -534,6 +538,8 @@ fn every_algorithm_at_gpu_like_launch_shapes_3_ranks() {
         for algo in Algorithm::ALL {
             match algo {
                 Algorithm::TwoShotPut | Algorithm::LlTwoShot | Algorithm::P2p => {}
+                // Worlds of several nodes only (tests/multinode.rs).
+                Algorithm::Port | Algorithm::Hierarchical => {}
                 Algorithm::Ll128 | Algorithm::LlOneShot | Algorithm::Staged => {
                     others_case(c, 333, Some(algo))
                 }

@@ -431,9 +431,11 @@ use mscclpp::collectives::Collective;
 
 /// The algorithms a caller may force on `coll`.
 fn serving(coll: Collective) -> Vec<Algorithm> {
+    // A world of one node: the algorithms of several nodes (`port`, `hier`) are refused here
+    // (tests/multinode.rs runs them).
     Algorithm::ALL
         .into_iter()
-        .filter(|a| a.serves(coll))
+        .filter(|a| a.serves(coll) && a.serves_world(1, true))
         .collect()
 }
 

@@ -267,6 +267,9 @@ fn setup_error(e: &Error, victim: usize) -> bool {
     match e {
         Error::Remote { rank, .. } => *rank == victim,
         Error::BootstrapPeerClosed { peer, .. } => peer.rank == Some(victim),
+        // Another survivor's notice of the death can reach this rank before its own link to
+        // the victim closes (bootstrap v3).
+        Error::BootstrapPeerGone { peer, .. } => peer.rank == Some(victim),
         Error::IpcOpen { owner_device, .. } => *owner_device as usize == victim,
         _ => false,
     }

@@ -9,6 +9,7 @@
 //! | [`send_memory`](Communicator::send_memory) / [`recv_memory`](Communicator::recv_memory) | a `RegisteredMemory`'s serialized form | `registered_memory` |
 //! | [`connect`](Communicator::connect) | [`Endpoint`](crate::connection::Endpoint)s | `connection` (the transport from the local and the remote endpoint) |
 //! | [`build_semaphore`](Communicator::build_semaphore) and friends | [`SemaphoreStub`]s | `semaphore` (from the local and the remote stub) |
+//! | [`split`](Communicator::split) | every rank's color and key (one all-gather) | a communicator over a [`SubBootstrap`] of its group |
 //!
 //! Set-up messages travel over the bootstrap under tags in their own ranges (memory, endpoint,
 //! semaphore), so user tags of each kind never collide with each other or with the
@@ -34,11 +35,12 @@
 //! it at once): see [`crate::health`].
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use mscclpp_shared::DevicePtr;
 
-use crate::bootstrap::Bootstrap;
+use crate::bootstrap::{Bootstrap, SubBootstrap};
 use crate::connection::{Connection, Context, EndpointConfig, LocalEndpoint};
 use crate::error::{Error, Result};
 use crate::gpu::{DeviceBuffer, Gpu, HostMapped};
@@ -49,6 +51,7 @@ use crate::semaphore::{
     SemaphoreStub,
 };
 use crate::status::{DEFAULT_SPIN_LIMIT, StatusBlock};
+use crate::topology::Topology;
 use crate::transport::{Transport, TransportFlags};
 
 /// Tag range of `send_memory`/`recv_memory`.
@@ -76,8 +79,13 @@ pub struct Communicator {
     gpu: Gpu,
     status: Arc<StatusBlock>,
     registry: Arc<LocalMemories>,
+    /// The node layout, from the bootstrap's host grouping.
+    topology: Topology,
     /// The watched bootstrap and the monitor thread (joined on drop).
     health: Health,
+    /// Splits made so far ([`split`](Communicator::split)): numbers each sub-communicator's
+    /// tags, the same on every rank (a split is collective).
+    splits: AtomicU64,
 }
 
 impl Drop for Communicator {
@@ -91,14 +99,63 @@ impl Communicator {
     pub fn new(bootstrap: Arc<dyn Bootstrap>, gpu: Gpu) -> Result<Self> {
         let status = Arc::new(StatusBlock::new(&gpu, DEFAULT_SPIN_LIMIT)?);
         let registry = LocalMemories::new(bootstrap.rank());
+        let topology = Topology::from_bootstrap(bootstrap.as_ref())?;
         let health = Health::start(bootstrap, status.clone())?;
         Ok(Self {
             bootstrap: health.bootstrap(),
             gpu,
             status,
             registry,
+            topology,
             health,
+            splits: AtomicU64::new(0),
         })
+    }
+
+    /// Splits this communicator (NCCL's `ncclCommSplit`): every rank calls it, and the ranks
+    /// that pass the same `color` form a new communicator, ranked by `key` (ties by their rank
+    /// here). `None` for `color` (NCCL's `NCCL_SPLIT_NOCOLOR`) takes part in the split and gets
+    /// no communicator (`Ok(None)`).
+    ///
+    /// The new communicator uses the same device and this communicator's bootstrap links:
+    /// its bootstrap is a [`SubBootstrap`] (no new sockets),
+    /// with tags of its own. It has its own status (abort flag), registered memories and
+    /// health monitor: aborting or dropping this communicator leaves it running (the links
+    /// stay open while either uses them). One all-gather of 16 bytes per rank over this
+    /// communicator decides the groups.
+    pub fn split(&self, color: Option<u32>, key: i64) -> Result<Option<Communicator>> {
+        self.check_alive()?;
+        let id = self.splits.fetch_add(1, Ordering::Relaxed);
+        let mut mine = [0u8; 16];
+        if let Some(c) = color {
+            mine[0] = 1;
+            mine[4..8].copy_from_slice(&c.to_le_bytes());
+        }
+        mine[8..].copy_from_slice(&key.to_le_bytes());
+        let all = self.bootstrap.all_gather(&mine)?;
+        let Some(color) = color else {
+            return Ok(None);
+        };
+        let mut group = Vec::new();
+        for (rank, theirs) in all.iter().enumerate() {
+            let b: &[u8; 16] = theirs
+                .as_slice()
+                .try_into()
+                .map_err(|_| Error::MalformedSplit {
+                    rank,
+                    reason: format!("{} bytes, 16 expected", theirs.len()),
+                })?;
+            let word = |i: usize| [b[i], b[i + 1], b[i + 2], b[i + 3]];
+            let their_key =
+                i64::from_le_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]);
+            if b[0] == 1 && u32::from_le_bytes(word(4)) == color {
+                group.push((their_key, rank));
+            }
+        }
+        group.sort_unstable();
+        let members = group.into_iter().map(|(_, r)| r).collect();
+        let sub = SubBootstrap::new(self.health.unwatched(), members, id)?;
+        Communicator::new(Arc::new(sub), self.gpu.clone()).map(Some)
     }
 
     /// This rank.
@@ -190,10 +247,14 @@ impl Communicator {
         })
     }
 
+    /// The node layout: nodes, local indices, same-index columns ([`Topology`]).
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
     /// Whether `rank` runs on this rank's node.
     pub fn same_node(&self, rank: usize) -> bool {
-        let me = self.bootstrap.node_of(self.rank());
-        me.is_some() && me == self.bootstrap.node_of(rank)
+        self.topology.same_node(rank)
     }
 
     /// Registers a device buffer for `transports` (its IPC handle is exported when a same-node

@@ -225,6 +225,12 @@ impl Health {
         self.watched.clone()
     }
 
+    /// The bootstrap as it was handed in, without this communicator's watch (what a
+    /// sub-communicator's bootstrap is built over: its waits watch the sub-communicator).
+    pub(crate) fn unwatched(&self) -> Arc<dyn Bootstrap> {
+        self.watched.inner.clone()
+    }
+
     /// `Error::Remote` for a dead peer, `Error::Aborted` for an abort, else `Ok`.
     pub(crate) fn check(&self) -> Result<()> {
         self.watched.alive.check()

@@ -9,6 +9,7 @@
 //! | [`error`] | the crate's error type |
 //! | [`bootstrap`] | TCP bootstrap: `UniqueId`, rank/size from launcher env, tagged send/recv, all-gather, barrier, broadcast |
 //! | [`health`] | a communicator's watched bootstrap and the monitor that notices a dead peer |
+//! | [`topology`] | `Topology`: the node layout (nodes, local indices, same-index columns) from the bootstrap's host grouping |
 //! | [`communicator`] | `Communicator`: registers memories and trades the serializable halves (memories, endpoints, semaphore stubs) with peers |
 //! | [`registered_memory`] | `RegisteredMemory`, its wire form, and the rank's registry of memories |
 //! | [`transport`] | `Transport`, `TransportFlags` |
@@ -34,7 +35,7 @@
 //! | 8 | `memory_channel`, `port_channel` |
 //! | 7 | `semaphore` |
 //! | 6 | `connection`, `proxy` |
-//! | 5 | `fifo`, `health`, `registered_memory` |
+//! | 5 | `fifo`, `health`, `registered_memory`, `topology` |
 //! | 4 | `bootstrap`, `status` |
 //! | 3 | `gpu`, `numa` |
 //! | 2 | `error` |
@@ -66,6 +67,7 @@ pub mod semaphore;
 mod socket;
 pub mod status;
 mod sync;
+pub mod topology;
 pub mod transport;
 
 pub use error::{Error, Result};

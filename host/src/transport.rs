@@ -13,6 +13,9 @@ pub enum Transport {
     Ethernet,
     /// InfiniBand / RoCE RDMA through libibverbs (feature `ib`), HCA index.
     Ib(u8),
+    /// libfabric (OFI): RMA writes and tagged messages through whatever provider the
+    /// machine has (`verbs`, `efa`, `cxi`, `tcp`), loaded at run time; any nodes.
+    Ofi,
 }
 
 impl Transport {
@@ -23,6 +26,7 @@ impl Transport {
             Self::Shm => 2,
             Self::Ethernet => 4,
             Self::Ib(i) => 1 << (8 + (i as u32 & 7)),
+            Self::Ofi => 8,
         }
     }
 
@@ -42,6 +46,7 @@ impl fmt::Display for Transport {
             Self::Shm => write!(f, "Shm"),
             Self::Ethernet => write!(f, "Ethernet"),
             Self::Ib(i) => write!(f, "Ib{i}"),
+            Self::Ofi => write!(f, "Ofi"),
         }
     }
 }
@@ -52,7 +57,7 @@ pub struct TransportFlags(u32);
 
 impl TransportFlags {
     /// Every bit a known transport can set.
-    pub const KNOWN: u32 = 0x7 | (0xff << 8);
+    pub const KNOWN: u32 = 0xf | (0xff << 8);
 
     /// The empty set.
     pub const fn empty() -> Self {
@@ -111,6 +116,18 @@ mod tests {
         let f = TransportFlags::from([Transport::CudaIpc, Transport::Ib(3)]);
         assert!(f.has(Transport::CudaIpc) && f.has(Transport::Ib(3)));
         assert!(!f.has(Transport::Ib(2)) && !f.has(Transport::Ethernet));
+        assert!(!f.has(Transport::Ofi) && f.with(Transport::Ofi).has(Transport::Ofi));
+        let bits: Vec<u32> = [Transport::CudaIpc, Transport::Shm, Transport::Ethernet]
+            .into_iter()
+            .chain((0..8).map(Transport::Ib))
+            .chain([Transport::Ofi])
+            .map(Transport::bit)
+            .collect();
+        for (i, b) in bits.iter().enumerate() {
+            assert_eq!(b.count_ones(), 1);
+            assert!(bits[..i].iter().all(|c| c != b), "bit {b:#x} twice");
+            assert_eq!(TransportFlags::from_bits(*b).map(|f| f.bits()), Some(*b));
+        }
         assert_eq!(TransportFlags::from_bits(f.bits()), Some(f));
         assert_eq!(TransportFlags::from_bits(1 << 20), None);
     }

@@ -382,7 +382,8 @@ pub struct CollectiveParams {
     /// the flag advances on the device and CUDA-graph replays of a captured call use fresh
     /// flags.
     pub ll_flags: DevicePtr<u64>,
-    /// Bytes of one rank's LL slot (one half of the double buffer holds `nranks` slots).
+    /// Bytes of one rank's LL slot (one half of the double buffer holds `nranks - 1` slots, one
+    /// per peer).
     pub ll_slot_bytes: u64,
     /// Offset of the staging region in every scratch buffer.
     pub stage_offset: u64,
@@ -425,10 +426,22 @@ static_assertions::assert_eq_size!(CollectiveParams, [u64; 18]);
 /// Most ranks a direct collective serves (one node's NVLink domain).
 pub const MAX_DIRECT_RANKS: usize = 8;
 
+/// Dynamic shared memory the direct kernel is launched with: on registered buffers it keeps
+/// every rank's resolved input and output there (from word 2).
+pub const DIRECT_SHARED_BYTES: u32 = 16 + 16 * MAX_DIRECT_RANKS as u32;
+
 /// Parameters of `direct_collective_kernel`, which works on the callers' own buffers: every
-/// rank's input and output, registered on first use and mapped here, instead of staging copies.
-/// Entry `rank` of `inputs` / `outputs` is this rank's own buffer; entries past `nranks` are
-/// null. `common.channels` supplies the block barriers, `common.scratch` is unused.
+/// rank's input and output, mapped here, instead of staging copies. Entry `rank` of `inputs` /
+/// `outputs` is this rank's own buffer; entries past `nranks` are null. `common.channels`
+/// supplies the block barriers.
+///
+/// Two ways to learn the peers' buffers:
+/// - exchanged by the host on every call (`registry` null): `inputs` / `outputs` hold every
+///   rank's buffers; `common.scratch` is unused.
+/// - registered ahead (`registry` set): the host knows only its own; each block hands its
+///   peers `mine` through their scratch (at `desc_offset`) before its first barrier and
+///   resolves theirs in `registry` after it (`crate::registry`), checking that each holds
+///   `need` bytes; entries `q != rank` of `inputs` / `outputs` are ignored.
 #[repr(C, align(8))]
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct DirectCollectiveParams {
@@ -438,6 +451,60 @@ pub struct DirectCollectiveParams {
     pub inputs: [DevicePtr<u8>; MAX_DIRECT_RANKS],
     /// Rank q's output as this process addresses it.
     pub outputs: [DevicePtr<u8>; MAX_DIRECT_RANKS],
+    /// The peers' registrations mapped here (`[MAX_DIRECT_RANKS][REGISTRY_SLOTS]`), or null
+    /// when the host exchanged the buffers.
+    pub registry: DevicePtr<crate::RegistrySlot>,
+    /// Offset of the descriptor area in every rank's scratch (`max_blocks * nranks`
+    /// descriptors of `REGISTERED_CALL_BYTES`).
+    pub desc_offset: u64,
+    /// Bytes every rank's input and output must hold from its offset (0: not used).
+    pub need: [u64; 2],
+    /// `Send` mode on registered buffers: bit `q` set for each rank met (the exchange's next
+    /// and previous rank).
+    pub meet: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// This rank's descriptor (registered buffers only).
+    pub mine: crate::RegisteredCall,
 }
 
-static_assertions::assert_eq_size!(DirectCollectiveParams, [u64; 34]);
+static_assertions::assert_eq_size!(DirectCollectiveParams, [u64; 47]);
+
+/// Parameters of `port_collective_kernel`, which moves every piece of a collective through
+/// PortChannels (the host proxies: the network between nodes, the copy engines inside one), in
+/// one block: see `mscclpp_device::collectives::port`.
+///
+/// `port_channels` points at `2 * nranks` handles in device memory: entry `2q` is the data
+/// channel to rank `q`, entry `2q + 1` its acknowledgement channel (both over the same
+/// connection, each with its own semaphore); the entries of `rank` itself are unused. Every
+/// handle's `src` is this rank's scratch and `dst` rank `q`'s. `counters` points at `2 * nranks`
+/// u64 in device memory, written and read only by the kernel's thread 0 (other threads read
+/// them after a block barrier): entry `2q` counts the pieces this rank ever sent to `q`, entry
+/// `2q + 1` those it ever received from `q`; their parity picks the receive slot, so both
+/// ranks of a pair agree on it across launches.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct PortCollectiveParams {
+    /// Status, buffers, `bytes` (per peer), `stride`, type, operator, `mode`, rank, ranks,
+    /// root; `scratch` is the base of this rank's scratch (`channels` and the LL fields are
+    /// unused).
+    pub common: CollectiveParams,
+    /// `2 * nranks` PortChannel handles (data, acknowledgement).
+    pub port_channels: DevicePtr<crate::PortChannelDeviceHandle>,
+    /// `2 * nranks` piece counters (sent, received).
+    pub counters: DevicePtr<u64>,
+    /// Bit `q`: this rank sends to rank `q`.
+    pub send_mask: u64,
+    /// Bit `q`: this rank receives from rank `q`.
+    pub recv_mask: u64,
+    /// Offset of the port region in every rank's scratch: `nranks` send slots, then
+    /// `2 * nranks` receive slots (two per sender, by piece parity), then one accumulator slot.
+    pub port_offset: u64,
+    /// Bytes of one slot (a multiple of 16): the largest piece.
+    pub slot_bytes: u64,
+}
+
+static_assertions::assert_eq_size!(PortCollectiveParams, [u64; 24]);
+
+/// Most ranks a port collective serves (bits of its masks).
+pub const MAX_PORT_RANKS: usize = 64;

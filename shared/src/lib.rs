@@ -27,6 +27,7 @@ pub mod p2p;
 pub mod packet;
 pub mod port_channel;
 pub mod ptr;
+pub mod registry;
 pub mod semaphore;
 pub mod status;
 pub mod trigger;
@@ -34,15 +35,20 @@ pub mod trigger;
 pub use fifo::{DEFAULT_FIFO_SIZE, FifoDeviceHandle};
 pub use ipc::IpcMemHandle;
 pub use kernel_params::{
-    BlockSumParams, BlockVoteParams, CollectiveMode, CollectiveParams, CopyParams, DataType,
-    DeviceReduceOp, DirectCollectiveParams, FifoPushParams, MAX_DIRECT_RANKS, PingPongParams,
-    PortPingPongParams, ReduceOp, TestKernelParams,
+    BlockSumParams, BlockVoteParams, CollectiveMode, CollectiveParams, CopyParams,
+    DIRECT_SHARED_BYTES, DataType, DeviceReduceOp, DirectCollectiveParams, FifoPushParams,
+    MAX_DIRECT_RANKS, MAX_PORT_RANKS, PingPongParams, PortCollectiveParams, PortPingPongParams,
+    ReduceOp, TestKernelParams,
 };
 pub use memory_channel::MemoryChannelDeviceHandle;
 pub use p2p::{P2P_MAX_LANES, P2P_MAX_OPS, P2P_RECV, P2P_SEND, P2pLayout, P2pOp, P2pParams};
 pub use packet::{LL8Packet, LL16Packet};
 pub use port_channel::PortChannelDeviceHandle;
 pub use ptr::DevicePtr;
+pub use registry::{
+    BufferRef, FIRST_WINDOW_SLOT, REGISTERED_CALL_BYTES, REGISTRY_SLOTS, RegisteredCall,
+    RegisteredRefusal, RegistrySlot, WINDOW_SLOTS,
+};
 pub use semaphore::{
     Host2DeviceSemaphoreDeviceHandle, Host2HostSemaphoreHandle,
     MemoryDevice2DeviceSemaphoreDeviceHandle,

@@ -297,6 +297,49 @@ settings! {
     },
     /// Most packets an LL call sends per peer in a single block (one thread a packet).
     ll_single_block_packets: u32 { cuda: 512, cpu: 0 },
+    /// Bytes of one slot of the port region (worlds of several nodes): the largest piece the
+    /// port collective moves to a peer at a time; each rank's scratch holds `3 n + 1` slots.
+    port_slot_bytes: usize {
+        // CPU: small, so that the tests' calls run in several pieces through both slots.
+        cuda: 4 << 20,
+        cpu: 8 << 10,
+        env: "MSCCLPP_PORT_SLOT_BYTES",
+        limit: Limit::RangeStep(1 << 10, 1 << 30, 16),
+    },
+    /// Threads of the port collective's one block (ptxas gives its kernel 144 registers a
+    /// thread on sm_90, so at most 448 fit a block).
+    port_threads: u32 {
+        cuda: 256,
+        cpu: 16,
+        env: "MSCCLPP_PORT_THREADS",
+        limit: Limit::RangeStep(32, 448, 32),
+    },
+    /// Chunk of the hierarchical all-reduce (bytes of the whole buffer): each chunk is
+    /// reduce-scattered inside the node, all-reduced across nodes between same-index ranks,
+    /// and all-gathered inside the node, so that the node and network phases of consecutive
+    /// chunks overlap.
+    hier_chunk_bytes: usize {
+        cuda: 32 << 20,
+        cpu: 32 << 10,
+        env: "MSCCLPP_HIER_CHUNK_BYTES",
+        limit: Limit::AtLeast(1 << 10),
+    },
+    /// Chunks of the hierarchical all-reduce in flight: chunk `c`'s network phase runs while
+    /// the node reduce-scatters the next `depth - 1` chunks (1: no overlap).
+    hier_pipeline_depth: usize {
+        cuda: 2,
+        cpu: 2,
+        env: "MSCCLPP_HIER_PIPELINE_DEPTH",
+        limit: Limit::Range(1, 64),
+    },
+    /// Largest all-reduce the hierarchical algorithm runs on its latency path: an all-reduce
+    /// inside the node (LL packets for small sizes), then one exchange with the same-index
+    /// rank of every other node, instead of the pipelined reduce-scatter / all-gather.
+    hier_small_max_bytes: usize {
+        cuda: 256 << 10,
+        cpu: 4 << 10,
+        env: "MSCCLPP_HIER_SMALL_MAX_BYTES",
+    },
     /// Largest point-to-point message (send, receive, and every collective built on them)
     /// sent as LL16 packets in one block; larger ones travel in chunks on every lane. A
     /// multiple of 8 (0: every message in chunks). Sizes the scratch: `4 × p2p_ll_bytes` per
@@ -422,6 +465,22 @@ mod tests {
         if let Some(v) = var("MSCCLPP_DIRECT_THREADS") {
             c.direct_threads = (v as u32).clamp(32, 1024);
         }
+        // Settings added after the table, with their limits.
+        if let Some(v) = var("MSCCLPP_PORT_SLOT_BYTES") {
+            c.port_slot_bytes = v.clamp(1 << 10, 1 << 30) / 16 * 16;
+        }
+        if let Some(v) = var("MSCCLPP_PORT_THREADS") {
+            c.port_threads = (v as u32).clamp(32, 448) / 32 * 32;
+        }
+        if let Some(v) = var("MSCCLPP_HIER_CHUNK_BYTES") {
+            c.hier_chunk_bytes = v.max(1 << 10);
+        }
+        if let Some(v) = var("MSCCLPP_HIER_PIPELINE_DEPTH") {
+            c.hier_pipeline_depth = v.clamp(1, 64);
+        }
+        if let Some(v) = var("MSCCLPP_HIER_SMALL_MAX_BYTES") {
+            c.hier_small_max_bytes = v;
+        }
         if let Some(v) = var("MSCCLPP_P2P_LL_BYTES") {
             c.p2p_ll_bytes = v.min(1 << 20) / 8 * 8;
         }
@@ -434,7 +493,7 @@ mod tests {
         c
     }
 
-    const VARS: [&str; 20] = [
+    const VARS: [&str; 25] = [
         "MSCCLPP_DIRECT_MIN_BYTES",
         "MSCCLPP_CE_MIN_BYTES",
         "MSCCLPP_LL_PART_MAX_BYTES",
@@ -452,6 +511,11 @@ mod tests {
         "MSCCLPP_DIRECT_BLOCKS",
         "MSCCLPP_DIRECT_BLOCK_BYTES",
         "MSCCLPP_DIRECT_THREADS",
+        "MSCCLPP_PORT_SLOT_BYTES",
+        "MSCCLPP_PORT_THREADS",
+        "MSCCLPP_HIER_CHUNK_BYTES",
+        "MSCCLPP_HIER_PIPELINE_DEPTH",
+        "MSCCLPP_HIER_SMALL_MAX_BYTES",
         "MSCCLPP_P2P_LL_BYTES",
         "MSCCLPP_P2P_CHUNK_BYTES",
         "MSCCLPP_P2P_LANES",

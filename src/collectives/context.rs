@@ -5,8 +5,9 @@
 //!
 //! Device words here: `ll_flags` (two u64 in device memory, written and read only by the LL
 //! kernels; `CollectiveParams::ll_flags` says how), the channel table (written once by the
-//! host before the set-up's closing barrier, read by every kernel), and the scratch (module
-//! docs of `scratch.rs`).
+//! host before the set-up's closing barrier, read by every kernel; each region allocated on
+//! first use has a copy pointing at the peers' buffers of that region, written once before
+//! the first kernel that uses it), and the scratch (module docs of `scratch.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -18,13 +19,16 @@ use mscclpp_host::memory_channel::MemoryChannel;
 use mscclpp_host::registered_memory::RegisteredMemory;
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::{
-    CollectiveMode, CollectiveParams, DataType, DevicePtr, DeviceReduceOp, DirectCollectiveParams,
-    P2pParams,
+    BufferRef, CollectiveMode, CollectiveParams, DataType, DevicePtr, DeviceReduceOp,
+    DirectCollectiveParams, MemoryChannelDeviceHandle, P2pParams,
 };
 
+use super::multinode::MultiNode;
 use super::reduction::KernelOp;
+use super::regions::{LazyRegions, Peers};
 use super::registered::RegisteredBuffers;
-use super::scratch::ScratchLayout;
+use super::registry::Registry;
+use super::scratch::{Region, ScratchLayout};
 use super::select::Call;
 use super::{Algorithm, CollectiveConfig};
 
@@ -54,9 +58,32 @@ pub(crate) struct Args {
     pub output: DevicePtr<u8>,
     /// Root or peers.
     pub peer: Peer,
+    /// This rank's registrations of the buffers the peers access, when the call is on
+    /// registered buffers (`registry.rs`: then no host message names them).
+    pub reg: Option<CallRegs>,
+}
+
+/// Where a registered call's buffers lie in this rank's registrations (`registry.rs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct CallRegs {
+    /// The input, when the peers read it.
+    pub input: Option<BufferRef>,
+    /// The output, when the peers write it.
+    pub output: Option<BufferRef>,
+    /// Whether every one of them lies in a window.
+    pub windows: bool,
 }
 
 impl Args {
+    /// The peers a call's kernel meets: its one peer for a `send` or a `recv`, every other rank
+    /// otherwise.
+    pub fn peers(&self) -> Peers {
+        match self.peer {
+            Peer::To(q) | Peer::From(q) => Peers::One(q),
+            _ => Peers::All,
+        }
+    }
+
     /// The kernels' `root` word: the broadcast's root, the peer of `send` / `recv`, the next
     /// rank of `send_recv`; 0 otherwise.
     pub fn root(&self) -> u32 {
@@ -84,13 +111,23 @@ impl SetUp<'_> {
 
 /// The communicator-wide state of one `Collectives` (module docs).
 pub(crate) struct Context {
+    /// What a world of several nodes adds (port channels, the node's collectives); dropped
+    /// first, so that its proxy stops before the scratch goes.
+    pub multi: Option<MultiNode>,
     pub comm: Arc<Communicator>,
     pub cfg: CollectiveConfig,
     pub layout: ScratchLayout,
-    /// The callers' buffers registered for the direct and copy-engine paths.
-    pub buffers: RegisteredBuffers,
+    /// The callers' buffers registered for the direct and copy-engine paths (the per-call
+    /// exchange's caches, which the registry shares).
+    pub buffers: Arc<RegisteredBuffers>,
+    /// Buffers registered ahead, and the peers' (`registry.rs`).
+    pub registry: Registry,
     scratch: DeviceBuffer,
     channel_table: DeviceBuffer,
+    /// The channel table as the host built it (the regions' tables are copies of it).
+    handles: Vec<MemoryChannelDeviceHandle>,
+    /// The scratch regions allocated on first use (`regions.rs`).
+    pub regions: LazyRegions,
     ll_flags: DeviceBuffer,
     /// The algorithm of the last queued call ([`Algorithm`] as `u8` + 1; 0 before any).
     last: AtomicU8,
@@ -101,8 +138,10 @@ pub(crate) struct Context {
 
 /// The parts of a [`Context`] that set-up builds.
 pub(crate) struct Wiring {
+    pub multi: Option<MultiNode>,
     pub scratch: DeviceBuffer,
     pub channel_table: DeviceBuffer,
+    pub handles: Vec<MemoryChannelDeviceHandle>,
     pub ll_flags: DeviceBuffer,
     pub channels: Vec<MemoryChannel>,
     pub peers: Vec<RegisteredMemory>,
@@ -115,20 +154,26 @@ impl Context {
         cfg: CollectiveConfig,
         layout: ScratchLayout,
         w: Wiring,
-    ) -> Self {
-        Self {
+    ) -> Result<Self> {
+        let buffers = Arc::new(RegisteredBuffers::default());
+        let registry = Registry::new(&comm, &buffers)?;
+        Ok(Self {
+            multi: w.multi,
             comm,
             cfg,
             layout,
-            buffers: RegisteredBuffers::default(),
+            buffers,
+            registry,
             scratch: w.scratch,
             channel_table: w.channel_table,
+            handles: w.handles,
+            regions: LazyRegions::default(),
             ll_flags: w.ll_flags,
             last: AtomicU8::new(0),
             _channels: w.channels,
             _peers: w.peers,
             _connections: w.connections,
-        }
+        })
     }
 
     /// This rank.
@@ -164,8 +209,9 @@ impl Context {
             bytes: 0,
             ll_flags: self.ll_flags.ptr().cast(),
             ll_slot_bytes: self.layout.ll_slot_bytes(),
-            stage_offset: self.layout.stage_offset(),
-            ll128_offset: self.layout.ll128_offset(),
+            // Every region starts its own buffer (`scratch.rs`; `params_in`).
+            stage_offset: 0,
+            ll128_offset: 0,
             ll128_slot_bytes: self.layout.ll128_slot_bytes(),
             stride: 0,
             reserved: 0,
@@ -179,6 +225,30 @@ impl Context {
             root: 0,
             max_blocks: self.cfg.max_blocks,
         }
+    }
+
+    /// [`params`](Self::params) for a kernel that works in region `r` with `peers`: its
+    /// `scratch` and channel table are the region's (allocated, and traded with each peer, by
+    /// the first call that needs it: `regions.rs`; the dispatch never sends a call here that
+    /// would allocate or trade under CUDA-graph capture).
+    pub fn params_in(
+        &self,
+        r: Region,
+        peers: Peers,
+        mode: CollectiveMode,
+        data: (DataType, KernelOp),
+    ) -> Result<CollectiveParams> {
+        let mut p = self.params(mode, data);
+        if let Some((scratch, table)) = self.regions.get(self, r, peers)? {
+            p.scratch = scratch;
+            p.channels = table.cast();
+        }
+        Ok(p)
+    }
+
+    /// The set-up channel table, as the host built it.
+    pub fn handles(&self) -> &[MemoryChannelDeviceHandle] {
+        &self.handles
     }
 
     /// The point-to-point engine's parameters with no operation yet (`nops` 0).

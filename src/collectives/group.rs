@@ -405,6 +405,13 @@ impl Group<'_> {
     pub fn end(mut self, stream: &Stream) -> Result<()> {
         let collectives = std::mem::take(&mut self.collectives);
         let transfers = std::mem::take(&mut self.transfers);
+        let batched =
+            !transfers.is_empty() || collectives.iter().any(|c| matches!(c, Recorded::Batch(_)));
+        if batched && self.c.cx.multi.is_some() {
+            // Refused before anything of the group is queued, on every rank alike (each makes
+            // the same calls): the point-to-point engine needs MemoryChannels to every peer.
+            return Err(self.c.cx.cannot(super::P2P_ACROSS_NODES));
+        }
         let me = self.c.cx.rank();
         p2p::self_pairs(me, &transfers)?;
         for c in &collectives {

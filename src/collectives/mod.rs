@@ -2,12 +2,25 @@
 //! `reduce`, `all_to_all`, `gather`, `scatter`, `all_to_allv`, `send` / `recv`, `send_recv`
 //! and groups of any of them ([`Group`], NCCL's `ncclGroupStart` / `ncclGroupEnd`), every NCCL
 //! data type and reduction, in place or out of place, any element count (zero included), on a
-//! caller's stream.
+//! caller's stream. On a world of several nodes: every one but `reduce`, `gather`, `scatter`,
+//! `all_to_allv` and groups, which are refused there (`Error::Unsupported`).
 //!
-//! [`Collectives::new`] connects every rank to every other on its node (CUDA IPC / shared
-//! memory), allocates a scratch buffer per rank that every peer maps, builds one row of
-//! MemoryChannels (one per peer) for each block the kernels may use (`setup.rs`), and sets up
-//! every algorithm. The kernels are in `mscclpp_device::collectives`.
+//! [`Collectives::new`] on a world of one node connects every rank to every other (CUDA IPC /
+//! shared memory), allocates a scratch buffer per rank that every peer maps (the LL16 region,
+//! the descriptors and the point-to-point region; the others on first use, `scratch.rs`),
+//! builds one row of MemoryChannels (one per peer) for each block the kernels may use
+//! (`setup.rs`), starts the registration service (`registry.rs`) and sets up every algorithm.
+//! On a world of several nodes it connects every rank to every other with PortChannels instead
+//! (the network between nodes), and builds the node communicator the hierarchical all-reduce
+//! uses inside each node (`multinode.rs`). The built-in kernels' module is loaded once per
+//! device and shared (a split's collectives reuse it). The kernels are in
+//! `mscclpp_device::collectives`.
+//!
+//! Three ways to call: the raw `unsafe` calls on any device memory and any stream (a caller's,
+//! borrowed with `Gpu::borrow_stream`); the same on buffers registered ahead
+//! ([`Collectives::register_buffer`], windows, [`Collectives::mem_alloc`]; a world of one node
+//! only), which send no bootstrap message; and the safe typed calls on [`DeviceVec`]s
+//! (`typed.rs`).
 //!
 //! Where things are:
 //!
@@ -15,13 +28,18 @@
 //! |---|---|
 //! | `mod.rs` | [`Collectives`]: set-up, the public calls, and the dispatch (choose, queue, fall back) |
 //! | `group.rs` | [`Group`] and the calls made of sends and receives (`gather`, `scatter`, `all_to_allv`) |
-//! | `algo/` | one file per algorithm ([`Algorithm`]: `ll`, `ll128`, `ll_two_shot`, `staged`, `two_shot_put`, `direct`, `copy_engine`, `p2p`), each implementing one trait, registered by one line (`algo/mod.rs` says how to add one) |
+//! | `algo/` | one file per algorithm ([`Algorithm`]: `ll`, `ll128`, `ll_two_shot`, `staged`, `two_shot_put`, `direct`, `copy_engine`, `p2p`, `port`, `hierarchical`), each implementing one trait, registered by one line (`algo/mod.rs` says how to add one) |
 //! | `select.rs` | the one selection table (collective, size, ranks, registered or not → algorithm) |
 //! | `config.rs` | [`CollectiveConfig`], from one table of settings (defaults per backend, environment variables, limits) |
 //! | `scratch.rs` | the scratch layout (LL16, LL128, staging regions; the copy-engine scratch) |
 //! | `context.rs` | what the algorithms share: parameter blocks (the one place that sets a kernel's mode), health checks, the record of what ran |
-//! | `registered.rs` | the callers' buffers registered on first use and exchanged on every call of the direct and copy-engine paths |
-//! | `setup.rs` | the checks and the wiring of set-up |
+//! | `registered.rs` | the callers' buffers registered on first use and exchanged on every call of the direct and copy-engine paths (and the export and mapping caches the registry shares) |
+//! | `registry.rs` | buffers registered ahead, exchanged once through the peers' registration services; what makes a call "registered" |
+//! | `regions.rs` | the scratch regions allocated on first use and traded with each peer once |
+//! | `typed.rs` | [`DeviceVec`], [`Element`] and the safe typed calls |
+//! | `setup.rs` | the checks and the wiring of set-up; the shared module of the built-in kernels |
+//! | `multinode.rs` | worlds of several nodes: the transport to every peer, the port channels and their proxy, the node communicator |
+//! | `node_bootstrap.rs` | the ranks of one node as a world of their own (the node communicator's bootstrap) |
 //!
 //! Algorithms (chosen by size unless the caller forces one with [`Algorithm`]; each file says
 //! more, the selection table says when):
@@ -41,17 +59,36 @@
 //!   kernel on the callers' registered buffers.
 //! - `ce` (all-gather, broadcast, all-to-all from `ce_min_bytes`; all-reduce from
 //!   `ce_all_reduce_min_bytes`): the copy engines on the registered buffers.
-//! - `p2p` (every point-to-point call: `send`, `recv`, `send_recv`, `gather`, `scatter`,
-//!   `all_to_allv`, a group's sends and receives): each pair of ranks in step on its own, LL16
-//!   packets up to `p2p_ll_bytes`, pipelined chunks beyond; a receive of another count than
-//!   its send is refused (`Error::CountMismatch`) by the receiving kernel.
+//! - `p2p` (every point-to-point call on a world of one node: `send`, `recv`, `send_recv`,
+//!   `gather`, `scatter`, `all_to_allv`, a group's sends and receives): each pair of ranks in
+//!   step on its own, LL16 packets up to `p2p_ll_bytes`, pipelined chunks beyond; a receive of
+//!   another count than its send is refused (`Error::CountMismatch`) by the receiving kernel.
+//! - `hier` (worlds of several nodes with as many ranks on each: all-reduce): reduce-scatter
+//!   inside the node, all-reduce between same-index ranks over PortChannels, all-gather inside
+//!   the node, pipelined in chunks.
+//! - `port` (worlds of several nodes: everything else, `send` / `recv` / `send_recv`
+//!   included): every collective through PortChannels to every rank.
 //!
-//! The direct and copy-engine paths cost one bootstrap message per peer per call (host side),
-//! which a CUDA graph pays once, at capture. They need every buffer to be device memory this
-//! process allocated with an exportable allocator (`cuMemAlloc`, e.g. PyTorch's caching
-//! allocator), 16-byte aligned and a multiple of 16 bytes long, on at most
-//! [`MAX_DIRECT_RANKS`](mscclpp_shared::MAX_DIRECT_RANKS) ranks; otherwise every rank takes
-//! the staged path.
+//! On unregistered buffers the direct and copy-engine paths cost one bootstrap message per
+//! peer per call (host side). On registered buffers (`registry.rs`) they cost none: the direct
+//! kernel learns the peers' buffers from descriptors its peers write into its scratch, and the
+//! copy engines, which need the peers' addresses on the host, are taken only where the outputs
+//! are windows (all-gather, broadcast); a reduce keeps the per-call exchange, and the
+//! point-to-point calls exchange no buffers at all (the p2p engine moves them through the
+//! scratch). They need
+//! every buffer to be device memory this process allocated with an exportable allocator
+//! (`cuMemAlloc`, e.g. PyTorch's caching allocator), 16-byte aligned and a multiple of 16 bytes
+//! long, on at most [`MAX_DIRECT_RANKS`](mscclpp_shared::MAX_DIRECT_RANKS) ranks; otherwise
+//! every rank takes the staged path (registered: every rank refuses the call, see
+//! `registry.rs`).
+//!
+//! Under CUDA-graph capture (`Stream::is_capturing`, so a capture begun by a caller on a
+//! borrowed stream counts) a call neither allocates nor waits on the host: algorithms that
+//! would exchange unregistered buffers with the peers, or need a scratch region not yet traded
+//! with the call's peers, are not taken (the next row of the selection table is; a forced one
+//! is refused). So captured calls on unregistered buffers take LL, LL128 or staging; register
+//! the buffers to capture direct calls, and run one eager call of each kind (or
+//! [`Collectives::prepare`]) before capturing. Every rank must capture the same calls.
 //!
 //! Measured on 2×H200: see BENCHMARKS.md.
 //!
@@ -68,29 +105,39 @@ mod algo;
 mod config;
 mod context;
 mod group;
+mod multinode;
+mod node_bootstrap;
 mod reduction;
+mod regions;
 mod registered;
+mod registry;
 mod scratch;
 mod select;
 #[cfg(test)]
 mod select_pin;
 mod setup;
+pub mod typed;
 
 pub use algo::{Algorithm, Collective};
 pub use config::{CollectiveConfig, Limit, Setting};
 pub use group::Group;
+pub use multinode::{ENV_NET_TRANSPORT, network_transports};
 pub use reduction::{KernelOp, Reduction, Scalar, element_bits};
+pub use registry::Registration;
+pub use scratch::{MemoryPlan, memory_plan};
+pub use typed::{Bf16, DeviceVec, Element, F8E4M3, F8E5M2, F16};
 
 use std::sync::Arc;
 
 use mscclpp_host::Result;
 use mscclpp_host::communicator::Communicator;
 use mscclpp_host::gpu::{Module, Stream};
+use mscclpp_host::transport::Transport;
 use mscclpp_shared::{DataType, DevicePtr, DeviceReduceOp};
 
 use algo::p2p::P2p;
 use algo::{Queue, Queued, UNITS};
-use context::{Args, Context, Peer, SetUp, copy_if_needed};
+use context::{Args, CallRegs, Context, Peer, SetUp, copy_if_needed};
 use scratch::ScratchLayout;
 use select::{Call, Choice};
 
@@ -99,7 +146,8 @@ pub struct Collectives {
     /// Every algorithm's state, indexed by [`Algorithm`] (dropped first: streams, events).
     units: Vec<Box<dyn Queue>>,
     cx: Context,
-    _module: Module,
+    /// The built-in kernels (shared by every `Collectives` on the device: `setup.rs`).
+    _module: Arc<Module>,
 }
 
 /// Rows of channels for `cfg`: its `max_blocks`, raised to what every algorithm launches with.
@@ -109,6 +157,13 @@ pub(crate) fn channel_rows(cfg: &CollectiveConfig) -> u32 {
         .map(|u| (u.channel_rows)(cfg))
         .fold(cfg.max_blocks, u32::max)
 }
+
+/// What a world of several nodes refuses of the point-to-point engine (`Error::Unsupported`):
+/// gather, scatter, all-to-all-v and a group's sends and receives (`send`, `recv` and
+/// `send_recv` alone run through PortChannels there).
+pub(crate) const P2P_ACROSS_NODES: &str = "gather, scatter, all_to_allv and a group's sends and \
+    receives on a world of several nodes (they need one node; send, recv and send_recv alone \
+    run across nodes)";
 
 impl Collectives {
     /// Sets up collectives with the backend's default configuration. Every rank calls it.
@@ -121,11 +176,10 @@ impl Collectives {
     /// settings differ from another's gets `Error::ConfigMismatch` (and so does the other).
     pub fn with_config(comm: Arc<Communicator>, mut cfg: CollectiveConfig) -> Result<Self> {
         cfg.max_blocks = channel_rows(&cfg);
-        setup::check_one_node(&comm)?;
         setup::check_one_gpu_per_rank(&comm)?;
         setup::check_same_config(&comm, &cfg)?;
         let g = comm.gpu().clone();
-        let module = g.load_ptx(crate::DEVICE_PTX)?;
+        let module = setup::builtin_module(&g)?;
         let s = SetUp {
             module: &module,
             gpu: &g,
@@ -134,11 +188,16 @@ impl Collectives {
             .iter()
             .map(|u| (u.set_up)(&s))
             .collect::<Result<Vec<_>>>()?;
-        let layout = ScratchLayout::for_registered(&cfg, comm.size());
-        let wiring = setup::wire(&comm, &cfg, &layout)?;
+        let (layout, wiring) = if comm.topology().nodes() > 1 {
+            let layout = ScratchLayout::for_nodes(&cfg, comm.size());
+            (layout, setup::wire_nodes(&comm, &cfg, &layout)?)
+        } else {
+            let layout = ScratchLayout::for_registered(&cfg, comm.size());
+            (layout, setup::wire(&comm, &cfg, &layout)?)
+        };
         Ok(Self {
             units,
-            cx: Context::new(comm, cfg, layout, wiring),
+            cx: Context::new(comm, cfg, layout, wiring)?,
             _module: module,
         })
     }
@@ -164,6 +223,22 @@ impl Collectives {
     /// The configuration in use.
     pub fn config(&self) -> CollectiveConfig {
         self.cx.cfg
+    }
+
+    /// The transport this rank's collectives use to reach every rank (`None` for this rank
+    /// itself), on a world of several nodes; `None` on a world of one node (every peer is
+    /// reached through the same-node transport's MemoryChannels).
+    pub fn transports(&self) -> Option<Vec<Option<Transport>>> {
+        self.cx.multi.as_ref().map(|m| m.transports.clone())
+    }
+
+    /// Payload bytes this rank's collectives sent to other nodes over `transport` so far (0 on
+    /// a world of one node): how a test or tool sees that traffic crossed a transport.
+    pub fn network_bytes_sent(&self, transport: Transport) -> u64 {
+        self.cx
+            .multi
+            .as_ref()
+            .map_or(0, |m| m.bytes_sent(transport))
     }
 
     /// All-reduce of `count` elements of `dtype` from `input` into `output` (they may be the
@@ -393,11 +468,14 @@ impl Collectives {
     }
 
     fn call(&self, collective: Collective, count: usize, dtype: DataType, op: KernelOp) -> Call {
+        let topology = self.cx.comm.topology();
         Call {
             collective,
             one_way: false,
             bytes: count * dtype.size(),
             ranks: self.cx.ranks(),
+            nodes: topology.nodes(),
+            uniform: topology.uniform().is_ok(),
             dtype,
             op,
         }
@@ -411,16 +489,200 @@ impl Collectives {
     }
 
     fn args(&self, call: Call, input: DevicePtr<u8>, output: DevicePtr<u8>, peer: Peer) -> Args {
-        Args {
+        let mut a = Args {
             call,
             input,
             output,
             peer,
+            reg: None,
+        };
+        a.reg = self.registered_call(&a);
+        a
+    }
+
+    /// Where the buffers the peers access lie in this rank's registrations, if every one does
+    /// (`registry.rs`, "On a call").
+    fn registered_call(&self, a: &Args) -> Option<CallRegs> {
+        let (n, b) = (self.cx.ranks(), a.call.bytes);
+        if b == 0 || !(2..=mscclpp_shared::MAX_DIRECT_RANKS).contains(&n) || self.cx.multi.is_some()
+        {
+            return None;
+        }
+        // Point-to-point calls run on the p2p engine through the scratch (no peer buffers to
+        // learn); a reduce's non-roots may pass no output, so it keeps the per-call exchange.
+        let (input, output) = match (a.call.collective, a.peer) {
+            (_, Peer::To(_) | Peer::From(_) | Peer::Pair { .. }) => return None,
+            (Collective::AllReduce, _) => (Some(b), Some(b)),
+            (Collective::AllGather | Collective::AllToAll, _) => (None, Some(n * b)),
+            (Collective::ReduceScatter, _) => (Some(n * b), None),
+            (Collective::Broadcast, _) => (None, Some(b)),
+            (Collective::Reduce | Collective::SendRecv, _) => return None,
+        };
+        let r = &self.cx.registry;
+        let find = |p: DevicePtr<u8>, len: Option<usize>| match len {
+            None => Some(None),
+            Some(len) => r.lookup(p, len).map(Some),
+        };
+        let (i, o) = (find(a.input, input)?, find(a.output, output)?);
+        Some(CallRegs {
+            input: i.map(|x| x.0),
+            output: o.map(|x| x.0),
+            windows: i.is_none_or(|x| x.1) && o.is_none_or(|x| x.1),
+        })
+    }
+
+    /// Registers `[ptr, ptr + bytes)` (device memory of this rank's device, inside one
+    /// allocation from an exportable allocator, such as `cuMemAlloc` or PyTorch's caching
+    /// allocator) with every peer once (NCCL's `ncclCommRegister`). Calls whose buffers lie in
+    /// registrations then send no bootstrap message and wait for nothing on the host, eagerly
+    /// or under CUDA-graph capture (`registry.rs`). Not collective: each rank registers its
+    /// own buffers when it likes (a bounded wait for the peers' registration services, which
+    /// answer whatever the peers' programs do). As with NCCL, every rank must pass registered
+    /// buffers to a call, or none. [`Error::NotRegistrable`], [`Error::RegistryFull`],
+    /// [`Error::RegistrationRefused`]; `Error::Unsupported` on a world of several nodes.
+    ///
+    /// [`Error::NotRegistrable`]: mscclpp_host::Error::NotRegistrable
+    /// [`Error::RegistryFull`]: mscclpp_host::Error::RegistryFull
+    /// [`Error::RegistrationRefused`]: mscclpp_host::Error::RegistrationRefused
+    ///
+    /// # Safety
+    /// The range stays allocated until it is deregistered (NCCL's contract too): a call on
+    /// memory allocated later at the same addresses would be taken for a call on this
+    /// registration, and the peers would reach the old allocation.
+    pub unsafe fn register_buffer(&self, ptr: DevicePtr<u8>, bytes: usize) -> Result<Registration> {
+        let cx = &self.cx;
+        cx.ensure_healthy()?;
+        self.one_node()?;
+        cx.registry
+            .register(&cx.comm, &cx.buffers, ptr, bytes, None, None)
+    }
+
+    /// Takes back a registration of [`register_buffer`](Self::register_buffer) (NCCL's
+    /// `ncclCommDeregister`): the peers forget it, and calls on the buffer take the per-call
+    /// exchange again. No queued or captured work may still use it (as with NCCL): a kernel
+    /// that names it afterwards refuses its launch. Not collective.
+    pub fn deregister(&self, reg: Registration) -> Result<()> {
+        let cx = &self.cx;
+        cx.registry.deregister(&cx.comm, reg).map(drop)
+    }
+
+    /// Registers a window (NCCL's `ncclCommWindowRegister`): collective, every rank with a
+    /// buffer of the same size, in the same order; the window gets the same slot on every rank
+    /// (checked: [`Error::WindowMismatch`](mscclpp_host::Error::WindowMismatch) on every rank,
+    /// and nothing stays registered). A window is a registration whose peers' addresses the
+    /// host knows, for calls with the buffers at the same offset of the window on every rank
+    /// (NCCL's symmetric buffers).
+    ///
+    /// # Safety
+    /// As [`register_buffer`](Self::register_buffer): the range stays allocated until the
+    /// window is deregistered.
+    pub unsafe fn register_window(&self, ptr: DevicePtr<u8>, bytes: usize) -> Result<Registration> {
+        let cx = &self.cx;
+        cx.ensure_healthy()?;
+        self.one_node()?;
+        let slot = cx.registry.free_window_slot();
+        // `free_window_slot` fails only when every window slot is taken.
+        let full = || mscclpp_host::Error::RegistryFull {
+            slots: mscclpp_shared::WINDOW_SLOTS,
+            what: "windows",
+        };
+        let mine = match &slot {
+            Ok(s) => cx
+                .registry
+                .register(&cx.comm, &cx.buffers, ptr, bytes, Some(*s), None),
+            Err(_) => Err(full()),
+        };
+        let mut word = [0u8; 16];
+        if let (Ok(s), Ok(_)) = (&slot, &mine) {
+            word[0] = 1;
+            word[4..8].copy_from_slice(&(*s as u32).to_le_bytes());
+        }
+        word[8..].copy_from_slice(&(bytes as u64).to_le_bytes());
+        let all = cx.comm.all_gather(&word);
+        let checked = all.and_then(|all| window_agreement(&word, &all));
+        match (mine, checked) {
+            (Ok(reg), Ok(())) => Ok(reg),
+            (mine, checked) => {
+                if let Ok(reg) = &mine {
+                    let _ = cx.registry.deregister(&cx.comm, *reg);
+                }
+                // This rank's own failure first; else what the others said.
+                mine.and(checked).and(Err(mscclpp_host::Error::Aborted {
+                    reason: "window registration failed".into(),
+                }))
+            }
         }
     }
 
-    /// The point-to-point engine.
+    /// Takes back a window (NCCL's `ncclCommWindowDeregister`): collective, in the same order
+    /// on every rank; ends with a barrier.
+    pub fn deregister_window(&self, reg: Registration) -> Result<()> {
+        let cx = &self.cx;
+        let r = cx.registry.deregister(&cx.comm, reg).map(drop);
+        cx.comm.barrier()?;
+        r
+    }
+
+    /// `bytes` of device memory from the library's allocator (NCCL's `ncclMemAlloc`), already
+    /// registered with every peer ([`register_buffer`](Self::register_buffer)): calls on it
+    /// send no bootstrap message. Freed by [`mem_free`](Self::mem_free) or with these
+    /// collectives. Not collective.
+    pub fn mem_alloc(&self, bytes: usize) -> Result<Registration> {
+        let cx = &self.cx;
+        cx.ensure_healthy()?;
+        self.one_node()?;
+        let buf = cx.comm.gpu().alloc(bytes)?;
+        let ptr = buf.ptr();
+        cx.registry
+            .register(&cx.comm, &cx.buffers, ptr, bytes, None, Some(buf))
+    }
+
+    /// Deregisters and frees memory of [`mem_alloc`](Self::mem_alloc) (NCCL's `ncclMemFree`),
+    /// given by its first byte. No queued work may still use it.
+    pub fn mem_free(&self, ptr: DevicePtr<u8>) -> Result<()> {
+        let cx = &self.cx;
+        let reg = cx
+            .registry
+            .starting_at(ptr)
+            .ok_or(mscclpp_host::Error::UnknownRegistration {
+                slot: usize::MAX,
+                generation: 0,
+            })?;
+        let buf = cx.registry.deregister(&cx.comm, reg)?;
+        if buf.is_none() {
+            return Err(mscclpp_host::Error::NotRegistrable {
+                ptr: ptr.addr(),
+                len: reg.len(),
+                reason: "it was registered, not allocated by mem_alloc (deregistered now)".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Registration maps the peers' memory into this process: a world of one node only
+    /// (across nodes the port channels move every call through the scratch, with no per-call
+    /// exchange to save).
+    fn one_node(&self) -> Result<()> {
+        match self.cx.multi {
+            None => Ok(()),
+            Some(_) => Err(self
+                .cx
+                .cannot("registering buffers on a world of several nodes")),
+        }
+    }
+
+    /// `(this rank's registrations, the peers' registrations mapped here)` of
+    /// [`register_buffer`](Self::register_buffer), windows and [`mem_alloc`](Self::mem_alloc).
+    pub fn registrations(&self) -> (usize, usize) {
+        self.cx.registry.counts()
+    }
+
+    /// The point-to-point engine (a world of one node only: it needs MemoryChannels to every
+    /// peer).
     fn p2p(&self) -> Result<&P2p> {
+        if self.cx.multi.is_some() {
+            return Err(self.cx.cannot(P2P_ACROSS_NODES));
+        }
         self.units[Algorithm::P2p as usize]
             .as_any()
             .downcast_ref::<P2p>()
@@ -457,7 +719,9 @@ impl Collectives {
             forced = Some(Algorithm::Staged);
         }
         let cannot = |w| cx.cannot(w);
-        let mut choice = select::choose(&cx.cfg, call, forced, true).map_err(cannot)?;
+        let capturing = stream.is_capturing()?;
+        let usable = |a: Algorithm| self.usable(a, &args, capturing);
+        let mut choice = select::choose(&cx.cfg, call, forced, true, &usable).map_err(cannot)?;
         loop {
             let Choice::Run(a) = choice;
             match self.units[a as usize].queue(cx, &args, stream)? {
@@ -466,10 +730,54 @@ impl Collectives {
                     return Err(cx.cannot(select::DECLINED));
                 }
                 Queued::Declined => {
-                    choice = select::choose(&cx.cfg, call, None, false).map_err(cannot)?;
+                    choice = select::choose(&cx.cfg, call, None, false, &usable).map_err(cannot)?;
                 }
             }
         }
+    }
+
+    /// Whether `a` may take `args` now. On registered buffers (`args.reg`), of the algorithms
+    /// on the callers' buffers the direct kernel (it learns the peers' buffers itself), and the
+    /// copy engines where the host knows the peers' addresses (outputs in windows). Under CUDA-graph capture,
+    /// nothing that allocates or waits on the host: no per-call exchange of unregistered
+    /// buffers, no scratch region not allocated yet.
+    fn usable(&self, a: Algorithm, args: &Args, capturing: bool) -> bool {
+        let u = a.unit();
+        if u.registered {
+            return match args.reg {
+                Some(_) => {
+                    a == Algorithm::Direct
+                        || a == Algorithm::CopyEngine
+                            && algo::copy_engine::CopyEngine::takes_registered(args)
+                }
+                None => !capturing,
+            };
+        }
+        !capturing
+            || u.scratch
+                .iter()
+                .all(|&r| self.cx.regions.is_ready(&self.cx, r, args.peers()))
+    }
+
+    /// Allocates every scratch region the collectives otherwise allocate on first use
+    /// (`scratch.rs`: LL128 lines, staging), and exchanges them with the peers, so that calls
+    /// captured in a CUDA graph afterwards can take every algorithm that needs no registered
+    /// buffers. Collective: every rank calls it, between the same calls. Each region is
+    /// allocated once; a second call does nothing.
+    pub fn prepare(&self) -> Result<()> {
+        for r in [scratch::Region::Ll128, scratch::Region::Staging] {
+            if self.cx.layout.region_len(r) > 0 {
+                self.cx.regions.get(&self.cx, r, regions::Peers::All)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes of device memory this `Collectives` holds now in scratch regions: the set-up
+    /// scratch and every region allocated on first use so far (not the copy-engine
+    /// all-reduce's scratch, nor the callers' buffers). [`memory_plan`] gives the sizes ahead.
+    pub fn scratch_bytes(&self) -> usize {
+        self.cx.layout.len() + self.cx.regions.allocated(&self.cx.layout)
     }
 
     fn check_rank(&self, r: usize) -> Result<()> {
@@ -490,4 +798,36 @@ impl Collectives {
         }
         Ok(())
     }
+}
+
+/// Checks every rank's window request (`register_window`: `ok u8 | 3 zero bytes | slot u32 |
+/// bytes u64`) against this rank's `mine`.
+fn window_agreement(mine: &[u8; 16], all: &[Vec<u8>]) -> Result<()> {
+    let field = |b: &[u8], at: usize, len: usize| {
+        let mut w = [0u8; 8];
+        w[..len].copy_from_slice(&b[at..at + len]);
+        u64::from_le_bytes(w)
+    };
+    for (rank, theirs) in all.iter().enumerate() {
+        if theirs.len() != 16 {
+            return Err(mscclpp_host::Error::WindowMismatch {
+                rank,
+                what: "request length",
+                mine: 16,
+                theirs: theirs.len() as u64,
+            });
+        }
+        for (what, at, len) in [("success", 0, 1), ("slot", 4, 4), ("size", 8, 8)] {
+            let (m, t) = (field(mine, at, len), field(theirs, at, len));
+            if m != t {
+                return Err(mscclpp_host::Error::WindowMismatch {
+                    rank,
+                    what,
+                    mine: m,
+                    theirs: t,
+                });
+            }
+        }
+    }
+    Ok(())
 }

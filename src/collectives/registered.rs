@@ -197,29 +197,79 @@ impl RegisteredBuffers {
         if !ptr.addr().is_multiple_of(16) || !len.is_multiple_of(16) || len == 0 {
             return None;
         }
-        let a = comm.gpu().allocation_of(ptr).ok()?;
+        match self.export(comm, ptr, len) {
+            Ok(x) => Some(x),
+            Err(e) => {
+                tracing::debug!(error = %e, "buffer not registrable; collectives stage it");
+                None
+            }
+        }
+    }
+
+    /// `(offset in its allocation, len, the allocation's registration)` of the buffer
+    /// `[ptr, ptr + len)`: the allocation is exported once (cached by allocation id, at most
+    /// [`MAX_ALLOCATIONS`]), for the per-call exchange and for explicit registrations alike.
+    pub fn export(
+        &self,
+        comm: &Communicator,
+        ptr: DevicePtr<u8>,
+        len: usize,
+    ) -> Result<(u64, u64, Vec<u8>)> {
+        let refuse = |reason: String| Error::NotRegistrable {
+            ptr: ptr.addr(),
+            len,
+            reason,
+        };
+        if len == 0 {
+            return Err(refuse("it is empty".into()));
+        }
+        let a = comm
+            .gpu()
+            .allocation_of(ptr)
+            .map_err(|e| refuse(e.to_string()))?;
         let offset = ptr.addr() - a.base.addr();
-        if offset.checked_add(len as u64)? > a.size as u64 {
-            return None;
+        if offset.saturating_add(len as u64) > a.size as u64 {
+            return Err(refuse(format!(
+                "it runs past its {}-byte allocation",
+                a.size
+            )));
         }
         let mut local = self.local.lock().unwrap_or_else(|e| e.into_inner());
         if !local.contains_key(&a.id) {
             if local.len() >= MAX_ALLOCATIONS {
-                return None;
+                return Err(refuse(format!(
+                    "{MAX_ALLOCATIONS} allocations are registered already"
+                )));
             }
-            match comm.register_allocation(&a) {
-                Ok(reg) => {
-                    let wire = reg.serialize();
-                    local.insert(a.id, (reg, wire))
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "buffer not registrable; collectives stage it");
-                    return None;
-                }
-            };
+            let reg = comm
+                .register_allocation(&a)
+                .map_err(|e| refuse(e.to_string()))?;
+            let wire = reg.serialize();
+            local.insert(a.id, (reg, wire));
         }
-        let (_, wire) = local.get(&a.id)?;
-        Some((offset, len as u64, wire.clone()))
+        let (_, wire) = local
+            .get(&a.id)
+            .ok_or_else(|| refuse("its export vanished".into()))?;
+        Ok((offset, len as u64, wire.clone()))
+    }
+
+    /// Peer `q`'s allocation `reg` (its wire form) mapped here: once per allocation (cached by
+    /// `(q, token)` for the life of these caches, at most [`MAX_ALLOCATIONS`] per rank), for
+    /// the per-call exchange and for the registration service alike.
+    pub fn map(&self, comm: &Communicator, q: usize, reg: &[u8]) -> Result<RegisteredMemory> {
+        let bad = |reason: String| Error::MalformedMemory { rank: q, reason };
+        let token = RegisteredMemory::wire_token(reg)
+            .ok_or_else(|| bad("registration with a wrong length or magic".into()))?;
+        let mut remote = self.remote.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = remote.get(&(q, token)) {
+            return Ok(m.clone());
+        }
+        if remote.len() >= MAX_ALLOCATIONS * comm.size() {
+            return Err(bad("more allocations than any rank registers".into()));
+        }
+        let m = RegisteredMemory::deserialize(reg, comm.gpu(), q, comm.same_node(q))?;
+        remote.insert((q, token), m.clone());
+        Ok(m)
     }
 
     /// A peer's message: `None` if it cannot go direct, else its buffers mapped here.
@@ -235,24 +285,11 @@ impl RegisteredBuffers {
         if b.len() != HEADER + count * ENTRY {
             return Err(bad(format!("{} bytes for {count} buffers", b.len())));
         }
-        let mut remote = self.remote.lock().unwrap_or_else(|e| e.into_inner());
         let mut ptrs = Vec::with_capacity(count);
         for e in b[HEADER..].chunks_exact(ENTRY) {
             let word = |i: usize| u64::from_le_bytes(e[i..i + 8].try_into().unwrap_or_default());
             let (offset, len, reg) = (word(0), word(8), &e[16..]);
-            let token = RegisteredMemory::wire_token(reg)
-                .ok_or_else(|| bad("registration with a wrong length or magic".into()))?;
-            let mem = match remote.get(&(q, token)) {
-                Some(m) => m.clone(),
-                None => {
-                    if remote.len() >= MAX_ALLOCATIONS * comm.size() {
-                        return Err(bad("more allocations than any rank registers".into()));
-                    }
-                    let m = RegisteredMemory::deserialize(reg, comm.gpu(), q, comm.same_node(q))?;
-                    remote.insert((q, token), m.clone());
-                    m
-                }
-            };
+            let mem = self.map(comm, q, reg)?;
             ptrs.push((mem.range(offset, len)?, len as usize));
         }
         Ok(Some(ptrs))

@@ -33,6 +33,10 @@ pub(crate) struct Call {
     pub bytes: usize,
     /// Ranks of the communicator.
     pub ranks: usize,
+    /// Nodes the ranks run on.
+    pub nodes: usize,
+    /// Whether every node runs the same number of ranks.
+    pub uniform: bool,
     /// Element type.
     pub dtype: DataType,
     /// Operator, lowered for the kernels (`Sum` where the collective does not reduce).
@@ -97,6 +101,18 @@ use Collective::*;
 /// The selection table (module docs). Sizes are a call's `bytes` (per part for all-gather,
 /// reduce-scatter and all-to-all).
 const TABLE: &[Row] = &[
+    // Worlds of several nodes (the single-node algorithms do not serve them, so these rows
+    // are the only ones that fit there; the port and hierarchical algorithms serve no world
+    // of one node): the hierarchical all-reduce when every node has as many ranks, else and
+    // for everything else the port collective.
+    row(AllReduce, Hierarchical, always),
+    row(AllReduce, Port, always),
+    row(AllGather, Port, always),
+    row(ReduceScatter, Port, always),
+    row(Broadcast, Port, always),
+    row(AllToAll, Port, always),
+    row(SendRecv, Port, always),
+    one_way(Port, always),
     // All-reduce: LL128 in its range on few ranks; on more, the two-shot LL, which sends
     // 2 (n - 1) / n of the data where the one-shot kernels send n - 1 copies; LL16 below;
     // beyond the LL sizes the copy engines, the direct kernel, staging.
@@ -160,17 +176,20 @@ fn fits(a: Algorithm, call: &Call, registered: bool) -> bool {
     (registered || !u.registered)
         && (call.collective != SendRecv || u.point_to_point)
         && (u.serves_ranks)(call.ranks).is_ok()
+        && (u.serves_nodes)(call.nodes, call.uniform).is_ok()
         && (u.serves_data)(call.dtype, call.op).is_ok()
 }
 
 /// What `call` takes: `forced` if that algorithm serves it (else `Err` with what it cannot
 /// do), or the first row that holds, among the algorithms that need no registered buffers
-/// unless `registered`.
+/// unless `registered`. Only algorithms `usable` says can run now are taken (under CUDA-graph
+/// capture: those that neither allocate nor wait on the host, see `Collectives`' dispatch).
 pub(crate) fn choose(
     cfg: &CollectiveConfig,
     call: &Call,
     forced: Option<Algorithm>,
     registered: bool,
+    usable: &dyn Fn(Algorithm) -> bool,
 ) -> Result<Choice, &'static str> {
     if let Some(a) = forced {
         let u = a.unit();
@@ -178,19 +197,35 @@ pub(crate) fn choose(
             return Err(u.not_served);
         }
         (u.serves_ranks)(call.ranks)?;
+        (u.serves_nodes)(call.nodes, call.uniform)?;
         (u.serves_data)(call.dtype, call.op)?;
+        if !usable(a) {
+            return Err(UNUSABLE_IN_CAPTURE);
+        }
         return Ok(Choice::Run(a));
     }
     TABLE
         .iter()
         .filter(|r| r.collective == call.collective && r.one_way == call.one_way)
         .filter(|r| match r.choice {
-            Choice::Run(a) => fits(a, call, registered),
+            Choice::Run(a) => fits(a, call, registered) && usable(a),
         })
         .find(|r| (r.when)(cfg, call))
         .map(|r| r.choice)
-        .ok_or("a call no algorithm serves")
+        .ok_or(if usable(Staged) {
+            "a call no algorithm serves"
+        } else {
+            UNUSABLE_IN_CAPTURE
+        })
 }
+
+/// What a call is refused as when the algorithm it needs cannot take it now: under CUDA-graph
+/// capture, an algorithm that would allocate or exchange buffers with the peers on the host;
+/// on registered buffers, the copy engines unless the outputs are windows.
+pub(crate) const UNUSABLE_IN_CAPTURE: &str = "this algorithm on this call now (under CUDA-graph \
+     capture nothing that allocates or exchanges buffers with the peers: run one call eagerly \
+     or Collectives::prepare before capturing, or register the buffers; on registered \
+     buffers the copy engines need windows, for all-gather and broadcast)";
 
 /// What `call` runs, forced to `forced` or not, when every rank's buffers can (`registered`)
 /// or cannot be shared; `Err` with what is unsupported. The dispatch's steps, without a GPU:
@@ -212,15 +247,19 @@ pub(crate) fn decide(
             Decision::Copy
         });
     }
-    let layout = ScratchLayout::for_registered(cfg, call.ranks);
-    let mut choice = choose(cfg, &call, forced, true)?;
+    let layout = if call.nodes > 1 {
+        ScratchLayout::for_nodes(cfg, call.ranks)
+    } else {
+        ScratchLayout::for_registered(cfg, call.ranks)
+    };
+    let mut choice = choose(cfg, &call, forced, true, &|_| true)?;
     loop {
         match choice {
             Choice::Run(a) if a.unit().registered && !registered => {
                 if forced.is_some() {
                     return Err(DECLINED);
                 }
-                choice = choose(cfg, &call, None, false)?;
+                choice = choose(cfg, &call, None, false, &|_| true)?;
             }
             Choice::Run(a) => return (a.unit().plan)(cfg, &layout, &call).map(Decision::Run),
         }
@@ -278,6 +317,8 @@ mod tests {
                         one_way,
                         bytes,
                         ranks,
+                        nodes: 1,
+                        uniform: true,
                         dtype: mscclpp_shared::DataType::F32,
                         op: super::KernelOp::from(mscclpp_shared::ReduceOp::Sum),
                     };

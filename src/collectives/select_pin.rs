@@ -39,15 +39,24 @@ fn library_shapes(cfg: &CollectiveConfig, backend: BackendKind, x: u64) -> [Laun
     ]
 }
 
+/// The regions' sizes, as the offsets of the one buffer that held them all before the regions
+/// became buffers of their own: (LL slot, LL128 offset, LL128 slot, staging offset, total). The
+/// LL16 region had a slot for every rank then, and has one for every peer now; the
+/// point-to-point region (in the set-up scratch now, after the descriptors) ended it.
 fn library_layout(cfg: &CollectiveConfig, n: usize) -> (u64, u64, u64, u64, usize) {
+    use super::scratch::Region;
     let l = super::scratch::ScratchLayout::for_registered(cfg, n);
-    let stage = l.stage_offset();
+    let ll_now = l.region_len(Region::Ll) as u64;
+    assert_eq!(ll_now, 2 * (n as u64 - 1) * l.ll_slot_bytes(), "{n} ranks");
+    let ll128_offset = ll_now + 2 * l.ll_slot_bytes();
+    let stage = ll128_offset + l.region_len(Region::Ll128) as u64;
     (
         l.ll_slot_bytes(),
-        l.ll128_offset(),
+        ll128_offset,
         l.ll128_slot_bytes(),
         stage,
-        l.len(),
+        super::scratch::up16(stage as usize + l.region_len(Region::Staging))
+            + l.region_len(Region::P2p),
     )
 }
 
@@ -179,6 +188,7 @@ fn ref_all_reduce(
             other => Ok(other),
         },
         Staged | TwoShotPut => Ok(Some(algo)),
+        Port | Hierarchical => Err(()),
         P2p => Err(()),
     }
 }
@@ -328,7 +338,9 @@ fn ref_shapes(cfg: &CollectiveConfig, backend: BackendKind, x: u64) -> [LaunchCo
     // `launch_direct(work = x)`.
     let most = cfg.direct_blocks.min(cfg.max_blocks) as usize;
     let blocks = (x as usize).div_ceil(cfg.direct_block_bytes).clamp(1, most) as u32;
-    let direct = LaunchConfig::new(blocks, cfg.direct_threads).with_shared_mem(16);
+    // The direct kernel keeps every rank's buffers in shared memory since registered buffers
+    // (16 bytes before: `mscclpp_shared::DIRECT_SHARED_BYTES`, 16 + 16 * MAX_DIRECT_RANKS).
+    let direct = LaunchConfig::new(blocks, cfg.direct_threads).with_shared_mem(16 + 16 * 8);
     [ll, ll128, staged, direct]
 }
 
@@ -445,16 +457,35 @@ fn every_call_runs_what_it_ran_before_the_units() {
                         one_way,
                         bytes,
                         ranks: n,
+                        nodes: 1,
+                        uniform: true,
                         dtype: DataType::F32,
                         op: ReduceOp::Sum.into(),
                     };
                     let forcings: Vec<Option<Algorithm>> = if collective == Collective::SendRecv {
                         vec![None] // send_recv, send and recv take no algorithm
                     } else {
+                        // The algorithms of worlds of several nodes are refused on one
+                        // (checked below), which the reference predates.
                         std::iter::once(None)
-                            .chain(Algorithm::ALL.map(Some))
+                            .chain(
+                                Algorithm::ALL
+                                    .into_iter()
+                                    .filter(|a| !matches!(a, Port | Hierarchical))
+                                    .map(Some),
+                            )
                             .collect()
                     };
+                    for a in [Port, Hierarchical] {
+                        // (An all-reduce or a reduce on one rank copies, whatever was
+                        // forced.)
+                        let rooted =
+                            matches!(collective, Collective::AllReduce | Collective::Reduce);
+                        if !(rooted && n == 1) {
+                            let got = library(&cfg, call, Some(a), true);
+                            assert_eq!(got, Err(()), "{a:?} on one node: {call:?}");
+                        }
+                    }
                     for forced in forcings {
                         for reg in [true, false] {
                             let want = reference(&cfg, call, forced, reg);
@@ -484,6 +515,8 @@ fn the_reference_says_what_the_readme_says() {
         one_way: false,
         bytes,
         ranks,
+        nodes: 1,
+        uniform: true,
         dtype: DataType::F32,
         op: ReduceOp::Sum.into(),
     };

@@ -1,5 +1,6 @@
 //! What `Collectives::with_config` does before any algorithm runs: the checks every rank makes
-//! alike (one node, one GPU per rank, the same configuration), and the wiring: the scratch
+//! alike (one GPU per rank, the same configuration), and the wiring of a world of one node
+//! (of several: `multinode.rs`, through [`wire_nodes`]): the scratch
 //! buffer every peer maps (laid out by `ScratchLayout`), a connection to every peer, and one
 //! row of MemoryChannels (one per peer) for each block the kernels may use, in a device
 //! table.
@@ -9,10 +10,11 @@
 //! `recv_memory`, then per row and peer a semaphore (tag `SEMAPHORE_TAG + row`), then a
 //! barrier.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 use mscclpp_host::communicator::Communicator;
 use mscclpp_host::connection::{Connection, EndpointConfig};
+use mscclpp_host::gpu::{BackendKind, Gpu, Module};
 use mscclpp_host::memory_channel::MemoryChannel;
 use mscclpp_host::registered_memory::RegisteredMemory;
 use mscclpp_host::transport::Transport;
@@ -24,19 +26,55 @@ use super::context::Wiring;
 use super::scratch::ScratchLayout;
 
 const SCRATCH_TAG: u64 = 0x5c_0000;
+
+/// The built-in kernels' modules by device, shared by every `Collectives` on one (a split's
+/// collectives reuse their parent's): a mutex, written when a module is loaded, read at every
+/// set-up. Weak, so the module unloads with the last `Collectives` of its device.
+#[allow(clippy::type_complexity)]
+static MODULES: Mutex<Vec<((BackendKind, usize), Weak<Module>)>> = Mutex::new(Vec::new());
+
+/// The built-in kernels' module of `g`'s device (`crate::DEVICE_PTX`), loaded once per device
+/// while any `Collectives` on it lives. Loading is what set-up spends most of its time on
+/// without this (the CUDA driver compiles the PTX; the CPU backend reads its entry points).
+pub(super) fn builtin_module(g: &Gpu) -> Result<Arc<Module>> {
+    let key = (g.kind(), g.ordinal());
+    let mut modules = MODULES.lock().unwrap_or_else(|e| e.into_inner());
+    modules.retain(|(_, m)| m.strong_count() > 0);
+    if let Some(m) = modules
+        .iter()
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, m)| m.upgrade())
+    {
+        return Ok(m);
+    }
+    let m = Arc::new(g.load_ptx(crate::DEVICE_PTX)?);
+    modules.push((key, Arc::downgrade(&m)));
+    Ok(m)
+}
 const SEMAPHORE_TAG: u64 = 0x5e_0000;
 
-/// Refuses ranks on other nodes (collectives across nodes are not implemented yet).
-pub(super) fn check_one_node(comm: &Communicator) -> Result<()> {
-    for q in 0..comm.size() {
-        if !comm.same_node(q) {
-            return Err(Error::CrossNode {
-                remote_rank: q,
-                what: "collectives (across nodes not implemented yet)",
-            });
-        }
-    }
-    Ok(())
+/// The wiring of a world of several nodes: the port region's scratch and the port channels
+/// (`multinode.rs`); no MemoryChannels (their table is left empty).
+pub(super) fn wire_nodes(
+    comm: &Arc<Communicator>,
+    cfg: &CollectiveConfig,
+    layout: &ScratchLayout,
+) -> Result<Wiring> {
+    let (scratch, multi) = super::multinode::wire(comm, cfg, layout)?;
+    let g = comm.gpu();
+    let channel_table = g.alloc(16)?;
+    let ll_flags = g.alloc(16)?;
+    ll_flags.copy_from_host(0, &[0; 16])?;
+    Ok(Wiring {
+        multi: Some(multi),
+        scratch,
+        channel_table,
+        handles: Vec::new(),
+        ll_flags,
+        channels: Vec::new(),
+        peers: Vec::new(),
+        connections: Vec::new(),
+    })
 }
 
 /// Refuses two ranks on one GPU (CUDA), checked on every rank alike by one all-gather.
@@ -136,8 +174,10 @@ pub(super) fn wire(
     channel_table.copy_from_host(0, bytemuck::cast_slice(&table))?;
     comm.bootstrap().barrier()?;
     Ok(Wiring {
+        multi: None,
         scratch,
         channel_table,
+        handles: table,
         ll_flags,
         channels,
         peers: peers.into_iter().flatten().collect(),

@@ -30,11 +30,40 @@
 //!
 //! The host uses this kernel only when `bytes` (and `stride`) are multiples of 16 and every
 //! pointer is 16-byte aligned, so everything moves in whole 16-byte vectors.
+//!
+//! # Registered buffers (no host exchange)
+//!
+//! When `registry` is set the host knows only this rank's buffers; each block learns the
+//! peers' itself (`publish`, `resolve`), so that no host message names them:
+//!
+//! 1. Before its first barrier, thread `q` of block `b` writes this rank's descriptor (`mine`:
+//!    each buffer's registration slot, generation and offset, a digest of the call, and
+//!    whether this rank's buffers suit the kernel) into peer `q`'s scratch, at
+//!    `desc_offset + (b * nranks + rank) * 64`. The same thread then signals peer `q` in the
+//!    barrier: its release publishes the descriptor.
+//! 2. After the barrier (thread `q` acquired peer `q`'s signal), thread `q` reads peer `q`'s
+//!    descriptor from this rank's scratch and resolves each buffer the mode needs from the
+//!    peer in `registry[q][slot]` (relaxed system-scope loads: the host wrote the slot before
+//!    it acknowledged the peer's registration, long before the peer could name it). It checks
+//!    everything: `ok`, the call's digest, the slot's generation, that the buffer holds `need`
+//!    bytes from its offset and is 16-byte aligned. The resolved pointers go to shared memory;
+//!    a vote tells the block whether any check failed.
+//! 3. A block where a check failed records `InvalidArgument` (detail: the peer and a
+//!    [`RegisteredRefusal`]), moves nothing and still meets its peers at the closing barrier,
+//!    so nobody waits for it; every rank sees the failing descriptor or fails its own check,
+//!    so no rank moves data on a bad call.
+//!
+//! A descriptor area is rewritten only by the next call's block `b`, which starts after this
+//! call's block `b` of the reader passed its closing barrier, after its reads.
 
-use super::{barrier, barrier_with, begin, mode_reduces, sub_slice, up16};
+use super::{barrier, barrier_with, begin, channel, mode_reduces, sub_slice, up16};
 use crate::arch;
 use crate::reduce::{CommonSum, Reduce};
-use mscclpp_shared::{CollectiveMode, DirectCollectiveParams, MAX_DIRECT_RANKS};
+use mscclpp_shared::status::error_detail;
+use mscclpp_shared::{
+    BufferRef, CollectiveMode, DeviceErrorCode, DirectCollectiveParams, MAX_DIRECT_RANKS,
+    REGISTERED_CALL_BYTES, REGISTRY_SLOTS, RegisteredCall, RegisteredRefusal, WaitSite,
+};
 
 /// 16-byte vectors a thread keeps in flight per step (loads are issued before their uses).
 const UNROLL: usize = 4;
@@ -142,7 +171,8 @@ where
 crate::kernel! {
     /// Every collective on the callers' registered buffers (see the module docs), reducing the
     /// common sums (f16, bf16, f32; other reductions: [`direct_collective_any_kernel`]). Needs
-    /// no dynamic shared memory and at most `common.max_blocks` blocks.
+    /// `DIRECT_SHARED_BYTES` of dynamic shared memory (every rank's buffers; the barrier mode
+    /// none) and at most `common.max_blocks` blocks.
     fn direct_collective_kernel(d: DirectCollectiveParams) {
         direct::<false>(d)
     }
@@ -172,8 +202,19 @@ fn direct<const ANY: bool>(d: DirectCollectiveParams) {
         barrier_with(p, |q| q < 32 && p.root & (1 << q) != 0);
         return;
     }
-    let input = |q: u32| d.inputs[q as usize].as_ptr() as *const u8;
-    let output = |q: u32| d.outputs[q as usize].as_ptr();
+    // Every rank's buffers, in this block's shared memory (from word 2: inputs, then outputs):
+    // copied from the parameters, or, on registered buffers, resolved from the peers'
+    // descriptors after the first barrier (module docs). The closures below read them there.
+    let registered = !d.registry.is_null();
+    let sh = arch::dynamic_shared_mem() as *mut u64;
+    if !registered {
+        fill(&d, sh);
+    }
+    // SAFETY (both): the launch gives `DIRECT_SHARED_BYTES` of shared memory (host), holding
+    // `2 * MAX_DIRECT_RANKS` pointers from word 2; `q < nranks <= MAX_DIRECT_RANKS`; written
+    // before a `sync_threads` that precedes every read.
+    let input = |q: u32| unsafe { sh.add(2 + q as usize).read() as *const u8 };
+    let output = |q: u32| unsafe { sh.add(2 + MAX_DIRECT_RANKS + q as usize).read() as *mut u8 };
     // `len` bytes at offset `off` of every rank's input, to the same bytes of the outputs
     // (the pointers are only formed here; `reduce_spread` reads and writes them).
     let same_offset = |off: u64, len: u64| Spread {
@@ -185,8 +226,24 @@ fn direct<const ANY: bool>(d: DirectCollectiveParams) {
     if p.mode == CollectiveMode::Send as u32 {
         // send_recv: meet the ranks with an output entry (next and prev), write my input
         // into `root`'s output, and meet them again.
-        let meet = |q: u32| q < n && !d.outputs[q as usize].is_null();
-        if !barrier_with(p, meet) {
+        let meet = |q: u32| {
+            q < n
+                && if registered {
+                    q < 32 && d.meet & (1 << q) != 0
+                } else {
+                    !d.outputs[q as usize].is_null()
+                }
+        };
+        if registered {
+            publish(&d, meet);
+            if !barrier_with(p, meet) {
+                return;
+            }
+            if !resolve(&d, sh, meet) {
+                barrier_with(p, meet);
+                return;
+            }
+        } else if !barrier_with(p, meet) {
             return;
         }
         let (s, e) = sub_slice(p.bytes, b, nb);
@@ -197,7 +254,9 @@ fn direct<const ANY: bool>(d: DirectCollectiveParams) {
     }
     if p.mode == CollectiveMode::ReduceLocal as u32 {
         // A piece of the pipelined copy-engine all-reduce: every source is local (the
-        // host's stream order and barriers made them ready), so no meeting.
+        // host's stream order and barriers made them ready), so no meeting; only the
+        // pointers' copy to shared memory to wait for.
+        arch::sync_threads();
         let (s, e) = sub_slice(p.bytes, b, nb);
         let sp = same_offset(s, e - s);
         // SAFETY: the host passes `nranks` sources and `outputs[rank]`, each holding
@@ -210,7 +269,16 @@ fn direct<const ANY: bool>(d: DirectCollectiveParams) {
         );
         return;
     }
-    if !barrier(p, None) {
+    if registered {
+        publish(&d, |_| true);
+        if !barrier(p, None) {
+            return;
+        }
+        if !resolve(&d, sh, |_| true) {
+            barrier(p, None);
+            return;
+        }
+    } else if !barrier(p, None) {
         return;
     }
     // SAFETY (whole body): the host sized every rank's buffers for the mode (module docs)
@@ -273,4 +341,135 @@ fn direct<const ANY: bool>(d: DirectCollectiveParams) {
         }
     }
     barrier(p, None);
+}
+
+/// Every rank's buffers from the parameters into shared memory (a launch whose buffers the
+/// host exchanged): thread `q < nranks` copies rank `q`'s. A `sync_threads` must follow before
+/// any thread reads them.
+#[inline(always)]
+fn fill(d: &DirectCollectiveParams, sh: *mut u64) {
+    let t = arch::thread_idx_x();
+    if t < d.common.nranks {
+        // SAFETY: as for the reads (`direct`); `t < nranks <= MAX_DIRECT_RANKS`.
+        unsafe {
+            sh.add(2 + t as usize).write(d.inputs[t as usize].addr());
+            sh.add(2 + MAX_DIRECT_RANKS + t as usize)
+                .write(d.outputs[t as usize].addr());
+        }
+    }
+}
+
+/// Step 1 of a launch on registered buffers (module docs): thread `q` writes this rank's
+/// descriptor into the descriptor area of every peer `q` that `meet` selects (block `b`, slot
+/// `rank`), before the barrier in which the same thread signals `q`.
+#[inline(always)]
+fn publish(d: &DirectCollectiveParams, meet: impl Fn(u32) -> bool) {
+    let p = &d.common;
+    let (t, b) = (arch::thread_idx_x(), arch::block_idx_x());
+    if t < p.nranks && t != p.rank && meet(t) {
+        let at = d.desc_offset + ((b * p.nranks + p.rank) as u64) * REGISTERED_CALL_BYTES as u64;
+        let dst = channel(p, b, t).dst.as_ptr();
+        // SAFETY: peer `t`'s scratch (mapped here) holds `max_blocks * nranks` descriptors from
+        // `desc_offset`; `b < max_blocks`. Only this thread writes this one (module docs).
+        unsafe { (dst.add(at as usize) as *mut RegisteredCall).write_volatile(d.mine) };
+    }
+}
+
+/// Steps 2 and 3 of a launch on registered buffers (module docs): every thread `q < nranks`
+/// resolves rank `q`'s buffers into shared memory (`sh`, from word 2: inputs, then outputs),
+/// checking everything; returns whether the whole block may go on (a vote). A block that may
+/// not has recorded why.
+#[inline(always)]
+fn resolve(d: &DirectCollectiveParams, sh: *mut u64, meet: impl Fn(u32) -> bool) -> bool {
+    let p = &d.common;
+    let (t, b) = (arch::thread_idx_x(), arch::block_idx_x());
+    let mut bad = None;
+    if t < p.nranks {
+        let (inp, out) = if t == p.rank {
+            if d.mine.ok != 1 {
+                bad = Some(RegisteredRefusal::NotOk);
+            }
+            (d.inputs[t as usize].addr(), d.outputs[t as usize].addr())
+        } else if meet(t) {
+            let at = d.desc_offset + ((b * p.nranks + t) as u64) * REGISTERED_CALL_BYTES as u64;
+            // SAFETY: this rank's scratch holds the descriptor area (host); peer `t` wrote this
+            // descriptor before the signal this thread acquired in the barrier.
+            let theirs = unsafe {
+                (p.scratch.as_ptr().add(at as usize) as *const RegisteredCall).read_volatile()
+            };
+            match peer_buffers(d, t, &theirs) {
+                Ok(x) => x,
+                Err(why) => {
+                    bad = Some(why);
+                    (0, 0)
+                }
+            }
+        } else {
+            (0, 0)
+        };
+        // SAFETY: the launch's shared memory holds `2 + 2 * MAX_DIRECT_RANKS` words (host).
+        unsafe {
+            sh.add(2 + t as usize).write(inp);
+            sh.add(2 + MAX_DIRECT_RANKS + t as usize).write(out);
+        }
+    }
+    if let Some(why) = bad {
+        let what = (t as u64) << 8 | why as u64;
+        crate::wait::record_error(
+            p.status,
+            DeviceErrorCode::InvalidArgument,
+            error_detail(WaitSite::Unknown, what),
+        );
+    }
+    !arch::sync_threads_or(bad.is_some())
+}
+
+/// Rank `q`'s input and output (0 where the mode needs none) as addressed here, from its
+/// descriptor `theirs`, every word checked (module docs, step 2).
+#[inline(always)]
+fn peer_buffers(
+    d: &DirectCollectiveParams,
+    q: u32,
+    theirs: &RegisteredCall,
+) -> Result<(u64, u64), RegisteredRefusal> {
+    if theirs.ok != 1 {
+        return Err(RegisteredRefusal::NotOk);
+    }
+    if theirs.call != d.mine.call {
+        return Err(RegisteredRefusal::OtherCall);
+    }
+    let one = |r: &BufferRef, need: u64| -> Result<u64, RegisteredRefusal> {
+        if need == 0 {
+            return Ok(0);
+        }
+        if r.slot as usize >= REGISTRY_SLOTS || r.generation == 0 {
+            return Err(RegisteredRefusal::UnknownSlot);
+        }
+        let at = q as usize * REGISTRY_SLOTS + r.slot as usize;
+        let slot = d.registry.as_ptr().wrapping_add(at) as *const u64;
+        // SAFETY: the table holds `MAX_DIRECT_RANKS * REGISTRY_SLOTS` slots of four words;
+        // `q < nranks <= MAX_DIRECT_RANKS` and `r.slot < REGISTRY_SLOTS` (checked).
+        let (base, len, generation) = unsafe {
+            (
+                arch::ld_relaxed_sys_u64(slot),
+                arch::ld_relaxed_sys_u64(slot.add(1)),
+                arch::ld_relaxed_sys_u64(slot.add(2)) as u32,
+            )
+        };
+        if base == 0 || generation != r.generation {
+            return Err(RegisteredRefusal::UnknownSlot);
+        }
+        if r.offset > len || len - r.offset < need {
+            return Err(RegisteredRefusal::Range);
+        }
+        let addr = base + r.offset;
+        if !addr.is_multiple_of(16) {
+            return Err(RegisteredRefusal::Range);
+        }
+        Ok(addr)
+    };
+    Ok((
+        one(&theirs.input, d.need[0])?,
+        one(&theirs.output, d.need[1])?,
+    ))
 }

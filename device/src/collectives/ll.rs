@@ -3,9 +3,10 @@
 //! carry the synchronisation (see the parent module's docs for the double-buffered region and
 //! why two halves suffice).
 //!
-//! Who writes and reads what: slot `r` of rank `q`'s LL region is written only by rank `r`
-//! (volatile 16-byte stores, data and flag together) and read only by rank `q` (volatile loads
-//! until both flags match); `ll_flags` is read by every block of this GPU at its start and
+//! Who writes and reads what: rank `q`'s LL region has one slot per peer (none for `q`
+//! itself: slot [`slot_of`]`(r, q)` is rank `r`'s), written only by rank `r` (volatile 16-byte
+//! stores, data and flag together) and read only by rank `q` (volatile loads until both flags
+//! match); `ll_flags` is read by every block of this GPU at its start and
 //! written by the last block to finish (after a GPU-scope fence).
 
 use super::{channel, reducer_for, reducer_serving};
@@ -88,7 +89,7 @@ fn ll_collective<const REDUCE: bool>(
     let (tid, nthreads) = (l.tid, l.nthreads);
     let output = p.output.as_ptr();
     let me = p.rank;
-    // 1. My payload for every peer, as packets, into its slot `rank`. A thread handles the
+    // 1. My payload for every peer, as packets, into my slot of its region. A thread handles the
     //    same packet index `i` in both steps, so in-place layouts read before they write.
     // Broadcast: the root sends its data, the others one ack packet each. Reduce: the others
     // send their data to the root and an ack to the rest; the root one ack to everyone.
@@ -249,7 +250,7 @@ unsafe fn pair_at(base: *const u32, i: u64) -> [u32; 2] {
 }
 
 /// Step 1 of the whole-word all-reduce and all-gather: this rank's input, packet by packet, into
-/// slot `rank` of every peer.
+/// this rank's slot of every peer's region.
 #[inline(always)]
 fn ll_send_words(p: &CollectiveParams, l: LlLaunch, half: u64) {
     let n = p.bytes / 8;
@@ -268,23 +269,35 @@ fn ll_send_words(p: &CollectiveParams, l: LlLaunch, half: u64) {
     }
 }
 
-/// Offset of this launch's half of the LL region (double-buffered by the flag's parity).
+/// Offset of this launch's half of the LL region (double-buffered by the flag's parity; each
+/// half holds `nranks - 1` slots, one per peer).
 #[inline(always)]
 pub(super) fn ll_half(p: &CollectiveParams, flag: u32) -> u64 {
-    (flag & 1) as u64 * p.nranks as u64 * p.ll_slot_bytes
+    (flag & 1) as u64 * (p.nranks as u64).saturating_sub(1) * p.ll_slot_bytes
 }
 
-/// Packet `i` (payload `w`) into slot `rank` of peer `q`'s LL region.
+/// The slot of rank `from`'s packets in rank `to`'s LL region (`from != to`): the peers in rank
+/// order, `to` itself left out (it never sends itself packets).
+#[inline(always)]
+pub fn slot_of(from: u32, to: u32) -> u64 {
+    if from < to {
+        from as u64
+    } else {
+        from as u64 - 1
+    }
+}
+
+/// Packet `i` (payload `w`) into this rank's slot of peer `q`'s LL region.
 #[inline(always)]
 pub(super) fn ll_send(p: &CollectiveParams, flag: u32, half: u64, q: u32, i: u64, w: [u32; 2]) {
-    let at = (half + p.rank as u64 * p.ll_slot_bytes + i * 16) as usize;
+    let at = (half + slot_of(p.rank, q) * p.ll_slot_bytes + i * 16) as usize;
     let dst = channel(p, 0, q).dst.as_ptr();
-    // SAFETY: slot `rank` of peer `q`'s LL region (mapped here) holds
+    // SAFETY: this rank's slot of peer `q`'s LL region (mapped here) holds
     // `ll_slot_bytes >= packets * 16`, and `i` is a packet of this call.
     unsafe { LL16Packet::store(dst.add(at) as *mut LL16Packet, w, flag) };
 }
 
-/// Packet `i` from peer `q` (slot `q` of this rank's LL region), waiting for it.
+/// Packet `i` from peer `q` (its slot of this rank's LL region), waiting for it.
 #[inline(always)]
 pub(super) fn ll_receive(
     p: &CollectiveParams,
@@ -293,8 +306,9 @@ pub(super) fn ll_receive(
     q: u32,
     i: u64,
 ) -> Result<[u32; 2], DeviceErrorCode> {
-    let at = (half + q as u64 * p.ll_slot_bytes + i * 16) as usize;
-    // SAFETY: slot `q` of my LL region (`ll_slot_bytes >= packets * 16`), written by peer `q`.
+    let at = (half + slot_of(q, p.rank) * p.ll_slot_bytes + i * 16) as usize;
+    // SAFETY: peer `q`'s slot of my LL region (`ll_slot_bytes >= packets * 16`), written by
+    // peer `q` only.
     unsafe {
         packet::read_packet(
             p.scratch.as_ptr().add(at) as *const LL16Packet,

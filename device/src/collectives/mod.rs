@@ -4,10 +4,10 @@
 //! at rank `q`'s scratch (`dst`) and at `r`'s own (`src`), with a semaphore paired with channel
 //! `(b, r)` of rank `q`. Two regions of the scratch are used (offsets in `CollectiveParams`):
 //!
-//! - LL region: `2 × nranks` slots of `ll_slot_bytes`, double-buffered by the parity of the
-//!   call's flag. [`ll_collective_kernel`] writes its input (or the part meant for that peer)
-//!   as LL16 packets into slot `rank` of every peer and reduces or copies what arrives in its
-//!   own slots; no barrier is needed (the flags carry the synchronisation). Every LL launch
+//! - LL region: `2 × (nranks - 1)` slots of `ll_slot_bytes` (one per peer: `ll::slot_of`),
+//!   double-buffered by the parity of the call's flag. [`ll_collective_kernel`] writes its input (or the part meant for that peer)
+//!   as LL16 packets into its slot of every peer's region and reduces or copies what arrives
+//!   in its own region; no barrier is needed (the flags carry the synchronisation). Every LL launch
 //!   exchanges packets with every peer (or is a two-rank exchange; a broadcast's non-roots
 //!   send one ack packet to every peer), so a peer is never more than one LL call ahead (it
 //!   cannot finish call `k + 1` before this rank has written its packets of `k + 1`), and two
@@ -73,6 +73,7 @@ pub mod ll;
 pub mod ll128;
 pub mod ll_two_shot;
 pub mod p2p;
+pub mod port;
 
 pub use direct::{direct_collective_any_kernel, direct_collective_kernel};
 pub use ll::{
@@ -82,6 +83,7 @@ pub use ll::{
 pub use ll_two_shot::{ll_two_shot_all_reduce_any_kernel, ll_two_shot_all_reduce_kernel};
 pub use ll128::{ll128_all_reduce_kernel, ll128_collective_any_kernel, ll128_collective_kernel};
 pub use p2p::p2p_kernel;
+pub use port::port_collective_kernel;
 
 use crate::arch;
 use crate::copy::copy;

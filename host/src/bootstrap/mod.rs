@@ -21,6 +21,7 @@
 //! | [`BootstrapConfig`] | rank, size, root, secret, deadlines, interface, queue caps; [`BootstrapConfig::from_env`] knows MSCCL++, torchrun, Open MPI and Slurm variables |
 //! | [`TcpBootstrap`] | the bootstrap: `send`/`recv` by (peer, tag), `all_gather`, `barrier`, `broadcast`, node layout |
 //! | [`Bootstrap`] | the operations as a trait, for other implementations (e.g. in-process) |
+//! | [`SubBootstrap`] | a group of ranks (a sub-communicator) as a bootstrap of its own, over the parent's links and tags |
 //! | [`wire`] | the byte layout of every frame |
 //!
 //! # Protocol
@@ -150,6 +151,7 @@ mod mailbox;
 mod net;
 pub(crate) mod os;
 mod root;
+mod sub;
 mod tcp;
 mod unique_id;
 pub mod wire;
@@ -162,6 +164,7 @@ pub use config::{
     parse_root,
 };
 pub use net::{interface_ipv4, local_ip};
+pub use sub::{MAX_SUB_ID, SUB_TAG, SubBootstrap};
 pub use tcp::TcpBootstrap;
 pub use unique_id::{RootListener, UNIQUE_ID_BYTES, UniqueId};
 

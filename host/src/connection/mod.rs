@@ -10,6 +10,7 @@
 //! | `CudaIpc`, `Shm` | [`p2p`] | copies on a dedicated stream of the device runtime into peer memory mapped here (CUDA IPC / peer access; the CPU backend's shared memory) |
 //! | `Ethernet` | [`ethernet`] | TCP to the peer's receiver thread, which bounds-checks every destination against the memories registered there for `Ethernet` |
 //! | `Ib` | `ib` (feature `ib`) | libibverbs RDMA, loaded with `dlopen` at run time; not yet run on hardware |
+//! | `Ofi` | [`ofi`] | libfabric (`verbs`, `efa`, `cxi`, `tcp` providers), loaded with `dlopen` at run time: RMA writes into the peer's registered memory, or tagged messages staged through host memory; tested over the `tcp` provider, not yet run on RDMA hardware |
 //!
 //! A connection is built here from the local and the remote [`Endpoint`] (`setup.rs`, MSCCL++'s
 //! `Context::connect`): `Communicator::connect` only carries the two endpoints between the ranks
@@ -18,6 +19,7 @@
 pub mod ethernet;
 #[cfg(feature = "ib")]
 pub mod ib;
+pub mod ofi;
 pub mod p2p;
 mod setup;
 
@@ -59,6 +61,25 @@ pub trait Connection: Send + Sync {
     ) -> Result<()>;
     /// Waits until every earlier operation is complete at the destination, at most `timeout`.
     fn flush(&self, timeout: Duration) -> Result<()>;
+    /// Payload bytes this connection has sent to the peer by `write` (what tests and tools
+    /// read to see that traffic crossed a transport); 0 where the transport does not count
+    /// (the same-node ones).
+    fn bytes_sent(&self) -> u64 {
+        0
+    }
+}
+
+/// Whether the `Ib` transport can be used here: this build has the `ib` feature and
+/// libibverbs lists a device.
+pub fn ib_usable() -> bool {
+    #[cfg(feature = "ib")]
+    {
+        ib::verbs::device_names().is_ok_and(|d| !d.is_empty())
+    }
+    #[cfg(not(feature = "ib"))]
+    {
+        false
+    }
 }
 
 /// What `Communicator::connect` needs to know about the local end.

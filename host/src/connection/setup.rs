@@ -10,6 +10,7 @@
 //! | `CudaIpc`, `Shm` | nothing | [`P2pConnection`] (peer access enabled first when the peer is a device of this process) |
 //! | `Ethernet` | a listener ([`ethernet::Listener`]) | [`EthernetConnection`]: connect, handshake, receiver thread |
 //! | `Ib(i)` | a queue pair in INIT and its registrations | `IbConnection`: RTR, RTS; then both sides exchange a ready message ([`Established::exchange_ready`]) |
+//! | `Ofi` | the provider's objects, posted receives, registrations (`ofi::Prepared`) | [`OfiConnection`]: the peer's address, the progress thread |
 //!
 //! `Endpoint::extra` of a network transport is a status byte, then for 0 (ready) the
 //! transport's bytes, for 1 (failed) the sender's reason (UTF-8, cut to
@@ -20,6 +21,7 @@
 use std::sync::Arc;
 
 use super::ethernet::{self, EthernetConnection};
+use super::ofi::{self, OfiConnection};
 use super::p2p::P2pConnection;
 use super::{Connection, Endpoint, EndpointConfig};
 use crate::error::{Error, Result};
@@ -54,6 +56,8 @@ enum Prepared {
     /// A queue pair in INIT and its registrations.
     #[cfg(feature = "ib")]
     Ib(Box<super::ib::Prepared>),
+    /// libfabric objects, posted receives and registrations.
+    Ofi(Box<ofi::Prepared>),
 }
 
 /// The local end of a connection being set up: what was prepared, and the endpoint to send.
@@ -88,12 +92,16 @@ impl LocalEndpoint {
             Transport::Ib(_) => Err(Error::IbUnavailable {
                 reason: "this build has no InfiniBand support (enable the `ib` feature)".into(),
             }),
+            Transport::Ofi => {
+                ofi::Prepared::new(ctx.gpu, ctx.registry).map(|p| Prepared::Ofi(Box::new(p)))
+            }
         };
         let extra = match &prepared {
             Ok(Prepared::Local(_)) => Vec::new(),
             Ok(Prepared::Ethernet(l)) => encode_extra(Ok(&l.info().encode())),
             #[cfg(feature = "ib")]
             Ok(Prepared::Ib(p)) => encode_extra(Ok(&p.info().encode())),
+            Ok(Prepared::Ofi(p)) => encode_extra(Ok(&p.info().encode())),
             Err(e) => encode_extra(Err(&e.to_string())),
         };
         let endpoint = Endpoint {
@@ -191,6 +199,22 @@ impl LocalEndpoint {
                     connection: Arc::new(conn),
                     exchange_ready: true,
                 })
+            }
+            Prepared::Ofi(prep) => {
+                let peer_extra = decode_extra(&theirs.extra, remote_rank)?;
+                let conn = OfiConnection::establish(
+                    *prep,
+                    peer_extra,
+                    ofi::Setup {
+                        rank: ctx.rank,
+                        remote_rank,
+                        gpu: ctx.gpu,
+                        registry: Arc::clone(ctx.registry),
+                        status: Arc::clone(ctx.status),
+                        timeout: self.config.flush_timeout,
+                    },
+                )?;
+                Ok(ready(Arc::new(conn)))
             }
         }
     }

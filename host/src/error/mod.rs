@@ -252,6 +252,102 @@ pub enum Error {
         /// The backend.
         backend: BackendKind,
     },
+    /// A rank's request in a [`split`](crate::communicator::Communicator::split) could not be
+    /// read (a peer of another version, or a corrupted message).
+    #[error("rank {rank}'s split request is malformed: {reason}")]
+    MalformedSplit {
+        /// The rank that sent it.
+        rank: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A scratch region the collectives allocate on first use could not be allocated on some
+    /// rank (every rank of the call gets this error; the region stays unallocated).
+    #[error("the collectives' {region} region could not be allocated on rank {rank}")]
+    RegionUnavailable {
+        /// The region.
+        region: &'static str,
+        /// The first rank that could not allocate it.
+        rank: usize,
+    },
+    /// A buffer cannot be registered with the collectives (empty, not device memory of this
+    /// process's device, not inside one allocation, or not exportable to the peers).
+    #[error("the buffer [{ptr:#x}, +{len}) cannot be registered: {reason}")]
+    NotRegistrable {
+        /// Its first byte.
+        ptr: u64,
+        /// Its length.
+        len: usize,
+        /// Why.
+        reason: String,
+    },
+    /// The collectives' registration service thread could not be started.
+    #[error("starting the registration service thread failed")]
+    RegistrationServiceStart {
+        /// OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Every registration slot of this rank is in use (deregister some first).
+    #[error("all {slots} registration slots of this rank are in use ({what})")]
+    RegistryFull {
+        /// Slots of the kind asked for.
+        slots: usize,
+        /// Which kind: buffers or windows.
+        what: &'static str,
+    },
+    /// A peer could not map this rank's registration (or answered something else).
+    #[error("rank {rank} refused registration slot {slot}: {reason}")]
+    RegistrationRefused {
+        /// The peer.
+        rank: usize,
+        /// The registration slot.
+        slot: usize,
+        /// Why.
+        reason: String,
+    },
+    /// A registration handle this communicator does not hold (deregistered already, or of
+    /// another communicator).
+    #[error("no registration in slot {slot} with generation {generation} on this communicator")]
+    UnknownRegistration {
+        /// The slot.
+        slot: usize,
+        /// The generation.
+        generation: u32,
+    },
+    /// A collective window registration differs between ranks (NCCL's windows are symmetric:
+    /// every rank registers the same size, in the same order).
+    #[error("window registration: rank {rank}'s {what} is {theirs}, this rank's {mine}")]
+    WindowMismatch {
+        /// The rank that differs.
+        rank: usize,
+        /// What differs.
+        what: &'static str,
+        /// This rank's value.
+        mine: u64,
+        /// Theirs.
+        theirs: u64,
+    },
+    /// A typed collective's buffers do not hold what the call needs.
+    #[error("{what}: {got} elements where the call needs {need}")]
+    LengthMismatch {
+        /// Which buffer of which call.
+        what: &'static str,
+        /// Elements it holds.
+        got: usize,
+        /// Elements the call needs.
+        need: usize,
+    },
+    /// No live stream of this process has the handle a caller passed
+    /// ([`Gpu::borrow_stream`](crate::gpu::Gpu::borrow_stream) on the CPU backend, whose
+    /// handles are its own).
+    #[error("no live {backend:?} stream has the handle {stream:#x}")]
+    UnknownStream {
+        /// The handle.
+        stream: u64,
+        /// The backend.
+        backend: BackendKind,
+    },
     /// A file could not be read.
     #[error("reading {path} failed")]
     ReadFile {
@@ -545,6 +641,40 @@ pub enum Error {
         /// What was asked (a same-node transport, a collective, …).
         what: &'static str,
     },
+    /// Two ranks on different nodes offer no network transport in common (one forced another
+    /// with `MSCCLPP_NET_TRANSPORT`, or lacks libfabric or InfiniBand the other requires).
+    #[error(
+        "no network transport reaches rank {remote_rank}: this rank offers {mine:#x}, it offers {theirs:#x} (Transport bits: Ethernet 0x4, Ofi 0x8, Ib 0x100..; MSCCLPP_NET_TRANSPORT must agree on every rank)"
+    )]
+    NoCommonTransport {
+        /// The peer.
+        remote_rank: usize,
+        /// This rank's offer (`TransportFlags` bits).
+        mine: u32,
+        /// The peer's offer.
+        theirs: u32,
+    },
+    /// `MSCCLPP_NET_TRANSPORT` names no transport.
+    #[error("MSCCLPP_NET_TRANSPORT={value:?} is not a network transport (use ofi, ib or ethernet)")]
+    UnknownNetTransport {
+        /// The value.
+        value: String,
+    },
+    /// The bootstrap cannot say which node a rank runs on (`Bootstrap::node_of`).
+    #[error("the bootstrap knows no node of rank {rank}, so the node layout is unknown")]
+    NoNodeLayout {
+        /// The rank without a node.
+        rank: usize,
+    },
+    /// Something that needs the same number of ranks on every node (the hierarchical
+    /// collectives) was asked of a world whose nodes differ.
+    #[error(
+        "the nodes run different numbers of ranks ({sizes:?}, in node order), but this needs the same number on every node"
+    )]
+    UnevenNodes {
+        /// Ranks of every node, in node order.
+        sizes: Vec<usize>,
+    },
     /// A peer's serialized registered memory is invalid.
     #[error("registered memory from rank {rank} is malformed: {reason}")]
     MalformedMemory {
@@ -782,6 +912,82 @@ pub enum Error {
         /// What was wrong.
         reason: String,
     },
+    // ---- libfabric (connection::ofi) ----
+    /// libfabric is not usable here: the library could not be loaded, or no provider offers
+    /// what the transport needs.
+    #[error("libfabric is not available: {reason}")]
+    OfiUnavailable {
+        /// Why.
+        reason: String,
+    },
+    /// A libfabric call failed.
+    #[error("libfabric {call} failed (provider {provider:?}): {reason} ({code})")]
+    OfiCall {
+        /// The call (`fi_domain`, `fi_mr_regattr`, `fi_tsend`, …).
+        call: &'static str,
+        /// The provider.
+        provider: String,
+        /// libfabric's (negative) return code.
+        code: isize,
+        /// `fi_strerror` of it.
+        reason: String,
+    },
+    /// The libfabric set-up with a peer failed (malformed endpoint, another provider, …).
+    #[error("libfabric connection to rank {remote_rank}: set-up failed: {reason}")]
+    OfiConnect {
+        /// The peer.
+        remote_rank: usize,
+        /// Why.
+        reason: String,
+    },
+    /// The peer closed its end of a libfabric connection (it dropped it or exited).
+    #[error("rank {remote_rank} closed its libfabric connection ({op})")]
+    OfiPeerClosed {
+        /// The peer.
+        remote_rank: usize,
+        /// The operation that found it closed.
+        op: &'static str,
+    },
+    /// This rank refused a message of the peer (malformed, out of sequence, outside its
+    /// memories).
+    #[error("libfabric connection to rank {remote_rank}: refused a frame from the peer: {reason}")]
+    OfiProtocol {
+        /// The peer.
+        remote_rank: usize,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A libfabric connection stopped working on this side (a call failed, or the device
+    /// failed while staging or applying data).
+    #[error("libfabric connection to rank {remote_rank}: {op} failed: {reason}")]
+    OfiFailed {
+        /// The peer.
+        remote_rank: usize,
+        /// The operation.
+        op: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// A libfabric operation waited for room (send slots, the peer's receive slots) past its
+    /// deadline.
+    #[error("libfabric connection to rank {remote_rank}: {op} did not complete within {after:?}")]
+    OfiTimeout {
+        /// The peer.
+        remote_rank: usize,
+        /// The operation.
+        op: &'static str,
+        /// The deadline.
+        after: std::time::Duration,
+    },
+    /// A memory cannot be used on a libfabric connection.
+    #[error("libfabric connection to rank {remote_rank}: {misuse}")]
+    OfiMemory {
+        /// The peer.
+        remote_rank: usize,
+        /// What is wrong with the memory.
+        misuse: MemoryMisuse,
+    },
+
     /// InfiniBand cannot be used here: libibverbs is missing, has no device, or lacks a symbol.
     #[error("InfiniBand is not available: {reason}")]
     IbUnavailable {

@@ -116,6 +116,16 @@ impl DeviceBuffer {
     }
 }
 
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        // The memory itself is freed by the backend's owner (`imp`), dropped right after.
+        self.gpu
+            .inner
+            .allocated
+            .fetch_sub(self.len(), std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 fn check_range(offset: usize, len: usize, size: usize) -> Result<()> {
     match offset.checked_add(len) {
         Some(end) if end <= size => Ok(()),

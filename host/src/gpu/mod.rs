@@ -90,6 +90,9 @@ struct GpuInner {
     kind: BackendKind,
     ordinal: usize,
     imp: DeviceImpl,
+    /// Bytes of the live [`DeviceBuffer`]s allocated through this `Gpu` and its clones
+    /// ([`Gpu::allocated_bytes`]); relaxed: a statistic.
+    allocated: std::sync::atomic::AtomicUsize,
 }
 
 /// One device of one backend. Cheap to clone; everything allocated from it keeps it alive.
@@ -112,7 +115,12 @@ impl Gpu {
             BackendKind::Cpu => DeviceImpl::Cpu(cpu::Device::open(ordinal)?),
         };
         Ok(Self {
-            inner: Arc::new(GpuInner { kind, ordinal, imp }),
+            inner: Arc::new(GpuInner {
+                kind,
+                ordinal,
+                imp,
+                allocated: std::sync::atomic::AtomicUsize::new(0),
+            }),
         })
     }
 
@@ -154,10 +162,22 @@ impl Gpu {
             DeviceImpl::Cuda(d) => BufferImpl::Cuda(d.alloc(bytes)?),
             DeviceImpl::Cpu(d) => BufferImpl::Cpu(d.alloc(bytes)?),
         };
+        self.inner
+            .allocated
+            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
         Ok(DeviceBuffer {
             gpu: self.clone(),
             imp,
         })
+    }
+
+    /// Bytes of device memory allocated with [`alloc`](Self::alloc) through this `Gpu` (and
+    /// its clones, not other `Gpu`s of the same device) and not yet freed: what a
+    /// communicator and its collectives hold, for tools and tests (`mscclpp-info`).
+    pub fn allocated_bytes(&self) -> usize {
+        self.inner
+            .allocated
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Allocates `bytes` of zeroed host memory that this device can access (FIFO, flags).
@@ -268,6 +288,36 @@ impl Gpu {
         };
         Ok(Event {
             _gpu: self.clone(),
+            imp,
+        })
+    }
+
+    /// Uses a caller's stream, given as the integer its backend names it by, without owning
+    /// it: dropping the returned [`Stream`] leaves it alone, and work queued on it runs in
+    /// order with the caller's. One call for both backends ("foreign streams"):
+    ///
+    /// - CUDA: a `CUstream` / `cudaStream_t` (PyTorch's `torch.cuda.current_stream().cuda_stream`,
+    ///   cudarc's `CudaStream::cu_stream()`, the C ABI's argument; `0`, `1` and `2` are the
+    ///   default streams): [`borrow_cuda_stream`](Self::borrow_cuda_stream).
+    /// - CPU backend: the handle of one of its streams ([`Stream::raw`]; `0`, `1` and `2` are
+    ///   the device's default stream). A handle no live stream has is
+    ///   [`Error::UnknownStream`]; once its owner is dropped, queuing on the borrowed stream
+    ///   fails instead of running.
+    ///
+    /// [`Error::StreamDevice`] when the stream belongs to another device.
+    ///
+    /// # Safety
+    /// On CUDA, `raw` is a default-stream handle or a live stream of this device's primary
+    /// context, and stays live as long as the returned [`Stream`] (the CPU backend checks its
+    /// handles itself).
+    pub unsafe fn borrow_stream(&self, raw: u64) -> Result<Stream> {
+        let imp = match &self.inner.imp {
+            // SAFETY: forwarded contract.
+            DeviceImpl::Cuda(d) => StreamImpl::Cuda(unsafe { d.borrow_stream(raw) }?),
+            DeviceImpl::Cpu(d) => StreamImpl::Cpu(d.borrow_stream(raw)?),
+        };
+        Ok(Stream {
+            gpu: self.clone(),
             imp,
         })
     }

@@ -154,6 +154,17 @@ impl Stream {
         }
     }
 
+    /// Whether work queued now is captured into a CUDA graph instead of run (CUDA:
+    /// `cuStreamIsCapturing`, so a capture begun by the stream's owner counts, e.g. PyTorch's
+    /// on a borrowed stream; the CPU backend never captures). Collectives ask it to choose
+    /// paths that neither allocate nor wait on the host (`mscclpp::collectives`).
+    pub fn is_capturing(&self) -> Result<bool> {
+        match &self.imp {
+            StreamImpl::Cuda(s) => s.is_capturing(),
+            StreamImpl::Cpu(_) => Ok(false),
+        }
+    }
+
     /// Captures the work that `queue` puts on this stream into a [`Graph`] instead of running
     /// it (CUDA stream capture, relaxed mode), so that it can be replayed with one launch. The
     /// capture ends, and the stream runs work normally again, whether `queue` succeeds or not.
@@ -180,6 +191,24 @@ impl Stream {
             _gpu: self.gpu.clone(),
             imp: ended?,
         })
+    }
+
+    /// The integer this stream is named by on its backend: the `CUstream` on CUDA, the
+    /// stream's handle on the CPU backend. [`Gpu::borrow_stream`] turns it back into a
+    /// [`Stream`] (in this process; valid while this stream lives).
+    pub fn raw(&self) -> u64 {
+        match &self.imp {
+            StreamImpl::Cuda(s) => s.raw(),
+            StreamImpl::Cpu(s) => s.raw(),
+        }
+    }
+
+    /// Whether this is a caller's stream used without owning it ([`Gpu::borrow_stream`]).
+    pub fn is_borrowed(&self) -> bool {
+        match &self.imp {
+            StreamImpl::Cuda(s) => s.is_borrowed(),
+            StreamImpl::Cpu(s) => s.is_borrowed(),
+        }
     }
 
     /// The raw `CUstream` (CUDA backend), for interop with other libraries (NCCL, graphs).

@@ -59,7 +59,7 @@ struct Inner {
     /// form; a network transport's write into the memory must name it ([`RegisteredMemory::key`]).
     key: u64,
     /// The entry in the communicator's registry of network-writable memories (local memories
-    /// registered for `Ethernet`/`Ib`); dropping the last clone removes it, after which no
+    /// registered for `Ethernet`/`Ib`/`Ofi`); dropping the last clone removes it, after which no
     /// receiver writes here.
     _registration: Option<Registration>,
 }

@@ -4,7 +4,7 @@
 //! Every local registration gets the next id of this rank ([`LocalMemories::register`]); peers
 //! and proxies name the memory by it.
 //!
-//! Network transports (`Ethernet`, `Ib`) write into this rank's memory on behalf of a peer,
+//! Network transports (`Ethernet`, `Ib`, `Ofi`) write into this rank's memory on behalf of a peer,
 //! which names the destination only by its id. The registry therefore also keeps a map id →
 //! [`LocalMemory`] (address, size, transports, network key) of every memory registered here for a
 //! network transport:
@@ -158,7 +158,9 @@ impl Drop for Registration {
 
 /// Whether a memory registered for `transports` may be written by peers over the network.
 fn network_writable(transports: TransportFlags) -> bool {
-    transports.has(Transport::Ethernet) || (0..8).any(|i| transports.has(Transport::Ib(i)))
+    transports.has(Transport::Ethernet)
+        || transports.has(Transport::Ofi)
+        || (0..8).any(|i| transports.has(Transport::Ib(i)))
 }
 
 #[cfg(test)]

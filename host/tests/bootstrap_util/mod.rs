@@ -30,6 +30,23 @@ pub fn connect_retry(addr: SocketAddr) -> TcpStream {
     }
 }
 
+/// Connects to `addr` while `alive()` holds, retrying (attempts of at most 2 s) for up to
+/// 30 s while it is refused or slow; `None` once `alive()` is false (the listener's owner is
+/// gone, so a refusal is expected). Panics only after 30 s of refusals while alive.
+pub fn connect_while(addr: SocketAddr, alive: impl Fn() -> bool) -> Option<TcpStream> {
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        if !alive() {
+            return None;
+        }
+        match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
+            Ok(s) => return Some(s),
+            Err(_) if Instant::now() < until => thread::sleep(Duration::from_millis(10)),
+            Err(e) => panic!("cannot connect to {addr}: {e}"),
+        }
+    }
+}
+
 /// A HELLO of this session.
 pub fn hello(id: &UniqueId, purpose: Purpose, from: usize, to: usize, size: usize) -> Hello {
     Hello {

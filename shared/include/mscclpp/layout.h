@@ -149,6 +149,9 @@
 #define MSCCLPP_MODE_REDUCE_LOCAL 10u
 #define MSCCLPP_MODE_REDUCE 11u /* reduce into the root's output only */
 #define MSCCLPP_MAX_DIRECT_RANKS 8u
+#define MSCCLPP_REGISTRY_SLOTS 256u
+#define MSCCLPP_WINDOW_SLOTS 64u
+#define MSCCLPP_MAX_PORT_RANKS 64u
 
 /* The point-to-point engine (shared/src/p2p.rs). */
 #define MSCCLPP_P2P_MAX_OPS 16u
@@ -478,17 +481,94 @@ MSCCLPP_CHECK_OFFSET(CollectiveParams, ll128_slot_bytes, 120);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, scalar, 128);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, scalar_ptr, 136);
 
-/* direct_collective_kernel: the callers' own buffers of every rank, mapped here. */
+/* Registered buffers (shared/src/registry.rs). */
+
+/* One of a peer's registrations as mapped here (generation 0: none). */
+typedef struct RegistrySlot {
+  MSCCLPP_ALIGNAS(8) uint64_t base;
+  uint64_t len;
+  uint32_t generation;
+  uint32_t reserved;
+  uint64_t reserved2;
+} RegistrySlot;
+MSCCLPP_CHECK_LAYOUT(RegistrySlot, 32, 8);
+MSCCLPP_CHECK_OFFSET(RegistrySlot, base, 0);
+MSCCLPP_CHECK_OFFSET(RegistrySlot, len, 8);
+MSCCLPP_CHECK_OFFSET(RegistrySlot, generation, 16);
+MSCCLPP_CHECK_OFFSET(RegistrySlot, reserved, 20);
+MSCCLPP_CHECK_OFFSET(RegistrySlot, reserved2, 24);
+
+/* A buffer of a call on registered buffers: its owner's slot, generation and offset. */
+typedef struct BufferRef {
+  MSCCLPP_ALIGNAS(8) uint32_t slot;
+  uint32_t generation;
+  uint64_t offset;
+} BufferRef;
+MSCCLPP_CHECK_LAYOUT(BufferRef, 16, 8);
+MSCCLPP_CHECK_OFFSET(BufferRef, slot, 0);
+MSCCLPP_CHECK_OFFSET(BufferRef, generation, 4);
+MSCCLPP_CHECK_OFFSET(BufferRef, offset, 8);
+
+/* What a rank hands each peer at the start of a direct kernel on registered buffers. */
+typedef struct RegisteredCall {
+  BufferRef input;
+  BufferRef output;
+  uint64_t call;       /* digest of the call; a peer's that differs refuses the launch */
+  uint32_t ok;         /* 0: this rank's buffers do not suit the kernel */
+  uint32_t reserved;
+  uint64_t reserved2[2];
+} RegisteredCall;
+MSCCLPP_CHECK_LAYOUT(RegisteredCall, 64, 8);
+MSCCLPP_CHECK_OFFSET(RegisteredCall, input, 0);
+MSCCLPP_CHECK_OFFSET(RegisteredCall, output, 16);
+MSCCLPP_CHECK_OFFSET(RegisteredCall, call, 32);
+MSCCLPP_CHECK_OFFSET(RegisteredCall, ok, 40);
+MSCCLPP_CHECK_OFFSET(RegisteredCall, reserved, 44);
+MSCCLPP_CHECK_OFFSET(RegisteredCall, reserved2, 48);
+
+/* direct_collective_kernel: the callers' own buffers of every rank, mapped here: exchanged by
+ * the host (registry null), or registered ahead and resolved by the kernel from the peers'
+ * descriptors (registry set; entries q != rank of inputs/outputs ignored). */
 typedef struct DirectCollectiveParams {
-  CollectiveParams common;                   /* common.scratch unused */
+  CollectiveParams common;                   /* common.scratch: the descriptor area's buffer */
   uint64_t inputs[MSCCLPP_MAX_DIRECT_RANKS];  /* rank q's input as addressed here; null past nranks */
   uint64_t outputs[MSCCLPP_MAX_DIRECT_RANKS]; /* rank q's output as addressed here */
+  uint64_t registry;                          /* RegistrySlot[MAX_DIRECT_RANKS][REGISTRY_SLOTS] or 0 */
+  uint64_t desc_offset;                       /* descriptor area in every scratch */
+  uint64_t need[2];                           /* bytes every input / output must hold */
+  uint32_t meet;                              /* send mode, registered: ranks met (bit q) */
+  uint32_t reserved;
+  RegisteredCall mine;                        /* this rank's descriptor */
 } DirectCollectiveParams;
-MSCCLPP_CHECK_LAYOUT(DirectCollectiveParams, 272, 8);
+MSCCLPP_CHECK_LAYOUT(DirectCollectiveParams, 376, 8);
 MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, common, 0);
 MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, inputs, 144);
 MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, outputs, 208);
+MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, registry, 272);
+MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, desc_offset, 280);
+MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, need, 288);
+MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, meet, 304);
+MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, reserved, 308);
+MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, mine, 312);
 
+/* port_collective_kernel: every piece of a collective through PortChannels, in one block. */
+typedef struct PortCollectiveParams {
+  CollectiveParams common; /* common.channels and the LL fields unused */
+  uint64_t port_channels;  /* 2 x nranks PortChannelDeviceHandle: [2q] data, [2q+1] acknowledgement */
+  uint64_t counters;       /* 2 x nranks u64: [2q] pieces sent to q, [2q+1] received from q */
+  uint64_t send_mask;      /* bit q: this rank sends to q */
+  uint64_t recv_mask;      /* bit q: this rank receives from q */
+  uint64_t port_offset;    /* nranks send slots, 2 x nranks receive slots, 1 accumulator slot */
+  uint64_t slot_bytes;     /* bytes of one slot (a multiple of 16) */
+} PortCollectiveParams;
+MSCCLPP_CHECK_LAYOUT(PortCollectiveParams, 192, 8);
+MSCCLPP_CHECK_OFFSET(PortCollectiveParams, common, 0);
+MSCCLPP_CHECK_OFFSET(PortCollectiveParams, port_channels, 144);
+MSCCLPP_CHECK_OFFSET(PortCollectiveParams, counters, 152);
+MSCCLPP_CHECK_OFFSET(PortCollectiveParams, send_mask, 160);
+MSCCLPP_CHECK_OFFSET(PortCollectiveParams, recv_mask, 168);
+MSCCLPP_CHECK_OFFSET(PortCollectiveParams, port_offset, 176);
+MSCCLPP_CHECK_OFFSET(PortCollectiveParams, slot_bytes, 184);
 /* p2p_kernel: sends and receives to any peers, run together. The scratch layout they use is
  * P2pLayout in shared/src/p2p.rs. */
 typedef struct P2pOp {

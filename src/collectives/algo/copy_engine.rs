@@ -16,7 +16,7 @@ use mscclpp_shared::{DevicePtr, DirectCollectiveParams};
 use super::direct::{self, at_most_direct_ranks, symmetric};
 use super::{Algorithm, Collective, CollectiveAlgorithm, Queued};
 use crate::collectives::CollectiveConfig;
-use crate::collectives::context::{Args, Context, SetUp, Twin, copy_if_needed};
+use crate::collectives::context::{Args, CallRegs, Context, Peer, SetUp, Twin, copy_if_needed};
 use crate::collectives::registered;
 use crate::collectives::scratch::{Region, ScratchLayout};
 use crate::collectives::select::Call;
@@ -85,6 +85,9 @@ impl CollectiveAlgorithm for CopyEngine {
     fn queue(&self, cx: &Context, args: &Args, stream: &Stream) -> Result<Queued> {
         let (n, me) = (cx.ranks(), cx.rank());
         let (input, b) = (args.input, args.call.bytes);
+        if let Some(regs) = args.reg {
+            return self.windows(cx, args, regs, stream);
+        }
         let (mut mine, mut eligible) = symmetric(cx, args);
         if args.call.collective == Collective::AllReduce {
             // Every rank shares its CE scratch too (or, without one, goes staged).
@@ -130,6 +133,77 @@ impl CollectiveAlgorithm for CopyEngine {
 }
 
 impl CopyEngine {
+    /// Whether the copy engines take a call on registered buffers: outputs in windows (the
+    /// host knows the peers' windows, and NCCL's symmetric rule puts the peers' buffers at this
+    /// rank's offset), for the collectives that copy into the peers' outputs only: all-gather
+    /// and broadcast (not the all-reduce, whose scratch is traded per call, nor
+    /// the all-to-all, which refuses in place; those take the direct kernel).
+    pub(crate) fn takes_registered(args: &Args) -> bool {
+        let Some(regs) = args.reg else {
+            return false;
+        };
+        regs.windows
+            && regs.output.is_some()
+            && match args.peer {
+                Peer::None | Peer::Root(_) => matches!(
+                    args.call.collective,
+                    Collective::AllGather | Collective::Broadcast
+                ),
+                // Point-to-point calls run on the p2p engine.
+                Peer::Pair { .. } | Peer::To(_) | Peer::From(_) => false,
+            }
+    }
+
+    /// A call whose outputs are windows ([`takes_registered`](Self::takes_registered)): the
+    /// peers' outputs at this rank's offset in their windows, checked to hold what is copied;
+    /// no message. (A peer whose buffer is at another offset of its window gets the data at
+    /// this one's: NCCL's symmetric rule; nothing lands outside its window.)
+    fn windows(
+        &self,
+        cx: &Context,
+        args: &Args,
+        regs: CallRegs,
+        stream: &Stream,
+    ) -> Result<Queued> {
+        let (n, me) = (cx.ranks(), cx.rank());
+        let (input, b) = (args.input, args.call.bytes);
+        let Some(out) = regs.output.filter(|_| Self::takes_registered(args)) else {
+            return Err(cx.cannot("the copy engines on these registered buffers"));
+        };
+        let need = match args.call.collective {
+            Collective::AllGather => n * b,
+            _ => b,
+        };
+        let peer_output = |q: usize| -> Result<DevicePtr<u8>> {
+            if q == me {
+                return Ok(args.output);
+            }
+            match cx.registry.peer_window(q, out.slot) {
+                Some((base, len)) if out.offset as usize + need <= len => {
+                    Ok(base.byte_add_cast(out.offset))
+                }
+                _ => Err(mscclpp_host::Error::MalformedMemory {
+                    rank: q,
+                    reason: format!(
+                        "its window in slot {} does not hold {need} bytes at offset {}",
+                        out.slot, out.offset
+                    ),
+                }),
+            }
+        };
+        let at = |q: usize| (q * b) as u64;
+        let copies: Vec<Copy> = match args.call.collective {
+            Collective::AllGather => (0..n)
+                .map(|q| Ok((q, peer_output(q)?.byte_add_cast(at(me)), input, b)))
+                .collect::<Result<_>>()?,
+            Collective::Broadcast if me == args.root() as usize => (0..n)
+                .map(|q| Ok((q, peer_output(q)?, input, b)))
+                .collect::<Result<_>>()?,
+            _ => Vec::new(),
+        };
+        self.copies(cx, stream, &cx.others(), &copies)
+    }
+
     /// Queues `copies` on the copy engines between two barriers with `peers`. The copy into
     /// this rank's own buffer runs on the side stream, beside the barrier and the copies over
     /// NVLink (another copy engine), and is joined before the closing barrier.

@@ -8,12 +8,13 @@
 use mscclpp_host::Result;
 use mscclpp_host::gpu::{LaunchConfig, Stream};
 use mscclpp_shared::{
-    CollectiveMode, DevicePtr, DirectCollectiveParams, MAX_DIRECT_RANKS, MemoryChannelDeviceHandle,
+    CollectiveMode, DIRECT_SHARED_BYTES, DevicePtr, DirectCollectiveParams, MAX_DIRECT_RANKS,
+    MemoryChannelDeviceHandle, RegisteredCall,
 };
 
 use super::{Algorithm, Collective, CollectiveAlgorithm, Queued};
 use crate::collectives::CollectiveConfig;
-use crate::collectives::context::{Args, Context, SetUp, Twin};
+use crate::collectives::context::{Args, CallRegs, Context, Peer, SetUp, Twin};
 use crate::collectives::registered::{self, disjoint_or_at, whole_vectors};
 use crate::kernels;
 
@@ -51,6 +52,9 @@ impl CollectiveAlgorithm for Direct {
     fn queue(&self, cx: &Context, args: &Args, stream: &Stream) -> Result<Queued> {
         let (call, n, me) = (&args.call, cx.ranks(), cx.rank());
         let (input, output, b) = (args.input, args.output, call.bytes);
+        if let Some(regs) = args.reg {
+            return self.registered(cx, args, regs, stream);
+        }
         if call.collective == Collective::SendRecv {
             return Err(cx.cannot(Self::NOT_SERVED));
         }
@@ -100,6 +104,85 @@ impl CollectiveAlgorithm for Direct {
             Collective::SendRecv => return Err(cx.cannot(Self::NOT_SERVED)),
         };
         (d.common.input, d.common.output) = (input, output);
+        launch(cx, &self.kernel, d, work, stream)?;
+        Ok(Queued::Ran)
+    }
+}
+
+impl Direct {
+    /// A call on registered buffers (`registry.rs`): no exchange; the kernel learns the peers'
+    /// buffers from their descriptors (`mscclpp_device::collectives::direct`). Never declines:
+    /// a rank whose buffers do not suit the kernel says so in its descriptor, and every rank's
+    /// kernel refuses the launch.
+    fn registered(
+        &self,
+        cx: &Context,
+        args: &Args,
+        regs: CallRegs,
+        stream: &Stream,
+    ) -> Result<Queued> {
+        let (call, n, me) = (&args.call, cx.ranks(), cx.rank());
+        let (input, output, b) = (args.input, args.output, call.bytes);
+        let reduce = (call.dtype, call.op);
+        let (mode, data, need, work, meet) = match (call.collective, args.peer) {
+            // Point-to-point calls run on the p2p engine, a reduce on exchanged buffers
+            // (`Collectives::registered_call` gives them no registrations).
+            (Collective::SendRecv | Collective::Reduce, _) | (_, Peer::Pair { .. }) => {
+                return Err(cx.cannot(Self::NOT_SERVED));
+            }
+            (Collective::AllReduce, _) => (CollectiveMode::AllReduce, reduce, [b, b], b / n, 0),
+            (Collective::AllGather, _) => (
+                CollectiveMode::AllGather,
+                Context::MOVE,
+                [0, n * b],
+                n * b,
+                0,
+            ),
+            (Collective::ReduceScatter, _) => {
+                (CollectiveMode::ReduceScatter, reduce, [n * b, 0], b, 0)
+            }
+            (Collective::Broadcast, _) => (CollectiveMode::Broadcast, Context::MOVE, [0, b], b, 0),
+            (Collective::AllToAll, _) => (
+                CollectiveMode::AllToAll,
+                Context::MOVE,
+                [0, n * b],
+                n * b,
+                0,
+            ),
+        };
+        let eligible = symmetric(cx, args).1;
+        let mut d = cx.direct_params(mode, data, b);
+        (d.common.input, d.common.output) = (input, output);
+        d.common.root = args.root();
+        d.inputs[me] = input;
+        d.outputs[me] = output;
+        d.registry = cx.registry.table();
+        d.desc_offset = cx.layout.desc_offset();
+        d.need = [need[0] as u64, need[1] as u64];
+        d.meet = meet;
+        // The send's root is each rank's own next rank: not part of the digest.
+        let root = if mode == CollectiveMode::Send {
+            u32::MAX
+        } else {
+            d.common.root
+        };
+        d.mine = RegisteredCall {
+            input: regs.input.unwrap_or_default(),
+            output: regs.output.unwrap_or_default(),
+            call: digest(&[
+                mode as u64,
+                b as u64,
+                root as u64,
+                d.common.dtype as u64,
+                d.common.op as u64,
+                d.common.scalar,
+                n as u64,
+                d.need[0],
+                d.need[1],
+            ]),
+            ok: eligible as u32,
+            ..Default::default()
+        };
         launch(cx, &self.kernel, d, work, stream)?;
         Ok(Queued::Ran)
     }
@@ -189,7 +272,17 @@ pub(super) fn launch(
 pub(crate) fn shape(cfg: &CollectiveConfig, work: usize) -> LaunchConfig {
     let most = cfg.direct_blocks.min(cfg.max_blocks) as usize;
     let blocks = work.div_ceil(cfg.direct_block_bytes).clamp(1, most) as u32;
-    LaunchConfig::new(blocks, cfg.direct_threads).with_shared_mem(16)
+    LaunchConfig::new(blocks, cfg.direct_threads).with_shared_mem(DIRECT_SHARED_BYTES)
+}
+
+/// FNV-1a over `words`: the digest of a registered call every rank compares with its peers'.
+fn digest(words: &[u64]) -> u64 {
+    words
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+        })
 }
 
 /// Queues one block meeting the ranks in `peers` on channel row `row` (`< max_blocks`; the

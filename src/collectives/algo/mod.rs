@@ -6,7 +6,7 @@
 //! | item | what it says | who asks |
 //! |---|---|---|
 //! | `ALGORITHM`, `NAME`, `ALIASES` | the public [`Algorithm`] a caller forces it by, its CLI name (`mscclpp-bench -a`), other spellings | [`Algorithm::name`], [`Algorithm::parse`] |
-//! | `SERVES`, `POINT_TO_POINT`, `serves_ranks`, `serves_data` | the collectives a caller may force it for, whether the choice may use it for `send_recv` / `send` / `recv`, and the rank counts, element types and operators it serves | [`Algorithm::serves`], the selection table (`select.rs`), the forced-algorithm check |
+//! | `SERVES`, `POINT_TO_POINT`, `serves_ranks`, `serves_nodes`, `serves_data` | the collectives a caller may force it for, whether the choice may use it for `send_recv` / `send` / `recv`, and the rank counts, node layouts (one node, or several with equal or unequal numbers of ranks), element types and operators it serves | [`Algorithm::serves`], the selection table (`select.rs`), the forced-algorithm check |
 //! | `REGISTERED` | whether it works on the callers' buffers (registered on first use and exchanged with the peers on every call): such an algorithm may decline a call (some rank's buffers cannot be shared), and the call then takes the next row of the selection table that needs no registration | the dispatch in `collectives/mod.rs` |
 //! | `SCRATCH`, `channel_rows` | the regions of the communicator's scratch it uses (the [`ScratchLayout`] holds exactly the regions some algorithm asks for) and the rows of channels (one per block) it launches with | `Collectives::with_config` |
 //! | `plan` | what a call of it runs, from sizes alone: itself, another algorithm it hands the call to, or a refusal (the call exceeds its limits) | `select::decide` (and so the pinning test) and its own `queue` |
@@ -45,10 +45,12 @@ use super::select::Call;
 
 pub(crate) mod copy_engine;
 pub(crate) mod direct;
+pub(crate) mod hierarchical;
 pub(crate) mod ll;
 pub(crate) mod ll128;
 pub(crate) mod ll_two_shot;
 pub(crate) mod p2p;
+pub(crate) mod port;
 pub(crate) mod staged;
 pub(crate) mod two_shot_put;
 
@@ -62,6 +64,8 @@ pub(crate) const UNITS: [Unit; Algorithm::ALL.len()] = [
     unit::<ll128::Ll128>(),
     unit::<ll_two_shot::LlTwoShot>(),
     unit::<p2p::P2p>(),
+    unit::<port::Port>(),
+    unit::<hierarchical::Hierarchical>(),
 ];
 
 /// An algorithm a caller can force (`Collectives::all_reduce(…, Some(algorithm))`,
@@ -94,11 +98,20 @@ pub enum Algorithm {
     /// LL16 packets for small messages, pipelined chunks for larger ones). It cannot be
     /// forced on a collective.
     P2p,
+    /// Worlds of several nodes: every collective through PortChannels to every rank (the
+    /// network between nodes, the copy engines inside one), piece by piece in one block.
+    Port,
+    /// Worlds of several nodes with the same number of ranks on each: all-reduce as a
+    /// reduce-scatter inside each node, an all-reduce of each part between the ranks of the
+    /// same local index on every node (PortChannels), and an all-gather inside each node,
+    /// pipelined in chunks; small calls take one all-reduce inside the node and one exchange
+    /// across nodes.
+    Hierarchical,
 }
 
 impl Algorithm {
     /// Every algorithm, in declaration order (`ALL[a as usize] == a`).
-    pub const ALL: [Algorithm; 8] = [
+    pub const ALL: [Algorithm; 10] = [
         Self::LlOneShot,
         Self::Staged,
         Self::TwoShotPut,
@@ -107,9 +120,12 @@ impl Algorithm {
         Self::Ll128,
         Self::LlTwoShot,
         Self::P2p,
+        Self::Port,
+        Self::Hierarchical,
     ];
 
-    /// Its CLI name: `ll`, `staged`, `put`, `direct`, `ce`, `ll128`, `ll2` or `p2p`.
+    /// Its CLI name: `ll`, `staged`, `put`, `direct`, `ce`, `ll128`, `ll2`, `p2p`, `port` or
+    /// `hier`.
     pub fn name(self) -> &'static str {
         self.unit().name
     }
@@ -128,6 +144,13 @@ impl Algorithm {
     /// [`Collective::SendRecv`] this way.
     pub fn serves(self, collective: Collective) -> bool {
         self.unit().serves.contains(&collective)
+    }
+
+    /// Whether it serves a world of `nodes` nodes (`uniform`: the same number of ranks on
+    /// each). The single-node algorithms serve one node; `port` several; `hier` several of the
+    /// same size.
+    pub fn serves_world(self, nodes: usize, uniform: bool) -> bool {
+        (self.unit().serves_nodes)(nodes, uniform).is_ok()
     }
 
     /// Its registration.
@@ -191,6 +214,17 @@ pub(crate) trait CollectiveAlgorithm: Sized + Send + Sync + 'static {
         Ok(())
     }
 
+    /// `Ok` when it serves a world of `nodes` nodes (`uniform`: the same number of ranks on
+    /// each), else what it cannot do. By default one node only: the single-node algorithms
+    /// load and store the peers' memory.
+    fn serves_nodes(nodes: usize, _uniform: bool) -> Result<(), &'static str> {
+        if nodes == 1 {
+            Ok(())
+        } else {
+            Err("a world of one node (it loads and stores the peers' memory)")
+        }
+    }
+
     /// `Ok` when it serves elements of `dtype` (reduced by `op` where the collective reduces),
     /// else what it cannot do. The types and operators are passed through to the kernels,
     /// which serve every one the shared enums list.
@@ -252,6 +286,7 @@ pub(crate) struct Unit {
     pub registered: bool,
     pub scratch: &'static [Region],
     pub serves_ranks: fn(usize) -> Result<(), &'static str>,
+    pub serves_nodes: fn(usize, bool) -> Result<(), &'static str>,
     pub serves_data: fn(DataType, KernelOp) -> Result<(), &'static str>,
     pub channel_rows: fn(&CollectiveConfig) -> u32,
     /// Only `select::decide` (the pinning test's model) asks it from here; at run time each
@@ -273,6 +308,7 @@ const fn unit<A: CollectiveAlgorithm>() -> Unit {
         registered: A::REGISTERED,
         scratch: A::SCRATCH,
         serves_ranks: A::serves_ranks,
+        serves_nodes: A::serves_nodes,
         serves_data: A::serves_data,
         channel_rows: A::channel_rows,
         #[cfg(test)]
@@ -311,7 +347,9 @@ mod tests {
         let names: Vec<_> = Algorithm::ALL.map(Algorithm::name).into();
         assert_eq!(
             names,
-            ["ll", "staged", "put", "direct", "ce", "ll128", "ll2", "p2p"]
+            [
+                "ll", "staged", "put", "direct", "ce", "ll128", "ll2", "p2p", "port", "hier"
+            ]
         );
         assert_eq!(Algorithm::parse("nccl"), None);
     }
@@ -340,6 +378,9 @@ mod tests {
                     CopyEngine => matches!(c, AllReduce | AllGather | Broadcast | AllToAll),
                     // Added after the bench's matrix: forced by nobody.
                     P2p => false,
+                    // Added with worlds of several nodes (issue 18).
+                    Port => c != SendRecv,
+                    Hierarchical => c == AllReduce,
                 };
                 assert_eq!(a.serves(c), before, "{a:?} {c:?}");
             }

@@ -13,6 +13,7 @@ use super::{Algorithm, Collective, CollectiveAlgorithm, Queued};
 use crate::collectives::CollectiveConfig;
 use crate::collectives::context::{Args, Context, SetUp, Twin};
 use crate::collectives::reduction::KernelOp;
+use crate::collectives::regions::Peers;
 use crate::collectives::scratch::Region;
 use crate::kernels;
 
@@ -91,6 +92,7 @@ impl CollectiveAlgorithm for Staged {
             mode,
             data,
             root: args.root(),
+            peers: args.peers(),
         };
         parts(
             cx,
@@ -119,6 +121,8 @@ struct Piece {
     mode: CollectiveMode,
     data: (DataType, KernelOp),
     root: u32,
+    /// The peers the kernel meets (a `send` / `recv`: one).
+    peers: Peers,
 }
 
 /// Runs a per-part mode in pieces of at most `max_piece` bytes per part.
@@ -135,7 +139,7 @@ fn parts(
     let mut off = 0;
     while off < part_bytes {
         let len = max_piece.min(part_bytes - off);
-        let mut p = cx.params(piece.mode, piece.data);
+        let mut p = cx.params_in(Region::Staging, piece.peers, piece.mode, piece.data)?;
         p.input = input.byte_add_cast(off as u64);
         p.output = output.byte_add_cast(off as u64);
         p.bytes = len as u64;
@@ -171,7 +175,12 @@ pub(super) fn all_reduce(
     let mut off = 0;
     while off < bytes {
         let len = piece.min(bytes - off);
-        let mut p = cx.params(mode, (args.call.dtype, args.call.op));
+        let mut p = cx.params_in(
+            Region::Staging,
+            args.peers(),
+            mode,
+            (args.call.dtype, args.call.op),
+        )?;
         p.input = args.input.byte_add_cast(off as u64);
         p.output = args.output.byte_add_cast(off as u64);
         p.bytes = len as u64;

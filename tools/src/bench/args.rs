@@ -92,8 +92,9 @@ enum Bench {
     Packet(SweepOpts),
     /// FIFO push -> pop per trigger (us): one GPU thread pushes, a host thread pops
     Fifo(SweepOpts),
-    /// PortChannel put_with_signal ping-pong: one-way GB/s per SIZE
-    PortPut(SweepOpts),
+    /// PortChannel put_with_signal ping-pong: one-way GB/s per SIZE (--transport: over the
+    /// network transports too)
+    PortPut(PortOpts),
     /// MemoryChannel put (SM copy into peer memory): GB/s per SIZE
     MemoryPut(SweepOpts),
     /// cuMemcpyAsync into peer memory (the copy-engine line): GB/s per SIZE
@@ -123,6 +124,38 @@ struct SweepOpts {
     /// Write one JSON object per row to FILE
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+}
+
+/// Options of `port-put`.
+#[derive(Args, Clone, Debug)]
+struct PortOpts {
+    #[command(flatten)]
+    sweep: SweepOpts,
+    /// The connection's transport: local (CUDA IPC / shared memory), ofi (libfabric; its
+    /// provider as MSCCLPP_OFI_PROVIDER / FI_PROVIDER say) or ethernet (TCP)
+    #[arg(short = 't', long, value_name = "local|ofi|ethernet", default_value = "local",
+          value_parser = parse_transport)]
+    transport: PortTransport,
+}
+
+/// The transport of `port-put`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PortTransport {
+    /// The backend's same-node transport.
+    Local,
+    /// libfabric.
+    Ofi,
+    /// TCP between the proxies.
+    Ethernet,
+}
+
+fn parse_transport(s: &str) -> Result<PortTransport, String> {
+    match s {
+        "local" => Ok(PortTransport::Local),
+        "ofi" | "libfabric" => Ok(PortTransport::Ofi),
+        "ethernet" | "tcp" => Ok(PortTransport::Ethernet),
+        _ => Err(format!("{s:?} is not local, ofi or ethernet")),
+    }
 }
 
 /// Options of the collectives.
@@ -158,6 +191,12 @@ struct CollOpts {
     /// 0 on the CPU backend, which has no graphs]
     #[arg(short = 'G', long = "cudagraph", value_name = "N")]
     graph_launches: Option<u32>,
+    /// Register the buffers with the collectives once, before the sweep, as windows
+    /// (`Collectives::register_window`, NCCL's `ncclCommWindowRegister`): no call then sends a
+    /// bootstrap message or waits on the host, eager (`-G 0`) or captured (the direct kernel
+    /// learns the peers' buffers itself; the copy engines find them in the windows)
+    #[arg(long)]
+    registered: bool,
     /// Ranks as threads, one GPU each; ignored under a launcher [default: every GPU when
     /// there are two or more; else 2 on the CPU backend]
     #[arg(short = 'g', long = "ranks", value_name = "N",
@@ -460,6 +499,8 @@ pub struct CollArgs {
     pub inplace: bool,
     /// `-G` (None: the backend's default).
     pub graph_launches: Option<u32>,
+    /// `--registered`.
+    pub registered: bool,
     /// `-g`.
     pub ranks: Option<usize>,
     /// `--baseline`.
@@ -487,6 +528,8 @@ pub struct PrimArgs {
     pub warmup: u32,
     /// `--json`.
     pub json: Option<PathBuf>,
+    /// `port-put --transport`.
+    pub transport: PortTransport,
 }
 
 /// What the command line asks for.
@@ -528,7 +571,13 @@ impl Bench {
             Self::Signal(s) => return s.primitive(Primitive::Signal),
             Self::Packet(s) => return s.primitive(Primitive::Packet),
             Self::Fifo(s) => return s.primitive(Primitive::Fifo),
-            Self::PortPut(s) => return s.primitive(Primitive::PortPut),
+            Self::PortPut(p) => {
+                let mut c = p.sweep.primitive(Primitive::PortPut)?;
+                if let Command::Primitive(a) = &mut c {
+                    a.transport = p.transport;
+                }
+                return Ok(c);
+            }
             Self::MemoryPut(s) => return s.primitive(Primitive::MemoryPut),
             Self::CopyEngine(s) => return s.primitive(Primitive::CopyEngine),
         };
@@ -556,6 +605,7 @@ impl SweepOpts {
             iters: self.iters.unwrap_or(100),
             warmup: self.warmup.unwrap_or(10),
             json: self.json,
+            transport: PortTransport::Local,
         }))
     }
 }
@@ -592,6 +642,7 @@ impl CollOpts {
             root: self.root,
             inplace: !self.outofplace,
             graph_launches: self.graph_launches,
+            registered: self.registered,
             ranks: self.ranks.map(|n| n as usize),
             baseline: match self.baseline {
                 Some(BaselineArg::Nccl) => Some(Baseline::Nccl),
@@ -731,6 +782,8 @@ mod tests {
             (DataType::BF16, Redop::Max, false)
         );
         assert_eq!((c.graph_launches, c.ranks), (Some(0), Some(4)));
+        assert!(!c.registered);
+        assert!(coll("allreduce --registered -G 0").registered);
         assert_eq!(c.baseline, Some(Baseline::Nccl));
         assert!(c.json.is_some() && c.plot.is_some());
         let d = coll("allgather");
@@ -834,9 +887,10 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        match parse_line("port-put -b 64K -n 3 -w 2 -f 4 --json p.json") {
+        match parse_line("port-put -b 64K -n 3 -w 2 -f 4 --json p.json -t ofi") {
             Ok(Command::Primitive(p)) => {
                 assert_eq!(p.op, Primitive::PortPut);
+                assert_eq!(p.transport, PortTransport::Ofi);
                 assert_eq!(
                     (p.min, p.max, p.iters, p.warmup, p.factor),
                     (65536, 65536, 3, 2, 4)

@@ -683,16 +683,34 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
     let a = &plan.args;
     let comm = Arc::new(comm);
     let (rank, n) = (comm.rank(), comm.size());
+    let held = comm.gpu().allocated_bytes();
+    let t0 = std::time::Instant::now();
     let coll = Collectives::new(comm.clone())?;
+    let setup = (
+        t0.elapsed(),
+        comm.gpu().allocated_bytes().saturating_sub(held),
+    );
     let base = match a.baseline {
         Some(Baseline::Nccl) => Some(nccl::Comm::new(&comm)?),
         None => None,
     };
     let (shapes, notes) = shapes_to_run(a, &plan.sizes, n, &coll.config());
     let r = Rank::new(plan, comm.clone(), &shapes)?;
+    let mut registrations = Vec::new();
+    if a.registered {
+        for buf in [&r.send, &r.recv] {
+            if !buf.is_empty() {
+                // Windows (every rank's buffers have the same size): the copy engines take
+                // them too. SAFETY: the buffers live until after the deregistration below.
+                registrations.push(unsafe { coll.register_window(buf.ptr(), buf.len()) }?);
+            }
+        }
+        comm.bootstrap().barrier()?;
+    }
     let info = run_info(plan, r.inplace, n, comm.gpu().name(), base.is_some());
     if rank == 0 {
         print_header(plan, &info, coll.config());
+        print_setup(setup, &coll, n);
         for note in &notes {
             println!("{note}");
         }
@@ -722,8 +740,29 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
         rows.push(row);
     }
     comm.bootstrap().barrier()?;
+    for reg in registrations.into_iter().rev() {
+        coll.deregister_window(reg)?;
+    }
     drop(base);
     Ok((rank == 0).then_some((info, rows)))
+}
+
+/// The header's line on what setting the collectives up cost rank 0 (`setup`: time, device
+/// memory), and what the regions allocated on first use will add (`memory_plan`).
+fn print_setup(setup: (std::time::Duration, usize), coll: &Collectives, n: usize) {
+    let mib = |b: usize| b as f64 / (1 << 20) as f64;
+    let plan = mscclpp::collectives::memory_plan(&coll.config(), n);
+    let later: Vec<String> = plan
+        .on_first_use
+        .iter()
+        .map(|(what, who, b)| format!("{:.1} MiB {what} ({who})", mib(*b)))
+        .collect();
+    println!(
+        "# collectives set up in {:.1} ms with {:.2} MiB of device memory; on first use: {}",
+        setup.0.as_secs_f64() * 1e3,
+        mib(setup.1),
+        later.join(", ")
+    );
 }
 
 fn print_header(plan: &Plan, info: &RunInfo, cfg: CollectiveConfig) {
@@ -757,6 +796,11 @@ fn print_header(plan: &Plan, info: &RunInfo, cfg: CollectiveConfig) {
         )
     } else {
         "eager launches".to_string()
+    };
+    let timing = if a.registered {
+        format!("{timing}, buffers registered once")
+    } else {
+        timing
     };
     let iters = a
         .iters

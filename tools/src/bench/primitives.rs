@@ -5,7 +5,9 @@
 //! signal      MemoryChannel signal+wait round trip (µs)
 //! packet      LL16 packet round trip of SIZE bytes (µs)
 //! fifo        FIFO push->pop per trigger (µs), 1 GPU thread, host consumer
-//! port-put    PortChannel put_with_signal ping-pong: one-way GB/s per SIZE
+//! port-put    PortChannel put_with_signal ping-pong: one-way GB/s per SIZE; -t ofi|ethernet
+//!             over libfabric or TCP instead of the same-node transport (the network
+//!             transports' bandwidth and latency, on loopback between two ranks of one host)
 //! memory-put  MemoryChannel put (SM copy into peer memory): GB/s per SIZE
 //! copy-engine cuMemcpyAsync into peer memory (the copy-engine line): GB/s per SIZE
 //! ```
@@ -29,7 +31,7 @@ use mscclpp::kernels;
 use mscclpp::shared::{CopyParams, FifoPushParams, PingPongParams, PortPingPongParams};
 
 use super::BoxError;
-use super::args::{PrimArgs as Args, Primitive};
+use super::args::{PortTransport, PrimArgs as Args, Primitive};
 
 /// Timed runs per size; the first is a warm-up, the median of the others is the row.
 const REPS: usize = 5;
@@ -92,7 +94,6 @@ fn median(mut xs: Vec<f64>) -> f64 {
 struct Pair<'a> {
     comm: &'a Communicator,
     gpu: Gpu,
-    transport: Transport,
     rank: usize,
     module: Module,
     stream: Stream,
@@ -103,6 +104,11 @@ struct Pair<'a> {
     _recv: DeviceBuffer,
     /// What this rank puts (`max` bytes).
     src: DeviceBuffer,
+    /// `src`, registered (before the connection) for the transport.
+    src_reg: RegisteredMemory,
+    /// `recv` and `pkts`, registered: a network transport's receiver writes only into
+    /// memories whose registration is alive.
+    _regs: [RegisteredMemory; 2],
     /// This rank's LL16 packet buffer.
     pkts: DeviceBuffer,
     /// The peer's `recv`.
@@ -114,25 +120,32 @@ struct Pair<'a> {
 
 impl<'a> Pair<'a> {
     /// Connects the two ranks and trades their buffers (`max` bytes each).
-    fn new(comm: &'a Communicator, max: usize) -> Result<Self, BoxError> {
+    fn new(comm: &'a Communicator, max: usize, over: PortTransport) -> Result<Self, BoxError> {
         let (rank, peer) = (comm.rank(), 1 - comm.rank());
         let gpu = comm.gpu().clone();
-        let transport = Transport::local_for(gpu.kind());
+        let transport = match over {
+            PortTransport::Local => Transport::local_for(gpu.kind()),
+            PortTransport::Ofi => Transport::Ofi,
+            PortTransport::Ethernet => Transport::Ethernet,
+        };
         let module = gpu.load_ptx(mscclpp::DEVICE_PTX)?;
         let (stream, e0, e1) = (gpu.stream()?, gpu.event()?, gpu.event()?);
-        let conn = comm.connect(EndpointConfig::new(transport), peer, 0)?;
+        // Registered before the connection: libfabric then writes them directly (RMA).
         let recv = gpu.alloc(max)?;
         let src = gpu.alloc(max)?;
         let pkts = gpu.alloc(max.div_ceil(8) * 16)?;
-        comm.send_memory(&comm.register_buffer(&recv, transport)?, peer, 0)?;
-        comm.send_memory(&comm.register_buffer(&pkts, transport)?, peer, 1)?;
+        let recv_reg = comm.register_buffer(&recv, transport)?;
+        let pkts_reg = comm.register_buffer(&pkts, transport)?;
+        let src_reg = comm.register_buffer(&src, transport)?;
+        let conn = comm.connect(EndpointConfig::new(transport), peer, 0)?;
+        comm.send_memory(&recv_reg, peer, 0)?;
+        comm.send_memory(&pkts_reg, peer, 1)?;
         let peer_recv = comm.recv_memory(peer, 0)?;
         let peer_pkts = comm.recv_memory(peer, 1)?;
         Ok(Self {
             comm,
             bs: comm.bootstrap().clone(),
             gpu,
-            transport,
             rank,
             module,
             stream,
@@ -141,6 +154,8 @@ impl<'a> Pair<'a> {
             conn,
             _recv: recv,
             src,
+            src_reg,
+            _regs: [recv_reg, pkts_reg],
             pkts,
             peer_recv,
             peer_pkts,
@@ -278,7 +293,7 @@ impl<'a> Pair<'a> {
         let mut svc = PortChannelService::builder(self.comm.gpu(), self.comm.status(), 512)?;
         let sem = svc.add_semaphore(self.comm.build_semaphore(self.conn.clone(), 1)?)?;
         let dst = svc.add_memory(self.peer_recv.clone())?;
-        let s_id = svc.add_memory(self.comm.register_buffer(&self.src, self.transport)?)?;
+        let s_id = svc.add_memory(self.src_reg.clone())?;
         let ch = svc.port_channel(sem, dst, s_id)?;
         let svc = svc.start()?;
         let k = self.module.kernel(kernels::PORT_PING_PONG)?;
@@ -364,7 +379,10 @@ pub fn bench_rank(comm: &Communicator, a: &Args) -> Result<Vec<Row>, BoxError> {
         .into());
     }
     let max = a.max.max(16);
-    let pair = Pair::new(comm, max)?;
+    if a.transport != PortTransport::Local && a.op != Primitive::PortPut {
+        return Err(format!("--transport is for port-put only, not {}", a.op.name()).into());
+    }
+    let pair = Pair::new(comm, max, a.transport)?;
     let rows = match a.op {
         Primitive::Signal | Primitive::Packet => pair.ping_pong(a)?,
         Primitive::Fifo => pair.fifo(a)?,

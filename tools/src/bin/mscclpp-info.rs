@@ -1,5 +1,7 @@
-//! `mscclpp-info`: which backend and devices this machine offers, and a self-check that the
-//! embedded kernels run on them (a copy and a shared-memory reduction, checked on the host).
+//! `mscclpp-info`: which backend and devices this machine offers, a self-check that the
+//! embedded kernels run on them (a copy and a shared-memory reduction, checked on the host),
+//! and the transports between nodes: the libfabric providers found (or why none) and what the
+//! collectives of a world of several nodes would use.
 //! `MSCCLPP_LOG` shows the library's `tracing` events (warnings by default).
 
 use std::process::ExitCode;
@@ -40,6 +42,22 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             .find(|l| l.starts_with(".target"))
             .unwrap_or(".target ?")
     );
+    // What one rank's collectives allocate (this backend's default configuration).
+    let cfg = mscclpp::collectives::CollectiveConfig::for_backend(kind).with_env();
+    for ranks in [2, 8] {
+        let plan = mscclpp::collectives::memory_plan(&cfg, ranks);
+        let mib = |b: usize| b as f64 / (1 << 20) as f64;
+        let later: Vec<String> = plan
+            .on_first_use
+            .iter()
+            .map(|(what, who, b)| format!("+{:.1} MiB {what} on the first {who} call", mib(*b)))
+            .collect();
+        println!(
+            "collectives on {ranks} ranks: {:.2} MiB of device memory per rank at set-up; {}",
+            mib(plan.at_creation),
+            later.join("; ")
+        );
+    }
     for ordinal in 0..count.min(8) {
         let g = Gpu::open(kind, ordinal)?;
         let t = std::time::Instant::now();
@@ -51,7 +69,54 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             t.elapsed().as_secs_f64() * 1e3
         );
     }
+    networks();
     Ok(())
+}
+
+/// The transports between nodes: libfabric's providers and the automatic choice.
+fn networks() {
+    use mscclpp::host::connection::ofi;
+    match ofi::providers() {
+        Ok(list) if list.is_empty() => {
+            println!("libfabric: loaded, but no provider offers RDM endpoints with RMA writes")
+        }
+        Ok(list) => {
+            println!("libfabric providers (RDM, tagged messages, RMA writes):");
+            for p in list {
+                println!(
+                    "  {:<16} fabric {:<20} domain {:<10} {}{}{}",
+                    p.provider,
+                    p.fabric,
+                    p.domain,
+                    if p.ordered {
+                        "direct RMA"
+                    } else {
+                        "messages only"
+                    },
+                    if p.hmem { ", GPU memory (FI_HMEM)" } else { "" },
+                    if p.left_out {
+                        " (not chosen unless MSCCLPP_OFI_PROVIDER names it)"
+                    } else {
+                        ""
+                    },
+                );
+            }
+        }
+        Err(e) => println!("libfabric: {e}"),
+    }
+    match ofi::usable() {
+        Ok(p) => println!("libfabric provider chosen: {p}"),
+        Err(e) => println!("libfabric provider chosen: none ({e})"),
+    }
+    let order: Vec<String> = mscclpp::collectives::network_transports()
+        .iter()
+        .map(|t| t.to_string())
+        .collect();
+    println!(
+        "between nodes, collectives use the first of {} that both ranks offer ({} overrides)",
+        order.join(", "),
+        mscclpp::collectives::ENV_NET_TRANSPORT
+    );
 }
 
 fn self_check(g: &Gpu) -> Result<(), Box<dyn std::error::Error>> {

@@ -23,7 +23,8 @@
 //!    port is not open on other interfaces. It puts an [`EndpointInfo`] {random token, that
 //!    address} into its endpoint's `extra`.
 //! 2. Each side connects its **outbound stream** to the peer (same node: loopback addresses
-//!    first; otherwise loopback addresses are skipped) and runs the connector's half of the
+//!    first; otherwise loopback addresses are skipped, unless the peer advertised nothing else:
+//!    nodes emulated on one host with `MSCCLPP_SOCKET_IFNAME=lo`) and runs the connector's half of the
 //!    handshake: `HELLO {its nonce}`, check the peer's `CHALLENGE {nonce, tag}`, `PROOF {tag}`,
 //!    read `ACCEPT`.
 //! 3. At the same time (a helper thread), each side serves its listener: every connection at
@@ -292,6 +293,8 @@ pub struct EthernetConnection {
     in_ctl: TcpStream,
     receiver: Option<JoinHandle<()>>,
     timeout: Duration,
+    /// Payload bytes sent by `write` (`Connection::bytes_sent`).
+    bytes: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for EthernetConnection {

@@ -248,6 +248,7 @@ impl Connection for EthernetConnection {
             };
             frame[..HEADER_LEN].copy_from_slice(&header.encode());
             self.send_frame(wire, frame, deadline, "write")?;
+            self.bytes.fetch_add(n, Ordering::Relaxed);
             done += n;
         }
         Ok(())
@@ -319,5 +320,9 @@ impl Connection for EthernetConnection {
             let _ = wire.stream.shutdown(Shutdown::Both);
             return Err(f.to_error(self.peer(), "flush"));
         }
+    }
+
+    fn bytes_sent(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
     }
 }

@@ -297,6 +297,12 @@ fn connect_out(setup: &Setup<'_>, info: &EndpointInfo, deadline: Instant) -> Res
         addrs.sort_by_key(|a| !a.ip().is_loopback());
     }
     if addrs.is_empty() {
+        // The peer advertised loopback only (its `MSCCLPP_SOCKET_IFNAME` is the loopback
+        // interface: nodes emulated on one host). If it really is on another host, whatever
+        // answers here fails the handshake (the proof), with a typed error.
+        addrs = info.addrs.clone();
+    }
+    if addrs.is_empty() {
         return Err(Error::EthernetNoRoute {
             remote_rank: setup.remote_rank,
             addrs: info.addrs.clone(),
@@ -494,6 +500,7 @@ impl EthernetConnection {
             in_ctl,
             receiver: Some(receiver),
             timeout: setup.timeout,
+            bytes: std::sync::atomic::AtomicU64::new(0),
         })
     }
 }

@@ -35,6 +35,8 @@ pub fn device_count() -> usize {
 pub struct Device {
     ordinal: usize,
     streams: Mutex<Vec<stream::StreamWatcher>>,
+    /// The stream the default-stream handles `0`, `1` and `2` name (made on first use).
+    default_stream: std::sync::OnceLock<Stream>,
 }
 
 impl Device {
@@ -51,6 +53,7 @@ impl Device {
         Ok(Self {
             ordinal,
             streams: Mutex::new(Vec::new()),
+            default_stream: std::sync::OnceLock::new(),
         })
     }
 
@@ -90,6 +93,43 @@ impl Device {
         let mut streams = crate::sync::lock(&self.streams);
         streams.push(s.watcher());
         Ok(s)
+    }
+
+    /// The live stream of this device with handle `raw` ([`Stream::raw`]; `0`, `1` and `2`:
+    /// the device's default stream, made on first use), used without owning it.
+    /// [`Error::StreamDevice`](crate::Error::StreamDevice) for a stream of another device,
+    /// [`Error::UnknownStream`](crate::Error::UnknownStream) for a handle no live stream has.
+    pub fn borrow_stream(&self, raw: u64) -> Result<Stream> {
+        let raw = if raw <= 2 {
+            let s = match self.default_stream.get() {
+                Some(s) => s,
+                None => {
+                    let s = self.create_stream()?;
+                    // Another thread may have set it first; then `s` is dropped unused.
+                    let _ = self.default_stream.set(s);
+                    self.default_stream
+                        .get()
+                        .ok_or(crate::Error::UnknownStream {
+                            stream: raw,
+                            backend: BackendKind::Cpu,
+                        })?
+                }
+            };
+            s.raw()
+        } else {
+            raw
+        };
+        match Stream::borrow(raw, self.ordinal) {
+            Some(Ok(s)) => Ok(s),
+            Some(Err(_)) => Err(crate::Error::StreamDevice {
+                stream: raw,
+                ordinal: self.ordinal,
+            }),
+            None => Err(crate::Error::UnknownStream {
+                stream: raw,
+                backend: BackendKind::Cpu,
+            }),
+        }
     }
 
     /// A new event.
@@ -212,5 +252,74 @@ mod tests {
         );
         // The owner is gone: opening again fails with an error, not a crash.
         assert!(d.open_ipc(&h).is_err());
+    }
+
+    /// Foreign streams: a stream named by its handle queues on the owner's worker, in order
+    /// with the owner's work; dropping the borrowed one leaves the owner working; a handle of
+    /// another device, an unknown handle and a dropped owner are errors, never lost work.
+    #[test]
+    fn streams_are_borrowed_by_handle() {
+        let d = Device::open(0).unwrap();
+        let a = d.alloc(64).unwrap();
+        let word = a.ptr();
+        let owner = d.create_stream().unwrap();
+        assert!(!owner.is_borrowed());
+        let borrowed = d.borrow_stream(owner.raw()).unwrap();
+        assert!(borrowed.is_borrowed());
+        assert_eq!(borrowed.raw(), owner.raw());
+        // SAFETY (all writes): `word` is an aligned u64 of the live allocation `a`.
+        unsafe {
+            owner.write_value_u64(word, 1).unwrap();
+            borrowed.write_value_u64(word, 2).unwrap();
+        }
+        // One queue: the owner's synchronize covers the borrowed write, which came second.
+        owner.synchronize().unwrap();
+        // SAFETY: as above; the queue is idle.
+        assert_eq!(unsafe { (word as *const u64).read_volatile() }, 2);
+        drop(borrowed);
+        // SAFETY: as above.
+        unsafe { owner.write_value_u64(word, 3).unwrap() };
+        owner.synchronize().unwrap();
+        // SAFETY: as above.
+        assert_eq!(unsafe { (word as *const u64).read_volatile() }, 3);
+
+        // Every default-stream handle names one stream of the device.
+        let d0 = d.borrow_stream(0).unwrap();
+        assert_eq!(d.borrow_stream(1).unwrap().raw(), d0.raw());
+        assert_eq!(d.borrow_stream(2).unwrap().raw(), d0.raw());
+        // SAFETY: as above.
+        unsafe { d0.write_value_u64(word, 4).unwrap() };
+        d0.synchronize().unwrap();
+        // SAFETY: as above.
+        assert_eq!(unsafe { (word as *const u64).read_volatile() }, 4);
+
+        let other = Device::open(1).unwrap();
+        match other.borrow_stream(owner.raw()) {
+            Err(crate::Error::StreamDevice { ordinal: 1, stream }) => {
+                assert_eq!(stream, owner.raw())
+            }
+            Err(e) => panic!("expected StreamDevice, got {e}"),
+            Ok(_) => panic!("a stream of device 0 was borrowed for device 1"),
+        }
+        match d.borrow_stream(0xdead_0000) {
+            Err(crate::Error::UnknownStream { stream, .. }) => assert_eq!(stream, 0xdead_0000),
+            Err(e) => panic!("expected UnknownStream, got {e}"),
+            Ok(_) => panic!("an unknown handle was borrowed"),
+        }
+
+        // The owner goes: the borrowed stream refuses work instead of running it.
+        let late = d.borrow_stream(owner.raw()).unwrap();
+        let raw = owner.raw();
+        drop(owner);
+        // SAFETY: as above (the store is refused, not run).
+        let refused = unsafe { late.write_value_u64(word, 5) };
+        assert!(refused.is_err(), "queued on a dropped stream");
+        late.synchronize().unwrap();
+        // SAFETY: as above.
+        assert_eq!(unsafe { (word as *const u64).read_volatile() }, 4);
+        assert!(matches!(
+            d.borrow_stream(raw),
+            Err(crate::Error::UnknownStream { .. })
+        ));
     }
 }

@@ -5,9 +5,22 @@
 //! `launch` returns at once, so a host thread can serve the kernel (a proxy popping its FIFO)
 //! while it runs. The first failure of queued work is kept and returned by the next
 //! `synchronize` (CUDA reports asynchronous errors the same way).
+//!
+//! # Handles (foreign streams)
+//!
+//! Every stream has a handle ([`Stream::raw`]): a non-zero `u64`, unique in the process, kept in
+//! a process-wide table of live streams (`LIVE`: a mutex; written when a stream is made or
+//! dropped, read by [`Stream::borrow`]). It is the CPU backend's `CUstream`: code that receives
+//! a stream as an integer (the C ABI, a caller's stream) borrows it with [`Stream::borrow`],
+//! which queues on the same worker without owning it. A borrowed stream holds the queue weakly:
+//! once the owner is dropped, work queued through the borrowed one is refused with an error
+//! (never lost silently, never run after the owner's drop). The handles `0`, `1` and `2` (CUDA's
+//! default streams) name the device's default stream, owned by the device (`super::Device`).
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use mscclpp_device::arch::host::grid::{self, GridDims};
@@ -49,15 +62,69 @@ struct Shared {
     cv: Condvar,
 }
 
+/// What the owner and every borrower of a stream share: the queue's sending end.
+struct Core {
+    id: u64,
+    tx: mpsc::Sender<Op>,
+}
+
+/// The live streams of this process by handle (module docs).
+static LIVE: Mutex<Option<HashMap<u64, Live>>> = Mutex::new(None);
+
+/// A live stream in [`LIVE`]: its device ordinal, its queue and its progress.
+type Live = (usize, Weak<Core>, Weak<Shared>);
+
+/// The next stream handle (never 0, 1 or 2: those name default streams). Relaxed: only
+/// uniqueness matters.
+static NEXT_ID: AtomicU64 = AtomicU64::new(0x5354_0000_0000_0010);
+
+/// The owner's or a borrower's hold on the queue.
+enum Hold {
+    /// The owner (the worker ends once it is dropped and the queue is empty).
+    Owned(Option<Arc<Core>>),
+    /// A borrower (module docs).
+    Borrowed(Weak<Core>),
+}
+
 /// An in-order queue run by one worker thread.
 pub struct Stream {
     ordinal: usize,
-    tx: Option<mpsc::Sender<Op>>,
+    id: u64,
+    hold: Hold,
     shared: Arc<Shared>,
     worker: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Stream {
+    /// The live stream with handle `raw`, used without owning it (module docs): queued work
+    /// runs on the owner's worker, in order with the owner's. `None` when no live stream has
+    /// that handle; `Some(Err(ordinal))` when it belongs to device `ordinal`, not `ordinal`.
+    pub(super) fn borrow(raw: u64, ordinal: usize) -> Option<std::result::Result<Self, usize>> {
+        let live = lock(&LIVE);
+        let (owner, core, shared) = live.as_ref()?.get(&raw)?;
+        if *owner != ordinal {
+            return Some(Err(*owner));
+        }
+        let shared = shared.upgrade()?;
+        Some(Ok(Self {
+            ordinal,
+            id: raw,
+            hold: Hold::Borrowed(core.clone()),
+            shared,
+            worker: None,
+        }))
+    }
+
+    /// This stream's handle (module docs).
+    pub fn raw(&self) -> u64 {
+        self.id
+    }
+
+    /// Whether this stream was borrowed (dropping it leaves the queue alone).
+    pub fn is_borrowed(&self) -> bool {
+        matches!(self.hold, Hold::Borrowed(_))
+    }
+
     pub(super) fn new(ordinal: usize) -> Result<Self> {
         let (tx, rx) = mpsc::channel::<Op>();
         let shared = Arc::new(Shared {
@@ -76,22 +143,40 @@ impl Stream {
                     source: e,
                 },
             })?;
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let core = Arc::new(Core { id, tx });
+        lock(&LIVE).get_or_insert_with(HashMap::new).insert(
+            id,
+            (ordinal, Arc::downgrade(&core), Arc::downgrade(&shared)),
+        );
         Ok(Self {
             ordinal,
-            tx: Some(tx),
+            id,
+            hold: Hold::Owned(Some(core)),
             shared,
             worker: Some(worker),
         })
     }
 
     fn submit(&self, op: Op) -> std::result::Result<(), BackendError> {
-        let tx = self
-            .tx
-            .as_ref()
-            .ok_or_else(|| BackendError::Invalid("stream is closed".into()))?;
+        let core = match &self.hold {
+            Hold::Owned(core) => core.clone(),
+            Hold::Borrowed(core) => core.upgrade(),
+        };
+        let core = core.ok_or_else(|| {
+            BackendError::Invalid(format!(
+                "stream {:#x} is gone (its owner was dropped)",
+                self.id
+            ))
+        })?;
+        // Counted before it is sent, so that `synchronize` never sees it completed early; a
+        // send that fails is uncounted again.
         lock(&self.shared.progress).submitted += 1;
-        tx.send(op)
-            .map_err(|_| BackendError::Invalid("the stream's worker has stopped".into()))
+        core.tx.send(op).map_err(|_| {
+            lock(&self.shared.progress).submitted -= 1;
+            self.shared.cv.notify_all();
+            BackendError::Invalid(format!("the worker of stream {:#x} has stopped", core.id))
+        })
     }
 
     /// Queues a copy.
@@ -216,8 +301,15 @@ impl StreamWatcher {
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        // Closing the channel ends the worker once its queue is empty.
-        self.tx = None;
+        let Hold::Owned(core) = &mut self.hold else {
+            return; // a borrower leaves the queue to its owner
+        };
+        if let Some(live) = lock(&LIVE).as_mut() {
+            live.remove(&self.id);
+        }
+        // Dropping the owner's core closes the channel (borrowers hold it weakly), which ends
+        // the worker once its queue is empty.
+        *core = None;
         let deadline = Instant::now() + DROP_WAIT;
         let mut p = lock(&self.shared.progress);
         while p.completed < p.submitted {

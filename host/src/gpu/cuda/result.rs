@@ -584,6 +584,20 @@ pub(crate) unsafe fn cu_stream_begin_capture(
     })
 }
 
+/// `cuStreamIsCapturing`: whether `s` is capturing (active; an invalidated capture counts too:
+/// its work is refused either way).
+///
+/// # Safety
+/// `s` is a live stream (or a default-stream handle) of the current context.
+pub(crate) unsafe fn cu_stream_is_capturing(s: sys::CUstream) -> DriverResult<bool> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: forwarded contract; `status` is a valid out-pointer.
+    check("cuStreamIsCapturing", unsafe {
+        sys::cuStreamIsCapturing(s, &mut status)
+    })?;
+    Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+}
+
 /// `cuStreamEndCapture`: the captured graph. On failure (e.g. the capture was invalidated by a
 /// call the capture mode forbids) the driver returns no graph and the stream is no longer
 /// capturing.

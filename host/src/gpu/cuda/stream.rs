@@ -205,6 +205,15 @@ impl Stream {
         unsafe { result::cu_stream_begin_capture(self.raw, mode) }.map_err(err)
     }
 
+    /// Whether the stream is capturing work into a graph (begun here or by its owner, e.g.
+    /// PyTorch's `torch.cuda.graph`, when borrowed).
+    pub fn is_capturing(&self) -> Result<bool> {
+        let err = |e| self.err("query graph capture", e);
+        self.ctx.bind().map_err(err)?;
+        // SAFETY: `self.raw` is live (owned, or borrowed under the borrower's contract).
+        unsafe { result::cu_stream_is_capturing(self.raw) }.map_err(err)
+    }
+
     /// Ends the capture begun by [`Stream::begin_capture`] and instantiates the graph. The stream
     /// stops capturing even when this fails.
     pub fn end_capture(&self) -> Result<Graph> {
@@ -228,6 +237,11 @@ impl Stream {
                 Err(err("instantiate graph", e))
             }
         }
+    }
+
+    /// Whether this is a caller's stream used without owning it.
+    pub fn is_borrowed(&self) -> bool {
+        !self.owned
     }
 
     /// The `CUstream` as an integer, for interop (NCCL, graphs). Valid while `self` lives.

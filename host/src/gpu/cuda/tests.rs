@@ -447,11 +447,14 @@ fn graphs_capture_and_replay() {
     let n = 1000;
     let a = d.alloc(n * 4).expect("alloc");
     let s = d.create_stream().expect("stream");
+    assert!(!s.is_capturing().expect("is capturing"));
     s.begin_capture().expect("begin capture");
+    assert!(s.is_capturing().expect("is capturing"));
     for _ in 0..3 {
         launch_add_one(&s, &f, a.ptr(), n, 0);
     }
     let g = s.end_capture().expect("end capture");
+    assert!(!s.is_capturing().expect("is capturing"));
     // Captured, not run.
     s.synchronize().expect("sync");
     assert_eq!(read_u32s(&d, a.ptr(), 1), vec![0]);

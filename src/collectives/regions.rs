@@ -1,0 +1,247 @@
+//! The scratch regions allocated on first use (`scratch.rs` says which): each a buffer of its own
+//! that every peer maps, with a channel table of its own whose channels point at the peers'
+//! buffers of that region (the semaphores are the set-up table's, so the kernels' barriers are
+//! unchanged).
+//!
+//! # The first call that needs a region, with each peer
+//!
+//! Every rank of a call runs the same algorithm, so the ranks of a call come here at the same
+//! call: each allocates its buffer (once) and registers it, and trades it with every peer of
+//! the call it has not traded it with yet (all peers for a collective, the one peer of a
+//! `send` / `recv`: a pair that traded stays traded, on both sides), one bootstrap message each
+//! way under the region's tag (`REGION_TAG + region`):
+//!
+//! `ok u8 | the registration's wire form (when ok = 1)`
+//!
+//! It maps what it receives and points its region table's channels to those peers at their
+//! buffers (the table is rewritten, entries in use unchanged). A rank that cannot allocate or
+//! register sends `ok = 0`; the call then fails on every rank of it with
+//! [`Error::RegionUnavailable`] (naming a rank that could not), and nothing is recorded for
+//! those peers (a later call tries again, alike on both sides). Nothing is queued before the
+//! exchange completes, so no kernel waits on a rank that failed.
+//!
+//! # Under CUDA-graph capture
+//!
+//! Allocating and waiting for peers have no place in a capture: a call captured before the
+//! region is traded with its peers does not take the algorithms that need it (the dispatch
+//! asks [`LazyRegions::is_ready`]); `Collectives::prepare` trades every region with every peer
+//! beforehand.
+//!
+//! Shared state: each region's state (a mutex, held through the exchange so that two threads
+//! of one rank never allocate or trade one region twice; read by every call that uses the
+//! region); its device table (written by the host only between the exchanges of a call and
+//! its launch, in entries of peers no queued kernel uses yet).
+
+use std::sync::Mutex;
+
+use mscclpp_host::gpu::DeviceBuffer;
+use mscclpp_host::registered_memory::RegisteredMemory;
+use mscclpp_host::transport::Transport;
+use mscclpp_host::{Error, Result};
+use mscclpp_shared::{DevicePtr, MemoryChannelDeviceHandle};
+
+use super::context::Context;
+use super::scratch::{Region, ScratchLayout};
+
+/// Bootstrap tag of the exchanges (plus the region's index).
+const REGION_TAG: u64 = 0x0d1_e600_0000;
+
+/// The regions allocated on first use.
+const LAZY: [Region; 2] = [Region::Ll128, Region::Staging];
+
+/// The peers a call needs a region traded with.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Peers {
+    /// Every other rank (collectives).
+    All,
+    /// One (a `send` or a `recv`).
+    One(usize),
+}
+
+impl Peers {
+    fn list(self, cx: &Context) -> Vec<usize> {
+        match self {
+            Peers::All => cx.others(),
+            Peers::One(q) => vec![q],
+        }
+    }
+}
+
+/// One region: this rank's buffer, its channel table, and the peers' buffers traded so far.
+struct RegionState {
+    buffer: DeviceBuffer,
+    _mine: RegisteredMemory,
+    wire: Vec<u8>,
+    table: DeviceBuffer,
+    handles: Vec<MemoryChannelDeviceHandle>,
+    peers: Vec<Option<RegisteredMemory>>,
+}
+
+/// The regions allocated on first use, by [`LAZY`] index.
+#[derive(Default)]
+pub(crate) struct LazyRegions {
+    slots: [Mutex<Option<RegionState>>; LAZY.len()],
+}
+
+fn index(r: Region) -> Option<usize> {
+    LAZY.iter().position(|&l| l == r)
+}
+
+impl LazyRegions {
+    fn lock(&self, i: usize) -> std::sync::MutexGuard<'_, Option<RegionState>> {
+        self.slots[i].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether a call with `peers` that needs `r` can run without allocating or trading (the
+    /// region is traded with them, is not allocated on first use, or no algorithm asked for
+    /// it).
+    pub fn is_ready(&self, cx: &Context, r: Region, peers: Peers) -> bool {
+        let Some(i) = index(r) else {
+            return true;
+        };
+        if cx.layout.region_len(r) == 0 {
+            return true;
+        }
+        let s = self.lock(i);
+        s.as_ref()
+            .is_some_and(|s| peers.list(cx).iter().all(|&q| s.peers[q].is_some()))
+    }
+
+    /// Bytes of the regions allocated so far.
+    pub fn allocated(&self, layout: &ScratchLayout) -> usize {
+        LAZY.iter()
+            .enumerate()
+            .filter(|&(i, _)| self.lock(i).is_some())
+            .map(|(_, &r)| layout.region_len(r))
+            .sum()
+    }
+
+    /// Region `r`'s `(scratch, channel table)`, traded with `peers` first where it was not
+    /// (module docs); `None` for a region that is not allocated on first use.
+    pub fn get(
+        &self,
+        cx: &Context,
+        r: Region,
+        peers: Peers,
+    ) -> Result<Option<(DevicePtr<u8>, DevicePtr<u8>)>> {
+        let Some(i) = index(r) else {
+            return Ok(None);
+        };
+        let mut slot = self.lock(i);
+        let wanted: Vec<usize> = peers
+            .list(cx)
+            .into_iter()
+            .filter(|&q| slot.as_ref().is_none_or(|s| s.peers[q].is_none()))
+            .collect();
+        if slot.is_none() || !wanted.is_empty() {
+            exchange(cx, r, i, &mut slot, &wanted)?;
+        }
+        Ok(slot.as_ref().map(|s| (s.buffer.ptr(), s.table.ptr())))
+    }
+}
+
+/// This rank's buffer of region `r`, registered, with its table (no peer traded yet).
+fn allocate(cx: &Context, r: Region) -> Result<RegionState> {
+    let (comm, g) = (&cx.comm, cx.comm.gpu());
+    let len = cx.layout.region_len(r).max(16);
+    let buffer = g.alloc(len)?;
+    let mine = comm.register_buffer(&buffer, Transport::local_for(g.kind()))?;
+    let mut handles: Vec<MemoryChannelDeviceHandle> = cx.handles().to_vec();
+    for h in handles.iter_mut() {
+        h.src = buffer.ptr();
+        h.packet_buffer = buffer.ptr();
+    }
+    let table = g.alloc(std::mem::size_of_val(handles.as_slice()).max(16))?;
+    Ok(RegionState {
+        wire: mine.serialize(),
+        buffer,
+        _mine: mine,
+        table,
+        handles,
+        peers: (0..cx.ranks()).map(|_| None).collect(),
+    })
+}
+
+/// Trades region `r` (index `i`) with `wanted` (module docs), allocating it first if `slot`
+/// holds none.
+fn exchange(
+    cx: &Context,
+    r: Region,
+    i: usize,
+    slot: &mut Option<RegionState>,
+    wanted: &[usize],
+) -> Result<()> {
+    let (comm, g, n) = (&cx.comm, cx.comm.gpu(), cx.ranks());
+    let len = cx.layout.region_len(r).max(16);
+    let tag = REGION_TAG + i as u64;
+    let mut failed = None;
+    if slot.is_none() {
+        match allocate(cx, r) {
+            Ok(s) => *slot = Some(s),
+            Err(e) => {
+                tracing::warn!(region = r.name(), bytes = len, error = %e, "no scratch region");
+                failed = Some(e);
+            }
+        }
+    }
+    let msg = match slot.as_ref() {
+        Some(s) => [&[1u8][..], &s.wire].concat(),
+        None => vec![0],
+    };
+    for &q in wanted {
+        comm.bootstrap().send(q, tag, &msg)?;
+    }
+    let mut got = Vec::with_capacity(wanted.len());
+    let mut refused = None;
+    for &q in wanted {
+        let b = comm.recv_checked(q, tag)?;
+        match b.split_first() {
+            Some((1, wire)) => {
+                let m = RegisteredMemory::deserialize(wire, g, q, comm.same_node(q))?;
+                if m.size() != len {
+                    return Err(Error::MalformedMemory {
+                        rank: q,
+                        reason: format!(
+                            "its {} region holds {} bytes, this rank's {len} (another \
+                             configuration?)",
+                            r.name(),
+                            m.size()
+                        ),
+                    });
+                }
+                got.push((q, m.range(0, len as u64)?, m));
+            }
+            Some((0, [])) => refused = refused.or(Some(q)),
+            _ => {
+                return Err(Error::MalformedMemory {
+                    rank: q,
+                    reason: format!("a scratch region message of {} bytes", b.len()),
+                });
+            }
+        }
+    }
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    if let Some(q) = refused {
+        return Err(Error::RegionUnavailable {
+            region: r.name(),
+            rank: q,
+        });
+    }
+    let Some(s) = slot.as_mut() else {
+        return Err(Error::RegionUnavailable {
+            region: r.name(),
+            rank: cx.rank(),
+        });
+    };
+    for (q, ptr, m) in got {
+        for (k, h) in s.handles.iter_mut().enumerate() {
+            if k % n == q {
+                h.dst = ptr;
+            }
+        }
+        s.peers[q] = Some(m);
+    }
+    s.table.copy_from_host(0, bytemuck::cast_slice(&s.handles))
+}
