@@ -155,6 +155,10 @@ pub enum NcclError {
         /// What does not match.
         why: String,
     },
+    /// A split in which this rank passed `NCCL_SPLIT_NOCOLOR`: it took part and gets no
+    /// communicator (not a failure: `ncclCommSplit` returns `ncclSuccess` and a null handle).
+    #[error("this rank split without a color (NCCL_SPLIT_NOCOLOR): no communicator")]
+    SplitWithoutColor,
     /// A buffer that is not memory `ncclMemAlloc` handed out.
     #[error("{ptr:#x} was not allocated by ncclMemAlloc (or was freed)")]
     UnknownBuffer {
@@ -248,7 +252,8 @@ impl NcclError {
             | Self::GroupUnbalanced
             | Self::P2pUnmatched { .. }
             | Self::NotImplemented { .. }
-            | Self::NotYet { .. } => ncclInvalidUsage,
+            | Self::NotYet { .. }
+            | Self::SplitWithoutColor => ncclInvalidUsage,
             Self::CommFailed { code, .. } | Self::GroupFailed { code, .. } => *code,
             Self::Library { source, .. } => host_code(source),
             Self::Thread { .. } => ncclSystemError,

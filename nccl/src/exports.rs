@@ -221,7 +221,7 @@ export! {
 }
 
 export! {
-    /// `ncclCommSplit` (arguments checked; the split is not served yet).
+    /// `ncclCommSplit`.
     fn ncclCommSplit / pncclCommSplit(
         comm: ncclComm_t,
         color: c_int,
@@ -303,21 +303,21 @@ export! {
 export! {
     /// `ncclCommCount`.
     fn ncclCommCount / pncclCommCount(comm: ncclComm_t, count: *mut c_int) -> ncclResult_t {
-        api("ncclCommCount", || init::tell(comm, count, |h| h.nranks))
+        api("ncclCommCount", || init::tell(comm, count, |f| f.nranks))
     }
 }
 
 export! {
     /// `ncclCommCuDevice`: the CUDA device ordinal (on the CPU backend, its device).
     fn ncclCommCuDevice / pncclCommCuDevice(comm: ncclComm_t, device: *mut c_int) -> ncclResult_t {
-        api("ncclCommCuDevice", || init::tell(comm, device, |h| h.device))
+        api("ncclCommCuDevice", || init::tell(comm, device, |f| f.device))
     }
 }
 
 export! {
     /// `ncclCommUserRank`.
     fn ncclCommUserRank / pncclCommUserRank(comm: ncclComm_t, rank: *mut c_int) -> ncclResult_t {
-        api("ncclCommUserRank", || init::tell(comm, rank, |h| h.rank))
+        api("ncclCommUserRank", || init::tell(comm, rank, |f| f.rank))
     }
 }
 

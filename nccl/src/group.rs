@@ -182,22 +182,23 @@ pub fn end() -> Outcome {
 /// Runs the inits, each on a thread of its own when there are several; every handle is
 /// finished; returns the first failure.
 pub fn run_inits(inits: Vec<(Arc<Handle>, InitJob)>) -> Result<(), NcclError> {
-    if let [(h, job)] = inits.as_slice() {
+    let one = |(h, job): &(Arc<Handle>, InitJob)| {
         let r = job.run();
-        let out = r.as_ref().err().map(|e| (e.code(), e.text()));
-        h.finish(r);
-        return out.map_or(Ok(()), |(code, first)| {
-            Err(NcclError::GroupFailed { code, first })
-        });
-    }
-    let results = on_threads("initialise a communicator", &inits, |(h, job)| {
-        let r = job.run();
-        let out = r.as_ref().err().map(|e| (e.code(), e.text()));
+        // A split without a color succeeds with no communicator (its handle is not in the
+        // table: nobody sees it).
+        let out = match &r {
+            Err(NcclError::SplitWithoutColor) | Ok(_) => None,
+            Err(e) => Some((e.code(), e.text())),
+        };
         h.finish(r);
         out.map_or(Ok(()), |(code, first)| {
             Err(NcclError::GroupFailed { code, first })
         })
-    });
+    };
+    if let [only] = inits.as_slice() {
+        return one(only);
+    }
+    let results = on_threads("initialise a communicator", &inits, one);
     for ((h, _), r) in inits.iter().zip(&results) {
         if let Err(e) = r {
             // A thread that never ran (or panicked) left its handle pending.

@@ -7,12 +7,14 @@
 //! as NCCL does, a device one by address, read by every call that uses it; [`reduce_op`]
 //! turns one into the library's `Reduction::PreMulSum`, refusing a call of another type).
 //!
-//! What a registration does: the collectives' zero-copy paths (`direct`, copy engines)
-//! register every caller buffer on first use and exchange it with the peers on every call,
-//! whether or not it was registered here; `ncclCommRegister` checks the buffer and hands out a
-//! handle for it, so programs that register (PyTorch with `TORCH_NCCL_USE_TENSOR_REGISTER_…`,
-//! NCCL's user-buffer registration) get the same zero-copy paths. A window is such a
-//! registration; NCCL's device API over windows is not implemented (`stubs.rs`).
+//! What a registration does: `ncclCommRegister` is the library's
+//! `Collectives::register_buffer` (the buffer exchanged with every peer once: calls on it then
+//! send no bootstrap message and wait for nothing on the host, eagerly or under CUDA-graph
+//! capture), `ncclCommWindowRegister` its `register_window` (collective, as NCCL's: every
+//! rank registers a window of the same size in the same order); unregistered buffers keep the
+//! per-call exchange. NCCL's device API over windows is not implemented (`stubs.rs`).
+//! `ncclMemAlloc` takes no communicator, so its memory is the device's exportable allocation,
+//! registered by the program as NCCL's is (`ncclCommRegister` / a window).
 //!
 //! Shared state: the allocation table and each communicator's registrations and operators are
 //! behind mutexes; the handle counter is an atomic incremented relaxed (only uniqueness
@@ -23,7 +25,7 @@ use std::ffi::{c_int, c_void};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use mscclpp::collectives::{Reduction, Scalar};
+use mscclpp::collectives::{Reduction, Registration, Scalar};
 use mscclpp::host::gpu::DeviceBuffer;
 use mscclpp::shared::DevicePtr;
 
@@ -82,6 +84,8 @@ pub struct Registered {
     pub size: usize,
     /// Window flags (0 for a plain registration).
     pub flags: c_int,
+    /// The library's registration (`None` until made).
+    pub reg: Option<Registration>,
 }
 
 /// A communicator's registrations and windows, by handle.
@@ -123,6 +127,7 @@ fn check_range(comm: &Comm, ptr: *mut c_void, size: usize) -> Result<Registered,
             ptr: p,
             size,
             flags: 0,
+            reg: None,
         }),
         _ => Err(not_device(None)),
     }
@@ -138,7 +143,14 @@ pub fn register(
     if handle.is_null() {
         return Err(NcclError::Null { what: "handle" });
     }
-    let r = check_range(comm, buff, size)?;
+    let mut r = check_range(comm, buff, size)?;
+    // SAFETY: NCCL's contract: the buffer stays allocated until it is deregistered.
+    let reg = unsafe {
+        comm.coll
+            .register_buffer(DevicePtr::from_addr(r.ptr as u64), r.size)
+    }
+    .map_err(NcclError::library("registering the buffer with the peers"))?;
+    r.reg = Some(reg);
     let h = next_handle();
     tracing::debug!(
         "{}: registered [{:#x}, +{}) as {h:#x}",
@@ -154,14 +166,20 @@ pub fn register(
 
 /// `ncclCommDeregister`.
 pub fn deregister(comm: &Comm, handle: *mut c_void) -> Result<(), NcclError> {
-    lock(&comm.registrations)
+    let r = lock(&comm.registrations)
         .buffers
         .remove(&(handle as usize))
-        .map(drop)
         .ok_or(NcclError::UnknownHandle {
             what: "registration",
             ptr: handle as usize,
-        })
+        })?;
+    match r.reg {
+        Some(reg) => comm
+            .coll
+            .deregister(reg)
+            .map_err(NcclError::library("deregistering the buffer")),
+        None => Ok(()),
+    }
 }
 
 /// Every `NCCL_WIN_*` flag of NCCL 2.32.
@@ -185,9 +203,18 @@ pub fn window_register(
             expected: format!("a combination of NCCL_WIN_* flags ({WINDOW_FLAGS:#x})"),
         });
     }
+    let r = check_range(comm, buff, size)?;
+    // SAFETY: NCCL's contract: the buffer stays allocated until the window is deregistered;
+    // every rank registers its window in the same order (collective, as NCCL's).
+    let reg = unsafe {
+        comm.coll
+            .register_window(DevicePtr::from_addr(r.ptr as u64), r.size)
+    }
+    .map_err(NcclError::library("registering the window with the peers"))?;
     let r = Registered {
         flags,
-        ..check_range(comm, buff, size)?
+        reg: Some(reg),
+        ..r
     };
     let h = next_handle();
     tracing::debug!(
@@ -205,14 +232,20 @@ pub fn window_register(
 
 /// `ncclCommWindowDeregister`.
 pub fn window_deregister(comm: &Comm, win: *mut c_void) -> Result<(), NcclError> {
-    lock(&comm.registrations)
+    let r = lock(&comm.registrations)
         .windows
         .remove(&(win as usize))
-        .map(drop)
         .ok_or(NcclError::UnknownHandle {
             what: "window",
             ptr: win as usize,
-        })
+        })?;
+    match r.reg {
+        Some(reg) => comm
+            .coll
+            .deregister_window(reg)
+            .map_err(NcclError::library("deregistering the window")),
+        None => Ok(()),
+    }
 }
 
 /// `ncclWinGetUserPtr`: the first byte of the window.

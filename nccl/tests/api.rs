@@ -536,7 +536,7 @@ fn argument_checks() {
             &["overflow"],
             "ncclScatter count overflow",
         );
-        // Split: checked, then not served yet.
+        // Split: a bad color, no newcomm.
         let mut nc = null;
         fails(
             unsafe { (x.comm_split)(c, -7, 0, &mut nc, std::ptr::null_mut()) },
@@ -544,14 +544,12 @@ fn argument_checks() {
             &["color"],
             "a bad color",
         );
-        for color in [0, -1] {
-            fails(
-                unsafe { (x.comm_split)(c, color, 0, &mut nc, std::ptr::null_mut()) },
-                INVALID_USAGE,
-                &["ncclCommSplit", "not served yet"],
-                "ncclCommSplit",
-            );
-        }
+        fails(
+            unsafe { (x.comm_split)(c, 0, 0, std::ptr::null_mut(), std::ptr::null_mut()) },
+            INVALID_ARGUMENT,
+            &["newcomm is null"],
+            "no newcomm",
+        );
         // Per-call configs: read by size and magic; a forced NCCL algorithm is refused.
         let v = Buf::new(&data::bytes(FLOAT32, 0, 0, 4), false);
         let o = Buf::new(&data::marked(16), false);
@@ -612,6 +610,185 @@ fn argument_checks() {
             "a call after finalize",
         );
         ok(unsafe { (x.comm_destroy)(c) }, "ncclCommDestroy");
+    });
+}
+
+/// `ncclCommCount` and `ncclCommUserRank` of `c`.
+fn count_and_rank(c: *mut c_void) -> (usize, usize) {
+    let x = nccl();
+    let (mut n, mut r) = (-1, -1);
+    ok(unsafe { (x.comm_count)(c, &mut n) }, "ncclCommCount");
+    ok(unsafe { (x.comm_user_rank)(c, &mut r) }, "ncclCommUserRank");
+    (n as usize, r as usize)
+}
+
+/// A sum all-reduce of 21 f32 on `c` by the ranks `members` (in their new order), checked.
+fn sum_on(c: *mut c_void, members: &[usize], me: usize, part: usize) {
+    let x = nccl();
+    let b = Buf::new(&data::bytes(FLOAT32, me, part, 21), false);
+    ok(
+        unsafe { (x.all_reduce)(b.ptr(), b.ptr(), 21, FLOAT32, SUM, c, STREAM) },
+        "an all-reduce on a split",
+    );
+    let want: Vec<f64> = (0..21)
+        .map(|i| members.iter().map(|&q| data::value(q, part, i)).sum())
+        .collect();
+    data::check(FLOAT32, &b.read(), &want, "an all-reduce on a split");
+}
+
+/// `ncclCommSplit` by ranks as threads: colors and keys (reversed order), no color, a 2-rank
+/// split per send/receive pair (PyTorch's), a split of a split; each new communicator works
+/// and lives on after its parent is destroyed.
+#[test]
+fn splits_as_threads() {
+    isolated("splits_as_threads", LIMIT, &[], || {
+        let n = 5;
+        let subs = ranks(n, |r, c| {
+            let cfg = std::ptr::null_mut();
+            let x = nccl();
+            // Even and odd ranks, ranked by descending parent rank.
+            let mut sub = std::ptr::null_mut();
+            ok(
+                unsafe { (x.comm_split)(c.0, (r % 2) as c_int, -(r as c_int), &mut sub, cfg) },
+                "ncclCommSplit by parity",
+            );
+            let members: Vec<usize> = (0..n).rev().filter(|q| q % 2 == r % 2).collect();
+            let at = members.iter().position(|&q| q == r).expect("a member");
+            assert_eq!(count_and_rank(sub), (members.len(), at), "rank {r}");
+            sum_on(sub, &members, r, 1);
+            // A split of the split: its first two members, the rest without a color.
+            let color = if at < 2 { 0 } else { -1 };
+            let mut subsub = std::ptr::null_mut();
+            ok(
+                unsafe { (x.comm_split)(sub, color, 0, &mut subsub, cfg) },
+                "a split of a split",
+            );
+            if at < 2 {
+                assert_eq!(count_and_rank(subsub), (2, at));
+                sum_on(subsub, &members[..2], r, 2);
+            } else {
+                assert!(subsub.is_null(), "NCCL_SPLIT_NOCOLOR gave a communicator");
+            }
+            // PyTorch's 2-rank communicator of a send/receive pair (0 and 3): the others take
+            // part without a color.
+            let pair = [0, 3];
+            let color = if pair.contains(&r) { 7 } else { -1 };
+            let mut p2p = std::ptr::null_mut();
+            ok(
+                unsafe { (x.comm_split)(c.0, color, r as c_int, &mut p2p, cfg) },
+                "a pair's split",
+            );
+            if pair.contains(&r) {
+                let peer = if r == 0 { 1 } else { 0 };
+                let mine = Buf::new(&data::bytes(INT32, r, 3, 40), false);
+                let got = Buf::new(&data::marked(160), false);
+                ok(unsafe { (x.group_start)() }, "ncclGroupStart");
+                ok(
+                    unsafe { (x.send)(mine.ptr(), 40, INT32, peer, p2p, STREAM) },
+                    "ncclSend on the pair",
+                );
+                ok(
+                    unsafe { (x.recv)(got.ptr(), 40, INT32, peer, p2p, STREAM) },
+                    "ncclRecv on the pair",
+                );
+                ok(unsafe { (x.group_end)() }, "ncclGroupEnd");
+                let other = pair[peer as usize];
+                let want: Vec<f64> = (0..40).map(|i| data::value(other, 3, i)).collect();
+                data::check(INT32, &got.read(), &want, "a send on the pair");
+                ok(unsafe { (x.comm_destroy)(p2p) }, "destroy the pair");
+            } else {
+                assert!(p2p.is_null());
+            }
+            if !subsub.is_null() {
+                ok(
+                    unsafe { (x.comm_destroy)(subsub) },
+                    "destroy a split of a split",
+                );
+            }
+            (r, Comm(sub))
+        });
+        // The parents are destroyed: the splits still work.
+        std::thread::scope(|s| {
+            for (r, sub) in subs {
+                s.spawn(move || {
+                    let sub = sub; // the whole handle (Send), not its raw field
+                    let members: Vec<usize> = (0..n).rev().filter(|q| q % 2 == r % 2).collect();
+                    sum_on(sub.0, &members, r, 4);
+                    ok(unsafe { (nccl().comm_destroy)(sub.0) }, "destroy a split");
+                });
+            }
+        });
+    });
+}
+
+/// One thread splits the communicators of four ranks inside a group (the splits run at
+/// `ncclGroupEnd`); until then the new handles say they are pending.
+#[test]
+fn splits_in_a_group() {
+    isolated("splits_in_a_group", LIMIT, &[], || {
+        let x = nccl();
+        let n = 4;
+        let mut comms = vec![std::ptr::null_mut(); n];
+        ok(
+            unsafe { (x.comm_init_all)(comms.as_mut_ptr(), n as c_int, std::ptr::null()) },
+            "ncclCommInitAll",
+        );
+        let mut subs = vec![std::ptr::null_mut(); n];
+        ok(unsafe { (x.group_start)() }, "ncclGroupStart");
+        for r in 0..n {
+            let color = if r == 2 { -1 } else { 0 };
+            ok(
+                unsafe { (x.comm_split)(comms[r], color, 0, &mut subs[r], std::ptr::null_mut()) },
+                "ncclCommSplit in a group",
+            );
+        }
+        let mut count = 0;
+        fails(
+            unsafe { (x.comm_count)(subs[0], &mut count) },
+            INVALID_USAGE,
+            &["still being initialised"],
+            "the size of a pending split",
+        );
+        ok(unsafe { (x.group_end)() }, "ncclGroupEnd");
+        assert!(subs[2].is_null(), "NCCL_SPLIT_NOCOLOR gave a communicator");
+        let members = [0, 1, 3];
+        let bufs: Vec<Buf> = members
+            .iter()
+            .map(|&r| Buf::new(&data::bytes(FLOAT32, r, 5, 21), false))
+            .collect();
+        ok(unsafe { (x.group_start)() }, "ncclGroupStart");
+        for (i, &r) in members.iter().enumerate() {
+            assert_eq!(count_and_rank(subs[r]), (3, i));
+            ok(
+                unsafe {
+                    (x.all_reduce)(
+                        bufs[i].ptr(),
+                        bufs[i].ptr(),
+                        21,
+                        FLOAT32,
+                        SUM,
+                        subs[r],
+                        STREAM,
+                    )
+                },
+                "a grouped all-reduce on the splits",
+            );
+        }
+        ok(unsafe { (x.group_end)() }, "ncclGroupEnd");
+        let want: Vec<f64> = (0..21)
+            .map(|i| members.iter().map(|&q| data::value(q, 5, i)).sum())
+            .collect();
+        for b in &bufs {
+            data::check(
+                FLOAT32,
+                &b.read(),
+                &want,
+                "grouped all-reduce on the splits",
+            );
+        }
+        for c in subs.into_iter().chain(comms).filter(|c| !c.is_null()) {
+            ok(unsafe { (x.comm_destroy)(c) }, "ncclCommDestroy");
+        }
     });
 }
 

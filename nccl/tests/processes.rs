@@ -175,11 +175,22 @@ fn every_collective_as_processes() {
         let c = init_rank(child_id(rank), n, rank);
         common::suite::every_collective(rank, n, Comm(c), 37, false);
         common::suite::every_collective(rank, n, Comm(c), 5, true);
+        // The same on the communicator of the even or the odd ranks (ncclCommSplit).
+        let mut sub = std::ptr::null_mut();
+        ok(
+            unsafe {
+                (nccl().comm_split)(c, (rank % 2) as c_int, 0, &mut sub, std::ptr::null_mut())
+            },
+            "ncclCommSplit",
+        );
+        let (mine, subn) = (rank / 2, n.div_ceil(2) - (rank % 2) * (n % 2));
+        common::suite::every_collective(mine, subn, Comm(sub), 7, false);
+        ok(unsafe { (nccl().comm_destroy)(sub) }, "destroy the split");
         ok(unsafe { (nccl().comm_destroy)(c) }, "ncclCommDestroy");
         println!("DONE");
         return;
     }
-    for n in [2, 3] {
+    for n in [2, 3, 4] {
         for child in spawn_ranks(test, n) {
             let out = child.wait_for(Duration::from_secs(240));
             assert!(out.success && out.stdout.contains("DONE"), "{}", out.text);

@@ -238,10 +238,15 @@ static void calls(void) {
     EXPECT(ncclRedOpDestroy(twice, comm), ncclSuccess);
   }
 
-  /* Not served yet: checked, refused with ncclInvalidUsage. NVIDIA's library would accept
-   * it: its refusal shows that mscclpp-rs's library answered. */
-  EXPECT(ncclCommSplit(comm, 0, 0, &nc, NULL), ncclInvalidUsage);
-  CHECK(strstr(ncclGetLastError(comm), "mscclpp-rs") != NULL);
+  /* Split: one color (a communicator of one rank) and no color (none). */
+  EXPECT(ncclCommSplit(comm, 0, 0, &nc, NULL), ncclSuccess);
+  CHECK(nc != NULL);
+  EXPECT(ncclCommCount(nc, &count), ncclSuccess);
+  CHECK(count == 1);
+  EXPECT(ncclAllReduce(a, b, 16, ncclFloat, ncclSum, nc, s), ncclSuccess); SAME(16);
+  EXPECT(ncclCommDestroy(nc), ncclSuccess);
+  EXPECT(ncclCommSplit(comm, NCCL_SPLIT_NOCOLOR, 0, &nc, NULL), ncclSuccess);
+  CHECK(nc == NULL);
 
   /* Not implemented: ncclInvalidUsage. */
   {
@@ -256,6 +261,8 @@ static void calls(void) {
     ncclSimInfo_t si = NCCL_SIM_INFO_INITIALIZER;
     int exclude[1] = {0};
     EXPECT(ncclCommShrink(comm, exclude, 0, &nc, NULL, NCCL_SHRINK_DEFAULT), ncclInvalidUsage);
+    /* NVIDIA's library would accept it: its refusal shows that mscclpp-rs's library answered. */
+    CHECK(strstr(ncclGetLastError(comm), "mscclpp-rs") != NULL);
     EXPECT(ncclCommGetUniqueId(comm, &id), ncclInvalidUsage);
     EXPECT(ncclCommGrow(comm, 2, NULL, -1, &nc, NULL), ncclInvalidUsage);
     EXPECT(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT), ncclInvalidUsage);
