@@ -400,7 +400,7 @@ fn stubs_refuse_and_say_why() {
     });
 }
 
-/// Argument checks of the collectives and what is not served yet, on one rank.
+/// Argument checks of the collectives, operators, split and per-call configs, on one rank.
 #[test]
 fn argument_checks() {
     isolated("argument_checks", LIMIT, &[], || {
@@ -789,6 +789,79 @@ fn splits_in_a_group() {
         for c in subs.into_iter().chain(comms).filter(|c| !c.is_null()) {
             ok(unsafe { (x.comm_destroy)(c) }, "ncclCommDestroy");
         }
+    });
+}
+
+/// Collectives on buffers registered with `ncclCommRegister` and on windows of
+/// `ncclCommWindowRegister` (collective), by 3 ranks as threads; then deregistered, the same
+/// buffers still work (the per-call exchange).
+#[test]
+fn registered_buffers_and_windows() {
+    isolated("registered_buffers_and_windows", LIMIT, &[], || {
+        let n = 3;
+        ranks(n, |r, c| {
+            let x = nccl();
+            let count = 3000;
+            let send = Buf::new(&data::bytes(FLOAT32, r, 0, count), true);
+            let recv = Buf::new(&data::marked(n * count * 4), true);
+            let (mut hs, mut hr) = (std::ptr::null_mut(), std::ptr::null_mut());
+            ok(
+                unsafe { (x.comm_register)(c.0, send.ptr(), count * 4, &mut hs) },
+                "ncclCommRegister",
+            );
+            ok(
+                unsafe { (x.comm_register)(c.0, recv.ptr(), n * count * 4, &mut hr) },
+                "ncclCommRegister",
+            );
+            let gathered: Vec<f64> = (0..n)
+                .flat_map(|q| (0..count).map(move |i| data::value(q, 0, i)))
+                .collect();
+            let summed: Vec<f64> = (0..count)
+                .map(|i| data::reduced(FLOAT32, SUM, n, 0, i))
+                .collect();
+            let check_both = |what: &str| {
+                ok(
+                    unsafe { (x.all_gather)(send.ptr(), recv.ptr(), count, FLOAT32, c.0, STREAM) },
+                    what,
+                );
+                data::check(FLOAT32, &recv.read(), &gathered, what);
+                ok(
+                    unsafe {
+                        (x.all_reduce)(send.ptr(), recv.ptr(), count, FLOAT32, SUM, c.0, STREAM)
+                    },
+                    what,
+                );
+                data::check(FLOAT32, &recv.read_range(0..count * 4), &summed, what);
+            };
+            check_both("on registered buffers");
+            ok(
+                unsafe { (x.comm_deregister)(c.0, hs) },
+                "ncclCommDeregister",
+            );
+            ok(
+                unsafe { (x.comm_deregister)(c.0, hr) },
+                "ncclCommDeregister",
+            );
+            check_both("after deregistering");
+            let (mut ws, mut wr) = (std::ptr::null_mut(), std::ptr::null_mut());
+            ok(
+                unsafe { (x.window_register)(c.0, send.ptr(), count * 4, &mut ws, 1) },
+                "ncclCommWindowRegister",
+            );
+            ok(
+                unsafe { (x.window_register)(c.0, recv.ptr(), n * count * 4, &mut wr, 1) },
+                "ncclCommWindowRegister",
+            );
+            check_both("on windows");
+            ok(
+                unsafe { (x.window_deregister)(c.0, wr) },
+                "ncclCommWindowDeregister",
+            );
+            ok(
+                unsafe { (x.window_deregister)(c.0, ws) },
+                "ncclCommWindowDeregister",
+            );
+        });
     });
 }
 

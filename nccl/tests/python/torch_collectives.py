@@ -21,7 +21,7 @@ PyTorch wheels load the libnccl.so.2 of the nvidia-nccl-cu12 wheel through their
 One process per GPU (``--world-size``, default: every GPU), spawned here; or run it under
 ``torchrun --nproc-per-node N`` (it then uses torchrun's rank and rendezvous).
 ``--eager`` initialises the communicator at ``init_process_group`` (``device_id``), which
-makes ``new_group`` use ``ncclCommSplit`` (not served yet by mscclpp-rs).
+makes ``new_group`` use ``ncclCommSplit``.
 """
 
 import argparse
