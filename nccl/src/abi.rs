@@ -1,7 +1,7 @@
 //! NCCL's C types, with NVIDIA's values and layouts (our `include/nccl.h` is their C twin; the
 //! ABI test compiles a program against NVIDIA's own `nccl.h` and compares), and the two
 //! mappings onto the library's types: [`data_type`] and [`reduce_op`], one function each, the
-//! only places that say which NCCL types and operators are served.
+//! only places that map NCCL's types and built-in operators.
 //!
 //! Values that come from the caller (`ncclDataType_t`, `ncclRedOp_t`, `ncclResult_t` handed to
 //! `ncclGetErrorString`) are plain `c_int`s here, never Rust enums: any integer may arrive, and
@@ -11,7 +11,8 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
-use mscclpp::shared::{DataType, ReduceOp};
+use mscclpp::collectives::Reduction;
+use mscclpp::shared::DataType;
 
 use crate::error::NcclError;
 
@@ -134,20 +135,23 @@ pub fn type_info(t: c_int) -> Option<(&'static str, usize)> {
         .map(|&(_, name, size)| (name, size))
 }
 
-/// The library's element type for NCCL's `t`: the one place that says which NCCL types are
-/// served. An NCCL type the collectives do not serve yet is [`NcclError::TypeNotServed`]
-/// (`ncclInvalidArgument`), a value that is no NCCL type [`NcclError::BadType`].
+/// The library's element type for NCCL's `t`: the one place that maps NCCL's types. Every
+/// one of NCCL's 12 types is served; a value that is no NCCL type is [`NcclError::BadType`].
 pub fn data_type(t: c_int) -> Result<DataType, NcclError> {
-    let Some((name, _)) = type_info(t) else {
-        return Err(NcclError::BadType { value: t });
-    };
     match t {
+        ncclInt8 => Ok(DataType::I8),
+        ncclUint8 => Ok(DataType::U8),
         ncclInt32 => Ok(DataType::I32),
         ncclUint32 => Ok(DataType::U32),
+        ncclInt64 => Ok(DataType::I64),
+        ncclUint64 => Ok(DataType::U64),
         ncclFloat16 => Ok(DataType::F16),
         ncclFloat32 => Ok(DataType::F32),
+        ncclFloat64 => Ok(DataType::F64),
         ncclBfloat16 => Ok(DataType::BF16),
-        _ => Err(NcclError::TypeNotServed { name }),
+        ncclFloat8e4m3 => Ok(DataType::F8E4M3),
+        ncclFloat8e5m2 => Ok(DataType::F8E5M2),
+        value => Err(NcclError::BadType { value }),
     }
 }
 
@@ -176,22 +180,20 @@ pub const BUILTIN_OPS: [(c_int, &str); 5] = [
     (ncclAvg, "ncclAvg"),
 ];
 
-/// The library's operator for NCCL's built-in `op`: the one place that says which NCCL
-/// operators are served. `ncclProd` and `ncclAvg` are [`NcclError::OpNotServed`]; a value of
-/// `ncclNumOps` or more is an operator made by `ncclRedOpCreatePreMulSum`, looked up in the
-/// communicator by the caller first (`registration.rs`), so here it is
-/// [`NcclError::OpNotServed`] too (pre-multiplied sums are not served yet); a negative value
-/// is [`NcclError::BadOp`].
-pub fn reduce_op(op: c_int) -> Result<ReduceOp, NcclError> {
+/// The library's operator for NCCL's built-in `op`: the one place that maps NCCL's built-in
+/// operators (`ncclAvg` is the library's average: a pre-multiplied sum by `1/nranks` for
+/// floating types, a sum divided by `nranks` for integers, as NCCL lowers it). A value of
+/// `ncclNumOps` or more is an operator made by `ncclRedOpCreatePreMulSum`, which only its
+/// communicator knows (`registration::reduce_op` looks it up before calling this), so here
+/// it is [`NcclError::UnknownOp`]; a negative value is [`NcclError::BadOp`].
+pub fn reduce_op(op: c_int) -> Result<Reduction, NcclError> {
     match op {
-        ncclSum => Ok(ReduceOp::Sum),
-        ncclMax => Ok(ReduceOp::Max),
-        ncclMin => Ok(ReduceOp::Min),
-        ncclProd => Err(NcclError::OpNotServed { name: "ncclProd" }),
-        ncclAvg => Err(NcclError::OpNotServed { name: "ncclAvg" }),
-        v if v >= ncclNumOps => Err(NcclError::OpNotServed {
-            name: "a pre-multiplied sum (ncclRedOpCreatePreMulSum)",
-        }),
+        ncclSum => Ok(Reduction::Sum),
+        ncclProd => Ok(Reduction::Prod),
+        ncclMax => Ok(Reduction::Max),
+        ncclMin => Ok(Reduction::Min),
+        ncclAvg => Ok(Reduction::Avg),
+        v if v >= ncclNumOps => Err(NcclError::UnknownOp { value: v }),
         v => Err(NcclError::BadOp { value: v }),
     }
 }
@@ -468,38 +470,45 @@ mod tests {
     }
 
     #[test]
-    fn every_type_maps_or_says_why() {
+    fn every_type_maps_to_the_library_type_of_its_size() {
+        let mut seen = Vec::new();
         for (v, name, size) in DATA_TYPES {
-            match data_type(v) {
-                Ok(t) => assert_eq!(t.size(), size, "{name}"),
-                Err(e) => {
-                    assert_eq!(e.code(), ncclResult_t::ncclInvalidArgument);
-                    assert!(e.to_string().contains(name), "{e}");
-                }
-            }
+            let t = data_type(v).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(t.size(), size, "{name}");
+            assert!(!seen.contains(&t), "{name} maps onto {t:?} twice");
+            seen.push(t);
         }
+        assert_eq!(seen.len(), DataType::ALL.len());
         assert_eq!(data_type(ncclFloat32).ok(), Some(DataType::F32));
         assert_eq!(data_type(ncclBfloat16).ok(), Some(DataType::BF16));
+        assert_eq!(data_type(ncclInt8).ok(), Some(DataType::I8));
+        assert_eq!(data_type(ncclFloat8e4m3).ok(), Some(DataType::F8E4M3));
+        assert_eq!(data_type(ncclFloat8e5m2).ok(), Some(DataType::F8E5M2));
         for bad in [-1, ncclNumTypes, 1000] {
-            assert!(matches!(data_type(bad), Err(NcclError::BadType { .. })));
+            let e = data_type(bad).unwrap_err();
+            assert!(matches!(e, NcclError::BadType { .. }));
+            assert_eq!(e.code(), ncclResult_t::ncclInvalidArgument);
         }
     }
 
     #[test]
-    fn every_op_maps_or_says_why() {
-        assert_eq!(reduce_op(ncclSum).ok(), Some(ReduceOp::Sum));
-        assert_eq!(reduce_op(ncclMax).ok(), Some(ReduceOp::Max));
-        assert_eq!(reduce_op(ncclMin).ok(), Some(ReduceOp::Min));
-        for (v, name) in [(ncclProd, "ncclProd"), (ncclAvg, "ncclAvg")] {
-            let e = reduce_op(v).unwrap_err();
-            assert_eq!(e.code(), ncclResult_t::ncclInvalidArgument);
-            assert!(e.to_string().contains(name), "{e}");
+    fn every_builtin_op_maps() {
+        assert_eq!(reduce_op(ncclSum).ok(), Some(Reduction::Sum));
+        assert_eq!(reduce_op(ncclProd).ok(), Some(Reduction::Prod));
+        assert_eq!(reduce_op(ncclMax).ok(), Some(Reduction::Max));
+        assert_eq!(reduce_op(ncclMin).ok(), Some(Reduction::Min));
+        assert_eq!(reduce_op(ncclAvg).ok(), Some(Reduction::Avg));
+        for (v, _) in BUILTIN_OPS {
+            assert!(reduce_op(v).is_ok());
         }
+        // A pre-multiplied sum is the communicator's to know.
         assert!(matches!(
             reduce_op(ncclNumOps),
-            Err(NcclError::OpNotServed { .. })
+            Err(NcclError::UnknownOp { .. })
         ));
-        assert!(matches!(reduce_op(-3), Err(NcclError::BadOp { .. })));
+        let e = reduce_op(-3).unwrap_err();
+        assert!(matches!(e, NcclError::BadOp { .. }));
+        assert_eq!(e.code(), ncclResult_t::ncclInvalidArgument);
     }
 
     #[test]

@@ -1,18 +1,22 @@
 //! The collectives: NCCL's argument checks ([`check`] and the `*_op` constructors, one per
-//! NCCL function) turning a call into an [`Op`], and [`run`], which queues an `Op` on the
-//! library's [`Collectives`](mscclpp::collectives::Collectives) (on the caller's stream, or
-//! the communicator's own on the CPU backend). Whether it runs at once or at the end of a
-//! group is `group.rs`'s business.
+//! NCCL function) turning a call into an [`Op`], and [`record`], which records an `Op` in a
+//! [`Group`] of the library's collectives (`group.rs` ends the group, at once outside an NCCL
+//! group, at `ncclGroupEnd` inside one, on the caller's stream or the communicator's own on
+//! the CPU backend).
 //!
 //! In place is NCCL's convention, which the library shares: all-reduce and broadcast with
 //! `sendbuff == recvbuff`; all-gather with `sendbuff == recvbuff + rank * count`;
 //! reduce-scatter with `recvbuff == sendbuff + rank * count`; all-to-all with `sendbuff ==
-//! recvbuff`. A call of 0 elements checks its arguments and queues nothing.
+//! recvbuff`; gather with `sendbuff == recvbuff + root * count` on the root; scatter with
+//! `recvbuff == sendbuff + root * count` on the root; reduce with `sendbuff == recvbuff`. A
+//! call of 0 elements checks its arguments and moves nothing. Buffers that only the root reads
+//! or writes (reduce's and gather's `recvbuff`, scatter's and broadcast's `sendbuff`) may be
+//! null on the other ranks.
 
 use std::ffi::{c_int, c_void};
 
-use mscclpp::host::gpu::Stream;
-use mscclpp::shared::{DataType, DevicePtr, ReduceOp};
+use mscclpp::collectives::{Group, Reduction};
+use mscclpp::shared::{DataType, DevicePtr};
 
 use crate::abi;
 use crate::comm::{Comm, Handle};
@@ -34,7 +38,7 @@ pub enum Op {
         /// Type.
         dtype: DataType,
         /// Operator.
-        op: ReduceOp,
+        op: Reduction,
     },
     /// `ncclAllGather` (`count` per rank).
     AllGather {
@@ -58,7 +62,7 @@ pub enum Op {
         /// Type.
         dtype: DataType,
         /// Operator.
-        op: ReduceOp,
+        op: Reduction,
     },
     /// `ncclBroadcast` / `ncclBcast`.
     Broadcast {
@@ -83,6 +87,47 @@ pub enum Op {
         count: usize,
         /// Type.
         dtype: DataType,
+    },
+    /// `ncclReduce`.
+    Reduce {
+        /// `sendbuff`.
+        send: u64,
+        /// `recvbuff` (written on the root).
+        recv: u64,
+        /// Elements.
+        count: usize,
+        /// Type.
+        dtype: DataType,
+        /// Operator.
+        op: Reduction,
+        /// Root rank.
+        root: usize,
+    },
+    /// `ncclGather` (`count` per rank).
+    Gather {
+        /// `sendbuff`.
+        send: u64,
+        /// `recvbuff` (written on the root).
+        recv: u64,
+        /// Elements per rank.
+        count: usize,
+        /// Type.
+        dtype: DataType,
+        /// Root rank.
+        root: usize,
+    },
+    /// `ncclScatter` (`count` per rank).
+    Scatter {
+        /// `sendbuff` (read on the root).
+        send: u64,
+        /// `recvbuff`.
+        recv: u64,
+        /// Elements per rank.
+        count: usize,
+        /// Type.
+        dtype: DataType,
+        /// Root rank.
+        root: usize,
     },
 }
 
@@ -137,8 +182,8 @@ pub fn all_reduce_op(
     dtype: c_int,
     op: c_int,
 ) -> Result<Op, NcclError> {
+    let op = registration::reduce_op(c, op, dtype)?;
     let dtype = abi::data_type(dtype)?;
-    let op = registration::reduce_op(c, op)?;
     let n = bytes(count, dtype.size(), 1)? > 0;
     Ok(Op::AllReduce {
         send: buffer(send, "sendbuff", n)?,
@@ -176,8 +221,8 @@ pub fn reduce_scatter_op(
     dtype: c_int,
     op: c_int,
 ) -> Result<Op, NcclError> {
+    let op = registration::reduce_op(c, op, dtype)?;
     let dtype = abi::data_type(dtype)?;
-    let op = registration::reduce_op(c, op)?;
     let n = bytes(count, dtype.size(), c.nranks)? > 0;
     Ok(Op::ReduceScatter {
         send: buffer(send, "sendbuff", n)?,
@@ -227,43 +272,77 @@ pub fn all_to_all_op(
     })
 }
 
-/// The checks of `ncclReduce`, `ncclGather` and `ncclScatter` (`what`), which are not served
-/// yet: a call with wrong arguments is refused as such, a correct one by the caller with
-/// [`NcclError::NotYet`].
+/// `ncclReduce`'s checks (`recvbuff` is needed on the root only).
 #[allow(clippy::too_many_arguments)]
-pub fn check_rooted(
+pub fn reduce_op(
     c: &Comm,
-    what: &'static str,
     send: *const c_void,
     recv: *mut c_void,
     count: usize,
     dtype: c_int,
-    op: Option<c_int>,
+    op: c_int,
     root: c_int,
-) -> Result<(), NcclError> {
-    let (_, elem) = abi::type_info(dtype).ok_or(NcclError::BadType { value: dtype })?;
-    if let Some(op) = op
-        && op < 0
-    {
-        return Err(NcclError::BadOp { value: op });
-    }
+) -> Result<Op, NcclError> {
+    let op = registration::reduce_op(c, op, dtype)?;
+    let dtype = abi::data_type(dtype)?;
     let root = rank_arg("root", root, c.nranks)?;
-    let parts = if what == "ncclReduce" { 1 } else { c.nranks };
-    let n = bytes(count, elem, parts)? > 0;
-    let on_root = root == c.rank;
-    let (send_needed, recv_needed) = match what {
-        "ncclScatter" => (n && on_root, n),
-        _ => (n, n && on_root),
-    };
-    buffer(send, "sendbuff", send_needed)?;
-    buffer(recv, "recvbuff", recv_needed)?;
-    Ok(())
+    let n = bytes(count, dtype.size(), 1)? > 0;
+    Ok(Op::Reduce {
+        send: buffer(send, "sendbuff", n)?,
+        recv: buffer(recv, "recvbuff", n && root == c.rank)?,
+        count,
+        dtype,
+        op,
+        root,
+    })
 }
 
-/// Queues `op` on `s` (the caller's stream; the communicator's own on the CPU backend).
-pub fn run(c: &Comm, op: &Op, s: &Stream) -> Result<(), NcclError> {
+/// `ncclGather`'s checks (`recvbuff`, of `nranks * count`, is needed on the root only).
+pub fn gather_op(
+    c: &Comm,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: c_int,
+    root: c_int,
+) -> Result<Op, NcclError> {
+    let dtype = abi::data_type(dtype)?;
+    let root = rank_arg("root", root, c.nranks)?;
+    let n = bytes(count, dtype.size(), c.nranks)? > 0;
+    Ok(Op::Gather {
+        send: buffer(send, "sendbuff", n)?,
+        recv: buffer(recv, "recvbuff", n && root == c.rank)?,
+        count,
+        dtype,
+        root,
+    })
+}
+
+/// `ncclScatter`'s checks (`sendbuff`, of `nranks * count`, is needed on the root only).
+pub fn scatter_op(
+    c: &Comm,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: c_int,
+    root: c_int,
+) -> Result<Op, NcclError> {
+    let dtype = abi::data_type(dtype)?;
+    let root = rank_arg("root", root, c.nranks)?;
+    let n = bytes(count, dtype.size(), c.nranks)? > 0;
+    Ok(Op::Scatter {
+        send: buffer(send, "sendbuff", n && root == c.rank)?,
+        recv: buffer(recv, "recvbuff", n)?,
+        count,
+        dtype,
+        root,
+    })
+}
+
+/// Records `op` in `g`, a group of the library's collectives of the op's communicator
+/// (`group.rs` ends it on the caller's stream, or the communicator's own on the CPU backend).
+pub fn record(g: &mut Group<'_>, op: &Op) -> Result<(), NcclError> {
     let p = DevicePtr::<u8>::from_addr;
-    let coll = &c.coll;
     // SAFETY (every call below): NCCL's contract: the caller's buffers hold what the call
     // reads and writes (checked non-null above when it moves data) until the work queued on
     // its stream completes, and every rank makes the same calls.
@@ -274,33 +353,55 @@ pub fn run(c: &Comm, op: &Op, s: &Stream) -> Result<(), NcclError> {
             count,
             dtype,
             op,
-        } => unsafe { coll.all_reduce(p(send), p(recv), count, dtype, op, s, None) },
+        } => unsafe { g.all_reduce(p(send), p(recv), count, dtype, op, None) },
         Op::AllGather {
             send,
             recv,
             count,
             dtype,
-        } => unsafe { coll.all_gather(p(send), p(recv), count, dtype, s, None) },
+        } => unsafe { g.all_gather(p(send), p(recv), count, dtype, None) },
         Op::ReduceScatter {
             send,
             recv,
             count,
             dtype,
             op,
-        } => unsafe { coll.reduce_scatter(p(send), p(recv), count, dtype, op, s, None) },
+        } => unsafe { g.reduce_scatter(p(send), p(recv), count, dtype, op, None) },
         Op::Broadcast {
             send,
             recv,
             count,
             dtype,
             root,
-        } => unsafe { coll.broadcast(p(send), p(recv), count, dtype, root, s, None) },
+        } => unsafe { g.broadcast(p(send), p(recv), count, dtype, root, None) },
         Op::AllToAll {
             send,
             recv,
             count,
             dtype,
-        } => unsafe { coll.all_to_all(p(send), p(recv), count, dtype, s, None) },
+        } => unsafe { g.all_to_all(p(send), p(recv), count, dtype, None) },
+        Op::Reduce {
+            send,
+            recv,
+            count,
+            dtype,
+            op,
+            root,
+        } => unsafe { g.reduce(p(send), p(recv), count, dtype, op, root, None) },
+        Op::Gather {
+            send,
+            recv,
+            count,
+            dtype,
+            root,
+        } => unsafe { g.gather(p(send), p(recv), count, dtype, root) },
+        Op::Scatter {
+            send,
+            recv,
+            count,
+            dtype,
+            root,
+        } => unsafe { g.scatter(p(send), p(recv), count, dtype, root) },
     };
     r.map_err(NcclError::library(op.name()))
 }
@@ -314,6 +415,9 @@ impl Op {
             Op::ReduceScatter { .. } => "ncclReduceScatter",
             Op::Broadcast { .. } => "ncclBroadcast",
             Op::AllToAll { .. } => "ncclAlltoAll",
+            Op::Reduce { .. } => "ncclReduce",
+            Op::Gather { .. } => "ncclGather",
+            Op::Scatter { .. } => "ncclScatter",
         }
     }
 }

@@ -99,9 +99,9 @@ pub enum State {
 
 /// What a `ncclComm_t` points to (module docs).
 pub struct Handle {
-    /// This rank.
+    /// This rank (a split's: its rank in the parent until the split has run).
     pub rank: usize,
-    /// Ranks of the communicator.
+    /// Ranks of the communicator (0 for a split that has not run yet: not known).
     pub nranks: usize,
     /// The device ordinal.
     pub device: usize,

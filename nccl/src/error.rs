@@ -78,25 +78,24 @@ pub enum NcclError {
         /// The value.
         value: c_int,
     },
-    /// An NCCL data type the collectives do not serve yet.
-    #[error(
-        "{name} is not served yet (served: ncclInt32, ncclUint32, ncclFloat16, ncclFloat32, ncclBfloat16)"
-    )]
-    TypeNotServed {
-        /// Its NCCL name.
-        name: &'static str,
-    },
     /// A value that is no NCCL operator.
     #[error("operator {value} is not an ncclRedOp_t")]
     BadOp {
         /// The value.
         value: c_int,
     },
-    /// An NCCL operator the collectives do not serve yet.
-    #[error("{name} is not served yet (served: ncclSum, ncclMin, ncclMax)")]
-    OpNotServed {
-        /// What it is.
-        name: &'static str,
+    /// A pre-multiplied sum used with another data type than the one it was made for (NCCL
+    /// refuses it too: the scalar is one element of that type).
+    #[error(
+        "operator {op} was made by ncclRedOpCreatePreMulSum for data type {made_for}, not {called_with}"
+    )]
+    OpTypeMismatch {
+        /// The operator.
+        op: c_int,
+        /// The NCCL type it was made for.
+        made_for: &'static str,
+        /// The NCCL type of the call.
+        called_with: &'static str,
     },
     /// An operator `ncclRedOpCreatePreMulSum` did not make for this communicator (or that was
     /// destroyed).
@@ -156,6 +155,10 @@ pub enum NcclError {
         /// What does not match.
         why: String,
     },
+    /// A split in which this rank passed `NCCL_SPLIT_NOCOLOR`: it took part and gets no
+    /// communicator (not a failure: `ncclCommSplit` returns `ncclSuccess` and a null handle).
+    #[error("this rank split without a color (NCCL_SPLIT_NOCOLOR): no communicator")]
+    SplitWithoutColor,
     /// A buffer that is not memory `ncclMemAlloc` handed out.
     #[error("{ptr:#x} was not allocated by ncclMemAlloc (or was freed)")]
     UnknownBuffer {
@@ -234,9 +237,8 @@ impl NcclError {
             | Self::UnknownComm { .. }
             | Self::OutOfRange { .. }
             | Self::BadType { .. }
-            | Self::TypeNotServed { .. }
             | Self::BadOp { .. }
-            | Self::OpNotServed { .. }
+            | Self::OpTypeMismatch { .. }
             | Self::UnknownOp { .. }
             | Self::CountOverflow { .. }
             | Self::BadConfig { .. }
@@ -250,7 +252,8 @@ impl NcclError {
             | Self::GroupUnbalanced
             | Self::P2pUnmatched { .. }
             | Self::NotImplemented { .. }
-            | Self::NotYet { .. } => ncclInvalidUsage,
+            | Self::NotYet { .. }
+            | Self::SplitWithoutColor => ncclInvalidUsage,
             Self::CommFailed { code, .. } | Self::GroupFailed { code, .. } => *code,
             Self::Library { source, .. } => host_code(source),
             Self::Thread { .. } => ncclSystemError,
@@ -342,7 +345,9 @@ pub fn host_code(e: &HostError) -> ncclResult_t {
         | HostError::CrossNode { .. }
         | HostError::DuplicateGpu { .. }
         | HostError::ConfigMismatch { .. }
-        | HostError::Aborted { .. } => ncclInvalidUsage,
+        | HostError::Aborted { .. }
+        | HostError::CountMismatch { .. }
+        | HostError::SelfMismatch { .. } => ncclInvalidUsage,
         _ => ncclInternalError,
     }
 }

@@ -115,28 +115,6 @@ fn point_to_point(
     })
 }
 
-/// A collective that is not served yet: checked, then refused.
-#[allow(clippy::too_many_arguments)]
-fn not_yet(
-    what: &'static str,
-    send: *const c_void,
-    recv: *mut c_void,
-    count: usize,
-    datatype: c_int,
-    op: Option<c_int>,
-    root: c_int,
-    comm: ncclComm_t,
-) -> Outcome {
-    group::enqueue(|| {
-        let c = coll::check(comm)?;
-        coll::check_rooted(&c, what, send, recv, count, datatype, op, root)?;
-        Err(NcclError::NotYet {
-            what,
-            needs: "the library's reduce, gather and scatter collectives",
-        })
-    })
-}
-
 fn done() -> Outcome {
     Ok(ncclResult_t::ncclSuccess)
 }
@@ -243,7 +221,7 @@ export! {
 }
 
 export! {
-    /// `ncclCommSplit` (arguments checked; the split is not served yet).
+    /// `ncclCommSplit`.
     fn ncclCommSplit / pncclCommSplit(
         comm: ncclComm_t,
         color: c_int,
@@ -325,21 +303,21 @@ export! {
 export! {
     /// `ncclCommCount`.
     fn ncclCommCount / pncclCommCount(comm: ncclComm_t, count: *mut c_int) -> ncclResult_t {
-        api("ncclCommCount", || init::tell(comm, count, |h| h.nranks))
+        api("ncclCommCount", || init::tell(comm, count, |f| f.nranks))
     }
 }
 
 export! {
     /// `ncclCommCuDevice`: the CUDA device ordinal (on the CPU backend, its device).
     fn ncclCommCuDevice / pncclCommCuDevice(comm: ncclComm_t, device: *mut c_int) -> ncclResult_t {
-        api("ncclCommCuDevice", || init::tell(comm, device, |h| h.device))
+        api("ncclCommCuDevice", || init::tell(comm, device, |f| f.device))
     }
 }
 
 export! {
     /// `ncclCommUserRank`.
     fn ncclCommUserRank / pncclCommUserRank(comm: ncclComm_t, rank: *mut c_int) -> ncclResult_t {
-        api("ncclCommUserRank", || init::tell(comm, rank, |h| h.rank))
+        api("ncclCommUserRank", || init::tell(comm, rank, |f| f.rank))
     }
 }
 
@@ -407,8 +385,8 @@ export! {
 }
 
 export! {
-    /// `ncclRedOpCreatePreMulSum` (the operator is made; collectives with it are not served
-    /// yet).
+    /// `ncclRedOpCreatePreMulSum`: an operator of this communicator, for the reducing
+    /// collectives of `datatype` (a host scalar is copied now, a device one read by each call).
     fn ncclRedOpCreatePreMulSum / pncclRedOpCreatePreMulSum(
         op: *mut c_int,
         scalar: *mut c_void,
@@ -436,7 +414,7 @@ export! {
 }
 
 export! {
-    /// `ncclReduce` (arguments checked; not served yet).
+    /// `ncclReduce`.
     fn ncclReduce / pncclReduce(
         sendbuff: *const c_void,
         recvbuff: *mut c_void,
@@ -447,8 +425,9 @@ export! {
         comm: ncclComm_t,
         stream: cudaStream_t,
     ) -> ncclResult_t {
-        let _ = stream;
-        api("ncclReduce", || not_yet("ncclReduce", sendbuff, recvbuff, count, datatype, Some(op), root, comm))
+        api("ncclReduce", || {
+            collective(comm, stream, |c| coll::reduce_op(c, sendbuff, recvbuff, count, datatype, op, root))
+        })
     }
 }
 
@@ -568,7 +547,7 @@ export! {
 }
 
 export! {
-    /// `ncclGather` (arguments checked; not served yet).
+    /// `ncclGather`.
     fn ncclGather / pncclGather(
         sendbuff: *const c_void,
         recvbuff: *mut c_void,
@@ -578,13 +557,14 @@ export! {
         comm: ncclComm_t,
         stream: cudaStream_t,
     ) -> ncclResult_t {
-        let _ = stream;
-        api("ncclGather", || not_yet("ncclGather", sendbuff, recvbuff, count, datatype, None, root, comm))
+        api("ncclGather", || {
+            collective(comm, stream, |c| coll::gather_op(c, sendbuff, recvbuff, count, datatype, root))
+        })
     }
 }
 
 export! {
-    /// `ncclScatter` (arguments checked; not served yet).
+    /// `ncclScatter`.
     fn ncclScatter / pncclScatter(
         sendbuff: *const c_void,
         recvbuff: *mut c_void,
@@ -594,8 +574,9 @@ export! {
         comm: ncclComm_t,
         stream: cudaStream_t,
     ) -> ncclResult_t {
-        let _ = stream;
-        api("ncclScatter", || not_yet("ncclScatter", sendbuff, recvbuff, count, datatype, None, root, comm))
+        api("ncclScatter", || {
+            collective(comm, stream, |c| coll::scatter_op(c, sendbuff, recvbuff, count, datatype, root))
+        })
     }
 }
 
@@ -642,7 +623,7 @@ export! {
 }
 
 export! {
-    /// `ncclReduceConfig` (arguments checked; not served yet).
+    /// `ncclReduceConfig`.
     fn ncclReduceConfig / pncclReduceConfig(
         sendbuff: *const c_void,
         recvbuff: *mut c_void,
@@ -654,10 +635,11 @@ export! {
         stream: cudaStream_t,
         config: *const ncclCollConfig_t,
     ) -> ncclResult_t {
-        let _ = stream;
         api("ncclReduceConfig", || {
-            coll_config(config)?;
-            not_yet("ncclReduce", sendbuff, recvbuff, count, datatype, Some(op), root, comm)
+            collective(comm, stream, |c| {
+                coll_config(config)?;
+                coll::reduce_op(c, sendbuff, recvbuff, count, datatype, op, root)
+            })
         })
     }
 }
@@ -724,7 +706,7 @@ export! {
 }
 
 export! {
-    /// `ncclGatherConfig` (arguments checked; not served yet).
+    /// `ncclGatherConfig`.
     fn ncclGatherConfig / pncclGatherConfig(
         sendbuff: *const c_void,
         recvbuff: *mut c_void,
@@ -735,16 +717,17 @@ export! {
         stream: cudaStream_t,
         config: *const ncclCollConfig_t,
     ) -> ncclResult_t {
-        let _ = stream;
         api("ncclGatherConfig", || {
-            coll_config(config)?;
-            not_yet("ncclGather", sendbuff, recvbuff, count, datatype, None, root, comm)
+            collective(comm, stream, |c| {
+                coll_config(config)?;
+                coll::gather_op(c, sendbuff, recvbuff, count, datatype, root)
+            })
         })
     }
 }
 
 export! {
-    /// `ncclScatterConfig` (arguments checked; not served yet).
+    /// `ncclScatterConfig`.
     fn ncclScatterConfig / pncclScatterConfig(
         sendbuff: *const c_void,
         recvbuff: *mut c_void,
@@ -755,10 +738,11 @@ export! {
         stream: cudaStream_t,
         config: *const ncclCollConfig_t,
     ) -> ncclResult_t {
-        let _ = stream;
         api("ncclScatterConfig", || {
-            coll_config(config)?;
-            not_yet("ncclScatter", sendbuff, recvbuff, count, datatype, None, root, comm)
+            collective(comm, stream, |c| {
+                coll_config(config)?;
+                coll::scatter_op(c, sendbuff, recvbuff, count, datatype, root)
+            })
         })
     }
 }

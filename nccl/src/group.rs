@@ -3,15 +3,16 @@
 //! them: the inits first, each on a thread of its own (so one thread can initialise the ranks
 //! of several devices, whose inits wait for each other), then each communicator's calls, on a
 //! thread per communicator when there are several (their calls wait for each other too). A
-//! communicator's calls run in call order, its collectives first and then its sends and
-//! receives (`p2p.rs` says how those are paired), all on one stream: the first call's, which
-//! first waits for the other streams of the batch, which then wait for it (NCCL makes one
-//! operation of a group whatever its streams).
+//! communicator's calls are recorded in call order in one [`Group`](mscclpp::collectives::Group)
+//! of the library's collectives, which runs its collectives in order and then all its sends
+//! and receives together (`p2p.rs`), all on one stream: the first call's, which first waits
+//! for the other streams of the batch, which then wait for it (NCCL makes one operation of a
+//! group whatever its streams). A call outside an NCCL group is a library group of one call.
 //!
 //! A call of the group that fails its checks returns its error at once and poisons the group:
 //! `ncclGroupEnd` then runs nothing, fails the group's inits and returns that error, as NCCL
-//! does. Every communicator's sends and receives are planned before anything runs, so sends
-//! and receives that cannot match (to the rank itself) leave every stream untouched.
+//! does. Every communicator's sends to and receives from itself are checked before anything
+//! runs, so a group whose sends and receives cannot match there leaves every stream untouched.
 //!
 //! Outside a group each call runs at once: [`enqueue`] is the one path for both.
 //!
@@ -30,7 +31,7 @@ use crate::collectives::{self, Op};
 use crate::comm::{CallStream, Comm, Handle};
 use crate::error::{NcclError, Outcome};
 use crate::init::InitJob;
-use crate::p2p::{self, P2p, Step};
+use crate::p2p::{self, P2p};
 
 /// A recorded call.
 #[derive(Clone, Copy, Debug)]
@@ -139,8 +140,8 @@ fn submit(comm: Arc<Comm>, call: Call) -> Outcome {
         }
     });
     if !recorded {
-        let steps = plan(&comm, &[call])?;
-        run_batch(&comm, &[call], &steps)?;
+        check_p2p(&comm, &[call])?;
+        run_batch(&comm, &[call])?;
     }
     Ok(ncclResult_t::ncclSuccess)
 }
@@ -181,22 +182,23 @@ pub fn end() -> Outcome {
 /// Runs the inits, each on a thread of its own when there are several; every handle is
 /// finished; returns the first failure.
 pub fn run_inits(inits: Vec<(Arc<Handle>, InitJob)>) -> Result<(), NcclError> {
-    if let [(h, job)] = inits.as_slice() {
+    let one = |(h, job): &(Arc<Handle>, InitJob)| {
         let r = job.run();
-        let out = r.as_ref().err().map(|e| (e.code(), e.text()));
-        h.finish(r);
-        return out.map_or(Ok(()), |(code, first)| {
-            Err(NcclError::GroupFailed { code, first })
-        });
-    }
-    let results = on_threads("initialise a communicator", &inits, |(h, job)| {
-        let r = job.run();
-        let out = r.as_ref().err().map(|e| (e.code(), e.text()));
+        // A split without a color succeeds with no communicator (its handle is not in the
+        // table: nobody sees it).
+        let out = match &r {
+            Err(NcclError::SplitWithoutColor) | Ok(_) => None,
+            Err(e) => Some((e.code(), e.text())),
+        };
         h.finish(r);
         out.map_or(Ok(()), |(code, first)| {
             Err(NcclError::GroupFailed { code, first })
         })
-    });
+    };
+    if let [only] = inits.as_slice() {
+        return one(only);
+    }
+    let results = on_threads("initialise a communicator", &inits, one);
     for ((h, _), r) in inits.iter().zip(&results) {
         if let Err(e) = r {
             // A thread that never ran (or panicked) left its handle pending.
@@ -206,8 +208,8 @@ pub fn run_inits(inits: Vec<(Arc<Handle>, InitJob)>) -> Result<(), NcclError> {
     results.into_iter().collect()
 }
 
-/// The plan of `comm`'s sends and receives among `calls`.
-fn plan(comm: &Comm, calls: &[Call]) -> Result<Vec<Step>, NcclError> {
+/// Checks that `comm`'s sends and receives among `calls` can run ([`p2p::check_self_pairs`]).
+fn check_p2p(comm: &Comm, calls: &[Call]) -> Result<(), NcclError> {
     let ops: Vec<P2p> = calls
         .iter()
         .filter_map(|c| match c {
@@ -215,16 +217,14 @@ fn plan(comm: &Comm, calls: &[Call]) -> Result<Vec<Step>, NcclError> {
             Call::Coll { .. } => None,
         })
         .collect();
-    if ops.is_empty() {
-        return Ok(Vec::new());
-    }
-    p2p::plan(comm.rank, comm.nranks, &ops)
+    p2p::check_self_pairs(comm.rank, &ops)
 }
 
-/// Runs one communicator's calls: collectives in order, then the planned sends and receives
-/// (on CUDA with the thread's capture mode relaxed: [`Comm::relaxed_capture`]); then (CPU
-/// backend) waits for them.
-fn run_batch(comm: &Comm, calls: &[Call], steps: &[Step]) -> Result<(), NcclError> {
+/// Runs one communicator's calls: recorded in call order in one group of the library's
+/// collectives, which queues the collectives in order and then all the sends and receives
+/// together (on CUDA with the thread's capture mode relaxed: [`Comm::relaxed_capture`]); then
+/// (CPU backend) waits for them.
+fn run_batch(comm: &Comm, calls: &[Call]) -> Result<(), NcclError> {
     let _relaxed = comm.relaxed_capture()?;
     let mut streams: Vec<u64> = Vec::new();
     for call in calls {
@@ -237,12 +237,15 @@ fn run_batch(comm: &Comm, calls: &[Call], steps: &[Step]) -> Result<(), NcclErro
         }
     }
     on_one_stream(comm, &streams, |s| {
+        let mut g = comm.coll.group();
         for call in calls {
-            if let Call::Coll { op, .. } = call {
-                collectives::run(comm, op, s)?;
+            match call {
+                Call::Coll { op, .. } => collectives::record(&mut g, op)?,
+                Call::P2p(p) => p2p::record(&mut g, p)?,
             }
         }
-        p2p::run(comm, steps, s)
+        g.end(s)
+            .map_err(NcclError::library("running the group's calls"))
     })?;
     comm.complete()
 }
@@ -295,21 +298,15 @@ fn run_calls(calls: Vec<(Arc<Comm>, Call)>) -> Result<(), NcclError> {
             None => batches.push((comm, vec![call])),
         }
     }
-    let planned: Vec<(Arc<Comm>, Vec<Call>, Vec<Step>)> = batches
-        .into_iter()
-        .map(|(c, calls)| {
-            let steps = plan(&c, &calls)?;
-            Ok((c, calls, steps))
-        })
-        .collect::<Result<_, NcclError>>()?;
-    match planned.as_slice() {
+    for (c, calls) in &batches {
+        check_p2p(c, calls)?;
+    }
+    match batches.as_slice() {
         [] => Ok(()),
-        [(c, calls, steps)] => run_batch(c, calls, steps),
-        _ => on_threads(
-            "run a communicator's calls",
-            &planned,
-            |(c, calls, steps)| run_batch(c, calls, steps),
-        )
+        [(c, calls)] => run_batch(c, calls),
+        _ => on_threads("run a communicator's calls", &batches, |(c, calls)| {
+            run_batch(c, calls)
+        })
         .into_iter()
         .collect(),
     }

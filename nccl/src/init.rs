@@ -22,6 +22,13 @@
 //! init runs at `ncclGroupEnd` (`group.rs`). Bootstrap deadlines: `MSCCLPP_BOOTSTRAP_TIMEOUT_MS`
 //! and `MSCCLPP_BOOTSTRAP_OP_TIMEOUT_MS` (default 30 s each).
 //!
+//! # Splits
+//! `ncclCommSplit` is the library's `Communicator::split` of the parent (one all-gather over
+//! the parent's bootstrap, then a sub-bootstrap over its links: no new sockets), with new
+//! collectives on the parent's device. Inside a group it runs at `ncclGroupEnd` with the
+//! inits; its handle exists at once (pending; its size unknown until then).
+//! `NCCL_SPLIT_NOCOLOR` takes part and gets a null handle.
+//!
 //! # Ends
 //! `ncclCommFinalize` waits for the communicator's queued work (CUDA: the device, since the
 //! callers' streams are not tracked) and refuses later calls. `ncclCommDestroy` finalizes if
@@ -149,15 +156,35 @@ fn env_ms(k: &str) -> Result<Option<Duration>, NcclError> {
     }
 }
 
+/// What a split makes its communicator from (`ncclCommSplit`).
+#[derive(Clone)]
+pub struct SplitFrom {
+    /// The communicator split.
+    pub parent: Arc<Comm>,
+    /// The color (`None`: `NCCL_SPLIT_NOCOLOR`, the rank takes part and gets none).
+    pub color: Option<u32>,
+    /// The key that orders the new ranks.
+    pub key: i64,
+}
+
+/// Where a new communicator comes from.
+#[derive(Clone)]
+pub enum Source {
+    /// A bootstrap of this unique id (the inits).
+    Id(UniqueId),
+    /// A split (`ncclCommSplit`), over its parent's bootstrap links.
+    Split(SplitFrom),
+}
+
 /// One rank's init, run by the calling thread, a group's end, or a non-blocking init's thread.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct InitJob {
     /// This rank.
     pub rank: usize,
     /// Ranks.
     pub nranks: usize,
-    /// The bootstrap id.
-    pub id: UniqueId,
+    /// Where the communicator comes from.
+    pub source: Source,
     /// The backend.
     pub kind: BackendKind,
     /// The device ordinal.
@@ -172,8 +199,12 @@ impl InitJob {
     /// Bootstrap, communicator, collectives.
     pub fn run(&self) -> Result<Comm, NcclError> {
         let lib = NcclError::library;
+        let id = match &self.source {
+            Source::Id(id) => *id,
+            Source::Split(s) => return self.split(s),
+        };
         let gpu = comm::gpu(self.kind, self.device)?;
-        let mut cfg = BootstrapConfig::new(self.rank, self.nranks, self.id);
+        let mut cfg = BootstrapConfig::new(self.rank, self.nranks, id);
         if let Some(i) = socket_ifname() {
             cfg = cfg.with_ifname(i);
         }
@@ -188,11 +219,7 @@ impl InitJob {
         if let Some(t) = env_ms(env::OP_TIMEOUT_MS)? {
             cfg = cfg.with_op_timeout(t);
         }
-        let root = if self.rank == 0 {
-            take_root(&self.id)
-        } else {
-            None
-        };
+        let root = if self.rank == 0 { take_root(&id) } else { None };
         let bs = match root {
             Some(l) => TcpBootstrap::init_with_root_listener(cfg, l),
             None => TcpBootstrap::init(cfg),
@@ -209,6 +236,31 @@ impl InitJob {
             self.device
         );
         Comm::new(coll, self.name.clone())
+    }
+
+    /// A split's communicator ([`split`]); [`NcclError::SplitWithoutColor`] for a rank that
+    /// took part without a color.
+    fn split(&self, s: &SplitFrom) -> Result<Comm, NcclError> {
+        let lib = NcclError::library;
+        let sub = s
+            .parent
+            .coll
+            .communicator()
+            .split(s.color, s.key)
+            .map_err(lib("splitting the communicator"))?
+            .ok_or(NcclError::SplitWithoutColor)?;
+        let coll = Collectives::new(Arc::new(sub)).map_err(lib("setting up the collectives"))?;
+        let c = Comm::new(coll, self.name.clone())?;
+        tracing::info!(
+            "{}: rank {} of {} split from {} (color {:?}, key {})",
+            self.name,
+            c.rank,
+            c.nranks,
+            s.parent.name,
+            s.color,
+            s.key
+        );
+        Ok(c)
     }
 }
 
@@ -313,7 +365,7 @@ pub fn init_rank(
     let job = InitJob {
         rank,
         nranks: n,
-        id,
+        source: Source::Id(id),
         kind,
         device,
         blocking,
@@ -401,7 +453,7 @@ pub fn init_all(comms: *mut *mut c_void, ndev: c_int, devlist: *const c_int) -> 
             let job = InitJob {
                 rank,
                 nranks: n,
-                id,
+                source: Source::Id(id),
                 kind,
                 device,
                 blocking: true,
@@ -433,12 +485,17 @@ pub fn init_all(comms: *mut *mut c_void, ndev: c_int, devlist: *const c_int) -> 
     Ok(ncclResult_t::ncclSuccess)
 }
 
-/// `ncclCommSplit`: its arguments are checked; the split itself waits for the library's
-/// `Communicator::split`.
+/// `ncclCommSplit`: every rank of `comm` calls it; those of one color get a new communicator,
+/// ranked by `key` (ties by their rank in `comm`), made by the library's
+/// `Communicator::split` over `comm`'s bootstrap links (no new sockets). `NCCL_SPLIT_NOCOLOR`
+/// takes part and gets a null `newcomm`. Inside a group the split runs at `ncclGroupEnd` (so
+/// one thread can split the communicators of several ranks); outside one it blocks (a
+/// non-blocking config too: the split is done when the call returns `ncclSuccess`). The new
+/// communicator uses the parent's device; `config` may name it (`commName`).
 pub fn split(
     comm: *mut c_void,
     color: c_int,
-    _key: c_int,
+    key: c_int,
     newcomm: *mut *mut c_void,
     config: *const ncclConfig_t,
 ) -> Outcome {
@@ -447,20 +504,69 @@ pub fn split(
     if newcomm.is_null() {
         return Err(NcclError::Null { what: "newcomm" });
     }
-    if color < 0 && color != NCCL_SPLIT_NOCOLOR {
-        return Err(NcclError::OutOfRange {
-            what: "color",
-            value: color.into(),
-            expected: "a color of 0 or more, or NCCL_SPLIT_NOCOLOR".into(),
-        });
-    }
+    let color = match color {
+        NCCL_SPLIT_NOCOLOR => None,
+        c if c >= 0 => Some(c as u32),
+        c => {
+            return Err(NcclError::OutOfRange {
+                what: "color",
+                value: c.into(),
+                expected: "a color of 0 or more, or NCCL_SPLIT_NOCOLOR".into(),
+            });
+        }
+    };
     // SAFETY: NCCL's contract: `config` is null or a struct of its declared size.
     let cfg = unsafe { read_versioned(config, "ncclConfig_t") }?.unwrap_or_default();
     blocking_of(&cfg)?;
-    Err(NcclError::NotYet {
-        what: "ncclCommSplit",
-        needs: "the library's Communicator::split",
-    })
+    let name = if cfg.commName.is_null() {
+        format!("{} split {}", c.name, color.map_or(-1, i64::from))
+    } else {
+        // SAFETY: NCCL's contract: `commName` is null or a NUL-terminated string.
+        let s = unsafe { CStr::from_ptr(cfg.commName) }.to_string_lossy();
+        s.chars().take(64).collect()
+    };
+    let job = InitJob {
+        rank: c.rank,
+        nranks: 0,
+        kind: c.gpu().kind(),
+        device: c.device,
+        blocking: true,
+        name,
+        source: Source::Split(SplitFrom {
+            parent: c.clone(),
+            color,
+            key: key.into(),
+        }),
+    };
+    if group::in_group() {
+        // The handle exists at once, as NCCL's does; its rank and size are known at the end.
+        let (h, ptr) = Handle::create(c.rank, 0, c.device, true);
+        if color.is_none() {
+            // No communicator: the handle only carries the rank's part to the group's end.
+            let _ = Handle::remove(ptr);
+            write_comm(newcomm, std::ptr::null_mut());
+        } else {
+            write_comm(newcomm, ptr);
+        }
+        group::defer_init(h, job);
+        return Ok(ncclResult_t::ncclSuccess);
+    }
+    match job.run() {
+        Ok(sub) => {
+            let (h, ptr) = Handle::create(sub.rank, sub.nranks, sub.device, false);
+            h.finish(Ok(sub));
+            write_comm(newcomm, ptr);
+            Ok(ncclResult_t::ncclSuccess)
+        }
+        Err(NcclError::SplitWithoutColor) => {
+            write_comm(newcomm, std::ptr::null_mut());
+            Ok(ncclResult_t::ncclSuccess)
+        }
+        Err(e) => {
+            write_comm(newcomm, std::ptr::null_mut());
+            Err(e)
+        }
+    }
 }
 
 /// `ncclCommFinalize`.
@@ -524,16 +630,41 @@ pub fn get_async_error(comm: *mut c_void, out: *mut c_int) -> Outcome {
     Ok(ncclResult_t::ncclSuccess)
 }
 
-/// `ncclCommCount`, `ncclCommCuDevice` and `ncclCommUserRank`: `pick` chooses from the
-/// handle (known from the init call on).
-pub fn tell(comm: *mut c_void, out: *mut c_int, pick: impl FnOnce(&Handle) -> usize) -> Outcome {
+/// What `ncclCommCount`, `ncclCommCuDevice` and `ncclCommUserRank` tell.
+#[derive(Clone, Copy)]
+pub struct Facts {
+    /// The rank.
+    pub rank: usize,
+    /// Ranks.
+    pub nranks: usize,
+    /// The device ordinal.
+    pub device: usize,
+}
+
+/// `ncclCommCount`, `ncclCommCuDevice` and `ncclCommUserRank`: `pick` chooses from the ready
+/// communicator, else from the handle (an init's are known from its call on; a split's only
+/// once it has run: before, the call fails as a use of a pending communicator does).
+pub fn tell(comm: *mut c_void, out: *mut c_int, pick: impl FnOnce(Facts) -> usize) -> Outcome {
     let h = Handle::find(comm)?;
+    let facts = match h.comm() {
+        Ok(c) => Facts {
+            rank: c.rank,
+            nranks: c.nranks,
+            device: c.device,
+        },
+        Err(e) if h.nranks == 0 => return Err(e),
+        Err(_) => Facts {
+            rank: h.rank,
+            nranks: h.nranks,
+            device: h.device,
+        },
+    };
     if out.is_null() {
         return Err(NcclError::Null {
             what: "the result pointer",
         });
     }
     // SAFETY: checked non-null; NCCL's contract: a writable int. Ranks and ordinals fit.
-    unsafe { out.write(pick(&h) as c_int) };
+    unsafe { out.write(pick(facts) as c_int) };
     Ok(ncclResult_t::ncclSuccess)
 }

@@ -13,14 +13,14 @@
 //!
 //! | module | concern |
 //! |---|---|
-//! | `abi` | NCCL's types and values; the type and operator mappings (`data_type`, `reduce_op`: one function each) |
+//! | `abi` | NCCL's types and values; the type and built-in operator mappings (`data_type`, `reduce_op`: one function each) |
 //! | `exports` | every implemented C symbol, one call into its module each |
 //! | `stubs` | the C symbols not implemented (list below) |
 //! | `init` | unique ids, inits, split, finalize, destroy, abort, async errors |
 //! | `comm` | the handle table, communicators, devices and streams |
 //! | `group` | `ncclGroupStart` / `ncclGroupEnd` |
 //! | `collectives` | the collectives' checks and their calls into `mscclpp::collectives` |
-//! | `p2p` | sends and receives, and how a group's are paired |
+//! | `p2p` | sends and receives: their checks, and their records in the library's `Group` |
 //! | `registration` | `ncclMemAlloc`, buffer and window registration, pre-multiplied sums |
 //! | `error` | errors, their NCCL codes, `ncclGetLastError`, the panic guard |
 //! | `log` | the `NCCL_DEBUG` / `MSCCLPP_LOG` subscriber and the banner |
@@ -36,11 +36,10 @@
 //! | `ncclGetVersion` | 23203 (2.32.3, the API level of the header and the exported symbols) |
 //! | `ncclGetUniqueId`, `ncclCommInitRank`, `…Config` (blocking, and non-blocking with `ncclInProgress`), `…Scalable` (its first id), `ncclCommInitAll` | yes (`init.rs`: the process that makes the id initialises rank 0) |
 //! | `ncclCommFinalize`, `ncclCommDestroy`, `ncclCommAbort`, `ncclCommGetAsyncError`, `ncclCommCount`, `ncclCommCuDevice`, `ncclCommUserRank`, `ncclGetErrorString`, `ncclGetLastError` | yes |
-//! | `ncclGroupStart` / `ncclGroupEnd` | yes: nested, inits of several ranks in one thread, collectives of several communicators, sends and receives of any shape NCCL allows, run in NCCL's rounds (`group.rs`, `p2p.rs`) |
-//! | `ncclAllReduce`, `ncclAllGather`, `ncclReduceScatter`, `ncclBroadcast`, `ncclBcast`, `ncclAlltoAll` (+ `ncclAllToAll`), their `…Config` forms, `ncclSend`, `ncclRecv` | yes, for `ncclInt32`, `ncclUint32`, `ncclFloat16`, `ncclFloat32`, `ncclBfloat16` and `ncclSum`, `ncclMin`, `ncclMax`; any count (0 too), in place |
-//! | other types (`ncclInt8`, `ncclUint8`, `ncclInt64`, `ncclUint64`, `ncclFloat64`, fp8) and operators (`ncclProd`, `ncclAvg`, pre-multiplied sums) | not yet: `ncclInvalidArgument`, the last error names it (`abi::data_type`, `abi::reduce_op`) |
-//! | `ncclReduce`, `ncclGather`, `ncclScatter` (+ `…Config`), `ncclCommSplit` | arguments checked, then not yet: `ncclInvalidUsage` |
-//! | `ncclMemAlloc` / `ncclMemFree`, `ncclCommRegister` / `Deregister`, `ncclCommWindowRegister` / `Deregister`, `ncclWinGetUserPtr`, `ncclRedOpCreatePreMulSum` / `ncclRedOpDestroy` | yes (`registration.rs`) |
+//! | `ncclGroupStart` / `ncclGroupEnd` | yes: nested, inits of several ranks in one thread, collectives of several communicators, sends and receives of any shape NCCL allows, run together by the library's `Group` (`group.rs`, `p2p.rs`) |
+//! | `ncclAllReduce`, `ncclAllGather`, `ncclReduceScatter`, `ncclBroadcast`, `ncclBcast`, `ncclReduce`, `ncclGather`, `ncclScatter`, `ncclAlltoAll` (+ `ncclAllToAll`), their `…Config` forms, `ncclSend`, `ncclRecv` | yes, through the library's `Collectives` and `Group` (`collectives.rs`, `p2p.rs`), for all 12 types (`ncclInt8` … `ncclFloat8e5m2`: `abi::data_type`) and `ncclSum`, `ncclProd`, `ncclMin`, `ncclMax`, `ncclAvg` (`abi::reduce_op`) and pre-multiplied sums (`registration::reduce_op`); any count (0 too), in place, root-only buffers null elsewhere |
+//! | `ncclCommSplit` | yes: the library's `Communicator::split` (colors, keys, `NCCL_SPLIT_NOCOLOR`; inside a group at `ncclGroupEnd`) (`init.rs`) |
+//! | `ncclMemAlloc` / `ncclMemFree`, `ncclCommRegister` / `Deregister`, `ncclCommWindowRegister` / `Deregister`, `ncclWinGetUserPtr`, `ncclRedOpCreatePreMulSum` / `ncclRedOpDestroy` | yes (`registration.rs`; registrations and windows are the library's `register_buffer` / `register_window`, exchanged with the peers once; a pre-multiplied sum belongs to its communicator and its data type, a host scalar is copied at creation, a device one read by each call) |
 //! | `ncclParamDumpAll` | logs the `MSCCLPP_*` settings that stand for NCCL's parameters |
 //!
 //! ## Exported but not implemented (`stubs.rs`)

@@ -3,15 +3,18 @@
 //! `ncclCommRegister` / `ncclCommDeregister` and the windows of `ncclCommWindowRegister`
 //! (checked to lie in one allocation of the communicator's device, and recorded per
 //! communicator), and the operators of `ncclRedOpCreatePreMulSum` (recorded per communicator
-//! from `ncclNumOps` up).
+//! from `ncclNumOps` up, each with its data type and scalar: a host scalar copied at creation,
+//! as NCCL does, a device one by address, read by every call that uses it; [`reduce_op`]
+//! turns one into the library's `Reduction::PreMulSum`, refusing a call of another type).
 //!
-//! What a registration does: the collectives' zero-copy paths (`direct`, copy engines)
-//! register every caller buffer on first use and exchange it with the peers on every call,
-//! whether or not it was registered here; `ncclCommRegister` checks the buffer and hands out a
-//! handle for it, so programs that register (PyTorch with `TORCH_NCCL_USE_TENSOR_REGISTER_…`,
-//! NCCL's user-buffer registration) get the same zero-copy paths. A window is such a
-//! registration; NCCL's device API over windows is not implemented (`stubs.rs`).
-
+//! What a registration does: `ncclCommRegister` is the library's
+//! `Collectives::register_buffer` (the buffer exchanged with every peer once: calls on it then
+//! send no bootstrap message and wait for nothing on the host, eagerly or under CUDA-graph
+//! capture), `ncclCommWindowRegister` its `register_window` (collective, as NCCL's: every
+//! rank registers a window of the same size in the same order); unregistered buffers keep the
+//! per-call exchange. NCCL's device API over windows is not implemented (`stubs.rs`).
+//! `ncclMemAlloc` takes no communicator, so its memory is the device's exportable allocation,
+//! registered by the program as NCCL's is (`ncclCommRegister` / a window).
 //!
 //! Shared state: the allocation table and each communicator's registrations and operators are
 //! behind mutexes; the handle counter is an atomic incremented relaxed (only uniqueness
@@ -22,8 +25,9 @@ use std::ffi::{c_int, c_void};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use mscclpp::collectives::{Reduction, Registration, Scalar};
 use mscclpp::host::gpu::DeviceBuffer;
-use mscclpp::shared::{DevicePtr, ReduceOp};
+use mscclpp::shared::DevicePtr;
 
 use crate::abi::{self, ncclNumOps, ncclScalarDevice, ncclScalarHostImmediate};
 use crate::comm::{self, Comm, lock};
@@ -80,6 +84,8 @@ pub struct Registered {
     pub size: usize,
     /// Window flags (0 for a plain registration).
     pub flags: c_int,
+    /// The library's registration (`None` until made).
+    pub reg: Option<Registration>,
 }
 
 /// A communicator's registrations and windows, by handle.
@@ -121,6 +127,7 @@ fn check_range(comm: &Comm, ptr: *mut c_void, size: usize) -> Result<Registered,
             ptr: p,
             size,
             flags: 0,
+            reg: None,
         }),
         _ => Err(not_device(None)),
     }
@@ -136,7 +143,14 @@ pub fn register(
     if handle.is_null() {
         return Err(NcclError::Null { what: "handle" });
     }
-    let r = check_range(comm, buff, size)?;
+    let mut r = check_range(comm, buff, size)?;
+    // SAFETY: NCCL's contract: the buffer stays allocated until it is deregistered.
+    let reg = unsafe {
+        comm.coll
+            .register_buffer(DevicePtr::from_addr(r.ptr as u64), r.size)
+    }
+    .map_err(NcclError::library("registering the buffer with the peers"))?;
+    r.reg = Some(reg);
     let h = next_handle();
     tracing::debug!(
         "{}: registered [{:#x}, +{}) as {h:#x}",
@@ -152,14 +166,20 @@ pub fn register(
 
 /// `ncclCommDeregister`.
 pub fn deregister(comm: &Comm, handle: *mut c_void) -> Result<(), NcclError> {
-    lock(&comm.registrations)
+    let r = lock(&comm.registrations)
         .buffers
         .remove(&(handle as usize))
-        .map(drop)
         .ok_or(NcclError::UnknownHandle {
             what: "registration",
             ptr: handle as usize,
-        })
+        })?;
+    match r.reg {
+        Some(reg) => comm
+            .coll
+            .deregister(reg)
+            .map_err(NcclError::library("deregistering the buffer")),
+        None => Ok(()),
+    }
 }
 
 /// Every `NCCL_WIN_*` flag of NCCL 2.32.
@@ -183,9 +203,18 @@ pub fn window_register(
             expected: format!("a combination of NCCL_WIN_* flags ({WINDOW_FLAGS:#x})"),
         });
     }
+    let r = check_range(comm, buff, size)?;
+    // SAFETY: NCCL's contract: the buffer stays allocated until the window is deregistered;
+    // every rank registers its window in the same order (collective, as NCCL's).
+    let reg = unsafe {
+        comm.coll
+            .register_window(DevicePtr::from_addr(r.ptr as u64), r.size)
+    }
+    .map_err(NcclError::library("registering the window with the peers"))?;
     let r = Registered {
         flags,
-        ..check_range(comm, buff, size)?
+        reg: Some(reg),
+        ..r
     };
     let h = next_handle();
     tracing::debug!(
@@ -203,14 +232,20 @@ pub fn window_register(
 
 /// `ncclCommWindowDeregister`.
 pub fn window_deregister(comm: &Comm, win: *mut c_void) -> Result<(), NcclError> {
-    lock(&comm.registrations)
+    let r = lock(&comm.registrations)
         .windows
         .remove(&(win as usize))
-        .map(drop)
         .ok_or(NcclError::UnknownHandle {
             what: "window",
             ptr: win as usize,
-        })
+        })?;
+    match r.reg {
+        Some(reg) => comm
+            .coll
+            .deregister_window(reg)
+            .map_err(NcclError::library("deregistering the window")),
+        None => Ok(()),
+    }
 }
 
 /// `ncclWinGetUserPtr`: the first byte of the window.
@@ -225,22 +260,10 @@ pub fn window_user_ptr(comm: &Comm, win: *mut c_void) -> Result<usize, NcclError
         })
 }
 
-/// The scalar of a pre-multiplied sum.
-#[derive(Clone, Debug)]
-#[expect(
-    dead_code,
-    reason = "read once the collectives serve pre-multiplied sums"
-)]
-pub enum Scalar {
-    /// Read from the caller's host memory at creation (its bytes).
-    Host(Vec<u8>),
-    /// Read on the device while the collective runs (its address).
-    Device(usize),
-}
-
 /// A communicator's operators made by `ncclRedOpCreatePreMulSum`, by value.
 #[derive(Default)]
 pub struct PreMulSums {
+    /// Operator value: (the NCCL type it was made for, its scalar).
     ops: HashMap<c_int, (c_int, Scalar)>,
 }
 
@@ -259,12 +282,14 @@ pub fn create_pre_mul_sum(
     let (_, size) = abi::type_info(datatype).ok_or(NcclError::BadType { value: datatype })?;
     let s = match residence {
         ncclScalarHostImmediate => {
-            let mut b = vec![0u8; size];
-            // SAFETY: NCCL's contract: a host scalar of the data type, read before returning.
+            // Copied now, as NCCL does: the caller's variable may change or die after this.
+            let mut b = [0u8; 8];
+            // SAFETY: NCCL's contract: a host scalar of the data type (`size` <= 8 bytes),
+            // read before returning.
             unsafe { std::ptr::copy_nonoverlapping(scalar.cast::<u8>(), b.as_mut_ptr(), size) };
-            Scalar::Host(b)
+            Scalar::Host(u64::from_le_bytes(b))
         }
-        ncclScalarDevice => Scalar::Device(scalar as usize),
+        ncclScalarDevice => Scalar::Device(DevicePtr::from_addr(scalar as u64)),
         other => {
             return Err(NcclError::OutOfRange {
                 what: "residence",
@@ -304,12 +329,25 @@ pub fn destroy_op(comm: &Comm, op: c_int) -> Result<(), NcclError> {
         .ok_or(NcclError::UnknownOp { value: op })
 }
 
-/// The library's operator for `op` on `comm`: a live pre-multiplied sum of `comm` is not
-/// served yet, a dead or foreign one is [`NcclError::UnknownOp`], a built-in one is mapped by
-/// [`abi::reduce_op`].
-pub fn reduce_op(comm: &Comm, op: c_int) -> Result<ReduceOp, NcclError> {
-    if op >= ncclNumOps && !lock(&comm.premul).ops.contains_key(&op) {
-        return Err(NcclError::UnknownOp { value: op });
+/// The library's operator for `op` on `comm` in a call of NCCL type `dtype`: a live
+/// pre-multiplied sum of `comm` (made for `dtype`, else [`NcclError::OpTypeMismatch`]) with
+/// its scalar, a dead or foreign one [`NcclError::UnknownOp`], a built-in one as
+/// [`abi::reduce_op`] maps it.
+pub fn reduce_op(comm: &Comm, op: c_int, dtype: c_int) -> Result<Reduction, NcclError> {
+    if op < ncclNumOps {
+        return abi::reduce_op(op);
     }
-    abi::reduce_op(op)
+    let (made_for, scalar) = *lock(&comm.premul)
+        .ops
+        .get(&op)
+        .ok_or(NcclError::UnknownOp { value: op })?;
+    if made_for != dtype {
+        let name = |t| abi::type_info(t).map_or("(not a type)", |(n, _)| n);
+        return Err(NcclError::OpTypeMismatch {
+            op,
+            made_for: name(made_for),
+            called_with: name(dtype),
+        });
+    }
+    Ok(Reduction::PreMulSum(scalar))
 }

@@ -10,122 +10,12 @@ use std::ffi::{CStr, c_int, c_void};
 use std::time::{Duration, Instant};
 
 use common::buf::Buf;
-use common::data::{self, OPS, TYPES};
+use common::data::{self, TYPES};
 use common::ffi::{CollConfig, Config, Team, symbol};
+use common::suite::every_collective;
 use common::*;
 
 const LIMIT: Duration = Duration::from_secs(300);
-
-/// Every served collective on rank `r` of `n`, at `count` elements (parts of `count` for
-/// all-gather, reduce-scatter and all-to-all), every type and operator, in place and out of
-/// place, on buffers from `ncclMemAlloc` when `nccl_mem`.
-fn every_collective(r: usize, n: usize, c: Comm, count: usize, nccl_mem: bool) {
-    let x = nccl();
-    let what = |s: &str, t: c_int| format!("{s} type {t} rank {r}/{n} count {count}");
-    for (t, es) in TYPES {
-        let b = count * es;
-        for op in OPS {
-            // All-reduce, out of place and in place.
-            let send = Buf::new(&data::bytes(t, r, 0, count), nccl_mem);
-            let recv = Buf::new(&data::marked(b), nccl_mem);
-            let want: Vec<f64> = (0..count).map(|i| data::reduced(t, op, n, 0, i)).collect();
-            ok(
-                unsafe { (x.all_reduce)(send.ptr(), recv.ptr(), count, t, op, c.0, STREAM) },
-                &what("ncclAllReduce", t),
-            );
-            data::check(t, &recv.read(), &want, &what("ncclAllReduce", t));
-            ok(
-                unsafe { (x.all_reduce)(send.ptr(), send.ptr(), count, t, op, c.0, STREAM) },
-                &what("in-place ncclAllReduce", t),
-            );
-            data::check(t, &send.read(), &want, &what("in-place ncclAllReduce", t));
-
-            // Reduce-scatter: part p of every rank reduces into rank p.
-            let parts: Vec<u8> = (0..n).flat_map(|p| data::bytes(t, r, p, count)).collect();
-            let want: Vec<f64> = (0..count).map(|i| data::reduced(t, op, n, r, i)).collect();
-            let send = Buf::new(&parts, nccl_mem);
-            let recv = Buf::new(&data::marked(b), nccl_mem);
-            ok(
-                unsafe { (x.reduce_scatter)(send.ptr(), recv.ptr(), count, t, op, c.0, STREAM) },
-                &what("ncclReduceScatter", t),
-            );
-            data::check(t, &recv.read(), &want, &what("ncclReduceScatter", t));
-            let own = send.at(r * b);
-            ok(
-                unsafe { (x.reduce_scatter)(send.ptr(), own, count, t, op, c.0, STREAM) },
-                &what("in-place ncclReduceScatter", t),
-            );
-            data::check(
-                t,
-                &send.read_range(r * b..(r + 1) * b),
-                &want,
-                &what("in-place ncclReduceScatter", t),
-            );
-        }
-
-        // All-gather: rank q's part lands at q.
-        let want: Vec<f64> = (0..n)
-            .flat_map(|q| (0..count).map(move |i| data::stored(t, data::value(q, 0, i))))
-            .collect();
-        let send = Buf::new(&data::bytes(t, r, 0, count), nccl_mem);
-        let recv = Buf::new(&data::marked(n * b), nccl_mem);
-        ok(
-            unsafe { (x.all_gather)(send.ptr(), recv.ptr(), count, t, c.0, STREAM) },
-            &what("ncclAllGather", t),
-        );
-        data::check(t, &recv.read(), &want, &what("ncclAllGather", t));
-        let mut inplace = data::marked(n * b);
-        inplace[r * b..(r + 1) * b].copy_from_slice(&data::bytes(t, r, 0, count));
-        let buf = Buf::new(&inplace, nccl_mem);
-        ok(
-            unsafe { (x.all_gather)(buf.at(r * b), buf.ptr(), count, t, c.0, STREAM) },
-            &what("in-place ncclAllGather", t),
-        );
-        data::check(t, &buf.read(), &want, &what("in-place ncclAllGather", t));
-
-        // Broadcast from every root, out of place (ncclBroadcast) and in place (ncclBcast).
-        for root in 0..n {
-            let want: Vec<f64> = (0..count)
-                .map(|i| data::stored(t, data::value(root, 7, i)))
-                .collect();
-            let mine = data::bytes(t, r, 7, count);
-            let send = Buf::new(&mine, nccl_mem);
-            let recv = Buf::new(&data::marked(b), nccl_mem);
-            ok(
-                unsafe {
-                    (x.broadcast)(send.ptr(), recv.ptr(), count, t, root as c_int, c.0, STREAM)
-                },
-                &what("ncclBroadcast", t),
-            );
-            data::check(t, &recv.read(), &want, &what("ncclBroadcast", t));
-            let buf = Buf::new(&mine, nccl_mem);
-            ok(
-                unsafe { (x.bcast)(buf.ptr(), count, t, root as c_int, c.0, STREAM) },
-                &what("ncclBcast", t),
-            );
-            data::check(t, &buf.read(), &want, &what("ncclBcast", t));
-        }
-
-        // All-to-all: part p of rank q lands as part q of rank p.
-        let parts: Vec<u8> = (0..n).flat_map(|p| data::bytes(t, r, p, count)).collect();
-        let want: Vec<f64> = (0..n)
-            .flat_map(|q| (0..count).map(move |i| data::stored(t, data::value(q, r, i))))
-            .collect();
-        let send = Buf::new(&parts, nccl_mem);
-        let recv = Buf::new(&data::marked(n * b), nccl_mem);
-        ok(
-            unsafe { (x.all_to_all)(send.ptr(), recv.ptr(), count, t, c.0, STREAM) },
-            &what("ncclAlltoAll", t),
-        );
-        data::check(t, &recv.read(), &want, &what("ncclAlltoAll", t));
-        let recv = Buf::new(&data::marked(n * b), nccl_mem);
-        ok(
-            unsafe { (x.all_to_all_alias)(send.ptr(), recv.ptr(), count, t, c.0, STREAM) },
-            &what("ncclAllToAll", t),
-        );
-        data::check(t, &recv.read(), &want, &what("ncclAllToAll", t));
-    }
-}
 
 /// Zero counts: every call succeeds and writes nothing.
 fn zero_counts(r: usize, c: Comm) {
@@ -510,10 +400,10 @@ fn stubs_refuse_and_say_why() {
     });
 }
 
-/// Argument checks of the collectives and what is not served yet, on one rank.
+/// Argument checks of the collectives, operators, split and per-call configs, on one rank.
 #[test]
-fn argument_checks_and_not_yet_served() {
-    isolated("argument_checks_and_not_yet_served", LIMIT, &[], || {
+fn argument_checks() {
+    isolated("argument_checks", LIMIT, &[], || {
         let x = nccl();
         let c = init_rank(unique_id(), 1, 0);
         let b = Buf::new(&data::marked(1024), false);
@@ -528,33 +418,32 @@ fn argument_checks_and_not_yet_served() {
                 "bad type",
             );
         }
-        for (t, name) in [
-            (INT8, "ncclInt8"),
-            (INT64, "ncclInt64"),
-            (FLOAT64, "ncclFloat64"),
-            (10, "ncclFloat8e4m3"),
-        ] {
-            fails(
-                unsafe { (x.all_reduce)(p, q, 4, t, SUM, c, STREAM) },
-                INVALID_ARGUMENT,
-                &[name, "not served yet"],
-                name,
-            );
-            fails(
-                unsafe { (x.all_gather)(p, q, 4, t, c, STREAM) },
-                INVALID_ARGUMENT,
-                &[name, "not served yet"],
-                name,
-            );
-        }
-        for (op, name) in [(PROD, "ncclProd"), (AVG, "ncclAvg")] {
-            fails(
-                unsafe { (x.all_reduce)(p, q, 4, FLOAT32, op, c, STREAM) },
-                INVALID_ARGUMENT,
-                &[name, "not served yet"],
-                name,
-            );
-        }
+        // A pre-multiplied sum is for the type it was made for.
+        let mut two = 2.0f32;
+        let mut op = -1;
+        ok(
+            unsafe { (x.red_op_create_pre_mul_sum)(&mut op, (&raw mut two).cast(), FLOAT32, 1, c) },
+            "ncclRedOpCreatePreMulSum",
+        );
+        fails(
+            unsafe { (x.all_reduce)(p, q, 4, INT32, op, c, STREAM) },
+            INVALID_ARGUMENT,
+            &["ncclFloat32", "not ncclInt32"],
+            "a pre-multiplied sum of another type",
+        );
+        fails(
+            unsafe { (x.reduce)(p, q, 4, FLOAT16, op, 0, c, STREAM) },
+            INVALID_ARGUMENT,
+            &["ncclFloat32", "not ncclFloat16"],
+            "a pre-multiplied sum of another type (reduce)",
+        );
+        ok(unsafe { (x.red_op_destroy)(op, c) }, "ncclRedOpDestroy");
+        fails(
+            unsafe { (x.reduce_scatter)(p, q, 4, FLOAT32, op, c, STREAM) },
+            INVALID_ARGUMENT,
+            &["not a live operator"],
+            "a destroyed pre-multiplied sum",
+        );
         fails(
             unsafe { (x.all_reduce)(p, q, 4, FLOAT32, -2, c, STREAM) },
             INVALID_ARGUMENT,
@@ -604,13 +493,7 @@ fn argument_checks_and_not_yet_served() {
             &["itself"],
             "a lone send to itself",
         );
-        // Reduce, gather, scatter: checked, then not served yet.
-        fails(
-            unsafe { (x.reduce)(p, q, 4, FLOAT32, SUM, 0, c, STREAM) },
-            INVALID_USAGE,
-            &["ncclReduce", "not served yet"],
-            "ncclReduce",
-        );
+        // Reduce, gather, scatter: roots and the buffers the root needs.
         fails(
             unsafe { (x.reduce)(p, q, 4, FLOAT32, SUM, 3, c, STREAM) },
             INVALID_ARGUMENT,
@@ -618,10 +501,28 @@ fn argument_checks_and_not_yet_served() {
             "ncclReduce with a bad root",
         );
         fails(
-            unsafe { (x.gather)(p, q, 4, FLOAT32, 0, c, STREAM) },
-            INVALID_USAGE,
-            &["ncclGather", "not served yet"],
-            "ncclGather",
+            unsafe { (x.reduce)(p, null, 4, FLOAT32, SUM, 0, c, STREAM) },
+            INVALID_ARGUMENT,
+            &["recvbuff is null"],
+            "ncclReduce without a result on the root",
+        );
+        fails(
+            unsafe { (x.reduce)(p, q, 4, FLOAT32, 9, 0, c, STREAM) },
+            INVALID_ARGUMENT,
+            &["not a live operator"],
+            "ncclReduce with an unknown operator",
+        );
+        fails(
+            unsafe { (x.gather)(p, null, 4, FLOAT32, 0, c, STREAM) },
+            INVALID_ARGUMENT,
+            &["recvbuff is null"],
+            "ncclGather without a result on the root",
+        );
+        fails(
+            unsafe { (x.gather)(p, q, 4, FLOAT32, -1, c, STREAM) },
+            INVALID_ARGUMENT,
+            &["root is -1"],
+            "ncclGather with a bad root",
         );
         fails(
             unsafe { (x.scatter)(null, q, 4, FLOAT32, 0, c, STREAM) },
@@ -630,12 +531,12 @@ fn argument_checks_and_not_yet_served() {
             "ncclScatter without data on the root",
         );
         fails(
-            unsafe { (x.scatter)(p, q, 4, FLOAT32, 0, c, STREAM) },
-            INVALID_USAGE,
-            &["ncclScatter", "not served yet"],
-            "ncclScatter",
+            unsafe { (x.scatter)(p, q, usize::MAX / 2 + 1, INT8, 0, c, STREAM) },
+            INVALID_ARGUMENT,
+            &["overflow"],
+            "ncclScatter count overflow",
         );
-        // Split: checked, then not served yet.
+        // Split: a bad color, no newcomm.
         let mut nc = null;
         fails(
             unsafe { (x.comm_split)(c, -7, 0, &mut nc, std::ptr::null_mut()) },
@@ -643,14 +544,12 @@ fn argument_checks_and_not_yet_served() {
             &["color"],
             "a bad color",
         );
-        for color in [0, -1] {
-            fails(
-                unsafe { (x.comm_split)(c, color, 0, &mut nc, std::ptr::null_mut()) },
-                INVALID_USAGE,
-                &["ncclCommSplit", "not served yet"],
-                "ncclCommSplit",
-            );
-        }
+        fails(
+            unsafe { (x.comm_split)(c, 0, 0, std::ptr::null_mut(), std::ptr::null_mut()) },
+            INVALID_ARGUMENT,
+            &["newcomm is null"],
+            "no newcomm",
+        );
         // Per-call configs: read by size and magic; a forced NCCL algorithm is refused.
         let v = Buf::new(&data::bytes(FLOAT32, 0, 0, 4), false);
         let o = Buf::new(&data::marked(16), false);
@@ -711,6 +610,288 @@ fn argument_checks_and_not_yet_served() {
             "a call after finalize",
         );
         ok(unsafe { (x.comm_destroy)(c) }, "ncclCommDestroy");
+    });
+}
+
+/// `ncclCommCount` and `ncclCommUserRank` of `c`.
+fn count_and_rank(c: *mut c_void) -> (usize, usize) {
+    let x = nccl();
+    let (mut n, mut r) = (-1, -1);
+    ok(unsafe { (x.comm_count)(c, &mut n) }, "ncclCommCount");
+    ok(unsafe { (x.comm_user_rank)(c, &mut r) }, "ncclCommUserRank");
+    (n as usize, r as usize)
+}
+
+/// A sum all-reduce of 21 f32 on `c` by the ranks `members` (in their new order), checked.
+fn sum_on(c: *mut c_void, members: &[usize], me: usize, part: usize) {
+    let x = nccl();
+    let b = Buf::new(&data::bytes(FLOAT32, me, part, 21), false);
+    ok(
+        unsafe { (x.all_reduce)(b.ptr(), b.ptr(), 21, FLOAT32, SUM, c, STREAM) },
+        "an all-reduce on a split",
+    );
+    let want: Vec<f64> = (0..21)
+        .map(|i| members.iter().map(|&q| data::value(q, part, i)).sum())
+        .collect();
+    data::check(FLOAT32, &b.read(), &want, "an all-reduce on a split");
+}
+
+/// `ncclCommSplit` by ranks as threads: colors and keys (reversed order), no color, a 2-rank
+/// split per send/receive pair (PyTorch's), a split of a split; each new communicator works
+/// and lives on after its parent is destroyed.
+#[test]
+fn splits_as_threads() {
+    isolated("splits_as_threads", LIMIT, &[], || {
+        let n = 5;
+        let subs = ranks(n, |r, c| {
+            let cfg = std::ptr::null_mut();
+            let x = nccl();
+            // Even and odd ranks, ranked by descending parent rank.
+            let mut sub = std::ptr::null_mut();
+            ok(
+                unsafe { (x.comm_split)(c.0, (r % 2) as c_int, -(r as c_int), &mut sub, cfg) },
+                "ncclCommSplit by parity",
+            );
+            let members: Vec<usize> = (0..n).rev().filter(|q| q % 2 == r % 2).collect();
+            let at = members.iter().position(|&q| q == r).expect("a member");
+            assert_eq!(count_and_rank(sub), (members.len(), at), "rank {r}");
+            sum_on(sub, &members, r, 1);
+            // A split of the split: its first two members, the rest without a color.
+            let color = if at < 2 { 0 } else { -1 };
+            let mut subsub = std::ptr::null_mut();
+            ok(
+                unsafe { (x.comm_split)(sub, color, 0, &mut subsub, cfg) },
+                "a split of a split",
+            );
+            if at < 2 {
+                assert_eq!(count_and_rank(subsub), (2, at));
+                sum_on(subsub, &members[..2], r, 2);
+            } else {
+                assert!(subsub.is_null(), "NCCL_SPLIT_NOCOLOR gave a communicator");
+            }
+            // PyTorch's 2-rank communicator of a send/receive pair (0 and 3): the others take
+            // part without a color.
+            let pair = [0, 3];
+            let color = if pair.contains(&r) { 7 } else { -1 };
+            let mut p2p = std::ptr::null_mut();
+            ok(
+                unsafe { (x.comm_split)(c.0, color, r as c_int, &mut p2p, cfg) },
+                "a pair's split",
+            );
+            if pair.contains(&r) {
+                let peer = if r == 0 { 1 } else { 0 };
+                let mine = Buf::new(&data::bytes(INT32, r, 3, 40), false);
+                let got = Buf::new(&data::marked(160), false);
+                ok(unsafe { (x.group_start)() }, "ncclGroupStart");
+                ok(
+                    unsafe { (x.send)(mine.ptr(), 40, INT32, peer, p2p, STREAM) },
+                    "ncclSend on the pair",
+                );
+                ok(
+                    unsafe { (x.recv)(got.ptr(), 40, INT32, peer, p2p, STREAM) },
+                    "ncclRecv on the pair",
+                );
+                ok(unsafe { (x.group_end)() }, "ncclGroupEnd");
+                let other = pair[peer as usize];
+                let want: Vec<f64> = (0..40).map(|i| data::value(other, 3, i)).collect();
+                data::check(INT32, &got.read(), &want, "a send on the pair");
+                ok(unsafe { (x.comm_destroy)(p2p) }, "destroy the pair");
+            } else {
+                assert!(p2p.is_null());
+            }
+            if !subsub.is_null() {
+                ok(
+                    unsafe { (x.comm_destroy)(subsub) },
+                    "destroy a split of a split",
+                );
+            }
+            (r, Comm(sub))
+        });
+        // The parents are destroyed: the splits still work.
+        std::thread::scope(|s| {
+            for (r, sub) in subs {
+                s.spawn(move || {
+                    let sub = sub; // the whole handle (Send), not its raw field
+                    let members: Vec<usize> = (0..n).rev().filter(|q| q % 2 == r % 2).collect();
+                    sum_on(sub.0, &members, r, 4);
+                    ok(unsafe { (nccl().comm_destroy)(sub.0) }, "destroy a split");
+                });
+            }
+        });
+    });
+}
+
+/// One thread splits the communicators of four ranks inside a group (the splits run at
+/// `ncclGroupEnd`); until then the new handles say they are pending.
+#[test]
+fn splits_in_a_group() {
+    isolated("splits_in_a_group", LIMIT, &[], || {
+        let x = nccl();
+        let n = 4;
+        let mut comms = vec![std::ptr::null_mut(); n];
+        ok(
+            unsafe { (x.comm_init_all)(comms.as_mut_ptr(), n as c_int, std::ptr::null()) },
+            "ncclCommInitAll",
+        );
+        let mut subs = vec![std::ptr::null_mut(); n];
+        ok(unsafe { (x.group_start)() }, "ncclGroupStart");
+        for r in 0..n {
+            let color = if r == 2 { -1 } else { 0 };
+            ok(
+                unsafe { (x.comm_split)(comms[r], color, 0, &mut subs[r], std::ptr::null_mut()) },
+                "ncclCommSplit in a group",
+            );
+        }
+        let mut count = 0;
+        fails(
+            unsafe { (x.comm_count)(subs[0], &mut count) },
+            INVALID_USAGE,
+            &["still being initialised"],
+            "the size of a pending split",
+        );
+        ok(unsafe { (x.group_end)() }, "ncclGroupEnd");
+        assert!(subs[2].is_null(), "NCCL_SPLIT_NOCOLOR gave a communicator");
+        let members = [0, 1, 3];
+        let bufs: Vec<Buf> = members
+            .iter()
+            .map(|&r| Buf::new(&data::bytes(FLOAT32, r, 5, 21), false))
+            .collect();
+        ok(unsafe { (x.group_start)() }, "ncclGroupStart");
+        for (i, &r) in members.iter().enumerate() {
+            assert_eq!(count_and_rank(subs[r]), (3, i));
+            ok(
+                unsafe {
+                    (x.all_reduce)(
+                        bufs[i].ptr(),
+                        bufs[i].ptr(),
+                        21,
+                        FLOAT32,
+                        SUM,
+                        subs[r],
+                        STREAM,
+                    )
+                },
+                "a grouped all-reduce on the splits",
+            );
+        }
+        ok(unsafe { (x.group_end)() }, "ncclGroupEnd");
+        let want: Vec<f64> = (0..21)
+            .map(|i| members.iter().map(|&q| data::value(q, 5, i)).sum())
+            .collect();
+        for b in &bufs {
+            data::check(
+                FLOAT32,
+                &b.read(),
+                &want,
+                "grouped all-reduce on the splits",
+            );
+        }
+        for c in subs.into_iter().chain(comms).filter(|c| !c.is_null()) {
+            ok(unsafe { (x.comm_destroy)(c) }, "ncclCommDestroy");
+        }
+    });
+}
+
+/// Collectives on buffers registered with `ncclCommRegister` and on windows of
+/// `ncclCommWindowRegister` (collective), by 3 ranks as threads; then deregistered, the same
+/// buffers still work (the per-call exchange).
+#[test]
+fn registered_buffers_and_windows() {
+    isolated("registered_buffers_and_windows", LIMIT, &[], || {
+        let n = 3;
+        ranks(n, |r, c| {
+            let x = nccl();
+            let count = 3000;
+            let send = Buf::new(&data::bytes(FLOAT32, r, 0, count), true);
+            let recv = Buf::new(&data::marked(n * count * 4), true);
+            let (mut hs, mut hr) = (std::ptr::null_mut(), std::ptr::null_mut());
+            ok(
+                unsafe { (x.comm_register)(c.0, send.ptr(), count * 4, &mut hs) },
+                "ncclCommRegister",
+            );
+            ok(
+                unsafe { (x.comm_register)(c.0, recv.ptr(), n * count * 4, &mut hr) },
+                "ncclCommRegister",
+            );
+            let gathered: Vec<f64> = (0..n)
+                .flat_map(|q| (0..count).map(move |i| data::value(q, 0, i)))
+                .collect();
+            let summed: Vec<f64> = (0..count)
+                .map(|i| data::reduced(FLOAT32, SUM, n, 0, i))
+                .collect();
+            let check_both = |what: &str| {
+                ok(
+                    unsafe { (x.all_gather)(send.ptr(), recv.ptr(), count, FLOAT32, c.0, STREAM) },
+                    what,
+                );
+                data::check(FLOAT32, &recv.read(), &gathered, what);
+                ok(
+                    unsafe {
+                        (x.all_reduce)(send.ptr(), recv.ptr(), count, FLOAT32, SUM, c.0, STREAM)
+                    },
+                    what,
+                );
+                data::check(FLOAT32, &recv.read_range(0..count * 4), &summed, what);
+            };
+            check_both("on registered buffers");
+            ok(
+                unsafe { (x.comm_deregister)(c.0, hs) },
+                "ncclCommDeregister",
+            );
+            ok(
+                unsafe { (x.comm_deregister)(c.0, hr) },
+                "ncclCommDeregister",
+            );
+            check_both("after deregistering");
+            let (mut ws, mut wr) = (std::ptr::null_mut(), std::ptr::null_mut());
+            ok(
+                unsafe { (x.window_register)(c.0, send.ptr(), count * 4, &mut ws, 1) },
+                "ncclCommWindowRegister",
+            );
+            ok(
+                unsafe { (x.window_register)(c.0, recv.ptr(), n * count * 4, &mut wr, 1) },
+                "ncclCommWindowRegister",
+            );
+            check_both("on windows");
+            ok(
+                unsafe { (x.window_deregister)(c.0, wr) },
+                "ncclCommWindowDeregister",
+            );
+            ok(
+                unsafe { (x.window_deregister)(c.0, ws) },
+                "ncclCommWindowDeregister",
+            );
+        });
+    });
+}
+
+/// A receive of another count than its send: the receiving rank's call fails with
+/// `ncclInvalidUsage` and says why, and its buffer is untouched.
+#[test]
+fn mismatched_counts_are_refused() {
+    isolated("mismatched_counts_are_refused", LIMIT, &[], || {
+        // Both calls return before either communicator is destroyed (`suite::barrier` says
+        // why; after a refused receive the communicator refuses collectives, so the threads
+        // meet here).
+        let both = std::sync::Barrier::new(2);
+        let out = ranks(2, |r, c| {
+            let x = nccl();
+            let out = if r == 0 {
+                let b = Buf::new(&data::bytes(FLOAT32, 0, 0, 4), false);
+                let code = unsafe { (x.send)(b.ptr(), 4, FLOAT32, 1, c.0, STREAM) };
+                (code, String::new(), true)
+            } else {
+                let b = Buf::new(&data::marked(20), false);
+                let code = unsafe { (x.recv)(b.ptr(), 5, FLOAT32, 0, c.0, STREAM) };
+                (code, last_error(), b.read() == data::marked(20))
+            };
+            both.wait();
+            out
+        });
+        assert_eq!(out[0].0, SUCCESS, "the send");
+        assert_eq!(out[1].0, INVALID_USAGE, "the receive: {}", out[1].1);
+        assert!(out[1].1.contains("count"), "{}", out[1].1);
+        assert!(out[1].2, "the receive wrote its buffer");
     });
 }
 
@@ -827,12 +1008,28 @@ fn memory_registration_and_operators() {
             &["residence"],
             "a bad residence",
         );
-        fails(
-            unsafe { (x.all_reduce)(m, m, 4, FLOAT32, op, c, STREAM) },
-            INVALID_ARGUMENT,
-            &["pre-multiplied", "not served yet"],
-            "a pre-multiplied sum",
+        // The host scalar was copied at creation: changing it now changes nothing.
+        scalar = 100.0;
+        let v = Buf::new(&data::bytes(FLOAT32, 0, 0, 4), false);
+        let o = Buf::new(&data::marked(16), false);
+        ok(
+            unsafe { (x.all_reduce)(v.ptr(), o.ptr(), 4, FLOAT32, op, c, STREAM) },
+            "an all-reduce by a pre-multiplied sum",
         );
+        let want: Vec<f64> = (0..4).map(|i| 0.5 * data::value(0, 0, i)).collect();
+        data::check(FLOAT32, &o.read(), &want, "host scalar 0.5");
+        // The device scalar is read by each call.
+        for d in [3.0f32, -0.25] {
+            // SAFETY: CPU backend: `m` is host memory of 8192 bytes.
+            unsafe { m.cast::<f32>().write(d) };
+            ok(
+                unsafe { (x.all_reduce)(v.ptr(), o.ptr(), 4, FLOAT32, op2, c, STREAM) },
+                "an all-reduce by a device pre-multiplied sum",
+            );
+            let want: Vec<f64> = (0..4).map(|i| d as f64 * data::value(0, 0, i)).collect();
+            data::check(FLOAT32, &o.read(), &want, "device scalar");
+        }
+        assert_eq!(scalar, 100.0);
         ok(unsafe { (x.red_op_destroy)(op, c) }, "ncclRedOpDestroy");
         fails(
             unsafe { (x.red_op_destroy)(op, c) },
@@ -1178,6 +1375,96 @@ fn one_thread_drives_four_ranks() {
                 .collect();
             data::check(INT32, &b.read(), &want, "all-to-all by sends and receives");
         }
+
+        // One group of every rank: an uneven reduce-scatter as reduces to each root (root q
+        // gets q + 2 elements, averaged, int64: PyTorch's pattern), a gather to rank 1, a
+        // scatter from rank 2 (fp8 e4m3) and a ring of uint8 sends, none depending on another.
+        let avg = data::Op::Builtin(AVG);
+        let rcounts: Vec<usize> = (0..n).map(|q| q + 2).collect();
+        let red_in: Vec<Vec<Buf>> = (0..n)
+            .map(|r| {
+                (0..n)
+                    .map(|q| Buf::new(&data::bytes_for(data::I64, avg, r, q, rcounts[q]), false))
+                    .collect()
+            })
+            .collect();
+        let red_out: Vec<Buf> = (0..n)
+            .map(|r| Buf::new(&data::marked(rcounts[r] * 8), false))
+            .collect();
+        let g_in: Vec<Buf> = (0..n)
+            .map(|r| Buf::new(&data::bytes(data::F16, r, 5, 9), true))
+            .collect();
+        let g_out = Buf::new(&data::marked(n * 9 * 2), true);
+        let s_in = Buf::new(
+            &(0..n)
+                .flat_map(|p| data::bytes(data::F8E4M3, 2, p, 11))
+                .collect::<Vec<_>>(),
+            false,
+        );
+        let s_out: Vec<Buf> = (0..n).map(|_| Buf::new(&data::marked(11), false)).collect();
+        let ring_in: Vec<Buf> = (0..n)
+            .map(|r| Buf::new(&data::bytes(data::U8, r, 6, 13), false))
+            .collect();
+        let ring_out: Vec<Buf> = (0..n).map(|_| Buf::new(&data::marked(13), false)).collect();
+        let null = std::ptr::null_mut();
+        ok(unsafe { (x.group_start)() }, "ncclGroupStart");
+        for r in 0..n {
+            let c = comms[r].0;
+            for q in 0..n {
+                let out = if r == q { red_out[r].ptr() } else { null };
+                let code = unsafe {
+                    (x.reduce)(
+                        red_in[r][q].ptr(),
+                        out,
+                        rcounts[q],
+                        data::I64,
+                        AVG,
+                        q as c_int,
+                        c,
+                        STREAM,
+                    )
+                };
+                ok(code, "grouped ncclReduce");
+            }
+            let out = if r == 1 { g_out.ptr() } else { null };
+            ok(
+                unsafe { (x.gather)(g_in[r].ptr(), out, 9, data::F16, 1, c, STREAM) },
+                "grouped ncclGather",
+            );
+            let from = if r == 2 { s_in.ptr() } else { null };
+            ok(
+                unsafe { (x.scatter)(from, s_out[r].ptr(), 11, data::F8E4M3, 2, c, STREAM) },
+                "grouped ncclScatter",
+            );
+            let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+            ok(
+                unsafe { (x.recv)(ring_out[r].ptr(), 13, data::U8, prev as c_int, c, STREAM) },
+                "grouped ncclRecv",
+            );
+            ok(
+                unsafe { (x.send)(ring_in[r].ptr(), 13, data::U8, next as c_int, c, STREAM) },
+                "grouped ncclSend",
+            );
+        }
+        ok(unsafe { (x.group_end)() }, "ncclGroupEnd of a mixed group");
+        for r in 0..n {
+            let want: Vec<(f64, f64)> = (0..rcounts[r])
+                .map(|i| data::expected(data::I64, avg, n, r, i))
+                .collect();
+            data::check_within(data::I64, &red_out[r].read(), &want, "grouped reduce");
+            let want: Vec<f64> = (0..11)
+                .map(|i| data::moved(data::F8E4M3, 2, r, i))
+                .collect();
+            data::check(data::F8E4M3, &s_out[r].read(), &want, "grouped scatter");
+            let prev = (r + n - 1) % n;
+            let want: Vec<f64> = (0..13).map(|i| data::moved(data::U8, prev, 6, i)).collect();
+            data::check(data::U8, &ring_out[r].read(), &want, "grouped ring");
+        }
+        let want: Vec<f64> = (0..n)
+            .flat_map(|q| (0..9).map(move |i| data::moved(data::F16, q, 5, i)))
+            .collect();
+        data::check(data::F16, &g_out.read(), &want, "grouped gather");
+
         for c in comms {
             ok(unsafe { (x.comm_destroy)(c.0) }, "destroy");
         }
@@ -1371,6 +1658,8 @@ fn pytorch_patterns_as_threads() {
             }
             let want: Vec<f64> = (0..64).map(|i| data::value(other, 9, i)).collect();
             data::check(FLOAT32, &got.read(), &want, "pair");
+            // The peer's last receive acknowledges in this rank's memory (`suite::barrier`).
+            common::suite::barrier(Comm(pc));
             ok(
                 unsafe { (x.comm_destroy)(pc) },
                 "destroy the pair's communicator",

@@ -3,7 +3,8 @@
 //! (`ncclGetVersion`, a unique id from rank 0, `ncclCommInitRank`, a one-element warm-up
 //! all-reduce, then collectives and lone sends and receives along a pipeline) and PyTorch's
 //! watchdog (a thread polling `ncclCommGetAsyncError` that aborts the communicator once a
-//! killed rank shows up there, releasing the call that waits for it). CPU backend, loopback.
+//! killed rank shows up there, releasing the call that waits for it); and every collective,
+//! type and operator (`common::suite`). CPU backend, loopback.
 
 mod common;
 
@@ -163,6 +164,38 @@ fn vllm_rank(rank: usize, n: usize) {
     );
     ok(unsafe { (x.comm_destroy)(c) }, "ncclCommDestroy");
     println!("DONE");
+}
+
+/// Every collective, type and operator (`common::suite`) by ranks as processes.
+#[test]
+fn every_collective_as_processes() {
+    let test = "every_collective_as_processes";
+    if is_child(test) {
+        let (rank, n) = (env_usize(RANK), env_usize(SIZE));
+        let c = init_rank(child_id(rank), n, rank);
+        common::suite::every_collective(rank, n, Comm(c), 37, false);
+        common::suite::every_collective(rank, n, Comm(c), 5, true);
+        // The same on the communicator of the even or the odd ranks (ncclCommSplit).
+        let mut sub = std::ptr::null_mut();
+        ok(
+            unsafe {
+                (nccl().comm_split)(c, (rank % 2) as c_int, 0, &mut sub, std::ptr::null_mut())
+            },
+            "ncclCommSplit",
+        );
+        let (mine, subn) = (rank / 2, n.div_ceil(2) - (rank % 2) * (n % 2));
+        common::suite::every_collective(mine, subn, Comm(sub), 7, false);
+        ok(unsafe { (nccl().comm_destroy)(sub) }, "destroy the split");
+        ok(unsafe { (nccl().comm_destroy)(c) }, "ncclCommDestroy");
+        println!("DONE");
+        return;
+    }
+    for n in [2, 3, 4] {
+        for child in spawn_ranks(test, n) {
+            let out = child.wait_for(Duration::from_secs(240));
+            assert!(out.success && out.stdout.contains("DONE"), "{}", out.text);
+        }
+    }
 }
 
 #[test]

@@ -200,9 +200,9 @@ static void calls(void) {
     EXPECT(ncclAllGatherConfig(a, b, 16, ncclFloat, comm, s, &cc), ncclSuccess); SAME(16);
     EXPECT(ncclReduceScatterConfig(a, b, 16, ncclFloat, ncclSum, comm, s, NULL), ncclSuccess); SAME(16);
     EXPECT(ncclAlltoAllConfig(a, b, 16, ncclFloat, comm, s, &cc), ncclSuccess); SAME(16);
-    EXPECT(ncclReduceConfig(a, b, 16, ncclFloat, ncclSum, 0, comm, s, &cc), ncclInvalidUsage);
-    EXPECT(ncclGatherConfig(a, b, 16, ncclFloat, 0, comm, s, &cc), ncclInvalidUsage);
-    EXPECT(ncclScatterConfig(a, b, 16, ncclFloat, 0, comm, s, &cc), ncclInvalidUsage);
+    EXPECT(ncclReduceConfig(a, b, 16, ncclFloat, ncclSum, 0, comm, s, &cc), ncclSuccess); SAME(16);
+    EXPECT(ncclGatherConfig(a, b, 16, ncclFloat, 0, comm, s, &cc), ncclSuccess); SAME(16);
+    EXPECT(ncclScatterConfig(a, b, 16, ncclFloat, 0, comm, s, &cc), ncclSuccess); SAME(16);
   }
   EXPECT(ncclGroupStart(), ncclSuccess);
   EXPECT(ncclSend(a, 16, ncclFloat, 0, comm, s), ncclSuccess);
@@ -221,13 +221,32 @@ static void calls(void) {
     for (i = 0; i < 32; i++) CHECK(c0[i] == 100.0f && c1[i] == 100.0f);
   }
 
-  /* Not served yet: checked, refused with ncclInvalidUsage. NVIDIA's library would accept
-   * these: their refusal shows that mscclpp-rs's library answered. */
-  EXPECT(ncclReduce(a, b, 16, ncclFloat, ncclSum, 0, comm, s), ncclInvalidUsage);
-  CHECK(strstr(ncclGetLastError(comm), "mscclpp-rs") != NULL);
-  EXPECT(ncclGather(a, b, 16, ncclFloat, 0, comm, s), ncclInvalidUsage);
-  EXPECT(ncclScatter(a, b, 16, ncclFloat, 0, comm, s), ncclInvalidUsage);
-  EXPECT(ncclCommSplit(comm, 0, 0, &nc, NULL), ncclInvalidUsage);
+  EXPECT(ncclReduce(a, b, 16, ncclFloat, ncclSum, 0, comm, s), ncclSuccess); SAME(16);
+  EXPECT(ncclGather(a, b, 16, ncclFloat, 0, comm, s), ncclSuccess); SAME(16);
+  EXPECT(ncclScatter(a, b, 16, ncclFloat, 0, comm, s), ncclSuccess); SAME(16);
+  /* ncclProd, ncclAvg and a pre-multiplied sum on one rank: x, x and 2x. */
+  EXPECT(ncclAllReduce(a, b, 16, ncclFloat, ncclProd, comm, s), ncclSuccess); SAME(16);
+  EXPECT(ncclAllReduce(a, b, 16, ncclFloat, ncclAvg, comm, s), ncclSuccess); SAME(16);
+  {
+    float two = 2.0f;
+    ncclRedOp_t twice;
+    EXPECT(ncclRedOpCreatePreMulSum(&twice, &two, ncclFloat32, ncclScalarHostImmediate, comm),
+           ncclSuccess);
+    EXPECT(ncclAllReduce(a, b, 16, ncclFloat, twice, comm, s), ncclSuccess);
+    for (i = 0; i < 16; i++) CHECK(b[i] == 2.0f * a[i]);
+    memset(b, 0, 16 * sizeof(float));
+    EXPECT(ncclRedOpDestroy(twice, comm), ncclSuccess);
+  }
+
+  /* Split: one color (a communicator of one rank) and no color (none). */
+  EXPECT(ncclCommSplit(comm, 0, 0, &nc, NULL), ncclSuccess);
+  CHECK(nc != NULL);
+  EXPECT(ncclCommCount(nc, &count), ncclSuccess);
+  CHECK(count == 1);
+  EXPECT(ncclAllReduce(a, b, 16, ncclFloat, ncclSum, nc, s), ncclSuccess); SAME(16);
+  EXPECT(ncclCommDestroy(nc), ncclSuccess);
+  EXPECT(ncclCommSplit(comm, NCCL_SPLIT_NOCOLOR, 0, &nc, NULL), ncclSuccess);
+  CHECK(nc == NULL);
 
   /* Not implemented: ncclInvalidUsage. */
   {
@@ -242,6 +261,8 @@ static void calls(void) {
     ncclSimInfo_t si = NCCL_SIM_INFO_INITIALIZER;
     int exclude[1] = {0};
     EXPECT(ncclCommShrink(comm, exclude, 0, &nc, NULL, NCCL_SHRINK_DEFAULT), ncclInvalidUsage);
+    /* NVIDIA's library would accept it: its refusal shows that mscclpp-rs's library answered. */
+    CHECK(strstr(ncclGetLastError(comm), "mscclpp-rs") != NULL);
     EXPECT(ncclCommGetUniqueId(comm, &id), ncclInvalidUsage);
     EXPECT(ncclCommGrow(comm, 2, NULL, -1, &nc, NULL), ncclInvalidUsage);
     EXPECT(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT), ncclInvalidUsage);

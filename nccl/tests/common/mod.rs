@@ -12,6 +12,7 @@
 pub mod buf;
 pub mod data;
 pub mod ffi;
+pub mod suite;
 
 use std::ffi::{CStr, c_int, c_void};
 use std::io::Read;

@@ -3,8 +3,9 @@
 
 Every collective torch.distributed maps onto NCCL, eager and captured in a CUDA graph, each
 result checked against a host reference: all_reduce (sum, max, min; float32, float16,
-bfloat16, int32), all_gather, all_gather_into_tensor, reduce_scatter, reduce_scatter_tensor,
-broadcast, all_to_all, all_to_all_single (even and uneven splits), gather and scatter
+bfloat16, int32; int8, uint8, int64, float64 sums; float32 product, average and pre-multiplied
+sum), all_gather, all_gather_into_tensor, reduce_scatter, reduce_scatter_tensor, broadcast,
+reduce, all_to_all, all_to_all_single (even and uneven splits), gather and scatter
 (grouped sends and receives in PyTorch), send/recv, batch_isend_irecv, barrier, new_group;
 then all_reduce, all_gather_into_tensor, reduce_scatter_tensor, broadcast and
 all_to_all_single captured in one CUDA graph and replayed.
@@ -20,9 +21,7 @@ PyTorch wheels load the libnccl.so.2 of the nvidia-nccl-cu12 wheel through their
 One process per GPU (``--world-size``, default: every GPU), spawned here; or run it under
 ``torchrun --nproc-per-node N`` (it then uses torchrun's rank and rendezvous).
 ``--eager`` initialises the communicator at ``init_process_group`` (``device_id``), which
-makes ``new_group`` use ``ncclCommSplit`` (not served yet by mscclpp-rs). ``--not-yet`` also
-runs what is not served yet (``dist.reduce``: ``ncclReduce``; int8/int64/float64 tensors),
-to see it refused.
+makes ``new_group`` use ``ncclCommSplit``.
 """
 
 import argparse
@@ -184,19 +183,38 @@ def run(rank, world, args):
         check(f"graph/{replay}/broadcast", bc, vals(0, 102, 300))
         check(f"graph/{replay}/all_to_all_single", a2a_out, sum((vals(q, 120 + rank, 16) for q in range(n)), []))
 
-    if args.not_yet:
-        for what, fn in [
-            ("reduce", lambda: dist.reduce(t(vals(rank, 130, 10)), dst=0)),
-            ("int64 all_reduce", lambda: dist.all_reduce(t(vals(rank, 131, 10), torch.int64))),
-            ("float64 all_reduce", lambda: dist.all_reduce(t(vals(rank, 132, 10), torch.float64))),
-            ("int8 all_gather", lambda: dist.all_gather_into_tensor(t([0] * (4 * n), torch.int8), t([rank] * 4, torch.int8))),
-        ]:
-            try:
-                fn()
-                torch.cuda.synchronize()
-                print(f"rank {rank}: {what}: ran", flush=True)
-            except Exception as e:  # the library's refusal, through PyTorch
-                print(f"rank {rank}: {what}: refused: {str(e).splitlines()[0]}", flush=True)
+    # Reduce to every root; the other types; product, average and pre-multiplied sums.
+    for root in range(n):
+        r_in = t(vals(rank, 130, 77))
+        dist.reduce(r_in, dst=root)
+        if rank == root:
+            check(f"reduce/{root}", r_in, [sum(c) for c in zip(*[vals(r, 130, 77) for r in range(n)])])
+    small = {"int8": torch.int8, "uint8": torch.uint8, "int64": torch.int64, "float64": torch.float64}
+    for tname, dtype in small.items():
+        # In [0, 3]: sums over 8 ranks fit in int8.
+        a = t([v % 4 for v in vals(rank, 131, 100)], dtype)
+        dist.all_reduce(a)
+        check(f"all_reduce/{tname}/sum", a, [sum(c) for c in zip(*[[v % 4 for v in vals(r, 131, 100)] for r in range(n)])])
+    twos = lambda r: [1 + v % 2 for v in vals(r, 132, 64)]  # noqa: E731 (products <= 2^8)
+    a = t(twos(rank))
+    dist.all_reduce(a, op=dist.ReduceOp.PRODUCT)
+    want = [1.0] * 64
+    for r in range(n):
+        want = [w * x for w, x in zip(want, twos(r))]
+    check("all_reduce/float32/prod", a, want)
+    if n & (n - 1) == 0:  # 1/n and every partial sum exact
+        a = t(vals(rank, 133, 64))
+        dist.all_reduce(a, op=dist.ReduceOp.AVG)
+        check("all_reduce/float32/avg", a, [sum(c) / n for c in zip(*[vals(r, 133, 64) for r in range(n)])])
+    elif rank == 0:
+        print(f"NOT RUN: all_reduce avg (exact only on a power-of-two world size, not {n})", flush=True)
+    premul = getattr(dist, "_make_nccl_premul_sum", None)
+    if premul is not None:
+        a = t(vals(rank, 134, 64))
+        dist.all_reduce(a, op=premul(2.0))
+        check("all_reduce/float32/premul_sum", a, [2 * sum(c) for c in zip(*[vals(r, 134, 64) for r in range(n)])])
+    elif rank == 0:
+        print("NOT RUN: pre-multiplied sum (this PyTorch has no dist._make_nccl_premul_sum)", flush=True)
 
     torch.cuda.synchronize()
     dist.destroy_process_group()
@@ -222,7 +240,6 @@ def main():
     ap.add_argument("--out", help="write each rank's results to OUT/rank<r>.json")
     ap.add_argument("--expect", choices=["mscclpp", "nvidia"], help="fail unless this library answers")
     ap.add_argument("--eager", action="store_true", help="init_process_group(device_id=…): new_group splits")
-    ap.add_argument("--not-yet", action="store_true", help="also try what mscclpp-rs does not serve yet")
     ap.add_argument("--compare", nargs=2, metavar=("A", "B"), help="compare the results of two runs and exit")
     args = ap.parse_args()
     if args.compare:
