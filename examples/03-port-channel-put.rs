@@ -68,6 +68,7 @@ fn rank_main(comm: Communicator) -> Result<f64> {
         role: rank as u32,
         flush: 0,
         reserved: 0,
+        trace: mscclpp::shared::TraceDeviceHandle::OFF,
     };
     // Both ranks start together, so the wall time measures the exchange, not the set-up skew.
     comm.bootstrap().barrier()?;

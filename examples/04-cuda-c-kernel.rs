@@ -168,6 +168,7 @@ fn rank_main(comm: Communicator, ptx: &Path) -> Result<Vec<(&'static str, f64)>>
             role: rank as u32,
             flush,
             reserved: 0,
+            trace: mscclpp::shared::TraceDeviceHandle::OFF,
         };
         let us = timed(&stream, &start, &end, || {
             // SAFETY: the memories are BYTES long and live until after the synchronize.

@@ -8,7 +8,7 @@ use mscclpp_host::gpu::KernelSpec;
 use mscclpp_shared::{
     BlockSumParams, BlockVoteParams, CollectiveParams, CopyParams, DirectCollectiveParams,
     FifoPushParams, P2pParams, PingPongParams, PortCollectiveParams, PortPingPongParams,
-    TestKernelParams,
+    TestKernelParams, TraceClockParams,
 };
 
 /// `copy_kernel`: grid-stride copy.
@@ -22,6 +22,12 @@ pub const BLOCK_VOTE: KernelSpec<BlockVoteParams> =
 /// `fifo_push_kernel`: FIFO producer test/benchmark.
 pub const FIFO_PUSH: KernelSpec<FifoPushParams> =
     KernelSpec::new("fifo_push_kernel", k::fifo_push_kernel);
+
+/// `trace_clock_kernel`: answers a trace's clock pings (one thread).
+pub const TRACE_CLOCK: KernelSpec<TraceClockParams> = KernelSpec::new(
+    "trace_clock_kernel",
+    mscclpp_device::trace::trace_clock_kernel,
+);
 
 /// `memory_ping_pong_kernel`: MemoryChannel put/signal/wait ping-pong.
 pub const MEMORY_PING_PONG: KernelSpec<PingPongParams> =
@@ -117,6 +123,7 @@ pub const ALL_NAMES: &[&str] = &[
     BLOCK_SUM.name,
     BLOCK_VOTE.name,
     FIFO_PUSH.name,
+    TRACE_CLOCK.name,
     MEMORY_PING_PONG.name,
     PACKET_PING_PONG.name,
     PORT_PING_PONG.name,

@@ -33,6 +33,7 @@
 pub mod collectives;
 pub mod kernels;
 pub mod report;
+pub mod trace;
 pub mod world;
 
 pub use mscclpp_device as device;

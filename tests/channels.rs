@@ -140,6 +140,7 @@ fn port_ping_pong(comm: Communicator) {
             role: rank as u32,
             flush,
             reserved: 0,
+            trace: mscclpp::shared::TraceDeviceHandle::OFF,
         };
         // SAFETY: the channel's memories are live and BYTES long.
         unsafe { stream.launch(&k, LaunchConfig::new(1, 1), p) }.unwrap();
@@ -251,6 +252,7 @@ fn invalid_trigger_is_refused(comm: Communicator) {
             role: 0,
             flush: 1,
             reserved: 0,
+            trace: mscclpp::shared::TraceDeviceHandle::OFF,
         };
         // SAFETY: the buffers are live; the proxy refuses the bad id before any copy.
         unsafe { stream.launch(&k, LaunchConfig::new(1, 1), p) }.unwrap();

@@ -466,6 +466,7 @@ fn port_transfer(comm: Communicator, victim: usize) {
         role: rank as u32,
         flush: 1,
         reserved: 0,
+        trace: mscclpp::shared::TraceDeviceHandle::OFF,
     };
     if rank == victim {
         die_in(DIE_AFTER);

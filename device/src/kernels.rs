@@ -6,9 +6,10 @@ use crate::arch;
 use crate::fifo::FifoDevice;
 use crate::memory_channel::MemoryChannel;
 use crate::port_channel::PortChannel;
+use crate::trace;
 use mscclpp_shared::{
     BlockSumParams, BlockVoteParams, CopyParams, FifoPushParams, LL16Packet, PingPongParams,
-    PortPingPongParams, ProxyTrigger, TriggerFields, TriggerType,
+    PortPingPongParams, ProxyTrigger, TraceEventKind, TriggerFields, TriggerType,
 };
 
 crate::kernel! {
@@ -187,29 +188,40 @@ crate::kernel! {
 
 crate::kernel! {
     /// PortChannel ping-pong (one thread): each side `put_with_signal`s `bytes` through its
-    /// proxy (optionally flushing) and waits for the peer's signal.
+    /// proxy (optionally flushing) and waits for the peer's signal. Traced (`p.trace`): `Send`
+    /// before the first round, `Recv` after the last one.
     fn port_ping_pong_kernel(p: PortPingPongParams) {
         if arch::global_thread_idx() != 0 {
             return;
         }
-        let ch = &p.channel;
-        let send = || -> Result<(), mscclpp_shared::DeviceErrorCode> {
-            if p.flush != 0 {
-                ch.put_with_signal_and_flush(0, 0, p.bytes)
-            } else {
-                ch.put_with_signal(0, 0, p.bytes).map(|_| ())
-            }
-        };
-        for _ in 0..p.iterations {
-            let ok = if p.role == 0 {
-                send().and_then(|_| ch.wait())
-            } else {
-                ch.wait().and_then(|_| send())
-            };
-            if ok.is_err() {
-                return;
-            }
-        }
-        let _ = ch.flush();
+        trace::event(&p.trace, TraceEventKind::Start);
+        port_ping_pong(&p);
     }
+}
+
+/// The body of `port_ping_pong_kernel`.
+#[inline(always)]
+fn port_ping_pong(p: &PortPingPongParams) {
+    let ch = &p.channel;
+    let send = || -> Result<(), mscclpp_shared::DeviceErrorCode> {
+        if p.flush != 0 {
+            ch.put_with_signal_and_flush(0, 0, p.bytes)
+        } else {
+            ch.put_with_signal(0, 0, p.bytes).map(|_| ())
+        }
+    };
+    trace::event(&p.trace, TraceEventKind::Send);
+    for _ in 0..p.iterations {
+        let ok = if p.role == 0 {
+            send().and_then(|_| ch.wait())
+        } else {
+            ch.wait().and_then(|_| send())
+        };
+        if ok.is_err() {
+            return;
+        }
+    }
+    trace::event(&p.trace, TraceEventKind::Recv);
+    let _ = ch.flush();
+    trace::event(&p.trace, TraceEventKind::End);
 }

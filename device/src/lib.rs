@@ -21,6 +21,7 @@
 //! | [`ll128`] | LL128 lines: a warp's write and read of 128-byte lines |
 //! | [`copy`] | collective copies |
 //! | [`kernels`] | the built-in kernels |
+//! | [`trace`] | block events of traced kernels; the clock-sync kernel |
 //! | [`test_kernels`] | kernels that single-GPU tests run GPU-only paths through |
 //!
 //! Kernels are declared with [`kernel!`]; a crate that declares kernels must enable the PTX ABI
@@ -75,6 +76,7 @@ pub mod port_channel;
 pub mod reduce;
 pub mod semaphore;
 pub mod test_kernels;
+pub mod trace;
 pub mod wait;
 
 pub use mscclpp_shared as shared;

@@ -33,6 +33,11 @@
 //!
 //! Every bootstrap wait of a communicator watches it (a dead peer, `abort()`, a failed proxy end
 //! it at once): see [`crate::health`].
+//!
+//! A communicator carries its rank's [`Trace`] (off unless `MSCCLPP_TRACE` is set, or
+//! [`traced`](Communicator::traced) turns it on): it records the bootstrap's set-up phases,
+//! and writes the rank's trace file on [`trace_dump`](Communicator::trace_dump) and when it is
+//! dropped (see [`crate::trace`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -52,6 +57,7 @@ use crate::semaphore::{
 };
 use crate::status::{DEFAULT_SPIN_LIMIT, StatusBlock};
 use crate::topology::Topology;
+use crate::trace::{Category, Trace, TraceConfig};
 use crate::transport::{Transport, TransportFlags};
 
 /// Tag range of `send_memory`/`recv_memory`.
@@ -83,6 +89,11 @@ pub struct Communicator {
     topology: Topology,
     /// The watched bootstrap and the monitor thread (joined on drop).
     health: Health,
+    /// This rank's trace (off by default).
+    trace: Trace,
+    /// The bootstrap's and this communicator's set-up phases, kept for a trace turned on later
+    /// ([`traced`](Self::traced)).
+    setup: Vec<crate::bootstrap::SetupPhase>,
     /// Splits made so far ([`split`](Communicator::split)): numbers each sub-communicator's
     /// tags, the same on every rank (a split is collective).
     splits: AtomicU64,
@@ -90,26 +101,69 @@ pub struct Communicator {
 
 impl Drop for Communicator {
     fn drop(&mut self) {
+        // The trace first: its clock sample and read-back need nothing the monitor holds.
+        if let Err(e) = self.trace.dump() {
+            tracing::warn!("communicator rank {}: {e}", self.rank());
+        }
         self.health.on_drop();
     }
 }
 
 impl Communicator {
-    /// A communicator for this rank of `bootstrap`, using `gpu`.
+    /// A communicator for this rank of `bootstrap`, using `gpu`; traced when `MSCCLPP_TRACE`
+    /// says so ([`TraceConfig::from_env`]).
     pub fn new(bootstrap: Arc<dyn Bootstrap>, gpu: Gpu) -> Result<Self> {
+        let started = crate::trace::now_ns();
+        let mut setup = bootstrap.setup_phases();
         let status = Arc::new(StatusBlock::new(&gpu, DEFAULT_SPIN_LIMIT)?);
         let registry = LocalMemories::new(bootstrap.rank());
         let topology = Topology::from_bootstrap(bootstrap.as_ref())?;
         let health = Health::start(bootstrap, status.clone())?;
-        Ok(Self {
+        setup.push(crate::bootstrap::SetupPhase {
+            name: "communicator",
+            start_ns: started,
+            end_ns: crate::trace::now_ns(),
+        });
+        let comm = Self {
             bootstrap: health.bootstrap(),
             gpu,
             status,
             registry,
             topology,
             health,
+            trace: Trace::off(),
+            setup,
             splits: AtomicU64::new(0),
+        };
+        Ok(match TraceConfig::from_env()? {
+            Some(cfg) => comm.traced(cfg),
+            None => comm,
         })
+    }
+
+    /// This communicator with its trace on, into `config` (the set-up phases so far are
+    /// recorded at once). Replaces a trace that was on (which is dumped first).
+    pub fn traced(mut self, config: TraceConfig) -> Self {
+        if let Err(e) = self.trace.dump() {
+            tracing::warn!("communicator rank {}: {e}", self.rank());
+        }
+        self.trace = Trace::new(self.rank(), self.size(), config);
+        self.trace.note_gpu(&self.gpu);
+        self.trace.record_setup(&self.setup);
+        self
+    }
+
+    /// This rank's trace (off unless `MSCCLPP_TRACE` or [`traced`](Self::traced) turned it on):
+    /// what the collectives, the proxy and your own code record into.
+    pub fn trace(&self) -> &Trace {
+        &self.trace
+    }
+
+    /// Writes this rank's trace file now (it is also written when the communicator is
+    /// dropped); returns its path, or `None` when tracing is off. Synchronize the streams
+    /// first: kernels still running may be missing events.
+    pub fn trace_dump(&self) -> Result<Option<std::path::PathBuf>> {
+        self.trace.dump()
     }
 
     /// Splits this communicator (NCCL's `ncclCommSplit`): every rank calls it, and the ranks
@@ -317,6 +371,11 @@ impl Communicator {
     /// Receives the memory `remote_rank` sent under `tag`, mapped here where possible.
     pub fn recv_memory(&self, remote_rank: usize, tag: u64) -> Result<RegisteredMemory> {
         self.check_alive()?;
+        let _span = self
+            .trace
+            .span(Category::Setup, "recv_memory")
+            .arg("peer", remote_rank)
+            .arg("tag", tag);
         let bytes = self.recv_checked(remote_rank, MEMORY_TAG | (tag & USER_TAG_MASK))?;
         RegisteredMemory::deserialize(&bytes, &self.gpu, remote_rank, self.same_node(remote_rank))
     }
@@ -386,6 +445,11 @@ impl Communicator {
         tag: u64,
     ) -> Result<Arc<dyn Connection>> {
         self.check_alive()?;
+        let _span = self
+            .trace
+            .span(Category::Setup, "connect")
+            .arg("peer", remote_rank)
+            .arg("tag", tag);
         if remote_rank >= self.size() {
             return Err(Error::NoSuchRank {
                 rank: remote_rank,

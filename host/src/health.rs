@@ -167,6 +167,9 @@ impl Bootstrap for WatchedBootstrap {
     fn forgo_goodbye(&self) {
         self.inner.forgo_goodbye()
     }
+    fn setup_phases(&self) -> Vec<crate::bootstrap::SetupPhase> {
+        self.inner.setup_phases()
+    }
     fn secret(&self) -> Option<crate::auth::Secret> {
         self.inner.secret()
     }

@@ -21,6 +21,7 @@
 //! | [`status`] | the abort flag and device error record (`DeviceStatus`) |
 //! | [`fifo`] | the proxy FIFO's host side (single consumer) |
 //! | [`proxy`] | `ProxyService`: the thread that serves a FIFO |
+//! | [`trace`] | `Trace`: a rank's timeline of calls, kernel blocks, proxy work and set-up, written per rank |
 //! | [`numa`] | NUMA node CPU lists and thread binding (sysfs, no libnuma) |
 //! | [`backoff`] | `Backoff`: spin, yield, then sleep in polling loops |
 //! | `backend`, `socket`, `sync`, `random` (crate-private) | `BackendKind` (re-exported by `gpu`); deadline-bounded socket I/O; poison-tolerant locks; random bytes |
@@ -35,7 +36,7 @@
 //! | 8 | `memory_channel`, `port_channel` |
 //! | 7 | `semaphore` |
 //! | 6 | `connection`, `proxy` |
-//! | 5 | `fifo`, `health`, `registered_memory`, `topology` |
+//! | 5 | `fifo`, `health`, `registered_memory`, `topology`, `trace` |
 //! | 4 | `bootstrap`, `status` |
 //! | 3 | `gpu`, `numa` |
 //! | 2 | `error` |
@@ -68,6 +69,7 @@ mod socket;
 pub mod status;
 mod sync;
 pub mod topology;
+pub mod trace;
 pub mod transport;
 
 pub use error::{Error, Result};

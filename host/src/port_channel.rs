@@ -18,6 +18,11 @@
 //!   connection;
 //! - FLAG: the semaphore's `signal` (the connection orders it after the writes before it);
 //! - SYNC: `connection.flush(timeout)`, after which the FIFO's flush position is completed.
+//!
+//! Traced ([`PortChannelServiceBuilder::trace`] with a trace that is on), the proxy records each
+//! trigger as a span (see [`crate::proxy`]) holding a `copy` span (bytes, GB/s: the time the
+//! connection's `write` took to return, which for an asynchronous transport is the time to
+//! issue it), a `signal` span and a `flush` span (its end is the flush's completion).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,6 +37,7 @@ use crate::proxy::{ProxyHandler, ProxyService};
 use crate::registered_memory::RegisteredMemory;
 use crate::semaphore::Host2DeviceSemaphore;
 use crate::status::{DEFAULT_SPIN_LIMIT, StatusBlock};
+use crate::trace::{Category, HostEvent, Trace};
 
 /// How long a SYNC trigger may wait for its connection's flush.
 pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(30);
@@ -135,10 +141,11 @@ fn validate_with(
     })
 }
 
-/// The tables the proxy validates triggers against.
+/// The tables the proxy validates triggers against, and the trace it records into.
 struct Tables {
     memories: Vec<RegisteredMemory>,
     semaphores: Vec<Host2DeviceSemaphore>,
+    trace: Trace,
 }
 
 impl Tables {
@@ -172,12 +179,33 @@ impl Tables {
         if let Some(c) = v.copy {
             let dst = self.memory(c.dst, "dst", pos)?;
             let src = self.memory(c.src, "src", pos)?;
+            let start = crate::trace::now_ns();
             conn.write(dst, c.dst_offset, src, c.src_offset, c.size)?;
+            if self.trace.is_on() {
+                let end = crate::trace::now_ns();
+                let gbps = c.size as f64 / (end - start).max(1) as f64;
+                self.trace.record(HostEvent {
+                    cat: Category::Proxy,
+                    name: "copy".into(),
+                    start_ns: start,
+                    end_ns: Some(end),
+                    args: vec![
+                        ("bytes", c.size.into()),
+                        ("GB/s", gbps.into()),
+                        ("semaphore", v.semaphore.into()),
+                    ],
+                });
+            }
         }
         if v.kind.contains(TriggerType::FLAG) {
+            let _span = self
+                .trace
+                .span(Category::Proxy, "signal")
+                .arg("semaphore", v.semaphore);
             sem.signal()?;
         }
         if v.kind.contains(TriggerType::SYNC) {
+            let _span = self.trace.span(Category::Proxy, "flush").arg("pos", pos);
             conn.flush(FLUSH_TIMEOUT)?;
         }
         Ok(())
@@ -221,6 +249,7 @@ impl PortChannelService {
             tables: Tables {
                 memories: Vec::new(),
                 semaphores: Vec::new(),
+                trace: Trace::off(),
             },
             numa_node: gpu.numa_node(),
         })
@@ -228,6 +257,13 @@ impl PortChannelService {
 }
 
 impl PortChannelServiceBuilder {
+    /// Records the proxy's work into `trace` (a communicator's, `Communicator::trace`; module
+    /// docs). Not traced unless called.
+    pub fn trace(&mut self, trace: &Trace) -> &mut Self {
+        self.tables.trace = trace.clone();
+        self
+    }
+
     /// Adds a memory channels may name; returns its id.
     pub fn add_memory(&mut self, mem: RegisteredMemory) -> Result<u32> {
         let memories = &mut self.tables.memories;
@@ -293,12 +329,14 @@ impl PortChannelServiceBuilder {
     /// Starts the proxy thread: the tables move to it, and the running service can only report
     /// and stop.
     pub fn start(self) -> Result<PortChannelService> {
-        let proxy = ProxyService::start(
+        let trace = self.tables.trace.clone();
+        let proxy = ProxyService::start_traced(
             self.fifo,
             Box::new(self.tables),
             self.fifo_status,
             vec![self.comm_status],
             self.numa_node,
+            trace,
         )?;
         Ok(PortChannelService { proxy })
     }

@@ -5,6 +5,10 @@
 //! completes the flush position once the handler returned (the handler finishes the trigger's
 //! connection work before returning). The thread is bound to the CPUs of the GPU's NUMA node.
 //!
+//! Traced ([`start_traced`](ProxyService::start_traced) with a trace that is on), each
+//! trigger is a `trigger` span on the proxy thread, from its pop (position, type bits) to the
+//! end of its work, around the handler's own spans (a port channel's copy, signal, flush).
+//!
 //! Failure model: a handler error (an invalid trigger, a failed copy) is sticky. The proxy
 //! records it, sets the abort flag of its `StatusBlock` (releasing every GPU waiter), and
 //! stops serving; [`ProxyService::error`] and [`ProxyService::stop`] return it. The FIFO and
@@ -23,6 +27,7 @@ use crate::error::{Error, Result};
 use crate::fifo::Fifo;
 use crate::status::StatusBlock;
 use crate::sync::lock;
+use crate::trace::{Category, Trace};
 
 /// What serves triggers. `handle` is called on the proxy thread, in FIFO order.
 pub trait ProxyHandler: Send {
@@ -51,11 +56,23 @@ impl ProxyService {
     /// `also_abort` (e.g. the communicator's, so that semaphore waiters are released too).
     /// `numa_node` (from `Gpu::numa_node`) binds the thread to that node's CPUs when given.
     pub fn start(
+        fifo: Fifo,
+        handler: Box<dyn ProxyHandler>,
+        status: Arc<StatusBlock>,
+        also_abort: Vec<Arc<StatusBlock>>,
+        numa_node: Option<u32>,
+    ) -> Result<Self> {
+        Self::start_traced(fifo, handler, status, also_abort, numa_node, Trace::off())
+    }
+
+    /// [`start`](Self::start), recording each trigger into `trace` (module docs).
+    pub fn start_traced(
         mut fifo: Fifo,
         mut handler: Box<dyn ProxyHandler>,
         status: Arc<StatusBlock>,
         also_abort: Vec<Arc<StatusBlock>>,
         numa_node: Option<u32>,
+        trace: Trace,
     ) -> Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let error = Arc::new(Mutex::new(None));
@@ -75,7 +92,12 @@ impl ProxyService {
                         continue;
                     };
                     backoff.reset();
+                    let span = trace
+                        .span(Category::Proxy, "trigger")
+                        .arg("pos", pos)
+                        .arg("type", u64::from(trigger.kind().bits()));
                     if let Err(e) = handler.handle(trigger, pos) {
+                        drop(span.arg("failed", 1u64));
                         tracing::error!("proxy: trigger at {pos} failed: {e}");
                         *lock(&error2) = Some(e);
                         status2.abort();
@@ -94,6 +116,7 @@ impl ProxyService {
                     if trigger.kind().contains(TriggerType::SYNC) {
                         fifo.complete_flush(pos);
                     }
+                    drop(span);
                 }
             })
             .map_err(|source| Error::ProxyStart { source })?;

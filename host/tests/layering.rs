@@ -19,7 +19,7 @@ const LAYERS: &[&[&str]] = &[
     &["error"],
     &["gpu", "numa"],
     &["bootstrap", "status"],
-    &["fifo", "health", "registered_memory", "topology"],
+    &["fifo", "health", "registered_memory", "topology", "trace"],
     &["connection", "proxy"],
     &["semaphore"],
     &["memory_channel", "port_channel"],

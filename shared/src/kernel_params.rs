@@ -3,7 +3,7 @@
 //! Every struct starts with `status`, the communicator's [`DeviceStatus`] (abort flag and error
 //! record), so the host launches every kernel the same way and every wait inside can be stopped.
 
-use crate::{DevicePtr, DeviceStatus, FifoDeviceHandle};
+use crate::{DevicePtr, DeviceStatus, FifoDeviceHandle, TraceDeviceHandle};
 
 /// `copy_kernel`: grid-stride copy of `bytes` bytes (16-byte vectors where both ends allow).
 #[repr(C, align(8))]
@@ -142,10 +142,12 @@ pub struct PortPingPongParams {
     pub flush: u32,
     /// Reserved, zero.
     pub reserved: u32,
+    /// Where the block's trace events go ([`TraceDeviceHandle::OFF`]: not traced).
+    pub trace: TraceDeviceHandle,
 }
 
 static_assertions::assert_eq_size!(PingPongParams, [u64; 11]);
-static_assertions::assert_eq_size!(PortPingPongParams, [u64; 16]);
+static_assertions::assert_eq_size!(PortPingPongParams, [u64; 19]);
 
 /// Element types of the collectives: every type NCCL's collectives take (`ncclDataType_t`,
 /// numbered differently: the first five values are this crate's original ones). Multi-byte
@@ -419,9 +421,13 @@ pub struct CollectiveParams {
     /// rank's device memory, read by the kernel when it starts: NCCL's `ncclScalarDevice`),
     /// or null for `scalar`.
     pub scalar_ptr: DevicePtr<u8>,
+    /// Where the blocks' trace events go ([`TraceDeviceHandle::OFF`]: not traced; the host
+    /// fills it in `Context::params`, the one place every collective launch's parameters come
+    /// from).
+    pub trace: TraceDeviceHandle,
 }
 
-static_assertions::assert_eq_size!(CollectiveParams, [u64; 18]);
+static_assertions::assert_eq_size!(CollectiveParams, [u64; 21]);
 
 /// Most ranks a direct collective serves (one node's NVLink domain).
 pub const MAX_DIRECT_RANKS: usize = 8;
@@ -468,7 +474,7 @@ pub struct DirectCollectiveParams {
     pub mine: crate::RegisteredCall,
 }
 
-static_assertions::assert_eq_size!(DirectCollectiveParams, [u64; 47]);
+static_assertions::assert_eq_size!(DirectCollectiveParams, [u64; 50]);
 
 /// Parameters of `port_collective_kernel`, which moves every piece of a collective through
 /// PortChannels (the host proxies: the network between nodes, the copy engines inside one), in
@@ -504,7 +510,7 @@ pub struct PortCollectiveParams {
     pub slot_bytes: u64,
 }
 
-static_assertions::assert_eq_size!(PortCollectiveParams, [u64; 24]);
+static_assertions::assert_eq_size!(PortCollectiveParams, [u64; 27]);
 
 /// Most ranks a port collective serves (bits of its masks).
 pub const MAX_PORT_RANKS: usize = 64;

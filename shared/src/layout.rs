@@ -43,20 +43,23 @@ layouts! {
     MemoryChannelDeviceHandle { semaphore, dst, src, packet_buffer }
     LL16Packet { data1, flag1, data2, flag2 }
     LL8Packet { data, flag }
+    TraceEvent { time_ns, launch, kind, block }
+    TraceDeviceHandle { events, launch, log2_records, rings, reserved }
+    TraceClockParams { status, words, rounds, reserved }
     CopyParams { status, dst, src, bytes }
     BlockSumParams { status, input, output, n_per_block, reserved }
     BlockVoteParams { status, input, output }
     FifoPushParams { status, fifo, per_thread, reserved }
     PingPongParams { status, channel, bytes, iterations, role, flag_base, reserved }
-    PortPingPongParams { status, channel, bytes, iterations, role, flush, reserved }
-    CollectiveParams { status, channels, input, output, scratch, bytes, ll_flags, ll_slot_bytes, stage_offset, stride, reserved, dtype, op, mode, rank, nranks, root, max_blocks, ll128_offset, ll128_slot_bytes, scalar, scalar_ptr }
+    PortPingPongParams { status, channel, bytes, iterations, role, flush, reserved, trace }
+    CollectiveParams { status, channels, input, output, scratch, bytes, ll_flags, ll_slot_bytes, stage_offset, stride, reserved, dtype, op, mode, rank, nranks, root, max_blocks, ll128_offset, ll128_slot_bytes, scalar, scalar_ptr, trace }
     DirectCollectiveParams { common, inputs, outputs, registry, desc_offset, need, meet, reserved, mine }
     RegistrySlot { base, len, generation, reserved, reserved2 }
     BufferRef { slot, generation, offset }
     RegisteredCall { input, output, call, ok, reserved, reserved2 }
     PortCollectiveParams { common, port_channels, counters, send_mask, recv_mask, port_offset, slot_bytes }
     P2pOp { buf, bytes, peer, kind, first_block, blocks }
-    P2pParams { status, channels, scratch, region_offset, ll_bytes, chunk_bytes, rank, nranks, lanes, nops, ops }
+    P2pParams { status, channels, scratch, region_offset, ll_bytes, chunk_bytes, rank, nranks, lanes, nops, ops, trace }
     IpcMemHandle { kind, device, owner_pid, owner_fd, token, alloc_size, offset, size, cuda }
     TestKernelParams { status, a, b, out, count, dtype, op, flag, reserved }
 }
@@ -166,6 +169,23 @@ pub const TRIGGER_CONSTANTS: &[(&str, u64)] = {
         ("MSCCLPP_REGISTRY_SLOTS", crate::REGISTRY_SLOTS as u64),
         ("MSCCLPP_WINDOW_SLOTS", crate::WINDOW_SLOTS as u64),
         ("MSCCLPP_MAX_PORT_RANKS", crate::MAX_PORT_RANKS as u64),
+        (
+            "MSCCLPP_TRACE_EVENTS_PER_LAUNCH",
+            crate::trace::EVENTS_PER_LAUNCH as u64,
+        ),
+        (
+            "MSCCLPP_TRACE_EVENT_START",
+            crate::TraceEventKind::Start as u64,
+        ),
+        (
+            "MSCCLPP_TRACE_EVENT_SEND",
+            crate::TraceEventKind::Send as u64,
+        ),
+        (
+            "MSCCLPP_TRACE_EVENT_RECV",
+            crate::TraceEventKind::Recv as u64,
+        ),
+        ("MSCCLPP_TRACE_EVENT_END", crate::TraceEventKind::End as u64),
         (
             "MSCCLPP_DEVICE_ERROR_COUNT_MISMATCH",
             crate::DeviceErrorCode::CountMismatch as u64,

@@ -14,6 +14,7 @@
 //! | [`packet`] | LL8 / LL16 packets |
 //! | [`status`] | [`DeviceStatus`]: abort flag and first-error record |
 //! | [`kernel_params`] | the built-in kernels' parameter structs |
+//! | [`trace`] | where traced kernels write block events ([`TraceDeviceHandle`]), the clock-sync words |
 //! | [`p2p`] | the point-to-point engine's parameters and scratch layout |
 //! | [`layout`] | a table of every struct's size, alignment and field offsets (for the C check) |
 #![no_std]
@@ -30,6 +31,7 @@ pub mod ptr;
 pub mod registry;
 pub mod semaphore;
 pub mod status;
+pub mod trace;
 pub mod trigger;
 
 pub use fifo::{DEFAULT_FIFO_SIZE, FifoDeviceHandle};
@@ -54,4 +56,5 @@ pub use semaphore::{
     MemoryDevice2DeviceSemaphoreDeviceHandle,
 };
 pub use status::{DeviceErrorCode, DeviceStatus, WaitSite};
+pub use trace::{TraceClockParams, TraceDeviceHandle, TraceEvent, TraceEventKind};
 pub use trigger::{ProxyTrigger, TriggerError, TriggerFields, TriggerType};

@@ -31,7 +31,7 @@
 //! matches. All of this is device memory: nothing needs the host between calls, and a call
 //! captured in a CUDA graph replays with fresh sequence numbers.
 
-use crate::{DevicePtr, DeviceStatus, MemoryChannelDeviceHandle};
+use crate::{DevicePtr, DeviceStatus, MemoryChannelDeviceHandle, TraceDeviceHandle};
 
 /// Most operations one launch of `p2p_kernel` carries: a send and a receive for each of 8
 /// peers (a group with more peers runs in several launches, see the host's schedule).
@@ -92,9 +92,11 @@ pub struct P2pParams {
     pub nops: u32,
     /// The launch's operations.
     pub ops: [P2pOp; P2P_MAX_OPS],
+    /// Where the blocks' trace events go ([`TraceDeviceHandle::OFF`]: not traced).
+    pub trace: TraceDeviceHandle,
 }
 
-static_assertions::assert_eq_size!(P2pParams, [u64; 8 + 4 * P2P_MAX_OPS]);
+static_assertions::assert_eq_size!(P2pParams, [u64; 8 + 4 * P2P_MAX_OPS + 3]);
 
 impl Default for P2pParams {
     fn default() -> Self {

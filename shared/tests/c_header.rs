@@ -34,6 +34,7 @@ use mscclpp_shared::ipc;
 use mscclpp_shared::layout::{LAYOUTS, StructLayout, TRIGGER_CONSTANTS};
 use mscclpp_shared::packet::ll128;
 use mscclpp_shared::status::error_detail;
+use mscclpp_shared::trace::{TraceEventKind, event_slot};
 use mscclpp_shared::trigger::{self, ProxyTrigger, TriggerFields, TriggerType, commit_parity};
 use mscclpp_shared::{DEFAULT_FIFO_SIZE, DeviceErrorCode, WaitSite};
 
@@ -185,6 +186,13 @@ const ERROR_DETAIL_CASES: &[(WaitSite, u64)] = &[
     (WaitSite::Unknown, 0x1234),
 ];
 
+/// `event_slot` cases: (block, launch, kind, log2 records), the launch wrapping its ring.
+const TRACE_SLOT_CASES: &[(u32, u32, TraceEventKind, u32)] = &[
+    (0, 1, TraceEventKind::Start, 0),
+    (3, 9, TraceEventKind::Recv, 3),
+    (1023, u32::MAX, TraceEventKind::End, 12),
+];
+
 /// Every line the C program must print, as `(key, value)`, from the given tables.
 fn expected_lines(layouts: &[StructLayout], constants: &[(&str, u64)]) -> Vec<(String, u64)> {
     let mut lines = Vec::new();
@@ -231,6 +239,12 @@ fn expected_lines(layouts: &[StructLayout], constants: &[(&str, u64)]) -> Vec<(S
     }
     for (i, &(site, addr)) in ERROR_DETAIL_CASES.iter().enumerate() {
         lines.push((format!("helper error_detail.{i}"), error_detail(site, addr)));
+    }
+    for (i, &(block, launch, kind, log2)) in TRACE_SLOT_CASES.iter().enumerate() {
+        lines.push((
+            format!("helper trace_slot.{i}"),
+            event_slot(block, launch, kind, log2),
+        ));
     }
     lines
 }
@@ -327,6 +341,13 @@ fn c_program(layouts: &[StructLayout], constants: &[(&str, u64)]) -> String {
             c,
             "  SHOW(\"helper error_detail.{i}\", mscclpp_error_detail({}u, {addr:#x}ULL));",
             site as u8
+        );
+    }
+    for (i, &(block, launch, kind, log2)) in TRACE_SLOT_CASES.iter().enumerate() {
+        let _ = writeln!(
+            c,
+            "  SHOW(\"helper trace_slot.{i}\", mscclpp_trace_event_slot({block}u, {launch}u, {}u, {log2}u));",
+            kind as u16
         );
     }
     c.push_str("  return 0;\n}\n");

@@ -1,7 +1,8 @@
 //! What every algorithm works with: the call's arguments ([`Args`]), what set-up hands each
 //! algorithm ([`SetUp`]), and the communicator-wide state its `queue` uses ([`Context`]):
 //! the scratch, the channel table, the LL flags, the registered-buffer caches, and the one
-//! place that writes a kernel's mode, element type and operator ([`Context::params`]).
+//! place that writes a kernel's mode, element type and operator ([`Context::params`]), and
+//! its trace handle (a launch of the call this thread queues, [`CallScope`]).
 //!
 //! Device words here: `ll_flags` (two u64 in device memory, written and read only by the LL
 //! kernels; `CollectiveParams::ll_flags` says how), the channel table (written once by the
@@ -224,6 +225,7 @@ impl Context {
             nranks: self.ranks() as u32,
             root: 0,
             max_blocks: self.cfg.max_blocks,
+            trace: self.comm.trace().launch(current_call()),
         }
     }
 
@@ -321,6 +323,32 @@ impl Context {
             what,
             backend: self.comm.gpu().kind(),
         }
+    }
+}
+
+thread_local! {
+    /// The trace id of the collective call this thread is queuing (0: none), which every
+    /// launch's trace handle is tied to ([`Context::params`]).
+    static CALL: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// The call this thread is queuing ([`CallScope`]).
+pub(crate) fn current_call() -> u64 {
+    CALL.with(|c| c.get())
+}
+
+/// Marks this thread as queuing call `id` until dropped (then restores what was there).
+pub(crate) struct CallScope(u64);
+
+impl CallScope {
+    pub fn enter(id: u64) -> Self {
+        Self(CALL.with(|c| c.replace(id)))
+    }
+}
+
+impl Drop for CallScope {
+    fn drop(&mut self) {
+        CALL.with(|c| c.set(self.0));
     }
 }
 

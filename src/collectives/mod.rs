@@ -137,7 +137,8 @@ use mscclpp_shared::{DataType, DevicePtr, DeviceReduceOp};
 
 use algo::p2p::P2p;
 use algo::{Queue, Queued, UNITS};
-use context::{Args, CallRegs, Context, Peer, SetUp, copy_if_needed};
+use context::{Args, CallRegs, CallScope, Context, Peer, SetUp, copy_if_needed};
+use mscclpp_host::trace::Category;
 use scratch::ScratchLayout;
 use select::{Call, Choice};
 
@@ -175,6 +176,8 @@ impl Collectives {
     /// Sets up collectives with `cfg`, which must be identical on every rank: a rank whose
     /// settings differ from another's gets `Error::ConfigMismatch` (and so does the other).
     pub fn with_config(comm: Arc<Communicator>, mut cfg: CollectiveConfig) -> Result<Self> {
+        let trace = comm.trace().clone();
+        let _span = trace.span(Category::Setup, "collectives");
         cfg.max_blocks = channel_rows(&cfg);
         setup::check_one_gpu_per_rank(&comm)?;
         setup::check_same_config(&comm, &cfg)?;
@@ -195,6 +198,9 @@ impl Collectives {
             let layout = ScratchLayout::for_registered(&cfg, comm.size());
             (layout, setup::wire(&comm, &cfg, &layout)?)
         };
+        if trace.is_on() {
+            crate::trace::attach_with(&comm, &module, cfg.max_blocks);
+        }
         Ok(Self {
             units,
             cx: Context::new(comm, cfg, layout, wiring)?,
@@ -677,6 +683,51 @@ impl Collectives {
         self.cx.registry.counts()
     }
 
+    /// Queues one public call ([`dispatch`](Self::dispatch)), as one `call` span of the trace
+    /// (op, bytes, type, operator, algorithm, stream, call id) whose id every launch it makes
+    /// carries.
+    ///
+    /// # Safety
+    /// The public call's contract for `args`.
+    unsafe fn run(&self, args: Args, forced: Option<Algorithm>, stream: &Stream) -> Result<()> {
+        let trace = self.cx.comm.trace();
+        if !trace.is_on() {
+            // SAFETY: the caller's contract.
+            return unsafe { self.dispatch(args, forced, stream) };
+        }
+        let id = trace.next_call();
+        let _scope = CallScope::enter(id);
+        let call = &args.call;
+        let mut span = trace
+            .span(Category::Call, op_name(&args))
+            .arg("call", id)
+            .arg("bytes", call.bytes)
+            .arg("dtype", format!("{:?}", call.dtype))
+            .arg("op", format!("{:?}", call.op.op))
+            .arg("ranks", call.ranks)
+            .arg(
+                "stream",
+                stream.cuda_raw().unwrap_or(stream as *const Stream as u64),
+            );
+        match args.peer {
+            Peer::Root(r) => span.set("root", r),
+            Peer::To(r) | Peer::From(r) => span.set("peer", r),
+            Peer::Pair { next, prev } => {
+                span.set("next", next);
+                span.set("prev", prev);
+            }
+            Peer::None => {}
+        }
+        // SAFETY: the caller's contract.
+        let result = unsafe { self.dispatch(args, forced, stream) };
+        match (&result, self.cx.last()) {
+            (Ok(()), Some(a)) => span.set("algorithm", a.name()),
+            (Ok(()), None) => {}
+            (Err(e), _) => span.set("error", e.to_string()),
+        }
+        result
+    }
+
     /// The point-to-point engine (a world of one node only: it needs MemoryChannels to every
     /// peer).
     fn p2p(&self) -> Result<&P2p> {
@@ -702,7 +753,12 @@ impl Collectives {
     ///
     /// # Safety
     /// The public call's contract for `args`.
-    unsafe fn run(&self, args: Args, forced: Option<Algorithm>, stream: &Stream) -> Result<()> {
+    unsafe fn dispatch(
+        &self,
+        args: Args,
+        forced: Option<Algorithm>,
+        stream: &Stream,
+    ) -> Result<()> {
         let (cx, call) = (&self.cx, &args.call);
         if call.bytes == 0 && call.collective != Collective::SendRecv {
             return Ok(());
@@ -797,6 +853,21 @@ impl Collectives {
             return Err(mscclpp_host::Error::PeerIsSelf { rank: r });
         }
         Ok(())
+    }
+}
+
+/// A call's name in the trace: the public function's.
+fn op_name(args: &Args) -> &'static str {
+    match (args.call.collective, args.peer) {
+        (Collective::AllReduce, _) => "all_reduce",
+        (Collective::AllGather, _) => "all_gather",
+        (Collective::ReduceScatter, _) => "reduce_scatter",
+        (Collective::Broadcast, _) => "broadcast",
+        (Collective::AllToAll, _) => "all_to_all",
+        (Collective::Reduce, _) => "reduce",
+        (Collective::SendRecv, Peer::To(_)) => "send",
+        (Collective::SendRecv, Peer::From(_)) => "recv",
+        (Collective::SendRecv, _) => "send_recv",
     }
 }
 

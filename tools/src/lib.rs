@@ -9,11 +9,13 @@
 //! | `mscclpp-bench` (`src/bin/mscclpp-bench.rs`, [`bench`]) | collectives and primitives measured nccl-tests style, optionally against NCCL in the same run |
 //! | `mscclpp-run` (`src/bin/mscclpp-run.rs`) | starts N copies of a command as the ranks of one job on this machine |
 //! | `mscclpp-info` (`src/bin/mscclpp-info.rs`) | the backend and devices, and a self-check of the embedded kernels |
+//! | `mscclpp-trace` (`src/bin/mscclpp-trace.rs`, [`trace`]) | merges a run's per-rank trace files into one Chrome / Perfetto timeline, and draws it |
 //!
 //! Every tool starts with [`init_logging`], so the libraries' `tracing` events are shown as
 //! `MSCCLPP_LOG` asks (warnings by default; see [`mscclpp_log`]).
 
 pub mod bench;
+pub mod trace;
 
 /// The tools' error type.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

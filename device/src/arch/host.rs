@@ -253,10 +253,30 @@ pub unsafe fn st_v4_u32(p: *mut u32, v: [u32; 4]) {
     // SAFETY: the caller's contract (module docs).
     unsafe { (p as *mut [u32; 4]).write(v) }
 }
-/// Monotonic nanoseconds.
+/// `CLOCK_MONOTONIC` in nanoseconds (the twin of `%globaltimer`; see `grid::monotonic_ns`).
 #[inline(always)]
 pub fn globaltimer_ns() -> u64 {
     grid::monotonic_ns()
+}
+/// This thread's index (the device twin reads it where it is written).
+#[inline(always)]
+pub fn thread_idx_x_here() -> u32 {
+    thread_idx_x()
+}
+/// This block's index (the device twin reads it where it is written).
+#[inline(always)]
+pub fn block_idx_x_here() -> u32 {
+    block_idx_x()
+}
+/// `v` (the device twin hides it from the optimiser; the host build needs no such care).
+#[inline(always)]
+pub fn opaque_u64(v: u64) -> u64 {
+    v
+}
+/// `v` (see [`opaque_u64`]).
+#[inline(always)]
+pub fn opaque_u32(v: u32) -> u32 {
+    v
 }
 /// Sleeps about `ns` nanoseconds.
 #[inline(always)]

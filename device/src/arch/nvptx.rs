@@ -2,7 +2,7 @@
 //!
 //! Names spell the PTX instruction: operation, ordering, scope, width. None of the ordering
 //! instructions is marked `nomem`/`readonly`/`pure` (the compiler must not move memory accesses
-//! across them); only the timer read and `nanosleep` are.
+//! across them); only the timer read, `nanosleep` and the `opaque_*` steps are.
 //!
 //! # Safety (all `unsafe fn` here)
 //! Pointers must be valid, suitably aligned device addresses of the named width in the global
@@ -25,6 +25,24 @@ pub fn thread_idx_x() -> u32 {
 pub fn block_idx_x() -> u32 {
     // SAFETY: reading a special register has no preconditions.
     unsafe { nvptx::_block_idx_x() as u32 }
+}
+/// `%tid.x` read where it is written: the compiler neither hoists the read nor merges it with
+/// another, so no register holds it across the code around (for the trace hooks, see
+/// [`opaque_u64`]).
+#[inline(always)]
+pub fn thread_idx_x_here() -> u32 {
+    let t: u32;
+    // SAFETY: reads a special register.
+    unsafe { asm!("mov.u32 {t}, %tid.x;", t = out(reg32) t, options(nomem, nostack)) };
+    t
+}
+/// `%ctaid.x` read where it is written (see [`thread_idx_x_here`]).
+#[inline(always)]
+pub fn block_idx_x_here() -> u32 {
+    let b: u32;
+    // SAFETY: reads a special register.
+    unsafe { asm!("mov.u32 {b}, %ctaid.x;", b = out(reg32) b, options(nomem, nostack)) };
+    b
 }
 /// `%ntid.x`.
 #[inline(always)]
@@ -410,6 +428,25 @@ pub fn globaltimer_ns() -> u64 {
     // SAFETY: reads a special register.
     unsafe { asm!("mov.u64 {t}, %globaltimer;", t = out(reg64) t, options(nomem, nostack)) };
     t
+}
+/// `v`, through an empty `asm!` the compiler may neither hoist, merge with another, nor see
+/// through: what a value computed from it, and a branch on it, stay where they are written.
+/// For the trace hooks, which test a kernel parameter and compute an address from a few more:
+/// when LLVM knew those values, it hoisted the addresses out of loops (live registers across
+/// the whole kernel) and duplicated loops and kernel bodies into a traced and an untraced copy,
+/// which cost registers and stack on the untraced path. `nomem`: it touches no memory.
+#[inline(always)]
+pub fn opaque_u64(mut v: u64) -> u64 {
+    // SAFETY: no instruction.
+    unsafe { asm!("// opaque {0}", inout(reg64) v, options(nomem, nostack)) };
+    v
+}
+/// [`opaque_u64`] for a u32.
+#[inline(always)]
+pub fn opaque_u32(mut v: u32) -> u32 {
+    // SAFETY: no instruction.
+    unsafe { asm!("// opaque {0}", inout(reg32) v, options(nomem, nostack)) };
+    v
 }
 /// `nanosleep.u32`: a hint; the thread sleeps for up to about `ns` nanoseconds.
 #[inline(always)]

@@ -59,10 +59,12 @@
 use super::{barrier, barrier_with, begin, channel, mode_reduces, sub_slice, up16};
 use crate::arch;
 use crate::reduce::{CommonSum, Reduce};
+use crate::trace;
 use mscclpp_shared::status::error_detail;
 use mscclpp_shared::{
     BufferRef, CollectiveMode, DeviceErrorCode, DirectCollectiveParams, MAX_DIRECT_RANKS,
-    REGISTERED_CALL_BYTES, REGISTRY_SLOTS, RegisteredCall, RegisteredRefusal, WaitSite,
+    REGISTERED_CALL_BYTES, REGISTRY_SLOTS, RegisteredCall, RegisteredRefusal, TraceEventKind,
+    WaitSite,
 };
 
 /// 16-byte vectors a thread keeps in flight per step (loads are issued before their uses).
@@ -174,14 +176,16 @@ crate::kernel! {
     /// `DIRECT_SHARED_BYTES` of dynamic shared memory (every rank's buffers; the barrier mode
     /// none) and at most `common.max_blocks` blocks.
     fn direct_collective_kernel(d: DirectCollectiveParams) {
-        direct::<false>(d)
+        trace::event(&d.common.trace, TraceEventKind::Start);
+        direct::<false>(d);
     }
 }
 
 crate::kernel! {
     /// [`direct_collective_kernel`] for every type and operator.
     fn direct_collective_any_kernel(d: DirectCollectiveParams) {
-        direct::<true>(d)
+        trace::event(&d.common.trace, TraceEventKind::Start);
+        direct::<true>(d);
     }
 }
 
@@ -199,7 +203,13 @@ fn direct<const ANY: bool>(d: DirectCollectiveParams) {
     let (n, me) = (p.nranks, p.rank);
     if p.mode == CollectiveMode::Barrier as u32 {
         // One meeting: the host queues one before and one after its copies.
-        barrier_with(p, |q| q < 32 && p.root & (1 << q) != 0);
+        trace::event(&p.trace, TraceEventKind::Send);
+        trace::event_if(
+            &p.trace,
+            TraceEventKind::Recv,
+            barrier_with(p, |q| q < 32 && p.root & (1 << q) != 0),
+        );
+        trace::event(&p.trace, TraceEventKind::End);
         return;
     }
     // Every rank's buffers, in this block's shared memory (from word 2: inputs, then outputs):
@@ -234,6 +244,7 @@ fn direct<const ANY: bool>(d: DirectCollectiveParams) {
                     !d.outputs[q as usize].is_null()
                 }
         };
+        trace::event(&p.trace, TraceEventKind::Send);
         if registered {
             publish(&d, meet);
             if !barrier_with(p, meet) {
@@ -249,7 +260,8 @@ fn direct<const ANY: bool>(d: DirectCollectiveParams) {
         let (s, e) = sub_slice(p.bytes, b, nb);
         // SAFETY: `root`'s output holds `bytes` (it shared it), my input too.
         unsafe { copy_spread(&same_offset(s, e - s), me, |q| q == p.root, n) };
-        barrier_with(p, meet);
+        trace::event_if(&p.trace, TraceEventKind::Recv, barrier_with(p, meet));
+        trace::event(&p.trace, TraceEventKind::End);
         return;
     }
     if p.mode == CollectiveMode::ReduceLocal as u32 {
@@ -267,8 +279,10 @@ fn direct<const ANY: bool>(d: DirectCollectiveParams) {
             |r| unsafe { reduce_spread(&sp, me, all, |q| q == me, n, r) },
             ()
         );
+        trace::event(&p.trace, TraceEventKind::End);
         return;
     }
+    trace::event(&p.trace, TraceEventKind::Send);
     if registered {
         publish(&d, |_| true);
         if !barrier(p, None) {
@@ -340,7 +354,8 @@ fn direct<const ANY: bool>(d: DirectCollectiveParams) {
             }
         }
     }
-    barrier(p, None);
+    trace::event_if(&p.trace, TraceEventKind::Recv, barrier(p, None));
+    trace::event(&p.trace, TraceEventKind::End);
 }
 
 /// Every rank's buffers from the parameters into shared memory (a launch whose buffers the

@@ -13,8 +13,11 @@ use super::{channel, reducer_for, reducer_serving};
 use crate::arch;
 use crate::packet::{self, Packet};
 use crate::reduce::{CommonSum, Reduce, Reducer};
+use crate::trace;
 use crate::wait::spin_until;
-use mscclpp_shared::{CollectiveMode, CollectiveParams, DeviceErrorCode, LL16Packet, WaitSite};
+use mscclpp_shared::{
+    CollectiveMode, CollectiveParams, DeviceErrorCode, LL16Packet, TraceEventKind, WaitSite,
+};
 
 /// Which LL collective a launch runs (from `CollectiveParams::mode`).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -504,8 +507,10 @@ pub(super) fn ll_finish(p: &CollectiveParams, l: LlLaunch, ok: bool) {
 /// An LL kernel's frame: reads the call's [`Reducer`] as a kernel of kind `ANY` serves it
 /// (`reduces`: whether the launch reduces; see `reducer_for`: a launch with a type or operator
 /// the host never sends to this kind does nothing), starts the launch ([`ll_begin`]; the
-/// keeper block's threads return there), runs `body` (false: a wait gave up) and finishes it
-/// ([`ll_finish`]).
+/// keeper block's threads return there), runs `body` (false: a wait gave up) after the
+/// block's `Send` trace event, and finishes it ([`ll_finish`]) before its `End` (no `Recv`:
+/// the receive loop is the body's last step, and recording it cost registers; see
+/// `crate::trace`).
 #[inline(always)]
 pub(super) fn ll_kernel<const ANY: bool>(
     p: &CollectiveParams,
@@ -516,10 +521,14 @@ pub(super) fn ll_kernel<const ANY: bool>(
         return;
     };
     let Some(l) = ll_begin(p) else {
+        // The keeper block (see `ll_begin`).
+        trace::event(&p.trace, TraceEventKind::End);
         return;
     };
+    trace::event(&p.trace, TraceEventKind::Send);
     let ok = body(l, r);
     ll_finish(p, l, ok);
+    trace::event(&p.trace, TraceEventKind::End);
 }
 
 /// The all-mode LL kernels' body (`ANY`: which kind, see `with_reducer!`).
@@ -538,8 +547,11 @@ fn ll_collective_entry<const ANY: bool>(p: CollectiveParams) {
         return;
     };
     let Some(l) = ll_begin(&p) else {
+        // The keeper block (see `ll_begin`).
+        trace::event(&p.trace, TraceEventKind::End);
         return;
     };
+    trace::event(&p.trace, TraceEventKind::Send);
     let ok = if !reduces {
         ll_collective::<false>(&p, mode, l, CommonSum::COPY)
     } else if ANY {
@@ -551,6 +563,7 @@ fn ll_collective_entry<const ANY: bool>(p: CollectiveParams) {
         ll_collective::<false>(&p, LlMode::ReduceScatter, l, CommonSum(r.dtype))
     };
     ll_finish(&p, l, ok);
+    trace::event(&p.trace, TraceEventKind::End);
 }
 
 crate::kernel! {
@@ -566,7 +579,8 @@ crate::kernel! {
     /// flags count launches). Reduces the common sums (f16, bf16, f32); other reductions run on
     /// [`ll_collective_any_kernel`].
     fn ll_collective_kernel(p: CollectiveParams) {
-        ll_collective_entry::<false>(p)
+        trace::event(&p.trace, TraceEventKind::Start);
+        ll_collective_entry::<false>(p);
     }
 }
 
@@ -574,7 +588,8 @@ crate::kernel! {
     /// [`ll_collective_kernel`] for every type and operator, all-reduce included (the
     /// reductions that are not common sums: see `with_reducer!`).
     fn ll_collective_any_kernel(p: CollectiveParams) {
-        ll_collective_entry::<true>(p)
+        trace::event(&p.trace, TraceEventKind::Start);
+        ll_collective_entry::<true>(p);
     }
 }
 
@@ -584,6 +599,7 @@ crate::kernel! {
     /// kernel of its own, with a path for whole words, and no type dispatch in its loops. On
     /// 2×H200 this is 0.3–0.6 µs faster per call than the all-mode kernel (16 KiB–1 MiB).
     fn ll_all_reduce_kernel(p: CollectiveParams) {
+        trace::event(&p.trace, TraceEventKind::Start);
         ll_kernel::<false>(&p, true, |l, r| {
             let whole = ll_whole_words(&p);
             with_reducer!(
@@ -600,12 +616,31 @@ crate::kernel! {
     }
 }
 
+/// The LL all-gather kernel's body.
+#[inline(always)]
+fn ll_all_gather(p: &CollectiveParams) {
+    let Some(l) = ll_begin(p) else {
+        // The keeper block (see `ll_begin`).
+        trace::event(&p.trace, TraceEventKind::End);
+        return;
+    };
+    trace::event(&p.trace, TraceEventKind::Send);
+    let ok = if ll_whole_words(p) && p.stride.is_multiple_of(8) {
+        ll_all_gather_words(p, l)
+    } else {
+        ll_collective::<false>(p, LlMode::AllGather, l, CommonSum::COPY)
+    };
+    ll_finish(p, l, ok);
+    trace::event(&p.trace, TraceEventKind::End);
+}
+
 crate::kernel! {
     /// The LL reduce (`mode` is ignored) of every type and operator: every rank but the root
     /// sends its `bytes` to `root` as packets, and an ack packet to every other peer; the root
     /// reduces them into its output and sends every peer an ack (so that every rank hears
     /// from every peer, as in every LL launch).
     fn ll_reduce_kernel(p: CollectiveParams) {
+        trace::event(&p.trace, TraceEventKind::Start);
         ll_kernel::<true>(&p, true, |l, r| ll_collective::<true>(&p, LlMode::Reduce, l, r));
     }
 }
@@ -614,14 +649,7 @@ crate::kernel! {
     /// The LL all-gather (`mode` is ignored), in a kernel of its own like
     /// [`ll_all_reduce_kernel`], with a path for whole words.
     fn ll_all_gather_kernel(p: CollectiveParams) {
-        let Some(l) = ll_begin(&p) else {
-            return;
-        };
-        let ok = if ll_whole_words(&p) && p.stride.is_multiple_of(8) {
-            ll_all_gather_words(&p, l)
-        } else {
-            ll_collective::<false>(&p, LlMode::AllGather, l, CommonSum::COPY)
-        };
-        ll_finish(&p, l, ok);
+        trace::event(&p.trace, TraceEventKind::Start);
+        ll_all_gather(&p);
     }
 }

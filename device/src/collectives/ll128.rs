@@ -21,8 +21,9 @@ use super::ll::{LlLaunch, ll_kernel};
 use crate::arch;
 use crate::ll128::{read_line_part, store_line_part};
 use crate::reduce::{CommonSum, Reduce};
+use crate::trace;
 use mscclpp_shared::packet::ll128;
-use mscclpp_shared::{CollectiveMode, CollectiveParams};
+use mscclpp_shared::{CollectiveMode, CollectiveParams, TraceEventKind};
 
 /// What an LL128 launch computes (the all-reduce has a kernel of its own; the others come from
 /// `CollectiveParams::mode`).
@@ -211,6 +212,7 @@ crate::kernel! {
     /// its loops. The flag comes from `ll_flags`, advanced as by the LL16 kernels.
     fn ll128_all_reduce_kernel(p: CollectiveParams) {
         let ar = Ll128Mode::AllReduce;
+        trace::event(&p.trace, TraceEventKind::Start);
         ll_kernel::<false>(&p, true, |l, r| {
             with_reducer!(false, r, |r| ll128_collective(&p, l, ar, r), false)
         });
@@ -228,6 +230,7 @@ crate::kernel! {
             _ => return,
         };
         let reduces = mode == Ll128Mode::ReduceScatter;
+        trace::event(&p.trace, TraceEventKind::Start);
         ll_kernel::<false>(&p, reduces, |l, r| {
             if reduces {
                 let rs = Ll128Mode::ReduceScatter;
@@ -250,6 +253,7 @@ crate::kernel! {
             m if m == CollectiveMode::ReduceScatter as u32 => Ll128Mode::ReduceScatter,
             _ => return,
         };
+        trace::event(&p.trace, TraceEventKind::Start);
         ll_kernel::<true>(&p, true, |l, r| ll128_collective(&p, l, mode, r));
     }
 }

@@ -20,7 +20,8 @@
 use super::ll::{LlLaunch, ll_half, ll_kernel, ll_receive, ll_send, reduce_arrivals};
 use crate::packet;
 use crate::reduce::Reduce;
-use mscclpp_shared::{CollectiveParams, LL16Packet};
+use crate::trace;
+use mscclpp_shared::{CollectiveParams, LL16Packet, TraceEventKind};
 
 /// The two-shot all-reduce's body; returns false if a packet wait gave up.
 #[inline(always)]
@@ -95,14 +96,16 @@ crate::kernel! {
     /// [`ll_collective_kernel`](super::ll_collective_kernel); loops without type dispatch, as
     /// in [`ll_all_reduce_kernel`](super::ll_all_reduce_kernel).
     fn ll_two_shot_all_reduce_kernel(p: CollectiveParams) {
-        two_shot_entry::<false>(p)
+        trace::event(&p.trace, TraceEventKind::Start);
+        two_shot_entry::<false>(p);
     }
 }
 
 crate::kernel! {
     /// [`ll_two_shot_all_reduce_kernel`] for every type and operator.
     fn ll_two_shot_all_reduce_any_kernel(p: CollectiveParams) {
-        two_shot_entry::<true>(p)
+        trace::event(&p.trace, TraceEventKind::Start);
+        two_shot_entry::<true>(p);
     }
 }
 

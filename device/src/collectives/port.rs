@@ -48,7 +48,10 @@ use crate::arch;
 use crate::copy::copy;
 use crate::port_channel::PortChannel;
 use crate::reduce::{Reduce, Reducer};
-use mscclpp_shared::{CollectiveMode, PortChannelDeviceHandle, PortCollectiveParams};
+use crate::trace;
+use mscclpp_shared::{
+    CollectiveMode, PortChannelDeviceHandle, PortCollectiveParams, TraceEventKind,
+};
 
 /// Block-collective copy of `len` bytes (no-op for an empty range or the same place).
 #[inline(always)]
@@ -92,6 +95,7 @@ crate::kernel! {
     /// type and operator (see the module docs). The proxies bound its speed, not the
     /// reductions, so one kernel serves every reduction.
     fn port_collective_kernel(p: PortCollectiveParams) {
+        trace::event(&p.common.trace, TraceEventKind::Start);
         port(p)
     }
 }
@@ -154,6 +158,7 @@ fn port(p: PortCollectiveParams) {
     };
     let own = unsafe { c.input.as_ptr().add(stride_of(me) as usize) as *const u8 };
     let pieces = c.bytes.div_ceil(slot);
+    trace::event(&c.trace, TraceEventKind::Send);
     for k in 0..pieces {
         let off = k * slot;
         let len = (c.bytes - off).min(slot);
@@ -214,6 +219,9 @@ fn port(p: PortCollectiveParams) {
             }
         }
     }
+    // Every piece's waits completed (a wait that gave up returned above).
+    trace::event(&c.trace, TraceEventKind::Recv);
+    trace::event(&c.trace, TraceEventKind::End);
 }
 
 /// Thread 0's part of one piece of `len` bytes: puts with signals to every peer it sends to

@@ -178,6 +178,53 @@ pub const WATCH_SLICE: Duration = Duration::from_millis(20);
 /// A check a watched wait calls between slices; its error ends the wait (module docs).
 pub type Watch<'a> = &'a dyn Fn() -> Result<()>;
 
+/// One phase of a bootstrap's set-up, timed on the trace clock (`CLOCK_MONOTONIC` ns, see
+/// `crate::trace`): what a traced communicator shows of how its bootstrap came up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SetupPhase {
+    /// `listen`, `join root`, `tree`, `barrier`, …
+    pub name: &'static str,
+    /// When it started.
+    pub start_ns: u64,
+    /// When it ended.
+    pub end_ns: u64,
+}
+
+/// The phases of one set-up, in order: each [`mark`](Self::mark) ends the phase under way and
+/// starts the next.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SetupPhases {
+    done: Vec<SetupPhase>,
+    current: Option<(&'static str, u64)>,
+}
+
+impl SetupPhases {
+    /// Ends the phase under way (if any) and starts `name`.
+    pub fn mark(&mut self, name: &'static str) {
+        let now = mscclpp_device::arch::globaltimer_ns();
+        if let Some((n, start)) = self.current.take() {
+            self.done.push(SetupPhase {
+                name: n,
+                start_ns: start,
+                end_ns: now,
+            });
+        }
+        self.current = Some((name, now));
+    }
+
+    /// The phases, the one under way ended now.
+    pub fn finish(mut self) -> Vec<SetupPhase> {
+        if let Some((name, start)) = self.current.take() {
+            self.done.push(SetupPhase {
+                name,
+                start_ns: start,
+                end_ns: mscclpp_device::arch::globaltimer_ns(),
+            });
+        }
+        self.done
+    }
+}
+
 /// A watch that never fails: what the plain operations of [`Bootstrap`] pass to the watched
 /// ones.
 pub fn no_watch() -> Result<()> {
@@ -244,6 +291,11 @@ pub trait Bootstrap: Send + Sync {
     /// Makes this rank close its connections without a goodbye (a communicator on it failed),
     /// so that the peers abort at once, as for a rank that died. The default does nothing.
     fn forgo_goodbye(&self) {}
+    /// The phases of this bootstrap's set-up, timed (what a traced communicator records). The
+    /// default has none.
+    fn setup_phases(&self) -> Vec<SetupPhase> {
+        Vec::new()
+    }
     /// The world's secret, for transports that authenticate their own connections (the
     /// Ethernet transport's handshake, [`crate::auth`]). The default (a bootstrap that never
     /// leaves the process) has none.

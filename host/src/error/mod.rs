@@ -1113,4 +1113,32 @@ pub enum Error {
         /// The watched address.
         addr: u64,
     },
+
+    // ---- trace ----
+    /// A trace variable (`MSCCLPP_TRACE_*`) holds something that is not a positive integer.
+    #[error("{var}={value:?} is not a positive integer")]
+    TraceEnv {
+        /// The variable.
+        var: &'static str,
+        /// What it holds.
+        value: String,
+    },
+    /// Writing a rank's trace file failed.
+    #[error("writing the trace file {path} failed")]
+    TraceWrite {
+        /// The file.
+        path: PathBuf,
+        /// OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The clock-sync kernel did not answer the host's pings in time (the device is busy or
+    /// gone): no clock pair was taken.
+    #[error("rank {rank}: the trace's clock-sync kernel did not answer within {after:?}")]
+    TraceClockSync {
+        /// The rank.
+        rank: usize,
+        /// The deadline that passed.
+        after: std::time::Duration,
+    },
 }

@@ -338,6 +338,68 @@ MSCCLPP_CHECK_OFFSET(LL8Packet, flag, 4);
 #define MSCCLPP_LL128_WARP_DATA_BYTES 480u
 
 /* ---------------------------------------------------------------------------------------- */
+/* Trace (shared/src/trace.rs)                                                              */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Block events: slot MSCCLPP_TRACE_EVENT_* of a launch record (one record per launch in each
+ * block's ring; mscclpp_trace_event_slot gives the index). Thread 0 of the block writes
+ * time_ns, then the tag word, with plain stores; the host reads them after the launch. */
+#define MSCCLPP_TRACE_EVENTS_PER_LAUNCH 4u
+#define MSCCLPP_TRACE_EVENT_START 0u /* thread 0 entered the kernel */
+#define MSCCLPP_TRACE_EVENT_SEND 1u  /* thread 0 starts moving data to a peer */
+#define MSCCLPP_TRACE_EVENT_RECV 2u  /* thread 0's last wait for peer data completed */
+#define MSCCLPP_TRACE_EVENT_END 3u   /* thread 0 left the kernel */
+
+typedef struct TraceEvent {
+  MSCCLPP_ALIGNAS(8) uint64_t time_ns; /* %globaltimer (CPU backend: CLOCK_MONOTONIC) */
+  uint32_t launch;                     /* TraceDeviceHandle.launch; 0: never written */
+  uint16_t kind;                       /* MSCCLPP_TRACE_EVENT_* */
+  uint16_t block;                      /* blockIdx.x */
+} TraceEvent;
+MSCCLPP_CHECK_LAYOUT(TraceEvent, 16, 8);
+MSCCLPP_CHECK_OFFSET(TraceEvent, time_ns, 0);
+MSCCLPP_CHECK_OFFSET(TraceEvent, launch, 8);
+MSCCLPP_CHECK_OFFSET(TraceEvent, kind, 12);
+MSCCLPP_CHECK_OFFSET(TraceEvent, block, 14);
+
+/* Where a traced kernel writes its block events; events == 0: tracing off (check it first and
+ * do nothing else). Blocks >= rings record nothing. */
+typedef struct TraceDeviceHandle {
+  MSCCLPP_ALIGNAS(8) uint64_t events; /* TraceEvent[rings << log2_records][4] */
+  uint32_t launch;                    /* this launch's id, from 1 */
+  uint32_t log2_records;              /* launch records per ring, log2 */
+  uint32_t rings;
+  uint32_t reserved; /* zero */
+} TraceDeviceHandle;
+MSCCLPP_CHECK_LAYOUT(TraceDeviceHandle, 24, 8);
+MSCCLPP_CHECK_OFFSET(TraceDeviceHandle, events, 0);
+MSCCLPP_CHECK_OFFSET(TraceDeviceHandle, launch, 8);
+MSCCLPP_CHECK_OFFSET(TraceDeviceHandle, log2_records, 12);
+MSCCLPP_CHECK_OFFSET(TraceDeviceHandle, rings, 16);
+MSCCLPP_CHECK_OFFSET(TraceDeviceHandle, reserved, 20);
+
+/* The index into TraceDeviceHandle.events of event `kind` of launch `launch` of block `block`. */
+MSCCLPP_INLINE uint64_t mscclpp_trace_event_slot(uint32_t block, uint32_t launch, uint32_t kind,
+                                                 uint32_t log2_records) {
+  uint64_t record = (uint64_t)launch & ((1ull << log2_records) - 1);
+  return (((uint64_t)block << log2_records) + record) * MSCCLPP_TRACE_EVENTS_PER_LAUNCH + kind;
+}
+
+/* trace_clock_kernel: one thread answers `rounds` host pings with its clock. words (host-mapped,
+ * 2 + rounds u64): [0] pings (host), [1] answers (device, release), [2 + i] device time of i. */
+typedef struct TraceClockParams {
+  MSCCLPP_ALIGNAS(8) uint64_t status; /* DeviceStatus */
+  uint64_t words;
+  uint32_t rounds;
+  uint32_t reserved; /* zero */
+} TraceClockParams;
+MSCCLPP_CHECK_LAYOUT(TraceClockParams, 24, 8);
+MSCCLPP_CHECK_OFFSET(TraceClockParams, status, 0);
+MSCCLPP_CHECK_OFFSET(TraceClockParams, words, 8);
+MSCCLPP_CHECK_OFFSET(TraceClockParams, rounds, 16);
+MSCCLPP_CHECK_OFFSET(TraceClockParams, reserved, 20);
+
+/* ---------------------------------------------------------------------------------------- */
 /* Kernel parameters (shared/src/kernel_params.rs): each kernel takes one of these by value  */
 /* ---------------------------------------------------------------------------------------- */
 
@@ -422,8 +484,9 @@ typedef struct PortPingPongParams {
   uint32_t role;     /* 0: send first; 1: answer */
   uint32_t flush;    /* non-zero: flush after every put */
   uint32_t reserved; /* zero */
+  TraceDeviceHandle trace; /* events == 0: not traced */
 } PortPingPongParams;
-MSCCLPP_CHECK_LAYOUT(PortPingPongParams, 128, 8);
+MSCCLPP_CHECK_LAYOUT(PortPingPongParams, 152, 8);
 MSCCLPP_CHECK_OFFSET(PortPingPongParams, status, 0);
 MSCCLPP_CHECK_OFFSET(PortPingPongParams, channel, 8);
 MSCCLPP_CHECK_OFFSET(PortPingPongParams, bytes, 104);
@@ -431,6 +494,7 @@ MSCCLPP_CHECK_OFFSET(PortPingPongParams, iterations, 112);
 MSCCLPP_CHECK_OFFSET(PortPingPongParams, role, 116);
 MSCCLPP_CHECK_OFFSET(PortPingPongParams, flush, 120);
 MSCCLPP_CHECK_OFFSET(PortPingPongParams, reserved, 124);
+MSCCLPP_CHECK_OFFSET(PortPingPongParams, trace, 128);
 
 /* Collective kernels (ll_collective_kernel, staged_collective_kernel). */
 typedef struct CollectiveParams {
@@ -456,8 +520,9 @@ typedef struct CollectiveParams {
   uint64_t ll128_slot_bytes;
   uint64_t scalar;           /* PRE_MUL_SUM: one element of dtype (if !scalar_ptr); SUM_POST_DIV: divisor */
   uint64_t scalar_ptr;       /* PRE_MUL_SUM: the scalar in device memory, or 0 */
+  TraceDeviceHandle trace;   /* events == 0: not traced */
 } CollectiveParams;
-MSCCLPP_CHECK_LAYOUT(CollectiveParams, 144, 8);
+MSCCLPP_CHECK_LAYOUT(CollectiveParams, 168, 8);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, status, 0);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, channels, 8);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, input, 16);
@@ -480,6 +545,7 @@ MSCCLPP_CHECK_OFFSET(CollectiveParams, ll128_offset, 112);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, ll128_slot_bytes, 120);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, scalar, 128);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, scalar_ptr, 136);
+MSCCLPP_CHECK_OFFSET(CollectiveParams, trace, 144);
 
 /* Registered buffers (shared/src/registry.rs). */
 
@@ -540,16 +606,16 @@ typedef struct DirectCollectiveParams {
   uint32_t reserved;
   RegisteredCall mine;                        /* this rank's descriptor */
 } DirectCollectiveParams;
-MSCCLPP_CHECK_LAYOUT(DirectCollectiveParams, 376, 8);
+MSCCLPP_CHECK_LAYOUT(DirectCollectiveParams, 400, 8);
 MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, common, 0);
-MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, inputs, 144);
-MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, outputs, 208);
-MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, registry, 272);
-MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, desc_offset, 280);
-MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, need, 288);
-MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, meet, 304);
-MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, reserved, 308);
-MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, mine, 312);
+MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, inputs, 168);
+MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, outputs, 232);
+MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, registry, 296);
+MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, desc_offset, 304);
+MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, need, 312);
+MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, meet, 328);
+MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, reserved, 332);
+MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, mine, 336);
 
 /* port_collective_kernel: every piece of a collective through PortChannels, in one block. */
 typedef struct PortCollectiveParams {
@@ -561,14 +627,14 @@ typedef struct PortCollectiveParams {
   uint64_t port_offset;    /* nranks send slots, 2 x nranks receive slots, 1 accumulator slot */
   uint64_t slot_bytes;     /* bytes of one slot (a multiple of 16) */
 } PortCollectiveParams;
-MSCCLPP_CHECK_LAYOUT(PortCollectiveParams, 192, 8);
+MSCCLPP_CHECK_LAYOUT(PortCollectiveParams, 216, 8);
 MSCCLPP_CHECK_OFFSET(PortCollectiveParams, common, 0);
-MSCCLPP_CHECK_OFFSET(PortCollectiveParams, port_channels, 144);
-MSCCLPP_CHECK_OFFSET(PortCollectiveParams, counters, 152);
-MSCCLPP_CHECK_OFFSET(PortCollectiveParams, send_mask, 160);
-MSCCLPP_CHECK_OFFSET(PortCollectiveParams, recv_mask, 168);
-MSCCLPP_CHECK_OFFSET(PortCollectiveParams, port_offset, 176);
-MSCCLPP_CHECK_OFFSET(PortCollectiveParams, slot_bytes, 184);
+MSCCLPP_CHECK_OFFSET(PortCollectiveParams, port_channels, 168);
+MSCCLPP_CHECK_OFFSET(PortCollectiveParams, counters, 176);
+MSCCLPP_CHECK_OFFSET(PortCollectiveParams, send_mask, 184);
+MSCCLPP_CHECK_OFFSET(PortCollectiveParams, recv_mask, 192);
+MSCCLPP_CHECK_OFFSET(PortCollectiveParams, port_offset, 200);
+MSCCLPP_CHECK_OFFSET(PortCollectiveParams, slot_bytes, 208);
 /* p2p_kernel: sends and receives to any peers, run together. The scratch layout they use is
  * P2pLayout in shared/src/p2p.rs. */
 typedef struct P2pOp {
@@ -599,8 +665,9 @@ typedef struct P2pParams {
   uint32_t lanes;         /* 1 .. MSCCLPP_P2P_MAX_LANES */
   uint32_t nops;          /* entries of ops in use */
   P2pOp ops[MSCCLPP_P2P_MAX_OPS];
+  TraceDeviceHandle trace; /* where the blocks' trace events go; all zero: not traced */
 } P2pParams;
-MSCCLPP_CHECK_LAYOUT(P2pParams, 576, 8);
+MSCCLPP_CHECK_LAYOUT(P2pParams, 600, 8);
 MSCCLPP_CHECK_OFFSET(P2pParams, status, 0);
 MSCCLPP_CHECK_OFFSET(P2pParams, channels, 8);
 MSCCLPP_CHECK_OFFSET(P2pParams, scratch, 16);
@@ -612,6 +679,7 @@ MSCCLPP_CHECK_OFFSET(P2pParams, nranks, 52);
 MSCCLPP_CHECK_OFFSET(P2pParams, lanes, 56);
 MSCCLPP_CHECK_OFFSET(P2pParams, nops, 60);
 MSCCLPP_CHECK_OFFSET(P2pParams, ops, 64);
+MSCCLPP_CHECK_OFFSET(P2pParams, trace, 576);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Inter-process (shared/src/ipc.rs)                                                        */

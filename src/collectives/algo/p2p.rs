@@ -30,7 +30,7 @@ use mscclpp_host::{Error, Result};
 use mscclpp_shared::{DevicePtr, P2P_MAX_OPS, P2P_RECV, P2P_SEND, P2pOp, P2pParams};
 
 use super::{Algorithm, Collective, CollectiveAlgorithm, Queued};
-use crate::collectives::context::{Args, Context, Peer, SetUp, copy_if_needed};
+use crate::collectives::context::{Args, Context, Peer, SetUp, copy_if_needed, current_call};
 use crate::collectives::scratch::Region;
 use crate::kernels;
 
@@ -155,6 +155,7 @@ impl P2p {
                 blocks += n;
             }
             p.nops = ops.len() as u32;
+            p.trace = cx.comm.trace().launch(current_call());
             let shape = LaunchConfig::new(blocks, cx.cfg.p2p_threads);
             // SAFETY: the callers' contract (every buffer holds its bytes until the queued work
             // completes); the scratch and the channel table live as long as the `Collectives`.

@@ -124,6 +124,10 @@ struct SweepOpts {
     /// Write one JSON object per row to FILE
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Trace the run: one file per rank in DIR (as MSCCLPP_TRACE=DIR does); `mscclpp-trace
+    /// merge DIR -o trace.json` makes one timeline of them
+    #[arg(long, value_name = "DIR")]
+    trace: Option<PathBuf>,
 }
 
 /// Options of `port-put`.
@@ -509,6 +513,8 @@ pub struct CollArgs {
     pub json: Option<PathBuf>,
     /// `--plot`.
     pub plot: Option<PathBuf>,
+    /// `--trace`.
+    pub trace: Option<PathBuf>,
 }
 
 /// Options of a primitive run (the original bench's).
@@ -528,6 +534,8 @@ pub struct PrimArgs {
     pub warmup: u32,
     /// `--json`.
     pub json: Option<PathBuf>,
+    /// `--trace`.
+    pub trace: Option<PathBuf>,
     /// `port-put --transport`.
     pub transport: PortTransport,
 }
@@ -539,6 +547,16 @@ pub enum Command {
     Collective(CollArgs),
     /// A primitive sweep.
     Primitive(PrimArgs),
+}
+
+impl Command {
+    /// `--trace`: the directory of the run's trace files.
+    pub fn trace(&self) -> Option<&PathBuf> {
+        match self {
+            Self::Collective(c) => c.trace.as_ref(),
+            Self::Primitive(p) => p.trace.as_ref(),
+        }
+    }
 }
 
 /// Parses the whole command line (program name first). `--help` and every refusal come back
@@ -605,6 +623,7 @@ impl SweepOpts {
             iters: self.iters.unwrap_or(100),
             warmup: self.warmup.unwrap_or(10),
             json: self.json,
+            trace: self.trace,
             transport: PortTransport::Local,
         }))
     }
@@ -650,6 +669,7 @@ impl CollOpts {
             },
             json: self.sweep.json,
             plot: self.plot,
+            trace: self.sweep.trace,
         })
     }
 }
@@ -749,6 +769,17 @@ mod tests {
             Ok(Command::Collective(c)) => c,
             other => panic!("{s}: {other:?}"),
         }
+    }
+
+    #[test]
+    fn trace_takes_a_directory_for_collectives_and_primitives() {
+        let dir = |s: &str| parse_line(s).unwrap().trace().cloned();
+        assert_eq!(
+            dir("allreduce --trace /tmp/t"),
+            Some(PathBuf::from("/tmp/t"))
+        );
+        assert_eq!(dir("port-put -b 64K --trace d"), Some(PathBuf::from("d")));
+        assert_eq!(dir("allgather -c"), None);
     }
 
     #[test]

@@ -291,6 +291,7 @@ impl<'a> Pair<'a> {
     /// `port-put`: PortChannel `put_with_signal` ping-pong through the proxy.
     fn port_put(&self, a: &Args) -> Result<Vec<Row>, BoxError> {
         let mut svc = PortChannelService::builder(self.comm.gpu(), self.comm.status(), 512)?;
+        svc.trace(self.comm.trace());
         let sem = svc.add_semaphore(self.comm.build_semaphore(self.conn.clone(), 1)?)?;
         let dst = svc.add_memory(self.peer_recv.clone())?;
         let s_id = svc.add_memory(self.src_reg.clone())?;
@@ -308,6 +309,7 @@ impl<'a> Pair<'a> {
                     role: self.rank as u32,
                     flush: 0,
                     reserved: 0,
+                    trace: mscclpp::shared::TraceDeviceHandle::OFF,
                 };
                 let cfg = LaunchConfig::new(1, 1);
                 // SAFETY: the channel's memories are live and at least `size` bytes long.

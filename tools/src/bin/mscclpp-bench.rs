@@ -16,7 +16,9 @@
 //! (`mscclpp-run`, `mpirun`, `torchrun`, Slurm) each process is one rank. Without a GPU it runs
 //! on the CPU backend with 2 ranks, checks data, and says that its times mean nothing; with
 //! one GPU as well, saying why and how to use the GPU ([`placement`]).
-//! `MSCCLPP_LOG` shows the library's `tracing` events (warnings by default).
+//! `MSCCLPP_LOG` shows the library's `tracing` events (warnings by default). `--trace DIR`
+//! writes one trace file per rank into DIR (as `MSCCLPP_TRACE=DIR`), which `mscclpp-trace
+//! merge DIR -o trace.json` turns into one Chrome / Perfetto timeline.
 //!
 //! Exit status: 0; 1 when a rank failed or `-c` found a wrong element; 2 for a bad command line.
 
@@ -39,6 +41,12 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => e.exit(),
     };
+    if let Some(dir) = cmd.trace() {
+        // SAFETY: still before any thread of this program exists (parsing starts none), so
+        // nothing reads or writes the environment concurrently. Every communicator made from
+        // here on (one per rank) traces into `dir`.
+        unsafe { std::env::set_var(mscclpp::trace::TRACE_ENV, dir) };
+    }
     mscclpp_tools::init_logging("mscclpp-bench");
     let r = match cmd {
         Command::Primitive(p) => run_primitive(&p),

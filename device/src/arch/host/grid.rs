@@ -320,13 +320,18 @@ pub fn dynamic_shared_mem_size() -> u32 {
     block().map_or(0, |b| b.smem_bytes)
 }
 
-/// Nanoseconds since an arbitrary fixed point (the first call).
+/// The machine's `CLOCK_MONOTONIC` in nanoseconds: one clock for every process of the machine
+/// (the CPU backend's `%globaltimer`, and the host's trace clock, so that traced kernel events
+/// of the CPU backend need no alignment).
 pub fn monotonic_ns() -> u64 {
-    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    START
-        .get_or_init(std::time::Instant::now)
-        .elapsed()
-        .as_nanos() as u64
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `clock_gettime` writes the `timespec` we own; CLOCK_MONOTONIC always exists on
+    // Linux, so it cannot fail (a zero time would only make events line up at the start).
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 struct SendPtr(*const BlockCtx);

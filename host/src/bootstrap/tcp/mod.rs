@@ -27,7 +27,7 @@ use super::mailbox::{Caps, LinkDown, Mailbox};
 use super::net::{self, Ctx};
 use super::root::{RootParams, RootService};
 use super::wire::{self, Purpose};
-use super::{Bootstrap, BootstrapConfig, Peer, RootListener, UniqueId};
+use super::{Bootstrap, BootstrapConfig, Peer, RootListener, SetupPhase, SetupPhases, UniqueId};
 use crate::error::{Error, Result};
 use crate::socket::{IoFail, deadline_in};
 
@@ -80,6 +80,8 @@ pub struct TcpBootstrap {
     coll_seq: AtomicU64,
     /// Whether `Drop` says goodbye (cleared by [`Bootstrap::forgo_goodbye`]).
     goodbye: AtomicBool,
+    /// The set-up's phases ([`Bootstrap::setup_phases`]).
+    phases: Vec<SetupPhase>,
 }
 
 impl std::fmt::Debug for TcpBootstrap {
@@ -110,6 +112,8 @@ impl TcpBootstrap {
     }
 
     fn start(config: BootstrapConfig, root_listener: Option<RootListener>) -> Result<Self> {
+        let mut phases = SetupPhases::default();
+        phases.mark("prepare");
         config.validate()?;
         let id = config.session()?;
         let me = config.rank;
@@ -119,10 +123,14 @@ impl TcpBootstrap {
         }
         let root = Self::serve_root(&config, &id, root_listener, deadline)?;
         let mut joined = false;
-        let result = Self::set_up(&config, id, deadline, &mut joined);
+        let result = Self::set_up(&config, id, deadline, &mut joined, &mut phases);
         if let Some(root) = root {
             root.finish(joined);
         }
+        let result = result.map(|mut bs| {
+            bs.phases = phases.finish();
+            bs
+        });
         match &result {
             Ok(bs) => tracing::debug!(
                 "bootstrap rank {me}/{}: ready ({} node(s))",
@@ -189,6 +197,7 @@ impl TcpBootstrap {
             max_queued_bytes: config.max_queued_bytes,
             coll_seq: AtomicU64::new(0),
             goodbye: AtomicBool::new(true),
+            phases: Vec::new(),
         }
     }
 
@@ -197,13 +206,16 @@ impl TcpBootstrap {
         id: UniqueId,
         deadline: Instant,
         joined: &mut bool,
+        phases: &mut SetupPhases,
     ) -> Result<Self> {
+        phases.mark("listen");
         let (listener, listen) = Self::listen(cfg, &id)?;
         let mut bs = Self::serve(cfg, id, listener)?;
+        phases.mark("join root");
         let host_hash = net::host_hash(cfg.host_id.as_deref());
         let table = connect::join_root(cfg, &id, listen, host_hash, deadline, joined)?;
         bs.learn(cfg, &table);
-        bs.link_tree(deadline, cfg.timeout)?;
+        bs.link_tree(deadline, cfg.timeout, phases)?;
         Ok(bs)
     }
 
@@ -271,6 +283,7 @@ impl TcpBootstrap {
             max_queued_bytes: cfg.max_queued_bytes,
             coll_seq: AtomicU64::new(0),
             goodbye: AtomicBool::new(true),
+            phases: Vec::new(),
         })
     }
 
@@ -292,7 +305,13 @@ impl TcpBootstrap {
 
     /// Phase 4: the link to the parent in the collectives' tree, then a barrier over the
     /// tree, so that no rank returns before every tree link is up.
-    fn link_tree(&self, deadline: Instant, timeout: Duration) -> Result<()> {
+    fn link_tree(
+        &self,
+        deadline: Instant,
+        timeout: Duration,
+        phases: &mut SetupPhases,
+    ) -> Result<()> {
+        phases.mark("tree");
         if let Some(parent) = ops::parent(self.rank) {
             self.link(
                 parent,
@@ -300,6 +319,7 @@ impl TcpBootstrap {
                 self.ctx(parent, "link to the tree parent", timeout),
             )?;
         }
+        phases.mark("barrier");
         self.barrier_until(deadline, timeout, "set-up barrier", None)
     }
 

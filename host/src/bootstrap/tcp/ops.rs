@@ -365,6 +365,10 @@ impl TcpBootstrap {
 }
 
 impl Bootstrap for TcpBootstrap {
+    fn setup_phases(&self) -> Vec<super::super::SetupPhase> {
+        self.phases.clone()
+    }
+
     fn rank(&self) -> usize {
         self.rank
     }

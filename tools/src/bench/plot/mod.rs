@@ -21,14 +21,14 @@ use super::report::{Row, RunInfo};
 /// DejaVu Sans, printable ASCII and `µ×–` only (see `LICENSE-DejaVu.txt`).
 pub const FONT: &[u8] = include_bytes!("DejaVuSans-subset.ttf");
 /// The name the plot's text asks for.
-const FAMILY: &str = "sans-serif";
+pub(crate) const FAMILY: &str = "sans-serif";
 
 const SIZE: (u32, u32) = (1000, 440);
 const OURS: RGBColor = RGBColor(0x1f, 0x77, 0xb4);
 const BASE: RGBColor = RGBColor(0xff, 0x7f, 0x0e);
 
 /// Registers [`FONT`] with `plotters` once per process.
-fn font() -> Result<(), BoxError> {
+pub(crate) fn font() -> Result<(), BoxError> {
     static REGISTERED: OnceLock<bool> = OnceLock::new();
     let ok = *REGISTERED
         .get_or_init(|| plotters::style::register_font(FAMILY, FontStyle::Normal, FONT).is_ok());
