@@ -270,6 +270,9 @@ fn setup_error(e: &Error, victim: usize) -> bool {
         // Another survivor's notice of the death can reach this rank before its own link to
         // the victim closes (bootstrap v3).
         Error::BootstrapPeerGone { peer, .. } => peer.rank == Some(victim),
+        // The tree bootstrap opens a link on first use: a link to the victim opened after its
+        // death is refused.
+        Error::BootstrapConnect { peer, .. } => peer.rank == Some(victim),
         Error::IpcOpen { owner_device, .. } => *owner_device as usize == victim,
         _ => false,
     }
