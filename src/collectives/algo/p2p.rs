@@ -200,7 +200,11 @@ pub(crate) fn drain(scratch: &DeviceBuffer, offset: u64, lay: &P2pLayout, me: u6
     let mut backoff = Backoff::new();
     loop {
         if let Err(e) = read_words(scratch, offset + first, &mut buf) {
-            tracing::warn!(error = %e, "p2p teardown: cannot read the acknowledgements; freeing the scratch anyway");
+            tracing::warn!(
+                rank = me,
+                error = %e,
+                "p2p teardown: cannot read the acknowledgements; freeing the scratch anyway"
+            );
             return;
         }
         let at = |off: u64| buf[((off - first) / 8) as usize];
