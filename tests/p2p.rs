@@ -3,7 +3,8 @@
 //! pairs with uneven counts (zeros included) and this rank itself, several messages to one
 //! peer in one group, pairs of equal parity, messages on both sides of the LL limit and of
 //! many chunks at unaligned offsets; counts that do not match refused with a typed error,
-//! after which both ends are still in step. Every output starts as a marker; every byte is
+//! after which both ends are still in step; senders that drop everything right after their
+//! last sends, with no barrier. Every output starts as a marker; every byte is
 //! compared with the hash the sender filled in.
 //!
 //! `MSCCLPP_TEST_SURFACE_FULL=1` adds more sizes and rank counts.
@@ -474,6 +475,74 @@ fn patterns_as_processes_3_and_4_ranks() {
                     common::ranks_as_processes(n, TEST);
                 }
             }
+        }
+    }
+}
+
+/// Dropping right after the last sends (a receiver acknowledges in its *sender's* scratch,
+/// possibly after the sender's call returned, so a sender that freed its scratch at once had
+/// that store land in freed memory: SIGSEGV with ranks as threads). On 2 and 8 ranks, 20
+/// rounds each, a new `Collectives` per round: half of the ranks (alternating by round) send
+/// their next rank (and, on 8 ranks, the third next) an LL message at the LL limit and a
+/// message of two chunks on each of 4 lanes, synchronize their stream and drop their
+/// `Collectives` and communicator at once, with no barrier; the receivers post their receives
+/// a little late (a slow peer), check every byte, and drop too. The senders' drop must wait
+/// for the acknowledgements their sends are owed (`algo::p2p::drain`); without that this
+/// crashes.
+#[test]
+fn dropping_right_after_sends_is_safe() {
+    for (n, rounds) in [(2, 20), (8, 20)] {
+        if !can_run(n, "the drop-after-sends test") {
+            continue;
+        }
+        for round in 0..rounds {
+            common::ranks_as_threads(n, |comm| {
+                let mut cfg = CollectiveConfig::for_backend(comm.gpu().kind());
+                cfg.p2p_lanes = 4;
+                let c = Collectives::with_config(std::sync::Arc::new(comm), cfg).unwrap();
+                let r = c.communicator().rank();
+                let stream = c.communicator().gpu().stream().unwrap();
+                let (ll, chunk) = (c.config().p2p_ll_bytes, c.config().p2p_chunk_bytes);
+                // Two messages per pair: within the window of two header halves and two
+                // chunk slots per lane, so a sender never waits for its receiver and is done
+                // (and gone) before its receiver even starts.
+                let lens = [ll, (2 * 4 - 1) * chunk + 24];
+                let sends = (r + round).is_multiple_of(2);
+                let dists: &[usize] = if n > 2 { &[1, 3] } else { &[1] };
+                let mut keep = Vec::new();
+                let mut expect = Vec::new();
+                if !sends {
+                    std::thread::sleep(std::time::Duration::from_millis(30));
+                }
+                let mut g = c.group();
+                for (&d, (k, &len)) in dists
+                    .iter()
+                    .flat_map(|d| std::iter::repeat(d).zip(lens.iter().enumerate()))
+                {
+                    let (to, from) = ((r + d) % n, (r + n - d) % n);
+                    if sends {
+                        let (b, src) = source(&c, &message(r, to, k + round, len), 0);
+                        // SAFETY: `b` holds `len` bytes until the synchronize below.
+                        unsafe { g.send(src, len, DataType::U8, to).unwrap() };
+                        keep.push(b);
+                    } else {
+                        let what = format!("round {round}, rank {r} from {from}, {len} B");
+                        let e = Expect::new(&c, len, 0, message(from, r, k + round, len), what);
+                        // SAFETY: as above.
+                        unsafe { g.recv(e.ptr(), len, DataType::U8, from).unwrap() };
+                        expect.push(e);
+                    }
+                }
+                g.end(&stream).unwrap();
+                done(&c, &stream);
+                for e in &expect {
+                    e.check();
+                }
+                // No barrier: the collectives, the communicator and the buffers go now.
+                drop(keep);
+                drop(stream);
+                drop(c);
+            });
         }
     }
 }

@@ -30,6 +30,27 @@
 //! counters only grow (sequence numbers start at 1 in zeroed memory), so a stale packet never
 //! matches. All of this is device memory: nothing needs the host between calls, and a call
 //! captured in a CUDA graph replays with fresh sequence numbers.
+//!
+//! Teardown: who may still write into a rank's region after its call returned (its stream
+//! synchronized), and how dropping the region waits for it.
+//!
+//! - Into a *sender's* region: yes. A sender's kernel ends once it has written its last
+//!   header, LL data or chunk and `ready` (it waits only for acknowledgements older than the
+//!   last two messages or chunks), so the receiver's `chunk_done` stores for the last chunks
+//!   and its `hdr_done` stores for the last messages may land after the sender's call
+//!   returned — with ranks as threads, into freed memory if the sender had already freed its
+//!   scratch. So before the host frees a region (dropping the `Collectives` that owns it, a
+//!   split communicator's included), it reads its own words and waits, bounded, until for
+//!   every peer `q` and lane `l`: `hdr_done(q, l) >= send_seq` and `chunk_done(q, l) >=
+//!   send_chunks` of its state for `q` (a pair never used has all four at 0). If a receiver
+//!   never posts its receive, or fails, the wait expires, is logged, and the region is freed
+//!   anyway.
+//! - Into a *receiver's* region: no. Everything a sender writes there for a message (the
+//!   header, LL data, chunks, `ready`) the receiver's kernel waits for and reads before it
+//!   ends (it follows the sender's count even when its own differs), so once the receiver's
+//!   call completed, no store of its senders is still on the way. The exceptions break the
+//!   protocol's contract: a send no receive matches, or a receive that gave up (the abort
+//!   flag, a spin limit).
 
 use crate::{DevicePtr, DeviceStatus, MemoryChannelDeviceHandle, TraceDeviceHandle};
 

@@ -137,6 +137,18 @@ pub(crate) struct Context {
     _connections: Vec<Arc<dyn Connection>>,
 }
 
+impl Drop for Context {
+    /// Before the scratch goes, waits (bounded) for the acknowledgements the peers still owe
+    /// this rank's last sends, which they store into this scratch (`algo::p2p::drain`).
+    fn drop(&mut self) {
+        if self.layout.region_len(Region::P2p) > 0 {
+            let lay = self.layout.p2p();
+            let me = self.rank() as u64;
+            super::algo::p2p::drain(&self.scratch, self.layout.p2p_offset(), &lay, me);
+        }
+    }
+}
+
 /// The parts of a [`Context`] that set-up builds.
 pub(crate) struct Wiring {
     pub multi: Option<MultiNode>,

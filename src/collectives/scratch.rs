@@ -24,6 +24,11 @@
 //! region; a world of several nodes holds only the port region (the others' algorithms load
 //! and store the peers' memory, which needs one node), in its set-up scratch.
 //!
+//! Freeing: the set-up scratch goes with the `Collectives`' context, whose drop first waits
+//! (bounded) for the acknowledgements the peers still owe this rank's last sends, which they
+//! store into its point-to-point region (`algo::p2p::drain`; "Teardown" in
+//! `mscclpp_shared::p2p`).
+//!
 //! [`memory_plan`] says what each costs for a configuration and a number of ranks
 //! (`mscclpp-info` prints it).
 

@@ -291,18 +291,4 @@ pub fn every_collective(r: usize, n: usize, c: Comm, count: usize, nccl_mem: boo
         let want: Vec<f64> = (0..count).map(|i| data::moved(t, r, 4, i)).collect();
         data::check(t, &from_me.read(), &want, &what("a send to itself", t));
     }
-    barrier(c);
-}
-
-/// PyTorch's barrier (a 1-float all-reduce). Before a communicator whose last calls were
-/// sends is destroyed: a receiver acknowledges a message in its sender's memory after the
-/// sender's call returned, so a sender that frees its communicator at once can have that
-/// write land in freed memory (ranks as threads of one process on the CPU backend: a crash).
-/// An all-reduce after the sends ends after every peer's receives, acknowledgements included.
-pub fn barrier(c: Comm) {
-    let b = Buf::new(&1f32.to_le_bytes(), false);
-    ok(
-        unsafe { (nccl().all_reduce)(b.ptr(), b.ptr(), 1, data::F32, super::SUM, c.0, STREAM) },
-        "a barrier",
-    );
 }

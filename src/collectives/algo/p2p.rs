@@ -22,12 +22,21 @@
 //! and every rank runs its launches in that order, so every launch waits only for peers that
 //! run the same launch, all of whose blocks are resident together: no ordering of sends and
 //! receives (such as "even ranks send first") can deadlock it, whatever the pairs.
+//!
+//! Teardown ([`drain`], run when the `Collectives` owning the region is dropped): a receiver
+//! acknowledges in its *sender's* scratch, possibly after the sender's call returned; before
+//! the scratch is freed, the sender waits (at most [`DRAIN_TIMEOUT`]) until every
+//! acknowledgement its sends are owed has landed (`mscclpp_shared::p2p`, "Teardown").
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
-use mscclpp_host::gpu::{Kernel, LaunchConfig, Stream};
+use mscclpp_host::backoff::Backoff;
+use mscclpp_host::gpu::{BackendKind, DeviceBuffer, Kernel, LaunchConfig, Stream};
 use mscclpp_host::{Error, Result};
-use mscclpp_shared::{DevicePtr, P2P_MAX_OPS, P2P_RECV, P2P_SEND, P2pOp, P2pParams};
+use mscclpp_shared::p2p::state;
+use mscclpp_shared::{DevicePtr, P2P_MAX_OPS, P2P_RECV, P2P_SEND, P2pLayout, P2pOp, P2pParams};
 
 use super::{Algorithm, Collective, CollectiveAlgorithm, Queued};
 use crate::collectives::context::{Args, Context, Peer, SetUp, copy_if_needed, current_call};
@@ -162,6 +171,106 @@ impl P2p {
             unsafe { stream.launch(&self.kernel, shape, p) }?;
         }
         Ok(())
+    }
+}
+
+/// Longest a dropped `Collectives` waits for the acknowledgements its last sends are owed
+/// ([`drain`]); a receiver that never posted its receive, or died, costs this much at drop.
+pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// An acknowledgement a peer still owes this rank's sends: (peer, lane, which word, the value
+/// owed, the value seen).
+type Owed = (u64, u64, &'static str, u64, u64);
+
+/// Waits, at most [`DRAIN_TIMEOUT`], until every peer this rank sent to has acknowledged all
+/// it was sent: for every peer `q` and lane `l`, `hdr_done(q, l) >= send_seq` and
+/// `chunk_done(q, l) >= send_chunks` (this rank's own words, region `lay` at `offset` of
+/// `scratch`). A pair never used has all four words 0 and costs nothing. Called before the
+/// scratch is freed, when this rank's queued work has completed (the caller's contract for
+/// dropping a `Collectives`). Never fails: a read that fails, or a wait that expires, is
+/// logged (`tracing::warn!`) and the scratch is freed anyway.
+pub(crate) fn drain(scratch: &DeviceBuffer, offset: u64, lay: &P2pLayout, me: u64) {
+    if lay.nranks < 2 || offset + lay.bytes() > scratch.len() as u64 {
+        return;
+    }
+    // The acknowledgements and the state: everything after the inboxes.
+    let first = lay.hdr_done(0, 0);
+    let words = ((lay.bytes() - first) / 8) as usize;
+    let mut buf = vec![0u64; words];
+    let deadline = Instant::now() + DRAIN_TIMEOUT;
+    let mut backoff = Backoff::new();
+    loop {
+        if let Err(e) = read_words(scratch, offset + first, &mut buf) {
+            tracing::warn!(
+                rank = me,
+                error = %e,
+                "p2p teardown: cannot read the acknowledgements; freeing the scratch anyway"
+            );
+            return;
+        }
+        let at = |off: u64| buf[((off - first) / 8) as usize];
+        let owed = (0..lay.nranks)
+            .filter(|&q| q != me)
+            .flat_map(|q| (0..lay.lanes).map(move |l| (q, l)))
+            .find_map(|(q, l)| -> Option<Owed> {
+                let (seq, chunks) = (
+                    at(lay.state(q, l, state::SEND_SEQ)),
+                    at(lay.state(q, l, state::SEND_CHUNKS)),
+                );
+                let (hdr, done) = (at(lay.hdr_done(q, l)), at(lay.chunk_done(q, l)));
+                if hdr < seq {
+                    Some((q, l, "hdr_done", seq, hdr))
+                } else if done < chunks {
+                    Some((q, l, "chunk_done", chunks, done))
+                } else {
+                    None
+                }
+            });
+        let Some((peer, lane, word, expected, seen)) = owed else {
+            return;
+        };
+        if Instant::now() >= deadline {
+            tracing::warn!(
+                rank = me,
+                peer,
+                lane,
+                word,
+                expected,
+                seen,
+                timeout = ?DRAIN_TIMEOUT,
+                "p2p teardown: a peer never acknowledged this rank's last sends (no matching \
+                 receive, or the peer failed); freeing the scratch anyway"
+            );
+            return;
+        }
+        backoff.snooze();
+    }
+}
+
+/// Reads `out.len()` u64 words of `scratch` from byte `offset` (in range: the caller checks).
+fn read_words(scratch: &DeviceBuffer, offset: u64, out: &mut [u64]) -> Result<()> {
+    match scratch.gpu().kind() {
+        BackendKind::Cpu => {
+            let base = scratch.ptr().byte_add_cast::<u64>(offset).as_ptr();
+            for (i, w) in out.iter_mut().enumerate() {
+                // SAFETY: the CPU backend's device memory is this process's memory; the word
+                // lies in the live scratch (the caller's range check) and is 8-byte aligned
+                // (`P2pLayout`, in a 16-byte aligned region); peers store it atomically
+                // (`st.release.sys`), so it is read atomically too.
+                *w = unsafe { AtomicU64::from_ptr(base.add(i)) }.load(Ordering::Acquire);
+            }
+            Ok(())
+        }
+        BackendKind::Cuda => {
+            let mut bytes = vec![0u8; out.len() * 8];
+            scratch.copy_to_host(offset as usize, &mut bytes)?;
+            for (w, b) in out.iter_mut().zip(bytes.chunks_exact(8)) {
+                let mut le = [0u8; 8];
+                le.copy_from_slice(b);
+                *w = u64::from_le_bytes(le);
+            }
+            Ok(())
+        }
     }
 }
 
