@@ -273,8 +273,26 @@ fn setup_error(e: &Error, victim: usize) -> bool {
         // The tree bootstrap opens a link on first use: a link to the victim opened after its
         // death is refused.
         Error::BootstrapConnect { peer, .. } => peer.rank == Some(victim),
-        Error::IpcOpen { owner_device, .. } => *owner_device as usize == victim,
+        // Opening the victim's memory fails once it is gone: named by its device, or (CPU
+        // backend, where ranks may share a device) by its process, which is dead.
+        Error::IpcOpen {
+            owner_device,
+            owner_pid,
+            ..
+        } => *owner_device as usize == victim || (*owner_pid != 0 && process_gone(*owner_pid)),
         _ => false,
+    }
+}
+
+/// Whether process `pid` has exited (no `/proc` entry, or a zombie not yet reaped).
+fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // The state follows the command name, which is in parentheses and may hold spaces.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|state| state == 'Z' || state == 'X'),
     }
 }
 
