@@ -764,8 +764,9 @@ impl Collectives {
             return Ok(());
         }
         let mut forced = forced;
-        let rooted = matches!(call.collective, Collective::AllReduce | Collective::Reduce);
-        if rooted && call.ranks == 1 {
+        // One rank: every collective is its input as its output (a copy when they differ),
+        // whatever the size and whether or not a graph is being captured.
+        if call.ranks == 1 && call.collective != Collective::SendRecv {
             if call.op.op != DeviceReduceOp::PreMulSum {
                 // SAFETY: the caller's contract.
                 return unsafe { copy_if_needed(stream, args.output, args.input, call.bytes) };

@@ -706,6 +706,11 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
             }
         }
         comm.bootstrap().barrier()?;
+    } else if plan.graph_launches > 0 {
+        // Captured calls on unregistered buffers take only algorithms that neither allocate
+        // nor trade buffers inside the capture: allocate and trade the scratch regions first
+        // (collective: every rank runs this).
+        coll.prepare()?;
     }
     let info = run_info(plan, r.inplace, n, comm.gpu().name(), base.is_some());
     if rank == 0 {
@@ -725,7 +730,8 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
         }
         let algo = match a.op {
             // One rank copies (a pre-multiplied sum, an average of floats included, stages).
-            Op::AllReduce | Op::Reduce
+            Op::AllGather | Op::Broadcast | Op::AllToAll if n == 1 => "copy".to_string(),
+            Op::AllReduce | Op::Reduce | Op::ReduceScatter
                 if n == 1
                     && a.redop != Redop::PreMulSum
                     && !(a.redop == Redop::Avg && a.dtype.is_float()) =>
