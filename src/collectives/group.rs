@@ -17,6 +17,10 @@
 //! with equal byte counts (a receive of another count gets `Error::CountMismatch`, found by
 //! the receiving kernel; on this rank itself, `Error::SelfMismatch`, found here). Zero counts
 //! are messages too: they pair like any other and move nothing.
+//!
+//! Traced (`MSCCLPP_TRACE`), each `end` is one `call` span named after the public call
+//! (`group`, `gather`, `scatter`, `all_to_allv`) whose id the point-to-point engine's launches
+//! carry; a group's collectives are `call` spans of their own inside it.
 
 use mscclpp_host::gpu::Stream;
 use mscclpp_host::{Error, Result};
@@ -77,7 +81,7 @@ impl Collectives {
         let mut g = self.group();
         // SAFETY: the caller's contract.
         unsafe { g.gather(input, output, count, dtype, root) }?;
-        g.end(stream)
+        g.end_as("gather", Some(root), stream)
     }
 
     /// Scatter from `root` (NCCL's `ncclScatter`): part `r` (`count` elements at
@@ -101,7 +105,7 @@ impl Collectives {
         let mut g = self.group();
         // SAFETY: the caller's contract.
         unsafe { g.scatter(input, output, count, dtype, root) }?;
-        g.end(stream)
+        g.end_as("scatter", Some(root), stream)
     }
 
     /// All-to-all with a count and a displacement per peer (PyTorch's `all_to_all_single`
@@ -140,7 +144,7 @@ impl Collectives {
                 dtype,
             )
         }?;
-        g.end(stream)
+        g.end_as("all_to_allv", None, stream)
     }
 }
 
@@ -402,9 +406,56 @@ impl Group<'_> {
     /// Ends the group (NCCL's `ncclGroupEnd`): queues its collectives in order, then all of its
     /// sends and receives together (module docs), on `stream`. A send to this rank itself and
     /// its receive that differ in size are refused before anything of the group is queued.
-    pub fn end(mut self, stream: &Stream) -> Result<()> {
+    /// Traced as one `call` span named `group` (its collectives' own spans nested inside).
+    pub fn end(self, stream: &Stream) -> Result<()> {
+        self.end_as("group", None, stream)
+    }
+
+    /// [`end`](Self::end) of the public call `name` (`group`, or the call made of one batch:
+    /// `gather`, `scatter`, `all_to_allv`, with its `root`), traced as one `call` span: bytes
+    /// this rank sends (`recv_bytes`: receives), distinct `peers`, the root, `collectives`
+    /// recorded, algorithm `p2p` when a batch was queued, or the error. Every launch of the
+    /// point-to-point engine it makes carries the span's call id.
+    fn end_as(mut self, name: &'static str, root: Option<usize>, stream: &Stream) -> Result<()> {
         let collectives = std::mem::take(&mut self.collectives);
         let transfers = std::mem::take(&mut self.transfers);
+        let Some((mut span, _scope)) = self.c.call_span(name, stream) else {
+            return self.queue(collectives, transfers, stream);
+        };
+        let batches = collectives.iter().filter_map(|c| match c {
+            Recorded::Batch(b) => Some(b.as_slice()),
+            Recorded::Call(..) => None,
+        });
+        let all: Vec<&Transfer> = batches.chain([transfers.as_slice()]).flatten().collect();
+        let total =
+            |dir: Dir| -> usize { all.iter().filter(|t| t.dir == dir).map(|t| t.bytes).sum() };
+        span.set("bytes", total(Dir::Send));
+        span.set("recv_bytes", total(Dir::Recv));
+        let mut peers: Vec<usize> = all.iter().map(|t| t.peer).collect();
+        peers.sort_unstable();
+        peers.dedup();
+        span.set("peers", peers.len());
+        if let Some(r) = root {
+            span.set("root", r);
+        }
+        let calls = collectives
+            .iter()
+            .filter(|c| matches!(c, Recorded::Call(..)))
+            .count();
+        span.set("collectives", calls);
+        let batched = !all.is_empty();
+        let result = self.queue(collectives, transfers, stream);
+        super::end_call(&mut span, &result, batched.then_some(Algorithm::P2p));
+        result
+    }
+
+    /// Queues what the group recorded ([`end`](Self::end)).
+    fn queue(
+        &self,
+        collectives: Vec<Recorded>,
+        transfers: Vec<Transfer>,
+        stream: &Stream,
+    ) -> Result<()> {
         let batched =
             !transfers.is_empty() || collectives.iter().any(|c| matches!(c, Recorded::Batch(_)));
         if batched && self.c.cx.multi.is_some() {

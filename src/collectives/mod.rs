@@ -138,7 +138,7 @@ use mscclpp_shared::{DataType, DevicePtr, DeviceReduceOp};
 use algo::p2p::P2p;
 use algo::{Queue, Queued, UNITS};
 use context::{Args, CallRegs, CallScope, Context, Peer, SetUp, copy_if_needed};
-use mscclpp_host::trace::Category;
+use mscclpp_host::trace::{Category, Span};
 use scratch::ScratchLayout;
 use select::{Call, Choice};
 
@@ -684,31 +684,20 @@ impl Collectives {
     }
 
     /// Queues one public call ([`dispatch`](Self::dispatch)), as one `call` span of the trace
-    /// (op, bytes, type, operator, algorithm, stream, call id) whose id every launch it makes
-    /// carries.
+    /// (op, bytes, type, operator, algorithm, stream, call id: [`call_span`](Self::call_span))
+    /// whose id every launch it makes carries.
     ///
     /// # Safety
     /// The public call's contract for `args`.
     unsafe fn run(&self, args: Args, forced: Option<Algorithm>, stream: &Stream) -> Result<()> {
-        let trace = self.cx.comm.trace();
-        if !trace.is_on() {
+        let Some((mut span, _scope)) = self.call_span(op_name(&args), stream) else {
             // SAFETY: the caller's contract.
             return unsafe { self.dispatch(args, forced, stream) };
-        }
-        let id = trace.next_call();
-        let _scope = CallScope::enter(id);
+        };
         let call = &args.call;
-        let mut span = trace
-            .span(Category::Call, op_name(&args))
-            .arg("call", id)
-            .arg("bytes", call.bytes)
-            .arg("dtype", format!("{:?}", call.dtype))
-            .arg("op", format!("{:?}", call.op.op))
-            .arg("ranks", call.ranks)
-            .arg(
-                "stream",
-                stream.cuda_raw().unwrap_or(stream as *const Stream as u64),
-            );
+        span.set("bytes", call.bytes);
+        span.set("dtype", format!("{:?}", call.dtype));
+        span.set("op", format!("{:?}", call.op.op));
         match args.peer {
             Peer::Root(r) => span.set("root", r),
             Peer::To(r) | Peer::From(r) => span.set("peer", r),
@@ -720,12 +709,31 @@ impl Collectives {
         }
         // SAFETY: the caller's contract.
         let result = unsafe { self.dispatch(args, forced, stream) };
-        match (&result, self.cx.last()) {
-            (Ok(()), Some(a)) => span.set("algorithm", a.name()),
-            (Ok(()), None) => {}
-            (Err(e), _) => span.set("error", e.to_string()),
-        }
+        end_call(&mut span, &result, self.cx.last());
         result
+    }
+
+    /// The `call` span of one public call named `name` (call id, ranks, stream; the caller adds
+    /// the rest, `bytes` first), with the scope that ties every launch queued while it lives to
+    /// the call's id; `None` when tracing is off (one flag check, nothing recorded). Shared by
+    /// [`run`](Self::run) and the calls made of sends and receives ([`Group::end`]); the span
+    /// is recorded when dropped, after [`end_call`] adds the outcome.
+    fn call_span(&self, name: &'static str, stream: &Stream) -> Option<(Span<'_>, CallScope)> {
+        let trace = self.cx.comm.trace();
+        if !trace.is_on() {
+            return None;
+        }
+        let id = trace.next_call();
+        let scope = CallScope::enter(id);
+        let span = trace
+            .span(Category::Call, name)
+            .arg("call", id)
+            .arg("ranks", self.cx.ranks())
+            .arg(
+                "stream",
+                stream.cuda_raw().unwrap_or(stream as *const Stream as u64),
+            );
+        Some((span, scope))
     }
 
     /// The point-to-point engine (a world of one node only: it needs MemoryChannels to every
@@ -854,6 +862,16 @@ impl Collectives {
             return Err(mscclpp_host::Error::PeerIsSelf { rank: r });
         }
         Ok(())
+    }
+}
+
+/// Adds a call's outcome to its `call` span ([`Collectives::call_span`]): the algorithm that
+/// queued it, or the error.
+fn end_call(span: &mut Span<'_>, result: &Result<()>, algorithm: Option<Algorithm>) {
+    match (result, algorithm) {
+        (Ok(()), Some(a)) => span.set("algorithm", a.name()),
+        (Ok(()), None) => {}
+        (Err(e), _) => span.set("error", e.to_string()),
     }
 }
 

@@ -13,6 +13,8 @@
 //!
 //! A third test traces the point-to-point engine (send / recv): its `p2p_kernel` blocks, each
 //! with its `recv` event, inside each call.
+//! A fourth traces the calls made of sends and receives (a gather, a group's `end`): one
+//! `call` span each, named after the public call, around the launches it made.
 //!
 //! The all-reduce test also runs `mscclpp-trace merge` and `plot` as a user does (found as
 //! in `bench_cli.rs`; NOT RUN where the binary is missing).
@@ -562,6 +564,127 @@ fn a_traced_point_to_point_exchange_shows_its_blocks_inside_each_call() {
                     recv,
                     "rank {rank}: a block of call {id} without its recv: {b:?}"
                 );
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The calls made of sends and receives traced: a gather to rank 0 (4 KiB per rank) and a
+/// group of one send and one receive each way (4 KiB). Each is one `call` span named after the
+/// public call (`gather`, `group`), algorithm `p2p`, with its bytes (and root); every launch it
+/// made (the host's `launch` instant carrying its call id) lies inside that span, and every
+/// block of those launches, complete, inside the test's span around call + synchronize.
+#[test]
+fn a_traced_gather_and_group_are_call_spans_around_their_p2p_launches() {
+    let Some(backend) = backend("gather / group trace") else {
+        return;
+    };
+    let dir = trace_dir("gather-group");
+    let bytes = 4096usize;
+    run_traced(backend, &dir, |comm| {
+        let coll = Collectives::new(comm.clone()).expect("collectives");
+        let (rank, peer) = (comm.rank(), 1 - comm.rank());
+        let g = comm.gpu().clone();
+        let stream = g.stream().unwrap();
+        let src = g.alloc(bytes).unwrap();
+        let dst = g.alloc(2 * bytes).unwrap();
+        src.copy_from_host(0, &vec![rank as u8 + 1; bytes]).unwrap();
+        {
+            let _step = comm.trace().span(Category::User, "step");
+            // SAFETY: `src` holds `bytes`, `dst` twice that; both outlive the synchronize.
+            unsafe { coll.gather(src.ptr(), dst.ptr(), bytes, DataType::U8, 0, &stream) }
+                .expect("gather");
+            stream.synchronize().unwrap();
+        }
+        if rank == 0 {
+            let mut got = vec![0u8; 2 * bytes];
+            dst.copy_to_host(0, &mut got).unwrap();
+            assert!(
+                got[..bytes].iter().all(|&b| b == 1),
+                "gather: rank 0's part"
+            );
+            assert!(
+                got[bytes..].iter().all(|&b| b == 2),
+                "gather: rank 1's part"
+            );
+        }
+        {
+            let _step = comm.trace().span(Category::User, "step");
+            let mut group = coll.group();
+            // SAFETY: `src` and `dst` hold `bytes` and outlive the synchronize below; the
+            // receive touches nothing else of the group.
+            unsafe {
+                group.send(src.ptr(), bytes, DataType::U8, peer).unwrap();
+                group.recv(dst.ptr(), bytes, DataType::U8, peer).unwrap();
+            }
+            group.end(&stream).expect("group");
+            stream.synchronize().unwrap();
+        }
+        let mut got = vec![0u8; bytes];
+        dst.copy_to_host(0, &mut got).unwrap();
+        assert!(
+            got.iter().all(|&b| b == peer as u8 + 1),
+            "rank {rank}: group data"
+        );
+        comm.barrier().unwrap();
+    });
+    let (events, _) = merged(&dir);
+    let all = spans(&events);
+    let blocks = check_blocks(&all);
+    let slack = slack(backend);
+    for rank in 0..2u64 {
+        let steps: Vec<&X> = all
+            .iter()
+            .filter(|x| x.pid == rank && x.cat == "user" && x.name == "step")
+            .collect();
+        assert_eq!(steps.len(), 2, "rank {rank}: steps");
+        for (name, step) in ["gather", "group"].into_iter().zip(steps) {
+            let calls: Vec<&X> = all
+                .iter()
+                .filter(|x| x.pid == rank && x.cat == "call" && x.name == name)
+                .collect();
+            assert_eq!(calls.len(), 1, "rank {rank}: {name} calls: {calls:?}");
+            let call = calls[0];
+            let id = &call.args["call"];
+            assert_eq!(call.args["algorithm"], "p2p", "{call:?}");
+            assert!(call.args.get("error").is_none(), "{call:?}");
+            assert!(
+                inside(call, step, 0.0),
+                "rank {rank}: {call:?} outside {step:?}"
+            );
+            // Bytes this rank sends: its part of the gather (to the root, itself included),
+            // the group's one send.
+            assert_eq!(call.args["bytes"], bytes, "{call:?}");
+            let received = match (name, rank) {
+                ("gather", 0) => 2 * bytes,
+                ("gather", _) => 0,
+                _ => bytes,
+            };
+            assert_eq!(call.args["recv_bytes"], received, "{call:?}");
+            if name == "gather" {
+                assert_eq!(call.args["root"], 0, "{call:?}");
+            }
+            let launches: Vec<f64> = events
+                .iter()
+                .filter(|e| e["ph"] == "i" && e["cat"] == "launch" && e["pid"] == rank)
+                .filter(|e| &e["args"]["call"] == id)
+                .map(|e| e["ts"].as_f64().expect("ts"))
+                .collect();
+            assert!(!launches.is_empty(), "rank {rank}: {name} has no launch");
+            for ts in launches {
+                assert!(
+                    ts >= call.start && ts <= call.end,
+                    "rank {rank}: a launch of {name} at {ts} outside {call:?}"
+                );
+            }
+            let mine: Vec<&X> = blocks
+                .iter()
+                .filter(|b| b.pid == rank && &b.args["call"] == id)
+                .collect();
+            assert!(!mine.is_empty(), "rank {rank}: {name} has no block");
+            for b in mine {
+                assert!(inside(b, step, slack), "{b:?} outside {step:?}");
             }
         }
     }

@@ -16,7 +16,7 @@
 //!
 //! | source | events | where |
 //! |---|---|---|
-//! | host calls | one span per collective (op, bytes, type, operator, algorithm, stream, call id) | `mscclpp::collectives` |
+//! | host calls | one span per collective (op, bytes, type, operator, algorithm, stream, call id; a gather, scatter, all-to-all-v or group end: bytes sent and received, peers, root, algorithm `p2p`) | `mscclpp::collectives` |
 //! | launches | one instant per traced kernel launch: its launch id and call id | [`Trace::launch`] |
 //! | kernel blocks | `start`, `send`, `recv`, `end` of each block of each traced launch, by thread 0, on the device's clock | `mscclpp_device::trace`, rings read back at dump |
 //! | proxy | a span per trigger (pop to done) with the copy (bytes), signal and flush in it | [`crate::port_channel`] |
