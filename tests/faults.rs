@@ -274,12 +274,19 @@ fn setup_error(e: &Error, victim: usize) -> bool {
         // death is refused.
         Error::BootstrapConnect { peer, .. } => peer.rank == Some(victim),
         // Opening the victim's memory fails once it is gone: named by its device, or (CPU
-        // backend, where ranks may share a device) by its process, which is dead.
+        // backend, where ranks may share a device) by its process, which is dead. Or another
+        // survivor's memory: that survivor's set-up already failed for the death and freed
+        // it (a cascade; the caller then checks that the communicator names the victim).
         Error::IpcOpen {
             owner_device,
             owner_pid,
+            source,
             ..
-        } => *owner_device as usize == victim || (*owner_pid != 0 && process_gone(*owner_pid)),
+        } => {
+            *owner_device as usize == victim
+                || (*owner_pid != 0 && process_gone(*owner_pid))
+                || format!("{source:?}").contains("NotFound")
+        }
         _ => false,
     }
 }

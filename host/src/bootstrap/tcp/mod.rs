@@ -352,12 +352,26 @@ impl TcpBootstrap {
             }
             Err(e) => {
                 self.links.end(peer, None);
-                if let Error::BootstrapConnect { source, .. } = &e
-                    && source.kind() == std::io::ErrorKind::ConnectionRefused
-                {
+                use std::io::ErrorKind as K;
+                let gone = match &e {
                     // Its listener is gone: so is its bootstrap (set-up is over everywhere).
+                    Error::BootstrapConnect { source, .. } => source.kind() == K::ConnectionRefused,
+                    // Its listener took the connection but the bootstrap behind it closed
+                    // before answering the handshake (it was dropping): gone as well. Without
+                    // this a receive from it waited out its whole deadline.
+                    Error::BootstrapPeerClosed { .. } => true,
+                    Error::BootstrapIo { source, .. } => matches!(
+                        source.kind(),
+                        K::ConnectionReset
+                            | K::ConnectionAborted
+                            | K::BrokenPipe
+                            | K::UnexpectedEof
+                    ),
+                    _ => false,
+                };
+                if gone {
                     self.mailbox
-                        .set_down(peer, LinkDown::Unreachable(source.to_string()));
+                        .set_down(peer, LinkDown::Unreachable(e.to_string()));
                 }
                 Err(e)
             }
