@@ -196,13 +196,14 @@ fn split_as_processes() {
 /// creation, bytes the first call of each algorithm added.
 type Row = (Duration, Duration, usize, Vec<(Algorithm, usize)>);
 
-/// What creating a sub-communicator costs on this backend (2 and 8 ranks): the split alone, its
+/// What creating a sub-communicator costs on this backend (1, 2 and 8 ranks): the split alone, its
 /// collectives' set-up, and the device memory the collectives allocate at creation and after
 /// the first call of each algorithm; and the same figures for the CUDA defaults
 /// (`memory_plan`). Printed (`--nocapture`), not asserted: no timing is a test result here.
 #[test]
 fn split_creation_cost() {
-    for n in [2, 8] {
+    // One rank too: what one GPU can show (two ranks need two GPUs).
+    for n in [1, 2, 8] {
         if !enough_devices(n, "split creation cost") {
             continue;
         }

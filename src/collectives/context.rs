@@ -76,12 +76,14 @@ pub(crate) struct CallRegs {
 }
 
 impl Args {
-    /// The peers a call's kernel meets: its one peer for a `send` or a `recv`, every other rank
-    /// otherwise.
+    /// The peers a call's kernel meets: its one peer for a `send` or a `recv`, the next and
+    /// previous ranks of a `send_recv` (other than this rank), every other rank otherwise.
     pub fn peers(&self) -> Peers {
         match self.peer {
             Peer::To(q) | Peer::From(q) => Peers::One(q),
-            _ => Peers::All,
+            Peer::Pair { next, prev } if next == prev => Peers::Some(vec![next]),
+            Peer::Pair { next, prev } => Peers::Some(vec![next, prev]),
+            Peer::None | Peer::Root(_) => Peers::All,
         }
     }
 
@@ -138,14 +140,15 @@ pub(crate) struct Context {
 }
 
 impl Drop for Context {
-    /// Before the scratch goes, waits (bounded) for the acknowledgements the peers still owe
-    /// this rank's last sends, which they store into this scratch (`algo::p2p::drain`).
+    /// Before the regions go, waits (bounded) for the acknowledgements the peers still owe
+    /// this rank's last sends, which they store into its point-to-point region, if it was
+    /// allocated (`algo::p2p::drain`).
     fn drop(&mut self) {
-        if self.layout.region_len(Region::P2p) > 0 {
-            let lay = self.layout.p2p();
-            let me = self.rank() as u64;
-            super::algo::p2p::drain(&self.scratch, self.layout.p2p_offset(), &lay, me);
-        }
+        let lay = self.layout.p2p();
+        let me = self.rank() as u64;
+        self.regions.with_buffer(Region::P2p, |b| {
+            super::algo::p2p::drain(b, 0, &lay, me);
+        });
     }
 }
 
@@ -265,14 +268,15 @@ impl Context {
         &self.handles
     }
 
-    /// The point-to-point engine's parameters with no operation yet (`nops` 0).
-    pub fn p2p_params(&self) -> P2pParams {
+    /// The point-to-point engine's parameters with no operation yet (`nops` 0), in its region
+    /// (this rank's buffer `scratch` and the region's channel `table`: `regions.rs`).
+    pub fn p2p_params(&self, scratch: DevicePtr<u8>, table: DevicePtr<u8>) -> P2pParams {
         let lay = self.layout.p2p();
         P2pParams {
             status: self.comm.status().device_ptr(),
-            channels: self.channel_table.ptr().cast(),
-            scratch: self.scratch.ptr(),
-            region_offset: self.layout.p2p_offset(),
+            channels: table.cast(),
+            scratch,
+            region_offset: 0,
             ll_bytes: lay.ll_bytes,
             chunk_bytes: lay.chunk_bytes,
             rank: self.rank() as u32,

@@ -465,10 +465,19 @@ impl Group<'_> {
         }
         let me = self.c.cx.rank();
         p2p::self_pairs(me, &transfers)?;
+        let mut met = p2p::peers_of(me, &transfers);
         for c in &collectives {
             if let Recorded::Batch(b) = c {
                 p2p::self_pairs(me, b)?;
+                met.extend(p2p::peers_of(me, b));
             }
+        }
+        if batched {
+            // Every peer the group meets, traded with before anything is queued (or refused
+            // under capture, on every rank alike): no launch waits for a later exchange.
+            met.sort_unstable();
+            met.dedup();
+            p2p::region(&self.c.cx, &met, stream.is_capturing()?)?;
         }
         for c in collectives {
             match c {

@@ -74,8 +74,8 @@
 //! kernel learns the peers' buffers from descriptors its peers write into its scratch, and the
 //! copy engines, which need the peers' addresses on the host, are taken only where the outputs
 //! are windows (all-gather, broadcast); a reduce keeps the per-call exchange, and the
-//! point-to-point calls exchange no buffers at all (the p2p engine moves them through the
-//! scratch). They need
+//! point-to-point calls exchange no buffers at all (the p2p engine moves them through its
+//! region, traded once per pair of ranks at their first meeting). They need
 //! every buffer to be device memory this process allocated with an exportable allocator
 //! (`cuMemAlloc`, e.g. PyTorch's caching allocator), 16-byte aligned and a multiple of 16 bytes
 //! long, on at most [`MAX_DIRECT_RANKS`](mscclpp_shared::MAX_DIRECT_RANKS) ranks; otherwise
@@ -88,7 +88,9 @@
 //! with the call's peers, are not taken (the next row of the selection table is; a forced one
 //! is refused). So captured calls on unregistered buffers take LL, LL128 or staging; register
 //! the buffers to capture direct calls, and run one eager call of each kind (or
-//! [`Collectives::prepare`]) before capturing. Every rank must capture the same calls.
+//! [`Collectives::prepare`]) before capturing. A point-to-point call under capture between
+//! two ranks that have not met yet (no eager send or receive between them, no `prepare`) is
+//! refused. Every rank must capture the same calls.
 //!
 //! Measured on 2×H200: see BENCHMARKS.md.
 //!
@@ -818,19 +820,24 @@ impl Collectives {
                 None => !capturing,
             };
         }
+        // The point-to-point region is checked by the engine itself, with the batch's peers
+        // (`algo::p2p::region`), which refuses a first meeting under capture by name.
         !capturing
             || u.scratch
                 .iter()
+                .filter(|&&r| r != scratch::Region::P2p)
                 .all(|&r| self.cx.regions.is_ready(&self.cx, r, args.peers()))
     }
 
     /// Allocates every scratch region the collectives otherwise allocate on first use
-    /// (`scratch.rs`: LL128 lines, staging), and exchanges them with the peers, so that calls
-    /// captured in a CUDA graph afterwards can take every algorithm that needs no registered
-    /// buffers. Collective: every rank calls it, between the same calls. Each region is
-    /// allocated once; a second call does nothing.
+    /// (`scratch.rs`: LL128 lines, staging, the point-to-point region), and exchanges them with
+    /// every peer, so that calls captured in a CUDA graph afterwards can take every algorithm
+    /// that needs no registered buffers, and send to and receive from any peer. Collective:
+    /// every rank calls it, between the same calls. Each region is allocated once and traded
+    /// with each peer once; a second call does nothing.
     pub fn prepare(&self) -> Result<()> {
-        for r in [scratch::Region::Ll128, scratch::Region::Staging] {
+        use scratch::Region;
+        for r in [Region::Ll128, Region::Staging, Region::P2p] {
             if self.cx.layout.region_len(r) > 0 {
                 self.cx.regions.get(&self.cx, r, regions::Peers::All)?;
             }

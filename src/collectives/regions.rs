@@ -8,8 +8,9 @@
 //! Every rank of a call runs the same algorithm, so the ranks of a call come here at the same
 //! call: each allocates its buffer (once) and registers it, and trades it with every peer of
 //! the call it has not traded it with yet (all peers for a collective, the one peer of a
-//! `send` / `recv`: a pair that traded stays traded, on both sides), one bootstrap message each
-//! way under the region's tag (`REGION_TAG + region`):
+//! `send` / `recv`, the peers of a batch of the point-to-point engine: a pair that traded stays
+//! traded, on both sides), one bootstrap message each way under the region's tag
+//! (`REGION_TAG + region`), all sent before any is awaited:
 //!
 //! `ok u8 | the registration's wire form (when ok = 1)`
 //!
@@ -19,6 +20,12 @@
 //! [`Error::RegionUnavailable`] (naming a rank that could not), and nothing is recorded for
 //! those peers (a later call tries again, alike on both sides). Nothing is queued before the
 //! exchange completes, so no kernel waits on a rank that failed.
+//!
+//! The point-to-point region is traded pairwise, at the first batch in which two ranks meet:
+//! that call waits on the host until the peer reaches its matching call (as NCCL's first
+//! send / receive between two ranks waits for the peer to connect). Sends and receives that
+//! only complete together (a cycle of them) must be in one group, as NCCL requires; a first
+//! meeting that never comes fails at the bootstrap's deadline with the peer named.
 //!
 //! # Under CUDA-graph capture
 //!
@@ -47,15 +54,18 @@ use super::scratch::{Region, ScratchLayout};
 const REGION_TAG: u64 = 0x0d1_e600_0000;
 
 /// The regions allocated on first use.
-const LAZY: [Region; 2] = [Region::Ll128, Region::Staging];
+const LAZY: [Region; 3] = [Region::Ll128, Region::Staging, Region::P2p];
 
 /// The peers a call needs a region traded with.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum Peers {
     /// Every other rank (collectives).
     All,
     /// One (a `send` or a `recv`).
     One(usize),
+    /// Those of a batch of the point-to-point engine, each once (this rank itself is left
+    /// out).
+    Some(Vec<usize>),
 }
 
 impl Peers {
@@ -63,6 +73,7 @@ impl Peers {
         match self {
             Peers::All => cx.others(),
             Peers::One(q) => vec![q],
+            Peers::Some(list) => list.into_iter().filter(|&q| q != cx.rank()).collect(),
         }
     }
 }
@@ -102,9 +113,23 @@ impl LazyRegions {
         if cx.layout.region_len(r) == 0 {
             return true;
         }
+        let list = peers.list(cx);
+        if list.is_empty() {
+            return true;
+        }
         let s = self.lock(i);
         s.as_ref()
-            .is_some_and(|s| peers.list(cx).iter().all(|&q| s.peers[q].is_some()))
+            .is_some_and(|s| list.iter().all(|&q| s.peers[q].is_some()))
+    }
+
+    /// Runs `f` on this rank's buffer of region `r` if it is allocated (the point-to-point
+    /// region's teardown reads it: `algo::p2p::drain`).
+    pub fn with_buffer(&self, r: Region, f: impl FnOnce(&DeviceBuffer)) {
+        if let Some(i) = index(r)
+            && let Some(s) = self.lock(i).as_ref()
+        {
+            f(&s.buffer);
+        }
     }
 
     /// Bytes of the regions allocated so far.

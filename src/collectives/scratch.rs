@@ -1,30 +1,30 @@
 //! The communicator's scratch: buffers every peer maps, cut into the regions the algorithms ask
-//! for (`CollectiveAlgorithm::SCRATCH`). Only the set-up scratch (the LL16 region, the
-//! descriptors and the point-to-point region, which every send and receive needs at once and
-//! under capture) is allocated when the collectives are set up; every other region is a buffer of its own, allocated and exchanged
-//! with the peers by the first call that needs it (`regions.rs`), so that a communicator pays
-//! only for the algorithms it runs (a split's many small communicators, most of which never
-//! stage):
+//! for (`CollectiveAlgorithm::SCRATCH`). Only the set-up scratch (the LL16 region and the
+//! descriptors; the port region in worlds of several nodes) is allocated when the collectives
+//! are set up; every other region is a buffer of its own, allocated and exchanged with the
+//! peers by the first call that needs it (`regions.rs`), so that a communicator pays only for
+//! the algorithms it runs (a split's many small communicators, most of which never stage, and
+//! a collective-only communicator, which never sends):
 //!
 //! | region | size | when | written by | read by |
 //! |---|---|---|---|---|
 //! | LL16 (the set-up scratch) | two halves (by the launch flag's parity) of `n - 1` slots of `ll_slot_bytes`, one per peer (`mscclpp_device::collectives::ll::slot_of`) | set-up | each peer its own slot (LL16 stores that carry their flag) | this rank's LL kernels, polling the flags |
 //! | descriptors (in the set-up scratch, after LL16) | `max_blocks * n` descriptors of 64 bytes (at most `MAX_DIRECT_RANKS` ranks) | set-up | block `b` of peer `q`, its [`RegisteredCall`](mscclpp_shared::RegisteredCall) for a direct kernel on registered buffers | block `b` of this rank's direct kernel (`mscclpp_device::collectives::direct`) |
-//! | point-to-point (in the set-up scratch, after the descriptors) | `P2pLayout::bytes` (per peer: an inbox, its acknowledgements and this rank's counters) | set-up | the peers' `p2p_kernel` (inboxes, acknowledgements) and this rank's (counters) | `mscclpp_shared::p2p` says who reads what |
+//! | point-to-point | `P2pLayout::bytes` (per peer: an inbox, its acknowledgements and this rank's counters) | first point-to-point call (traded with the peers of each batch as they are first met) | the peers' `p2p_kernel` (inboxes, acknowledgements) and this rank's (counters) | `mscclpp_shared::p2p` says who reads what |
 //! | LL128 | two halves of `n` slots of `ll128_slot_bytes` | first LL128 call | peers, a warp's 128-byte lines whose last word is the flag | this rank's LL128 kernels |
 //! | staging | `stage_bytes + 16 n` | first staged or `put` call | this rank's staged kernel (its input, in pieces) | the peers' staged kernels, after a block barrier |
 //! | copy engine | `ce_scratch_bytes` | first copy-engine all-reduce | peers' copy engines | this rank's reductions |
-//! | port (worlds of several nodes only; in the set-up scratch, after the point-to-point region) | `3 n + 1` slots of `port_slot_bytes`: `n` send slots, `2 n` receive slots (two per sender), one accumulator | set-up | this rank's port kernel (send slots, accumulator); the peers' proxies (receive slots) | this rank's port kernel |
+//! | port (worlds of several nodes only; in the set-up scratch, after the descriptors) | `3 n + 1` slots of `port_slot_bytes`: `n` send slots, `2 n` receive slots (two per sender), one accumulator | set-up | this rank's port kernel (send slots, accumulator); the peers' proxies (receive slots) | this rank's port kernel |
 //!
 //! Every lazily allocated region starts at offset 0 of its buffer (the kernels' `ll128_offset`
-//! and `stage_offset` are 0; the point-to-point engine's `region_offset` is
-//! [`ScratchLayout::p2p_offset`] in the set-up scratch), and a kernel's `scratch` and channel table are its region's
+//! and `stage_offset`, and the point-to-point engine's `region_offset`, are 0), and a kernel's
+//! `scratch` and channel table are its region's
 //! ([`Context::params_in`](super::context::Context::params_in)). A region no registered
 //! algorithm asks for takes no space. A world of one node holds every region but the port
 //! region; a world of several nodes holds only the port region (the others' algorithms load
 //! and store the peers' memory, which needs one node), in its set-up scratch.
 //!
-//! Freeing: the set-up scratch goes with the `Collectives`' context, whose drop first waits
+//! Freeing: every region goes with the `Collectives`' context, whose drop first waits
 //! (bounded) for the acknowledgements the peers still owe this rank's last sends, which they
 //! store into its point-to-point region (`algo::p2p::drain`; "Teardown" in
 //! `mscclpp_shared::p2p`).
@@ -157,9 +157,9 @@ impl ScratchLayout {
         Self::new(cfg, ranks, |r| r == Region::Port)
     }
 
-    /// Offset of the port region in the set-up scratch (after the point-to-point region).
+    /// Offset of the port region in the set-up scratch (after the descriptors).
     pub fn port_offset(&self) -> u64 {
-        up16(self.p2p_offset() as usize + self.p2p_bytes) as u64
+        up16(self.desc_offset() as usize + self.desc_bytes) as u64
     }
 
     /// Bytes of one slot of the port region (0 without it).
@@ -177,8 +177,8 @@ impl ScratchLayout {
         self.ll128_slot_bytes
     }
 
-    /// Bytes of the scratch allocated at set-up (the LL16 region, the descriptors, the
-    /// point-to-point region and the port region; at least 16).
+    /// Bytes of the scratch allocated at set-up (the LL16 region, the descriptors and the port
+    /// region; at least 16).
     pub fn len(&self) -> usize {
         (self.port_offset() as usize + self.region_len(Region::Port)).max(16)
     }
@@ -186,11 +186,6 @@ impl ScratchLayout {
     /// Offset of the descriptor area in the set-up scratch (after the LL16 region).
     pub fn desc_offset(&self) -> u64 {
         up16(self.region_len(Region::Ll)) as u64
-    }
-
-    /// Offset of the point-to-point region in the set-up scratch (after the descriptors).
-    pub fn p2p_offset(&self) -> u64 {
-        up16(self.desc_offset() as usize + self.desc_bytes) as u64
     }
 
     /// The point-to-point region's layout.
@@ -220,10 +215,9 @@ impl ScratchLayout {
 /// What one rank's collectives allocate in device memory, by when ([`memory_plan`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemoryPlan {
-    /// At set-up (`Collectives::new`): the LL16 region, the descriptors and the point-to-point
-    /// region, the channel
-    /// table, the LL flags and the table of the peers' registrations (the semaphores and the
-    /// status block are a few words more).
+    /// At set-up (`Collectives::new`): the LL16 region, the descriptors, the channel table, the
+    /// LL flags and the table of the peers' registrations (the semaphores and the status block
+    /// are a few words more).
     pub at_creation: usize,
     /// On the first call of an algorithm that needs it: each lazily allocated region, named,
     /// with the algorithms that need it.
@@ -240,6 +234,10 @@ pub fn memory_plan(cfg: &CollectiveConfig, ranks: usize) -> MemoryPlan {
         (Region::Ll128, "ll128"),
         (Region::Staging, "staged, put"),
         (Region::CopyEngine, "ce (all-reduce)"),
+        (
+            Region::P2p,
+            "point-to-point (send, recv, gather, scatter, all_to_allv, group)",
+        ),
     ];
     MemoryPlan {
         at_creation: layout.len()

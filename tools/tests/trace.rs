@@ -15,6 +15,8 @@
 //! with its `recv` event, inside each call.
 //! A fourth traces the calls made of sends and receives (a gather, a group's `end`): one
 //! `call` span each, named after the public call, around the launches it made.
+//! A fifth runs on one rank (so on one GPU too): a pre-multiplied sum, which one rank runs in
+//! the staged kernel, with its block events inside the host call.
 //!
 //! The all-reduce test also runs `mscclpp-trace merge` and `plot` as a user does (found as
 //! in `bench_cli.rs`; NOT RUN where the binary is missing).
@@ -22,7 +24,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use mscclpp::collectives::{Algorithm, Collectives};
+use mscclpp::collectives::{Algorithm, Collectives, Reduction, Scalar};
 use mscclpp::host::communicator::Communicator;
 use mscclpp::host::connection::EndpointConfig;
 use mscclpp::host::gpu::{BackendKind, LaunchConfig};
@@ -52,7 +54,17 @@ fn trace_dir(test: &str) -> PathBuf {
 
 /// Runs `body` on two ranks with their traces on, into `dir`; every rank's error is reported.
 fn run_traced(backend: BackendKind, dir: &Path, body: impl Fn(Arc<Communicator>) + Sync) {
-    let results = mscclpp::world::run_local_ranks(backend, 2, |comm| {
+    run_traced_on(2, backend, dir, body)
+}
+
+/// [`run_traced`] on `ranks` ranks.
+fn run_traced_on(
+    ranks: usize,
+    backend: BackendKind,
+    dir: &Path,
+    body: impl Fn(Arc<Communicator>) + Sync,
+) {
+    let results = mscclpp::world::run_local_ranks(backend, ranks, |comm| {
         let comm = Arc::new(comm.traced(TraceConfig::new(dir)));
         body(comm.clone());
         let written = comm.trace_dump()?;
@@ -330,6 +342,99 @@ fn a_traced_two_rank_all_reduce_merges_into_one_consistent_timeline() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One rank, on any backend (one GPU is enough): a pre-multiplied sum is the one collective
+/// a single rank runs in a kernel (the staged one; every other is a copy), so this is where a
+/// GPU's own block events (`%globaltimer`) and the clock pairs that map them onto the host's
+/// clock are checked when only one GPU is lent: every call has blocks, each block's `send`
+/// inside its span, every block and the GPU span inside the host span drawn around "call +
+/// synchronize"; the data is right.
+#[test]
+fn a_traced_one_rank_kernel_puts_its_blocks_inside_the_host_call() {
+    let backend = BackendKind::select().expect("backend");
+    let dir = trace_dir("onerank");
+    const CALLS: usize = 3;
+    let count = 16 << 10;
+    run_traced_on(1, backend, &dir, |comm| {
+        let coll = Collectives::new(comm.clone()).expect("collectives");
+        let g = comm.gpu().clone();
+        let stream = g.stream().unwrap();
+        let (input, output) = (g.alloc(count * 4).unwrap(), g.alloc(count * 4).unwrap());
+        let mine: Vec<f32> = (0..count).map(|i| (i % 251) as f32).collect();
+        input
+            .copy_from_host(0, bytemuck::cast_slice(&mine))
+            .unwrap();
+        for k in 0..CALLS {
+            let _step = comm.trace().span(Category::User, "step").arg("k", k);
+            let half = Reduction::PreMulSum(Scalar::host(0.5, DataType::F32));
+            // SAFETY: both buffers hold `count` f32 and outlive the synchronize below.
+            unsafe {
+                coll.all_reduce(
+                    input.ptr(),
+                    output.ptr(),
+                    count,
+                    DataType::F32,
+                    half,
+                    &stream,
+                    None,
+                )
+            }
+            .expect("all_reduce");
+            stream.synchronize().unwrap();
+        }
+        let mut got = vec![0f32; count];
+        output
+            .copy_to_host(0, bytemuck::cast_slice_mut(&mut got))
+            .unwrap();
+        for (i, v) in got.iter().enumerate() {
+            assert_eq!(*v, 0.5 * (i % 251) as f32, "element {i}");
+        }
+    });
+    let (events, notes) = merged(&dir);
+    assert!(notes.iter().all(|n| !n.contains("cut short")), "{notes:?}");
+    let all = spans(&events);
+    let blocks = check_blocks(&all);
+    let slack = slack(backend);
+    let steps: Vec<&X> = all.iter().filter(|x| x.name == "step").collect();
+    let calls: Vec<&X> = all
+        .iter()
+        .filter(|x| x.cat == "call" && x.name == "all_reduce")
+        .collect();
+    assert_eq!((steps.len(), calls.len()), (CALLS, CALLS));
+    for call in calls {
+        let id = &call.args["call"];
+        assert_eq!(call.args["algorithm"], Algorithm::Staged.name(), "{call:?}");
+        let step = steps
+            .iter()
+            .find(|s| inside(call, s, 0.0))
+            .unwrap_or_else(|| panic!("call {id} outside every step"));
+        let mine: Vec<&X> = blocks.iter().filter(|b| &b.args["call"] == id).collect();
+        assert!(!mine.is_empty(), "call {id} has no block events");
+        for b in &mine {
+            assert!(
+                inside(b, step, slack),
+                "a block of call {id} outside its host call: {b:?} {step:?}"
+            );
+        }
+        // The staged kernel records `send` (an instant: it records no `recv`), inside its
+        // block's span.
+        for b in &mine {
+            let send = events
+                .iter()
+                .filter(|e| e["ph"] == "i" && e["name"] == "send")
+                .filter(|e| e["tid"] == b.tid && e["args"]["launch"] == b.args["launch"])
+                .find_map(|e| e["ts"].as_f64())
+                .unwrap_or_else(|| panic!("call {id}: a block without its send: {b:?}"));
+            assert!(b.start <= send && send <= b.end, "{send} outside {b:?}");
+        }
+        let gpu = all
+            .iter()
+            .find(|x| x.cat == "gpu call" && &x.args["call"] == id)
+            .unwrap_or_else(|| panic!("no GPU span of call {id}"));
+        assert!(inside(gpu, step, slack), "{gpu:?} outside {step:?}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -6,7 +6,12 @@
 //!
 //! - Each pair of ranks keeps its own sequence numbers and counters in device memory, so only
 //!   the two ranks of a transfer take part in it (ranks outside a batch launch nothing) and a
-//!   call captured in a CUDA graph replays correctly. No call makes a host round trip.
+//!   call captured in a CUDA graph replays correctly. No call makes a host round trip, but
+//!   the first in which two ranks meet: it allocates this rank's point-to-point region (once,
+//!   for every peer: `P2pLayout::bytes`) and trades it with the peer ([`region`],
+//!   `regions.rs`), so that a communicator that never sends holds none. Under CUDA-graph
+//!   capture a first meeting is refused (`Error::Unsupported`, [`UNTRADED_IN_CAPTURE`]):
+//!   run one eager call between the two ranks, or `Collectives::prepare`, before capturing.
 //! - The sender's byte count travels in every message's header; a receive posted with another
 //!   count consumes the message, writes nothing and records `Error::CountMismatch` (what the
 //!   receiving rank's next call, or `comm.status().error()`, returns).
@@ -40,6 +45,7 @@ use mscclpp_shared::{DevicePtr, P2P_MAX_OPS, P2P_RECV, P2P_SEND, P2pLayout, P2pO
 
 use super::{Algorithm, Collective, CollectiveAlgorithm, Queued};
 use crate::collectives::context::{Args, Context, Peer, SetUp, copy_if_needed, current_call};
+use crate::collectives::regions::Peers;
 use crate::collectives::scratch::Region;
 use crate::kernels;
 
@@ -134,6 +140,7 @@ impl P2p {
         let me = cx.rank();
         let copies = self_pairs(me, batch)?;
         cx.ensure_healthy()?;
+        let region = region(cx, &peers_of(me, batch), stream.is_capturing()?)?;
         cx.record(Algorithm::P2p);
         for (dst, src, bytes) in copies {
             if bytes > 0 {
@@ -142,7 +149,10 @@ impl P2p {
                 unsafe { copy_if_needed(stream, dst, src, bytes)? };
             }
         }
-        let base = cx.p2p_params();
+        let Some((scratch, table)) = region else {
+            return Ok(());
+        };
+        let base = cx.p2p_params(scratch, table);
         let ll = base.ll_bytes as usize;
         let lanes = base.lanes;
         for (_, ops) in schedule(me, cx.ranks(), batch) {
@@ -171,6 +181,44 @@ impl P2p {
             unsafe { stream.launch(&self.kernel, shape, p) }?;
         }
         Ok(())
+    }
+}
+
+/// What a point-to-point call is refused as under CUDA-graph capture when it meets a peer this
+/// rank has not traded its point-to-point region with yet.
+pub(crate) const UNTRADED_IN_CAPTURE: &str = "a first point-to-point call between two ranks \
+     under CUDA-graph capture (their point-to-point regions are allocated and traded on the \
+     host at their first meeting: run one send / receive between them eagerly, or \
+     Collectives::prepare, before capturing)";
+
+/// The other ranks `batch` meets, each once, in order.
+pub(crate) fn peers_of(me: usize, batch: &[Transfer]) -> Vec<usize> {
+    let mut peers: Vec<usize> = batch.iter().map(|t| t.peer).filter(|&q| q != me).collect();
+    peers.sort_unstable();
+    peers.dedup();
+    peers
+}
+
+/// This rank's point-to-point region and its channel table, traded with `peers` first where
+/// it was not (`regions.rs`); `None` when `peers` is empty (a batch of copies to this rank
+/// itself needs no region). When `capturing` (the call's stream is being captured into a CUDA
+/// graph), a peer not traded with yet is refused ([`UNTRADED_IN_CAPTURE`]) before anything is
+/// allocated or sent.
+pub(crate) fn region(
+    cx: &Context,
+    peers: &[usize],
+    capturing: bool,
+) -> Result<Option<(DevicePtr<u8>, DevicePtr<u8>)>> {
+    if peers.is_empty() {
+        return Ok(None);
+    }
+    let wanted = Peers::Some(peers.to_vec());
+    if capturing && !cx.regions.is_ready(cx, Region::P2p, wanted.clone()) {
+        return Err(cx.cannot(UNTRADED_IN_CAPTURE));
+    }
+    match cx.regions.get(cx, Region::P2p, wanted)? {
+        Some(region) => Ok(Some(region)),
+        None => Err(cx.cannot("a point-to-point call without a point-to-point region")),
     }
 }
 
@@ -402,6 +450,92 @@ mod tests {
                     assert_eq!(mine, keys(&plans[q], Dir::Recv, r), "{n}: {r} -> {q}");
                 }
             }
+        }
+    }
+
+    /// The point-to-point region (2 ranks, CPU backend): a communicator that only runs
+    /// collectives holds none; under capture a first meeting is refused before anything is
+    /// allocated or sent; the first eager send allocates it (its `P2pLayout` bytes) and trades
+    /// it with the peer; after that a capture may meet that peer; `prepare` allocates it for
+    /// every peer at once.
+    #[test]
+    fn the_point_to_point_region_is_traded_at_the_first_meeting_and_refused_under_capture() {
+        use crate::collectives::Collectives;
+        use crate::collectives::scratch::Region;
+        use mscclpp_host::gpu::BackendKind;
+        use mscclpp_shared::DataType;
+        use mscclpp_shared::ReduceOp;
+        use std::sync::Arc;
+
+        for r in crate::world::run_local_ranks(BackendKind::Cpu, 3, |comm| {
+            let c = Collectives::new(Arc::new(comm))?;
+            let (me, cx) = (c.communicator().rank(), &c.cx);
+            let st = c.communicator().gpu().stream()?;
+            let buf = c.communicator().gpu().alloc(4096)?;
+            // SAFETY: `buf` holds 16 words until the synchronize (LL16: no region of its own).
+            unsafe {
+                c.all_reduce(
+                    buf.ptr(),
+                    buf.ptr(),
+                    16,
+                    DataType::U32,
+                    ReduceOp::Sum,
+                    &st,
+                    None,
+                )
+            }?;
+            st.synchronize()?;
+            let set_up = c.scratch_bytes();
+            assert_eq!(
+                set_up,
+                cx.layout.len(),
+                "collectives allocate no p2p region"
+            );
+            // Ranks 0 and 1 meet; rank 2 does not.
+            if me < 2 {
+                let peer = 1 - me;
+                let refused = super::region(cx, &[peer], true);
+                assert!(
+                    matches!(refused, Err(mscclpp_host::Error::Unsupported { what, .. })
+                        if what == super::UNTRADED_IN_CAPTURE),
+                    "{refused:?}"
+                );
+                assert_eq!(c.scratch_bytes(), set_up, "nothing allocated under capture");
+                assert_eq!(super::region(cx, &[], true)?, None, "no peer, no region");
+                // SAFETY: `buf` holds 16 words until the synchronize.
+                unsafe {
+                    if me == 0 {
+                        c.send(buf.ptr(), 16, DataType::U32, peer, &st)
+                    } else {
+                        c.recv(buf.ptr(), 16, DataType::U32, peer, &st)
+                    }
+                }?;
+                st.synchronize()?;
+                let p2p = cx.layout.region_len(Region::P2p);
+                assert!(p2p > 0);
+                assert_eq!(c.scratch_bytes(), set_up + p2p, "the region, once");
+                assert!(
+                    super::region(cx, &[peer], true)?.is_some(),
+                    "traded: capturable"
+                );
+                let other = 2;
+                assert!(
+                    super::region(cx, &[peer, other], true).is_err(),
+                    "rank 2 not met"
+                );
+            }
+            c.prepare()?;
+            let all = cx.others();
+            assert!(
+                super::region(cx, &all, true)?.is_some(),
+                "prepare trades every peer"
+            );
+            let lazy = [Region::Ll128, Region::Staging, Region::P2p];
+            let every: usize = lazy.iter().map(|&r| cx.layout.region_len(r)).sum();
+            assert_eq!(c.scratch_bytes(), set_up + every, "every region, once each");
+            c.communicator().barrier()
+        }) {
+            r.unwrap_or_else(|e| panic!("{}", crate::ErrorChain(&e)));
         }
     }
 

@@ -139,7 +139,7 @@ fn parts(
     let mut off = 0;
     while off < part_bytes {
         let len = max_piece.min(part_bytes - off);
-        let mut p = cx.params_in(Region::Staging, piece.peers, piece.mode, piece.data)?;
+        let mut p = cx.params_in(Region::Staging, piece.peers.clone(), piece.mode, piece.data)?;
         p.input = input.byte_add_cast(off as u64);
         p.output = output.byte_add_cast(off as u64);
         p.bytes = len as u64;
