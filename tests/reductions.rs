@@ -564,7 +564,21 @@ fn one_rank_still_multiplies() {
         let b = Buffers::new(c.communicator().gpu(), 1);
         for d in TYPES {
             for op in OPS {
-                one_case(&c, &b, Coll::AllReduce, Algorithm::Staged, d, op, 37);
+                // Whole 16-byte vectors: the direct kernel's local reduction; 37 elements at
+                // an element's offset: staging. (One rank takes no forced algorithm: the
+                // argument only picks the input's offset.)
+                let scales = matches!(op, Op::PreMulHost | Op::PreMulDevice)
+                    || matches!(op, Op::Avg) && d.is_float();
+                for (algo, count, by) in [
+                    (Algorithm::Direct, 64, Algorithm::Direct),
+                    (Algorithm::Staged, 37, Algorithm::Staged),
+                ] {
+                    one_case(&c, &b, Coll::AllReduce, algo, d, op, count);
+                    if scales {
+                        let what = format!("{op:?} of {d:?}, {count} elements");
+                        assert_eq!(c.last_algorithm(), Some(by), "{what}");
+                    }
+                }
             }
         }
     });

@@ -753,6 +753,14 @@ impl Collectives {
             })
     }
 
+    /// The direct kernel's unit.
+    fn direct(&self) -> Result<&algo::direct::Direct> {
+        self.units[Algorithm::Direct as usize]
+            .as_any()
+            .downcast_ref::<algo::direct::Direct>()
+            .ok_or_else(|| self.cx.cannot("a direct kernel registered elsewhere"))
+    }
+
     /// The dispatch (what `select::decide` models): a call of zero elements queues nothing
     /// (but a point-to-point one, which pairs with its peer's); an all-reduce or a reduce on
     /// one rank copies; else
@@ -781,8 +789,12 @@ impl Collectives {
                 // SAFETY: the caller's contract.
                 return unsafe { copy_if_needed(stream, args.output, args.input, call.bytes) };
             }
-            // One rank still multiplies its contribution (as NCCL does): through staging,
-            // which serves any size.
+            // One rank still multiplies its contribution (as NCCL does): by the direct
+            // kernel's local reduction on whole 16-byte vectors, else through staging, which
+            // serves any size and alignment.
+            if let Queued::Ran = self.direct()?.alone(cx, &args, stream)? {
+                return Ok(());
+            }
             forced = Some(Algorithm::Staged);
         }
         let cannot = |w| cx.cannot(w);

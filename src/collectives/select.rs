@@ -229,7 +229,8 @@ pub(crate) const UNUSABLE_IN_CAPTURE: &str = "this algorithm on this call now (u
 
 /// What `call` runs, forced to `forced` or not, when every rank's buffers can (`registered`)
 /// or cannot be shared; `Err` with what is unsupported. The dispatch's steps, without a GPU:
-/// an all-reduce or a reduce on one rank copies (a pre-multiplied sum stages); otherwise
+/// an all-reduce or a reduce on one rank copies (a pre-multiplied sum runs the direct
+/// kernel's local reduction, or stages); otherwise
 /// [`choose`]; an algorithm on registered buffers that
 /// cannot have them declines (a forced one is refused, else the choice is made again among
 /// the others); the chosen algorithm's `plan` says what finally runs.
@@ -242,7 +243,9 @@ pub(crate) fn decide(
 ) -> Result<Decision, &'static str> {
     if matches!(call.collective, AllReduce | Reduce) && call.ranks == 1 {
         return Ok(if call.op.op == mscclpp_shared::DeviceReduceOp::PreMulSum {
-            Decision::Run(Staged)
+            // The direct kernel's local reduction on whole vectors (what `registered` stands
+            // for here), else staging.
+            Decision::Run(if registered { Direct } else { Staged })
         } else {
             Decision::Copy
         });

@@ -110,6 +110,23 @@ impl CollectiveAlgorithm for Direct {
 }
 
 impl Direct {
+    /// A one-rank reducing call whose operator still changes the data (a pre-multiplied sum,
+    /// a floating average): `output = op(input)` by the kernel's local reduction over one
+    /// source (`ReduceLocal`), which meets no peer and needs no registration, scratch or
+    /// host wait, so it runs under capture too. Declined unless both buffers are whole 16-byte
+    /// vectors (the kernel's unit); the dispatch then stages the call.
+    pub fn alone(&self, cx: &Context, args: &Args, stream: &Stream) -> Result<Queued> {
+        let (call, b) = (&args.call, args.call.bytes);
+        if cx.ranks() != 1 || !whole_vectors(&[args.input, args.output], b) {
+            return Ok(Queued::Declined);
+        }
+        let mut d = cx.direct_params(CollectiveMode::ReduceLocal, (call.dtype, call.op), b);
+        (d.inputs[0], d.outputs[0]) = (args.input, args.output);
+        (d.common.input, d.common.output) = (args.input, args.output);
+        launch(cx, &self.kernel, d, b, stream)?;
+        Ok(Queued::Ran)
+    }
+
     /// A call on registered buffers (`registry.rs`): no exchange; the kernel learns the peers'
     /// buffers from their descriptors (`mscclpp_device::collectives::direct`). Never declines:
     /// a rank whose buffers do not suit the kernel says so in its descriptor, and every rank's
