@@ -346,7 +346,8 @@ fn a_traced_two_rank_all_reduce_merges_into_one_consistent_timeline() {
 }
 
 /// One rank, on any backend (one GPU is enough): a pre-multiplied sum is the one collective
-/// a single rank runs in a kernel (the staged one; every other is a copy), so this is where a
+/// a single rank runs in a kernel (on a count that is not whole 16-byte vectors, the staged
+/// one; every other collective is a copy), so this is where a
 /// GPU's own block events (`%globaltimer`) and the clock pairs that map them onto the host's
 /// clock are checked when only one GPU is lent: every call has blocks, each block's `send`
 /// inside its span, every block and the GPU span inside the host span drawn around "call +
@@ -356,7 +357,9 @@ fn a_traced_one_rank_kernel_puts_its_blocks_inside_the_host_call() {
     let backend = BackendKind::select().expect("backend");
     let dir = trace_dir("onerank");
     const CALLS: usize = 3;
-    let count = 16 << 10;
+    // Not whole 16-byte vectors: staged (on whole vectors one rank runs the direct kernel's
+    // local reduction, which records no `send`).
+    let count = (16 << 10) + 3;
     run_traced_on(1, backend, &dir, |comm| {
         let coll = Collectives::new(comm.clone()).expect("collectives");
         let g = comm.gpu().clone();
