@@ -271,6 +271,16 @@ settings! {
         env: "MSCCLPP_DIRECT_BLOCK_BYTES",
         limit: Limit::AtLeast(16),
     },
+    /// Smallest one-rank pre-multiplied sum (bytes, whole 16-byte vectors) that runs the
+    /// direct kernel's local reduction instead of staging.
+    alone_direct_min_bytes: usize {
+        // One H200, f16, CUDA graphs: staged 3.90 / 10.88 / 11.28 / 213.9 us at 1 KiB / 1 MiB
+        // / 4 MiB / 64 MiB, the direct kernel's local reduction 7.47 / 12.85 / 13.43 / 87.3
+        // (NCCL: 1.49 / ~4 / 4.26 / 48.7): the lines cross near 5 MiB. CPU: every whole
+        // vector, so that the tests take both paths.
+        cuda: 8 << 20,
+        cpu: 16,
+    },
     /// Threads per block of the direct kernel.
     direct_threads: u32 {
         cuda: 512,

@@ -145,6 +145,9 @@ impl Reduction {
             Self::Prod => plain(DeviceReduceOp::Prod),
             Self::Min => plain(DeviceReduceOp::Min),
             Self::Max => plain(DeviceReduceOp::Max),
+            // The mean of one contribution is itself (`x · 1` is `x` in every floating type,
+            // NaN and the signed zeros included): no kernel needs to multiply.
+            Self::Avg if nranks <= 1 => plain(DeviceReduceOp::Sum),
             Self::Avg if dtype.is_float() => Ok(KernelOp {
                 scalar: element_bits(1.0 / nranks.max(1) as f64, dtype),
                 ..KernelOp::plain(DeviceReduceOp::PreMulSum)
@@ -184,6 +187,14 @@ mod tests {
 
     #[test]
     fn averages_lower_as_nccl_does() {
+        for d in [DataType::F16, DataType::F32, DataType::I32] {
+            let one = Reduction::Avg.lower(d, 1, 0).unwrap();
+            assert_eq!(
+                one,
+                KernelOp::plain(DeviceReduceOp::Sum),
+                "one rank: a copy"
+            );
+        }
         let avg = |d| Reduction::Avg.lower(d, 3, 0).unwrap();
         assert_eq!(avg(DataType::F32).op, DeviceReduceOp::PreMulSum);
         assert_eq!(avg(DataType::F32).scalar, (1.0f32 / 3.0).to_bits() as u64);

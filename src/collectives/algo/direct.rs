@@ -110,14 +110,18 @@ impl CollectiveAlgorithm for Direct {
 }
 
 impl Direct {
-    /// A one-rank reducing call whose operator still changes the data (a pre-multiplied sum,
-    /// a floating average): `output = op(input)` by the kernel's local reduction over one
+    /// A one-rank reducing call whose operator still changes the data (a pre-multiplied
+    /// sum): `output = op(input)` by the kernel's local reduction over one
     /// source (`ReduceLocal`), which meets no peer and needs no registration, scratch or
     /// host wait, so it runs under capture too. Declined unless both buffers are whole 16-byte
-    /// vectors (the kernel's unit); the dispatch then stages the call.
+    /// vectors (the kernel's unit) of at least `alone_direct_min_bytes` (below, staging is
+    /// faster); the dispatch then stages the call.
     pub fn alone(&self, cx: &Context, args: &Args, stream: &Stream) -> Result<Queued> {
         let (call, b) = (&args.call, args.call.bytes);
-        if cx.ranks() != 1 || !whole_vectors(&[args.input, args.output], b) {
+        if cx.ranks() != 1
+            || b < cx.cfg.alone_direct_min_bytes
+            || !whole_vectors(&[args.input, args.output], b)
+        {
             return Ok(Queued::Declined);
         }
         let mut d = cx.direct_params(CollectiveMode::ReduceLocal, (call.dtype, call.op), b);
