@@ -554,12 +554,16 @@ fn every_type_reduction_and_algorithm_on_3_ranks() {
     grid(3);
 }
 
-/// On one rank an all-reduce is a copy, except that a pre-multiplied sum (an average of
-/// floats included, by 1/1) still multiplies, as NCCL's does.
+/// On one rank an all-reduce is a copy (an average too: `x · 1` is `x`), except that a
+/// pre-multiplied sum still multiplies, as NCCL's does: by the direct kernel's local
+/// reduction on whole vectors from `alone_direct_min_bytes`, else through staging.
 #[test]
 fn one_rank_still_multiplies() {
     ranks_as_threads(1, |comm: Communicator| {
-        let cfg = CollectiveConfig::for_backend(comm.gpu().kind());
+        let mut cfg = CollectiveConfig::for_backend(comm.gpu().kind());
+        // Every whole vector takes the direct kernel's local reduction (the CUDA default
+        // starts at 8 MiB), so that both paths run on both backends.
+        cfg.alone_direct_min_bytes = 16;
         let c = Collectives::with_config(Arc::new(comm), cfg).expect("collectives");
         let b = Buffers::new(c.communicator().gpu(), 1);
         for d in TYPES {
