@@ -28,336 +28,24 @@
 //! combination.
 
 mod common;
+mod surface;
+
+use surface::mix;
 
 use std::sync::Arc;
 
 use common::ranks_as_threads;
-use mscclpp::collectives::{Algorithm, CollectiveConfig, Collectives, Reduction, Scalar};
+use mscclpp::collectives::{Algorithm, CollectiveConfig, Collectives};
 use mscclpp::host::communicator::Communicator;
 use mscclpp::host::gpu::{BackendKind, DeviceBuffer, Gpu, Stream};
 use mscclpp::shared::DataType;
 
-// ------------------------------------------------------------------------------------------
-// The types, from their definitions
-// ------------------------------------------------------------------------------------------
-
-/// A floating-point format: exponent bits, mantissa bits, and whether its all-ones exponent
-/// holds infinities and NaNs (IEEE) or only a NaN with an all-ones mantissa (e4m3).
-#[derive(Clone, Copy, Debug)]
-struct Float {
-    ebits: u32,
-    mbits: u32,
-    ieee: bool,
-}
-
-impl Float {
-    fn bias(self) -> i32 {
-        (1 << (self.ebits - 1)) - 1
-    }
-    /// Unit roundoff: half an ulp of 1.
-    fn u(self) -> f64 {
-        2f64.powi(-(self.mbits as i32) - 1)
-    }
-    /// The smallest subnormal.
-    fn tiny(self) -> f64 {
-        2f64.powi(1 - self.bias() - self.mbits as i32)
-    }
-    /// The value of `bits` (NaN: `None`).
-    fn decode(self, bits: u64) -> Option<f64> {
-        let m = bits & ((1 << self.mbits) - 1);
-        let e = ((bits >> self.mbits) & ((1 << self.ebits) - 1)) as i32;
-        let sign = if (bits >> (self.mbits + self.ebits)) & 1 == 1 {
-            -1.0
-        } else {
-            1.0
-        };
-        let top = (1 << self.ebits) - 1;
-        let frac = m as f64 / 2f64.powi(self.mbits as i32);
-        if self.ieee && e == top {
-            return if m == 0 {
-                Some(sign * f64::INFINITY)
-            } else {
-                None
-            };
-        }
-        if !self.ieee && e == top && m == (1 << self.mbits) - 1 {
-            return None;
-        }
-        Some(if e == 0 {
-            sign * frac * 2f64.powi(1 - self.bias())
-        } else {
-            sign * (1.0 + frac) * 2f64.powi(e - self.bias())
-        })
-    }
-    /// A value of `2^e` times a mantissa of `mant` bits (`1 <= 1.m < 2`), signed.
-    fn encode(self, negative: bool, e: i32, mant: u64) -> u64 {
-        let m = mant & ((1 << self.mbits) - 1);
-        let s = (negative as u64) << (self.mbits + self.ebits);
-        s | ((e + self.bias()) as u64) << self.mbits | m
-    }
-}
-
-/// How the test sees a data type.
-#[derive(Clone, Copy, Debug)]
-enum Kind {
-    Int { bits: u32, signed: bool },
-    Float(Float),
-}
-
-fn kind(d: DataType) -> Kind {
-    let f = |ebits, mbits, ieee| Kind::Float(Float { ebits, mbits, ieee });
-    let int = |bits, signed| Kind::Int { bits, signed };
-    match d {
-        DataType::F32 => f(8, 23, true),
-        DataType::F64 => f(11, 52, true),
-        DataType::F16 => f(5, 10, true),
-        DataType::BF16 => f(8, 7, true),
-        DataType::F8E4M3 => f(4, 3, false),
-        DataType::F8E5M2 => f(5, 2, true),
-        DataType::I8 => int(8, true),
-        DataType::U8 => int(8, false),
-        DataType::I32 => int(32, true),
-        DataType::U32 => int(32, false),
-        DataType::I64 => int(64, true),
-        DataType::U64 => int(64, false),
-    }
-}
-
-/// Every type.
-const TYPES: [DataType; 12] = [
-    DataType::F32,
-    DataType::F16,
-    DataType::BF16,
-    DataType::I32,
-    DataType::U32,
-    DataType::I8,
-    DataType::U8,
-    DataType::I64,
-    DataType::U64,
-    DataType::F64,
-    DataType::F8E4M3,
-    DataType::F8E5M2,
-];
-
-/// The bits of an integer value (wrapped to the type).
-fn wrap(v: i128, bits: u32) -> u64 {
-    (v as u128 & ((1u128 << bits) - 1)) as u64
-}
-
-/// An integer element's value.
-fn int_value(bits_of: u64, bits: u32, signed: bool) -> i128 {
-    let v = bits_of as u128 & ((1u128 << bits) - 1);
-    if signed && v >> (bits - 1) == 1 {
-        v as i128 - (1i128 << bits)
-    } else {
-        v as i128
-    }
-}
-
-/// The element of `fmt` nearest to `x` (ties to the even code), by brute force over every
-/// code: for 8- and 16-bit formats.
-fn nearest_small(x: f64, fmt: Float) -> u64 {
-    let width = 1 + fmt.ebits + fmt.mbits;
-    let mut best: Option<(f64, u64)> = None;
-    for code in 0..(1u64 << width) {
-        let Some(v) = fmt.decode(code) else {
-            continue;
-        };
-        if v.is_infinite() {
-            continue;
-        }
-        let d = (v - x).abs();
-        if best.is_none_or(|(bd, bc)| d < bd || (d == bd && code & 1 == 0 && bc & 1 == 1)) {
-            best = Some((d, code));
-        }
-    }
-    best.expect("a finite code").1
-}
-
-/// `1/n` as the element NCCL's average multiplies by: `1/n` rounded to the type (through f32,
-/// as NCCL's `float(1.0/n)`: for n = 2, 3 f32 rounding first changes nothing here).
-fn one_over(n: usize, d: DataType, fmt: Float) -> u64 {
-    let x = 1.0 / n as f64;
-    match d {
-        DataType::F64 => x.to_bits(),
-        DataType::F32 => (x as f32).to_bits() as u64,
-        _ => nearest_small((x as f32) as f64, fmt),
-    }
-}
-
-// ------------------------------------------------------------------------------------------
-// Inputs and reductions
-// ------------------------------------------------------------------------------------------
-
-fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
-
-/// The reductions under test.
-#[derive(Clone, Copy, PartialEq, Debug)]
-enum Op {
-    Sum,
-    Prod,
-    Min,
-    Max,
-    Avg,
-    PreMulHost,
-    PreMulDevice,
-}
-
-const OPS: [Op; 7] = [
-    Op::Sum,
-    Op::Prod,
-    Op::Min,
-    Op::Max,
-    Op::Avg,
-    Op::PreMulHost,
-    Op::PreMulDevice,
-];
-
-/// The scalars of the pre-multiplied sums: (by value, in device memory).
-fn scalar_bits(d: DataType, op: Op) -> u64 {
-    let device = op == Op::PreMulDevice;
-    match kind(d) {
-        // 3 and -7 (wrapped).
-        Kind::Int { bits, .. } => wrap(if device { -7 } else { 3 }, bits),
-        // 1.5 and -2.5, exact in every format.
-        Kind::Float(f) => f.encode(
-            device,
-            if device { 1 } else { 0 },
-            if device {
-                1 << (f.mbits - 2)
-            } else {
-                1 << (f.mbits - 1)
-            },
-        ),
-    }
-}
-
-/// Element `i` of rank `rank`'s input for `op` on `d` (a different stream per `salt`).
-fn input(d: DataType, op: Op, rank: usize, i: usize, salt: u64) -> u64 {
-    let h = mix((rank as u64) << 40 ^ (i as u64) << 8 ^ salt ^ (d as u64) << 56);
-    match kind(d) {
-        Kind::Int { bits, .. } => wrap(h as i128, bits),
-        Kind::Float(f) => {
-            // Products: magnitudes in [1/2, 2); everything else in [1/16, 8).
-            let (lo, span) = if op == Op::Prod { (-1, 2) } else { (-4, 7) };
-            let e = lo + (h >> 60) as i32 % span;
-            f.encode(h & 1 == 1, e, h >> 8)
-        }
-    }
-}
-
-/// What one rank must find: the exact reduction of `xs` (every rank's element) and, for
-/// floats, how far the result may be from it.
-enum Want {
-    Bits(u64),
-    Near { value: f64, tol: f64 },
-}
-
-/// The factor a floating-point `op` multiplies each contribution by, if any (found once per
-/// case: the average's is a brute-force search).
-fn factor(d: DataType, op: Op, n: usize) -> Option<f64> {
-    let Kind::Float(f) = kind(d) else {
-        return None;
-    };
-    match op {
-        Op::Avg => f.decode(one_over(n, d, f)),
-        Op::PreMulHost | Op::PreMulDevice => f.decode(scalar_bits(d, op)),
-        _ => None,
-    }
-}
-
-/// The reference for `op` over the ranks' elements `xs` (`scale`: [`factor`]).
-fn reference(d: DataType, op: Op, xs: &[u64], n: usize, scale: Option<f64>) -> Want {
-    match kind(d) {
-        Kind::Int { bits, signed } => {
-            let v: Vec<i128> = xs.iter().map(|&x| int_value(x, bits, signed)).collect();
-            let m = |x: i128| int_value(wrap(x, bits), bits, signed);
-            let s = int_value(scalar_bits(d, op), bits, signed);
-            let r = match op {
-                Op::Sum => v.iter().fold(0, |a, &x| m(a + x)),
-                Op::Prod => v.iter().fold(1i128, |a, &x| m(a.wrapping_mul(x))),
-                Op::Min => *v.iter().min().unwrap(),
-                Op::Max => *v.iter().max().unwrap(),
-                // The sum wraps in the type, then one division truncating toward zero.
-                Op::Avg => v.iter().fold(0, |a, &x| m(a + x)) / n as i128,
-                Op::PreMulHost | Op::PreMulDevice => {
-                    v.iter().fold(0, |a, &x| m(a + m(x.wrapping_mul(s))))
-                }
-            };
-            Want::Bits(wrap(r, bits))
-        }
-        Kind::Float(f) => {
-            let v: Vec<f64> = xs
-                .iter()
-                .map(|&x| f.decode(x).expect("finite input"))
-                .collect();
-            let f64_slack = if d == DataType::F64 {
-                2f64.powi(-52)
-            } else {
-                0.0
-            };
-            match op {
-                Op::Min => Want::Near {
-                    value: v.iter().cloned().fold(f64::INFINITY, f64::min),
-                    tol: 0.0,
-                },
-                Op::Max => Want::Near {
-                    value: v.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
-                    tol: 0.0,
-                },
-                Op::Prod => {
-                    let p: f64 = v.iter().product();
-                    let steps = (n - 1) as f64;
-                    Want::Near {
-                        value: p,
-                        tol: (steps * f.u() + n as f64 * f64_slack) * p.abs() + f.tiny(),
-                    }
-                }
-                _ => {
-                    let t: Vec<f64> = v.iter().map(|x| x * scale.unwrap_or(1.0)).collect();
-                    let steps = (n - 1) as f64 + if scale.is_some() { 1.0 } else { 0.0 };
-                    let mass: f64 = t.iter().map(|x| x.abs()).sum();
-                    Want::Near {
-                        value: t.iter().sum(),
-                        tol: (steps * f.u() + n as f64 * f64_slack) * mass + n as f64 * f.tiny(),
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Checks `got` (one element's bits) against `want`.
-fn check(d: DataType, got: u64, want: &Want, what: &dyn Fn() -> String) {
-    match (want, kind(d)) {
-        (Want::Bits(w), _) => assert_eq!(got, *w, "{}: got {got:#x}, want {w:#x}", what()),
-        (Want::Near { value, tol }, Kind::Float(f)) => {
-            let g = f.decode(got).unwrap_or(f64::NAN);
-            assert!(
-                (g - value).abs() <= *tol,
-                "{}: got {g:e} ({got:#x}), want {value:e} ± {tol:e}",
-                what()
-            );
-        }
-        (Want::Near { .. }, Kind::Int { .. }) => unreachable!("integers compare exactly"),
-    }
-}
-
-fn read(bytes: &[u8], es: usize, i: usize) -> u64 {
-    let mut b = [0u8; 8];
-    b[..es].copy_from_slice(&bytes[i * es..(i + 1) * es]);
-    u64::from_le_bytes(b)
-}
-
-fn bytes_of(vals: impl Iterator<Item = u64>, es: usize) -> Vec<u8> {
-    vals.flat_map(|v| v.to_le_bytes().into_iter().take(es))
-        .collect()
-}
+// The types, their reductions and the host reference: `tests/surface/types.rs` (shared with
+// the NCCL-surface tests).
+use surface::types::{
+    OPS, Op, TYPES, bytes_of, check, element as input, element_at as read, reduction,
+    reference_scaled, scale as factor,
+};
 
 // ------------------------------------------------------------------------------------------
 // Running
@@ -406,25 +94,6 @@ fn counts(algo: Algorithm) -> &'static [usize] {
 
 fn full_grid() -> bool {
     std::env::var("MSCCLPP_TEST_REDUCTIONS_FULL").is_ok_and(|v| v == "1")
-}
-
-/// The reduction `op` on `d`, with `scalar` holding the device scalar.
-fn reduction(d: DataType, op: Op, scalar: &DeviceBuffer) -> Reduction {
-    match op {
-        Op::Sum => Reduction::Sum,
-        Op::Prod => Reduction::Prod,
-        Op::Min => Reduction::Min,
-        Op::Max => Reduction::Max,
-        Op::Avg => Reduction::Avg,
-        Op::PreMulHost => Reduction::PreMulSum(Scalar::Host(scalar_bits(d, op))),
-        Op::PreMulDevice => {
-            let bits = scalar_bits(d, op);
-            scalar
-                .copy_from_host(0, &bits.to_le_bytes()[..d.size()])
-                .unwrap();
-            Reduction::PreMulSum(Scalar::Device(scalar.ptr()))
-        }
-    }
 }
 
 /// One rank's buffers, allocated once and reused by every case (the registered paths cache
@@ -497,7 +166,7 @@ fn one_case(
     let scale = factor(d, op, n);
     for j in 0..count {
         let xs: Vec<u64> = (0..n).map(|r| x(r, part, j)).collect();
-        let want = reference(d, op, &xs, n, scale);
+        let want = reference_scaled(d, op, &xs, scale);
         check(d, read(&got, es, j), &want, &|| {
             format!("{}, element {j}", what())
         });
@@ -586,53 +255,6 @@ fn one_rank_still_multiplies() {
             }
         }
     });
-}
-
-/// The test's own reference agrees with values worked out by hand (so a wrong reference
-/// cannot pass a wrong library).
-#[test]
-fn reference_by_hand() {
-    let e4m3 = match kind(DataType::F8E4M3) {
-        Kind::Float(f) => f,
-        _ => unreachable!(),
-    };
-    assert_eq!(e4m3.decode(0x7e), Some(448.0));
-    assert_eq!(e4m3.decode(0x7f), None);
-    assert_eq!(e4m3.decode(0x01), Some(2f64.powi(-9)));
-    assert_eq!(one_over(3, DataType::F8E4M3, e4m3), 0x2b); // 0.34375
-    assert_eq!(
-        e4m3.decode(scalar_bits(DataType::F8E4M3, Op::PreMulHost)),
-        Some(1.5)
-    );
-    assert_eq!(
-        e4m3.decode(scalar_bits(DataType::F8E4M3, Op::PreMulDevice)),
-        Some(-2.5)
-    );
-    let f16 = match kind(DataType::F16) {
-        Kind::Float(f) => f,
-        _ => unreachable!(),
-    };
-    assert_eq!(one_over(3, DataType::F16, f16), 0x3555);
-    assert_eq!(f16.decode(0x7c00), Some(f64::INFINITY));
-    for d in TYPES {
-        if let Kind::Float(f) = kind(d) {
-            assert_eq!(f.decode(scalar_bits(d, Op::PreMulHost)), Some(1.5), "{d:?}");
-            assert_eq!(
-                f.decode(scalar_bits(d, Op::PreMulDevice)),
-                Some(-2.5),
-                "{d:?}"
-            );
-        }
-    }
-    // i8: 100 + 100 wraps to -56, averaged over 2: -28 (two's complement 0xe4).
-    let avg = reference(DataType::I8, Op::Avg, &[100, 100], 2, None);
-    assert!(matches!(avg, Want::Bits(0xe4)));
-    // u8 pre-multiplied by 3: 3 * 200 + 3 * 100 = 900 = 132 (mod 256).
-    let pms = reference(DataType::U8, Op::PreMulHost, &[200, 100], 2, None);
-    assert!(matches!(pms, Want::Bits(132)));
-    // i32 minimum of -1 and 1.
-    let min = reference(DataType::I32, Op::Min, &[0xffff_ffff, 1], 2, None);
-    assert!(matches!(min, Want::Bits(0xffff_ffff)));
 }
 
 /// The host and the kernels agree on which kernel reduces what: a main kernel launched for a

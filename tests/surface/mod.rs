@@ -1,4 +1,4 @@
-//! Test data and host references of the NCCL-surface tests (`tests/p2p.rs`,
+//! Test data and host references of the NCCL-surface tests (`tests/p2p.rs`, `tests/reductions.rs`,
 //! `tests/collectives_nccl_surface.rs`), kept apart from `tests/common` (whose helpers they use
 //! only to start ranks): values are a hash of (rank, part, index, salt), outputs start as a
 //! marker, and every element is compared with a reference computed here, from the types'

@@ -345,7 +345,18 @@ fn the_reference_agrees_with_values_worked_out_by_hand() {
     };
     assert_eq!(e4m3.decode(0x7e), Some(448.0));
     assert_eq!(e4m3.decode(0x7f), None);
+    assert_eq!(e4m3.decode(0x01), Some(2f64.powi(-9)));
     assert_eq!(one_over(3, DataType::F8E4M3, e4m3), 0.34375);
+    let Kind::Float(f16) = kind(DataType::F16) else {
+        unreachable!()
+    };
+    assert_eq!(Some(one_over(3, DataType::F16, f16)), f16.decode(0x3555));
+    assert_eq!(f16.decode(0x7c00), Some(f64::INFINITY));
+    // i32 minimum of -1 and 1.
+    assert!(matches!(
+        reference(DataType::I32, Op::Min, &[0xffff_ffff, 1]),
+        Want::Bits(0xffff_ffff)
+    ));
     for d in TYPES {
         if let Kind::Float(f) = kind(d) {
             assert_eq!(f.decode(scalar_bits(d, Op::PreMulHost)), Some(1.5), "{d:?}");
