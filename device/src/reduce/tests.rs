@@ -435,6 +435,18 @@ fn wide_floats_follow_nccl_on_nan_zero_and_infinity() {
     assert_eq!(reduce2(d(Min), &[b64(f64::NAN)], &[b64(-1.0)]), [b64(-1.0)]);
     assert_eq!(reduce2(d(Max), &[b64(5e-324)], &[b64(-0.0)]), [b64(5e-324)]);
     assert_eq!(reduce2(d(Min), &[b64(0.0)], &[b64(-0.0)]), [b64(-0.0)]);
+    assert_eq!(reduce2(d(Min), &[b64(-0.0)], &[b64(0.0)]), [b64(-0.0)]);
+    assert_eq!(reduce2(d(Max), &[b64(-0.0)], &[b64(0.0)]), [b64(0.0)]);
+    // Ordinary values, the smaller first and second (each comparison decides once).
+    let (lo, hi) = (&[b32(1.0), b32(-5.0)], &[b32(2.0), b32(-3.0)]);
+    assert_eq!(reduce2(f(Min), lo, hi), [b32(1.0), b32(-5.0)]);
+    assert_eq!(reduce2(f(Min), hi, lo), [b32(1.0), b32(-5.0)]);
+    assert_eq!(reduce2(f(Max), lo, hi), [b32(2.0), b32(-3.0)]);
+    assert_eq!(reduce2(f(Max), hi, lo), [b32(2.0), b32(-3.0)]);
+    for (a, b) in [(-7.5, 3.25), (3.25, -7.5)] {
+        assert_eq!(reduce2(d(Min), &[b64(a)], &[b64(b)]), [b64(-7.5)]);
+        assert_eq!(reduce2(d(Max), &[b64(a)], &[b64(b)]), [b64(3.25)]);
+    }
 }
 
 #[test]
