@@ -97,3 +97,158 @@ pub unsafe fn read_line_part(
 fn flag_word(flag: u32) -> u64 {
     flag as u64 | ((flag as u64) << 32)
 }
+
+#[cfg(test)]
+mod tests {
+    //! The line protocol on the host build (emulated lanes, `WARP_LINE_STORES_WHOLE` false): a
+    //! reader warp that starts before the writer waits and then returns every lane's data; the
+    //! bytes a line holds in memory (the layout the GPU's whole-line stores give); a stale flag
+    //! waits until the abort. (The GPU's whole-line path runs in the GPU bundle's LL128 tests.)
+
+    extern crate std;
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    use std::time::{Duration, Instant};
+    use std::vec::Vec;
+
+    use super::*;
+    use crate::arch::host::grid::{GridDims, run_grid};
+
+    /// One warp's step: 4 lines of 128 bytes, aligned as a line.
+    #[repr(C, align(128))]
+    struct Lines([u32; 4 * 32]);
+
+    /// Lane `lane`'s 16 bytes (a hash: no two lanes alike).
+    fn data(lane: usize, seed: u32) -> [u32; 4] {
+        let h = |k: u32| (lane as u32 * 4 + k + 1).wrapping_mul(0x9e37_79b9) ^ seed;
+        [h(0), h(1), h(2), h(3)]
+    }
+
+    /// Lane `lane`'s part of `lines` (lane `l` at `16 * l`: line `l / 8`, part `l % 8`).
+    fn part(base: usize, lane: usize) -> *mut u32 {
+        (base + 16 * lane) as *mut u32
+    }
+
+    /// Runs `kernel` on `block` emulated threads while a watchdog aborts `status` after 10 s
+    /// (a reader that never sees its flag then returns `Aborted` instead of spinning on).
+    fn run_watched(block: u32, status: *mut DeviceStatus, kernel: &(dyn Fn() + Sync)) {
+        let done = AtomicBool::new(false);
+        let abort = status as usize;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let start = Instant::now();
+                while !done.load(Ordering::Acquire) {
+                    if start.elapsed() > Duration::from_secs(10) {
+                        // SAFETY: the status outlives the scope; the device side reads the
+                        // word atomically.
+                        unsafe { AtomicU32::from_ptr(abort as *mut u32) }
+                            .store(1, Ordering::Release);
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            });
+            let dims = GridDims {
+                grid: 1,
+                block,
+                shared_mem_bytes: 0,
+            };
+            run_grid(dims, kernel).expect("grid");
+            done.store(true, Ordering::Release);
+        });
+    }
+
+    #[test]
+    fn a_reader_that_starts_first_waits_for_every_line_then_reads_each_lanes_data() {
+        let mut lines = Lines([0; 128]);
+        let base = lines.0.as_mut_ptr() as usize;
+        let mut status = DeviceStatus::default();
+        let st_raw = &mut status as *mut DeviceStatus;
+        let st = DevicePtr::from_ptr(st_raw);
+        let got: Vec<[AtomicU32; 4]> = (0..32).map(|_| Default::default()).collect();
+        let errors = AtomicU32::new(0);
+        run_watched(64, st_raw, &|| {
+            let t = arch::thread_idx_x() as usize;
+            let lane = t % 32;
+            if t < 32 {
+                // The writer warp, late: the reader must wait for it.
+                std::thread::sleep(Duration::from_millis(30));
+                // SAFETY: the lane's 16-byte part of a live, aligned line.
+                unsafe { store_line_part(part(base, lane), data(lane, 7), lane, 5) };
+            } else {
+                // SAFETY: as above.
+                match unsafe { read_line_part(part(base, lane), lane, 5, st) } {
+                    Ok(v) => {
+                        for (slot, w) in got[lane].iter().zip(v) {
+                            slot.store(w, Ordering::Relaxed);
+                        }
+                    }
+                    Err(_) => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        });
+        assert_eq!(errors.load(Ordering::Relaxed), 0, "{status:?}");
+        for (lane, g) in got.iter().enumerate() {
+            let g: Vec<u32> = g.iter().map(|w| w.load(Ordering::Relaxed)).collect();
+            let want = data(lane, 7);
+            let n = if ll128::is_flag_lane(lane) { 2 } else { 4 };
+            assert_eq!(g[..n], want[..n], "lane {lane}");
+        }
+    }
+
+    #[test]
+    fn a_line_in_memory_holds_seven_parts_of_data_and_the_flag_twice() {
+        let mut lines = Lines([0; 128]);
+        let base = lines.0.as_mut_ptr() as usize;
+        let mut status = DeviceStatus::default();
+        run_watched(32, &mut status, &|| {
+            let lane = arch::thread_idx_x() as usize;
+            // SAFETY: the lane's 16-byte part of a live, aligned line.
+            unsafe { store_line_part(part(base, lane), data(lane, 3), lane, 0x0bad_f00d) };
+        });
+        for lane in 0..32 {
+            let d = data(lane, 3);
+            let want = if ll128::is_flag_lane(lane) {
+                [d[0], d[1], 0x0bad_f00d, 0x0bad_f00d]
+            } else {
+                d
+            };
+            assert_eq!(lines.0[4 * lane..4 * lane + 4], want, "lane {lane}");
+        }
+    }
+
+    #[test]
+    fn a_stale_flag_waits_until_the_abort() {
+        let mut lines = Lines([0; 128]);
+        let base = lines.0.as_mut_ptr() as usize;
+        let mut status = DeviceStatus::default();
+        let st_raw = &mut status as *mut DeviceStatus;
+        let st = DevicePtr::from_ptr(st_raw);
+        let results: Vec<AtomicU32> = (0..32).map(|_| AtomicU32::new(0)).collect();
+        run_watched(32, st_raw, &|| {
+            let lane = arch::thread_idx_x() as usize;
+            // SAFETY: the lane's 16-byte part of a live, aligned line.
+            unsafe { store_line_part(part(base, lane), data(lane, 1), lane, 8) };
+            arch::sync_warp();
+            if lane == 0 {
+                // SAFETY: `st` points at the live status; the device side reads it atomically.
+                unsafe { AtomicU32::from_ptr(st.as_ptr() as *mut u32) }.store(1, Ordering::Release);
+            }
+            arch::sync_warp();
+            // The lines carry flag 8, not 9: the warp waits until the abort.
+            // SAFETY: as above.
+            let r = unsafe { read_line_part(part(base, lane), lane, 9, st) };
+            let code = match r {
+                Ok(_) => 1,
+                Err(DeviceErrorCode::Aborted) => 2,
+                Err(_) => 3,
+            };
+            results[lane].store(code, Ordering::Relaxed);
+        });
+        for (lane, r) in results.iter().enumerate() {
+            assert_eq!(r.load(Ordering::Relaxed), 2, "lane {lane}: aborted");
+        }
+        assert_eq!(status.error_code, DeviceErrorCode::Aborted as u32);
+    }
+}
