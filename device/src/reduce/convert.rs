@@ -257,3 +257,19 @@ pub(super) fn narrow(v: u32, f: Fp8) -> u16 {
         Fp8::E5M2 => arch::cvt_rn_satfinite_e5m2x2_f16x2(v),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::pow2;
+
+    /// `pow2` is exact over its whole range, the f32 subnormals included.
+    #[test]
+    fn powers_of_two_are_exact() {
+        assert_eq!(pow2(0), 1.0);
+        assert_eq!(pow2(127), f32::from_bits(0x7f00_0000));
+        assert_eq!(pow2(-126), f32::MIN_POSITIVE);
+        assert_eq!(pow2(-127), f32::from_bits(0x0040_0000));
+        assert_eq!(pow2(-149), f32::from_bits(1));
+        assert_eq!(pow2(-140), f32::from_bits(1 << 9));
+    }
+}

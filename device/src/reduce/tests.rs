@@ -68,6 +68,70 @@ fn half_conversions_round_trip_and_round() {
     assert_eq!(bf16_to_f32(0x4040), 3.0);
 }
 
+/// Every f32 between two neighbouring halves rounds to the nearer, a tie to the even code, on
+/// both signs and through the subnormals (where the round-trip test above never rounds): the
+/// midpoint of every pair, one f32 step below it and one above; below half the smallest
+/// subnormal, zero; the largest finite half's midpoint with infinity, infinity.
+#[test]
+fn floats_round_to_the_nearest_half_ties_to_even() {
+    for h in 0..0x7c00u16 {
+        let (lo, hi) = (f16_to_f32_soft(h) as f64, f16_to_f32_soft(h + 1) as f64);
+        let hi = if h + 1 == 0x7c00 { 65536.0 } else { hi };
+        let mid = ((lo + hi) / 2.0) as f32;
+        assert_eq!(
+            mid as f64,
+            (lo + hi) / 2.0,
+            "{h:#x}: the midpoint is an f32"
+        );
+        let even = if h & 1 == 0 { h } else { h + 1 };
+        let below = f32::from_bits(mid.to_bits() - 1);
+        let above = f32::from_bits(mid.to_bits() + 1);
+        for (x, want) in [(mid, even), (below, h), (above, h + 1)] {
+            assert_eq!(
+                f32_to_f16_soft(x),
+                want,
+                "{x:e} (between {h:#x} and the next)"
+            );
+            assert_eq!(f32_to_f16_soft(-x), want | 0x8000, "-{x:e}");
+        }
+    }
+    let tiny = 2f32.powi(-24); // the smallest subnormal half
+    assert_eq!(f32_to_f16_soft(tiny / 2.0), 0, "a tie with zero: even");
+    assert_eq!(f32_to_f16_soft(tiny / 4.0), 0);
+    assert_eq!(f32_to_f16_soft(-tiny / 4.0), 0x8000);
+    assert_eq!(f32_to_f16_soft(f32::from_bits(1)), 0, "an f32 subnormal");
+    assert_eq!(f32_to_f16_soft(f32::INFINITY), 0x7c00);
+    assert_eq!(f32_to_f16_soft(f32::NEG_INFINITY), 0xfc00);
+    assert_eq!(f32_to_f16_soft(1e6), 0x7c00);
+}
+
+/// bfloat16 keeps a NaN a NaN (quiet, with its sign), whatever its payload.
+#[test]
+fn bfloat16_keeps_nan() {
+    assert_eq!(f32_to_bf16(f32::from_bits(0x7fc0_0000)), 0x7fc0);
+    assert_eq!(f32_to_bf16(f32::from_bits(0xffc0_0000)), 0xffc0);
+    assert_eq!(
+        f32_to_bf16(f32::from_bits(0x7f80_0001)),
+        0x7fc0,
+        "signalling, low payload"
+    );
+    assert_eq!(
+        f32_to_bf16(f32::from_bits(0x7fa0_0000)),
+        0x7fe0,
+        "payload kept, quieted"
+    );
+    assert_eq!(f32_to_bf16(f32::INFINITY), 0x7f80);
+    assert_eq!(f32_to_bf16(3.0), 0x4040);
+}
+
+/// The fp8 format of each data type.
+#[test]
+fn fp8_formats_by_type() {
+    assert_eq!(fp8_format(DataType::F8E4M3), Some(Fp8::E4M3));
+    assert_eq!(fp8_format(DataType::F8E5M2), Some(Fp8::E5M2));
+    assert_eq!(fp8_format(DataType::F16), None);
+}
+
 /// (format, exponent bits, mantissa bits, bias) of both fp8 formats.
 const FP8: [(Fp8, u32, u32, i32); 2] = [(Fp8::E4M3, 4, 3, 7), (Fp8::E5M2, 5, 2, 15)];
 
