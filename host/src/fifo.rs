@@ -146,6 +146,9 @@ mod tests {
         ));
         assert!(matches!(Fifo::new(&g, 0), Err(Error::FifoSize { size: 0 })));
         assert!(Fifo::new(&g, 4).is_ok());
+        for size in [1, 2, 64] {
+            assert_eq!(Fifo::new(&g, size).unwrap().size(), size);
+        }
     }
 
     /// Producers on host threads run the device `push` (the CPU backend's build of it) against

@@ -237,4 +237,68 @@ mod tests {
             "stop did not free the handler"
         );
     }
+
+    /// A closure serves as a handler (called once per trigger, in order, with its position);
+    /// its error is the service's sticky `error()`, by message.
+    #[test]
+    fn a_closure_handler_serves_in_order_and_its_error_is_reported() {
+        let g = Gpu::open(BackendKind::Cpu, 0).unwrap();
+        let status = Arc::new(StatusBlock::new(&g, 0).unwrap());
+        let fifo = Fifo::new(&g, 4).unwrap();
+        let h = fifo.device_handle(status.device_ptr());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let handler = move |t: ProxyTrigger, pos: u64| -> Result<()> {
+            lock(&log).push((t.fields().size, pos));
+            if pos == 2 {
+                return Err(Error::InvalidTrigger {
+                    pos,
+                    fault: crate::error::TriggerFault::NoType,
+                });
+            }
+            Ok(())
+        };
+        let svc =
+            ProxyService::start(fifo, Box::new(handler), status.clone(), vec![], None).unwrap();
+        assert_eq!(svc.error(), None, "no error before any trigger");
+        for size in [11u64, 22, 33] {
+            let t = ProxyTrigger::new(TriggerFields {
+                kind: TriggerType::DATA,
+                size,
+                ..Default::default()
+            })
+            .unwrap();
+            h.push(t).unwrap();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !svc.failed() {
+            assert!(Instant::now() < deadline, "the third trigger never failed");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(*lock(&seen), vec![(11, 0), (22, 1), (33, 2)]);
+        let reported = svc.error().expect("the sticky error");
+        let handler_said = Error::InvalidTrigger {
+            pos: 2,
+            fault: crate::error::TriggerFault::NoType,
+        }
+        .to_string();
+        assert_eq!(reported, handler_said);
+        assert!(status.is_aborted());
+    }
+
+    /// Dropping a running service (no `stop`) stops its thread: the abort flag is set for the
+    /// GPU waiters, and the handler is dropped (the thread was joined).
+    #[test]
+    fn dropping_a_running_service_stops_it() {
+        let g = Gpu::open(BackendKind::Cpu, 0).unwrap();
+        let status = Arc::new(StatusBlock::new(&g, 0).unwrap());
+        let fifo = Fifo::new(&g, 4).unwrap();
+        let dropped = Arc::new(AtomicBool::new(false));
+        let handler = Box::new(Failing(dropped.clone()));
+        let svc = ProxyService::start(fifo, handler, status.clone(), vec![], None).unwrap();
+        assert!(!status.is_aborted());
+        drop(svc);
+        assert!(status.is_aborted(), "drop sets the abort flag");
+        assert!(dropped.load(Ordering::Acquire), "drop joined the thread");
+    }
 }
