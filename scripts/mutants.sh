@@ -194,6 +194,30 @@ for f in "${files[@]}"; do
     if [ -f "$dir/mutants.out/$k" ]; then cp "$dir/mutants.out/$k" "$dir/"; fi
   done
   rm -rf "$dir/mutants.out"
+  # outcomes.json: one line per mutant (name, outcome, build and test seconds), not the
+  # argument lists and paths cargo-mutants writes for each (0.5 MB for 300 mutants).
+  if [ -f "$dir/outcomes.json" ]; then
+    python3 - "$dir/outcomes.json" <<'EOF_COMPACT'
+import json, sys
+p = sys.argv[1]
+d = json.load(open(p))
+rows = []
+for o in d["outcomes"]:
+    sc = o["scenario"]
+    name = sc["Mutant"]["name"] if isinstance(sc, dict) and "Mutant" in sc else str(sc)
+    secs = {r["phase"].lower(): round(r["duration"], 1) for r in o.get("phase_results", [])}
+    rows.append({"mutant": name, "outcome": o["summary"], "seconds": secs})
+head = {k: d.get(k) for k in ("cargo_mutants_version", "start_time", "end_time")}
+with open(p, "w") as f:
+    f.write(json.dumps(head)[:-1] + ', "outcomes": [\n')
+    f.write(",\n".join(json.dumps(r) for r in rows))
+    f.write("\n]}\n")
+EOF_COMPACT
+  fi
+  # A log over 1 MB is cut to its last 200 lines.
+  if [ "$(stat -c %s "$dir/run.log")" -gt 1000000 ]; then
+    tail -n 200 "$dir/run.log" >"$dir/run.log.tail" && mv "$dir/run.log.tail" "$dir/run.log"
+  fi
 done
 
 python3 - "$out" <<'EOF'
