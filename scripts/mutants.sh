@@ -22,6 +22,8 @@
 #   CARGO_TARGET_DIR           default target/mutants: dependencies are built once and reused
 #   MUTANTS_TESTS              "packages|cargo test arguments" for every file of this run,
 #                              instead of tests_for's choice (e.g. a quicker subset)
+#   MUTANTS_ONLY               a file of mutant names, one a line as in missed.txt: test only
+#                              those of each file (re-testing what an earlier run missed)
 #
 # cargo-mutants leaves `unsafe fn` bodies alone, and the device's data movers are `unsafe fn`
 # (copy, the packet and LL128 line accessors, the direct kernel's loads): so the run works on
@@ -53,16 +55,24 @@ DEFAULT_FILES=(
 tests_for() {
   case "$1" in
     device/src/copy.rs) echo "mscclpp|--test runtime --test channels --test collectives" ;;
-    device/src/reduce.rs | device/src/reduce/*) echo "mscclpp-device,mscclpp|--lib --test reductions" ;;
+    # The conversions are checked code by code by the device crate's unit tests
+    # (reduce/tests.rs); the reductions binary would rebuild the root crate per mutant.
+    device/src/reduce/convert.rs) echo "mscclpp-device|--lib" ;;
+    device/src/reduce.rs) echo "mscclpp-device,mscclpp|--lib --test reductions" ;;
     device/src/packet.rs) echo "mscclpp-device,mscclpp|--lib --test channels --test collectives" ;;
     device/src/ll128.rs) echo "mscclpp|--test collectives" ;;
     device/src/fifo.rs) echo "mscclpp|--test runtime --test channels" ;;
     device/src/collectives/*) echo "mscclpp|--test collectives" ;;
     host/src/fifo.rs) echo "mscclpp-host,mscclpp|--lib --test channels" ;;
-    host/src/proxy.rs | shared/src/trigger.rs)
-      echo "mscclpp-shared,mscclpp-host,mscclpp|--lib --test trigger_properties --test channels" ;;
+    host/src/proxy.rs) echo "mscclpp-host,mscclpp|--lib --test trigger_properties --test channels" ;;
+    # The layout and its checks: the shared crate's unit tests and the proxy's validator
+    # against an independent oracle. (The channels binary would rebuild the root crate for
+    # every mutant, minutes each, and a layout slip shows in these first.)
+    shared/src/trigger.rs) echo "mscclpp-shared,mscclpp-host|--lib --test trigger_properties" ;;
+    # The host crate's own tests that register, send, decode and write into memories (the
+    # root crate's channels/collectives would rebuild it for every mutant, minutes each).
     host/src/registered_memory/*)
-      echo "mscclpp-host,mscclpp|--lib --test channels --test collectives" ;;
+      echo "mscclpp-host|--lib --test wire_properties --test semaphores --test ethernet" ;;
     *) echo "mscclpp|--tests" ;;
   esac
 }
@@ -120,9 +130,21 @@ for f in "${files[@]}"; do
   spec=${MUTANTS_TESTS:-$(tests_for "$f")}
   pkgs=${spec%%|*}
   read -r -a args <<<"${spec#*|}"
+  # MUTANTS_ONLY: this file's names, each as an exact regex (cargo-mutants' --re).
+  only=()
+  if [ -n "${MUTANTS_ONLY:-}" ]; then
+    while IFS= read -r m; do
+      only+=(--re "^$(python3 -c 'import re, sys; print(re.escape(sys.argv[1]))' "$m")\$")
+    done < <(grep -F "$f:" "$MUTANTS_ONLY" || true)
+    if [ "${#only[@]}" -eq 0 ]; then
+      echo "mutants: $f: none of its mutants is named in $MUTANTS_ONLY; skipped"
+      continue
+    fi
+  fi
   dir="$out/${f//\//_}"
   rm -rf "$dir"
   mkdir -p "$dir"
+  if [ "${#only[@]}" -gt 0 ]; then echo $((${#only[@]} / 2)) >"$dir/only"; fi
   echo "mutants: $f (tests: $pkgs ${args[*]}; log: $dir/run.log)"
   start=$(date +%s)
   # Exit status 2 means "some mutants were missed", 3 "some timed out": results, not failures.
@@ -157,7 +179,8 @@ for f in "${files[@]}"; do
   fi
   cargo mutants --dir "$src" "${where[@]}" --package "$(package_of "$f")" --file "$f" \
     "${test_pkgs[@]}" "${cargo_args[@]}" --baseline skip --timeout "$timeout_s" \
-    --cap-lints false --no-shuffle --output "$dir" -- ${harness[@]+--} "${harness[@]}" \
+    --cap-lints false --no-shuffle ${only[@]+"${only[@]}"} --output "$dir" \
+    -- ${harness[@]+--} "${harness[@]}" \
     >"$dir/run.log" 2>&1 || status=$?
   echo "$(( $(date +%s) - start ))" >"$dir/seconds"
   echo "$f" >"$dir/file"
@@ -171,6 +194,30 @@ for f in "${files[@]}"; do
     if [ -f "$dir/mutants.out/$k" ]; then cp "$dir/mutants.out/$k" "$dir/"; fi
   done
   rm -rf "$dir/mutants.out"
+  # outcomes.json: one line per mutant (name, outcome, build and test seconds), not the
+  # argument lists and paths cargo-mutants writes for each (0.5 MB for 300 mutants).
+  if [ -f "$dir/outcomes.json" ]; then
+    python3 - "$dir/outcomes.json" <<'EOF_COMPACT'
+import json, sys
+p = sys.argv[1]
+d = json.load(open(p))
+rows = []
+for o in d["outcomes"]:
+    sc = o["scenario"]
+    name = sc["Mutant"]["name"] if isinstance(sc, dict) and "Mutant" in sc else str(sc)
+    secs = {r["phase"].lower(): round(r["duration"], 1) for r in o.get("phase_results", [])}
+    rows.append({"mutant": name, "outcome": o["summary"], "seconds": secs})
+head = {k: d.get(k) for k in ("cargo_mutants_version", "start_time", "end_time")}
+with open(p, "w") as f:
+    f.write(json.dumps(head)[:-1] + ', "outcomes": [\n')
+    f.write(",\n".join(json.dumps(r) for r in rows))
+    f.write("\n]}\n")
+EOF_COMPACT
+  fi
+  # A log over 1 MB is cut to its last 200 lines.
+  if [ "$(stat -c %s "$dir/run.log")" -gt 1000000 ]; then
+    tail -n 200 "$dir/run.log" >"$dir/run.log.tail" && mv "$dir/run.log.tail" "$dir/run.log"
+  fi
 done
 
 python3 - "$out" <<'EOF'
@@ -191,6 +238,8 @@ for d in sorted(os.listdir(out)):
     score = f"{100 * (c + t) / viable:.0f}%" if viable else "-"
     name = open(os.path.join(p, "file")).read().strip() if os.path.exists(os.path.join(p, "file")) else d
     tests = open(os.path.join(p, "tests")).read().strip() if os.path.exists(os.path.join(p, "tests")) else ""
+    if os.path.exists(os.path.join(p, "only")):
+        name += f" (only the {open(os.path.join(p, 'only')).read().strip()} named in MUTANTS_ONLY)"
     rows.append((name, c + m + u + t, c, m, u, t, score, secs, tests))
 with open(os.path.join(out, "summary.md"), "w") as f:
     f.write("| file | mutants | caught | missed | unviable | timeout | caught of viable | minutes | tests run |\n")

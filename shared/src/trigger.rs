@@ -440,6 +440,146 @@ mod tests {
     }
 
     #[test]
+    fn every_field_is_refused_one_past_its_maximum() {
+        let base = sample();
+        let cases = [
+            (
+                TriggerFields {
+                    dst_offset: MAX_OFFSET + 1,
+                    ..base
+                },
+                TriggerError::DstOffsetTooLarge(MAX_OFFSET + 1),
+            ),
+            (
+                TriggerFields {
+                    dst_memory_id: MAX_MEMORY_ID + 1,
+                    ..base
+                },
+                TriggerError::DstMemoryIdTooLarge(MAX_MEMORY_ID + 1),
+            ),
+        ];
+        for (fields, err) in cases {
+            assert_eq!(ProxyTrigger::new(fields), Err(err));
+        }
+        assert_eq!(
+            (MAX_SIZE, MAX_OFFSET, MAX_MEMORY_ID, MAX_SEMAPHORE_ID),
+            (0xffff_ffff, 0xffff_ffff, 511, 1023)
+        );
+    }
+
+    #[test]
+    fn type_sets_combine_and_compare_by_bits() {
+        let (data, flag, sync) = (TriggerType::DATA, TriggerType::FLAG, TriggerType::SYNC);
+        assert_eq!((data.bits(), flag.bits(), sync.bits()), (1, 2, 4));
+        let df = data | flag;
+        assert_eq!(df.bits(), 0b011);
+        // A union with a set that shares bits keeps them (an exclusive or would drop them).
+        assert_eq!(df.union(flag), df);
+        assert_eq!((df | data | sync).bits(), 0b111);
+        assert!(df.contains(data) && df.contains(flag) && df.contains(df));
+        assert!((df | sync).contains(data | sync));
+        assert!(!df.contains(sync));
+        assert!(!data.contains(df), "a subset contains its superset");
+        assert!(df.contains(TriggerType::default()));
+        assert!(TriggerType::default().is_empty());
+        assert!(!data.is_empty() && !sync.is_empty());
+        // Exactly the 3-bit values are types.
+        for b in 0..=u8::MAX {
+            assert_eq!(
+                TriggerType::from_bits(b).map(TriggerType::bits),
+                (b < 8).then_some(b),
+                "bits {b:#x}"
+            );
+        }
+    }
+
+    #[test]
+    fn signal_and_flush_carry_only_their_type_and_semaphore() {
+        let only = |kind, semaphore_id| TriggerFields {
+            kind,
+            semaphore_id,
+            ..TriggerFields::default()
+        };
+        let s = ProxyTrigger::signal(MAX_SEMAPHORE_ID).unwrap();
+        assert_eq!(s.fields(), only(TriggerType::FLAG, MAX_SEMAPHORE_ID));
+        assert_eq!(s.fst, 0);
+        let f = ProxyTrigger::flush(0x155).unwrap();
+        assert_eq!(f.fields(), only(TriggerType::SYNC, 0x155));
+        assert_eq!(f.fst, 0);
+        let too_big = TriggerError::SemaphoreIdTooLarge(MAX_SEMAPHORE_ID + 1);
+        assert_eq!(ProxyTrigger::signal(MAX_SEMAPHORE_ID + 1), Err(too_big));
+        assert_eq!(ProxyTrigger::flush(MAX_SEMAPHORE_ID + 1), Err(too_big));
+    }
+
+    #[test]
+    fn the_commit_bit_is_bit_63_alone() {
+        // Every other bit set: the commit bit still reads 0, and setting it touches nothing else.
+        let t = ProxyTrigger {
+            fst: u64::MAX,
+            snd: u64::MAX >> 1,
+        };
+        assert_eq!(t.commit_bit(), 0);
+        let c = t.with_commit_bit(3); // only the parity's lowest bit counts
+        assert_eq!((c.fst, c.snd), (u64::MAX, u64::MAX));
+        assert_eq!(c.commit_bit(), 1);
+        assert_eq!(c.fields(), t.fields());
+        assert_eq!(c.with_commit_bit(2), t);
+        // And with every other bit clear.
+        let z = ProxyTrigger::default().with_commit_bit(1);
+        assert_eq!((z.fst, z.snd), (0, 1 << 63));
+        assert_eq!(z.commit_bit(), 1);
+        assert_eq!(z.fields(), TriggerFields::default());
+    }
+
+    #[test]
+    fn errors_name_the_field_and_the_value() {
+        use core::fmt::Write;
+        /// A fixed buffer, enough for one message (`shared` has no allocator).
+        struct Buf([u8; 96], usize);
+        impl Write for Buf {
+            fn write_str(&mut self, s: &str) -> fmt::Result {
+                let end = self.1 + s.len();
+                self.0
+                    .get_mut(self.1..end)
+                    .ok_or(fmt::Error)?
+                    .copy_from_slice(s.as_bytes());
+                self.1 = end;
+                Ok(())
+            }
+        }
+        let cases = [
+            (TriggerError::SizeTooLarge(1 << 32), "size 4294967296 "),
+            (
+                TriggerError::SrcOffsetTooLarge(1 << 33),
+                "src_offset 8589934592 ",
+            ),
+            (
+                TriggerError::DstOffsetTooLarge(1 << 34),
+                "dst_offset 17179869184 ",
+            ),
+            (
+                TriggerError::SrcMemoryIdTooLarge(600),
+                "src_memory_id 600 exceeds 511",
+            ),
+            (
+                TriggerError::DstMemoryIdTooLarge(700),
+                "dst_memory_id 700 exceeds 511",
+            ),
+            (TriggerError::EmptyType, "type has no bit set"),
+            (
+                TriggerError::SemaphoreIdTooLarge(2000),
+                "semaphore_id 2000 exceeds 1023",
+            ),
+        ];
+        for (err, want) in cases {
+            let mut b = Buf([0; 96], 0);
+            write!(b, "{err}").unwrap();
+            let text = core::str::from_utf8(&b.0[..b.1]).unwrap();
+            assert!(text.contains(want), "{err:?} reads {text:?}");
+        }
+    }
+
+    #[test]
     fn commit_parity_alternates_per_lap() {
         // 4-slot FIFO: positions 0..4 are lap 0 (parity 1), 4..8 lap 1 (parity 0).
         let p: [u64; 9] = core::array::from_fn(|i| commit_parity(i as u64, 2));

@@ -260,16 +260,23 @@ pub(super) fn narrow(v: u32, f: Fp8) -> u16 {
 
 #[cfg(test)]
 mod tests {
-    use super::pow2;
+    use super::*;
 
-    /// `pow2` is exact over its whole range, the f32 subnormals included.
     #[test]
-    fn powers_of_two_are_exact() {
-        assert_eq!(pow2(0), 1.0);
-        assert_eq!(pow2(127), f32::from_bits(0x7f00_0000));
-        assert_eq!(pow2(-126), f32::MIN_POSITIVE);
-        assert_eq!(pow2(-127), f32::from_bits(0x0040_0000));
-        assert_eq!(pow2(-149), f32::from_bits(1));
-        assert_eq!(pow2(-140), f32::from_bits(1 << 9));
+    fn powers_of_two_are_exact_over_the_whole_promised_range() {
+        // The subnormal powers (below -126) included, which the fp8 decoders never ask for.
+        for e in -149..=127 {
+            assert_eq!(f64::from(pow2(e)), 2f64.powi(e), "2^{e}");
+        }
+    }
+
+    #[test]
+    fn only_the_fp8_data_types_have_an_fp8_format() {
+        use DataType::*;
+        assert_eq!(fp8_format(F8E4M3), Some(Fp8::E4M3));
+        assert_eq!(fp8_format(F8E5M2), Some(Fp8::E5M2));
+        for d in [F32, F16, BF16, I32, U32, I8, U8, I64, U64, F64] {
+            assert_eq!(fp8_format(d), None, "{d:?}");
+        }
     }
 }

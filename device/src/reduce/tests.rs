@@ -68,68 +68,115 @@ fn half_conversions_round_trip_and_round() {
     assert_eq!(bf16_to_f32(0x4040), 3.0);
 }
 
-/// Every f32 between two neighbouring halves rounds to the nearer, a tie to the even code, on
-/// both signs and through the subnormals (where the round-trip test above never rounds): the
-/// midpoint of every pair, one f32 step below it and one above; below half the smallest
-/// subnormal, zero; the largest finite half's midpoint with infinity, infinity.
+/// A half code's value from the format's definition (1 sign, 5 exponent bits of bias 15, 10
+/// mantissa bits), in f64; codes 0..=0x7bff are the finite non-negative ones.
+fn half_reference(code: u16) -> f64 {
+    let (exp, man) = (i32::from(code >> 10 & 0x1f), f64::from(code & 0x3ff));
+    if exp == 0 {
+        man * 2f64.powi(-24)
+    } else {
+        (1024.0 + man) * 2f64.powi(exp - 25)
+    }
+}
+
+/// The half nearest to `x` (not NaN), ties to the even code; past the midpoint between the
+/// largest finite half and 2^16, infinity.
+fn half_nearest(x: f64, values: &[f64]) -> u16 {
+    let sign = if x.is_sign_negative() { 0x8000 } else { 0 };
+    let a = x.abs();
+    if a >= 65520.0 {
+        return sign | 0x7c00;
+    }
+    // values[k] <= a < values[k + 1]
+    let k = values.partition_point(|&v| v <= a) - 1;
+    let (below, above) = (a - values[k], values[k + 1] - a);
+    let code = if below < above || (below == above && k % 2 == 0) {
+        k
+    } else {
+        k + 1
+    };
+    sign | code as u16
+}
+
 #[test]
-fn floats_round_to_the_nearest_half_ties_to_even() {
-    for h in 0..0x7c00u16 {
-        let (lo, hi) = (f16_to_f32_soft(h) as f64, f16_to_f32_soft(h + 1) as f64);
-        let hi = if h + 1 == 0x7c00 { 65536.0 } else { hi };
-        let mid = ((lo + hi) / 2.0) as f32;
-        assert_eq!(
-            mid as f64,
-            (lo + hi) / 2.0,
-            "{h:#x}: the midpoint is an f32"
-        );
-        let even = if h & 1 == 0 { h } else { h + 1 };
-        let below = f32::from_bits(mid.to_bits() - 1);
-        let above = f32::from_bits(mid.to_bits() + 1);
-        for (x, want) in [(mid, even), (below, h), (above, h + 1)] {
-            assert_eq!(
-                f32_to_f16_soft(x),
-                want,
-                "{x:e} (between {h:#x} and the next)"
-            );
-            assert_eq!(f32_to_f16_soft(-x), want | 0x8000, "-{x:e}");
+fn floats_round_to_the_nearest_half() {
+    // Every finite half, then 2^16 (where rounding up from the largest one leads).
+    let mut values: Vec<f64> = (0..=0x7bffu16).map(half_reference).collect();
+    values.push(65536.0);
+    // Floats at, just above and just below every half and every midpoint (subnormals,
+    // normals, the underflow to zero and the overflow to infinity), and hashed ones.
+    let mut xs = Vec::new();
+    for k in 0..values.len() - 1 {
+        let (v, next) = (values[k] as f32, values[k + 1] as f32);
+        for x in [v, (v + next) / 2.0, next, v / 2.0] {
+            xs.extend([
+                x,
+                f32::from_bits(x.to_bits() + 1),
+                f32::from_bits(x.to_bits().max(1) - 1),
+            ]);
         }
     }
-    let tiny = 2f32.powi(-24); // the smallest subnormal half
-    assert_eq!(f32_to_f16_soft(tiny / 2.0), 0, "a tie with zero: even");
-    assert_eq!(f32_to_f16_soft(tiny / 4.0), 0);
-    assert_eq!(f32_to_f16_soft(-tiny / 4.0), 0x8000);
-    assert_eq!(f32_to_f16_soft(f32::from_bits(1)), 0, "an f32 subnormal");
-    assert_eq!(f32_to_f16_soft(f32::INFINITY), 0x7c00);
-    assert_eq!(f32_to_f16_soft(f32::NEG_INFINITY), 0xfc00);
-    assert_eq!(f32_to_f16_soft(1e6), 0x7c00);
+    let mut s = 0x2545_f491_4f6c_dd1du64;
+    for _ in 0..200_000 {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        xs.push(f32::from_bits(s as u32));
+    }
+    xs.extend([
+        f32::MAX,
+        f32::INFINITY,
+        f32::MIN_POSITIVE,
+        2f32.powi(-25),
+        2f32.powi(-26),
+    ]);
+    for &x in &xs {
+        for x in [x, -x] {
+            if x.is_nan() {
+                continue;
+            }
+            assert_eq!(
+                f32_to_f16_soft(x),
+                half_nearest(f64::from(x), &values),
+                "{x:e} ({:#x})",
+                x.to_bits()
+            );
+        }
+    }
+    // A NaN stays a NaN of the same sign (quiet: its payload may not fit).
+    for nan in [
+        f32::NAN,
+        -f32::NAN,
+        f32::from_bits(0x7f80_0001),
+        f32::from_bits(0xffbf_ffff),
+    ] {
+        let h = f32_to_f16_soft(nan);
+        assert!(h & 0x7fff > 0x7c00, "{:#x} -> {h:#x}", nan.to_bits());
+        assert_eq!(h & 0x8000 != 0, nan.is_sign_negative());
+    }
 }
 
-/// bfloat16 keeps a NaN a NaN (quiet, with its sign), whatever its payload.
 #[test]
-fn bfloat16_keeps_nan() {
-    assert_eq!(f32_to_bf16(f32::from_bits(0x7fc0_0000)), 0x7fc0);
-    assert_eq!(f32_to_bf16(f32::from_bits(0xffc0_0000)), 0xffc0);
-    assert_eq!(
-        f32_to_bf16(f32::from_bits(0x7f80_0001)),
-        0x7fc0,
-        "signalling, low payload"
-    );
-    assert_eq!(
-        f32_to_bf16(f32::from_bits(0x7fa0_0000)),
-        0x7fe0,
-        "payload kept, quieted"
-    );
-    assert_eq!(f32_to_bf16(f32::INFINITY), 0x7f80);
-    assert_eq!(f32_to_bf16(3.0), 0x4040);
-}
-
-/// The fp8 format of each data type.
-#[test]
-fn fp8_formats_by_type() {
-    assert_eq!(fp8_format(DataType::F8E4M3), Some(Fp8::E4M3));
-    assert_eq!(fp8_format(DataType::F8E5M2), Some(Fp8::E5M2));
-    assert_eq!(fp8_format(DataType::F16), None);
+fn bfloat16_keeps_nans_and_rounds_to_nearest_even() {
+    for nan in [
+        f32::NAN,
+        -f32::NAN,
+        f32::from_bits(0x7f80_0001),
+        f32::from_bits(0xffc1_2345),
+    ] {
+        let b = f32_to_bf16(nan);
+        assert!(b & 0x7fff > 0x7f80, "{:#x} -> {b:#x}", nan.to_bits());
+        assert_eq!(b & 0x8000 != 0, nan.is_sign_negative());
+        assert!(bf16_to_f32(b).is_nan());
+    }
+    // The payload's high bits are kept.
+    assert_eq!(f32_to_bf16(f32::from_bits(0x7fd5_0000)), 0x7fd5);
+    assert_eq!(f32_to_bf16(f32::from_bits(0x3f80_8000)), 0x3f80); // tie: even
+    assert_eq!(f32_to_bf16(f32::from_bits(0x3f81_8000)), 0x3f82); // tie: even
+    assert_eq!(f32_to_bf16(f32::from_bits(0x3f80_8001)), 0x3f81);
+    assert_eq!(f32_to_bf16(f32::from_bits(0xbf80_7fff)), 0xbf80);
+    assert_eq!(f32_to_bf16(f32::MAX), 0x7f80); // rounds to infinity
+    assert_eq!(f32_to_bf16(f32::NEG_INFINITY), 0xff80);
 }
 
 /// (format, exponent bits, mantissa bits, bias) of both fp8 formats.

@@ -206,3 +206,84 @@ impl RegisteredMemory {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::Transport;
+
+    #[test]
+    fn range_admits_exactly_the_registered_bytes() {
+        let gpu = Gpu::open(BackendKind::Cpu, 0).unwrap();
+        let buf = gpu.alloc(512).unwrap();
+        let reg = LocalMemories::new(2);
+        let _first = reg
+            .register(&gpu, buf.ptr(), 64, Transport::Shm.into(), None)
+            .unwrap();
+        let m = reg
+            .register(&gpu, buf.ptr(), 256, Transport::Shm.into(), None)
+            .unwrap();
+        let base = buf.ptr().addr();
+        assert_eq!(m.ptr(), Some(buf.ptr()));
+        for (offset, len) in [(0, 256), (0, 0), (255, 1), (100, 156), (256, 0), (7, 9)] {
+            let p = m.range(offset, len).unwrap();
+            assert_eq!(p.addr(), base + offset, "range({offset}, {len})");
+        }
+        for (offset, len) in [(0, 257), (1, 256), (256, 1), (257, 0), (200, 100)] {
+            assert!(
+                matches!(
+                    m.range(offset, len),
+                    Err(Error::OutOfRange { offset: o, len: l, size: 256 })
+                        if (o as u64, l as u64) == (offset, len)
+                ),
+                "range({offset}, {len}) was not refused"
+            );
+        }
+        // An end past u64::MAX is out of range, not wrapped around.
+        assert!(matches!(
+            m.range(u64::MAX, 2),
+            Err(Error::OutOfRange { size: 256, .. })
+        ));
+        assert!(matches!(
+            m.range(2, u64::MAX),
+            Err(Error::OutOfRange { size: 256, .. })
+        ));
+    }
+
+    #[test]
+    fn a_local_memory_reports_what_was_registered() {
+        let gpu = Gpu::open(BackendKind::Cpu, 0).unwrap();
+        let buf = gpu.alloc(512).unwrap();
+        let reg = LocalMemories::new(7);
+        let flags = TransportFlags::from(Transport::Shm).with(Transport::Ethernet);
+        let a = reg.register(&gpu, buf.ptr(), 512, flags, None).unwrap();
+        let b = reg
+            .register(&gpu, buf.ptr(), 300, Transport::Shm.into(), None)
+            .unwrap();
+        assert_eq!((a.rank(), a.local_id(), a.size()), (7, 0, 512));
+        assert_eq!((b.rank(), b.local_id(), b.size()), (7, 1, 300));
+        assert_eq!((a.transports(), a.owner_addr()), (flags, buf.ptr()));
+        assert_ne!(a.key(), b.key(), "network keys repeat");
+        assert_eq!(format!("{a:?}"), "RegisteredMemory(rank 7 id 0 512 bytes)");
+        // Each registration is in the process's table under its own token.
+        let table = live();
+        let table = table.as_ref().unwrap();
+        assert_ne!(a.inner.token, b.inner.token);
+        assert_eq!(table.get(&a.inner.token), Some(&(buf.ptr().addr(), 512)));
+        assert_eq!(table.get(&b.inner.token), Some(&(buf.ptr().addr(), 300)));
+    }
+
+    #[test]
+    fn tokens_are_odd_and_do_not_repeat() {
+        let tokens: Vec<u64> = (0..1000).map(|_| fresh_token()).collect();
+        assert!(tokens.iter().all(|t| t & 1 == 1));
+        let distinct: std::collections::HashSet<_> = tokens.iter().collect();
+        assert_eq!(distinct.len(), tokens.len());
+        // Not a counter, nor a key's bits forced on or off: apart from the lowest, every bit
+        // is 0 in some token and 1 in another (the counter times an odd constant changes
+        // every bit within a few steps; the key only flips them).
+        let all = tokens.iter().fold(u64::MAX, |a, t| a & t);
+        let any = tokens.iter().fold(0, |a, t| a | t);
+        assert_eq!((all, any), (1, u64::MAX));
+    }
+}

@@ -204,4 +204,63 @@ mod tests {
             Err(Error::RegisterNoTransport { size: 8, .. })
         ));
     }
+
+    #[test]
+    fn exactly_the_network_transports_make_a_memory_network_writable() {
+        let gpu = Gpu::open(BackendKind::Cpu, 0).unwrap();
+        let buf = gpu.alloc(64).unwrap();
+        let reg = LocalMemories::new(0);
+        let cases = [
+            (TransportFlags::from(Transport::Shm), false),
+            (Transport::CudaIpc.into(), false),
+            (
+                TransportFlags::from(Transport::CudaIpc).with(Transport::Shm),
+                false,
+            ),
+            (Transport::Ethernet.into(), true),
+            (Transport::Ofi.into(), true),
+            (Transport::Ib(0).into(), true),
+            (Transport::Ib(7).into(), true),
+            (
+                TransportFlags::from(Transport::Shm).with(Transport::Ib(3)),
+                true,
+            ),
+            (
+                TransportFlags::from(Transport::Shm).with(Transport::Ethernet),
+                true,
+            ),
+        ];
+        for (flags, writable) in cases {
+            assert_eq!(network_writable(flags), writable, "{flags:?}");
+            let m = reg.register(&gpu, buf.ptr(), 48, flags, None).unwrap();
+            let entry = reg.read().get(&m.local_id()).copied();
+            let want = writable.then_some(LocalMemory {
+                ptr: buf.ptr(),
+                size: 48,
+                transports: flags,
+                key: m.key(),
+            });
+            assert_eq!(entry, want, "{flags:?}");
+        }
+        // A null address is refused whatever its size.
+        assert!(matches!(
+            reg.register(&gpu, DevicePtr::NULL, 8, Transport::Ethernet.into(), None),
+            Err(Error::RegisterEmpty { addr: 0, size: 8 })
+        ));
+        assert!(reg.read().is_empty(), "dropped memories stayed registered");
+    }
+
+    #[test]
+    fn a_buffer_exports_its_handle_only_for_the_same_node_transport() {
+        let gpu = Gpu::open(BackendKind::Cpu, 0).unwrap();
+        let buf = gpu.alloc(128).unwrap();
+        let reg = LocalMemories::new(1);
+        let shm = reg.register_buffer(&buf, Transport::Shm.into()).unwrap();
+        let eth = reg
+            .register_buffer(&buf, Transport::Ethernet.into())
+            .unwrap();
+        assert_eq!(shm.inner.ipc.map(|h| h.size), Some(128));
+        assert!(eth.inner.ipc.is_none());
+        assert_eq!((shm.size(), eth.size()), (128, 128));
+    }
 }
