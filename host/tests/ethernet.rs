@@ -838,7 +838,12 @@ fn peer_that_dies_without_goodbye_aborts_and_is_named() {
         let real = s.spawn(|| {
             let comm = communicator(bootstrap(0, 2, id, listener.lock().unwrap().take()));
             let conn = comm.connect(config(), 1, 0).unwrap();
-            comm.bootstrap().recv(1, 101).unwrap(); // the fake closed its sockets
+            // The fake says it closed its sockets; the abort that their closing causes may
+            // end this (watched) receive first (3 of 20 runs).
+            match comm.bootstrap().recv(1, 101) {
+                Ok(_) | Err(Error::Aborted { .. }) | Err(Error::Remote { rank: 1, .. }) => {}
+                Err(e) => panic!("{e}"),
+            }
             let t = Instant::now();
             while !comm.status().is_aborted() {
                 assert!(
