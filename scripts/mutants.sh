@@ -58,13 +58,18 @@ tests_for() {
     # The conversions are checked code by code by the device crate's unit tests
     # (reduce/tests.rs); the reductions binary would rebuild the root crate per mutant.
     device/src/reduce/convert.rs) echo "mscclpp-device|--lib" ;;
-    device/src/reduce.rs) echo "mscclpp-device,mscclpp|--lib --test reductions" ;;
+    # Every type x operator on edge values in the device crate's unit tests; the reductions
+    # binary (every algorithm on 2-3 ranks) would rebuild the root crate per mutant.
+    device/src/reduce.rs) echo "mscclpp-device|--lib" ;;
     device/src/packet.rs) echo "mscclpp-device,mscclpp|--lib --test channels --test collectives" ;;
-    device/src/ll128.rs) echo "mscclpp|--test collectives" ;;
+    # The line protocol's unit tests (host build: emulated lanes); the GPU's whole-line path
+    # is the collectives' (and the GPU bundle's) to test.
+    device/src/ll128.rs) echo "mscclpp-device|--lib" ;;
     device/src/fifo.rs) echo "mscclpp|--test runtime --test channels" ;;
     device/src/collectives/*) echo "mscclpp|--test collectives" ;;
-    host/src/fifo.rs) echo "mscclpp-host,mscclpp|--lib --test channels" ;;
-    host/src/proxy.rs) echo "mscclpp-host,mscclpp|--lib --test trigger_properties --test channels" ;;
+    # The host crate's FIFO and proxy unit tests (producers on host threads, the sticky error,
+    # stop and drop); the channels binary would rebuild the root crate per mutant.
+    host/src/fifo.rs | host/src/proxy.rs) echo "mscclpp-host|--lib" ;;
     # The layout and its checks: the shared crate's unit tests and the proxy's validator
     # against an independent oracle. (The channels binary would rebuild the root crate for
     # every mutant, minutes each, and a layout slip shows in these first.)
