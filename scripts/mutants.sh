@@ -66,7 +66,9 @@ tests_for() {
     # is the collectives' (and the GPU bundle's) to test.
     device/src/ll128.rs) echo "mscclpp-device|--lib" ;;
     device/src/fifo.rs) echo "mscclpp|--test runtime --test channels" ;;
-    device/src/collectives/*) echo "mscclpp|--test collectives" ;;
+    # The kernels on the grid emulator, every rank in one process (collectives/tests): the
+    # root crate's collectives binary would rebuild it for every mutant (2-4 minutes each).
+    device/src/collectives/*) echo "mscclpp-device|--lib -- collectives::tests" ;;
     # The host crate's FIFO and proxy unit tests (producers on host threads, the sticky error,
     # stop and drop); the channels binary would rebuild the root crate per mutant.
     host/src/fifo.rs | host/src/proxy.rs) echo "mscclpp-host|--lib" ;;

@@ -75,6 +75,9 @@ pub mod ll_two_shot;
 pub mod p2p;
 pub mod port;
 
+#[cfg(test)]
+mod tests;
+
 pub use direct::{direct_collective_any_kernel, direct_collective_kernel};
 pub use ll::{
     ll_all_gather_kernel, ll_all_reduce_kernel, ll_collective_any_kernel, ll_collective_kernel,
