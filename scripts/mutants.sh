@@ -22,6 +22,8 @@
 #   CARGO_TARGET_DIR           default target/mutants: dependencies are built once and reused
 #   MUTANTS_TESTS              "packages|cargo test arguments" for every file of this run,
 #                              instead of tests_for's choice (e.g. a quicker subset)
+#   MUTANTS_SRC                the working copy (default target/mutants-src): two runs at once
+#                              need one each (and a CARGO_TARGET_DIR each)
 #   MUTANTS_ONLY               a file of mutant names, one a line as in missed.txt: test only
 #                              those of each file (re-testing what an earlier run missed)
 #
@@ -125,7 +127,7 @@ for g in "${globs[@]}"; do
 done
 
 # The working copy (see the top of this file).
-src="$PWD/target/mutants-src"
+src="${MUTANTS_SRC:-$PWD/target/mutants-src}"
 rm -rf "$src"
 mkdir -p "$src"
 git ls-files -co --exclude-standard -z -- ':!benchmarks/mutants' | xargs -0 cp --parents -t "$src"

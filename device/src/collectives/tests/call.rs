@@ -23,6 +23,9 @@ pub struct Call {
     pub root: u32,
     /// A different data seed per call of one test.
     pub seed: u32,
+    /// Bytes from each buffer's (128-byte aligned) start to where the call's input and output
+    /// begin (the kernels' paths for unaligned buffers).
+    pub offset: u64,
 }
 
 impl Call {
@@ -37,6 +40,7 @@ impl Call {
             stride: 0,
             root: 0,
             seed: 1,
+            offset: 0,
         }
     }
 
@@ -58,6 +62,10 @@ impl Call {
 
     pub fn seed(self, seed: u32) -> Self {
         Self { seed, ..self }
+    }
+
+    pub fn offset(self, offset: u64) -> Self {
+        Self { offset, ..self }
     }
 
     /// Rank `r`'s `root` (a two-rank exchange names its pair, `r ^ 1`; other calls name `root`).
@@ -114,21 +122,22 @@ pub fn buffers(w: &World, c: &Call, in_place: bool) -> Buffers {
     let mut outputs = Vec::new();
     for r in 0..w.n {
         let d = data(c.dtype, c.seed, r, pin, len, stride);
-        let mut padded = d.clone();
-        padded.resize(extent(pin), MARK);
+        let mut padded = vec![MARK; c.offset as usize];
+        padded.extend_from_slice(&d);
+        padded.resize(c.offset as usize + extent(pin), MARK);
         inputs.push(Buf::from(&padded));
         data_of.push(d);
         if !in_place {
-            outputs.push(Buf::new(extent(pout), MARK));
+            outputs.push(Buf::new(c.offset as usize + extent(pout), MARK));
         }
     }
     let params = (0..w.n)
         .map(|r| {
-            let input = inputs[r as usize].ptr();
+            let input = inputs[r as usize].ptr().wrapping_add(c.offset);
             let output = if in_place {
                 input
             } else {
-                outputs[r as usize].ptr()
+                outputs[r as usize].ptr().wrapping_add(c.offset)
             };
             CollectiveParams {
                 input,
@@ -199,7 +208,7 @@ impl Buffers {
                 }
             };
             let in_place = self.outputs.is_empty();
-            let bytes = got.get();
+            let bytes = &got.get()[c.offset as usize..];
             for (at, w) in &want {
                 if let Some(i) = (0..len).find(|&i| bytes[at + i] != w[i]) {
                     panic!(
@@ -210,6 +219,11 @@ impl Buffers {
                 }
             }
             if !in_place {
+                let head = &got.get()[..c.offset as usize];
+                assert!(
+                    head.iter().all(|&x| x == MARK),
+                    "{what}: written before the output"
+                );
                 // Between and after the parts, up to each part's 16-byte end, nothing is
                 // promised; beyond that every byte must still be the marker.
                 let mut ok = vec![false; bytes.len()];
@@ -230,7 +244,7 @@ impl Buffers {
             if !self.outputs.is_empty() {
                 let d = &self.data[r];
                 assert_eq!(
-                    &b.get()[..d.len()],
+                    &b.get()[c.offset as usize..][..d.len()],
                     &d[..],
                     "{c:?}: rank {r}'s input changed"
                 );

@@ -21,5 +21,7 @@
 extern crate std;
 
 mod call;
+mod ll;
+mod ll128;
 mod staged;
 mod world;

@@ -14,8 +14,8 @@ use mscclpp_shared::{
     MemoryDevice2DeviceSemaphoreDeviceHandle,
 };
 
-/// Bytes of one LL16 slot (one peer's packets in one half): 1 KiB of data.
-pub const LL_SLOT: u64 = 2 << 10;
+/// Bytes of one LL16 slot (one peer's packets in one half): 2 KiB of data.
+pub const LL_SLOT: u64 = 4 << 10;
 /// Bytes of one LL128 slot: 32 lines.
 pub const LL128_SLOT: u64 = 32 * 128;
 /// Bytes of the staging region.
@@ -222,6 +222,15 @@ impl World {
             "{grid} blocks, {} rows of channels",
             self.blocks
         );
+        // Each launch starts with no error recorded (a recorded error is sticky).
+        for r in &self.ranks {
+            let s = &*r.status as *const DeviceStatus as *mut DeviceStatus;
+            // SAFETY: no kernel runs now; the host owns the status between launches.
+            unsafe {
+                (*s).error_code = 0;
+                (*s).error_detail = 0
+            };
+        }
         let dims = GridDims {
             grid,
             block,

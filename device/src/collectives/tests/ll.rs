@@ -1,0 +1,221 @@
+//! The LL16 kernels and the two-shot all-reduce: every mode of the all-mode kernels, the
+//! all-reduce and all-gather kernels' whole-word and byte paths (odd sizes, unaligned
+//! buffers, parts a stride apart), the reduce to every root, one block and several (the
+//! keeper block), calls back to back (the flag's two halves), and the refusals.
+
+use super::call::{Call, buffers, run, run_in_place};
+use super::world::{MARK, World};
+use crate::collectives::{
+    ll_all_gather_kernel, ll_all_reduce_kernel, ll_collective_any_kernel, ll_collective_kernel,
+    ll_reduce_kernel, ll_two_shot_all_reduce_any_kernel, ll_two_shot_all_reduce_kernel,
+};
+use mscclpp_shared::{CollectiveMode as M, DataType, DeviceErrorCode, DeviceReduceOp as Op};
+
+/// 101 f32: not whole 8-byte words.
+const ODD: u64 = 4 * 101;
+/// 128 f32: whole words.
+const WHOLE: u64 = 512;
+/// (blocks, threads): one block, and two workers plus the keeper.
+const SHAPES: [(u32, u32); 2] = [(1, 32), (3, 32)];
+
+#[test]
+fn the_all_mode_kernel_moves_every_part_to_its_place() {
+    let w = World::new(3, 3);
+    let mut seed = 0;
+    for (grid, block) in SHAPES {
+        for bytes in [ODD, WHOLE, 12] {
+            for mode in [M::ReduceScatter, M::AllToAll, M::AllGather] {
+                seed += 1;
+                for stride in [0, bytes.next_multiple_of(16) + 40] {
+                    let c = Call::new(mode, bytes).stride(stride).seed(seed);
+                    run(&w, ll_collective_kernel, c, grid, block);
+                }
+            }
+            for root in 0..3 {
+                seed += 1;
+                let c = Call::new(M::Broadcast, bytes).root(root).seed(seed);
+                run(&w, ll_collective_kernel, c, grid, block);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_two_rank_exchange_swaps_the_inputs() {
+    let w = World::new(2, 3);
+    for (k, (grid, block)) in SHAPES.into_iter().enumerate() {
+        for bytes in [ODD, WHOLE] {
+            let c = Call::new(M::Send, bytes).seed(k as u32 * 7 + bytes as u32);
+            run(&w, ll_collective_kernel, c, grid, block);
+        }
+    }
+}
+
+#[test]
+fn the_all_reduce_kernel_whole_words_bytes_and_unaligned() {
+    for n in [2, 3, 4] {
+        let w = World::new(n, 3);
+        for (grid, block) in SHAPES {
+            for (k, (bytes, offset)) in [(ODD, 0), (WHOLE, 0), (WHOLE, 2), (8, 0)]
+                .into_iter()
+                .enumerate()
+            {
+                let c = Call::new(M::AllReduce, bytes)
+                    .offset(offset)
+                    .seed(k as u32 + n);
+                run(&w, ll_all_reduce_kernel, c, grid, block);
+            }
+            run_in_place(
+                &w,
+                ll_all_reduce_kernel,
+                Call::new(M::AllReduce, WHOLE).seed(50),
+                grid,
+                block,
+            );
+        }
+    }
+}
+
+#[test]
+fn the_all_gather_kernel_whole_words_bytes_strides_and_unaligned() {
+    let w = World::new(3, 3);
+    let mut seed = 100;
+    for (grid, block) in SHAPES {
+        for (bytes, offset) in [(ODD, 0), (WHOLE, 0), (WHOLE, 4), (WHOLE, 1), (6, 0)] {
+            for stride in [0, bytes + 8, bytes + 4] {
+                seed += 1;
+                let c = Call::new(M::AllGather, bytes)
+                    .stride(stride)
+                    .offset(offset)
+                    .seed(seed);
+                run(&w, ll_all_gather_kernel, c, grid, block);
+            }
+        }
+    }
+}
+
+#[test]
+fn the_reduce_kernel_reduces_into_every_root_only() {
+    let w = World::new(3, 3);
+    for (grid, block) in SHAPES {
+        for root in 0..3 {
+            for (dtype, op, scalar) in [
+                (DataType::F32, Op::Sum, 0),
+                (DataType::I32, Op::Max, 0),
+                (DataType::F32, Op::PreMulSum, 0.5f32.to_bits()),
+            ] {
+                let c = Call::new(M::Reduce, ODD)
+                    .with(dtype, op)
+                    .scalar(scalar)
+                    .root(root);
+                run(&w, ll_reduce_kernel, c.seed(root + grid), grid, block);
+            }
+        }
+    }
+}
+
+#[test]
+fn the_any_kernel_reduces_every_operator_in_every_reducing_mode() {
+    let w = World::new(3, 3);
+    let cases = [
+        (DataType::I32, Op::Min, 0),
+        (DataType::I32, Op::Prod, 0),
+        (DataType::I32, Op::SumPostDiv, 2),
+        (DataType::F32, Op::PreMulSum, 3.0f32.to_bits()),
+        (DataType::F32, Op::Sum, 0),
+    ];
+    for (grid, block) in SHAPES {
+        for (k, (dtype, op, scalar)) in cases.into_iter().enumerate() {
+            for mode in [M::AllReduce, M::ReduceScatter] {
+                let c = Call::new(mode, ODD)
+                    .with(dtype, op)
+                    .scalar(scalar)
+                    .seed(k as u32);
+                run(&w, ll_collective_any_kernel, c, grid, block);
+            }
+        }
+        // It moves data too.
+        run(
+            &w,
+            ll_collective_any_kernel,
+            Call::new(M::AllToAll, ODD).seed(77),
+            grid,
+            block,
+        );
+    }
+}
+
+#[test]
+fn main_kernels_refuse_what_another_kernel_serves() {
+    let w = World::new(2, 1);
+    let refused = [
+        // The all-mode kernel's all-reduce is the all-reduce kernel's.
+        (Call::new(M::AllReduce, 64), true),
+        // A reduction that is not a common sum is the twin's.
+        (
+            Call::new(M::ReduceScatter, 64).with(DataType::I32, Op::Max),
+            true,
+        ),
+        // The reduce is `ll_reduce_kernel`'s alone: the all-mode kernel does nothing.
+        (Call::new(M::Reduce, 64), false),
+    ];
+    for (c, recorded) in refused {
+        let b = buffers(&w, &c, false);
+        let st = w.try_launch(ll_collective_kernel, &b.params, 1, 32, 0);
+        for (r, s) in st.iter().enumerate() {
+            let want = if recorded {
+                DeviceErrorCode::InvalidArgument as u32
+            } else {
+                0
+            };
+            assert_eq!(s.error_code, want, "{c:?} rank {r}");
+            assert!(
+                b.outputs[r].get().iter().all(|&x| x == MARK),
+                "{c:?} rank {r}"
+            );
+        }
+    }
+    let c = Call::new(M::AllReduce, 64).with(DataType::I32, Op::Sum);
+    let b = buffers(&w, &c, false);
+    let st = w.try_launch(ll_all_reduce_kernel, &b.params, 1, 32, 0);
+    assert!(
+        st.iter()
+            .all(|s| s.error_code == DeviceErrorCode::InvalidArgument as u32)
+    );
+    // Nothing was sent: the next call still meets its peers at the same flag.
+    run(
+        &w,
+        ll_all_reduce_kernel,
+        Call::new(M::AllReduce, 64).seed(3),
+        1,
+        32,
+    );
+}
+
+/// The two-shot part of `bytes` on `n` ranks, as the host sizes it.
+fn part(n: u32, bytes: u64) -> u64 {
+    bytes.div_ceil(n as u64).next_multiple_of(8)
+}
+
+#[test]
+fn the_two_shot_all_reduce_reduces_every_part_and_gathers_it() {
+    for n in [2, 3, 4] {
+        let w = World::new(n, 3);
+        for (grid, block) in SHAPES {
+            for (k, bytes) in [4 * 301u64, 4 * 256, 100].into_iter().enumerate() {
+                let stride = part(n, bytes);
+                assert!((n as u64 - 1) * stride < bytes && 4 * stride <= super::world::LL_SLOT);
+                let c = Call::new(M::AllReduce, bytes)
+                    .stride(stride)
+                    .seed(k as u32 + 10 * n);
+                run(&w, ll_two_shot_all_reduce_kernel, c, grid, block);
+                let any = c.with(DataType::I32, Op::Max).seed(k as u32 + 20 * n);
+                run(&w, ll_two_shot_all_reduce_any_kernel, any, grid, block);
+            }
+            let c = Call::new(M::AllReduce, 4 * 256)
+                .stride(part(n, 4 * 256))
+                .seed(99);
+            run_in_place(&w, ll_two_shot_all_reduce_kernel, c, grid, block);
+        }
+    }
+}
