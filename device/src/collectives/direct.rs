@@ -50,8 +50,15 @@
 //!    a vote tells the block whether any check failed.
 //! 3. A block where a check failed records `InvalidArgument` (detail: the peer and a
 //!    [`RegisteredRefusal`]), moves nothing and still meets its peers at the closing barrier,
-//!    so nobody waits for it; every rank sees the failing descriptor or fails its own check,
-//!    so no rank moves data on a bad call.
+//!    so nobody waits for it. A descriptor that says `ok = 0` or names another call is refused
+//!    by every rank (the bad rank checks its own `ok`, and sees every peer's digest differ
+//!    from its own), so no rank moves data. A slot, generation or range that only the peers
+//!    can check (their mapping of the bad rank's registrations) is refused by those peers
+//!    only: the bad rank's own checks pass and it moves its share (for an all-reduce, its
+//!    chunk of every output). The host reports the peers' error and the call's outputs are
+//!    not to be used (`collectives::tests::direct` pins this down). A well-behaved host never
+//!    names a registration its peers have not acknowledged, so this only guards against a
+//!    faulty peer.
 //!
 //! A descriptor area is rewritten only by the next call's block `b`, which starts after this
 //! call's block `b` of the reader passed its closing barrier, after its reads.

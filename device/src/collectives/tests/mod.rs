@@ -21,6 +21,7 @@
 extern crate std;
 
 mod call;
+mod direct;
 mod ll;
 mod ll128;
 mod staged;

@@ -6,7 +6,10 @@ use std::vec::Vec;
 use super::call::{Call, buffers, run, run_in_place};
 use super::world::{MARK, World};
 use crate::collectives::{staged_collective_any_kernel, staged_collective_kernel};
-use mscclpp_shared::{CollectiveMode as M, DataType, DeviceErrorCode, DeviceReduceOp as Op};
+use mscclpp_shared::status::error_detail;
+use mscclpp_shared::{
+    CollectiveMode as M, DataType, DeviceErrorCode, DeviceReduceOp as Op, WaitSite,
+};
 
 /// 1001 f32: not a multiple of 16 bytes, uneven over 3 ranks and 3 blocks.
 const ODD: u64 = 4 * 1001;
@@ -137,6 +140,13 @@ fn the_main_kernel_refuses_what_its_twin_serves_and_touches_nothing() {
                 s.error_code,
                 DeviceErrorCode::InvalidArgument as u32,
                 "{mode:?} rank {r}"
+            );
+            // The detail names the type and operator refused.
+            let what = (DataType::I32 as u64) << 8 | Op::Min as u64;
+            assert_eq!(
+                s.error_detail,
+                error_detail(WaitSite::Unknown, what),
+                "{mode:?}"
             );
             assert!(
                 b.outputs[r].get().iter().all(|&x| x == MARK),

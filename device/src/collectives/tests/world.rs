@@ -2,6 +2,7 @@
 //! flags, the buffers of one call, the launch of one kernel on every rank, and the host
 //! reference of the reductions the tests use.
 
+use core::cell::UnsafeCell;
 use std::boxed::Box;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -34,7 +35,8 @@ struct Line([u8; 128]);
 
 /// A host allocation aligned to 128 bytes, `len` usable bytes plus [`GUARD`].
 pub struct Buf {
-    lines: Vec<Line>,
+    /// Behind `UnsafeCell`: the kernels write through pointers the host hands out from `&self`.
+    lines: Vec<UnsafeCell<Line>>,
     len: usize,
 }
 
@@ -42,7 +44,9 @@ impl Buf {
     /// `len` bytes (and the guard) of `fill`.
     pub fn new(len: usize, fill: u8) -> Self {
         Self {
-            lines: vec![Line([fill; 128]); (len + GUARD).div_ceil(128)],
+            lines: (0..(len + GUARD).div_ceil(128))
+                .map(|_| UnsafeCell::new(Line([fill; 128])))
+                .collect(),
             len,
         }
     }
@@ -91,12 +95,12 @@ impl Buf {
 /// One rank's memory.
 struct Rank {
     scratch: Buf,
-    status: Box<DeviceStatus>,
-    ll_flags: Box<[u64; 2]>,
+    status: Box<UnsafeCell<DeviceStatus>>,
+    ll_flags: Box<UnsafeCell<[u64; 2]>>,
     /// `blocks * n` inbound words (one per channel: peers signal them).
-    inbound: Vec<u64>,
+    inbound: Vec<UnsafeCell<u64>>,
     /// `blocks * n` expected counters (one per channel: this rank's waits).
-    expected: Vec<u64>,
+    expected: Vec<UnsafeCell<u64>>,
     channels: Vec<MemoryChannelDeviceHandle>,
 }
 
@@ -115,17 +119,20 @@ impl World {
             .map(|_| Rank {
                 scratch: Buf::new(scratch_len, 0),
                 status: Box::default(),
-                ll_flags: Box::new([0; 2]),
-                inbound: vec![0; cells],
-                expected: vec![0; cells],
+                ll_flags: Box::new(UnsafeCell::new([0; 2])),
+                inbound: (0..cells).map(|_| UnsafeCell::new(0)).collect(),
+                expected: (0..cells).map(|_| UnsafeCell::new(0)).collect(),
                 channels: Vec::new(),
             })
             .collect();
-        let inbound: Vec<*mut u64> = ranks.iter_mut().map(|r| r.inbound.as_mut_ptr()).collect();
+        let inbound: Vec<*mut u64> = ranks
+            .iter()
+            .map(|r| r.inbound.as_ptr() as *mut u64)
+            .collect();
         let scratch: Vec<DevicePtr<u8>> = ranks.iter().map(|r| r.scratch.ptr()).collect();
         for (r, rank) in ranks.iter_mut().enumerate() {
-            let status = DevicePtr::from_ptr(&mut *rank.status as *mut DeviceStatus);
-            let expected = rank.expected.as_mut_ptr();
+            let status = DevicePtr::from_ptr(rank.status.get());
+            let expected = rank.expected.as_ptr() as *mut u64;
             rank.channels = (0..cells)
                 .map(|cell| {
                     let (b, q) = (cell / n as usize, cell % n as usize);
@@ -167,18 +174,19 @@ impl World {
 
     /// Rank `r`'s status.
     pub fn status(&self, r: u32) -> DeviceStatus {
-        *self.ranks[r as usize].status
+        // SAFETY: read between launches (no kernel writes it now).
+        unsafe { *self.ranks[r as usize].status.get() }
     }
 
     /// Rank `r`'s parameters of a call of `bytes` in `mode` (no buffers yet).
     pub fn params(&self, r: u32, mode: u32, bytes: u64) -> CollectiveParams {
         let rank = &self.ranks[r as usize];
         CollectiveParams {
-            status: DevicePtr::from_ptr(&*rank.status as *const DeviceStatus as *mut DeviceStatus),
+            status: DevicePtr::from_ptr(rank.status.get()),
             channels: DevicePtr::from_ptr(rank.channels.as_ptr() as *mut MemoryChannelDeviceHandle),
             scratch: rank.scratch.ptr(),
             bytes,
-            ll_flags: DevicePtr::from_ptr(rank.ll_flags.as_ptr() as *mut u64),
+            ll_flags: DevicePtr::from_ptr(rank.ll_flags.get() as *mut u64),
             ll_slot_bytes: LL_SLOT,
             stage_offset: Self::stage_offset(self.n),
             stride: bytes,
@@ -224,7 +232,7 @@ impl World {
         );
         // Each launch starts with no error recorded (a recorded error is sticky).
         for r in &self.ranks {
-            let s = &*r.status as *const DeviceStatus as *mut DeviceStatus;
+            let s = r.status.get();
             // SAFETY: no kernel runs now; the host owns the status between launches.
             unsafe {
                 (*s).error_code = 0;
@@ -237,11 +245,7 @@ impl World {
             shared_mem_bytes: shared,
         };
         let running = AtomicU32::new(params.len() as u32);
-        let aborts: Vec<usize> = self
-            .ranks
-            .iter()
-            .map(|r| &*r.status as *const DeviceStatus as usize)
-            .collect();
+        let aborts: Vec<usize> = self.ranks.iter().map(|r| r.status.get() as usize).collect();
         let fired = AtomicBool::new(false);
         std::thread::scope(|s| {
             s.spawn(|| {
