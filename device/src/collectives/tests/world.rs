@@ -21,59 +21,86 @@ pub const LL_SLOT: u64 = 4 << 10;
 pub const LL128_SLOT: u64 = 32 * 128;
 /// Bytes of the staging region.
 pub const STAGE: u64 = 64 << 10;
-/// Bytes after every buffer that no kernel may write.
-pub const GUARD: usize = 64;
+/// Bytes after every buffer that no kernel may write (beyond them, no kernel may even read:
+/// see [`Buf`]).
+pub const GUARD: usize = 16;
 /// What every output byte holds before a launch.
 pub const MARK: u8 = 0xA5;
 /// How long a launch may take before the watchdog aborts every rank's waits.
 const WATCHDOG: Duration = Duration::from_secs(5);
 
-/// A 128-byte aligned line (LL128 lines are; the others need 16).
-#[repr(C, align(128))]
-#[derive(Clone, Copy)]
-struct Line([u8; 128]);
-
-/// A host allocation aligned to 128 bytes, `len` usable bytes plus [`GUARD`].
+/// A host allocation of `len` usable bytes, then a guard of [`GUARD`] bytes that must keep
+/// their marker, then a page nobody may touch: the buffer sits at the end of its own mapping
+/// (its start aligned down to 16 bytes, or 128 for a scratch buffer), so a kernel that reads
+/// or writes more than the guard past its end faults (the test dies with SIGSEGV: a failure)
+/// instead of reading whatever lies there, as a GPU would fault on unmapped memory.
 pub struct Buf {
-    /// Behind `UnsafeCell`: the kernels write through pointers the host hands out from `&self`.
-    lines: Vec<UnsafeCell<Line>>,
+    map: *mut u8,
+    map_len: usize,
+    start: *mut u8,
     len: usize,
 }
 
+const PAGE: usize = 4096;
+
 impl Buf {
-    /// `len` bytes (and the guard) of `fill`.
+    /// `len` bytes (and the guard) of `fill`, 16-byte aligned.
     pub fn new(len: usize, fill: u8) -> Self {
+        Self::aligned(len, fill, 16)
+    }
+
+    /// [`Buf::new`] with its start aligned to `align` (a power of two up to a page).
+    pub fn aligned(len: usize, fill: u8, align: usize) -> Self {
+        let body = (len + GUARD + align).next_multiple_of(PAGE);
+        let map_len = body + PAGE;
+        // SAFETY: an anonymous private mapping: no file, no other owner.
+        let map = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(map, libc::MAP_FAILED, "mmap of {map_len} bytes");
+        let map = map as *mut u8;
+        // SAFETY: the last page is inside the mapping just made.
+        let protected = unsafe { libc::mprotect(map.add(body) as *mut _, PAGE, libc::PROT_NONE) };
+        assert_eq!(protected, 0, "mprotect");
+        let start_addr = (map as usize + body - GUARD - len) & !(align - 1);
+        let start = start_addr as *mut u8;
+        // SAFETY: `[start, map + body)` is inside the mapping's readable part.
+        unsafe {
+            core::ptr::write_bytes(start, fill, len);
+            core::ptr::write_bytes(start.add(len), MARK, map as usize + body - start_addr - len);
+        }
         Self {
-            lines: (0..(len + GUARD).div_ceil(128))
-                .map(|_| UnsafeCell::new(Line([fill; 128])))
-                .collect(),
+            map,
+            map_len,
+            start,
             len,
         }
     }
 
     /// `data`, then the guard of [`MARK`]s.
     pub fn from(data: &[u8]) -> Self {
-        let mut b = Self::new(data.len(), MARK);
-        b.bytes_mut()[..data.len()].copy_from_slice(data);
+        let b = Self::new(data.len(), MARK);
+        // SAFETY: `len` bytes from `start` are the buffer's; no kernel runs on it yet.
+        unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), b.start, data.len()) };
         b
     }
 
     pub fn ptr(&self) -> DevicePtr<u8> {
-        DevicePtr::from_ptr(self.lines.as_ptr() as *mut u8)
+        DevicePtr::from_ptr(self.start)
     }
 
-    /// Every byte, the guard included.
+    /// Every byte from the start to the no-access page (the guard included).
     pub fn all(&self) -> &[u8] {
-        // SAFETY: the lines are `lines.len() * 128` initialised bytes.
-        unsafe {
-            core::slice::from_raw_parts(self.lines.as_ptr() as *const u8, self.lines.len() * 128)
-        }
-    }
-
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        let n = self.lines.len() * 128;
-        // SAFETY: as in `all`.
-        unsafe { core::slice::from_raw_parts_mut(self.lines.as_mut_ptr() as *mut u8, n) }
+        let end = self.map as usize + self.map_len - PAGE;
+        // SAFETY: readable bytes of the mapping, read between launches.
+        unsafe { core::slice::from_raw_parts(self.start, end - self.start as usize) }
     }
 
     /// The usable bytes.
@@ -81,14 +108,22 @@ impl Buf {
         &self.all()[..self.len]
     }
 
-    /// Panics unless the guard still holds [`MARK`]s (`what` names the buffer).
+    /// Panics unless every byte after the usable ones still holds [`MARK`] (`what` names the
+    /// buffer).
     pub fn check_guard(&self, what: &str) {
-        let g = &self.all()[self.len..self.len + GUARD];
+        let g = &self.all()[self.len..];
         assert!(
             g.iter().all(|&b| b == MARK),
             "{what}: written past its {} bytes",
             self.len
         );
+    }
+}
+
+impl Drop for Buf {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `aligned`, unmapped once.
+        unsafe { libc::munmap(self.map as *mut _, self.map_len) };
     }
 }
 
@@ -117,7 +152,8 @@ impl World {
         let cells = (blocks * n) as usize;
         let mut ranks: Vec<Rank> = (0..n)
             .map(|_| Rank {
-                scratch: Buf::new(scratch_len, 0),
+                // LL128 lines are 128-byte aligned.
+                scratch: Buf::aligned(scratch_len, 0, 128),
                 status: Box::default(),
                 ll_flags: Box::new(UnsafeCell::new([0; 2])),
                 inbound: (0..cells).map(|_| UnsafeCell::new(0)).collect(),
