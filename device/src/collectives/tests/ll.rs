@@ -3,13 +3,18 @@
 //! buffers, parts a stride apart), the reduce to every root, one block and several (the
 //! keeper block), calls back to back (the flag's two halves), and the refusals.
 
-use super::call::{Call, buffers, run, run_in_place};
+use std::time::Duration;
+use std::vec::Vec;
+
+use super::call::{Buffers, Call, buffers, run, run_in_place};
 use super::world::{MARK, World};
 use crate::collectives::{
     ll_all_gather_kernel, ll_all_reduce_kernel, ll_collective_any_kernel, ll_collective_kernel,
     ll_reduce_kernel, ll_two_shot_all_reduce_any_kernel, ll_two_shot_all_reduce_kernel,
 };
-use mscclpp_shared::{CollectiveMode as M, DataType, DeviceErrorCode, DeviceReduceOp as Op};
+use mscclpp_shared::{
+    CollectiveMode as M, CollectiveParams, DataType, DeviceErrorCode, DeviceReduceOp as Op,
+};
 
 /// 101 f32: not whole 8-byte words.
 const ODD: u64 = 4 * 101;
@@ -217,5 +222,47 @@ fn the_two_shot_all_reduce_reduces_every_part_and_gathers_it() {
                 .seed(99);
             run_in_place(&w, ll_two_shot_all_reduce_kernel, c, grid, block);
         }
+    }
+}
+
+/// `calls` calls of `c` (fresh buffers and data each) queued back to back on every rank as
+/// on its own stream, rank `late` starting 50 ms after the others: every output right, so
+/// no rank ran so far ahead that it overwrote packets a late reader had not read yet (what
+/// the acks and the two halves guarantee: the module docs of `collectives`).
+fn back_to_back(w: &World, k: unsafe fn(CollectiveParams), c: Call, late: u32, grid: u32) {
+    let calls: Vec<Buffers> = (0..4)
+        .map(|i| buffers(w, &c.seed(c.seed + i), false))
+        .collect();
+    let streams: Vec<(Duration, Vec<CollectiveParams>)> = (0..w.n)
+        .map(|r| {
+            let delay = if r == late {
+                Duration::from_millis(50)
+            } else {
+                Duration::ZERO
+            };
+            (delay, calls.iter().map(|b| b.params[r as usize]).collect())
+        })
+        .collect();
+    let st = w.try_launch_streams(k, &streams, grid, 32, 0);
+    assert!(st.iter().all(|s| s.error_code == 0), "{c:?}: {st:?}");
+    let all: Vec<u32> = (0..w.n).collect();
+    for (i, b) in calls.iter().enumerate() {
+        b.check(w, &c.seed(c.seed + i as u32), &all);
+    }
+}
+
+#[test]
+fn a_late_rank_is_never_overrun_by_calls_queued_back_to_back() {
+    let w = World::new(3, 3);
+    // One packet (a single thread waits for the acks), and several.
+    for (bytes, late, grid) in [(8, 2, 1), (8, 0, 3), (ODD, 2, 3)] {
+        let reduce = Call::new(M::Reduce, bytes).root(0);
+        back_to_back(&w, ll_reduce_kernel, reduce, late, grid);
+        let bcast = Call::new(M::Broadcast, bytes).root(0);
+        back_to_back(&w, ll_collective_kernel, bcast, late, grid);
+        let ar = Call::new(M::AllReduce, bytes);
+        back_to_back(&w, ll_all_reduce_kernel, ar, late, grid);
+        let a2a = Call::new(M::AllToAll, bytes);
+        back_to_back(&w, ll_collective_kernel, a2a, late, grid);
     }
 }

@@ -261,6 +261,23 @@ impl World {
         block: u32,
         shared: u32,
     ) -> Vec<DeviceStatus> {
+        let streams: Vec<(Duration, Vec<P>)> =
+            params.iter().map(|p| (Duration::ZERO, vec![*p])).collect();
+        self.try_launch_streams(kernel, &streams, grid, block, shared)
+    }
+
+    /// Every rank's launches in order, as on its own stream: rank `i`'s thread waits
+    /// `streams[i].0`, then launches `kernel` with each of `streams[i].1` in turn, never waiting
+    /// for the other ranks between its launches (so a rank may run ahead of a late one as far
+    /// as the kernels let it). Returns every rank's status after the last launch.
+    pub fn try_launch_streams<P: Copy + Send + Sync>(
+        &self,
+        kernel: unsafe fn(P),
+        streams: &[(Duration, Vec<P>)],
+        grid: u32,
+        block: u32,
+        shared: u32,
+    ) -> Vec<DeviceStatus> {
         assert!(
             grid <= self.blocks,
             "{grid} blocks, {} rows of channels",
@@ -280,14 +297,15 @@ impl World {
             block,
             shared_mem_bytes: shared,
         };
-        let running = AtomicU32::new(params.len() as u32);
+        let running = AtomicU32::new(streams.len() as u32);
+        let late = streams.iter().map(|s| s.0).max().unwrap_or_default();
         let aborts: Vec<usize> = self.ranks.iter().map(|r| r.status.get() as usize).collect();
         let fired = AtomicBool::new(false);
         std::thread::scope(|s| {
             s.spawn(|| {
                 let start = Instant::now();
                 while running.load(Ordering::Acquire) > 0 {
-                    if start.elapsed() > WATCHDOG {
+                    if start.elapsed() > WATCHDOG + late {
                         fired.store(true, Ordering::Relaxed);
                         for &a in &aborts {
                             // SAFETY: the statuses outlive the scope; the kernels read the
@@ -300,15 +318,21 @@ impl World {
                     std::thread::sleep(Duration::from_millis(2));
                 }
             });
-            for p in params {
-                let p = *p;
+            for (delay, calls) in streams {
                 let running = &running;
                 s.spawn(move || {
-                    // SAFETY: every pointer in `p` is into this world's or the test's live
-                    // buffers, sized for the call (each test's contract).
-                    let r = run_grid(dims, &|| unsafe { kernel(p) });
+                    std::thread::sleep(*delay);
+                    let mut result = Ok(());
+                    for &p in calls {
+                        // SAFETY: every pointer in `p` is into this world's or the test's
+                        // live buffers, sized for the call (each test's contract).
+                        result = run_grid(dims, &|| unsafe { kernel(p) });
+                        if result.is_err() {
+                            break;
+                        }
+                    }
                     running.fetch_sub(1, Ordering::Release);
-                    r.expect("grid");
+                    result.expect("grid");
                 });
             }
         });
