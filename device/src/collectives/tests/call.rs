@@ -174,7 +174,7 @@ impl Buffers {
     }
 
     /// Compares every rank's output with the reference of `c` (`ranks`: the ranks that took
-    /// part; the others' outputs must be untouched), and every buffer's guard.
+    /// part; the others' outputs must be untouched), and the slack after every buffer.
     pub fn check(&self, w: &World, c: &Call, ranks: &[u32]) {
         use CollectiveMode::*;
         let n = w.n;
@@ -185,7 +185,7 @@ impl Buffers {
         for r in 0..n {
             let got = self.output(r);
             let what = format!("{c:?}, rank {r} of {n}");
-            got.check_guard(&what);
+            got.check_slack(&what);
             // (offset, expected bytes) of every part this rank's output must hold.
             let want: Vec<(usize, Vec<u8>)> = if !ranks.contains(&r) {
                 vec![]
@@ -240,7 +240,7 @@ impl Buffers {
             }
         }
         for (r, b) in self.inputs.iter().enumerate() {
-            b.check_guard(&format!("{c:?}, input of rank {r}"));
+            b.check_slack(&format!("{c:?}, input of rank {r}"));
             if !self.outputs.is_empty() {
                 let d = &self.data[r];
                 assert_eq!(

@@ -11,9 +11,12 @@
 //!
 //! The data are hashes of (rank, part, byte): no rank's part equals another's, so an
 //! exchange that goes to the wrong place, or nowhere, shows. Every output starts as a marker
-//! byte and a guard of 64 bytes follows every buffer, so a kernel that writes too little or
-//! too much shows too. Every launch is watched: a kernel that loses a signal spins until the
-//! watchdog aborts it (a few seconds), and the test fails with the status it recorded.
+//! byte, so a kernel that writes too little or in the wrong place shows, and every buffer ends
+//! right before a no-access page, so one that reads or writes past a buffer faults, as on a
+//! GPU. Every launch is watched: a kernel that loses a signal spins until the watchdog aborts
+//! it (a few seconds), and the test fails with the status it recorded. Ranks may also queue
+//! several launches each, as on their own streams, one of them late
+//! ([`world::World::try_launch_streams`]): no rank may overrun a late one.
 //!
 //! Who writes what here: the host (this thread) writes every buffer before the launches and
 //! reads them after every grid has joined; during the launches only the kernels touch them.

@@ -184,7 +184,7 @@ fn a_send_and_its_receive_meet_only_each_other() {
             "{from} -> {to}"
         );
         for r in 0..3 {
-            b.outputs[r].check_guard("send / receive");
+            b.outputs[r].check_slack("send / receive");
             if r != to as usize {
                 assert!(
                     b.outputs[r].get().iter().all(|&x| x == MARK),

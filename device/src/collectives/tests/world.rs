@@ -21,19 +21,16 @@ pub const LL_SLOT: u64 = 4 << 10;
 pub const LL128_SLOT: u64 = 32 * 128;
 /// Bytes of the staging region.
 pub const STAGE: u64 = 64 << 10;
-/// Bytes after every buffer that no kernel may write (beyond them, no kernel may even read:
-/// see [`Buf`]).
-pub const GUARD: usize = 16;
 /// What every output byte holds before a launch.
 pub const MARK: u8 = 0xA5;
 /// How long a launch may take before the watchdog aborts every rank's waits.
 const WATCHDOG: Duration = Duration::from_secs(5);
 
-/// A host allocation of `len` usable bytes, then a guard of [`GUARD`] bytes that must keep
-/// their marker, then a page nobody may touch: the buffer sits at the end of its own mapping
-/// (its start aligned down to 16 bytes, or 128 for a scratch buffer), so a kernel that reads
-/// or writes more than the guard past its end faults (the test dies with SIGSEGV: a failure)
-/// instead of reading whatever lies there, as a GPU would fault on unmapped memory.
+/// A host allocation of `len` usable bytes at the end of its own mapping, right before a
+/// page nobody may touch (its start aligned down to 16 bytes, or 128 for a scratch buffer; the
+/// few bytes of slack that leaves after an unaligned length hold [`MARK`]s): a kernel that
+/// reads or writes even one vector past a buffer faults (the test dies with SIGSEGV: a
+/// failure) instead of reading whatever lies there, as a GPU faults on unmapped memory.
 pub struct Buf {
     map: *mut u8,
     map_len: usize,
@@ -44,14 +41,14 @@ pub struct Buf {
 const PAGE: usize = 4096;
 
 impl Buf {
-    /// `len` bytes (and the guard) of `fill`, 16-byte aligned.
+    /// `len` bytes of `fill`, 16-byte aligned.
     pub fn new(len: usize, fill: u8) -> Self {
         Self::aligned(len, fill, 16)
     }
 
     /// [`Buf::new`] with its start aligned to `align` (a power of two up to a page).
     pub fn aligned(len: usize, fill: u8, align: usize) -> Self {
-        let body = (len + GUARD + align).next_multiple_of(PAGE);
+        let body = (len + align).next_multiple_of(PAGE);
         let map_len = body + PAGE;
         // SAFETY: an anonymous private mapping: no file, no other owner.
         let map = unsafe {
@@ -69,7 +66,7 @@ impl Buf {
         // SAFETY: the last page is inside the mapping just made.
         let protected = unsafe { libc::mprotect(map.add(body) as *mut _, PAGE, libc::PROT_NONE) };
         assert_eq!(protected, 0, "mprotect");
-        let start_addr = (map as usize + body - GUARD - len) & !(align - 1);
+        let start_addr = (map as usize + body - len) & !(align - 1);
         let start = start_addr as *mut u8;
         // SAFETY: `[start, map + body)` is inside the mapping's readable part.
         unsafe {
@@ -84,7 +81,7 @@ impl Buf {
         }
     }
 
-    /// `data`, then the guard of [`MARK`]s.
+    /// A buffer holding `data`.
     pub fn from(data: &[u8]) -> Self {
         let b = Self::new(data.len(), MARK);
         // SAFETY: `len` bytes from `start` are the buffer's; no kernel runs on it yet.
@@ -96,7 +93,7 @@ impl Buf {
         DevicePtr::from_ptr(self.start)
     }
 
-    /// Every byte from the start to the no-access page (the guard included).
+    /// Every byte from the start to the no-access page (the slack included).
     pub fn all(&self) -> &[u8] {
         let end = self.map as usize + self.map_len - PAGE;
         // SAFETY: readable bytes of the mapping, read between launches.
@@ -110,7 +107,7 @@ impl Buf {
 
     /// Panics unless every byte after the usable ones still holds [`MARK`] (`what` names the
     /// buffer).
-    pub fn check_guard(&self, what: &str) {
+    pub fn check_slack(&self, what: &str) {
         let g = &self.all()[self.len..];
         assert!(
             g.iter().all(|&b| b == MARK),
