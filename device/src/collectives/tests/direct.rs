@@ -124,16 +124,25 @@ fn launch(w: &World, k: Kernel, d: &[DirectCollectiveParams], grid: u32) {
     w.launch(k, d, grid, 32, DIRECT_SHARED_BYTES);
 }
 
-/// Runs `c` with `k` on every rank, exchanged and registered, and checks every output.
+/// Runs `c` with `k` on every rank, exchanged and registered, and checks every output; the
+/// modes whose output holds the input (all-reduce, broadcast, reduce) in place too.
 fn run(w: &World, k: Kernel, c: Call, grid: u32) {
     let all: Vec<u32> = (0..w.n).collect();
-    let b = buffers(w, &c, false);
-    launch(w, k, &exchanged(w, &b), grid);
-    b.check(w, &c, &all);
-    let b = buffers(w, &c.seed(c.seed + 1000), false);
-    let reg = Registry::new(w, &b);
-    launch(w, k, &registered(w, &b, &reg, need(&c, w.n)), grid);
-    b.check(w, &c.seed(c.seed + 1000), &all);
+    let in_place = matches!(c.mode, M::AllReduce | M::Broadcast | M::Reduce);
+    for (i, place) in [false, true].into_iter().enumerate() {
+        if place && !in_place {
+            continue;
+        }
+        let c = c.seed(c.seed + 1000 * i as u32);
+        let b = buffers(w, &c, place);
+        launch(w, k, &exchanged(w, &b), grid);
+        b.check(w, &c, &all);
+        let c = c.seed(c.seed + 500);
+        let b = buffers(w, &c, place);
+        let reg = Registry::new(w, &b);
+        launch(w, k, &registered(w, &b, &reg, need(&c, w.n)), grid);
+        b.check(w, &c, &all);
+    }
 }
 
 #[test]
@@ -288,8 +297,22 @@ fn a_barrier_meets_only_the_peers_named_and_a_local_reduction_meets_none() {
     ds[0].common.root = 1 << 2;
     ds[2].common.root = 1 << 0;
     let pair = [ds[0], ds[2]];
+    let before: Vec<u64> = (0..2)
+        .flat_map(|b| (0..3).map(move |q| (b, q)))
+        .map(|(b, q)| w.waits(0, b, q))
+        .collect();
     launch(&w, direct_collective_kernel, &pair, 2);
     launch(&w, direct_collective_kernel, &pair, 2);
+    // Every block of rank 0 waited twice for rank 2 and never for rank 1.
+    for b in 0..2 {
+        assert_eq!(
+            w.waits(0, b, 2),
+            before[(b * 3 + 2) as usize] + 2,
+            "block {b}"
+        );
+        assert_eq!(w.waits(0, b, 1), before[(b * 3 + 1) as usize], "block {b}");
+        assert_eq!(w.waits(2, b, 1), 0, "block {b}");
+    }
     // The barrier moved nothing; the semaphores are in step for a whole call of all three.
     for r in 0..3 {
         assert!(b.outputs[r].get().iter().all(|&x| x == MARK));
@@ -428,4 +451,42 @@ fn registered_calls_refuse_every_bad_descriptor_and_still_meet() {
         true,
     );
     refused(|d| d.mine.output.offset = 8, RegisteredRefusal::Range, true);
+}
+
+#[test]
+fn eight_ranks_are_served_and_a_launch_the_tables_cannot_hold_does_nothing() {
+    let w = World::new(8, 1);
+    run(
+        &w,
+        direct_collective_kernel,
+        Call::new(M::AllReduce, BYTES),
+        1,
+    );
+    // Nine ranks (the tables hold eight), or a rank outside the world: nothing moves and
+    // nothing is awaited (the host never launches these).
+    let w = World::new(9, 1);
+    let c = Call::new(M::AllGather, 64);
+    let b = buffers(&w, &c, false);
+    let ds: Vec<DirectCollectiveParams> = (0..9)
+        .map(|r| DirectCollectiveParams {
+            common: b.params[r],
+            ..Default::default()
+        })
+        .collect();
+    launch(&w, direct_collective_kernel, &ds, 1);
+    for r in 0..9 {
+        assert!(
+            b.outputs[r].get().iter().all(|&x| x == MARK),
+            "rank {r} of 9"
+        );
+    }
+    let w = World::new(2, 1);
+    let b = buffers(&w, &c, false);
+    let mut ds = exchanged(&w, &b);
+    ds[1].common.rank = 2;
+    launch(&w, direct_collective_kernel, &ds[1..], 1);
+    for r in 0..2 {
+        assert!(b.outputs[r].get().iter().all(|&x| x == MARK), "rank {r}");
+    }
+    assert_eq!(w.waits(1, 0, 0), 0);
 }

@@ -205,6 +205,14 @@ impl World {
         Self::ll128_offset(n) + 2 * n as u64 * LL128_SLOT
     }
 
+    /// How many waits rank `r`'s channel to rank `q` of block row `b` has completed (its
+    /// semaphore's `expected` counter; every barrier a block passes with `q` adds one).
+    pub fn waits(&self, r: u32, b: u32, q: u32) -> u64 {
+        let cell = &self.ranks[r as usize].expected[(b * self.n + q) as usize];
+        // SAFETY: read between launches (no kernel writes it now).
+        unsafe { *cell.get() }
+    }
+
     /// Rank `r`'s status.
     pub fn status(&self, r: u32) -> DeviceStatus {
         // SAFETY: read between launches (no kernel writes it now).
