@@ -260,14 +260,23 @@ fn ring(w: &World, b: &Buffers, reg: Option<&Registry>) -> Vec<DirectCollectiveP
 
 #[test]
 fn a_send_receive_ring_moves_each_input_to_the_next_rank() {
-    for n in [2, 3, 4] {
+    for n in [2, 3, 4, 8] {
         let w = World::new(n, 2);
         for (k, registered_buffers) in [false, true].into_iter().enumerate() {
             let c = Call::new(M::AllReduce, BYTES).seed(k as u32 + 10 * n);
             let b = buffers(&w, &c, false);
             let reg = Registry::new(&w, &b);
             let ds = ring(&w, &b, registered_buffers.then_some(&reg));
+            let waits = |r: u32, q: u32| (0..2).map(|blk| w.waits(r, blk, q)).sum::<u64>();
+            let before: Vec<u64> = (0..n * n).map(|x| waits(x / n, x % n)).collect();
             launch(&w, direct_collective_kernel, &ds, 2);
+            // Each rank met its two neighbours twice per block and nobody else.
+            for (x, was) in before.iter().enumerate() {
+                let (r, q) = (x as u32 / n, x as u32 % n);
+                let met = q != r && (q == (r + 1) % n || r == (q + 1) % n);
+                let want = was + if met { 4 } else { 0 };
+                assert_eq!(waits(r, q), want, "{n} ranks: rank {r}'s waits for {q}");
+            }
             for r in 0..n {
                 let prev = ((r + n - 1) % n) as usize;
                 let want = &b.inputs[prev].get()[..BYTES as usize];
