@@ -18,7 +18,9 @@ use mscclpp_shared::{
 
 /// 77 vectors: uneven over 3 ranks and 3 blocks.
 const BYTES: u64 = 16 * 77;
-/// The registration slots of every rank's input and output, and their generation.
+/// The registration slots of rank `q`'s input (`IN_SLOT + q`) and output (`OUT_SLOT - q`):
+/// every rank's differ, so a descriptor read from the wrong place names a slot the reader's
+/// table does not hold for that peer. Their generation is `GEN`.
 const IN_SLOT: u32 = 3;
 const OUT_SLOT: u32 = 200;
 const GEN: u32 = 7;
@@ -43,8 +45,8 @@ fn exchanged(w: &World, b: &Buffers) -> Vec<DirectCollectiveParams> {
 }
 
 /// The registry every rank maps its peers' registrations into (one table serves every rank:
-/// this process addresses every buffer the same way): rank `q`'s input at `IN_SLOT`, its
-/// output at `OUT_SLOT`.
+/// this process addresses every buffer the same way): each of rank `q`'s buffers registered
+/// whole, from its start (a call's buffers begin `Call::offset` into them).
 struct Registry(Vec<RegistrySlot>);
 
 impl Registry {
@@ -57,8 +59,8 @@ impl Registry {
                 generation: GEN,
                 ..Default::default()
             };
-            t[q * REGISTRY_SLOTS + IN_SLOT as usize] = slot(&b.inputs[q]);
-            t[q * REGISTRY_SLOTS + OUT_SLOT as usize] = slot(b.output(q as u32));
+            t[q * REGISTRY_SLOTS + (IN_SLOT as usize + q)] = slot(&b.inputs[q]);
+            t[q * REGISTRY_SLOTS + (OUT_SLOT as usize - q)] = slot(b.output(q as u32));
         }
         Self(t)
     }
@@ -68,13 +70,14 @@ impl Registry {
     }
 }
 
-/// Rank `r`'s parameters on registered buffers: its own buffers only, its descriptor, and
-/// what every buffer must hold (`need`).
+/// Rank `r`'s parameters on registered buffers: its own buffers only, its descriptor (buffers
+/// `offset` bytes into their registrations), and what every buffer must hold (`need`).
 fn registered(
     w: &World,
     b: &Buffers,
     reg: &Registry,
     need: [u64; 2],
+    offset: u64,
 ) -> Vec<DirectCollectiveParams> {
     (0..w.n as usize)
         .map(|r| {
@@ -86,14 +89,14 @@ fn registered(
                 need,
                 mine: RegisteredCall {
                     input: BufferRef {
-                        slot: IN_SLOT,
+                        slot: IN_SLOT + r as u32,
                         generation: GEN,
-                        offset: 0,
+                        offset,
                     },
                     output: BufferRef {
-                        slot: OUT_SLOT,
+                        slot: OUT_SLOT - r as u32,
                         generation: GEN,
-                        offset: 0,
+                        offset,
                     },
                     call: 0x5eed_ca11,
                     ok: 1,
@@ -140,7 +143,12 @@ fn run(w: &World, k: Kernel, c: Call, grid: u32) {
         let c = c.seed(c.seed + 500);
         let b = buffers(w, &c, place);
         let reg = Registry::new(w, &b);
-        launch(w, k, &registered(w, &b, &reg, need(&c, w.n)), grid);
+        launch(
+            w,
+            k,
+            &registered(w, &b, &reg, need(&c, w.n), c.offset),
+            grid,
+        );
         b.check(w, &c, &all);
     }
 }
@@ -184,6 +192,11 @@ fn every_mode_on_exchanged_and_registered_buffers() {
             Call::new(M::AllReduce, 16).seed(seed),
             grid,
         );
+    }
+    // Buffers 32 bytes into their allocations (and registrations).
+    for mode in [M::AllReduce, M::AllGather, M::AllToAll] {
+        let c = Call::new(mode, BYTES).offset(32).seed(60 + mode as u32);
+        run(&w, direct_collective_kernel, c, 3);
     }
 }
 
@@ -238,7 +251,7 @@ fn ring(w: &World, b: &Buffers, reg: Option<&Registry>) -> Vec<DirectCollectiveP
     let n = w.n;
     let mut ds = match reg {
         None => exchanged(w, b),
-        Some(reg) => registered(w, b, reg, [BYTES, BYTES]),
+        Some(reg) => registered(w, b, reg, [BYTES, BYTES], 0),
     };
     for (r, d) in ds.iter_mut().enumerate() {
         let r = r as u32;
@@ -375,7 +388,7 @@ fn refused(spoil: impl Fn(&mut DirectCollectiveParams), why: RegisteredRefusal, 
     let c = Call::new(M::AllReduce, BYTES);
     let b = buffers(&w, &c, false);
     let reg = Registry::new(&w, &b);
-    let mut ds = registered(&w, &b, &reg, need(&c, 3));
+    let mut ds = registered(&w, &b, &reg, need(&c, 3), 0);
     spoil(&mut ds[bad]);
     let st = w.try_launch(direct_collective_kernel, &ds, 2, 32, DIRECT_SHARED_BYTES);
     for (r, s) in st.iter().enumerate() {
@@ -429,7 +442,13 @@ fn registered_calls_refuse_every_bad_descriptor_and_still_meet() {
     refused(|d| d.mine.call ^= 1, RegisteredRefusal::OtherCall, false);
     // A slot the peers have not mapped, a stale generation, a generation of 0.
     refused(
-        |d| d.mine.input.slot = IN_SLOT + 1,
+        |d| d.mine.input.slot += 1,
+        RegisteredRefusal::UnknownSlot,
+        true,
+    );
+    // One past the table, where row `bad + 1`'s slots would begin: rank 2's input is there.
+    refused(
+        |d| d.mine.input.slot = (REGISTRY_SLOTS + IN_SLOT as usize + 2) as u32,
         RegisteredRefusal::UnknownSlot,
         true,
     );
