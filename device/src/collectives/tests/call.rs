@@ -224,11 +224,12 @@ impl Buffers {
                     head.iter().all(|&x| x == MARK),
                     "{what}: written before the output"
                 );
-                // Between and after the parts, up to each part's 16-byte end, nothing is
-                // promised; beyond that every byte must still be the marker.
+                // Every byte outside the parts must still be the marker: a kernel writes
+                // exactly `bytes` of each part of a caller's output, never its 16-byte
+                // round-up (NCCL's callers pass buffers of exactly their count).
                 let mut ok = vec![false; bytes.len()];
                 for (at, _) in &want {
-                    let end = (*at + up16(len)).min(bytes.len());
+                    let end = (*at + len).min(bytes.len());
                     ok[*at..end].fill(true);
                 }
                 if let Some(i) = (0..bytes.len()).find(|&i| !ok[i] && bytes[i] != MARK) {
