@@ -7,7 +7,7 @@ use std::time::Duration;
 use std::vec::Vec;
 
 use super::call::{Buffers, Call, buffers, run, run_in_place};
-use super::world::{MARK, World};
+use super::world::{MARK, Region, World};
 use crate::collectives::{
     ll_all_gather_kernel, ll_all_reduce_kernel, ll_collective_any_kernel, ll_collective_kernel,
     ll_reduce_kernel, ll_two_shot_all_reduce_any_kernel, ll_two_shot_all_reduce_kernel,
@@ -25,7 +25,7 @@ const SHAPES: [(u32, u32); 2] = [(1, 32), (3, 32)];
 
 #[test]
 fn the_all_mode_kernel_moves_every_part_to_its_place() {
-    let w = World::new(3, 3);
+    let w = World::ending_with(3, 3, Region::Ll16);
     let mut seed = 0;
     for (grid, block) in SHAPES {
         for bytes in [ODD, WHOLE, 12] {
@@ -47,7 +47,7 @@ fn the_all_mode_kernel_moves_every_part_to_its_place() {
 
 #[test]
 fn a_two_rank_exchange_swaps_the_inputs() {
-    let w = World::new(2, 3);
+    let w = World::ending_with(2, 3, Region::Ll16);
     for (k, (grid, block)) in SHAPES.into_iter().enumerate() {
         for bytes in [ODD, WHOLE] {
             let c = Call::new(M::Send, bytes).seed(k as u32 * 7 + bytes as u32);
@@ -59,7 +59,7 @@ fn a_two_rank_exchange_swaps_the_inputs() {
 #[test]
 fn the_all_reduce_kernel_whole_words_bytes_and_unaligned() {
     for n in [2, 3, 4] {
-        let w = World::new(n, 3);
+        let w = World::ending_with(n, 3, Region::Ll16);
         for (grid, block) in SHAPES {
             for (k, (bytes, offset)) in [(ODD, 0), (WHOLE, 0), (WHOLE, 2), (8, 0)]
                 .into_iter()
@@ -83,7 +83,7 @@ fn the_all_reduce_kernel_whole_words_bytes_and_unaligned() {
 
 #[test]
 fn the_all_gather_kernel_whole_words_bytes_strides_and_unaligned() {
-    let w = World::new(3, 3);
+    let w = World::ending_with(3, 3, Region::Ll16);
     let mut seed = 100;
     for (grid, block) in SHAPES {
         for (bytes, offset) in [(ODD, 0), (WHOLE, 0), (WHOLE, 4), (WHOLE, 1), (6, 0)] {
@@ -101,7 +101,7 @@ fn the_all_gather_kernel_whole_words_bytes_strides_and_unaligned() {
 
 #[test]
 fn the_reduce_kernel_reduces_into_every_root_only() {
-    let w = World::new(3, 3);
+    let w = World::ending_with(3, 3, Region::Ll16);
     for (grid, block) in SHAPES {
         for root in 0..3 {
             for (dtype, op, scalar) in [
@@ -121,7 +121,7 @@ fn the_reduce_kernel_reduces_into_every_root_only() {
 
 #[test]
 fn the_any_kernel_reduces_every_operator_in_every_reducing_mode() {
-    let w = World::new(3, 3);
+    let w = World::ending_with(3, 3, Region::Ll16);
     let cases = [
         (DataType::I32, Op::Min, 0),
         (DataType::I32, Op::Prod, 0),
@@ -152,7 +152,7 @@ fn the_any_kernel_reduces_every_operator_in_every_reducing_mode() {
 
 #[test]
 fn main_kernels_refuse_what_another_kernel_serves() {
-    let w = World::new(2, 1);
+    let w = World::ending_with(2, 1, Region::Ll16);
     let refused = [
         // The all-mode kernel's all-reduce is the all-reduce kernel's.
         (Call::new(M::AllReduce, 64), true),
@@ -205,7 +205,7 @@ fn part(n: u32, bytes: u64) -> u64 {
 #[test]
 fn the_two_shot_all_reduce_reduces_every_part_and_gathers_it() {
     for n in [2, 3, 4] {
-        let w = World::new(n, 3);
+        let w = World::ending_with(n, 3, Region::Ll16);
         for (grid, block) in SHAPES {
             for (k, bytes) in [4 * 301u64, 4 * 256, 100].into_iter().enumerate() {
                 let stride = part(n, bytes);
@@ -253,7 +253,7 @@ fn back_to_back(w: &World, k: unsafe fn(CollectiveParams), c: Call, late: u32, g
 
 #[test]
 fn a_late_rank_is_never_overrun_by_calls_queued_back_to_back() {
-    let w = World::new(3, 3);
+    let w = World::ending_with(3, 3, Region::Ll16);
     // One packet (a single thread waits for the acks), and several.
     for (bytes, late, grid) in [(8, 2, 1), (8, 0, 3), (ODD, 2, 3)] {
         let reduce = Call::new(M::Reduce, bytes).root(0);

@@ -3,7 +3,7 @@
 //! line up to a full slot, unaligned buffers (the 8- and 16-byte paths), the `_any` twin.
 
 use super::call::{Call, run, run_in_place};
-use super::world::{LL128_SLOT, World};
+use super::world::{LL128_SLOT, Region, World};
 use crate::collectives::{
     ll128_all_reduce_kernel, ll128_collective_any_kernel, ll128_collective_kernel,
 };
@@ -18,7 +18,7 @@ const FULL: u64 = LL128_SLOT / 128 * 120;
 #[test]
 fn the_all_reduce_kernel_from_one_line_to_a_full_slot() {
     for n in [2, 3] {
-        let w = World::new(n, 3);
+        let w = World::ending_with(n, 3, Region::Ll128);
         for (grid, block) in SHAPES {
             for (k, (bytes, offset)) in [(4 * 301, 0), (FULL, 0), (12, 0), (4 * 301, 4), (480, 8)]
                 .into_iter()
@@ -42,7 +42,7 @@ fn the_all_reduce_kernel_from_one_line_to_a_full_slot() {
 
 #[test]
 fn the_collective_kernel_gathers_and_scatters_every_part() {
-    let w = World::new(3, 3);
+    let w = World::ending_with(3, 3, Region::Ll128);
     let mut seed = 40;
     for (grid, block) in SHAPES {
         for (bytes, offset) in [(4 * 301, 0), (FULL, 0), (20, 0), (4 * 301, 4), (4 * 301, 1)] {
@@ -65,7 +65,7 @@ fn the_collective_kernel_gathers_and_scatters_every_part() {
 
 #[test]
 fn the_any_kernel_reduces_every_operator() {
-    let w = World::new(3, 3);
+    let w = World::ending_with(3, 3, Region::Ll128);
     let cases = [
         (DataType::I32, Op::Max, 0),
         (DataType::I32, Op::SumPostDiv, 3),

@@ -124,6 +124,14 @@ impl Drop for Buf {
     }
 }
 
+/// The regions of a scratch buffer, in their order.
+#[derive(Clone, Copy)]
+pub enum Region {
+    Ll16,
+    Ll128,
+    Stage,
+}
+
 /// One rank's memory.
 struct Rank {
     scratch: Buf,
@@ -144,8 +152,21 @@ pub struct World {
 }
 
 impl World {
+    /// A world whose scratch buffers hold every region (LL16, LL128, staging).
     pub fn new(n: u32, blocks: u32) -> Self {
-        let scratch_len = (Self::ll128_offset(n) + 2 * n as u64 * LL128_SLOT + STAGE) as usize;
+        Self::ending_with(n, blocks, Region::Stage)
+    }
+
+    /// A world whose scratch buffers end with region `last` (the regions are laid out in
+    /// the order LL16, LL128, staging): a kernel that writes or reads past the end of that
+    /// region, as a slot index that runs past its half would, faults on the no-access page
+    /// that follows every buffer.
+    pub fn ending_with(n: u32, blocks: u32, last: Region) -> Self {
+        let scratch_len = match last {
+            Region::Ll16 => Self::ll128_offset(n),
+            Region::Ll128 => Self::stage_offset(n),
+            Region::Stage => Self::stage_offset(n) + STAGE,
+        } as usize;
         let cells = (blocks * n) as usize;
         let mut ranks: Vec<Rank> = (0..n)
             .map(|_| Rank {
