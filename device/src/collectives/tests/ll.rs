@@ -266,3 +266,50 @@ fn a_late_rank_is_never_overrun_by_calls_queued_back_to_back() {
         back_to_back(&w, ll_collective_kernel, a2a, late, grid);
     }
 }
+
+#[test]
+fn a_two_shot_launch_whose_parts_do_not_fit_does_nothing() {
+    let w = World::ending_with(3, 3, Region::Ll16);
+    let bytes = 4 * 301;
+    let good = part(3, bytes);
+    // The edges that are served: the last part exactly as long as the others.
+    let exact = Call::new(M::AllReduce, 3 * good).stride(good).seed(7);
+    run(&w, ll_two_shot_all_reduce_kernel, exact, 3, 32);
+    // What the host never launches: no part, parts of partial packets, a last part that is
+    // empty or that the stride cannot hold, no ranks, a rank outside the world.
+    type Spoil = fn(&mut CollectiveParams);
+    let bad: [(&str, Spoil); 7] = [
+        ("stride 0", |p| p.stride = 0),
+        ("stride of partial packets", |p| p.stride -= 4),
+        ("an empty last part", |p| p.bytes = 2 * p.stride),
+        ("parts past the data", |p| {
+            p.stride = p.bytes.div_ceil(2) + 8
+        }),
+        ("parts short of the data", |p| p.stride -= 8),
+        ("no ranks", |p| p.nranks = 0),
+        ("a rank outside the world", |p| p.rank = p.nranks),
+    ];
+    for (what, spoil) in bad {
+        let c = Call::new(M::AllReduce, bytes).stride(good);
+        let mut b = buffers(&w, &c, false);
+        for p in b.params.iter_mut() {
+            spoil(p);
+        }
+        let st = w.try_launch(ll_two_shot_all_reduce_kernel, &b.params, 3, 32, 0);
+        for (r, s) in st.iter().enumerate() {
+            assert_eq!(s.error_code, 0, "{what}: rank {r}");
+            assert!(
+                b.outputs[r].get().iter().all(|&x| x == MARK),
+                "{what}: rank {r}"
+            );
+        }
+        // Nothing was sent and no flag moved: the next call meets every peer.
+        run(
+            &w,
+            ll_two_shot_all_reduce_kernel,
+            c.seed(what.len() as u32),
+            3,
+            32,
+        );
+    }
+}
