@@ -3,6 +3,7 @@
 //! reference of its mode (`CollectiveMode`'s meaning of `bytes`, `stride` and `root`).
 
 use std::format;
+use std::time::Duration;
 use std::vec;
 use std::vec::Vec;
 
@@ -275,4 +276,37 @@ pub fn run_in_place(
     let b = buffers(w, &c, true);
     w.launch(kernel, &b.params, grid, block, 0);
     b.check(w, &c, &all);
+}
+
+/// `calls` calls of `c` (fresh buffers and data each) queued back to back on every rank as
+/// on its own stream, rank `late` starting 50 ms after the others: every output right, so
+/// no rank ran so far ahead that it overwrote packets a late reader had not read yet (what
+/// the acks and the two halves guarantee: the module docs of `collectives`).
+pub fn back_to_back(
+    w: &World,
+    k: unsafe fn(CollectiveParams),
+    c: Call,
+    late: u32,
+    grid: u32,
+    block: u32,
+) {
+    let calls: Vec<Buffers> = (0..4)
+        .map(|i| buffers(w, &c.seed(c.seed + i), false))
+        .collect();
+    let streams: Vec<(Duration, Vec<CollectiveParams>)> = (0..w.n)
+        .map(|r| {
+            let delay = if r == late {
+                Duration::from_millis(50)
+            } else {
+                Duration::ZERO
+            };
+            (delay, calls.iter().map(|b| b.params[r as usize]).collect())
+        })
+        .collect();
+    let st = w.try_launch_streams(k, &streams, grid, block, 0);
+    assert!(st.iter().all(|s| s.error_code == 0), "{c:?}: {st:?}");
+    let all: Vec<u32> = (0..w.n).collect();
+    for (i, b) in calls.iter().enumerate() {
+        b.check(w, &c.seed(c.seed + i as u32), &all);
+    }
 }

@@ -3,10 +3,7 @@
 //! buffers, parts a stride apart), the reduce to every root, one block and several (the
 //! keeper block), calls back to back (the flag's two halves), and the refusals.
 
-use std::time::Duration;
-use std::vec::Vec;
-
-use super::call::{Buffers, Call, buffers, run, run_in_place};
+use super::call::{Call, back_to_back, buffers, run, run_in_place};
 use super::world::{MARK, Region, World};
 use crate::collectives::{
     ll_all_gather_kernel, ll_all_reduce_kernel, ll_collective_any_kernel, ll_collective_kernel,
@@ -225,45 +222,19 @@ fn the_two_shot_all_reduce_reduces_every_part_and_gathers_it() {
     }
 }
 
-/// `calls` calls of `c` (fresh buffers and data each) queued back to back on every rank as
-/// on its own stream, rank `late` starting 50 ms after the others: every output right, so
-/// no rank ran so far ahead that it overwrote packets a late reader had not read yet (what
-/// the acks and the two halves guarantee: the module docs of `collectives`).
-fn back_to_back(w: &World, k: unsafe fn(CollectiveParams), c: Call, late: u32, grid: u32) {
-    let calls: Vec<Buffers> = (0..4)
-        .map(|i| buffers(w, &c.seed(c.seed + i), false))
-        .collect();
-    let streams: Vec<(Duration, Vec<CollectiveParams>)> = (0..w.n)
-        .map(|r| {
-            let delay = if r == late {
-                Duration::from_millis(50)
-            } else {
-                Duration::ZERO
-            };
-            (delay, calls.iter().map(|b| b.params[r as usize]).collect())
-        })
-        .collect();
-    let st = w.try_launch_streams(k, &streams, grid, 32, 0);
-    assert!(st.iter().all(|s| s.error_code == 0), "{c:?}: {st:?}");
-    let all: Vec<u32> = (0..w.n).collect();
-    for (i, b) in calls.iter().enumerate() {
-        b.check(w, &c.seed(c.seed + i as u32), &all);
-    }
-}
-
 #[test]
 fn a_late_rank_is_never_overrun_by_calls_queued_back_to_back() {
     let w = World::ending_with(3, 3, Region::Ll16);
     // One packet (a single thread waits for the acks), and several.
     for (bytes, late, grid) in [(8, 2, 1), (8, 0, 3), (ODD, 2, 3)] {
         let reduce = Call::new(M::Reduce, bytes).root(0);
-        back_to_back(&w, ll_reduce_kernel, reduce, late, grid);
+        back_to_back(&w, ll_reduce_kernel, reduce, late, grid, 32);
         let bcast = Call::new(M::Broadcast, bytes).root(0);
-        back_to_back(&w, ll_collective_kernel, bcast, late, grid);
+        back_to_back(&w, ll_collective_kernel, bcast, late, grid, 32);
         let ar = Call::new(M::AllReduce, bytes);
-        back_to_back(&w, ll_all_reduce_kernel, ar, late, grid);
+        back_to_back(&w, ll_all_reduce_kernel, ar, late, grid, 32);
         let a2a = Call::new(M::AllToAll, bytes);
-        back_to_back(&w, ll_collective_kernel, a2a, late, grid);
+        back_to_back(&w, ll_collective_kernel, a2a, late, grid, 32);
     }
 }
 

@@ -2,7 +2,7 @@
 //! warps of several blocks (steps spread over the warps, the keeper block), sizes of a part
 //! line up to a full slot, unaligned buffers (the 8- and 16-byte paths), the `_any` twin.
 
-use super::call::{Call, run, run_in_place};
+use super::call::{Call, back_to_back, run, run_in_place};
 use super::world::{LL128_SLOT, Region, World};
 use crate::collectives::{
     ll128_all_reduce_kernel, ll128_collective_any_kernel, ll128_collective_kernel,
@@ -81,5 +81,16 @@ fn the_any_kernel_reduces_every_operator() {
                 run(&w, ll128_collective_any_kernel, c, grid, block);
             }
         }
+    }
+}
+
+#[test]
+fn a_late_rank_is_never_overrun_by_calls_queued_back_to_back() {
+    let w = World::ending_with(3, 3, Region::Ll128);
+    for (late, grid) in [(2, 1), (0, 3)] {
+        let ar = Call::new(M::AllReduce, 4 * 301);
+        back_to_back(&w, ll128_all_reduce_kernel, ar, late, grid, 64);
+        let ag = Call::new(M::AllGather, 4 * 301);
+        back_to_back(&w, ll128_collective_kernel, ag, late, grid, 64);
     }
 }

@@ -14,7 +14,8 @@
 //! byte, so a kernel that writes too little or in the wrong place shows, and every buffer ends
 //! right before a no-access page, so one that reads or writes past a buffer faults, as on a
 //! GPU. Every launch is watched: a kernel that loses a signal spins until the watchdog aborts
-//! it (a few seconds), and the test fails with the status it recorded. Ranks may also queue
+//! it (20 s: generous, so that a loaded machine never fails a sound kernel), and the test
+//! fails with the status it recorded. Ranks may also queue
 //! several launches each, as on their own streams, one of them late
 //! ([`world::World::try_launch_streams`]): no rank may overrun a late one.
 //!

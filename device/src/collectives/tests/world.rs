@@ -24,13 +24,15 @@ pub const STAGE: u64 = 64 << 10;
 /// What every output byte holds before a launch.
 pub const MARK: u8 = 0xA5;
 /// How long a launch may take before the watchdog aborts every rank's waits.
-const WATCHDOG: Duration = Duration::from_secs(5);
+const WATCHDOG: Duration = Duration::from_secs(20);
 
 /// A host allocation of `len` usable bytes at the end of its own mapping, right before a
 /// page nobody may touch (its start aligned down to 16 bytes, or 128 for a scratch buffer; the
-/// few bytes of slack that leaves after an unaligned length hold [`MARK`]s): a kernel that
-/// reads or writes even one vector past a buffer faults (the test dies with SIGSEGV: a
-/// failure) instead of reading whatever lies there, as a GPU faults on unmapped memory.
+/// few bytes of slack that leaves after an unaligned length hold [`MARK`]s), and after another
+/// (a buffer whose length is a whole number of pages starts right after it): a kernel that
+/// reads or writes even one vector past a buffer (or before one of whole pages) faults (the
+/// test dies with SIGSEGV: a failure) instead of reading whatever lies there, as a GPU faults
+/// on unmapped memory.
 pub struct Buf {
     map: *mut u8,
     map_len: usize,
@@ -48,8 +50,10 @@ impl Buf {
 
     /// [`Buf::new`] with its start aligned to `align` (a power of two up to a page).
     pub fn aligned(len: usize, fill: u8, align: usize) -> Self {
-        let body = (len + align).next_multiple_of(PAGE);
-        let map_len = body + PAGE;
+        // The body's start is page-aligned, so aligning the buffer's start down never leaves it.
+        let body = len.next_multiple_of(PAGE).max(PAGE);
+        // A no-access page, the body, a no-access page.
+        let map_len = PAGE + body + PAGE;
         // SAFETY: an anonymous private mapping: no file, no other owner.
         let map = unsafe {
             libc::mmap(
@@ -63,15 +67,17 @@ impl Buf {
         };
         assert_ne!(map, libc::MAP_FAILED, "mmap of {map_len} bytes");
         let map = map as *mut u8;
-        // SAFETY: the last page is inside the mapping just made.
-        let protected = unsafe { libc::mprotect(map.add(body) as *mut _, PAGE, libc::PROT_NONE) };
-        assert_eq!(protected, 0, "mprotect");
-        let start_addr = (map as usize + body - len) & !(align - 1);
+        // SAFETY: the first and the last page are inside the mapping just made.
+        let guard =
+            |at: usize| unsafe { libc::mprotect(map.add(at) as *mut _, PAGE, libc::PROT_NONE) };
+        assert_eq!((guard(0), guard(PAGE + body)), (0, 0), "mprotect");
+        let body_end = map as usize + PAGE + body;
+        let start_addr = (body_end - len) & !(align - 1);
         let start = start_addr as *mut u8;
-        // SAFETY: `[start, map + body)` is inside the mapping's readable part.
+        // SAFETY: `[start, body_end)` is inside the mapping's readable part.
         unsafe {
             core::ptr::write_bytes(start, fill, len);
-            core::ptr::write_bytes(start.add(len), MARK, map as usize + body - start_addr - len);
+            core::ptr::write_bytes(start.add(len), MARK, body_end - start_addr - len);
         }
         Self {
             map,
@@ -124,11 +130,14 @@ impl Drop for Buf {
     }
 }
 
-/// The regions of a scratch buffer, in their order.
+/// What a world's scratch buffers end with ([`World::ending_with`]).
 #[derive(Clone, Copy)]
 pub enum Region {
+    /// The LL16 region (nothing after it).
     Ll16,
+    /// Only the LL128 region, at offset 0 (for the LL128 kernels alone).
     Ll128,
+    /// The staging region: every region.
     Stage,
 }
 
@@ -149,6 +158,8 @@ pub struct World {
     pub n: u32,
     pub blocks: u32,
     ranks: Vec<Rank>,
+    /// Where the LL128 region starts in every scratch buffer.
+    ll128_at: u64,
 }
 
 impl World {
@@ -160,11 +171,13 @@ impl World {
     /// A world whose scratch buffers end with region `last` (the regions are laid out in
     /// the order LL16, LL128, staging): a kernel that writes or reads past the end of that
     /// region, as a slot index that runs past its half would, faults on the no-access page
-    /// that follows every buffer.
+    /// that follows every buffer. `Region::Ll128` holds that region alone, of whole pages,
+    /// so a kernel that strays before it faults too.
     pub fn ending_with(n: u32, blocks: u32, last: Region) -> Self {
         let scratch_len = match last {
             Region::Ll16 => Self::ll128_offset(n),
-            Region::Ll128 => Self::stage_offset(n),
+            // The LL128 region alone, from offset 0: whole pages between two no-access pages.
+            Region::Ll128 => 2 * n as u64 * LL128_SLOT,
             Region::Stage => Self::stage_offset(n) + STAGE,
         } as usize;
         let cells = (blocks * n) as usize;
@@ -213,7 +226,16 @@ impl World {
                 })
                 .collect();
         }
-        Self { n, blocks, ranks }
+        let ll128_at = match last {
+            Region::Ll128 => 0,
+            _ => Self::ll128_offset(n),
+        };
+        Self {
+            n,
+            blocks,
+            ranks,
+            ll128_at,
+        }
     }
 
     /// Where the LL128 region starts (after the LL16 region's two halves of `n - 1` slots).
@@ -256,7 +278,7 @@ impl World {
             rank: r,
             nranks: self.n,
             max_blocks: self.blocks,
-            ll128_offset: Self::ll128_offset(self.n),
+            ll128_offset: self.ll128_at,
             ll128_slot_bytes: LL128_SLOT,
             ..Default::default()
         }
