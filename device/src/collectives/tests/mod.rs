@@ -15,9 +15,9 @@
 //! right before a no-access page, so one that reads or writes past a buffer faults, as on a
 //! GPU. Every launch is watched: a kernel that loses a signal spins until the watchdog aborts
 //! it (20 s: generous, so that a loaded machine never fails a sound kernel), and the test
-//! fails with the status it recorded. Ranks may also queue
-//! several launches each, as on their own streams, one of them late
-//! ([`world::World::try_launch_streams`]): no rank may overrun a late one.
+//! fails with the status it recorded. Ranks may also queue several launches each, as on their
+//! own streams, one of them late ([`world::World::try_launch_streams`]): no rank may overrun a
+//! late one.
 //!
 //! Who writes what here: the host (this thread) writes every buffer before the launches and
 //! reads them after every grid has joined; during the launches only the kernels touch them.
