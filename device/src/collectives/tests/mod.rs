@@ -23,5 +23,7 @@ extern crate std;
 mod call;
 mod ll;
 mod ll128;
+mod p2p;
+mod port;
 mod staged;
 mod world;
