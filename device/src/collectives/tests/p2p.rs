@@ -32,6 +32,9 @@ const CHUNK: u64 = 96;
 const REGION: u64 = 1024;
 /// Threads per block (the host's choice on the CPU backend).
 const THREADS: u32 = 16;
+/// What every input holds after its message (32 bytes, then the guard): not [`MARK`], so
+/// that a kernel that moves more than the message writes something else than a marker.
+const TAIL: u8 = !MARK;
 /// Most blocks of a launch here.
 const MAX_GRID: u32 = 16;
 
@@ -39,6 +42,8 @@ const MAX_GRID: u32 = 16;
 struct Net {
     w: World,
     lanes: u32,
+    /// Threads per block of every launch.
+    threads: u32,
 }
 
 impl Net {
@@ -46,7 +51,11 @@ impl Net {
     /// kernel reads only row 0 of the channels, the world asks for a row per block).
     fn new(n: u32, lanes: u32) -> Self {
         let w = World::new(n, MAX_GRID);
-        let net = Self { w, lanes };
+        let net = Self {
+            w,
+            lanes,
+            threads: THREADS,
+        };
         assert!(REGION + net.layout().bytes() <= net.w.scratch(0).len() as u64);
         net
     }
@@ -175,7 +184,10 @@ impl Batch {
             .collect();
         Self {
             msgs: msgs.to_vec(),
-            inputs: data.iter().map(|d| Buf::from(d)).collect(),
+            inputs: data
+                .iter()
+                .map(|d| Buf::from(&[&d[..], &[TAIL; 32]].concat()))
+                .collect(),
             outputs: msgs
                 .iter()
                 .map(|m| Buf::new(m.expected as usize, MARK))
@@ -222,7 +234,8 @@ impl Batch {
         }
         let grid = used.iter().copied().max().unwrap_or(0);
         let launched: Vec<P2pParams> = params.into_iter().filter(|p| p.nops > 0).collect();
-        net.w.try_launch(p2p_kernel, &launched, grid, THREADS, 0)
+        net.w
+            .try_launch(p2p_kernel, &launched, grid, net.threads, 0)
     }
 
     /// Every send and receive at once; panics unless every rank's status is what the messages
@@ -277,9 +290,14 @@ impl Batch {
             }
             self.outputs[k].check_guard(&what);
             self.inputs[k].check_guard(&what);
+            let input = self.inputs[k].get();
             assert_eq!(
-                self.inputs[k].get(),
+                &input[..m.sent as usize],
                 &self.data[k][..],
+                "{what}: input changed"
+            );
+            assert!(
+                input[m.sent as usize..].iter().all(|&x| x == TAIL),
                 "{what}: input changed"
             );
         }
@@ -377,7 +395,7 @@ fn zero_bytes_with_null_buffers_still_advance_every_lane() {
 }
 
 #[test]
-fn one_lane_and_the_most_lanes() {
+fn one_lane_and_the_most_lanes_and_a_mismatch_on_them() {
     for (lanes, blocks) in [(1, 1), (P2P_MAX_LANES, 2), (P2P_MAX_LANES, P2P_MAX_LANES)] {
         let net = Net::new(2, lanes);
         for (k, bytes) in [1000u64, 30, 5 * CHUNK * lanes as u64 + 5]
@@ -391,6 +409,11 @@ fn one_lane_and_the_most_lanes() {
             ];
             run(&net, &msgs, 400 + lanes + 10 * k as u32);
         }
+        // A mismatch is reported by lane 0 (the only one here, or one of eight).
+        let m = Msg::new(&net, 0, 1, 700)
+            .expect(&net, 699)
+            .blocks(blocks, 1);
+        run(&net, &[m], 450 + lanes);
     }
 }
 
@@ -476,10 +499,12 @@ fn refuses_what_the_host_never_sends_and_touches_nothing() {
         blocks: 1,
     };
     type Edit = fn(&mut P2pParams);
-    let cases: [(P2pOp, Edit); 8] = [
+    let cases: [(P2pOp, Edit); 9] = [
         (op(0, P2P_SEND), |_| {}),
         (op(2, P2P_RECV), |_| {}),
         (op(1, 2), |_| {}),
+        // (The detail is `peer << 8 | kind`, whatever the kind holds.)
+        (op(1, 0x102), |_| {}),
         (op(1, P2P_SEND), |p| p.lanes = 0),
         (op(1, P2P_RECV), |p| p.lanes = P2P_MAX_LANES + 1),
         (op(1, P2P_SEND), |p| p.chunk_bytes = 0),
@@ -491,7 +516,9 @@ fn refuses_what_the_host_never_sends_and_touches_nothing() {
         p.ops[0] = o;
         p.nops = 1;
         edit(&mut p);
-        let st = net.w.try_launch(p2p_kernel, &[p], 1, THREADS, 0);
+        // Blocks of one thread by turns: the one that records is thread 0.
+        let threads = if k % 2 == 0 { 1 } else { THREADS };
+        let st = net.w.try_launch(p2p_kernel, &[p], 1, threads, 0);
         let what = (o.peer as u64) << 8 | o.kind as u64;
         assert_eq!(
             (st[0].error_code, st[0].error_detail),
@@ -502,14 +529,12 @@ fn refuses_what_the_host_never_sends_and_touches_nothing() {
             "case {k}: {o:?}"
         );
         assert!(out.get().iter().all(|&x| x == MARK), "case {k}");
-        net.check_outside_region(&format!("case {k}"));
-        let region = &net.w.scratch(0)[REGION as usize..];
-        assert!(
-            region[..net.layout().bytes() as usize]
-                .iter()
-                .all(|&x| x == 0),
-            "case {k}: the region was written"
-        );
+        for r in 0..2 {
+            assert!(
+                net.w.scratch(r).iter().all(|&x| x == 0),
+                "case {k}: rank {r}'s scratch was written"
+            );
+        }
     }
     // Entries past `nops` are not operations, whatever they hold; nothing was sent above, so
     // the pair starts in step.
@@ -545,4 +570,20 @@ fn refuses_what_the_host_never_sends_and_touches_nothing() {
     let st = net.w.try_launch(p2p_kernel, &p, 3, THREADS, 0);
     assert!(st.iter().all(|s| s.error_code == 0), "{st:?}");
     b.check(&net);
+}
+
+#[test]
+fn blocks_of_one_thread_and_of_two_warps() {
+    for threads in [1, 64] {
+        let mut net = Net::new(3, LANES);
+        net.threads = threads;
+        for (k, bytes) in [100u64, 1003].into_iter().enumerate() {
+            let msgs = [
+                Msg::new(&net, 0, 1, bytes).blocks(1, 2),
+                Msg::new(&net, 1, 2, bytes + 8),
+                Msg::new(&net, 2, 0, bytes + 1).expect(&net, bytes),
+            ];
+            run(&net, &msgs, 800 + threads + k as u32);
+        }
+    }
 }
