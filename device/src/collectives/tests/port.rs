@@ -71,6 +71,8 @@ const PROXY_LIMIT: Duration = Duration::from_secs(20);
 /// After the kernels ended, longest a proxy waits for a trigger that was counted but not
 /// written (a push that gave up).
 const DRAIN_LIMIT: Duration = Duration::from_secs(1);
+/// What the inputs hold around their data (not [`MARK`]).
+const TAIL: u8 = !MARK;
 /// Five pieces, the last of 180 bytes; whole f32 (and i32).
 const PIECES5: u64 = 4 * 301;
 
@@ -107,6 +109,9 @@ fn zeros(n: usize) -> Vec<AtomicU64> {
 /// set-up builds them.
 struct Ports {
     w: World,
+    /// The ranks the kernels are told of (`PortCollectiveParams::common.nranks`): the
+    /// world's, or more (the kernels then meet only the world's, as the masks say).
+    nranks: u32,
     ranks: Vec<Rank>,
 }
 
@@ -126,9 +131,14 @@ fn dev(a: &AtomicU64) -> DevicePtr<u64> {
 
 impl Ports {
     fn new(n: u32) -> Self {
+        Self::with_ranks(n, n)
+    }
+
+    /// `n` ranks that tell the kernel of `nranks`.
+    fn with_ranks(n: u32, nranks: u32) -> Self {
         let w = World::new(n, 1);
-        assert!(PORT + (3 * n as u64 + 1) * SLOT <= w.scratch(0).len() as u64);
-        let cells = 2 * n as usize;
+        assert!(PORT + (3 * nranks as u64 + 1) * SLOT <= w.scratch(0).len() as u64);
+        let cells = 2 * nranks as usize;
         let mut ranks: Vec<Rank> = (0..n)
             .map(|_| Rank {
                 fifo: Box::new(Fifo {
@@ -173,7 +183,7 @@ impl Ports {
                 })
                 .collect();
         }
-        Self { w, ranks }
+        Self { w, nranks, ranks }
     }
 
     /// Rank `r`'s port parameters for `common`.
@@ -185,7 +195,10 @@ impl Ports {
     ) -> PortCollectiveParams {
         let rank = &self.ranks[common.rank as usize];
         PortCollectiveParams {
-            common,
+            common: mscclpp_shared::CollectiveParams {
+                nranks: self.nranks,
+                ..common
+            },
             port_channels: DevicePtr::from_ptr(rank.table.as_ptr() as *mut PortChannelDeviceHandle),
             counters: dev(&rank.counters[0]),
             send_mask: send,
@@ -352,6 +365,29 @@ impl Ports {
     }
 }
 
+/// [`buffers`] of `c`, every input's bytes before and after its data (up to its guard) set
+/// to [`TAIL`], so that a copy longer than a part carries something else than a marker into
+/// the output.
+fn call_buffers(w: &World, c: &Call) -> Buffers {
+    let mut b = buffers(w, c, false);
+    let parts = match c.mode {
+        M::ReduceScatter | M::AllToAll => w.n as usize,
+        _ => 1,
+    };
+    let stride = if c.stride == 0 { c.bytes } else { c.stride } as usize;
+    let (start, end) = (
+        c.offset as usize,
+        c.offset as usize + stride * (parts - 1) + c.bytes as usize,
+    );
+    for input in &mut b.inputs {
+        let len = input.get().len();
+        let bytes = input.bytes_mut();
+        bytes[..start].fill(TAIL);
+        bytes[end..len].fill(TAIL);
+    }
+    b
+}
+
 /// The host's share of call `c` on rank `r` before the launch: a rank's own part of an
 /// all-gather or all-to-all, a broadcast root's output (`algo/port.rs` copies them).
 fn host_share(b: &mut Buffers, c: &Call, r: u32) {
@@ -389,7 +425,7 @@ fn pieces(bytes: u64) -> u64 {
 /// Runs `c` on every rank with the host's masks and checks every output (`Buffers::check`).
 fn run(ports: &mut Ports, c: Call) {
     let n = ports.w.n;
-    let mut b = buffers(&ports.w, &c, false);
+    let mut b = call_buffers(&ports.w, &c);
     for r in 0..n {
         host_share(&mut b, &c, r);
     }
@@ -470,7 +506,7 @@ fn every_type_and_operator_of_the_reductions() {
 
 /// Launches `c` with `masks[r]` on every rank that has one; returns the buffers.
 fn run_masked(ports: &mut Ports, c: Call, masks: &[Option<(u64, u64)>]) -> Buffers {
-    let b = buffers(&ports.w, &c, false);
+    let b = call_buffers(&ports.w, &c);
     let params: Vec<PortCollectiveParams> = masks
         .iter()
         .enumerate()
@@ -551,7 +587,7 @@ fn the_masks_choose_the_peers() {
         }
         let mut c = c.seed(90 + k as u32);
         let b = {
-            let mut b = buffers(&ports.w, &c, false);
+            let mut b = call_buffers(&ports.w, &c);
             b.params[2].mode = M::Recv as u32;
             let params = [
                 ports.params(b.params[0], bit(2), 0),
@@ -598,7 +634,7 @@ fn refuses_or_skips_what_it_cannot_do_and_moves_nothing() {
     ];
     for (k, (c, edit)) in cases.into_iter().enumerate() {
         let n = ports.w.n;
-        let b = buffers(&ports.w, &c, false);
+        let b = call_buffers(&ports.w, &c);
         let params: Vec<PortCollectiveParams> = (0..n)
             .map(|r| {
                 let (s, v) = masks(&c, n, r);
@@ -622,4 +658,35 @@ fn refuses_or_skips_what_it_cannot_do_and_moves_nothing() {
     }
     // Nothing happened: the next call works from counters at 0.
     run(&mut ports, Call::new(M::AllReduce, PIECES5).seed(99));
+}
+
+#[test]
+fn as_many_ranks_as_the_masks_have_bits() {
+    // Two ranks of a world of 64 (`MAX_PORT_RANKS`) meet: the others' slots and channels are
+    // laid out, never used.
+    let n = mscclpp_shared::MAX_PORT_RANKS as u64;
+    let mut ports = Ports::with_ranks(2, n as u32);
+    for (k, mode) in [M::AllReduce, M::AllToAll, M::AllGather]
+        .into_iter()
+        .enumerate()
+    {
+        run(&mut ports, Call::new(mode, PIECES5).seed(110 + k as u32));
+    }
+    // Only the slots of ranks 0 and 1 were used: their send slots, their receive slots (both
+    // parities) and the accumulator.
+    let slot = |i: u64| (PORT + i * SLOT) as usize..(PORT + (i + 1) * SLOT) as usize;
+    let used = [
+        slot(0),
+        slot(1),
+        slot(n),
+        slot(n + 1),
+        slot(n + 2),
+        slot(n + 3),
+        slot(3 * n),
+    ];
+    for r in 0..2 {
+        let s = ports.w.scratch(r);
+        let bad = (0..s.len()).find(|&i| s[i] != 0 && !used.iter().any(|u| u.contains(&i)));
+        assert!(bad.is_none(), "rank {r}'s scratch written at {bad:?}");
+    }
 }
