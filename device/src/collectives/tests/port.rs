@@ -321,6 +321,16 @@ impl Ports {
             this.w
                 .try_launch(port_collective_kernel, params, 1, THREADS, 0)
         });
+        // No kernel wrote a scratch outside its port region.
+        let end = (PORT + (3 * self.nranks as u64 + 1) * SLOT) as usize;
+        for r in 0..self.w.n {
+            let s = self.w.scratch(r);
+            let bad = (0..PORT as usize).chain(end..s.len()).find(|&i| s[i] != 0);
+            assert!(
+                bad.is_none(),
+                "rank {r}'s scratch written at {bad:?}, outside the port region"
+            );
+        }
         let errors = errors.into_inner().unwrap();
         assert!(
             errors.is_empty(),
