@@ -168,7 +168,7 @@ impl Buffers {
     }
 
     /// Part `p` (of `len` bytes, `stride` apart) of rank `r`'s input data.
-    pub fn part(&self, c: &Call, r: u32, p: u32) -> &[u8] {
+    fn part(&self, c: &Call, r: u32, p: u32) -> &[u8] {
         let (len, stride) = (c.bytes as usize, c.stride_bytes());
         &self.data[r as usize][p as usize * stride..p as usize * stride + len]
     }

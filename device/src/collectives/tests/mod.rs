@@ -24,6 +24,7 @@ mod call;
 mod ll;
 mod ll128;
 mod p2p;
+mod peek;
 mod port;
 mod staged;
 mod world;

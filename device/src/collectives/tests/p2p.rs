@@ -13,6 +13,7 @@ use std::format;
 use std::vec;
 use std::vec::Vec;
 
+use super::peek::{check_after, scratch};
 use super::world::{Buf, MARK, World, byte};
 use crate::collectives::p2p_kernel;
 use mscclpp_shared::status::{count_mismatch_detail, error_detail};
@@ -56,7 +57,7 @@ impl Net {
             lanes,
             threads: THREADS,
         };
-        assert!(REGION + net.layout().bytes() <= net.w.scratch(0).len() as u64);
+        assert!(REGION + net.layout().bytes() <= scratch(&net.w, 0).len() as u64);
         net
     }
 
@@ -90,7 +91,7 @@ impl Net {
     fn check_outside_region(&self, what: &str) {
         let end = (REGION + self.layout().bytes()) as usize;
         for r in 0..self.w.n {
-            let s = self.w.scratch(r);
+            let s = scratch(&self.w, r);
             let bad = (0..REGION as usize)
                 .chain(end..s.len())
                 .find(|&i| s[i] != 0);
@@ -288,8 +289,8 @@ impl Batch {
                     "{what}: a message of another count was written"
                 );
             }
-            self.outputs[k].check_guard(&what);
-            self.inputs[k].check_guard(&what);
+            check_after(&self.outputs[k], &what);
+            check_after(&self.inputs[k], &what);
             let input = self.inputs[k].get();
             assert_eq!(
                 &input[..m.sent as usize],
@@ -531,7 +532,7 @@ fn refuses_what_the_host_never_sends_and_touches_nothing() {
         assert!(out.get().iter().all(|&x| x == MARK), "case {k}");
         for r in 0..2 {
             assert!(
-                net.w.scratch(r).iter().all(|&x| x == 0),
+                scratch(&net.w, r).iter().all(|&x| x == 0),
                 "case {k}: rank {r}'s scratch was written"
             );
         }

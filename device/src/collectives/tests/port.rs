@@ -46,6 +46,7 @@ use std::vec;
 use std::vec::Vec;
 
 use super::call::{Buffers, Call, buffers};
+use super::peek::{check_after, scratch, write};
 use super::world::{MARK, World, reduce};
 use crate::collectives::port_collective_kernel;
 use mscclpp_shared::trigger::commit_parity;
@@ -137,7 +138,7 @@ impl Ports {
     /// `n` ranks that tell the kernel of `nranks`.
     fn with_ranks(n: u32, nranks: u32) -> Self {
         let w = World::new(n, 1);
-        assert!(PORT + (3 * nranks as u64 + 1) * SLOT <= w.scratch(0).len() as u64);
+        assert!(PORT + (3 * nranks as u64 + 1) * SLOT <= scratch(&w, 0).len() as u64);
         let cells = 2 * nranks as usize;
         let mut ranks: Vec<Rank> = (0..n)
             .map(|_| Rank {
@@ -276,7 +277,7 @@ impl Ports {
             return Err(format!("no type: {f:?}"));
         }
         if f.kind.contains(TriggerType::DATA) {
-            let len = self.w.scratch(0).len() as u64;
+            let len = scratch(&self.w, 0).len() as u64;
             if f.src_offset + f.size > len || f.dst_offset + f.size > len {
                 return Err(format!("outside the scratch of {len} bytes: {f:?}"));
             }
@@ -324,7 +325,7 @@ impl Ports {
         // No kernel wrote a scratch outside its port region.
         let end = (PORT + (3 * self.nranks as u64 + 1) * SLOT) as usize;
         for r in 0..self.w.n {
-            let s = self.w.scratch(r);
+            let s = scratch(&self.w, r);
             let bad = (0..PORT as usize).chain(end..s.len()).find(|&i| s[i] != 0);
             assert!(
                 bad.is_none(),
@@ -375,45 +376,52 @@ impl Ports {
     }
 }
 
-/// [`buffers`] of `c`, every input's bytes before and after its data (up to its guard) set
-/// to [`TAIL`], so that a copy longer than a part carries something else than a marker into
-/// the output.
+/// The distance of `c`'s parts.
+fn stride_of(c: &Call) -> usize {
+    (if c.stride == 0 { c.bytes } else { c.stride }) as usize
+}
+
+/// Part `p` of rank `r`'s input data in `b` (the inputs are never written: `Buffers::check`).
+fn part(b: &Buffers, c: &Call, r: u32, p: u32) -> Vec<u8> {
+    let at = c.offset as usize + p as usize * stride_of(c);
+    b.inputs[r as usize].get()[at..at + c.bytes as usize].to_vec()
+}
+
+/// [`buffers`] of `c`, every input's usable bytes before and after its data set to [`TAIL`],
+/// so that a copy longer than a part carries something else than a marker into the output.
 fn call_buffers(w: &World, c: &Call) -> Buffers {
-    let mut b = buffers(w, c, false);
+    let b = buffers(w, c, false);
     let parts = match c.mode {
         M::ReduceScatter | M::AllToAll => w.n as usize,
         _ => 1,
     };
-    let stride = if c.stride == 0 { c.bytes } else { c.stride } as usize;
     let (start, end) = (
         c.offset as usize,
-        c.offset as usize + stride * (parts - 1) + c.bytes as usize,
+        c.offset as usize + stride_of(c) * (parts - 1) + c.bytes as usize,
     );
-    for input in &mut b.inputs {
+    for input in &b.inputs {
         let len = input.get().len();
-        let bytes = input.bytes_mut();
-        bytes[..start].fill(TAIL);
-        bytes[end..len].fill(TAIL);
+        write(input, 0, &vec![TAIL; start]);
+        write(input, end, &vec![TAIL; len - end]);
     }
     b
 }
 
 /// The host's share of call `c` on rank `r` before the launch: a rank's own part of an
 /// all-gather or all-to-all, a broadcast root's output (`algo/port.rs` copies them).
-fn host_share(b: &mut Buffers, c: &Call, r: u32) {
-    let (len, stride) = (
-        c.bytes as usize,
-        if c.stride == 0 { c.bytes } else { c.stride } as usize,
-    );
-    let (at, part) = match c.mode {
+fn host_share(b: &Buffers, c: &Call, r: u32) {
+    let stride = stride_of(c);
+    let (at, p) = match c.mode {
         M::AllGather => (r as usize * stride, 0),
         M::AllToAll => (r as usize * stride, r),
         M::Broadcast if r == c.root => (0, 0),
         _ => return,
     };
-    let data = b.part(c, r, part).to_vec();
-    let at = c.offset as usize + at;
-    b.outputs[r as usize].bytes_mut()[at..at + len].copy_from_slice(&data);
+    write(
+        &b.outputs[r as usize],
+        c.offset as usize + at,
+        &part(b, c, r, p),
+    );
 }
 
 /// The masks the host gives rank `r` of `n` for `c`'s mode: everyone, or a broadcast's root
@@ -435,9 +443,9 @@ fn pieces(bytes: u64) -> u64 {
 /// Runs `c` on every rank with the host's masks and checks every output (`Buffers::check`).
 fn run(ports: &mut Ports, c: Call) {
     let n = ports.w.n;
-    let mut b = call_buffers(&ports.w, &c);
+    let b = call_buffers(&ports.w, &c);
     for r in 0..n {
-        host_share(&mut b, &c, r);
+        host_share(&b, &c, r);
     }
     let params: Vec<PortCollectiveParams> = (0..n)
         .map(|r| {
@@ -530,7 +538,7 @@ fn run_masked(ports: &mut Ports, c: Call, masks: &[Option<(u64, u64)>]) -> Buffe
 /// Panics unless rank `r`'s output holds `want` and nothing else was written.
 fn expect(b: &Buffers, r: u32, want: &[u8], what: &str) {
     let got = b.output(r);
-    got.check_guard(what);
+    check_after(got, what);
     let got = got.get();
     assert_eq!(&got[..want.len()], want, "{what}: rank {r}");
     let end = want.len().next_multiple_of(16).min(got.len());
@@ -567,7 +575,7 @@ fn the_masks_choose_the_peers() {
                 dtype,
                 op,
                 scalar,
-                &[b.part(&c, r & 1, 0), b.part(&c, r & 1 | 2, 0)],
+                &[&part(&b, &c, r & 1, 0), &part(&b, &c, r & 1 | 2, 0)],
             );
             expect(&b, r, &want, "groups");
         }
@@ -575,13 +583,14 @@ fn the_masks_choose_the_peers() {
         let c = c.seed(70 + k as u32);
         let to0 = Some((bit(0), 0));
         let b = run_masked(&mut ports, c, &[Some((0, 0b1110)), to0, to0, to0]);
-        let all: Vec<&[u8]> = (0..4).map(|q| b.part(&c, q, 0)).collect();
+        let all: Vec<Vec<u8>> = (0..4).map(|q| part(&b, &c, q, 0)).collect();
+        let all: Vec<&[u8]> = all.iter().map(|p| &p[..]).collect();
         expect(&b, 0, &reduce(dtype, op, scalar, &all), "to one");
         for r in 1..4 {
             expect(
                 &b,
                 r,
-                &reduce(dtype, op, scalar, &[b.part(&c, r, 0)]),
+                &reduce(dtype, op, scalar, &[&part(&b, &c, r, 0)]),
                 "to one",
             );
         }
@@ -593,7 +602,7 @@ fn the_masks_choose_the_peers() {
         let ring = [0u32, 1, 2, 3].map(|r| Some((bit((r + 1) % 4), bit((r + 3) % 4))));
         let b = run_masked(&mut ports, c, &ring);
         for r in 0..4 {
-            expect(&b, r, b.part(&c, (r + 3) % 4, 0), "ring");
+            expect(&b, r, &part(&b, &c, (r + 3) % 4, 0), "ring");
         }
         let mut c = c.seed(90 + k as u32);
         let b = {
@@ -607,7 +616,7 @@ fn the_masks_choose_the_peers() {
             assert!(st.iter().all(|s| s.error_code == 0), "{st:?}");
             b
         };
-        expect(&b, 2, b.part(&c, 0, 0), "one way");
+        expect(&b, 2, &part(&b, &c, 0, 0), "one way");
         for r in [0, 1, 3] {
             expect(&b, r, &[], "one way");
         }
@@ -617,8 +626,8 @@ fn the_masks_choose_the_peers() {
             c,
             &[None, Some((bit(3), bit(3))), None, Some((bit(1), bit(1)))],
         );
-        expect(&b, 1, b.part(&c, 3, 0), "pair");
-        expect(&b, 3, b.part(&c, 1, 0), "pair");
+        expect(&b, 1, &part(&b, &c, 3, 0), "pair");
+        expect(&b, 3, &part(&b, &c, 1, 0), "pair");
     }
 }
 
@@ -660,7 +669,7 @@ fn refuses_or_skips_what_it_cannot_do_and_moves_nothing() {
             let head = ports.ranks[r as usize].fifo.head.load(Ordering::Relaxed);
             assert_eq!(head, 0, "case {k}: rank {r} pushed triggers");
         }
-        let s = ports.w.scratch(0);
+        let s = scratch(&ports.w, 0);
         assert!(
             s.iter().all(|&x| x == 0),
             "case {k}: the scratch was written"
@@ -695,7 +704,7 @@ fn as_many_ranks_as_the_masks_have_bits() {
         slot(3 * n),
     ];
     for r in 0..2 {
-        let s = ports.w.scratch(r);
+        let s = scratch(&ports.w, r);
         let bad = (0..s.len()).find(|&i| s[i] != 0 && !used.iter().any(|u| u.contains(&i)));
         assert!(bad.is_none(), "rank {r}'s scratch written at {bad:?}");
     }

@@ -66,8 +66,7 @@ impl Buf {
         }
     }
 
-    /// Every byte, the guard included, to write (the host's share of a call, before a launch).
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
+    fn bytes_mut(&mut self) -> &mut [u8] {
         let n = self.lines.len() * 128;
         // SAFETY: as in `all`.
         unsafe { core::slice::from_raw_parts_mut(self.lines.as_mut_ptr() as *mut u8, n) }
@@ -164,11 +163,6 @@ impl World {
     /// Where the staging region starts.
     pub fn stage_offset(n: u32) -> u64 {
         Self::ll128_offset(n) + 2 * n as u64 * LL128_SLOT
-    }
-
-    /// Rank `r`'s scratch (the host reads it between launches: what a kernel left there).
-    pub fn scratch(&self, r: u32) -> &[u8] {
-        self.ranks[r as usize].scratch.get()
     }
 
     /// Rank `r`'s status.
