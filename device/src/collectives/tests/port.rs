@@ -7,7 +7,7 @@
 //! # The test proxy
 //!
 //! The kernel's thread 0 pushes triggers into its rank's FIFO; the host's `PortChannelService`
-//! serves them. This crate cannot use the host crate, so [`Ports::serve`] stands in for it: a
+//! serves them. This crate cannot use the host crate, so [`Proxy::serve`] stands in for it: a
 //! host thread per rank for the duration of each launch, which pops that rank's FIFO in order
 //! and serves every trigger at once, on its own thread:
 //!
@@ -116,6 +116,112 @@ struct Ports {
     ranks: Vec<Rank>,
 }
 
+/// What the proxies of one launch use: every rank's port words and scratch (not the world,
+/// which its raw pointers keep on the test's thread).
+struct Proxy<'a> {
+    ranks: &'a [Rank],
+    /// Every rank's scratch, [`Proxy::len`] bytes each.
+    scratch: Vec<DevicePtr<u8>>,
+    len: u64,
+}
+
+impl Proxy<'_> {
+    /// Serves rank `r`'s FIFO (module docs) until `stop` and drained; returns the triggers
+    /// served, or what went wrong (a trigger it refused is reported at once on stderr too:
+    /// the kernel then waits until the watchdog, whose panic would hide it).
+    fn serve(&self, r: usize, stop: &AtomicBool, errors: &Mutex<Vec<String>>) -> u64 {
+        let f = &self.ranks[r].fifo;
+        let mut tail = f.tail.load(Ordering::Relaxed);
+        let (mut served, mut idle) = (0u64, 0u32);
+        let start = Instant::now();
+        let mut stopped: Option<Instant> = None;
+        let fail = |e: String| {
+            std::eprintln!("test proxy: {e}");
+            errors.lock().unwrap().push(e);
+        };
+        loop {
+            let slot = (tail as usize) & (FIFO - 1);
+            let snd = f.triggers[2 * slot + 1].load(Ordering::Acquire);
+            if snd >> 63 == commit_parity(tail, LOG2_FIFO) {
+                let fst = f.triggers[2 * slot].load(Ordering::Relaxed);
+                if let Err(e) = self.apply(r, ProxyTrigger { fst, snd }, tail) {
+                    fail(format!("rank {r}, trigger {tail}: {e}"));
+                }
+                tail += 1;
+                f.tail.store(tail, Ordering::Release);
+                served += 1;
+                idle = 0;
+                continue;
+            }
+            if stop.load(Ordering::Acquire) {
+                if tail >= f.head.load(Ordering::Relaxed) {
+                    return served;
+                }
+                let since = *stopped.get_or_insert_with(Instant::now);
+                if since.elapsed() > DRAIN_LIMIT {
+                    fail(format!(
+                        "rank {r}: trigger {tail} counted but never written"
+                    ));
+                    return served;
+                }
+            }
+            if start.elapsed() > PROXY_LIMIT {
+                fail(format!("rank {r}: still serving after {PROXY_LIMIT:?}"));
+                return served;
+            }
+            idle += 1;
+            if idle < 64 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        }
+    }
+
+    /// Serves trigger `t` popped at `pos` of rank `r`'s FIFO (module docs).
+    fn apply(&self, r: usize, t: ProxyTrigger, pos: u64) -> Result<(), String> {
+        let n = self.scratch.len();
+        let f = t.fields();
+        let k = f.semaphore_id as usize;
+        let q = k / 2;
+        if k >= 2 * n || q == r {
+            return Err(format!("semaphore {k}: no channel of rank {r}: {f:?}"));
+        }
+        if f.src_memory_id != 0 || f.dst_memory_id != 1 + q as u32 {
+            return Err(format!("memories {f:?} on channel {k}"));
+        }
+        if f.kind.is_empty() {
+            return Err(format!("no type: {f:?}"));
+        }
+        if f.kind.contains(TriggerType::DATA) {
+            let len = self.len;
+            if f.src_offset + f.size > len || f.dst_offset + f.size > len {
+                return Err(format!("outside the scratch of {len} bytes: {f:?}"));
+            }
+            let (src, dst) = (self.scratch[r].as_ptr(), self.scratch[q].as_ptr());
+            // SAFETY: both ranges lie inside live scratch buffers of different ranks (checked
+            // above), which the kernels only touch in the regions the protocol gives them.
+            unsafe {
+                core::ptr::copy_nonoverlapping(
+                    src.add(f.src_offset as usize),
+                    dst.add(f.dst_offset as usize),
+                    f.size as usize,
+                )
+            };
+        }
+        if f.kind.contains(TriggerType::FLAG) {
+            self.ranks[q].inbound[2 * r + (k & 1)].fetch_add(1, Ordering::Release);
+        }
+        if f.kind.contains(TriggerType::SYNC) {
+            self.ranks[r]
+                .fifo
+                .flush_done
+                .store(pos + 1, Ordering::Release);
+        }
+        Ok(())
+    }
+}
+
 /// Sets the flag when dropped: the proxies stop even when the launch panics.
 struct StopOnDrop<'a>(&'a AtomicBool);
 
@@ -209,102 +315,6 @@ impl Ports {
         }
     }
 
-    /// Serves rank `r`'s FIFO (module docs) until `stop` and drained; returns the triggers
-    /// served, or what went wrong (a trigger it refused is reported at once on stderr too:
-    /// the kernel then waits until the watchdog, whose panic would hide it).
-    fn serve(&self, r: usize, stop: &AtomicBool, errors: &Mutex<Vec<String>>) -> u64 {
-        let f = &self.ranks[r].fifo;
-        let mut tail = f.tail.load(Ordering::Relaxed);
-        let (mut served, mut idle) = (0u64, 0u32);
-        let start = Instant::now();
-        let mut stopped: Option<Instant> = None;
-        let fail = |e: String| {
-            std::eprintln!("test proxy: {e}");
-            errors.lock().unwrap().push(e);
-        };
-        loop {
-            let slot = (tail as usize) & (FIFO - 1);
-            let snd = f.triggers[2 * slot + 1].load(Ordering::Acquire);
-            if snd >> 63 == commit_parity(tail, LOG2_FIFO) {
-                let fst = f.triggers[2 * slot].load(Ordering::Relaxed);
-                if let Err(e) = self.apply(r, ProxyTrigger { fst, snd }, tail) {
-                    fail(format!("rank {r}, trigger {tail}: {e}"));
-                }
-                tail += 1;
-                f.tail.store(tail, Ordering::Release);
-                served += 1;
-                idle = 0;
-                continue;
-            }
-            if stop.load(Ordering::Acquire) {
-                if tail >= f.head.load(Ordering::Relaxed) {
-                    return served;
-                }
-                let since = *stopped.get_or_insert_with(Instant::now);
-                if since.elapsed() > DRAIN_LIMIT {
-                    fail(format!(
-                        "rank {r}: trigger {tail} counted but never written"
-                    ));
-                    return served;
-                }
-            }
-            if start.elapsed() > PROXY_LIMIT {
-                fail(format!("rank {r}: still serving after {PROXY_LIMIT:?}"));
-                return served;
-            }
-            idle += 1;
-            if idle < 64 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(20));
-            }
-        }
-    }
-
-    /// Serves trigger `t` popped at `pos` of rank `r`'s FIFO (module docs).
-    fn apply(&self, r: usize, t: ProxyTrigger, pos: u64) -> Result<(), String> {
-        let n = self.w.n as usize;
-        let f = t.fields();
-        let k = f.semaphore_id as usize;
-        let q = k / 2;
-        if k >= 2 * n || q == r {
-            return Err(format!("semaphore {k}: no channel of rank {r}: {f:?}"));
-        }
-        if f.src_memory_id != 0 || f.dst_memory_id != 1 + q as u32 {
-            return Err(format!("memories {f:?} on channel {k}"));
-        }
-        if f.kind.is_empty() {
-            return Err(format!("no type: {f:?}"));
-        }
-        if f.kind.contains(TriggerType::DATA) {
-            let len = scratch(&self.w, 0).len() as u64;
-            if f.src_offset + f.size > len || f.dst_offset + f.size > len {
-                return Err(format!("outside the scratch of {len} bytes: {f:?}"));
-            }
-            let src = self.w.params(r as u32, 0, 0).scratch.as_ptr();
-            let dst = self.w.params(q as u32, 0, 0).scratch.as_ptr();
-            // SAFETY: both ranges lie inside live scratch buffers of different ranks (checked
-            // above), which the kernels only touch in the regions the protocol gives them.
-            unsafe {
-                core::ptr::copy_nonoverlapping(
-                    src.add(f.src_offset as usize),
-                    dst.add(f.dst_offset as usize),
-                    f.size as usize,
-                )
-            };
-        }
-        if f.kind.contains(TriggerType::FLAG) {
-            self.ranks[q].inbound[2 * r + (k & 1)].fetch_add(1, Ordering::Release);
-        }
-        if f.kind.contains(TriggerType::SYNC) {
-            self.ranks[r]
-                .fifo
-                .flush_done
-                .store(pos + 1, Ordering::Release);
-        }
-        Ok(())
-    }
-
     /// Launches `params` (one rank each) with every rank's proxy running, and returns every
     /// rank's status; panics if a proxy refused a trigger, or unless every counter and
     /// semaphore says what the launches so far did (`pieces`: what each launched rank moves
@@ -312,14 +322,20 @@ impl Ports {
     fn launch(&mut self, params: &[PortCollectiveParams], pieces: u64) -> Vec<DeviceStatus> {
         let stop = AtomicBool::new(false);
         let errors = Mutex::new(Vec::new());
-        let this = &*self;
+        let proxy = Proxy {
+            ranks: &self.ranks,
+            scratch: (0..self.w.n)
+                .map(|r| self.w.params(r, 0, 0).scratch)
+                .collect(),
+            len: scratch(&self.w, 0).len() as u64,
+        };
         let st = std::thread::scope(|s| {
-            for r in 0..this.w.n as usize {
-                let (stop, errors) = (&stop, &errors);
-                s.spawn(move || this.serve(r, stop, errors));
+            for r in 0..self.w.n as usize {
+                let (proxy, stop, errors) = (&proxy, &stop, &errors);
+                s.spawn(move || proxy.serve(r, stop, errors));
             }
             let _stop = StopOnDrop(&stop);
-            this.w
+            self.w
                 .try_launch(port_collective_kernel, params, 1, THREADS, 0)
         });
         // No kernel wrote a scratch outside its port region.
