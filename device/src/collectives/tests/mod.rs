@@ -28,5 +28,8 @@ mod call;
 mod direct;
 mod ll;
 mod ll128;
+mod p2p;
+mod peek;
+mod port;
 mod staged;
 mod world;
