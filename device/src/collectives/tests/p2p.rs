@@ -13,7 +13,7 @@ use std::format;
 use std::vec;
 use std::vec::Vec;
 
-use super::peek::{check_after, scratch};
+use super::peek::scratch;
 use super::world::{Buf, MARK, World, byte};
 use crate::collectives::p2p_kernel;
 use mscclpp_shared::status::{count_mismatch_detail, error_detail};
@@ -289,8 +289,8 @@ impl Batch {
                     "{what}: a message of another count was written"
                 );
             }
-            check_after(&self.outputs[k], &what);
-            check_after(&self.inputs[k], &what);
+            self.outputs[k].check_slack(&what);
+            self.inputs[k].check_slack(&what);
             let input = self.inputs[k].get();
             assert_eq!(
                 &input[..m.sent as usize],

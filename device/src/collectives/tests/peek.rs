@@ -2,7 +2,7 @@
 //! the launches have joined), through the pointers the kernels get, so that it needs nothing
 //! of [`World`] and [`Buf`] but what every version of them offers.
 
-use super::world::{Buf, MARK, STAGE, World};
+use super::world::{Buf, STAGE, World};
 
 /// Rank `r`'s scratch buffer: every region, up to the staging region's end (what
 /// [`World::new`] allocates).
@@ -11,17 +11,6 @@ pub fn scratch(w: &World, r: u32) -> &[u8] {
     // SAFETY: the world owns rank `r`'s scratch, `len` bytes at that pointer, for as long as
     // it lives; it is read between launches.
     unsafe { core::slice::from_raw_parts(w.params(r, 0, 0).scratch.as_ptr(), len) }
-}
-
-/// Panics unless every byte of `b` after its usable ones (up to its end) still holds
-/// [`MARK`] (`what` names the buffer).
-pub fn check_after(b: &Buf, what: &str) {
-    let len = b.get().len();
-    let after = &b.all()[len..];
-    assert!(
-        after.iter().all(|&x| x == MARK),
-        "{what}: written past its {len} bytes"
-    );
 }
 
 /// Writes `data` at byte `at` of `b`'s usable bytes (the host's share of a call, before its

@@ -46,7 +46,7 @@ use std::vec;
 use std::vec::Vec;
 
 use super::call::{Buffers, Call, buffers};
-use super::peek::{check_after, scratch, write};
+use super::peek::{scratch, write};
 use super::world::{MARK, World, reduce};
 use crate::collectives::port_collective_kernel;
 use mscclpp_shared::trigger::commit_parity;
@@ -554,7 +554,7 @@ fn run_masked(ports: &mut Ports, c: Call, masks: &[Option<(u64, u64)>]) -> Buffe
 /// Panics unless rank `r`'s output holds `want` and nothing else was written.
 fn expect(b: &Buffers, r: u32, want: &[u8], what: &str) {
     let got = b.output(r);
-    check_after(got, what);
+    got.check_slack(what);
     let got = got.get();
     assert_eq!(&got[..want.len()], want, "{what}: rank {r}");
     let end = want.len().next_multiple_of(16).min(got.len());
