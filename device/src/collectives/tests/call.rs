@@ -10,6 +10,17 @@ use std::vec::Vec;
 use super::world::{Buf, MARK, World, data, reduce};
 use mscclpp_shared::{CollectiveMode, CollectiveParams, DataType, DeviceReduceOp};
 
+/// Every operator the `_any` kernels serve, on the types the host reference knows: (type,
+/// operator, scalar: the pre-multiplied sum's factor as f32 bits, the post-division's divisor).
+pub const EVERY_REDUCTION: [(DataType, DeviceReduceOp, u32); 6] = [
+    (DataType::I32, DeviceReduceOp::Min, 0),
+    (DataType::I32, DeviceReduceOp::Max, 0),
+    (DataType::I32, DeviceReduceOp::Prod, 0),
+    (DataType::I32, DeviceReduceOp::SumPostDiv, 3),
+    (DataType::F32, DeviceReduceOp::PreMulSum, 0x4020_0000), // 2.5
+    (DataType::F32, DeviceReduceOp::Sum, 0),
+];
+
 /// A call: what every rank's parameters say.
 #[derive(Clone, Copy, Debug)]
 pub struct Call {

@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 use std::vec;
 use std::vec::Vec;
 
-use super::call::{Buffers, Call, buffers};
+use super::call::{Buffers, Call, EVERY_REDUCTION, buffers};
 use super::peek::{scratch, write};
 use super::world::{MARK, World, reduce};
 use crate::collectives::port_collective_kernel;
@@ -519,14 +519,7 @@ fn unaligned_buffers() {
 #[test]
 fn every_type_and_operator_of_the_reductions() {
     let mut ports = Ports::new(3);
-    let cases = [
-        (DataType::I32, Op::Min, 0),
-        (DataType::I32, Op::Max, 0),
-        (DataType::I32, Op::Prod, 0),
-        (DataType::I32, Op::SumPostDiv, 3),
-        (DataType::F32, Op::PreMulSum, 2.5f32.to_bits()),
-        (DataType::F32, Op::Sum, 0),
-    ];
+    let cases = EVERY_REDUCTION;
     for (k, (dtype, op, scalar)) in cases.into_iter().enumerate() {
         for mode in [M::AllReduce, M::ReduceScatter] {
             let c = Call::new(mode, PIECES5)

@@ -3,7 +3,7 @@
 
 use std::vec::Vec;
 
-use super::call::{Call, buffers, run, run_in_place};
+use super::call::{Call, EVERY_REDUCTION, buffers, run, run_in_place};
 use super::world::{MARK, World};
 use crate::collectives::{staged_collective_any_kernel, staged_collective_kernel};
 use mscclpp_shared::status::error_detail;
@@ -112,14 +112,7 @@ fn in_place_calls_back_to_back_on_two_and_four_ranks() {
 #[test]
 fn the_any_twin_reduces_every_operator() {
     let w = World::new(3, 2);
-    let cases = [
-        (DataType::I32, Op::Min, 0),
-        (DataType::I32, Op::Max, 0),
-        (DataType::I32, Op::Prod, 0),
-        (DataType::I32, Op::SumPostDiv, 3),
-        (DataType::F32, Op::PreMulSum, 2.5f32.to_bits()),
-        (DataType::F32, Op::Sum, 0),
-    ];
+    let cases = EVERY_REDUCTION;
     for (dtype, op, scalar) in cases {
         for mode in [M::AllReduce, M::AllReducePut, M::ReduceScatter, M::Reduce] {
             let c = Call::new(mode, ODD).with(dtype, op).scalar(scalar).root(1);
