@@ -13,7 +13,6 @@ use std::format;
 use std::vec;
 use std::vec::Vec;
 
-use super::peek::scratch;
 use super::world::{Buf, MARK, World, byte};
 use crate::collectives::p2p_kernel;
 use mscclpp_shared::status::{count_mismatch_detail, error_detail};
@@ -57,7 +56,7 @@ impl Net {
             lanes,
             threads: THREADS,
         };
-        assert!(REGION + net.layout().bytes() <= scratch(&net.w, 0).len() as u64);
+        assert!(REGION + net.layout().bytes() <= net.w.scratch(0).len() as u64);
         net
     }
 
@@ -91,7 +90,7 @@ impl Net {
     fn check_outside_region(&self, what: &str) {
         let end = (REGION + self.layout().bytes()) as usize;
         for r in 0..self.w.n {
-            let s = scratch(&self.w, r);
+            let s = self.w.scratch(r);
             let bad = (0..REGION as usize)
                 .chain(end..s.len())
                 .find(|&i| s[i] != 0);
@@ -532,7 +531,7 @@ fn refuses_what_the_host_never_sends_and_touches_nothing() {
         assert!(out.get().iter().all(|&x| x == MARK), "case {k}");
         for r in 0..2 {
             assert!(
-                scratch(&net.w, r).iter().all(|&x| x == 0),
+                net.w.scratch(r).iter().all(|&x| x == 0),
                 "case {k}: rank {r}'s scratch was written"
             );
         }

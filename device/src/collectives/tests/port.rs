@@ -46,7 +46,7 @@ use std::vec;
 use std::vec::Vec;
 
 use super::call::{Buffers, Call, EVERY_REDUCTION, buffers};
-use super::peek::{scratch, write};
+use super::peek::write;
 use super::world::{MARK, World, reduce};
 use crate::collectives::port_collective_kernel;
 use mscclpp_shared::trigger::commit_parity;
@@ -244,7 +244,7 @@ impl Ports {
     /// `n` ranks that tell the kernel of `nranks`.
     fn with_ranks(n: u32, nranks: u32) -> Self {
         let w = World::new(n, 1);
-        assert!(PORT + (3 * nranks as u64 + 1) * SLOT <= scratch(&w, 0).len() as u64);
+        assert!(PORT + (3 * nranks as u64 + 1) * SLOT <= w.scratch(0).len() as u64);
         let cells = 2 * nranks as usize;
         let mut ranks: Vec<Rank> = (0..n)
             .map(|_| Rank {
@@ -327,7 +327,7 @@ impl Ports {
             scratch: (0..self.w.n)
                 .map(|r| self.w.params(r, 0, 0).scratch)
                 .collect(),
-            len: scratch(&self.w, 0).len() as u64,
+            len: self.w.scratch(0).len() as u64,
         };
         let st = std::thread::scope(|s| {
             for r in 0..self.w.n as usize {
@@ -341,7 +341,7 @@ impl Ports {
         // No kernel wrote a scratch outside its port region.
         let end = (PORT + (3 * self.nranks as u64 + 1) * SLOT) as usize;
         for r in 0..self.w.n {
-            let s = scratch(&self.w, r);
+            let s = self.w.scratch(r);
             let bad = (0..PORT as usize).chain(end..s.len()).find(|&i| s[i] != 0);
             assert!(
                 bad.is_none(),
@@ -678,7 +678,7 @@ fn refuses_or_skips_what_it_cannot_do_and_moves_nothing() {
             let head = ports.ranks[r as usize].fifo.head.load(Ordering::Relaxed);
             assert_eq!(head, 0, "case {k}: rank {r} pushed triggers");
         }
-        let s = scratch(&ports.w, 0);
+        let s = ports.w.scratch(0);
         assert!(
             s.iter().all(|&x| x == 0),
             "case {k}: the scratch was written"
@@ -713,7 +713,7 @@ fn as_many_ranks_as_the_masks_have_bits() {
         slot(3 * n),
     ];
     for r in 0..2 {
-        let s = scratch(&ports.w, r);
+        let s = ports.w.scratch(r);
         let bad = (0..s.len()).find(|&i| s[i] != 0 && !used.iter().any(|u| u.contains(&i)));
         assert!(bad.is_none(), "rank {r}'s scratch written at {bad:?}");
     }

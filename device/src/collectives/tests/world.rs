@@ -248,6 +248,11 @@ impl World {
         Self::ll128_offset(n) + 2 * n as u64 * LL128_SLOT
     }
 
+    /// Rank `r`'s whole scratch buffer (read between launches: what the kernels left there).
+    pub fn scratch(&self, r: u32) -> &[u8] {
+        self.ranks[r as usize].scratch.get()
+    }
+
     /// How many waits rank `r`'s channel to rank `q` of block row `b` has completed (its
     /// semaphore's `expected` counter; every barrier a block passes with `q` adds one).
     pub fn waits(&self, r: u32, b: u32, q: u32) -> u64 {
