@@ -139,9 +139,10 @@ def rank_main(comm: Any) -> List[str]:
         theirs = comm.recv_memory(peer)
         conn = comm.connect(peer)
         view = cupy.asarray(buf)  # the same device memory (__cuda_array_interface__)
-        service = None
+        service = channel = None  # both kept until the kernel is done: the handle points in
         if name == "memory":
-            handle = MemoryChannel(conn, theirs, buf.buffer).handle()
+            channel = MemoryChannel(conn, theirs, buf.buffer)
+            handle = channel.handle()
             kernel, grid, block = memory_kernel, (1,), (THREADS,)
         else:
             service = comm.port_channel_service()
@@ -169,6 +170,7 @@ def rank_main(comm: Any) -> List[str]:
         comm.barrier()  # the peer's kernel and proxy are done with our buffer
         if service is not None:
             service.stop()
+        del channel
         report.append(
             f"rank {rank}: {name} channel, {ROUNDS} round trips of {WORDS * 4} bytes, "
             f"{elapsed * 1e6 / ROUNDS:.1f} us each, data ok"

@@ -160,15 +160,18 @@ class DeviceArray:
             raise InvalidArgumentError(
                 "a CUDA DeviceArray has no NumPy view; to_numpy() copies it to the host"
             )
-        raw = np.asarray(self)
-        return raw.view(numpy_dtype(self.dtype)).reshape(self.shape)
+        raw: np.ndarray = np.asarray(self)
+        view: np.ndarray = raw.view(numpy_dtype(self.dtype)).reshape(self.shape)
+        return view
 
     def to_numpy(self) -> np.ndarray:
         """A host copy of the elements."""
         import numpy as np
 
         data = self._buffer.copy_to(0, self.nbytes)
-        return np.frombuffer(data, dtype=numpy_dtype(self.dtype)).reshape(self.shape).copy()
+        view: np.ndarray = np.frombuffer(data, dtype=numpy_dtype(self.dtype)).reshape(self.shape)
+        out: np.ndarray = view.copy()
+        return out
 
     def copy_from(self, data: Any) -> None:
         """Overwrites the elements with ``data`` (a NumPy array or anything ``numpy.asarray``
@@ -219,7 +222,7 @@ def _c_contiguous(shape: Sequence[int], strides: Optional[Sequence[int]], itemsi
 def _from_torch(t: Any, dtype: Optional[DType]) -> BufferInfo:
     if not t.is_contiguous():
         raise InvalidArgumentError("the tensor is not contiguous (call .contiguous() first)")
-    d = dtype or dtype_of(t.dtype)
+    d = dtype if dtype is not None else dtype_of(t.dtype)  # (DType.F32 is 0: falsy)
     device = t.device.type
     stream = None
     if device == "cuda":
@@ -240,33 +243,35 @@ def _from_torch(t: Any, dtype: Optional[DType]) -> BufferInfo:
     )
 
 
-def _from_cai(obj: Any, dtype: Optional[DType]) -> BufferInfo:
-    iface = obj.__cuda_array_interface__
+def _interface_dtype(obj: Any, typestr: str) -> DType:
+    """The type of an array-interface array: its own ``dtype`` when it has one the library
+    takes (NumPy's, with ml_dtypes' bfloat16 and fp8), else its type string's."""
+    own = getattr(obj, "dtype", None)  # (a NumPy dtype is falsy: compare with None)
+    if own is not None:
+        try:
+            return dtype_of(own)
+        except InvalidArgumentError:
+            pass
+    return from_typestr(typestr)
+
+
+def _from_interface(
+    obj: Any, iface: Any, dtype: Optional[DType], device: str, device_id: int,
+    stream: Optional[int],
+) -> BufferInfo:
+    """An ``__array_interface__`` or ``__cuda_array_interface__`` dictionary (version 3)."""
     shape = tuple(iface["shape"])
     typestr = iface["typestr"]
-    itemsize = int(typestr[2:]) if typestr[1] == "V" else 0
-    d = dtype or from_typestr(typestr)
-    itemsize = itemsize or d.size
+    itemsize = int(typestr[2:])  # "<f4", "|V2": the element's bytes after the kind letter
+    d = dtype if dtype is not None else _interface_dtype(obj, typestr)
     if not _c_contiguous(shape, iface.get("strides"), itemsize):
-        raise InvalidArgumentError("the array is not C-contiguous")
+        raise InvalidArgumentError("the array is not C-contiguous (make a contiguous copy)")
     ptr, readonly = iface["data"]
-    stream = None
-    module = type(obj).__module__.split(".")[0]
-    if module == "cupy":
-        import cupy
-
-        stream = int(cupy.cuda.get_current_stream().ptr)
-    elif isinstance(iface.get("stream"), int):
-        stream = int(iface["stream"])
-    device_id = 0
-    dev = getattr(obj, "device", None)
-    if dev is not None and hasattr(dev, "id"):
-        device_id = int(dev.id)
     return BufferInfo(
         ptr=int(ptr or 0),
         nbytes=math.prod(shape) * itemsize,
         dtype=d,
-        device="cuda",
+        device=device,
         device_id=device_id,
         readonly=bool(readonly),
         stream=stream,
@@ -274,28 +279,22 @@ def _from_cai(obj: Any, dtype: Optional[DType]) -> BufferInfo:
     )
 
 
-def _from_array_interface(obj: Any, dtype: Optional[DType]) -> BufferInfo:
-    iface = obj.__array_interface__
-    shape = tuple(iface["shape"])
-    typestr = iface["typestr"]
-    import numpy as np
+def _from_cai(obj: Any, dtype: Optional[DType]) -> BufferInfo:
+    iface = obj.__cuda_array_interface__
+    stream = None
+    if type(obj).__module__.split(".")[0] == "cupy":
+        import cupy
 
-    itemsize = np.dtype(typestr).itemsize
-    own = getattr(obj, "dtype", None)  # (a NumPy dtype is falsy: compare with None)
-    d = dtype or (dtype_of(own) if own is not None else from_typestr(typestr))
-    if not _c_contiguous(shape, iface.get("strides"), itemsize):
-        raise InvalidArgumentError("the array is not C-contiguous (numpy.ascontiguousarray)")
-    ptr, readonly = iface["data"]
-    return BufferInfo(
-        ptr=int(ptr or 0),
-        nbytes=math.prod(shape) * itemsize,
-        dtype=d,
-        device="cpu",
-        device_id=0,
-        readonly=bool(readonly),
-        stream=None,
-        owner=obj,
-    )
+        stream = int(cupy.cuda.get_current_stream().ptr)
+    elif isinstance(iface.get("stream"), int):
+        stream = int(iface["stream"])
+    dev = getattr(obj, "device", None)
+    device_id = int(dev.id) if dev is not None and hasattr(dev, "id") else 0
+    return _from_interface(obj, iface, dtype, "cuda", device_id, stream)
+
+
+def _from_array_interface(obj: Any, dtype: Optional[DType]) -> BufferInfo:
+    return _from_interface(obj, obj.__array_interface__, dtype, "cpu", 0, None)
 
 
 class _DLDevice(ctypes.Structure):
@@ -342,7 +341,7 @@ def _from_dlpack(obj: Any, dtype: Optional[DType], stream: Optional[int]) -> Buf
     t = _DLTensor.from_address(addr)
     shape = [t.shape[i] for i in range(t.ndim)]
     strides = [t.strides[i] for i in range(t.ndim)] if t.strides else None
-    d = dtype or from_dlpack_code(t.dtype.code, t.dtype.bits, t.dtype.lanes)
+    d = dtype if dtype is not None else from_dlpack_code(t.dtype.code, t.dtype.bits, t.dtype.lanes)
     itemsize = t.dtype.bits * t.dtype.lanes // 8
     if strides is not None and not _c_contiguous(shape, [s * itemsize for s in strides], itemsize):
         raise InvalidArgumentError("the DLPack tensor is not C-contiguous")
@@ -367,7 +366,7 @@ def resolve(obj: Any, dtype: Any = None, stream: Optional[int] = None) -> Buffer
         return BufferInfo(
             ptr=obj.ptr,
             nbytes=obj.nbytes,
-            dtype=d or obj.dtype,
+            dtype=d if d is not None else obj.dtype,
             device=obj.backend,
             device_id=obj.buffer.device,
             readonly=False,

@@ -141,9 +141,9 @@ def dtype_of(x: Any) -> DType:
         # NumPy dtypes have .name; PyTorch dtypes print as "torch.float32".
         name = getattr(x, "name", None)
         if not isinstance(name, str):
-            text = str(x)
-            name = text[len("torch.") :] if text.startswith("torch.") else text
+            name = str(x)
     key = (name or "").lower()
+    key = key[len("torch.") :] if key.startswith("torch.") else key
     if key in _BY_NAME:
         return _BY_NAME[key]
     raise InvalidArgumentError(

@@ -51,7 +51,8 @@ using ::uint8_t; using ::uint16_t; using ::uint32_t; using ::uint64_t; using ::u
 typedef decltype(sizeof(0)) size_t;
 typedef decltype((char*)0 - (char*)0) ptrdiff_t;
 #ifndef offsetof
-#define offsetof(type, member) __builtin_offsetof(type, member)
+/* NVRTC's front end has no __builtin_offsetof; __INTADDR__ makes this a constant expression. */
+#define offsetof(type, member) ((size_t)__INTADDR__(&(((type*)0)->member)))
 #endif
 namespace std { using ::size_t; using ::ptrdiff_t; }
 """,

@@ -227,6 +227,8 @@ impl MemoryChannel {
     }
 }
 
+const _: () = assert!(mscclpp::shared::DEFAULT_FIFO_SIZE == 512);
+
 /// The proxy of PortChannels: configured (memories, semaphores, channel handles), then started;
 /// GPU threads push triggers into its FIFO and the proxy thread moves the data and signals.
 enum ServiceState {
@@ -268,9 +270,10 @@ impl PortChannelService {
 
 #[pymethods]
 impl PortChannelService {
-    /// A service with a FIFO of `fifo_size` slots (a power of two).
+    /// A service with a FIFO of `fifo_size` slots (a power of two; the library's default,
+    /// written out so that Python sees the number).
     #[new]
-    #[pyo3(signature = (comm, fifo_size=mscclpp::shared::DEFAULT_FIFO_SIZE))]
+    #[pyo3(signature = (comm, fifo_size=512))]
     fn new(comm: &Comm, fifo_size: u32) -> PyResult<Self> {
         let c = comm.inner().clone();
         let b = HostService::builder(c.gpu(), c.status(), fifo_size).py()?;

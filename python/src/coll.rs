@@ -3,15 +3,17 @@
 //!
 //! Where a call runs: on a stream the caller names by its integer handle (a `CUstream`, PyTorch's
 //! or CuPy's current stream, or a `Stream` of this package), where it is queued and the call
-//! returns at once; or, with no stream, on the communicator's own stream, and then the call
-//! waits for the work and raises a device wait's error (a receive of the wrong count, a
-//! timeout). Every wait releases the GIL.
+//! returns at once (on CUDA with the thread's stream-capture mode relaxed during the call, so
+//! that a stream PyTorch captures in global mode takes it); or, with no stream, on the
+//! communicator's own stream, and then the call waits for the work and raises a device wait's
+//! error (a receive of the wrong count, a timeout). Every wait releases the GIL.
 
 use std::collections::HashMap;
 
 use mscclpp::collectives::{CollectiveConfig, Collectives as HostCollectives, Registration};
 use mscclpp::host::Result;
-use mscclpp::host::gpu::Stream;
+use mscclpp::host::gpu::cuda::RelaxedCapture;
+use mscclpp::host::gpu::{BackendKind, Stream};
 use mscclpp::shared::DevicePtr;
 use pyo3::prelude::*;
 
@@ -78,6 +80,13 @@ impl Collectives {
         py.detach(|| match stream {
             Some(raw) => {
                 let gpu = self.c.communicator().gpu();
+                // A stream PyTorch captures in CUDA's global mode (`torch.cuda.graph`) forbids
+                // the driver calls a call may make on the host (exporting, mapping): relaxed
+                // for this thread during the call, as the drop-in NCCL library does.
+                let _relaxed = match gpu.kind() {
+                    BackendKind::Cuda => Some(RelaxedCapture::new()?),
+                    BackendKind::Cpu => None,
+                };
                 // SAFETY: `raw` names a live stream of this device: the package passes the
                 // handle of a framework's current stream or of one of its `Stream`s, held by
                 // the caller for the call (the CPU backend checks its handles itself).

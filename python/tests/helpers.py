@@ -60,12 +60,14 @@ def values(rank: int, part: int, count: int, dtype: Any, kind: str = "sum") -> n
         v = (h % np.uint64(16)).astype(np.int64)  # 0 … 15
     else:
         v = (h % np.uint64(31)).astype(np.int64) - 15  # -15 … 15
-    return v.astype(dt)
+    out: np.ndarray = v.astype(dt)
+    return out
 
 
 def marked(count: int, dtype: Any) -> np.ndarray:
     """An output of ``count`` elements filled with the marker byte."""
-    return np.full(count * np.dtype(dtype).itemsize, MARKER, dtype=np.uint8).view(dtype)
+    out: np.ndarray = np.full(count * np.dtype(dtype).itemsize, MARKER, dtype=np.uint8)
+    return out.view(dtype)
 
 
 def reduce_ref(arrays: Sequence[np.ndarray], op: str) -> np.ndarray:
@@ -74,24 +76,27 @@ def reduce_ref(arrays: Sequence[np.ndarray], op: str) -> np.ndarray:
     stack = np.stack(arrays)
     dt = stack.dtype
     n = len(arrays)
+    out: np.ndarray
     with np.errstate(over="ignore"):
         if op == "sum":
-            return np.add.reduce(stack, axis=0, dtype=dt)
-        if op == "prod":
-            return np.multiply.reduce(stack, axis=0, dtype=dt)
-        if op == "min":
-            return stack.min(axis=0)
-        if op == "max":
-            return stack.max(axis=0)
-        if op == "avg":
-            if dt.kind == "f":
-                factor = dt.type(1.0 / n)
-                return np.add.reduce(stack * factor, axis=0, dtype=dt)
+            out = np.add.reduce(stack, axis=0, dtype=dt)
+        elif op == "prod":
+            out = np.multiply.reduce(stack, axis=0, dtype=dt)
+        elif op == "min":
+            out = stack.min(axis=0)
+        elif op == "max":
+            out = stack.max(axis=0)
+        elif op == "avg" and dt.kind == "f":
+            out = np.add.reduce(stack * dt.type(1.0 / n), axis=0, dtype=dt)
+        elif op == "avg":
             total = np.add.reduce(stack, axis=0, dtype=dt)
             if dt.kind == "u":
-                return (total // n).astype(dt)
-            return np.trunc(total.astype(np.float64) / n).astype(dt)
-    raise ValueError(op)
+                out = (total // n).astype(dt)
+            else:
+                out = np.trunc(total.astype(np.float64) / n).astype(dt)
+        else:
+            raise ValueError(op)
+    return out
 
 
 def check(got: np.ndarray, want: np.ndarray, what: str, failures: List[str]) -> None:

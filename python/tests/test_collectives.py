@@ -5,7 +5,7 @@ memory (LL, LL128 / LL2, staging), outputs that start as a marker."""
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 import numpy as np
 import pytest
@@ -26,8 +26,8 @@ OPS = ["sum", "prod", "min", "max", "avg"]
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_all_reduce(n: int) -> None:
     def rank(comm: mscclpp_rs.Communicator) -> List[str]:
-        r, failures = comm.rank, []
-        algorithms = set()
+        r, failures = comm.rank, list[str]()
+        algorithms: set[Optional[str]] = set()
         for dt in NUMPY_TYPES:
             for op in OPS:
                 if op == "avg" and np.dtype(dt).kind == "f" and n == 3:
@@ -60,7 +60,7 @@ def test_all_reduce(n: int) -> None:
         empty = np.zeros(0, np.float32)
         comm.all_reduce(empty)
         if not {"ll", "ll128" if n < 4 else "ll2", "staged"} <= algorithms:
-            failures.append(f"algorithms taken: {sorted(algorithms)}")
+            failures.append(f"algorithms taken: {sorted(map(str, algorithms))}")
         return failures
 
     no_failures(world(n, rank))
@@ -71,7 +71,7 @@ def test_gather_family(n: int) -> None:
     """all_gather, gather, broadcast, reduce and scatter, from every root."""
 
     def rank(comm: mscclpp_rs.Communicator) -> List[str]:
-        r, failures = comm.rank, []
+        r, failures = comm.rank, list[str]()
         for dt in (np.float32, np.int8, np.uint64, np.float16):
             for count in (1, 333, 5000):
                 mine = values(r, 2, count, dt)
@@ -111,7 +111,7 @@ def test_gather_family(n: int) -> None:
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_reduce_scatter_and_all_to_all(n: int) -> None:
     def rank(comm: mscclpp_rs.Communicator) -> List[str]:
-        r, failures = comm.rank, []
+        r, failures = comm.rank, list[str]()
         for dt in (np.float32, np.int32, np.uint8, np.float64):
             for count in (1, 250, 4500):
                 for op in ("sum", "min"):
@@ -146,7 +146,7 @@ def test_point_to_point(n: int) -> None:
     that sends to every rank and receives from every rank (this one included)."""
 
     def rank(comm: mscclpp_rs.Communicator) -> List[str]:
-        r, failures = comm.rank, []
+        r, failures = comm.rank, list[str]()
         nxt, prv = (r + 1) % n, (r - 1) % n
         for count in (1, 100, 3000):
             dt = np.uint32
