@@ -194,7 +194,7 @@ chmod +x "$bundle/run-tests.sh"
 if [ "${MSCCLPP_BUNDLE_PYTHON:-1}" != 0 ]; then
     venv="$(bash "$root/scripts/test-python.sh" --venv)"
     echo "gpu-bundle: building the Python package's release wheel" >&2
-    "$venv/bin/maturin" build --release --locked -m "$root/python/Cargo.toml" \
+    "$venv/bin/maturin" build --release --strip --locked -m "$root/python/Cargo.toml" \
         --out "$bundle/python" >&2
     cat >"$bundle/run-python.sh" <<'PYRUNNER'
 #!/usr/bin/env bash

@@ -51,6 +51,9 @@ wheel=$(compgen -G "$wheels/mscclpp_rs-*-cp39-abi3-*.whl" | head -n1) ||
 (cd target && "../$venv/bin/python" -m mypy.stubtest mscclpp_rs._native) || fail "stubtest"
 
 # From target/ too, so that `import mscclpp_rs` is the installed wheel. -rs prints every test
-# that did not run, with its reason (NOT RUN: …).
+# that did not run, with its reason (NOT RUN: …). The docstring examples run on their own (with
+# --doctest-modules over tests/ pytest would import every test file twice).
 (cd target && MSCCLPP_BACKEND=cpu "../$venv/bin/pytest" -q -rs -p no:cacheprovider \
-  --doctest-modules --pyargs mscclpp_rs "$PWD/../python/tests") || fail "pytest"
+  "$PWD/../python/tests") || fail "pytest"
+(cd target && MSCCLPP_BACKEND=cpu "../$venv/bin/pytest" -q -rs -p no:cacheprovider \
+  --doctest-modules --pyargs mscclpp_rs) || fail "the docstring examples (pytest --doctest-modules)"

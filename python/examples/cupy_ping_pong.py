@@ -182,7 +182,7 @@ def main() -> None:
     try:
         import cupy
     except ImportError:
-        not_run("CuPy is not installed (pip install cupy-cuda12x)")
+        not_run("CuPy is not installed (pip install cupy-cuda13x, or cupy-cuda12x for CUDA 12)")
     try:
         gpus = cupy.cuda.runtime.getDeviceCount()
     except Exception as e:  # no driver, no device
