@@ -25,7 +25,7 @@ call                                                    NCCL
 ``broadcast(tensor, root, output=None)``                ``ncclBroadcast``
 ``reduce(tensor, root, op, output=None)``               ``ncclReduce``
 ``all_to_all(output, input)``                           ``ncclAllToAll``
-``all_to_allv(output, input, send_counts, recv_counts)``  grouped sends and receives
+``all_to_allv(output, input, sends, recvs)``            grouped sends and receives
 ``gather(input, output, root)`` / ``scatter(...)``      ``ncclGather`` / ``ncclScatter``
 ``send(tensor, peer)`` / ``recv(tensor, peer)``         ``ncclSend`` / ``ncclRecv``
 ``send_recv(send, next, recv, prev)``                   a grouped send and receive
