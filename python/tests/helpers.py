@@ -8,6 +8,7 @@ GPU machine; tests that need a GPU or a package that is missing say ``NOT RUN`` 
 
 from __future__ import annotations
 
+import socket
 from typing import Any, Callable, List, Sequence, TypeVar
 
 import numpy as np
@@ -114,3 +115,32 @@ def no_failures(results: List[List[str]]) -> None:
     """Asserts that no rank recorded a failure."""
     failures = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
     assert not failures, "\n".join(failures[:20])
+
+
+class PortClash(Exception):
+    """A port taken by another program between choosing it and binding it."""
+
+
+def free_port() -> int:
+    """A loopback port that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def clashed(text: str) -> bool:
+    """Whether an error text says that a port was taken."""
+    return "address already in use" in text.lower()
+
+
+def on_a_free_port(run: Callable[[int], T], tries: int = 4) -> T:
+    """``run(port)`` with a port that was free a moment ago; again with another when something
+    else took it in between (``run`` raises ``PortClash``, or an error saying so): other
+    programs on this machine bind loopback ports too."""
+    for attempt in range(tries):
+        try:
+            return run(free_port())
+        except Exception as e:  # noqa: BLE001 - re-raised unless it is a clash
+            if attempt == tries - 1 or not (isinstance(e, PortClash) or clashed(str(e))):
+                raise
+    raise AssertionError("unreachable")

@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 
 import mscclpp_rs
-from helpers import check, no_failures, values, world
-from test_world import free_port
+from helpers import PortClash, check, clashed, no_failures, on_a_free_port, values, world
 
 
 def expect(
@@ -125,22 +124,28 @@ def test_missing_rank_times_out() -> None:
 
 
 def test_wrong_secret_is_refused() -> None:
-    addr = f"127.0.0.1:{free_port()}"
-    errors: List[Optional[BaseException]] = [None, None]
+    def attempt(port: int) -> List[Optional[BaseException]]:
+        addr = f"127.0.0.1:{port}"
+        errors: List[Optional[BaseException]] = [None, None]
 
-    def rank(r: int, secret: str) -> None:
-        try:
-            mscclpp_rs.Communicator.from_address(addr, r, 2, secret=secret, backend="cpu",
-                                                 timeout=3.0, collectives=False)
-        except BaseException as e:  # noqa: BLE001 - checked below
-            errors[r] = e
+        def rank(r: int, secret: str) -> None:
+            try:
+                mscclpp_rs.Communicator.from_address(addr, r, 2, secret=secret, backend="cpu",
+                                                     timeout=3.0, collectives=False)
+            except BaseException as e:  # noqa: BLE001 - checked below
+                errors[r] = e
 
-    ts = [threading.Thread(target=rank, args=(0, "the right passphrase!")),
-          threading.Thread(target=rank, args=(1, "a wrong passphrase!!!"))]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(30)
+        ts = [threading.Thread(target=rank, args=(0, "the right passphrase!")),
+              threading.Thread(target=rank, args=(1, "a wrong passphrase!!!"))]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(30)
+        if any(e is not None and clashed(str(e)) for e in errors):
+            raise PortClash(str(errors))
+        return errors
+
+    errors = on_a_free_port(attempt)
     assert isinstance(errors[1], mscclpp_rs.BootstrapError), repr(errors[1])
     assert errors[1].variant == "BootstrapAuth", errors[1].variant
     assert isinstance(errors[0], mscclpp_rs.MscclppError), repr(errors[0])
@@ -169,24 +174,27 @@ os._exit(3)  # dies without a goodbye
 
 
 def test_dead_peer_is_a_remote_error() -> None:
-    addr = f"127.0.0.1:{free_port()}"
-    peer = subprocess.Popen([sys.executable, "-c", PEER], env=dict(os.environ, ADDR=addr),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        comm = mscclpp_rs.Communicator.from_address(
-            addr, 0, 2, secret="passphrase of the test", backend="cpu", timeout=30,
-            collectives=False,
-        )
-        comm.barrier()
-        peer.wait(30)
-        with pytest.raises(mscclpp_rs.RemoteError) as info:
-            for _ in range(100):  # each waits at most the deadline; the death ends it at once
-                comm.barrier()
-        assert isinstance(info.value, ConnectionError)
-        assert "1" in str(info.value)
-    finally:
-        peer.kill()
-        peer.communicate()
+    def attempt(port: int) -> None:
+        addr = f"127.0.0.1:{port}"
+        peer = subprocess.Popen([sys.executable, "-c", PEER], env=dict(os.environ, ADDR=addr),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            comm = mscclpp_rs.Communicator.from_address(
+                addr, 0, 2, secret="passphrase of the test", backend="cpu", timeout=30,
+                collectives=False,
+            )
+            comm.barrier()
+            peer.wait(30)
+            with pytest.raises(mscclpp_rs.RemoteError) as info:
+                for _ in range(100):  # each waits at most the deadline; the death ends it
+                    comm.barrier()
+            assert isinstance(info.value, ConnectionError)
+            assert "1" in str(info.value)
+        finally:
+            peer.kill()
+            peer.communicate()
+
+    on_a_free_port(attempt)
 
 
 def test_no_cuda_is_unsupported() -> None:

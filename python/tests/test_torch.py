@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import mscclpp_rs
-from helpers import no_failures, reduce_ref, values, world
+from helpers import PortClash, clashed, no_failures, on_a_free_port, reduce_ref, values, world
 
 torch: Any = pytest.importorskip("torch", reason="NOT RUN: PyTorch is not installed")
 
@@ -183,17 +183,21 @@ dist.destroy_process_group()
 
 
 def test_from_a_torch_process_group() -> None:
-    from test_world import free_port
-
-    port = str(free_port())
     tests_dir = os.path.dirname(os.path.abspath(__file__))
-    procs = [
-        subprocess.Popen([sys.executable, "-c", TORCH_CHILD, tests_dir],
-                         env=dict(os.environ, RANK=str(r), PORT=port, MSCCLPP_BACKEND="cpu"),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for r in range(2)
-    ]
-    outs = [p.communicate(timeout=180) for p in procs]
-    for r, (p, (out, err)) in enumerate(zip(procs, outs)):
-        assert p.returncode == 0, err
-        assert f"rank {r} {r} 2 True" in out, out + err
+
+    def attempt(port: int) -> None:
+        procs = [
+            subprocess.Popen([sys.executable, "-c", TORCH_CHILD, tests_dir],
+                             env=dict(os.environ, RANK=str(r), PORT=str(port),
+                                      MSCCLPP_BACKEND="cpu"),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for r in range(2)
+        ]
+        outs = [p.communicate(timeout=180) for p in procs]
+        if any(clashed(err) for _, err in outs):
+            raise PortClash(" / ".join(err for _, err in outs))
+        for r, (p, (out, err)) in enumerate(zip(procs, outs)):
+            assert p.returncode == 0, err
+            assert f"rank {r} {r} 2 True" in out, out + err
+
+    on_a_free_port(attempt)

@@ -5,7 +5,6 @@ small messages, and the GIL released while a call waits."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -16,14 +15,8 @@ import numpy as np
 import pytest
 
 import mscclpp_rs
-from helpers import check, no_failures, reduce_ref, values, world
+from helpers import PortClash, check, clashed, no_failures, on_a_free_port, reduce_ref, values, world
 from mscclpp_rs.comm import _join_via
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_unique_id_round_trip() -> None:
@@ -38,22 +31,32 @@ def test_unique_id_round_trip() -> None:
 
 
 def test_from_address_with_a_secret() -> None:
-    addr = f"127.0.0.1:{free_port()}"
-    out: List[object] = [None, None]
+    def attempt(port: int) -> List[object]:
+        addr = f"127.0.0.1:{port}"
+        out: List[object] = [None, None]
+        errors: List[Optional[BaseException]] = [None, None]
 
-    def rank(r: int) -> None:
-        c = mscclpp_rs.Communicator.from_address(
-            addr, r, 2, secret="a shared passphrase", backend="cpu", timeout=30,
-            collectives=False,
-        )
-        out[r] = (c.rank, c.size, c.all_gather_bytes(bytes([r]) * 3))
+        def rank(r: int) -> None:
+            try:
+                c = mscclpp_rs.Communicator.from_address(
+                    addr, r, 2, secret="a shared passphrase", backend="cpu", timeout=30,
+                    collectives=False,
+                )
+                out[r] = (c.rank, c.size, c.all_gather_bytes(bytes([r]) * 3))
+            except BaseException as e:  # noqa: BLE001 - raised below
+                errors[r] = e
 
-    ts = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(60)
-    assert out == [(r, 2, [b"\x00" * 3, b"\x01" * 3]) for r in range(2)]
+        ts = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(60)
+        for e in errors:
+            if e is not None:
+                raise e
+        return out
+
+    assert on_a_free_port(attempt) == [(r, 2, [b"\x00" * 3, b"\x01" * 3]) for r in range(2)]
 
 
 def test_join_via_an_exchange() -> None:
@@ -103,50 +106,64 @@ def test_ranks_as_processes_from_the_environment(launcher: str) -> None:
     """Ranks as processes, each joining from its environment as a launcher would set it; the
     zero-copy path maps the peers' memory across processes."""
     n = 2
-    port = free_port()
     tests_dir = os.path.dirname(os.path.abspath(__file__))
-    procs = []
-    for r in range(n):
-        env = dict(os.environ, MSCCLPP_BACKEND="cpu", MSCCLPP_BOOTSTRAP_TIMEOUT_MS="30000")
-        if launcher == "torchrun":
-            env.update(RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r),
-                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                       MSCCLPP_SECRET="the test world's passphrase")
-        else:
-            env.update(MSCCLPP_RANK=str(r), MSCCLPP_WORLD_SIZE=str(n),
-                       MSCCLPP_BOOTSTRAP=f"127.0.0.1:{port}",
-                       MSCCLPP_SECRET="the test world's passphrase")
-        procs.append(subprocess.Popen(
-            [sys.executable, "-c", CHILD, tests_dir], env=env, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True,
-        ))
-    outs = [p.communicate(timeout=120) for p in procs]
-    for r, (p, (out, err)) in enumerate(zip(procs, outs)):
-        assert p.returncode == 0, f"rank {r}: {err}"
-        assert f"rank {r}/{n}" in out and "ok True True" in out, out + err
+
+    def attempt(port: int) -> List[str]:
+        procs = []
+        for r in range(n):
+            env = dict(os.environ, MSCCLPP_BACKEND="cpu", MSCCLPP_BOOTSTRAP_TIMEOUT_MS="30000")
+            if launcher == "torchrun":
+                env.update(RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r),
+                           MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                           MSCCLPP_SECRET="the test world's passphrase")
+            else:
+                env.update(MSCCLPP_RANK=str(r), MSCCLPP_WORLD_SIZE=str(n),
+                           MSCCLPP_BOOTSTRAP=f"127.0.0.1:{port}",
+                           MSCCLPP_SECRET="the test world's passphrase")
+            procs.append(subprocess.Popen(
+                [sys.executable, "-c", CHILD, tests_dir], env=env, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, text=True,
+            ))
+        outs = [p.communicate(timeout=120) for p in procs]
+        if any(clashed(err) for _, err in outs):
+            raise PortClash(" / ".join(err for _, err in outs))
+        for r, (p, (out, err)) in enumerate(zip(procs, outs)):
+            assert p.returncode == 0, f"rank {r}: {err}"
+        return [out for out, _ in outs]
+
+    for r, out in enumerate(on_a_free_port(attempt)):
+        assert f"rank {r}/{n}" in out and "ok True True" in out, out
+
+
+RANK0 = r"""
+import mscclpp_rs
+uid = mscclpp_rs.UniqueId.create("127.0.0.1:0")   # rank 0 makes the id (and holds its port)
+print(uid.hex(), flush=True)                      # ... and hands it to the others
+c = mscclpp_rs.Communicator(uid, 0, 2, backend="cpu", collectives=False)
+print(c.rank, c.all_gather_bytes(bytes([c.rank]))[1])
+"""
 
 
 def test_ranks_as_processes_with_a_unique_id() -> None:
-    """The id made here (its listener released), rank 0 binding its root address itself."""
-    uid = mscclpp_rs.UniqueId.create("127.0.0.1:0")
-    hex_id = uid.hex()
-    del uid  # frees the port for rank 0's process
+    """Rank 0's process makes the id; rank 1's joins from the environment
+    (``MSCCLPP_UNIQUE_ID``), as a launcher would pass it."""
+    env = dict(os.environ, MSCCLPP_BACKEND="cpu")
+    rank0 = subprocess.Popen([sys.executable, "-c", RANK0], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    assert rank0.stdout is not None
+    hex_id = rank0.stdout.readline().strip()
     code = (
-        "import mscclpp_rs, numpy as np\n"
+        "import mscclpp_rs\n"
         "c = mscclpp_rs.Communicator.from_env(collectives=False)\n"
-        "print(c.rank, c.all_gather_bytes(bytes([c.rank]))[1 - c.rank])\n"
+        "print(c.rank, c.all_gather_bytes(bytes([c.rank]))[0])\n"
     )
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", code],
-            env=dict(os.environ, MSCCLPP_BACKEND="cpu", MSCCLPP_RANK=str(r),
-                     MSCCLPP_WORLD_SIZE="2", MSCCLPP_UNIQUE_ID=hex_id),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        for r in range(2)
-    ]
-    outs = [p.communicate(timeout=60) for p in procs]
-    assert [o.split() for o, _ in outs] == [["0", "b'\\x01'"], ["1", "b'\\x00'"]], outs
+    rank1 = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+        env=dict(env, MSCCLPP_RANK="1", MSCCLPP_WORLD_SIZE="2", MSCCLPP_UNIQUE_ID=hex_id),
+    )
+    out0, err0 = rank0.communicate(timeout=60)
+    assert rank0.returncode == 0 and rank1.returncode == 0, err0 + rank1.stderr
+    assert (out0.split(), rank1.stdout.split()) == (["0", "b'\\x01'"], ["1", "b'\\x00'"])
 
 
 def test_topology_and_split() -> None:
