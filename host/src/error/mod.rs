@@ -618,6 +618,23 @@ pub enum Error {
         /// Ranks of the communicator.
         ranks: usize,
     },
+    /// A collective's element count times the element size (times the parts a buffer holds)
+    /// does not fit in the address space (`isize::MAX` bytes, the most any buffer holds).
+    #[error("{count} elements of {elem_bytes} bytes{} overflow the address space", if *.parts > 1 { format!(" times {} parts", .parts) } else { String::new() })]
+    CountOverflow {
+        /// The element count.
+        count: usize,
+        /// Bytes per element.
+        elem_bytes: usize,
+        /// How many such parts the largest buffer of the call holds.
+        parts: usize,
+    },
+    /// A collective that moves data was given a null buffer this rank reads or writes.
+    #[error("{what} is null (the call moves data through it on this rank)")]
+    NullBuffer {
+        /// Which buffer (`input`, `output`).
+        what: &'static str,
+    },
     /// A group's sends to this rank itself and its receives from itself do not pair up: the
     /// `index`-th send to self and the `index`-th receive from self differ in size, or one of
     /// them is missing (`None`).
