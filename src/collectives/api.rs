@@ -335,7 +335,6 @@ impl Collectives {
     /// # Safety
     /// `input` holds `count` elements, the root's `output` `nranks * count`; both valid until
     /// the queued work completes; every rank makes the same call.
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn gather(
         &self,
         input: DevicePtr<u8>,
@@ -364,7 +363,6 @@ impl Collectives {
     /// # Safety
     /// The root's `input` holds `nranks * count` elements, every `output` `count`; valid until
     /// the queued work completes; every rank makes the same call.
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn scatter(
         &self,
         input: DevicePtr<u8>,

@@ -234,6 +234,54 @@ impl Call {
         }
     }
 
+    /// The operator of a reducing call (all-reduce, reduce-scatter, reduce).
+    pub fn op(&self) -> Option<Reduction> {
+        match self {
+            Self::AllReduce { op, .. }
+            | Self::ReduceScatter { op, .. }
+            | Self::Reduce { op, .. } => Some(*op),
+            _ => None,
+        }
+    }
+
+    /// `(input, output)`: the buffers this rank reads and writes (null for the side a call
+    /// has not: a receive's input, a send's output).
+    pub fn buffers(&self) -> (DevicePtr<u8>, DevicePtr<u8>) {
+        match self {
+            Self::AllReduce { input, output, .. }
+            | Self::AllGather { input, output, .. }
+            | Self::ReduceScatter { input, output, .. }
+            | Self::Broadcast { input, output, .. }
+            | Self::Reduce { input, output, .. }
+            | Self::AllToAll { input, output, .. }
+            | Self::Gather { input, output, .. }
+            | Self::Scatter { input, output, .. }
+            | Self::AllToAllv { input, output, .. }
+            | Self::SendRecv { input, output, .. } => (*input, *output),
+            Self::Send { input, .. } => (*input, DevicePtr::NULL),
+            Self::Recv { output, .. } => (DevicePtr::NULL, *output),
+        }
+    }
+
+    /// The element count (per rank for the calls whose buffers hold a part per rank; 0 for an
+    /// all-to-all-v, whose counts are per peer).
+    pub fn count(&self) -> usize {
+        match self {
+            Self::AllReduce { count, .. }
+            | Self::AllGather { count, .. }
+            | Self::ReduceScatter { count, .. }
+            | Self::Broadcast { count, .. }
+            | Self::Reduce { count, .. }
+            | Self::AllToAll { count, .. }
+            | Self::Gather { count, .. }
+            | Self::Scatter { count, .. }
+            | Self::Send { count, .. }
+            | Self::Recv { count, .. }
+            | Self::SendRecv { count, .. } => *count,
+            Self::AllToAllv { .. } => 0,
+        }
+    }
+
     /// Checks the call as rank `rank` of `ranks` makes it (module docs), inside a group or
     /// not (only a group's sends and receives may name this rank itself); returns the bytes of
     /// one part (`count ×` the element size; 0 for an all-to-all-v, whose parts differ).
@@ -258,99 +306,34 @@ impl Call {
             Ok(())
         };
         let es = self.dtype().size();
-        let (input, output, count, parts) = match self {
-            Self::AllReduce {
-                input,
-                output,
-                count,
-                ..
-            } => (*input, *output, *count, 1),
-            Self::AllGather {
-                input,
-                output,
-                count,
-                ..
-            }
-            | Self::ReduceScatter {
-                input,
-                output,
-                count,
-                ..
-            }
-            | Self::AllToAll {
-                input,
-                output,
-                count,
-                ..
-            } => (*input, *output, *count, ranks),
-            Self::Broadcast {
-                input,
-                output,
-                count,
-                root,
-                ..
-            }
-            | Self::Reduce {
-                input,
-                output,
-                count,
-                root,
-                ..
-            } => {
-                is_rank(*root)?;
-                (*input, *output, *count, 1)
-            }
-            Self::Gather {
-                input,
-                output,
-                count,
-                root,
-                ..
-            }
-            | Self::Scatter {
-                input,
-                output,
-                count,
-                root,
-                ..
-            } => {
-                is_rank(*root)?;
-                (*input, *output, *count, ranks)
-            }
-            Self::Send {
-                input, count, peer, ..
-            } => {
-                is_peer(*peer)?;
-                (*input, DevicePtr::NULL, *count, 1)
-            }
-            Self::Recv {
-                output,
-                count,
-                peer,
-                ..
-            } => {
-                is_peer(*peer)?;
-                (DevicePtr::NULL, *output, *count, 1)
-            }
-            Self::SendRecv {
-                input,
-                next,
-                output,
-                prev,
-                count,
-                ..
-            } => {
-                is_peer(*next)?;
-                is_peer(*prev)?;
-                (*input, *output, *count, 1)
+        match *self {
+            Self::Send { peer, .. } | Self::Recv { peer, .. } => is_peer(peer)?,
+            Self::SendRecv { next, prev, .. } => {
+                is_peer(next)?;
+                is_peer(prev)?;
             }
             Self::AllToAllv { .. } => return self.check_v(ranks, es).map(|()| 0),
+            _ => {
+                if let Some(root) = self.root() {
+                    is_rank(root)?;
+                }
+            }
+        }
+        // The parts the largest buffer holds.
+        let parts = match self {
+            Self::AllGather { .. }
+            | Self::ReduceScatter { .. }
+            | Self::AllToAll { .. }
+            | Self::Gather { .. }
+            | Self::Scatter { .. } => ranks,
+            _ => 1,
         };
-        let part = bytes(count, es, 1)?;
-        bytes(count, es, parts)?;
-        let (reads, writes) = match self {
-            Self::Broadcast { root, .. } | Self::Scatter { root, .. } => (rank == *root, true),
-            Self::Reduce { root, .. } | Self::Gather { root, .. } => (true, rank == *root),
+        let (input, output) = self.buffers();
+        let part = bytes(self.count(), es, 1)?;
+        bytes(self.count(), es, parts)?;
+        let (reads, writes) = match *self {
+            Self::Broadcast { root, .. } | Self::Scatter { root, .. } => (rank == root, true),
+            Self::Reduce { root, .. } | Self::Gather { root, .. } => (true, rank == root),
             Self::Send { .. } => (true, false),
             Self::Recv { .. } => (false, true),
             _ => (true, true),

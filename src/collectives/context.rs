@@ -261,7 +261,7 @@ impl Context {
 
     /// [`params`](Self::params) for a kernel that works in region `r` with `peers`: its
     /// `scratch` and channel table are the region's (allocated, and traded with each peer, by
-    /// the first call that needs it: `regions.rs`; the dispatch never sends a call here that
+    /// the first call that needs it: `regions.rs`; the planner never sends a call here that
     /// would allocate or trade under CUDA-graph capture).
     pub fn params_in(
         &self,

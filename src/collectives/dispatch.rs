@@ -95,126 +95,21 @@ impl Engine {
             return Ok(Recorded::Batch(batch));
         }
         use Collective as C;
-        let move_op = Context::MOVE.1;
-        let (collective, one_way, dtype, op, input, output, peer) = match *call {
-            Call::AllReduce {
-                input,
-                output,
-                dtype,
-                op,
-                ..
-            } => (
-                C::AllReduce,
-                false,
-                dtype,
-                Some(op),
-                input,
-                output,
-                Peer::None,
-            ),
-            Call::AllGather {
-                input,
-                output,
-                dtype,
-                ..
-            } => (C::AllGather, false, dtype, None, input, output, Peer::None),
-            Call::ReduceScatter {
-                input,
-                output,
-                dtype,
-                op,
-                ..
-            } => (
-                C::ReduceScatter,
-                false,
-                dtype,
-                Some(op),
-                input,
-                output,
-                Peer::None,
-            ),
-            Call::Broadcast {
-                input,
-                output,
-                dtype,
-                root,
-                ..
-            } => (
-                C::Broadcast,
-                false,
-                dtype,
-                None,
-                input,
-                output,
-                Peer::Root(root),
-            ),
-            Call::Reduce {
-                input,
-                output,
-                dtype,
-                op,
-                root,
-                ..
-            } => (
-                C::Reduce,
-                false,
-                dtype,
-                Some(op),
-                input,
-                output,
-                Peer::Root(root),
-            ),
-            Call::AllToAll {
-                input,
-                output,
-                dtype,
-                ..
-            } => (C::AllToAll, false, dtype, None, input, output, Peer::None),
-            Call::Send {
-                input, dtype, peer, ..
-            } => (
-                C::SendRecv,
-                true,
-                dtype,
-                None,
-                input,
-                DevicePtr::NULL,
-                Peer::To(peer),
-            ),
-            Call::Recv {
-                output,
-                dtype,
-                peer,
-                ..
-            } => (
-                C::SendRecv,
-                true,
-                dtype,
-                None,
-                DevicePtr::NULL,
-                output,
-                Peer::From(peer),
-            ),
-            Call::SendRecv {
-                input,
-                next,
-                output,
-                prev,
-                dtype,
-                ..
-            } => (
-                C::SendRecv,
-                false,
-                dtype,
-                None,
-                input,
-                output,
-                Peer::Pair { next, prev },
-            ),
+        let (collective, one_way, peer) = match *call {
+            Call::AllReduce { .. } => (C::AllReduce, false, Peer::None),
+            Call::AllGather { .. } => (C::AllGather, false, Peer::None),
+            Call::ReduceScatter { .. } => (C::ReduceScatter, false, Peer::None),
+            Call::Broadcast { root, .. } => (C::Broadcast, false, Peer::Root(root)),
+            Call::Reduce { root, .. } => (C::Reduce, false, Peer::Root(root)),
+            Call::AllToAll { .. } => (C::AllToAll, false, Peer::None),
+            Call::Send { peer, .. } => (C::SendRecv, true, Peer::To(peer)),
+            Call::Recv { peer, .. } => (C::SendRecv, true, Peer::From(peer)),
+            Call::SendRecv { next, prev, .. } => (C::SendRecv, false, Peer::Pair { next, prev }),
             Call::Gather { .. } | Call::Scatter { .. } | Call::AllToAllv { .. } => {
                 return Err(cx.cannot(FORCED_P2P));
             }
         };
+        let ((input, output), dtype) = (call.buffers(), call.dtype());
         if in_group && collective == C::SendRecv {
             if forced.is_some() {
                 return Err(cx.cannot(FORCED_P2P));
@@ -234,9 +129,9 @@ impl Engine {
                 Peer::None | Peer::Root(_) => Vec::new(),
             }));
         }
-        let op = match op {
+        let op = match call.op() {
             Some(op) => self.lower(op, dtype)?,
-            None => move_op,
+            None => Context::MOVE.1,
         };
         let lowered = Lowered {
             one_way,

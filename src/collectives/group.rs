@@ -112,7 +112,6 @@ impl Group<'_> {
     ///
     /// # Safety
     /// As [`Collectives::all_reduce`], until the work queued by [`end`](Group::end) completes.
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn all_reduce(
         &mut self,
         input: DevicePtr<u8>,
@@ -161,7 +160,6 @@ impl Group<'_> {
     /// # Safety
     /// As [`Collectives::reduce_scatter`], until the work queued by [`end`](Group::end)
     /// completes.
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn reduce_scatter(
         &mut self,
         input: DevicePtr<u8>,
@@ -188,7 +186,6 @@ impl Group<'_> {
     ///
     /// # Safety
     /// As [`Collectives::broadcast`], until the work queued by [`end`](Group::end) completes.
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn broadcast(
         &mut self,
         input: DevicePtr<u8>,

@@ -149,7 +149,7 @@ impl Direct {
         let reduce = (call.dtype, call.op);
         let (mode, data, need, work, meet) = match (call.collective, args.peer) {
             // Point-to-point calls run on the p2p engine, a reduce on exchanged buffers
-            // (`Collectives::registered_call` gives them no registrations).
+            // (`Engine::registered_call` gives them no registrations).
             (Collective::SendRecv | Collective::Reduce, _) | (_, Peer::Pair { .. }) => {
                 return Err(cx.cannot(Self::NOT_SERVED));
             }

@@ -348,55 +348,47 @@ pub(crate) fn batch_of(
 ) -> Option<Vec<Transfer>> {
     let at = |p: DevicePtr<u8>, bytes: usize| p.byte_add_cast::<u8>(bytes as u64);
     let b = part_bytes;
-    Some(match call {
+    // A rooted batch: the root's transfer with every rank (`each`), then every rank's `own`.
+    let rooted = |root: usize, own: Transfer, each: &dyn Fn(usize) -> Transfer| {
+        let mut batch: Vec<Transfer> = Vec::with_capacity(n + 1);
+        if me == root {
+            batch.extend((0..n).map(each));
+        }
+        batch.push(own);
+        batch
+    };
+    Some(match *call {
         Call::Gather {
             input,
             output,
             root,
             ..
-        } => {
-            let mut batch = Vec::new();
-            if me == *root {
-                batch.extend((0..n).map(|q| Transfer::recv(q, at(*output, q * b), b)));
-            }
-            batch.push(Transfer::send(*root, *input, b));
-            batch
-        }
+        } => rooted(root, Transfer::send(root, input, b), &|q| {
+            Transfer::recv(q, at(output, q * b), b)
+        }),
         Call::Scatter {
             input,
             output,
             root,
             ..
-        } => {
-            let mut batch = Vec::new();
-            if me == *root {
-                batch.extend((0..n).map(|q| Transfer::send(q, at(*input, q * b), b)));
-            }
-            batch.push(Transfer::recv(*root, *output, b));
-            batch
-        }
+        } => rooted(root, Transfer::recv(root, output, b), &|q| {
+            Transfer::send(q, at(input, q * b), b)
+        }),
         Call::AllToAllv {
             input,
             output,
-            send_counts,
-            send_displs,
-            recv_counts,
-            recv_displs,
+            ref send_counts,
+            ref send_displs,
+            ref recv_counts,
+            ref recv_displs,
             dtype,
         } => {
             let es = dtype.size();
             let mut batch = Vec::with_capacity(2 * n);
             for q in 0..n {
-                batch.push(Transfer::send(
-                    q,
-                    at(*input, send_displs[q] * es),
-                    send_counts[q] * es,
-                ));
-                batch.push(Transfer::recv(
-                    q,
-                    at(*output, recv_displs[q] * es),
-                    recv_counts[q] * es,
-                ));
+                let (sent, got) = (send_counts[q] * es, recv_counts[q] * es);
+                batch.push(Transfer::send(q, at(input, send_displs[q] * es), sent));
+                batch.push(Transfer::recv(q, at(output, recv_displs[q] * es), got));
             }
             batch
         }
