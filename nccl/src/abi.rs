@@ -171,7 +171,7 @@ pub struct ncclUniqueId {
 }
 
 /// `ncclConfig_t` as of NCCL 2.31–2.32 (`ncclConfig_v23100`, 120 bytes). Older callers pass a
-/// shorter struct, whose `size` says how much of it they have: read with [`read_versioned`],
+/// shorter struct, whose `size` says how much of it they have: read with `args::read_versioned`,
 /// never dereferenced whole.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -266,7 +266,7 @@ impl Default for ncclConfig_t {
 }
 
 /// `ncclCollConfig_t` (NCCL 2.32, `ncclCollConfig_v23200`, 72 bytes): the per-call config of
-/// the `nccl*Config` collectives. Read with [`read_versioned`].
+/// the `nccl*Config` collectives. Read with `args::read_versioned`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct ncclCollConfig_t {

@@ -1,7 +1,7 @@
 //! The checks of the arguments every concern shares, each the one place that makes its
 //! decision: NCCL's data types and built-in operators as the library's ([`data_type`],
 //! [`reduce_op`]), rank arguments ([`rank_arg`]), buffers ([`ptr`]) and versioned structs
-//! ([`read_versioned`]); and the NCCL function of a library call ([`function_of`]).
+//! ([`read_versioned`]).
 //! What a call's buffers and byte counts must be is the library's decision (`Call::check`),
 //! which `collectives.rs` asks.
 
@@ -10,7 +10,7 @@
 
 use std::ffi::{c_int, c_uint, c_void};
 
-use mscclpp::collectives::{Call, Reduction};
+use mscclpp::collectives::Reduction;
 use mscclpp::shared::{DataType, DevicePtr};
 
 use crate::abi::*;
@@ -57,23 +57,6 @@ pub fn reduce_op(op: c_int) -> Result<Reduction, NcclError> {
 /// A caller's buffer as the library takes it.
 pub fn ptr(p: *const c_void) -> DevicePtr<u8> {
     DevicePtr::from_addr(p as u64)
-}
-
-/// The NCCL function that makes `call` (what its errors are named after).
-pub fn function_of(call: &Call) -> &'static str {
-    match call {
-        Call::AllReduce { .. } => "ncclAllReduce",
-        Call::AllGather { .. } => "ncclAllGather",
-        Call::ReduceScatter { .. } => "ncclReduceScatter",
-        Call::Broadcast { .. } => "ncclBroadcast",
-        Call::AllToAll { .. } => "ncclAlltoAll",
-        Call::Reduce { .. } => "ncclReduce",
-        Call::Gather { .. } => "ncclGather",
-        Call::Scatter { .. } => "ncclScatter",
-        Call::Send { .. } => "ncclSend",
-        Call::Recv { .. } => "ncclRecv",
-        _ => "a call NCCL does not have",
-    }
 }
 
 /// A rank argument in `[0, nranks)`.

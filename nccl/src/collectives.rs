@@ -18,7 +18,7 @@ use std::sync::Arc;
 use mscclpp::collectives::Call;
 
 use crate::args::{data_type, ptr, rank_arg};
-use crate::comm::{Comm, Handle};
+use crate::comm::{Checked, Comm, Handle};
 use crate::error::NcclError;
 use crate::registration;
 
@@ -37,15 +37,18 @@ pub fn all_reduce(
     count: usize,
     dtype: c_int,
     op: c_int,
-) -> Result<Call, NcclError> {
+) -> Result<Checked, NcclError> {
     let op = registration::reduce_op(c, op, dtype)?;
-    c.check(Call::AllReduce {
-        input: ptr(send),
-        output: ptr(recv),
-        count,
-        dtype: data_type(dtype)?,
-        op,
-    })
+    c.check(
+        "ncclAllReduce",
+        Call::AllReduce {
+            input: ptr(send),
+            output: ptr(recv),
+            count,
+            dtype: data_type(dtype)?,
+            op,
+        },
+    )
 }
 
 /// `ncclAllGather`'s checks.
@@ -55,13 +58,16 @@ pub fn all_gather(
     recv: *mut c_void,
     count: usize,
     dtype: c_int,
-) -> Result<Call, NcclError> {
-    c.check(Call::AllGather {
-        input: ptr(send),
-        output: ptr(recv),
-        count,
-        dtype: data_type(dtype)?,
-    })
+) -> Result<Checked, NcclError> {
+    c.check(
+        "ncclAllGather",
+        Call::AllGather {
+            input: ptr(send),
+            output: ptr(recv),
+            count,
+            dtype: data_type(dtype)?,
+        },
+    )
 }
 
 /// `ncclReduceScatter`'s checks.
@@ -72,15 +78,18 @@ pub fn reduce_scatter(
     count: usize,
     dtype: c_int,
     op: c_int,
-) -> Result<Call, NcclError> {
+) -> Result<Checked, NcclError> {
     let op = registration::reduce_op(c, op, dtype)?;
-    c.check(Call::ReduceScatter {
-        input: ptr(send),
-        output: ptr(recv),
-        count,
-        dtype: data_type(dtype)?,
-        op,
-    })
+    c.check(
+        "ncclReduceScatter",
+        Call::ReduceScatter {
+            input: ptr(send),
+            output: ptr(recv),
+            count,
+            dtype: data_type(dtype)?,
+            op,
+        },
+    )
 }
 
 /// `ncclBroadcast`'s checks (`sendbuff` is read on the root only).
@@ -91,15 +100,18 @@ pub fn broadcast(
     count: usize,
     dtype: c_int,
     root: c_int,
-) -> Result<Call, NcclError> {
+) -> Result<Checked, NcclError> {
     let dtype = data_type(dtype)?;
-    c.check(Call::Broadcast {
-        input: ptr(send),
-        output: ptr(recv),
-        count,
-        dtype,
-        root: rank_arg("root", root, c.nranks)?,
-    })
+    c.check(
+        "ncclBroadcast",
+        Call::Broadcast {
+            input: ptr(send),
+            output: ptr(recv),
+            count,
+            dtype,
+            root: rank_arg("root", root, c.nranks)?,
+        },
+    )
 }
 
 /// `ncclAlltoAll`'s checks.
@@ -109,17 +121,19 @@ pub fn all_to_all(
     recv: *mut c_void,
     count: usize,
     dtype: c_int,
-) -> Result<Call, NcclError> {
-    c.check(Call::AllToAll {
-        input: ptr(send),
-        output: ptr(recv),
-        count,
-        dtype: data_type(dtype)?,
-    })
+) -> Result<Checked, NcclError> {
+    c.check(
+        "ncclAlltoAll",
+        Call::AllToAll {
+            input: ptr(send),
+            output: ptr(recv),
+            count,
+            dtype: data_type(dtype)?,
+        },
+    )
 }
 
 /// `ncclReduce`'s checks (`recvbuff` is written on the root only).
-#[allow(clippy::too_many_arguments)]
 pub fn reduce(
     c: &Comm,
     send: *const c_void,
@@ -128,17 +142,20 @@ pub fn reduce(
     dtype: c_int,
     op: c_int,
     root: c_int,
-) -> Result<Call, NcclError> {
+) -> Result<Checked, NcclError> {
     let op = registration::reduce_op(c, op, dtype)?;
     let dtype = data_type(dtype)?;
-    c.check(Call::Reduce {
-        input: ptr(send),
-        output: ptr(recv),
-        count,
-        dtype,
-        op,
-        root: rank_arg("root", root, c.nranks)?,
-    })
+    c.check(
+        "ncclReduce",
+        Call::Reduce {
+            input: ptr(send),
+            output: ptr(recv),
+            count,
+            dtype,
+            op,
+            root: rank_arg("root", root, c.nranks)?,
+        },
+    )
 }
 
 /// `ncclGather`'s checks (`recvbuff`, of `nranks * count`, is written on the root only).
@@ -149,15 +166,18 @@ pub fn gather(
     count: usize,
     dtype: c_int,
     root: c_int,
-) -> Result<Call, NcclError> {
+) -> Result<Checked, NcclError> {
     let dtype = data_type(dtype)?;
-    c.check(Call::Gather {
-        input: ptr(send),
-        output: ptr(recv),
-        count,
-        dtype,
-        root: rank_arg("root", root, c.nranks)?,
-    })
+    c.check(
+        "ncclGather",
+        Call::Gather {
+            input: ptr(send),
+            output: ptr(recv),
+            count,
+            dtype,
+            root: rank_arg("root", root, c.nranks)?,
+        },
+    )
 }
 
 /// `ncclScatter`'s checks (`sendbuff`, of `nranks * count`, is read on the root only).
@@ -168,13 +188,16 @@ pub fn scatter(
     count: usize,
     dtype: c_int,
     root: c_int,
-) -> Result<Call, NcclError> {
+) -> Result<Checked, NcclError> {
     let dtype = data_type(dtype)?;
-    c.check(Call::Scatter {
-        input: ptr(send),
-        output: ptr(recv),
-        count,
-        dtype,
-        root: rank_arg("root", root, c.nranks)?,
-    })
+    c.check(
+        "ncclScatter",
+        Call::Scatter {
+            input: ptr(send),
+            output: ptr(recv),
+            count,
+            dtype,
+            root: rank_arg("root", root, c.nranks)?,
+        },
+    )
 }

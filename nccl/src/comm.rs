@@ -44,7 +44,6 @@ use mscclpp::collectives::{Call, Collectives};
 use mscclpp::host::gpu::{BackendKind, Gpu, Stream, cuda};
 
 use crate::abi::ncclResult_t;
-use crate::args::function_of;
 use crate::error::NcclError;
 use crate::registry::{PreMulSums, Registrations};
 use crate::sync::lock;
@@ -240,6 +239,16 @@ pub struct Comm {
     pub registrations: Mutex<Registrations>,
 }
 
+/// A call the library checked ([`Comm::check`]), and the NCCL function that made it (what its
+/// later errors are named after).
+#[derive(Clone, Debug)]
+pub struct Checked {
+    /// The library's call.
+    pub call: Call,
+    /// `ncclAllReduce`, `ncclSend`, ….
+    pub function: &'static str,
+}
+
 /// A stream a call queues on: the caller's (CUDA) or the communicator's own (CPU).
 pub enum CallStream<'a> {
     /// Borrowed from the caller for this call.
@@ -284,13 +293,14 @@ impl Comm {
         })
     }
 
-    /// `call` once the library checked it (`Collectives::check`: ranks, byte counts, buffers,
-    /// operator), with NCCL's names in its errors ([`NcclError::of_call`]).
-    pub fn check(&self, call: Call) -> Result<Call, NcclError> {
+    /// `call`, made by the NCCL function `function`, once the library checked it
+    /// (`Collectives::check`: ranks, byte counts, buffers, operator), with NCCL's names in its
+    /// errors ([`NcclError::of_call`]).
+    pub fn check(&self, function: &'static str, call: Call) -> Result<Checked, NcclError> {
         self.coll
             .check(&call)
-            .map_err(NcclError::of_call(function_of(&call)))?;
-        Ok(call)
+            .map_err(NcclError::of_call(function))?;
+        Ok(Checked { call, function })
     }
 
     /// The device.

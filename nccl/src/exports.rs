@@ -8,14 +8,12 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use mscclpp::collectives::Call;
-
 use crate::abi::{
     NCCL_VERSION_CODE, ncclCollConfig_t, ncclConfig_t, ncclResult_t, ncclSimInfo_t, ncclUniqueId,
 };
 use crate::args::read_versioned;
 use crate::collectives as coll;
-use crate::comm::{Comm, Handle};
+use crate::comm::{Checked, Comm, Handle};
 use crate::error::{NcclError, Outcome, api, guarded, last_error};
 use crate::group;
 use crate::init;
@@ -86,7 +84,7 @@ fn coll_config(config: *const ncclCollConfig_t) -> Result<(), NcclError> {
 fn collective(
     comm: ncclComm_t,
     stream: cudaStream_t,
-    make: impl FnOnce(&Comm) -> Result<Call, NcclError>,
+    make: impl FnOnce(&Comm) -> Result<Checked, NcclError>,
 ) -> Outcome {
     group::enqueue(|| {
         let c = coll::check(comm)?;

@@ -26,12 +26,10 @@ use std::cell::RefCell;
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use mscclpp::collectives::Call;
 use mscclpp::host::gpu::Stream;
 
 use crate::abi::ncclResult_t;
-use crate::args::function_of;
-use crate::comm::{CallStream, Comm, Handle};
+use crate::comm::{CallStream, Checked, Comm, Handle};
 use crate::error::{NcclError, Outcome};
 use crate::p2p;
 
@@ -44,8 +42,9 @@ pub trait Init: Send + Sync {
 /// A deferred init and the handle it finishes.
 pub type Deferred = (Arc<Handle>, Box<dyn Init>);
 
-/// A call as a group records it: the library's call, on the caller's stream.
-pub type Recorded = (Call, u64);
+/// A call as a group records it: the library's call (and the NCCL function that made it), on
+/// the caller's stream.
+pub type Recorded = (Checked, u64);
 
 #[derive(Default)]
 struct Group {
@@ -140,7 +139,7 @@ fn submit(comm: Arc<Comm>, call: Recorded) -> Outcome {
         }
     });
     if let Some((call, stream)) = call {
-        p2p::check_self_pairs(comm.rank, [&call])?;
+        p2p::check_self_pairs(comm.rank, [&call.call])?;
         run_one(&comm, &call, stream)?;
     }
     Ok(ncclResult_t::ncclSuccess)
@@ -148,13 +147,13 @@ fn submit(comm: Arc<Comm>, call: Recorded) -> Outcome {
 
 /// Queues one call outside a group straight on the library (with the thread's capture mode
 /// relaxed on CUDA: [`Comm::relaxed_capture`]); then (CPU backend) waits for it.
-fn run_one(comm: &Comm, call: &Call, stream: u64) -> Result<(), NcclError> {
+fn run_one(comm: &Comm, c: &Checked, stream: u64) -> Result<(), NcclError> {
     let _relaxed = comm.relaxed_capture()?;
     let s = comm.stream(stream as *mut c_void)?;
     // SAFETY: NCCL's contract: the caller's buffers hold what the call reads and writes
     // (checked non-null where it moves data) until the work queued on its stream completes,
     // and every rank makes the same calls.
-    unsafe { comm.coll.queue(call, &s, None) }.map_err(NcclError::library(function_of(call)))?;
+    unsafe { comm.coll.queue(&c.call, &s, None) }.map_err(NcclError::library(c.function))?;
     comm.complete()
 }
 
@@ -234,9 +233,9 @@ fn run_batch(comm: &Comm, calls: &[Recorded]) -> Result<(), NcclError> {
     }
     on_one_stream(comm, &streams, |s| {
         let mut g = comm.coll.group();
-        for (call, _) in calls {
+        for (c, _) in calls {
             // SAFETY: NCCL's contract, as in `run_one`, until the group's work completes.
-            unsafe { g.add(call, None) }.map_err(NcclError::library(function_of(call)))?;
+            unsafe { g.add(&c.call, None) }.map_err(NcclError::library(c.function))?;
         }
         g.end(s)
             .map_err(NcclError::library("running the group's calls"))
@@ -293,7 +292,7 @@ fn run_calls(calls: Vec<(Arc<Comm>, Recorded)>) -> Result<(), NcclError> {
         }
     }
     for (c, calls) in &batches {
-        p2p::check_self_pairs(c.rank, calls.iter().map(|(call, _)| call))?;
+        p2p::check_self_pairs(c.rank, calls.iter().map(|(checked, _)| &checked.call))?;
     }
     match batches.as_slice() {
         [] => Ok(()),

@@ -14,7 +14,7 @@ use std::ffi::{c_int, c_void};
 use mscclpp::collectives::Call;
 
 use crate::args::{data_type, ptr, rank_arg};
-use crate::comm::Comm;
+use crate::comm::{Checked, Comm};
 use crate::error::NcclError;
 
 /// `ncclSend`'s checks.
@@ -24,14 +24,8 @@ pub fn send(
     count: usize,
     dtype: c_int,
     peer: c_int,
-) -> Result<Call, NcclError> {
-    let dtype = data_type(dtype)?;
-    c.check(Call::Send {
-        input: ptr(buf),
-        count,
-        dtype,
-        peer: rank_arg("peer", peer, c.nranks)?,
-    })
+) -> Result<Checked, NcclError> {
+    one_way(c, true, buf, count, dtype, peer)
 }
 
 /// `ncclRecv`'s checks.
@@ -41,14 +35,45 @@ pub fn recv(
     count: usize,
     dtype: c_int,
     peer: c_int,
-) -> Result<Call, NcclError> {
+) -> Result<Checked, NcclError> {
+    one_way(c, false, buf, count, dtype, peer)
+}
+
+/// A send (`send`) or a receive of `count` elements of `buf` with `peer`.
+fn one_way(
+    c: &Comm,
+    send: bool,
+    buf: *const c_void,
+    count: usize,
+    dtype: c_int,
+    peer: c_int,
+) -> Result<Checked, NcclError> {
     let dtype = data_type(dtype)?;
-    c.check(Call::Recv {
-        output: ptr(buf),
-        count,
-        dtype,
-        peer: rank_arg("peer", peer, c.nranks)?,
-    })
+    let peer = rank_arg("peer", peer, c.nranks)?;
+    let buf = ptr(buf);
+    if send {
+        let input = buf;
+        c.check(
+            "ncclSend",
+            Call::Send {
+                input,
+                count,
+                dtype,
+                peer,
+            },
+        )
+    } else {
+        let output = buf;
+        c.check(
+            "ncclRecv",
+            Call::Recv {
+                output,
+                count,
+                dtype,
+                peer,
+            },
+        )
+    }
 }
 
 /// Checks, before anything of a group runs, that one communicator's sends to itself and
