@@ -741,7 +741,7 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
     }
     let info = run_info(plan, r.inplace, n, comm.gpu().name(), base.is_some());
     if rank == 0 {
-        print_header(plan, &info, coll.config());
+        print_header(plan, &info);
         print_setup(setup, &coll, n);
         for note in &notes {
             println!("{note}");
@@ -798,7 +798,7 @@ fn print_setup(setup: (std::time::Duration, usize), coll: &Collectives, n: usize
     );
 }
 
-fn print_header(plan: &Plan, info: &RunInfo, cfg: CollectiveConfig) {
+fn print_header(plan: &Plan, info: &RunInfo) {
     let a = &plan.args;
     if plan.backend == BackendKind::Cpu {
         println!(
@@ -810,16 +810,9 @@ fn print_header(plan: &Plan, info: &RunInfo, cfg: CollectiveConfig) {
         "# mscclpp-bench {}: {}, {} backend, {}",
         info.op, plan.launch, info.backend, info.device
     );
+    // The selection's rules are the library's (its selection table); each row says what ran.
     let algo = match a.algo {
         Some(x) => format!("{} (forced)", algo_name(Some(x))),
-        None if a.op == Op::AllReduce && info.nranks >= cfg.ll_two_shot_min_ranks => format!(
-            "by size (LL up to {} B, two-shot LL up to {} B; the algo column)",
-            cfg.ll_two_shot_min_bytes, cfg.ll_max_bytes
-        ),
-        None if a.op == Op::AllReduce => format!(
-            "by size (LL128 {}-{} B, else LL up to {} B; the algo column)",
-            cfg.ll128_min_bytes, cfg.ll128_max_bytes, cfg.ll_max_bytes
-        ),
         None => "by size (the algo column)".to_string(),
     };
     let timing = if plan.graph_launches > 0 {
