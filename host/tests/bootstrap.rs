@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 mod bootstrap_util;
 
-use bootstrap_util::{connect_retry, forged, hello, join_by_hand};
+use bootstrap_util::{connect_retry, forge, forged, hello, join_by_hand};
 use mscclpp_host::Error;
-use mscclpp_host::auth::Secret;
+use mscclpp_host::auth::{Passphrase, Secret};
 use mscclpp_host::bootstrap::wire::{
     self, ControlHeader, Hello, Kind, Proof, Purpose, Reject, RejectCode,
 };
@@ -558,11 +558,11 @@ fn oversized_header(kind: Kind) -> Vec<u8> {
     .to_vec()
 }
 
-/// Sends the marker one byte every 300 ms: a slow drip must not outlive the handshake deadline.
-fn drip(addr: SocketAddr) -> thread::JoinHandle<Duration> {
+/// Sends the marker one byte every 300 ms on `s`: a slow drip must not outlive the handshake
+/// deadline.
+fn drip(mut s: TcpStream) -> thread::JoinHandle<Duration> {
     thread::spawn(move || {
         let t0 = Instant::now();
-        let mut s = connect_retry(addr);
         for b in wire::MARKER.iter().chain(&[0u8; 16]) {
             if s.write_all(&[*b]).is_err() {
                 break;
@@ -602,11 +602,13 @@ fn hostile_connections_on_the_root_port_are_rejected_while_ranks_join() {
     let wrong_kind = connect_send(root, &Proof { tag: [0; 32] }.encode());
     let wrong_purpose = connect_send(root, &hello_with(id.magic(), Purpose::Link, 1, 3));
     let wrong_size = connect_send(root, &hello_with(id.magic(), Purpose::Join, 1, 99));
-    // Needs the root's CHALLENGE: runs while the ranks join.
-    let forger = thread::spawn(move || forged(root, &id, Purpose::Join, (1, wire::ROOT, 3)));
+    // Needs the root's CHALLENGE: runs while the ranks join (connected now, so that it is in
+    // the backlog before the ranks start, however late its thread runs).
+    let forger_conn = connect_retry(root);
+    let forger = thread::spawn(move || forge(forger_conn, &id, Purpose::Join, (1, wire::ROOT, 3)));
     let silent = connect_retry(root);
     drop(connect_retry(root)); // connects and leaves at once
-    let dripper = drip(root);
+    let dripper = drip(connect_retry(root));
 
     let t0 = Instant::now();
     let listener = Mutex::new(Some(listener));
@@ -1082,7 +1084,7 @@ fn unique_id_round_trips_and_rejects_malformed_input() {
     // A plain address: authenticated only with a secret, which changes nothing else.
     let open = UniqueId::for_addr(addr).unwrap();
     assert!(!open.is_authenticated());
-    let k = Secret::from_passphrase("sixteen chars ok").unwrap();
+    let k = Secret::random().unwrap();
     let shut = UniqueId::for_addr_with_secret(addr, k).unwrap();
     assert!(shut.is_authenticated());
     assert_eq!((shut.magic(), shut.root()), (open.magic(), open.root()));
@@ -1152,11 +1154,17 @@ fn environment_of_each_launcher() {
         ("MSCCLPP_BOOTSTRAP_MAX_QUEUED_FRAMES", "7"),
     ])
     .unwrap();
+    assert_eq!(c.secret, None);
     assert_eq!(
-        c.secret,
-        Secret::from_passphrase("correct horse battery staple")
+        c.passphrase,
+        Passphrase::new("correct horse battery staple")
     );
-    assert!(c.session().unwrap().is_authenticated());
+    // Its key is derived at set-up (the root's job nonce): no unique id stands for it.
+    assert!(matches!(c.session(), Err(Error::BootstrapConfig(_))));
+    assert!(matches!(
+        c.clone().with_secret(Secret::random().unwrap()).validate(),
+        Err(Error::BootstrapConfig(_))
+    ));
     assert_eq!((c.max_queued_bytes, c.max_queued_frames), (1000, 7));
     assert!(config_error(&[
         ("MSCCLPP_RANK", "0"),

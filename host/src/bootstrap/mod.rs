@@ -147,6 +147,8 @@
 
 mod admit;
 mod config;
+pub(crate) mod intake;
+mod keying;
 mod mailbox;
 mod net;
 pub(crate) mod os;

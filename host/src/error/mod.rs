@@ -531,6 +531,20 @@ pub enum Error {
         /// What did not match.
         reason: String,
     },
+    /// Another process has joined the world as this rank, and the root refused this one (an
+    /// impostor: in a world without a secret anyone who reaches the root can claim a rank; or
+    /// this rank was started twice).
+    #[error(
+        "bootstrap rank {rank}: another process has claimed rank {rank} at the root {peer}: {reason}"
+    )]
+    BootstrapRankTaken {
+        /// This rank.
+        rank: usize,
+        /// The root.
+        peer: crate::socket::Peer,
+        /// What the root said, and what to check.
+        reason: String,
+    },
     /// A peer queued more bytes or frames at this rank than the caps allow
     /// (`BootstrapConfig::max_queued_bytes`, `max_queued_frames`); its link was cut.
     #[error(

@@ -80,7 +80,7 @@ pub fn challenged(s: &mut TcpStream, hello: &Hello, secret: &Secret) -> Challeng
         auth::verify(
             secret,
             Role::Acceptor,
-            &wire::acceptor_context(&hello.body()),
+            &wire::acceptor_context(&hello.body(), &c.job),
             &hello.nonce,
             &c.nonce,
             &c.tag
@@ -104,7 +104,7 @@ pub fn join_by_hand(id: &UniqueId, rank: usize, size: usize, listen: SocketAddr)
     join.tag = auth::tag(
         id.secret(),
         Role::Connector,
-        &wire::connector_context(&h.body(), &join.request()),
+        &wire::connector_context(&h.body(), &c.job, &join.request()),
         &h.nonce,
         &c.nonce,
     );
@@ -117,9 +117,18 @@ pub fn forged(
     addr: SocketAddr,
     id: &UniqueId,
     purpose: Purpose,
+    ranks: (usize, usize, usize),
+) -> TcpStream {
+    forge(connect_retry(addr), id, purpose, ranks)
+}
+
+/// [`forged`] on a connection made earlier (it may wait in the listener's backlog).
+pub fn forge(
+    mut s: TcpStream,
+    id: &UniqueId,
+    purpose: Purpose,
     (from, to, size): (usize, usize, usize),
 ) -> TcpStream {
-    let mut s = connect_retry(addr);
     let h = hello(id, purpose, from, to, size);
     let c = challenged(&mut s, &h, id.secret());
     let wrong = Secret::random().unwrap();
@@ -134,7 +143,7 @@ pub fn forged(
             j.tag = auth::tag(
                 &wrong,
                 Role::Connector,
-                &wire::connector_context(&h.body(), &j.request()),
+                &wire::connector_context(&h.body(), &c.job, &j.request()),
                 &h.nonce,
                 &c.nonce,
             );
@@ -144,7 +153,7 @@ pub fn forged(
             tag: auth::tag(
                 &wrong,
                 Role::Connector,
-                &wire::connector_context(&h.body(), &[]),
+                &wire::connector_context(&h.body(), &c.job, &[]),
                 &h.nonce,
                 &c.nonce,
             ),
