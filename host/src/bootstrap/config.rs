@@ -7,7 +7,7 @@
 //! | root | `MSCCLPP_UNIQUE_ID` (hex); `MSCCLPP_BOOTSTRAP` (`ip:port`, `host:port` or `ifname:ip:port`); torchrun's `MASTER_ADDR` with `MASTER_PORT` + [`TORCHRUN_PORT_OFFSET`] (torchrun's own store already listens on `MASTER_PORT`) |
 //! | secret | `MSCCLPP_SECRET`: the world's passphrase when the root is a plain address (`MSCCLPP_BOOTSTRAP`, torchrun's); a unique id carries its own secret. It should be 32 random bytes as 64 hex characters (`mscclpp-run --bootstrap` makes one; `openssl rand -hex 32`); at least 16 characters are required, and the first set-up of the process warns when it is weak ([`Passphrase::weakness`]). The key is derived from it with Argon2id (about 0.1 s once per process), salted with the root address and the root's job nonce. Without it such a world is **not authenticated**, and the first set-up of the process says so on standard error |
 //! | timeouts | `MSCCLPP_BOOTSTRAP_TIMEOUT_MS` (set-up, and operations unless `MSCCLPP_BOOTSTRAP_OP_TIMEOUT_MS` is set) |
-//! | queue caps | `MSCCLPP_BOOTSTRAP_MAX_QUEUED_BYTES`, `MSCCLPP_BOOTSTRAP_MAX_QUEUED_FRAMES`: what one peer may leave queued at this rank ([`BootstrapConfig::max_queued_bytes`]) |
+//! | queue caps | `MSCCLPP_BOOTSTRAP_MAX_QUEUED_BYTES`, `MSCCLPP_BOOTSTRAP_MAX_QUEUED_FRAMES`: what one peer may leave queued at this rank ([`BootstrapConfig::max_queued_bytes`]); `MSCCLPP_BOOTSTRAP_MAX_PROCESS_QUEUED_BYTES`: what every peer of every bootstrap of this process may leave queued in all ([`BootstrapConfig::max_process_queued_bytes`]) |
 //! | interface | `MSCCLPP_SOCKET_IFNAME` (comma-separated names; the first with an IPv4 address wins) |
 //! | node identity | `MSCCLPP_HOSTID` (else host name + boot id) |
 
@@ -28,6 +28,9 @@ pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_MAX_QUEUED_BYTES: u64 = 256 << 20;
 /// Default cap on the frames one peer may leave queued (unreceived) at a rank.
 pub const DEFAULT_MAX_QUEUED_FRAMES: u64 = 65_536;
+/// Default cap on the bytes every peer of every bootstrap of a process may leave queued
+/// (unreceived) in it, together: four peers at their own cap.
+pub const DEFAULT_MAX_PROCESS_QUEUED_BYTES: u64 = 1 << 30;
 /// Under torchrun the root listens at `MASTER_PORT` + this, because torchrun's agent already
 /// serves its TCP store at `MASTER_PORT`.
 pub const TORCHRUN_PORT_OFFSET: u16 = 1;
@@ -59,6 +62,8 @@ pub mod env {
     pub const MAX_QUEUED_BYTES: &str = "MSCCLPP_BOOTSTRAP_MAX_QUEUED_BYTES";
     /// Cap on the frames one peer may leave queued at a rank.
     pub const MAX_QUEUED_FRAMES: &str = "MSCCLPP_BOOTSTRAP_MAX_QUEUED_FRAMES";
+    /// Cap on the bytes all peers of all bootstraps may leave queued in this process.
+    pub const MAX_PROCESS_QUEUED_BYTES: &str = "MSCCLPP_BOOTSTRAP_MAX_PROCESS_QUEUED_BYTES";
     /// torchrun: root host.
     pub const MASTER_ADDR: &str = "MASTER_ADDR";
     /// torchrun: root port (the bootstrap uses this + [`TORCHRUN_PORT_OFFSET`](super::TORCHRUN_PORT_OFFSET)).
@@ -187,6 +192,11 @@ pub struct BootstrapConfig {
     pub max_queued_bytes: u64,
     /// Most frames one peer may leave queued at this rank (as above).
     pub max_queued_frames: u64,
+    /// Most bytes every peer of every bootstrap of this process may leave queued in it
+    /// together (ranks as threads of one process share it); a frame that does not fit has its
+    /// sender's link cut and the sender reported as gone (`Error::BootstrapQueueFull`). Each
+    /// rank checks the process's count against its own configuration's value.
+    pub max_process_queued_bytes: u64,
 }
 
 impl BootstrapConfig {
@@ -208,6 +218,7 @@ impl BootstrapConfig {
             passphrase: None,
             max_queued_bytes: DEFAULT_MAX_QUEUED_BYTES,
             max_queued_frames: DEFAULT_MAX_QUEUED_FRAMES,
+            max_process_queued_bytes: DEFAULT_MAX_PROCESS_QUEUED_BYTES,
         }
     }
 
@@ -227,6 +238,12 @@ impl BootstrapConfig {
     pub fn with_queue_caps(mut self, bytes: u64, frames: u64) -> Self {
         self.max_queued_bytes = bytes;
         self.max_queued_frames = frames;
+        self
+    }
+
+    /// Sets the cap on what every peer of every bootstrap may leave queued in this process.
+    pub fn with_process_queue_cap(mut self, bytes: u64) -> Self {
+        self.max_process_queued_bytes = bytes;
         self
     }
 
@@ -427,6 +444,9 @@ impl BootstrapConfig {
         if let Some(n) = num(env::MAX_QUEUED_FRAMES)? {
             cfg.max_queued_frames = n as u64;
         }
+        if let Some(n) = num(env::MAX_PROCESS_QUEUED_BYTES)? {
+            cfg.max_process_queued_bytes = n as u64;
+        }
         cfg.validate()?;
         Ok(cfg)
     }
@@ -457,7 +477,10 @@ impl BootstrapConfig {
         if self.timeout.is_zero() || self.op_timeout.is_zero() || self.handshake_timeout.is_zero() {
             return bad("deadlines must be nonzero".into());
         }
-        if self.max_queued_bytes == 0 || self.max_queued_frames == 0 {
+        if self.max_queued_bytes == 0
+            || self.max_queued_frames == 0
+            || self.max_process_queued_bytes == 0
+        {
             return bad("queue caps must be nonzero".into());
         }
         if self.secret.is_some() && self.passphrase.is_some() {

@@ -62,6 +62,20 @@ pub(crate) fn known(key: WorldKey) -> KeyCell {
     cell
 }
 
+/// The key of a world whose root listens at `root`, handed out the job nonce `job` (in its
+/// `CHALLENGE`s) and was started with `passphrase` (`MSCCLPP_SECRET`): Argon2id salted with
+/// [`salt`] (`crate::auth::Passphrase`; about 0.1 s). What a rank derives when it joins; public
+/// for tools and tests that check a captured challenge.
+pub fn passphrase_key(
+    passphrase: &Passphrase,
+    root: SocketAddr,
+    job: &Nonce,
+) -> crate::Result<Secret> {
+    passphrase
+        .derive(&salt(root, job))
+        .map_err(|e| crate::Error::BootstrapConfig(format!("deriving the world key: {e}")))
+}
+
 /// The salt of a passphrase's key: a label, the root's address (24 bytes, as on the wire) and
 /// the job nonce.
 pub(crate) fn salt(root: SocketAddr, job: &Nonce) -> Vec<u8> {

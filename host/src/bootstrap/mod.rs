@@ -23,6 +23,7 @@
 //! | [`Bootstrap`] | the operations as a trait, for other implementations (e.g. in-process) |
 //! | [`SubBootstrap`] | a group of ranks (a sub-communicator) as a bootstrap of its own, over the parent's links and tags |
 //! | [`wire`] | the byte layout of every frame |
+//! | [`passphrase_key`] | the key of a world started with a passphrase (`MSCCLPP_SECRET`), from its root address and job nonce |
 //!
 //! # Protocol
 //!
@@ -161,10 +162,11 @@ pub mod wire;
 use std::time::Duration;
 
 pub use config::{
-    BootstrapConfig, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_QUEUED_BYTES,
-    DEFAULT_MAX_QUEUED_FRAMES, DEFAULT_TIMEOUT, Launcher, RootSpec, TORCHRUN_PORT_OFFSET, env,
-    parse_root,
+    BootstrapConfig, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_PROCESS_QUEUED_BYTES,
+    DEFAULT_MAX_QUEUED_BYTES, DEFAULT_MAX_QUEUED_FRAMES, DEFAULT_TIMEOUT, Launcher, RootSpec,
+    TORCHRUN_PORT_OFFSET, env, parse_root,
 };
+pub use keying::passphrase_key;
 pub use net::{interface_ipv4, local_ip};
 pub use sub::{MAX_SUB_ID, SUB_TAG, SubBootstrap};
 pub use tcp::TcpBootstrap;

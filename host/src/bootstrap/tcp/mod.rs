@@ -518,6 +518,7 @@ fn caps(cfg: &BootstrapConfig) -> Caps {
     Caps {
         bytes: cfg.max_queued_bytes,
         frames: cfg.max_queued_frames,
+        process_bytes: cfg.max_process_queued_bytes,
     }
 }
 
