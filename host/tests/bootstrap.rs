@@ -3,17 +3,16 @@
 //! port and on a rank's listener, and the pure parts (unique ids, launcher environments).
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{self, Receiver};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
 mod bootstrap_util;
 
-use bootstrap_util::{connect_retry, forge, forged, hello, join_by_hand};
+use bootstrap_util::{ChildProc, connect_retry, forge, forged, hello, join_by_hand};
 use mscclpp_host::Error;
 use mscclpp_host::auth::{Passphrase, Secret};
 use mscclpp_host::bootstrap::wire::{
@@ -825,13 +824,6 @@ fn child_process_entry() {
     }
 }
 
-struct ChildProc {
-    name: String,
-    child: Child,
-    lines: Receiver<String>,
-    output: Arc<Mutex<String>>,
-}
-
 const LAUNCHER_VARS: [&str; 17] = [
     "MSCCLPP_UNIQUE_ID",
     "MSCCLPP_BOOTSTRAP",
@@ -882,77 +874,7 @@ fn spawn_child(
     if let Some(id) = id {
         cmd.env("MSCCLPP_UNIQUE_ID", id.to_hex());
     }
-    let mut child = cmd.spawn().unwrap();
-    let (tx, lines) = mpsc::channel();
-    let output = Arc::new(Mutex::new(String::new()));
-    let out = child.stdout.take().unwrap();
-    let err = child.stderr.take().unwrap();
-    let (o1, o2) = (Arc::clone(&output), Arc::clone(&output));
-    thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            o1.lock().unwrap().push_str(&format!("{line}\n"));
-            let _ = tx.send(line);
-        }
-    });
-    thread::spawn(move || {
-        for line in BufReader::new(err).lines().map_while(Result::ok) {
-            o2.lock().unwrap().push_str(&format!("[stderr] {line}\n"));
-        }
-    });
-    ChildProc {
-        name: format!("{role} rank {rank}"),
-        child,
-        lines,
-        output,
-    }
-}
-
-impl ChildProc {
-    /// The first output line containing `marker`, from the marker on (the test harness may
-    /// print its own text before it on the same line).
-    fn wait_line(&self, marker: &str) -> String {
-        let until = Instant::now() + Duration::from_secs(20);
-        while let Some(left) = until.checked_duration_since(Instant::now()) {
-            match self.lines.recv_timeout(left) {
-                Ok(l) if l.contains(marker) => return l[l.find(marker).unwrap_or(0)..].to_string(),
-                Ok(_) => {}
-                Err(_) => break,
-            }
-        }
-        panic!(
-            "{}: no {marker:?} line; output:\n{}",
-            self.name,
-            self.output.lock().unwrap()
-        );
-    }
-
-    /// Waits for a clean exit, killing the child if it takes longer than 30 s.
-    fn finish(mut self) -> String {
-        let until = Instant::now() + Duration::from_secs(30);
-        let status = loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                break st;
-            }
-            if Instant::now() > until {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!(
-                    "{} hung; output:\n{}",
-                    self.name,
-                    self.output.lock().unwrap()
-                );
-            }
-            thread::sleep(Duration::from_millis(20));
-        };
-        thread::sleep(Duration::from_millis(50)); // let the pipe readers finish
-        let out = self.output.lock().unwrap().clone();
-        assert!(
-            status.success(),
-            "{} exited with {status}; output:\n{out}",
-            self.name
-        );
-        out
-    }
+    ChildProc::spawn(cmd, format!("{role} rank {rank}"))
 }
 
 fn processes(n: usize) {

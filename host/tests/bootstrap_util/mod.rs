@@ -1,10 +1,14 @@
 //! Helpers of the bootstrap tests: a rank's side of the authenticated handshakes done by hand
-//! (to join like a real rank, or to forge a proof), and connecting with retries.
+//! (to join like a real rank, or to forge a proof), connecting with retries, and child
+//! processes (this test binary run again on one of its ignored entry tests).
 
 #![allow(dead_code)]
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -162,4 +166,94 @@ pub fn forge(
     };
     s.write_all(&frame).unwrap();
     s
+}
+
+/// A child process whose standard output and error are collected (stdout line by line too).
+pub struct ChildProc {
+    pub name: String,
+    pub child: Child,
+    lines: Receiver<String>,
+    output: Arc<Mutex<String>>,
+}
+
+impl ChildProc {
+    /// Starts `cmd` (its stdout and stderr must be piped).
+    pub fn spawn(mut cmd: Command, name: String) -> Self {
+        let mut child = cmd.spawn().unwrap();
+        let (tx, lines) = mpsc::channel();
+        let output = Arc::new(Mutex::new(String::new()));
+        let out = child.stdout.take().unwrap();
+        let err = child.stderr.take().unwrap();
+        let (o1, o2) = (Arc::clone(&output), Arc::clone(&output));
+        thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                o1.lock().unwrap().push_str(&format!("{line}\n"));
+                let _ = tx.send(line);
+            }
+        });
+        thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                o2.lock().unwrap().push_str(&format!("[stderr] {line}\n"));
+            }
+        });
+        Self {
+            name,
+            child,
+            lines,
+            output,
+        }
+    }
+
+    /// Everything it has written so far.
+    pub fn output(&self) -> String {
+        self.output.lock().unwrap().clone()
+    }
+}
+
+impl ChildProc {
+    /// The first output line containing `marker`, from the marker on (the test harness may
+    /// print its own text before it on the same line).
+    pub fn wait_line(&self, marker: &str) -> String {
+        let until = Instant::now() + Duration::from_secs(20);
+        while let Some(left) = until.checked_duration_since(Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(l) if l.contains(marker) => return l[l.find(marker).unwrap_or(0)..].to_string(),
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        panic!(
+            "{}: no {marker:?} line; output:\n{}",
+            self.name,
+            self.output.lock().unwrap()
+        );
+    }
+
+    /// Waits for a clean exit, killing the child if it takes longer than 30 s.
+    pub fn finish(mut self) -> String {
+        let until = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                break st;
+            }
+            if Instant::now() > until {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "{} hung; output:\n{}",
+                    self.name,
+                    self.output.lock().unwrap()
+                );
+            }
+            thread::sleep(Duration::from_millis(20));
+        };
+        thread::sleep(Duration::from_millis(50)); // let the pipe readers finish
+        let out = self.output.lock().unwrap().clone();
+        assert!(
+            status.success(),
+            "{} exited with {status}; output:\n{out}",
+            self.name
+        );
+        out
+    }
 }
