@@ -14,16 +14,15 @@
 mod bootstrap_util;
 
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use bootstrap_util::ChildProc;
+use bootstrap_util::{ChildProc, Flood};
 use mscclpp_host::bootstrap::{Bootstrap, BootstrapConfig, TcpBootstrap, UniqueId};
 use mscclpp_host::gpu::{BackendKind, Gpu};
 
@@ -215,125 +214,6 @@ fn ranks() {
         }
     });
     say("RANKS_OK".into());
-}
-
-/// Strangers' connections: `n` to `addr`, each reopened as soon as it is closed; one in eight
-/// sends garbage (refused at once), the others stay silent (until the handshake deadline, or
-/// until shed).
-struct Flood {
-    stop: Arc<AtomicBool>,
-    held: Vec<Arc<AtomicUsize>>,
-    peak: Arc<AtomicUsize>,
-    cut: Arc<AtomicUsize>,
-    threads: Vec<thread::JoinHandle<()>>,
-}
-
-impl Flood {
-    fn start(targets: &[(SocketAddr, usize)]) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let held: Vec<_> = targets
-            .iter()
-            .map(|_| Arc::new(AtomicUsize::new(0)))
-            .collect();
-        let peak = Arc::new(AtomicUsize::new(0));
-        let cut = Arc::new(AtomicUsize::new(0));
-        let threads = targets
-            .iter()
-            .zip(&held)
-            .map(|(&(addr, n), mine)| {
-                let (stop, mine, all) = (Arc::clone(&stop), Arc::clone(mine), held.clone());
-                let (peak, cut) = (Arc::clone(&peak), Arc::clone(&cut));
-                thread::spawn(move || flood(addr, n, &stop, (&mine, &all, &peak), &cut))
-            })
-            .collect();
-        Self {
-            stop,
-            held,
-            peak,
-            cut,
-            threads,
-        }
-    }
-
-    fn held(&self) -> usize {
-        self.held.iter().map(|h| h.load(Ordering::Relaxed)).sum()
-    }
-
-    /// Stops; (most held at once, closed by the listeners).
-    fn stop(self) -> (usize, usize) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads {
-            t.join().unwrap();
-        }
-        (
-            self.peak.load(Ordering::Relaxed),
-            self.cut.load(Ordering::Relaxed),
-        )
-    }
-}
-
-fn flood(
-    addr: SocketAddr,
-    n: usize,
-    stop: &AtomicBool,
-    (mine, all, peak): (&AtomicUsize, &[Arc<AtomicUsize>], &AtomicUsize),
-    cut: &AtomicUsize,
-) {
-    let mut conns: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
-    let mut made = 0usize;
-    let mut buf = [0u8; 512];
-    let until = Instant::now() + Duration::from_secs(120);
-    while !stop.load(Ordering::Relaxed) && Instant::now() < until {
-        for slot in conns.iter_mut().filter(|c| c.is_none()) {
-            let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(100)) else {
-                break; // its queue is full: later
-            };
-            made += 1;
-            if made.is_multiple_of(8) {
-                let _ = s.write_all(&[0xEE; 64]);
-            }
-            s.set_nonblocking(true).unwrap();
-            *slot = Some(s);
-        }
-        mine.store(conns.iter().flatten().count(), Ordering::Relaxed);
-        peak.fetch_max(
-            all.iter().map(|h| h.load(Ordering::Relaxed)).sum(),
-            Ordering::Relaxed,
-        );
-        let mut fds: Vec<libc::pollfd> = conns
-            .iter()
-            .flatten()
-            .map(|s| libc::pollfd {
-                fd: s.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            })
-            .collect();
-        // SAFETY: `fds` is a valid, writable slice of pollfd for the whole call.
-        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 20) };
-        let ready: Vec<i32> = fds
-            .iter()
-            .filter(|f| f.revents != 0)
-            .map(|f| f.fd)
-            .collect();
-        for slot in conns.iter_mut() {
-            let closed = match slot {
-                Some(s) if ready.contains(&s.as_raw_fd()) => loop {
-                    match s.read(&mut buf) {
-                        Ok(0) => break true,
-                        Ok(_) => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break false,
-                        Err(_) => break true,
-                    }
-                },
-                _ => false,
-            };
-            if closed {
-                *slot = None;
-                cut.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
 }
 
 /// More than 1,100 strangers' connections, held and reopened against the root address and
