@@ -568,3 +568,137 @@ fn push_closing(
         _ticket: ticket,
     }));
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+
+    use super::*;
+    use crate::auth::Secret;
+    use crate::bootstrap::keying::{self, WorldKey};
+
+    /// Serves the admission as the I/O thread does, for `d`; what it admitted.
+    fn pump(adm: &mut Admission, d: Duration) -> Vec<Admitted> {
+        let until = Instant::now() + d;
+        let mut out = Vec::new();
+        while Instant::now() < until {
+            let (mut fds, mut slots) = (Vec::new(), Vec::new());
+            adm.poll_fds(&mut fds, &mut slots);
+            os::poll(&mut fds, Duration::from_millis(5)).unwrap();
+            for (fd, slot) in fds.iter().zip(&slots) {
+                if fd.revents != 0 {
+                    out.extend(adm.on_ready(*slot));
+                }
+            }
+            adm.expire();
+        }
+        out
+    }
+
+    /// What the listener sent before closing (bounded): the code of its REJECT, if any, and
+    /// whether it closed.
+    fn refusal(s: &mut TcpStream) -> (Option<RejectCode>, bool) {
+        s.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let mut got = Vec::new();
+        let closed = s.read_to_end(&mut got).is_ok();
+        let code = (got.len() > wire::CONTROL_HEADER_LEN)
+            .then(|| Reject::decode(&got[wire::CONTROL_HEADER_LEN..]).ok())
+            .flatten()
+            .map(|r| r.code);
+        (code, closed)
+    }
+
+    #[test]
+    fn a_full_listener_sheds_refused_then_silent_connections_oldest_first() {
+        let world = WorldKey {
+            key: Secret::random().unwrap(),
+            job: Nonce([1; 32]),
+        };
+        let gate = Gate {
+            me: wire::ROOT,
+            purpose: Purpose::Join,
+            magic: 7,
+            size: 2,
+            key: keying::known(world),
+        };
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let mut adm = Admission::new(l, gate, Duration::from_secs(20), "test").unwrap();
+        adm.intake.set_max(4);
+        let step = Duration::from_millis(50);
+
+        let mut quiet: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        pump(&mut adm, step);
+        let hello = Hello {
+            magic: 7,
+            purpose: Purpose::Join,
+            from: 1,
+            to: wire::ROOT,
+            size: 2,
+            nonce: Nonce([9; 32]),
+        };
+        let mut valid = TcpStream::connect(addr).unwrap();
+        valid.write_all(&hello.encode()).unwrap();
+        pump(&mut adm, step);
+        let mut challenge = [0u8; wire::CONTROL_HEADER_LEN + wire::CHALLENGE_BODY_LEN];
+        valid.read_exact(&mut challenge).unwrap();
+        let c = Challenge::decode(&challenge[wire::CONTROL_HEADER_LEN..]).unwrap();
+        // Refused at once, it lingers (REJECT_LINGER, 300 ms) holding its descriptor.
+        let mut garbage = TcpStream::connect(addr).unwrap();
+        garbage.write_all(&[0xEE; 64]).unwrap();
+        let until = Instant::now() + Duration::from_secs(5);
+        while adm.closing.iter().flatten().count() == 0 && Instant::now() < until {
+            pump(&mut adm, Duration::from_millis(2));
+        }
+        assert_eq!(
+            adm.intake.held(),
+            4,
+            "two silent, one challenged, a refusal lingering"
+        );
+
+        // Four newcomers: the refusal goes first, then the silent ones, oldest first.
+        let mut newcomers = Vec::new();
+        for _ in 0..4 {
+            newcomers.push(TcpStream::connect(addr).unwrap());
+            pump(&mut adm, step);
+        }
+        assert_eq!(adm.intake.held(), 4);
+        assert_eq!(refusal(&mut garbage), (Some(RejectCode::BadMarker), true));
+        for q in &mut quiet {
+            assert_eq!(
+                refusal(q),
+                (Some(RejectCode::Busy), true),
+                "shed with REJECT Busy"
+            );
+        }
+        assert_eq!(refusal(&mut newcomers[0]), (Some(RejectCode::Busy), true));
+        for n in &mut newcomers[1..] {
+            assert_eq!(refusal(n), (None, false), "a newer one was shed");
+        }
+
+        // The challenged connection was kept: its JOIN is admitted.
+        let mut join = Join {
+            tag: [0; 32],
+            listen: "127.0.0.1:9".parse().unwrap(),
+            host_hash: 0,
+            deadline_ms: 1000,
+        };
+        join.tag = auth::tag(
+            &world.key,
+            Role::Connector,
+            &connector_context(&hello.body(), &c.job, &join.request()),
+            &hello.nonce,
+            &c.nonce,
+        );
+        valid.write_all(&join.encode()).unwrap();
+        let admitted = pump(&mut adm, step);
+        assert_eq!(admitted.len(), 1);
+        assert_eq!(admitted[0].hello, hello);
+        assert_eq!(
+            adm.intake.held(),
+            3,
+            "an admitted connection gives its ticket back"
+        );
+    }
+}

@@ -315,6 +315,12 @@ impl Intake {
         );
     }
 
+    /// Lowers the owner's bound (tests: a small listener fills quickly).
+    #[cfg(test)]
+    pub fn set_max(&mut self, max: usize) {
+        self.max = max;
+    }
+
     /// The listener's rate-limited log (refusals of the owner's handshakes go here too).
     pub fn notes(&mut self) -> &mut Notes {
         &mut self.notes
