@@ -4,7 +4,7 @@
 //!
 //! A world's key is a [`Secret`]: 32 random bytes (a unique id's), or derived from a
 //! [`Passphrase`] (`MSCCLPP_SECRET`) with Argon2id, salted with the world's address and the
-//! root's job nonce ([`passphrase`]: slow on purpose, so that a captured challenge does not
+//! root's job nonce ([`Passphrase`]: slow on purpose, so that a captured challenge does not
 //! let an outsider guess the passphrase offline at speed).
 //!
 //! Both sides prove that they know the same [`Secret`] without sending it: each draws a fresh

@@ -366,18 +366,25 @@ impl Admission {
 
     fn accept_all(&mut self) {
         while let Some((stream, addr)) = self.intake.next() {
-            while self.intake.full() && self.shed_one() {}
-            if self.intake.full() {
+            let ticket = loop {
+                if let Some(t) = self.intake.take() {
+                    break Some(t);
+                }
+                if !self.shed_one() {
+                    break None;
+                }
+            };
+            let Some(ticket) = ticket else {
                 self.intake.turn_away(stream, addr);
                 continue;
-            }
+            };
             self.pending.push(Some(Pending {
                 stream,
                 addr,
                 deadline: deadline_in(self.handshake_timeout),
                 frame: FrameBuf::default(),
                 stage: Stage::Hello,
-                ticket: self.intake.ticket(),
+                ticket,
             }));
         }
     }

@@ -12,39 +12,48 @@
 //!   process, logged at debug). Of the soft limit, [`reserve`] descriptors are kept for the
 //!   library's own work (links, memfds, files) and the application's; what the process holds
 //!   besides unauthenticated connections is counted from `/proc/self/fd` (at most every
-//!   [`RECOUNT`]); the rest is shared equally between the listeners alive in the process (at
-//!   least [`MIN_SHARE`] each, at most the owner's own bound). A listener at its share sheds
-//!   one of its own unauthenticated connections for each newcomer: its owner chooses which
-//!   (the oldest first: refused ones, then those that have not said anything valid, then the
-//!   rest); a listener with nothing left to shed closes the newcomer. A real peer finishes its
-//!   handshake in a few round trips, and retries one that was cut.
+//!   [`RECOUNT`]). Of the room left, half is *guaranteed*: divided equally between the
+//!   listeners alive in the process (at least [`MIN_SHARE`] each), so strangers that flood one
+//!   listener cannot take another's; the other half is a *pool* any listener may borrow from
+//!   beyond its guarantee (the root takes a thousand ranks' JOINs at once while a thousand
+//!   rank listeners share the process). Each ticket records which it was, so the tickets of
+//!   the process never exceed the room (as far as the count of other descriptors is fresh: the
+//!   reserve absorbs the difference). A listener with neither left, or at its owner's own
+//!   bound, sheds one of its own unauthenticated connections for each newcomer: its owner
+//!   chooses which (the oldest first: refused ones, then those that have not said anything
+//!   valid, then the rest); a listener with nothing left to shed closes the newcomer. A real
+//!   peer finishes its handshake in a few round trips, and retries one that was cut.
 //! - **Accept failures** (out of descriptors, of buffers or of memory): the listener is left
 //!   out of `poll` for [`ACCEPT_BACKOFF`] instead of waking its thread again at once; the
 //!   warnings, like every refusal's, are rate-limited ([`Notes`]).
 //!
-//! Shared words: the process-wide ledger's `held` (unauthenticated connections held by every
-//! listener of the process) and `listeners` (listeners open), and each listener's own count of
-//! held connections, are atomics written by whichever thread makes or drops a [`Ticket`] or an
-//! [`Intake`] and read by the threads that size a share (`Relaxed`: they size a budget; nothing
-//! is published through them). The count of other descriptors and the limit sit behind one
-//! mutex, recounted by whichever thread finds them stale.
+//! Shared words, all atomics of the process-wide ledger or of one listener: `held`
+//! (unauthenticated connections held by every listener of the process), `borrowed` (those of
+//! them taken from the pool), `listeners` (listeners open) and each listener's own count of
+//! held connections are written by whichever thread makes or drops a [`Ticket`] or an
+//! [`Intake`] (`borrowed` is raised only below the pool's size, by a compare-and-swap loop); `others` and `limit` (the last count of
+//! other descriptors, the soft limit) are written by the one thread that wins `recounting` when
+//! they are older than [`RECOUNT`], and stamped with `counted_at` (`Release`, read with
+//! `Acquire`, so a reader that sees the stamp sees the count); every other access is `Relaxed`:
+//! these words size a budget, nothing else is published through them. No lock: a thousand
+//! listeners' threads accepting at once never wait for each other (a mutex held across a
+//! count of `/proc/self/fd` made a convoy of them under load).
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Once};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Once, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::os;
 use crate::socket::{deadline_in, remaining};
-use crate::sync::lock;
 
 /// Accept backlog of every listener of the library.
 pub(crate) const BACKLOG: i32 = 4096;
 /// How long a listener whose `accept` failed (out of descriptors, …) is left out of `poll`.
 pub(crate) const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
-/// Fewest unauthenticated connections a listener may hold, whatever the budget says (a real
-/// peer needs a slot to prove itself).
+/// Fewest unauthenticated connections guaranteed to each listener, whatever the budget says
+/// (a real peer needs a slot to prove itself).
 pub(crate) const MIN_SHARE: usize = 4;
 /// How long a count of the process's other descriptors is used before it is made again.
 pub(crate) const RECOUNT: Duration = Duration::from_millis(100);
@@ -61,24 +70,38 @@ pub(crate) fn reserve(limit: usize) -> usize {
 /// The process's descriptors as the listeners see them (module docs).
 struct Ledger {
     held: AtomicUsize,
+    borrowed: AtomicUsize,
     listeners: AtomicUsize,
-    counted: Mutex<Option<Counted>>,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Counted {
-    at: Instant,
-    /// Descriptors open besides unauthenticated connections.
-    others: usize,
-    /// The soft limit.
-    limit: usize,
+    /// Descriptors open besides unauthenticated connections, at the last count.
+    others: AtomicUsize,
+    /// The soft limit, at the last count.
+    limit: AtomicUsize,
+    /// When the last count was made (ms since [`epoch`], at least 1); 0 before the first.
+    counted_at: AtomicU64,
+    recounting: AtomicBool,
 }
 
 static LEDGER: Ledger = Ledger {
     held: AtomicUsize::new(0),
+    borrowed: AtomicUsize::new(0),
     listeners: AtomicUsize::new(0),
-    counted: Mutex::new(None),
+    others: AtomicUsize::new(0),
+    limit: AtomicUsize::new(0),
+    counted_at: AtomicU64::new(0),
+    recounting: AtomicBool::new(false),
 };
+
+/// The instant the ledger's stamps count from.
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn now_ms() -> u64 {
+    u64::try_from(epoch().elapsed().as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
 
 /// Descriptors open in this process, if `/proc/self/fd` can be read (the directory's own
 /// descriptor, open while it is read, not counted).
@@ -87,35 +110,53 @@ fn open_descriptors() -> Option<usize> {
     Some(n.saturating_sub(1))
 }
 
-fn counted() -> Counted {
-    let mut c = lock(&LEDGER.counted);
-    if let Some(k) = *c
-        && k.at.elapsed() < RECOUNT
-    {
-        return k;
-    }
+/// Counts the other descriptors and reads the limit, and stamps the count.
+fn recount() {
     let limit = os::nofile_limit().map_or(1024, |(soft, _)| {
         usize::try_from(soft).unwrap_or(usize::MAX)
     });
     let held = LEDGER.held.load(Ordering::Relaxed);
     let others = open_descriptors().map_or(0, |open| open.saturating_sub(held));
-    let k = Counted {
-        at: Instant::now(),
-        others,
-        limit,
-    };
-    *c = Some(k);
-    k
+    LEDGER.others.store(others, Ordering::Relaxed);
+    LEDGER.limit.store(limit, Ordering::Relaxed);
+    LEDGER.counted_at.store(now_ms(), Ordering::Release);
 }
 
-/// How many unauthenticated connections each listener of the process may hold now.
-pub(crate) fn share() -> usize {
-    let k = counted();
-    let room = k
-        .limit
-        .saturating_sub(reserve(k.limit))
-        .saturating_sub(k.others);
-    (room / LEDGER.listeners.load(Ordering::Relaxed).max(1)).max(MIN_SHARE)
+/// (other descriptors, soft limit): the last count, made again by this thread if it is stale
+/// and no other thread is at it (module docs).
+fn counted() -> (usize, usize) {
+    let at = LEDGER.counted_at.load(Ordering::Acquire);
+    let stale = at == 0 || now_ms().saturating_sub(at) >= RECOUNT.as_millis() as u64;
+    if stale && !LEDGER.recounting.swap(true, Ordering::AcqRel) {
+        recount();
+        LEDGER.recounting.store(false, Ordering::Release);
+    } else if at == 0 {
+        // Another thread makes the first count: make one too rather than guess.
+        recount();
+    }
+    (
+        LEDGER.others.load(Ordering::Relaxed),
+        LEDGER.limit.load(Ordering::Relaxed),
+    )
+}
+
+/// The budget now: (each listener's guarantee, the pool's size) (module docs).
+pub(crate) fn budget() -> (usize, usize) {
+    let (others, limit) = counted();
+    let room = limit.saturating_sub(reserve(limit)).saturating_sub(others);
+    let pool = room / 2;
+    let each = (room - pool) / LEDGER.listeners.load(Ordering::Relaxed).max(1);
+    (each.max(MIN_SHARE), pool)
+}
+
+/// Takes one place from the pool if there is one left.
+fn borrow(pool: usize) -> bool {
+    LEDGER
+        .borrowed
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+            (b < pool).then_some(b + 1)
+        })
+        .is_ok()
 }
 
 /// Unauthenticated connections held by every listener of the process.
@@ -135,19 +176,23 @@ fn raise_limit_once() {
     });
 }
 
-/// One unauthenticated connection's place in its listener's share and in the process's
-/// budget; given back when dropped.
+/// One unauthenticated connection's place in the process's budget (its listener's guarantee,
+/// or the pool: `borrowed`); given back when dropped.
 #[derive(Debug)]
 pub(crate) struct Ticket {
     mine: Arc<AtomicUsize>,
+    borrowed: bool,
 }
 
 impl Ticket {
-    fn new(mine: &Arc<AtomicUsize>) -> Self {
+    /// A ticket whose place the caller has secured (a pool place already counted when
+    /// `borrowed`).
+    fn new(mine: &Arc<AtomicUsize>, borrowed: bool) -> Self {
         mine.fetch_add(1, Ordering::Relaxed);
         LEDGER.held.fetch_add(1, Ordering::Relaxed);
         Self {
             mine: Arc::clone(mine),
+            borrowed,
         }
     }
 }
@@ -156,6 +201,9 @@ impl Drop for Ticket {
     fn drop(&mut self) {
         self.mine.fetch_sub(1, Ordering::Relaxed);
         LEDGER.held.fetch_sub(1, Ordering::Relaxed);
+        if self.borrowed {
+            LEDGER.borrowed.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -202,8 +250,8 @@ fn loud(n: u64) -> bool {
 }
 
 /// A listener under the intake rules (module docs). The owner runs the handshakes: it asks
-/// [`next`](Self::next) for connections, sheds its own while [`full`](Self::full), and gives
-/// each connection it keeps a [`ticket`](Self::ticket).
+/// [`next`](Self::next) for connections, and [`take`](Self::take) for a ticket for each,
+/// shedding its own connections while there is none.
 #[derive(Debug)]
 pub(crate) struct Intake {
     listener: Option<TcpListener>,
@@ -290,20 +338,36 @@ impl Intake {
         }
     }
 
-    /// Whether this listener holds its share (or its owner's bound): the owner must shed one
-    /// of its connections before it keeps another.
-    pub fn full(&self) -> bool {
-        self.held() >= share().min(self.max)
+    /// A ticket for one more connection: within this listener's guarantee, else from the
+    /// pool; `None` when neither has a place, or at the owner's bound (the owner sheds one of
+    /// its connections and asks again). A listener holding fewer than [`MIN_SHARE`] never
+    /// looks at the process's ledger.
+    pub fn take(&self) -> Option<Ticket> {
+        let held = self.held();
+        if held >= self.max {
+            return None;
+        }
+        if held < MIN_SHARE {
+            return Some(Ticket::new(&self.mine, false));
+        }
+        let (each, pool) = budget();
+        if held < each {
+            Some(Ticket::new(&self.mine, false))
+        } else if borrow(pool) {
+            Some(Ticket::new(&self.mine, true))
+        } else {
+            None
+        }
+    }
+
+    /// A ticket whatever the budget (a connection already admitted, refused after all).
+    pub fn ticket(&self) -> Ticket {
+        Ticket::new(&self.mine, false)
     }
 
     /// Unauthenticated connections this listener holds.
     pub fn held(&self) -> usize {
         self.mine.load(Ordering::Relaxed)
-    }
-
-    /// A ticket for a connection the owner keeps.
-    pub fn ticket(&self) -> Ticket {
-        Ticket::new(&self.mine)
     }
 
     /// Closes a newcomer for which the owner had nothing to shed.
@@ -354,7 +418,7 @@ mod tests {
             "the bound is at least the minimum share"
         );
         let before = held_in_process();
-        let a = intake.ticket();
+        let a = intake.take().unwrap();
         let b = intake.ticket();
         assert_eq!(intake.held(), 2);
         assert!(held_in_process() >= before + 2);
@@ -362,16 +426,32 @@ mod tests {
         assert_eq!(intake.held(), 1);
         drop(b);
         assert_eq!(intake.held(), 0);
-        assert!(share() >= MIN_SHARE);
+        let (each, pool) = budget();
+        assert!(each >= MIN_SHARE && pool > 0, "{each} {pool}");
     }
 
     #[test]
-    fn a_full_listener_is_reported_full_at_its_bound() {
+    fn a_listener_at_its_bound_gets_no_ticket() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let intake = Intake::new(l, MIN_SHARE, "test".into()).unwrap();
-        let tickets: Vec<Ticket> = (0..MIN_SHARE).map(|_| intake.ticket()).collect();
-        assert!(intake.full());
+        let tickets: Vec<Ticket> = (0..MIN_SHARE).map(|_| intake.take().unwrap()).collect();
+        assert!(intake.take().is_none());
         drop(tickets);
-        assert!(!intake.full());
+        assert!(intake.take().is_some());
+    }
+
+    #[test]
+    fn beyond_its_guarantee_a_listener_borrows_from_the_pool_and_gives_back() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut intake = Intake::new(l, usize::MAX, "test".into()).unwrap();
+        let (each, _) = budget();
+        let mine: Vec<Ticket> = (0..each + 3).map(|_| intake.take().unwrap()).collect();
+        let borrowed = mine.iter().filter(|t| t.borrowed).count();
+        // Other tests of this binary may hold some meanwhile: at least the three beyond.
+        assert!(borrowed >= 3, "{borrowed} of {} borrowed", mine.len());
+        assert!(LEDGER.borrowed.load(Ordering::Relaxed) >= borrowed);
+        drop(mine);
+        intake.set_max(1);
+        assert!(intake.take().is_some());
     }
 }

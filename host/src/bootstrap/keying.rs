@@ -63,9 +63,9 @@ pub(crate) fn known(key: WorldKey) -> KeyCell {
 }
 
 /// The key of a world whose root listens at `root`, handed out the job nonce `job` (in its
-/// `CHALLENGE`s) and was started with `passphrase` (`MSCCLPP_SECRET`): Argon2id salted with
-/// [`salt`] (`crate::auth::Passphrase`; about 0.1 s). What a rank derives when it joins; public
-/// for tools and tests that check a captured challenge.
+/// `CHALLENGE`s) and was started with `passphrase` (`MSCCLPP_SECRET`): Argon2id salted with a
+/// label, the root address and the job nonce (`crate::auth::Passphrase`; about 0.1 s). What a
+/// rank derives when it joins; public for tools and tests that check a captured challenge.
 pub fn passphrase_key(
     passphrase: &Passphrase,
     root: SocketAddr,

@@ -445,7 +445,8 @@ pub enum RejectCode {
     Unexpected,
     /// The connector's proof does not match this world's secret.
     Auth,
-    /// The acceptor is stopping (or has no room); try again or give up.
+    /// The acceptor shed the connection (too many unauthenticated ones at once) or cannot
+    /// serve it yet: the connector tries again until its deadline.
     Busy,
     /// A code this build does not know.
     Other(u32),

@@ -145,13 +145,16 @@ impl Listener {
         }
     }
 
-    /// Takes every queued connection within this listener's share: for each one over it, the
+    /// Takes every queued connection within the intake budget: for each one without a ticket, the
     /// oldest connection that has not sent a valid `HELLO` is dropped, else the oldest one
     /// (pending is in accept order, swap-removals aside; a real peer finishes in two round
     /// trips).
     fn accept_all(&mut self, pending: &mut Vec<Incoming>) {
         while let Some((stream, addr)) = self.intake.next() {
-            while self.intake.full() && !pending.is_empty() {
+            let ticket = loop {
+                if let Some(t) = self.intake.take() {
+                    break Some(t);
+                }
                 let quiet = pending
                     .iter()
                     .enumerate()
@@ -160,24 +163,25 @@ impl Listener {
                     .min_by_key(|(_, p)| p.until)
                     .or_else(|| pending.iter().enumerate().min_by_key(|(_, p)| p.until))
                     .map(|(i, _)| i);
-                if let Some(i) = oldest {
-                    let p = pending.swap_remove(i);
-                    self.intake
-                        .notes()
-                        .refused(p.addr, "shed: too many connections at once");
-                }
-            }
-            if self.intake.full() {
+                let Some(i) = oldest else {
+                    break None;
+                };
+                let p = pending.swap_remove(i);
+                self.intake
+                    .notes()
+                    .refused(p.addr, "shed: too many connections at once");
+            };
+            let Some(ticket) = ticket else {
                 self.intake.turn_away(stream, addr);
                 continue;
-            }
+            };
             pending.push(Incoming {
                 stream,
                 addr,
                 until: deadline_in(HANDSHAKE_SLICE),
                 buf: Vec::new(),
                 challenge: None,
-                _ticket: self.intake.ticket(),
+                _ticket: ticket,
             });
         }
     }
