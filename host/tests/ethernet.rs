@@ -773,6 +773,74 @@ fn hostile_frames_are_refused_without_copying() {
     });
 }
 
+/// The real rank 0 of a test against a fake rank 1: sends rank 1 a registration of 64 zeroed
+/// bytes (tag 99), connects over Ethernet, waits for the fake's word (tag 101) and checks that
+/// `expect` arrived at the start of the buffer. How long `connect` took.
+fn real_rank0_connects(
+    id: UniqueId,
+    listener: &Mutex<Option<mscclpp_host::bootstrap::RootListener>>,
+    expect: &[u8; 8],
+) -> Duration {
+    let bs = Arc::new(bootstrap(0, 2, id, listener.lock().unwrap().take()));
+    let comm = Communicator::new(bs.clone(), gpu(0)).unwrap();
+    let buf = comm.gpu().alloc(64).unwrap();
+    buf.copy_from_host(0, &[0u8; 64]).unwrap();
+    let reg = comm.register_buffer(&buf, Transport::Ethernet).unwrap();
+    bs.send(1, 99, &reg.serialize()).unwrap();
+    let t0 = Instant::now();
+    let conn = comm.connect(config(), 1, 0).unwrap();
+    let took = t0.elapsed();
+    bs.recv(1, 101).unwrap(); // the fake wrote and flushed
+    let mut b = vec![0u8; 64];
+    buf.copy_to_host(0, &mut b).unwrap();
+    assert_eq!(&b[..8], expect);
+    drop(conn);
+    took
+}
+
+/// The fake rank 1's bootstrap and the registration [`real_rank0_connects`] sent it.
+fn fake_rank1_memory(
+    id: UniqueId,
+) -> (
+    TcpBootstrap,
+    mscclpp_host::registered_memory::RegisteredMemory,
+) {
+    let bs = bootstrap(1, 2, id, None);
+    let mem = mscclpp_host::registered_memory::RegisteredMemory::deserialize(
+        &bs.recv(0, 99).unwrap(),
+        &gpu(1),
+        0,
+        false,
+    )
+    .unwrap();
+    (bs, mem)
+}
+
+/// The fake writes `bytes` into `mem`, flushes, tells rank 0 (tag 101) and says goodbye.
+fn write_and_leave(
+    bs: &TcpBootstrap,
+    mut p: FakePeer,
+    mem: &mscclpp_host::registered_memory::RegisteredMemory,
+    bytes: &[u8; 8],
+) {
+    let mut v = Frame::Write {
+        id: mem.local_id(),
+        offset: 0,
+        len: 8,
+        key: mem.key(),
+    }
+    .encode()
+    .to_vec();
+    v.extend_from_slice(bytes);
+    v.extend_from_slice(&Frame::Flush { seq: 1 }.encode());
+    p.out.write_all(&v).unwrap();
+    assert_eq!(answer(&mut p.out), Ok(1));
+    bs.send(0, 101, b"").unwrap();
+    p.out.write_all(&Frame::Bye.encode()).unwrap();
+    let mut rest = Vec::new();
+    let _ = p.inbound.read_to_end(&mut rest);
+}
+
 /// Rank 0's `connect` completes while a dozen silent connections (each allowed 2 s for its
 /// handshake: 24 s if they were served one after the other, past the 20 s set-up deadline), a
 /// forged proof, a wrong rank and garbage are held open on its listener; data then flows.
@@ -782,32 +850,12 @@ fn connect_completes_past_silent_and_forged_connections() {
     let listener = Mutex::new(Some(listener));
     thread::scope(|s| {
         let real = s.spawn(|| {
-            let bs = Arc::new(bootstrap(0, 2, id, listener.lock().unwrap().take()));
-            let comm = Communicator::new(bs.clone(), gpu(0)).unwrap();
-            let buf = comm.gpu().alloc(64).unwrap();
-            buf.copy_from_host(0, &[0u8; 64]).unwrap();
-            let reg = comm.register_buffer(&buf, Transport::Ethernet).unwrap();
-            bs.send(1, 99, &reg.serialize()).unwrap();
-            let t0 = Instant::now();
-            let conn = comm.connect(config(), 1, 0).unwrap();
-            let took = t0.elapsed();
+            let took = real_rank0_connects(id, &listener, &[1, 2, 3, 4, 5, 6, 7, 8]);
             println!("connect past 16 hostile connections: {took:?}");
             assert!(took < Duration::from_secs(5), "connect took {took:?}");
-            bs.recv(1, 101).unwrap(); // the fake wrote and flushed
-            let mut b = vec![0u8; 64];
-            buf.copy_to_host(0, &mut b).unwrap();
-            assert_eq!(&b[..8], &[1, 2, 3, 4, 5, 6, 7, 8]);
-            drop(conn);
         });
         let fake = s.spawn(|| {
-            let bs = bootstrap(1, 2, id, None);
-            let mem = mscclpp_host::registered_memory::RegisteredMemory::deserialize(
-                &bs.recv(0, 99).unwrap(),
-                &gpu(1),
-                0,
-                false,
-            )
-            .unwrap();
+            let (bs, mem) = fake_rank1_memory(id);
             let mut p = fake_connect_past(&bs, 0, true, 12, &|_| ());
             // The forged proof got its CHALLENGE (already read) and then nothing: no ACCEPT.
             let forged = &mut p._strays[14];
@@ -819,22 +867,7 @@ fn connect_completes_past_silent_and_forged_connections() {
                 "a forged proof got {} more bytes",
                 rest.len()
             );
-            let mut v = Frame::Write {
-                id: mem.local_id(),
-                offset: 0,
-                len: 8,
-                key: mem.key(),
-            }
-            .encode()
-            .to_vec();
-            v.extend_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
-            v.extend_from_slice(&Frame::Flush { seq: 1 }.encode());
-            p.out.write_all(&v).unwrap();
-            assert_eq!(answer(&mut p.out), Ok(1));
-            bs.send(0, 101, b"").unwrap();
-            p.out.write_all(&Frame::Bye.encode()).unwrap();
-            let mut rest = Vec::new();
-            let _ = p.inbound.read_to_end(&mut rest);
+            write_and_leave(&bs, p, &mem, &[1, 2, 3, 4, 5, 6, 7, 8]);
         });
         real.join().unwrap();
         fake.join().unwrap();
@@ -853,28 +886,11 @@ fn a_real_peer_connects_at_once_while_strays_hold_the_ethernet_listener() {
     let flood: Mutex<Option<Flood>> = Mutex::new(None);
     thread::scope(|s| {
         let real = s.spawn(|| {
-            let bs = Arc::new(bootstrap(0, 2, id, listener.lock().unwrap().take()));
-            let comm = Communicator::new(bs.clone(), gpu(0)).unwrap();
-            let buf = comm.gpu().alloc(64).unwrap();
-            buf.copy_from_host(0, &[0u8; 64]).unwrap();
-            let reg = comm.register_buffer(&buf, Transport::Ethernet).unwrap();
-            bs.send(1, 99, &reg.serialize()).unwrap();
-            let conn = comm.connect(config(), 1, 0).unwrap();
-            bs.recv(1, 101).unwrap(); // the fake wrote and flushed
-            let mut b = vec![0u8; 64];
-            buf.copy_to_host(0, &mut b).unwrap();
-            assert_eq!(&b[..8], &[8, 7, 6, 5, 4, 3, 2, 1]);
-            drop(conn);
+            let took = real_rank0_connects(id, &listener, &[8, 7, 6, 5, 4, 3, 2, 1]);
+            println!("ETHERNET rank 0's connect under the strays: {took:?}");
         });
         let fake = s.spawn(|| {
-            let bs = bootstrap(1, 2, id, None);
-            let mem = mscclpp_host::registered_memory::RegisteredMemory::deserialize(
-                &bs.recv(0, 99).unwrap(),
-                &gpu(1),
-                0,
-                false,
-            )
-            .unwrap();
+            let (bs, mem) = fake_rank1_memory(id);
             let strays = |addr: SocketAddr| {
                 let f = Flood::start(&[(addr, 300), (addr, 300)]);
                 let until = Instant::now() + Duration::from_secs(20);
@@ -898,24 +914,9 @@ fn a_real_peer_connects_at_once_while_strays_hold_the_ethernet_listener() {
                 assert_eq!(slow, 0, "the listener dropped a real peer's SYN");
             };
             let t0 = Instant::now();
-            let mut p = fake_connect_past(&bs, 0, false, 0, &strays);
+            let p = fake_connect_past(&bs, 0, false, 0, &strays);
             println!("ETHERNET set-up of the real peer under the strays: {:?}", t0.elapsed());
-            let mut v = Frame::Write {
-                id: mem.local_id(),
-                offset: 0,
-                len: 8,
-                key: mem.key(),
-            }
-            .encode()
-            .to_vec();
-            v.extend_from_slice(&[8, 7, 6, 5, 4, 3, 2, 1]);
-            v.extend_from_slice(&Frame::Flush { seq: 1 }.encode());
-            p.out.write_all(&v).unwrap();
-            assert_eq!(answer(&mut p.out), Ok(1));
-            bs.send(0, 101, b"").unwrap();
-            p.out.write_all(&Frame::Bye.encode()).unwrap();
-            let mut rest = Vec::new();
-            let _ = p.inbound.read_to_end(&mut rest);
+            write_and_leave(&bs, p, &mem, &[8, 7, 6, 5, 4, 3, 2, 1]);
         });
         real.join().unwrap();
         fake.join().unwrap();
