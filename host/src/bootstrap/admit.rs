@@ -12,8 +12,8 @@
 //!   [`REJECT_LINGER`] in the background ([`Closing`]), so the owner's decisions never wait on a
 //!   refusal;
 //! - at most `max_pending` handshakes are open at once (max([`MIN_PENDING`], 2 × size), and no
-//!   more than the listener's share of the process's descriptors); a new connection beyond
-//!   that sheds one held connection, the oldest of the least advanced: refused ones still
+//!   more than the process's descriptor budget gives the listener: its guarantee and what it
+//!   can borrow from the pool); a new connection beyond that sheds one held connection, the oldest of the least advanced: refused ones still
 //!   lingering first, then those that have not sent a valid `HELLO`, then the rest. A shed
 //!   handshake is told `REJECT Busy` (the connector tries again) and closed at once. Silent
 //!   connections are the oldest; a real rank finishes in a few round trips and retries a join

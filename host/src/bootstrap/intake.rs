@@ -375,7 +375,7 @@ impl Intake {
         drop(stream);
         self.notes.refused(
             addr,
-            "no room: this listener's share of the process's descriptors is taken",
+            "no room: the process's descriptor budget has no place left for this listener",
         );
     }
 
@@ -415,7 +415,7 @@ mod tests {
         let intake = Intake::new(l, 3, "test".into()).unwrap();
         assert!(
             intake.max >= MIN_SHARE,
-            "the bound is at least the minimum share"
+            "the bound is at least the minimum guarantee"
         );
         let before = held_in_process();
         let a = intake.take().unwrap();

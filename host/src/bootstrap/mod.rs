@@ -118,8 +118,9 @@
 //!   transport's too) follows the intake rules (`intake`): a backlog of 4096; unauthenticated
 //!   connections are a budget of the descriptors left under `RLIMIT_NOFILE` (the soft limit is
 //!   raised to the hard one once per process; a reserve stays for the library's own work),
-//!   shared between the listeners; at most max(1024, 2 × size) handshakes are open at once and
-//!   no more than the listener's share, the least advanced shed first beyond that (`REJECT
+//!   half guaranteed to the listeners in equal parts, half a pool they borrow from; at most
+//!   max(1024, 2 × size) handshakes are open at once and no more than the budget gives the
+//!   listener, the least advanced shed first beyond that (`REJECT
 //!   Busy`; a real rank tries a cut join or link again); a failed `accept` (out of
 //!   descriptors) pauses the listener for 100 ms; refusals and failures are logged at the
 //!   warning level a few times, then every hundredth. Hundreds of idle or garbage connections

@@ -30,7 +30,7 @@
 //! 3. At the same time (a helper thread), each side serves its listener: every connection at
 //!    once, without blocking on any (each for at most [`HANDSHAKE_SLICE`]), under the
 //!    bootstrap's intake rules (`bootstrap::intake`: a backlog of 4096, at most [`MAX_PENDING`]
-//!    and the listener's share of the process's descriptors, the least advanced connection
+//!    and what the process's descriptor budget gives the listener, the least advanced connection
 //!    dropped first beyond that, a 100 ms back-off after a failed `accept`, rate-limited
 //!    warnings), until one completes the acceptor's half as the expected rank (`HELLO` →
 //!    `CHALLENGE`, then a `PROOF` whose tag checks out → `ACCEPT`); that one is the **inbound
@@ -172,7 +172,7 @@ pub const MAX_REASON: usize = 256;
 /// Longest an accepted connection may take to complete its handshake before it is dropped.
 pub const HANDSHAKE_SLICE: Duration = Duration::from_secs(2);
 /// Most connections a listener holds in their handshake at once, as the bootstrap's listeners
-/// (fewer when its share of the process's descriptors is smaller: `bootstrap::intake`); beyond
+/// (fewer when the process's descriptor budget gives it less: `bootstrap::intake`); beyond
 /// that one is dropped for each new one, the oldest that has not sent a valid `HELLO` first.
 pub const MAX_PENDING: usize = 1024;
 /// Longest `Drop` waits for the peer to close after `BYE`.

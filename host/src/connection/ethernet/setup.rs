@@ -77,7 +77,7 @@ impl Listener {
     /// Accepts until a connection completes the acceptor's side of the handshake as
     /// `remote_rank` (module docs), and returns it. Every connection is served at once, without
     /// blocking on any (a silent or slow one costs a poll slot until its [`HANDSHAKE_SLICE`]),
-    /// under the bootstrap's intake rules (backlog, descriptor share, accept back-off,
+    /// under the bootstrap's intake rules (backlog, descriptor budget, accept back-off,
     /// rate-limited warnings: `bootstrap::intake`); anything that fails its handshake is
     /// closed, and the loop goes on until `deadline`.
     fn accept_peer(
