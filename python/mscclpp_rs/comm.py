@@ -348,9 +348,10 @@ class Communicator:
         settings: Optional[Mapping[str, int]] = None,
     ) -> Communicator:
         """Joins the world whose root is ``addr`` (``ip:port``, ``host:port`` or
-        ``ifname:ip:port``; rank 0 listens there). ``secret`` (16 characters or more, the same
-        on every rank) authenticates it; without one the world is not authenticated, and the
-        library says so on standard error."""
+        ``ifname:ip:port``; rank 0 listens there). ``secret``, the world's passphrase as
+        ``MSCCLPP_SECRET`` holds it (the same on every rank, 16 characters or more; 32 random
+        bytes as hex, ``secrets.token_hex(32)``, are what to use), authenticates it; without one
+        the world is not authenticated, and the library says so on standard error."""
         native = _native.Comm.init_addr(
             addr, rank, size, secret=secret, device=device, backend=backend,
             timeout_ms=_ms(timeout), host_id=host_id,

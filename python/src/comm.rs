@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mscclpp::host::auth::Secret;
+use mscclpp::host::auth::Passphrase;
 use mscclpp::host::bootstrap::{
     Bootstrap, BootstrapConfig, RootListener, RootSpec, TcpBootstrap, parse_root,
 };
@@ -142,9 +142,10 @@ impl Comm {
     }
 
     /// Joins the world whose root is the plain address `addr` (`ip:port`, `host:port` or
-    /// `ifname:ip:port`; rank 0 listens there), authenticated by `secret` (a passphrase of 16
-    /// characters or more, the same on every rank; `None`: not authenticated, and the library
-    /// says so on standard error).
+    /// `ifname:ip:port`; rank 0 listens there), authenticated by `secret`, the world's
+    /// passphrase as `MSCCLPP_SECRET` holds it (16 characters or more, the same on every rank;
+    /// 32 random bytes as hex are what to use; the key is derived from it once per process).
+    /// `None`: not authenticated, and the library says so on standard error.
     #[staticmethod]
     #[pyo3(signature = (addr, rank, size, secret=None, device=None, backend=None, timeout_ms=None, host_id=None))]
     #[allow(clippy::too_many_arguments)]
@@ -165,13 +166,13 @@ impl Comm {
             cfg = cfg.with_ifname(i);
         }
         if let Some(s) = secret {
-            let secret = Secret::from_passphrase(s).ok_or_else(|| {
+            let passphrase = Passphrase::new(s).ok_or_else(|| {
                 invalid(format!(
                     "the secret is shorter than {} characters",
                     mscclpp::host::auth::MIN_PASSPHRASE_LEN
                 ))
             })?;
-            cfg = cfg.with_secret(secret);
+            cfg = cfg.with_passphrase(passphrase);
         }
         let cfg = configure(cfg, timeout_ms, host_id)?;
         let comm = py.detach(|| join(cfg, None, backend, device)).py()?;

@@ -57,7 +57,9 @@ pub fn class_of(e: &Error) -> &'static str {
         | Error::UnknownRegistration { .. }
         | Error::UnknownChannelId { .. }
         | Error::UnknownNetTransport { .. }
-        | Error::FifoSize { .. } => "InvalidArgumentError",
+        | Error::FifoSize { .. }
+        | Error::CountOverflow { .. }
+        | Error::NullBuffer { .. } => "InvalidArgumentError",
         Error::Unsupported { .. }
         | Error::CrossNode { .. }
         | Error::NoCommonTransport { .. }
@@ -87,7 +89,8 @@ pub fn class_of(e: &Error) -> &'static str {
         | Error::BootstrapMessageTooLarge { .. }
         | Error::BootstrapSpawn { .. }
         | Error::BootstrapAuth { .. }
-        | Error::BootstrapQueueFull { .. } => "BootstrapError",
+        | Error::BootstrapQueueFull { .. }
+        | Error::BootstrapRankTaken { .. } => "BootstrapError",
         Error::CudaInit(_)
         | Error::DeviceOpen { .. }
         | Error::Alloc { .. }
