@@ -10,7 +10,7 @@
 //! so the test runs when `devices * N >= R`. The library's side of the mode reads the same
 //! variable; child processes get it from the parent ([`crate::process`] passes it on).
 
-use mscclpp_host::gpu::{BackendKind, Gpu};
+use mscclpp_host::gpu::{BackendKind, Gpu, Module};
 
 /// The environment variable of the several-ranks-per-GPU mode.
 pub const RANKS_PER_GPU: &str = "MSCCLPP_RANKS_PER_GPU";
@@ -60,6 +60,12 @@ pub fn gpu(ordinal: usize) -> Gpu {
     })
 }
 
+/// `ptx` (e.g. `mscclpp::DEVICE_PTX`, the built-in kernels) loaded on `gpu`.
+pub fn module(gpu: &Gpu, ptx: &str) -> Module {
+    gpu.load_ptx(ptx)
+        .unwrap_or_else(|e| panic!("loading the PTX on {:?}: {e}", gpu.kind()))
+}
+
 /// Whether the backend under test can run `ranks` ranks (module docs); prints
 /// `NOT RUN: <test> needs R GPUs …` on standard error when not, so the caller returns and the
 /// test passes without running.
@@ -75,6 +81,12 @@ pub fn enough_gpus(test: &str, ranks: usize) -> bool {
             false
         }
     }
+}
+
+/// Whether the backend under test can run `ranks` ranks, saying nothing (the CPU backend
+/// always can; CUDA: module docs).
+pub fn gpus_suffice(ranks: usize) -> bool {
+    backend() == BackendKind::Cpu || shortfall(ranks, device_count(), ranks_per_gpu()).is_none()
 }
 
 /// Why `ranks` ranks cannot run on `devices` GPUs of which `per_gpu` ranks may share each, or

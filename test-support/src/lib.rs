@@ -29,7 +29,7 @@ pub mod source;
 pub mod threads;
 pub mod world;
 
-pub use backend::{backend, device_count, enough_gpus, gpu, ranks_per_gpu};
+pub use backend::{backend, device_count, enough_gpus, gpu, gpus_suffice, module, ranks_per_gpu};
 pub use counting::{Counting, Sends};
 pub use data::{MARKER, from_hex, hash, mix, pattern, to_hex};
 pub use process::{Child, ChildEnd, TestProcess, die_with_parent, isolated};

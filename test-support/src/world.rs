@@ -280,8 +280,8 @@ impl<'a> Processes<'a> {
     }
 }
 
-/// Runs `n` ranks of `test` as child processes ([`Processes::run_ok`] with the default
-/// bound).
-pub fn ranks_as_processes(n: usize, test: &str) -> Vec<ChildEnd> {
-    Processes::new(test, n).run_ok()
+/// Runs `n` ranks of `test` as child processes; panics unless every one succeeds
+/// ([`Processes::run_ok`] with the default bound).
+pub fn ranks_as_processes(n: usize, test: &str) {
+    Processes::new(test, n).run_ok();
 }
