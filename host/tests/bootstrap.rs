@@ -3,11 +3,9 @@
 //! port and on a rank's listener, and the pure parts (unique ids, launcher environments).
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{self, Receiver};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -22,6 +20,7 @@ use mscclpp_host::bootstrap::wire::{
 use mscclpp_host::bootstrap::{
     Bootstrap, BootstrapConfig, Launcher, RootSpec, TcpBootstrap, UniqueId, interface_ipv4,
 };
+use mscclpp_test_support::{Child, TestProcess};
 
 type BsResult = mscclpp_host::Result<TcpBootstrap>;
 
@@ -823,13 +822,6 @@ fn child_process_entry() {
     }
 }
 
-struct ChildProc {
-    name: String,
-    child: Child,
-    lines: Receiver<String>,
-    output: Arc<Mutex<String>>,
-}
-
 const LAUNCHER_VARS: [&str; 17] = [
     "MSCCLPP_UNIQUE_ID",
     "MSCCLPP_BOOTSTRAP",
@@ -850,6 +842,12 @@ const LAUNCHER_VARS: [&str; 17] = [
     "SLURM_LOCALID",
 ];
 
+/// How long a child may take to print an awaited line, and to exit once awaited.
+const CHILD_LINE: Duration = Duration::from_secs(20);
+const CHILD_EXIT: Duration = Duration::from_secs(30);
+
+/// This test binary running [`CHILD_TEST`] as `role` (the harness's bounded child process),
+/// with none of the launchers' variables of the caller's.
 fn spawn_child(
     role: &str,
     rank: usize,
@@ -857,111 +855,41 @@ fn spawn_child(
     expect: &str,
     id: Option<&UniqueId>,
     timeout_ms: u64,
-) -> ChildProc {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([
-        "--ignored",
-        "--exact",
-        CHILD_TEST,
-        "--nocapture",
-        "--test-threads=1",
-    ]);
+) -> Child {
+    let mut p = TestProcess::new(CHILD_TEST).named(format!("{role} rank {rank}"));
     for v in LAUNCHER_VARS {
-        cmd.env_remove(v);
+        p = p.env_remove(v);
     }
-    cmd.env(ROLE, role)
+    p = p
+        .env(ROLE, role)
         .env(EXPECT, expect)
         .env("MSCCLPP_RANK", rank.to_string())
         .env("MSCCLPP_WORLD_SIZE", size.to_string())
-        .env("MSCCLPP_BOOTSTRAP_TIMEOUT_MS", timeout_ms.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .env("MSCCLPP_BOOTSTRAP_TIMEOUT_MS", timeout_ms.to_string());
     if let Some(id) = id {
-        cmd.env("MSCCLPP_UNIQUE_ID", id.to_hex());
+        p = p.env("MSCCLPP_UNIQUE_ID", id.to_hex());
     }
-    let mut child = cmd.spawn().unwrap();
-    let (tx, lines) = mpsc::channel();
-    let output = Arc::new(Mutex::new(String::new()));
-    let out = child.stdout.take().unwrap();
-    let err = child.stderr.take().unwrap();
-    let (o1, o2) = (Arc::clone(&output), Arc::clone(&output));
-    thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            o1.lock().unwrap().push_str(&format!("{line}\n"));
-            let _ = tx.send(line);
-        }
-    });
-    thread::spawn(move || {
-        for line in BufReader::new(err).lines().map_while(Result::ok) {
-            o2.lock().unwrap().push_str(&format!("[stderr] {line}\n"));
-        }
-    });
-    ChildProc {
-        name: format!("{role} rank {rank}"),
-        child,
-        lines,
-        output,
-    }
+    p.spawn()
 }
 
-impl ChildProc {
-    /// The first output line containing `marker`, from the marker on (the test harness may
-    /// print its own text before it on the same line).
-    fn wait_line(&self, marker: &str) -> String {
-        let until = Instant::now() + Duration::from_secs(20);
-        while let Some(left) = until.checked_duration_since(Instant::now()) {
-            match self.lines.recv_timeout(left) {
-                Ok(l) if l.contains(marker) => return l[l.find(marker).unwrap_or(0)..].to_string(),
-                Ok(_) => {}
-                Err(_) => break,
-            }
-        }
-        panic!(
-            "{}: no {marker:?} line; output:\n{}",
-            self.name,
-            self.output.lock().unwrap()
-        );
-    }
-
-    /// Waits for a clean exit, killing the child if it takes longer than 30 s.
-    fn finish(mut self) -> String {
-        let until = Instant::now() + Duration::from_secs(30);
-        let status = loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                break st;
-            }
-            if Instant::now() > until {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!(
-                    "{} hung; output:\n{}",
-                    self.name,
-                    self.output.lock().unwrap()
-                );
-            }
-            thread::sleep(Duration::from_millis(20));
-        };
-        thread::sleep(Duration::from_millis(50)); // let the pipe readers finish
-        let out = self.output.lock().unwrap().clone();
-        assert!(
-            status.success(),
-            "{} exited with {status}; output:\n{out}",
-            self.name
-        );
-        out
-    }
+/// Waits (at most [`CHILD_EXIT`]) for a clean exit; returns the child's output.
+fn finish(c: Child) -> String {
+    let end = c.wait_until(Instant::now() + CHILD_EXIT);
+    assert!(end.success(), "{}", end.text());
+    end.output()
 }
 
 fn processes(n: usize) {
     let root = spawn_child("root", 0, n, "ok", None, 20_000);
-    let line = root.wait_line("UNIQUE_ID ");
-    let id: UniqueId = line["UNIQUE_ID ".len()..].parse().unwrap();
-    let others: Vec<ChildProc> = (1..n)
+    let id: UniqueId = root
+        .read_line_with("UNIQUE_ID ", CHILD_LINE)
+        .parse()
+        .unwrap();
+    let others: Vec<Child> = (1..n)
         .map(|r| spawn_child("rank", r, n, "ok", Some(&id), 20_000))
         .collect();
     for (r, c) in std::iter::once(root).chain(others).enumerate() {
-        let out = c.finish();
+        let out = finish(c);
         assert!(
             out.contains(&format!("CHILD_OK {r}")),
             "rank {r} output:\n{out}"
@@ -984,18 +912,20 @@ fn process_killed_after_joining_fails_the_others_naming_it() {
     let timeout_ms = 5_000;
     let t0 = Instant::now();
     let root = spawn_child("root", 0, 4, "fail-naming:3", None, timeout_ms);
-    let id: UniqueId = root.wait_line("UNIQUE_ID ")["UNIQUE_ID ".len()..]
+    let id: UniqueId = root
+        .read_line_with("UNIQUE_ID ", CHILD_LINE)
         .parse()
         .unwrap();
     let mut doomed = spawn_child("die-after-join", 3, 4, "", Some(&id), timeout_ms);
-    doomed.wait_line("JOINED");
-    doomed.child.kill().unwrap();
-    doomed.child.wait().unwrap();
-    let others: Vec<ChildProc> = (1..3)
+    doomed.read_line_with("JOINED", CHILD_LINE);
+    doomed.kill();
+    let killed = doomed.wait_for(CHILD_EXIT);
+    assert!(!killed.status.success(), "{}", killed.text());
+    let others: Vec<Child> = (1..3)
         .map(|r| spawn_child("rank", r, 4, "fail-naming:3", Some(&id), timeout_ms))
         .collect();
     for c in std::iter::once(root).chain(others) {
-        let out = c.finish();
+        let out = finish(c);
         assert!(out.contains("CHILD_FAILED_NAMING 3"), "output:\n{out}");
     }
     assert!(

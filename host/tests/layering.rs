@@ -368,7 +368,8 @@ fn declared_modules(lib: &str) -> BTreeSet<String> {
 
 #[test]
 fn host_modules_import_only_lower_layers() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    // The run-time package directory: the GPU bundle runs from a copy of the repository.
+    let src = mscclpp_test_support::package_dir(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     read_tree(&src, &src, &mut files);
     let lib = files

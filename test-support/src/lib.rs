@@ -32,12 +32,13 @@ pub mod world;
 pub use backend::{backend, device_count, enough_gpus, gpu, gpus_suffice, module, ranks_per_gpu};
 pub use counting::{Counting, Sends};
 pub use data::{MARKER, from_hex, hash, mix, pattern, to_hex};
-pub use process::{Child, ChildEnd, TestProcess, die_with_parent, isolated};
+pub use process::{Child, ChildEnd, TestProcess, die_with_parent, in_isolated, isolated};
 pub use source::package_dir;
 pub use threads::{
-    counted_ranks_as_threads, ranks_as_threads, ranks_as_threads_over, try_ranks_as_threads,
+    bootstraps_as_threads, counted_ranks_as_threads, ranks_as_threads, ranks_as_threads_on,
+    ranks_as_threads_over, try_ranks_as_threads,
 };
 pub use world::{
-    Place, Processes, child_bootstrap, child_bootstrap_with, child_communicator,
+    Place, Processes, announce, child_bootstrap, child_bootstrap_with, child_communicator,
     child_counted_communicator, child_place, ranks_as_processes,
 };

@@ -55,6 +55,12 @@ impl TestProcess {
         }
     }
 
+    /// This test binary running test `test` as an [`isolated`] child: in it,
+    /// [`in_isolated`]`(test)` holds.
+    pub fn isolated(test: &str) -> Self {
+        Self::new(test).env(ISOLATED, test)
+    }
+
     /// Sets `key` to `value` in the child's environment.
     pub fn env(
         mut self,
@@ -362,7 +368,7 @@ pub fn isolated(
         body();
         return;
     }
-    let end = configure(TestProcess::new(test).env(ISOLATED, test))
+    let end = configure(TestProcess::isolated(test))
         .spawn()
         .wait_for(limit);
     assert!(

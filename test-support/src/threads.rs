@@ -10,17 +10,74 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use mscclpp_host::bootstrap::{Bootstrap, BootstrapConfig, TcpBootstrap, UniqueId};
+use mscclpp_host::bootstrap::{Bootstrap, BootstrapConfig, RootListener, TcpBootstrap, UniqueId};
 use mscclpp_host::communicator::Communicator;
 use mscclpp_host::status::StatusBlock;
 use mscclpp_host::{Error, Result};
 
-use crate::backend::{backend, device_count};
+use mscclpp_host::gpu::BackendKind;
+
+use crate::backend::backend;
 use crate::counting::{Counting, Sends};
 
 /// How long a rank's bootstrap set-up may take (every other wait is the library's own,
 /// bounded by the bootstrap's operation timeout or the communicator's abort).
 pub const SETUP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A world's id and its root's listener, on loopback (rank 0 takes the listener).
+fn root() -> (UniqueId, Mutex<Option<RootListener>>) {
+    match UniqueId::bind(([127, 0, 0, 1], 0).into()) {
+        Ok((id, listener)) => (id, Mutex::new(Some(listener))),
+        Err(e) => panic!("binding the bootstrap root on loopback: {e}"),
+    }
+}
+
+/// Rank `r`'s bootstrap of a world of `n` (rank 0 serves the root with `listener`'s).
+fn bootstrap(
+    r: usize,
+    n: usize,
+    id: UniqueId,
+    listener: &Mutex<Option<RootListener>>,
+) -> Result<TcpBootstrap> {
+    let cfg = BootstrapConfig::new(r, n, id).with_timeout(SETUP_TIMEOUT);
+    let root = match r {
+        0 => listener
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take(),
+        _ => None,
+    };
+    match root {
+        Some(l) => TcpBootstrap::init_with_root_listener(cfg, l),
+        None => TcpBootstrap::init(cfg),
+    }
+}
+
+/// Runs `body` on `n` ranks as threads with nothing but their bootstraps; returns the bodies'
+/// values in rank order, or panics naming the rank whose set-up or body failed (a rank whose
+/// peer failed sees its bootstrap's error, bounded by the bootstrap's timeouts).
+pub fn bootstraps_as_threads<T: Send>(n: usize, body: impl Fn(TcpBootstrap) -> T + Sync) -> Vec<T> {
+    let (id, listener) = root();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|r| {
+                let (body, listener) = (&body, &listener);
+                s.spawn(move || match bootstrap(r, n, id, listener) {
+                    Ok(bs) => body(bs),
+                    Err(e) => panic!("rank {r}: bootstrap: {}", chain(&e)),
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(r, h)| {
+                h.join()
+                    .unwrap_or_else(|p| panic!("rank {r} panicked: {}", panic_message(&*p)))
+            })
+            .collect()
+    })
+}
 
 /// Runs `body` on `n` ranks as threads; each rank's bootstrap is `wrap`ped first (the second
 /// half of `wrap`'s answer goes to `body`). Returns every rank's result in rank order; a
@@ -30,11 +87,17 @@ pub fn ranks_as_threads_over<W, T: Send>(
     wrap: impl Fn(TcpBootstrap) -> (Arc<dyn Bootstrap>, W) + Sync,
     body: impl Fn(Communicator, W) -> Result<T> + Sync,
 ) -> Vec<Result<T>> {
-    let (id, listener) = match UniqueId::bind(([127, 0, 0, 1], 0).into()) {
-        Ok(x) => x,
-        Err(e) => panic!("binding the bootstrap root on loopback: {e}"),
-    };
-    let listener = Mutex::new(Some(listener));
+    ranks_on(backend(), n, wrap, body)
+}
+
+/// [`ranks_as_threads_over`] on backend `kind`.
+fn ranks_on<W, T: Send>(
+    kind: BackendKind,
+    n: usize,
+    wrap: impl Fn(TcpBootstrap) -> (Arc<dyn Bootstrap>, W) + Sync,
+    body: impl Fn(Communicator, W) -> Result<T> + Sync,
+) -> Vec<Result<T>> {
+    let (id, listener) = root();
     let statuses: Mutex<Vec<Arc<StatusBlock>>> = Mutex::new(Vec::new());
     let abort_all = || {
         for s in statuses
@@ -45,7 +108,10 @@ pub fn ranks_as_threads_over<W, T: Send>(
             s.abort();
         }
     };
-    let (kind, devices) = (backend(), device_count().max(1));
+    let devices = kind
+        .device_count()
+        .unwrap_or_else(|e| panic!("counting the devices of the {kind:?} backend: {e}"))
+        .max(1);
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
             .map(|r| {
@@ -150,6 +216,21 @@ pub fn try_ranks_as_threads<T: Send>(
         n,
         |bs| (Arc::new(bs) as Arc<dyn Bootstrap>, ()),
         |comm, ()| body(comm),
+    ))
+}
+
+/// [`ranks_as_threads`] on backend `kind` rather than the one under test (a test of host-side
+/// machinery that the CPU backend serves alike everywhere).
+pub fn ranks_as_threads_on<T: Send>(
+    kind: BackendKind,
+    n: usize,
+    body: impl Fn(Communicator) -> T + Sync,
+) -> Vec<T> {
+    all_ok(ranks_on(
+        kind,
+        n,
+        |bs| (Arc::new(bs) as Arc<dyn Bootstrap>, ()),
+        |comm, ()| Ok(body(comm)),
     ))
 }
 
