@@ -35,8 +35,8 @@ pub use data::{MARKER, from_hex, hash, mix, pattern, to_hex};
 pub use process::{Child, ChildEnd, TestProcess, die_with_parent, in_isolated, isolated};
 pub use source::package_dir;
 pub use threads::{
-    bootstraps_as_threads, counted_ranks_as_threads, ranks_as_threads, ranks_as_threads_on,
-    ranks_as_threads_over, try_ranks_as_threads,
+    counted_ranks_as_threads, ranks_as_threads, ranks_as_threads_on, ranks_as_threads_over,
+    try_ranks_as_threads,
 };
 pub use world::{
     Place, Processes, announce, child_bootstrap, child_bootstrap_with, child_communicator,

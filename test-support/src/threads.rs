@@ -1,10 +1,10 @@
 //! Ranks as threads of the test process: one thread per rank, joined by a `TcpBootstrap` on
 //! loopback (set-up bounded by [`SETUP_TIMEOUT`]), rank `r` on device `r % devices` of the
-//! backend under test.
+//! backend under test ([`ranks_as_threads_on`]: of a given backend).
 //!
-//! A rank that fails (an error or a panic, a failed assertion say) aborts every rank's
-//! communicator first, so kernels of the others waiting for it return instead of hanging the
-//! test; the test then fails naming every rank that failed and why (a panic's message
+//! A rank that fails (an error or a panic, a failed assertion say) aborts
+//! every rank's communicator first, so kernels of the others waiting for it return instead of
+//! hanging the test; the test then fails naming every rank that failed and why (a panic's message
 //! included), the first cause first.
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -53,32 +53,6 @@ fn bootstrap(
     }
 }
 
-/// Runs `body` on `n` ranks as threads with nothing but their bootstraps; returns the bodies'
-/// values in rank order, or panics naming the rank whose set-up or body failed (a rank whose
-/// peer failed sees its bootstrap's error, bounded by the bootstrap's timeouts).
-pub fn bootstraps_as_threads<T: Send>(n: usize, body: impl Fn(TcpBootstrap) -> T + Sync) -> Vec<T> {
-    let (id, listener) = root();
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..n)
-            .map(|r| {
-                let (body, listener) = (&body, &listener);
-                s.spawn(move || match bootstrap(r, n, id, listener) {
-                    Ok(bs) => body(bs),
-                    Err(e) => panic!("rank {r}: bootstrap: {}", chain(&e)),
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .enumerate()
-            .map(|(r, h)| {
-                h.join()
-                    .unwrap_or_else(|p| panic!("rank {r} panicked: {}", panic_message(&*p)))
-            })
-            .collect()
-    })
-}
-
 /// Runs `body` on `n` ranks as threads; each rank's bootstrap is `wrap`ped first (the second
 /// half of `wrap`'s answer goes to `body`). Returns every rank's result in rank order; a
 /// panic is reported as `Error::Aborted` with its message.
@@ -118,19 +92,7 @@ fn ranks_on<W, T: Send>(
                 let (wrap, body, listener, statuses, abort_all) =
                     (&wrap, &body, &listener, &statuses, &abort_all);
                 s.spawn(move || -> Result<T> {
-                    let cfg = BootstrapConfig::new(r, n, id).with_timeout(SETUP_TIMEOUT);
-                    let root = match r {
-                        0 => listener
-                            .lock()
-                            .unwrap_or_else(PoisonError::into_inner)
-                            .take(),
-                        _ => None,
-                    };
-                    let bs = match root {
-                        Some(l) => TcpBootstrap::init_with_root_listener(cfg, l),
-                        None => TcpBootstrap::init(cfg),
-                    };
-                    let (bs, w) = wrap(bs?);
+                    let (bs, w) = wrap(bootstrap(r, n, id, listener)?);
                     let gpu = mscclpp_host::gpu::Gpu::open(kind, r % devices)?;
                     let comm = Communicator::new(bs, gpu)?;
                     statuses
