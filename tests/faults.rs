@@ -16,8 +16,9 @@
 //!
 //! The backend is the one `MSCCLPP_BACKEND` selects (`cpu`, or `cuda`; unset: CUDA when a GPU
 //! is present, else the CPU backend), in the parent and every child alike. On CUDA each rank
-//! takes its own GPU, rank `r` device `r`; a case needing more ranks than there are GPUs is not
-//! run (it says `NOT RUN` on stderr), so on 2 GPUs the 2-rank cases run:
+//! takes its own GPU, rank `r` device `r % devices`; a case needing more ranks than there are
+//! GPUs (times `MSCCLPP_RANKS_PER_GPU`, the harness's count) is not run (it says `NOT RUN` on
+//! stderr), so on 2 GPUs the 2-rank cases run:
 //! `MSCCLPP_BACKEND=cuda cargo test --release --test faults -- --nocapture` (or through the GPU
 //! bundle: `bash gpu-bundle/run-tests.sh faults`).
 
