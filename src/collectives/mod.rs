@@ -118,6 +118,7 @@ mod select;
 #[cfg(test)]
 mod select_pin;
 mod setup;
+mod sharing;
 pub mod typed;
 
 pub use algo::{Algorithm, Collective};
@@ -127,6 +128,7 @@ pub use multinode::{ENV_NET_TRANSPORT, network_transports};
 pub use reduction::{KernelOp, Reduction, Scalar, element_bits};
 pub use registry::Registration;
 pub use scratch::{MemoryPlan, memory_plan};
+pub use sharing::ENV_RANKS_PER_GPU;
 pub use typed::{Bf16, DeviceVec, Element, F8E4M3, F8E5M2, F16};
 
 use std::sync::Arc;
@@ -181,8 +183,9 @@ impl Collectives {
         let trace = comm.trace().clone();
         let _span = trace.span(Category::Setup, "collectives");
         cfg.max_blocks = channel_rows(&cfg);
-        setup::check_one_gpu_per_rank(&comm)?;
         setup::check_same_config(&comm, &cfg)?;
+        let sharing = sharing::check(&comm, &cfg)?;
+        let cfg = sharing.cap(cfg);
         let g = comm.gpu().clone();
         let module = setup::builtin_module(&g)?;
         let s = SetUp {

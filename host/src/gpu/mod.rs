@@ -156,6 +156,16 @@ impl Gpu {
         }
     }
 
+    /// The physical device's streaming multiprocessors (CUDA), which the blocks of every kernel
+    /// running on it share; `None` on the CPU backend, whose grid emulator runs every block of
+    /// every launch on threads of its own.
+    pub fn multiprocessors(&self) -> Option<u32> {
+        match &self.inner.imp {
+            DeviceImpl::Cuda(d) => Some(d.multiprocessors()),
+            DeviceImpl::Cpu(_) => None,
+        }
+    }
+
     /// Allocates `bytes` of zeroed device memory that can be exported over IPC.
     pub fn alloc(&self, bytes: usize) -> Result<DeviceBuffer> {
         let imp = match &self.inner.imp {

@@ -204,6 +204,8 @@ pub struct Device {
     pci_bus_id: String,
     /// The device's architecture (compute capability), which PTX must not exceed.
     arch: SmArch,
+    /// Streaming multiprocessors (`CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`).
+    multiprocessors: u32,
 }
 
 /// Smallest allocation made: a request for 0 bytes allocates this much (the driver rejects 0),
@@ -237,11 +239,13 @@ impl Device {
             cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
             cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
         );
+        let multiprocessors = cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         Ok(Self {
             ctx,
             name,
             pci_bus_id,
             arch,
+            multiprocessors,
         })
     }
 
@@ -258,6 +262,11 @@ impl Device {
     /// The device's architecture from its compute capability, e.g. `sm_90` for an H200.
     pub fn arch(&self) -> SmArch {
         self.arch
+    }
+
+    /// Its streaming multiprocessors (132 on an H200).
+    pub fn multiprocessors(&self) -> u32 {
+        self.multiprocessors
     }
 
     /// The device's PCI bus id, e.g. `0000:18:00.0` (names the physical GPU whatever
