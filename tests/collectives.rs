@@ -319,10 +319,9 @@ fn others_case(c: &Collectives, count: usize, algo: Option<Algorithm>) {
     assert!(comm.status().error().is_none());
 }
 
-/// Runs `body` on `n` ranks. On the CUDA backend with fewer GPUs than ranks (several ranks
-/// sharing a GPU), the collectives refuse, as NCCL does, and this checks that every rank gets
-/// that typed error (a kernel of one rank would otherwise wait for another's queued behind it
-/// on the same GPU, or behind the driver's device-wide synchronisation in `cuMemFree`).
+/// Runs `body` on `n` ranks. On the CUDA backend with fewer GPUs than ranks and no
+/// `MSCCLPP_RANKS_PER_GPU` that lets them share, the collectives refuse, as NCCL does, and this
+/// checks that every rank gets that typed error; with it, the ranks share the GPUs.
 fn run(n: usize, body: impl Fn(&Collectives) + Sync) {
     run_with(n, CollectiveConfig::for_backend, body)
 }
@@ -335,7 +334,12 @@ fn run_with(
 ) {
     let kind = common::backend();
     let devices = kind.device_count().unwrap_or(1);
-    if kind == BackendKind::Cuda && n > devices {
+    let per_gpu = std::env::var(mscclpp::collectives::ENV_RANKS_PER_GPU)
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(1)
+        .max(1);
+    if kind == BackendKind::Cuda && n > devices * per_gpu {
         eprintln!("{n} ranks on {devices} GPUs: checking that the collectives refuse");
         ranks_as_threads(n, |comm: Communicator| {
             let cfg = CollectiveConfig::for_backend(comm.gpu().kind());

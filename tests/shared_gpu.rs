@@ -87,18 +87,19 @@ fn mode_in_env() -> bool {
         .is_some_and(|n| n > 1)
 }
 
-/// Rank 1 takes its ping-pong kernel only after rank 0's has been spinning for a while: the
-/// code of every kernel of a module is loaded with the module, so it runs. (Before, a lazily
-/// loaded kernel's `cuFuncLoad` waited for rank 0's kernel, which waited for it until the
-/// watchdog.)
-#[test]
-fn a_kernel_taken_after_its_peer_started_spinning_runs() {
+/// A memory-channel ping-pong between two ranks on device 0; `late` (rank 1 or 0, or none)
+/// starts after the other's kernel has been spinning for a while, doing `before_launch` first.
+/// Returns each rank's time from its launch decision to the end of its kernel.
+fn ping_pong_on_device_0(
+    late: usize,
+    before_launch: impl Fn(&Communicator, &mscclpp::host::gpu::Module) -> Result<()> + Sync,
+) -> Vec<Duration> {
     const BYTES: usize = 64 << 10;
     let threads = match backend() {
         BackendKind::Cuda => 256,
         BackendKind::Cpu => 16,
     };
-    let times = on_device_0(2, Duration::from_secs(60), |comm| {
+    on_device_0(2, Duration::from_secs(60), |comm| {
         let (rank, peer) = (comm.rank(), 1 - comm.rank());
         let gpu = comm.gpu().clone();
         let t = Transport::local_for(gpu.kind());
@@ -126,10 +127,13 @@ fn a_kernel_taken_after_its_peer_started_spinning_runs() {
             reserved: 0,
         };
         comm.bootstrap().barrier()?;
-        if rank == 1 {
+        if rank == late {
             std::thread::sleep(Duration::from_millis(300));
         }
         let start = Instant::now();
+        if rank == late {
+            before_launch(&comm, &module)?;
+        }
         let kernel = module.kernel(kernels::MEMORY_PING_PONG)?;
         // SAFETY: both buffers are BYTES long and outlive the launch (synchronized below).
         unsafe { stream.launch(&kernel, LaunchConfig::new(1, threads), params)? };
@@ -147,14 +151,71 @@ fn a_kernel_taken_after_its_peer_started_spinning_runs() {
         }
         comm.bootstrap().barrier()?;
         Ok(took)
+    })
+}
+
+/// Rank 1 takes its ping-pong kernel only after rank 0's has been spinning for a while: the
+/// code of every kernel of a module is loaded with the module, so it runs. (Before, a lazily
+/// loaded kernel's `cuFuncLoad` waited for rank 0's kernel, which waited for it until the
+/// watchdog.)
+#[test]
+fn a_kernel_taken_after_its_peer_started_spinning_runs() {
+    let times = ping_pong_on_device_0(1, |_, _| Ok(()));
+    eprintln!(
+        "ping-pong on one device: rank 0 {:?}, rank 1 {:?}",
+        times[0], times[1]
+    );
+}
+
+/// While rank 1's kernel waits for rank 0's, rank 0 frees memory (a device buffer, host-mapped
+/// memory, a module) and allocates again: on CUDA each free would wait for every kernel of the
+/// context, rank 1's included, which waits for rank 0; they are held back while both ranks
+/// live (`host/src/gpu/cuda/release.rs`), so rank 0 goes on at once.
+#[test]
+fn a_rank_frees_while_its_peers_kernel_waits_for_it() {
+    let took = std::sync::Mutex::new(Duration::ZERO);
+    ping_pong_on_device_0(0, |comm, _| {
+        let g = comm.gpu();
+        if g.kind() == BackendKind::Cuda && comm.ranks_on_device() != 2 {
+            return Err(Error::Aborted {
+                reason: format!(
+                    "{} ranks counted on the device, not 2",
+                    comm.ranks_on_device()
+                ),
+            });
+        }
+        let start = Instant::now();
+        for _ in 0..3 {
+            let b = g.alloc(8 << 20)?;
+            b.copy_from_host(0, &[7u8; 4096])?;
+            drop(b);
+            drop(g.alloc_host_mapped(1 << 20)?);
+            drop(g.load_ptx(mscclpp::DEVICE_PTX)?);
+            // A buffer of a held size is handed out again, zeroed.
+            let again = g.alloc(8 << 20)?;
+            let mut first = [1u8; 4096];
+            again.copy_to_host(0, &mut first)?;
+            if first.iter().any(|&b| b != 0) {
+                return Err(Error::Aborted {
+                    reason: "a reused allocation was not zeroed".into(),
+                });
+            }
+        }
+        *took.lock().unwrap_or_else(|e| e.into_inner()) = start.elapsed();
+        Ok(())
     });
-    eprintln!("ping-pong on one device: rank 0 {:?}, rank 1 {:?}", times[0], times[1]);
+    // Had a free waited for rank 1's kernel, the watchdog would have ended both and the
+    // ping-pong failed.
+    let took = *took.lock().unwrap_or_else(|e| e.into_inner());
+    eprintln!("three frees, loads and allocations while the peer's kernel waited: {took:?}");
 }
 
 #[test]
 fn a_second_rank_on_a_gpu_is_refused_without_the_mode() {
     if backend() == BackendKind::Cpu {
-        eprintln!("NOT RUN: the CPU backend's ranks share no GPU (sharing.rs's unit tests check the rule)");
+        eprintln!(
+            "NOT RUN: the CPU backend's ranks share no GPU (sharing.rs's unit tests check the rule)"
+        );
         return;
     }
     if mode_in_env() {
@@ -319,7 +380,15 @@ fn collectives_on_one_device(n: usize) {
         mine.copy_from_host(0, &to_bytes(&values(rank, 9, part)))?;
         // SAFETY: `mine` holds a part.
         unsafe {
-            c.broadcast(mine.ptr(), mine.ptr(), part, DataType::F32, root, &stream, None)?
+            c.broadcast(
+                mine.ptr(),
+                mine.ptr(),
+                part,
+                DataType::F32,
+                root,
+                &stream,
+                None,
+            )?
         };
         stream.synchronize()?;
         mine.copy_to_host(0, &mut got)?;

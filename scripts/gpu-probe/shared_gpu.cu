@@ -154,6 +154,49 @@ static void op_launch_fresh(void *) {
     CK(cudaStreamSynchronize(g_other));
 }
 static void op_ctx_sync(void *) { CK(cudaDeviceSynchronize()); }
+static void *g_host;
+static void op_host_alloc_only(void *) {
+    CK(cudaHostAlloc(&g_host, 1 << 20, cudaHostAllocMapped | cudaHostAllocPortable));
+}
+static void op_host_free_only(void *) { CK(cudaFreeHost(g_host)); }
+static void op_memset_legacy_sync(void *) {
+    CKD(cuMemsetD8((CUdeviceptr)g_buf, 0, 1 << 20));
+    CKD(cuStreamSynchronize(nullptr));
+}
+static void op_memcpy_htod_sync(void *) {
+    static char h[1 << 16];
+    CKD(cuMemcpyHtoD((CUdeviceptr)g_buf, h, sizeof(h)));
+}
+static void op_memcpy_dtoh_sync(void *) {
+    static char h[1 << 16];
+    CKD(cuMemcpyDtoH(h, (CUdeviceptr)g_buf, sizeof(h)));
+}
+static void op_ipc_get(void *) {
+    cudaIpcMemHandle_t h;
+    CK(cudaIpcGetMemHandle(&h, g_buf));
+}
+static CUmodule g_mod;
+static void op_module_load_prepare(void *) {}
+static void op_module_unload(void *) { CKD(cuModuleUnload(g_mod)); }
+static void *g_async;
+static void op_free_async_of_malloc(void *) {
+    cudaError_t e = cudaFreeAsync(g_async, g_other);
+    printf("  (cudaFreeAsync of cudaMalloc memory: %s)\n", cudaGetErrorString(e));
+    (void)cudaGetLastError();
+}
+static void op_malloc_async_free_async(void *) {
+    void *p;
+    CK(cudaMallocAsync(&p, 64 << 20, g_other));
+    CK(cudaFreeAsync(p, g_other));
+    CK(cudaStreamSynchronize(g_other));
+}
+static void op_event(void *) {
+    cudaEvent_t e;
+    CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    CK(cudaEventRecord(e, g_other));
+    CK(cudaEventSynchronize(e));
+    CK(cudaEventDestroy(e));
+}
 
 // Launches every kernel of this file once, so that none is loaded lazily under a spinner.
 static void warm_up() {
@@ -193,8 +236,21 @@ static void threads_experiment() {
         {"cuModuleLoadData+GetFunction", op_module_load, nullptr},
         {"cuModuleLoadData+cuFuncLoad", op_func_load, nullptr},
         {"load+first_launch", op_launch_fresh, nullptr},
+        {"cudaHostAlloc_only", op_host_alloc_only, nullptr},
+        {"cudaFreeHost_only", op_host_free_only, nullptr},
+        {"cuMemsetD8+legacy_stream_sync", op_memset_legacy_sync, nullptr},
+        {"cuMemcpyHtoD_sync", op_memcpy_htod_sync, nullptr},
+        {"cuMemcpyDtoH_sync", op_memcpy_dtoh_sync, nullptr},
+        {"cudaIpcGetMemHandle", op_ipc_get, nullptr},
+        {"cuModuleUnload", op_module_unload, nullptr},
+        {"cudaFreeAsync_of_cudaMalloc", op_free_async_of_malloc, nullptr},
+        {"cudaMallocAsync+FreeAsync", op_malloc_async_free_async, nullptr},
+        {"event_create_record_sync_destroy", op_event, nullptr},
         {"cudaDeviceSynchronize", op_ctx_sync, nullptr},
     };
+    CKD(cuModuleLoadData(&g_mod, g_ptx));
+    CK(cudaMalloc(&g_async, 1 << 20));
+    (void)op_module_load_prepare;
     for (auto &op : ops) {
         CK(cudaMemset(word, 0, 8));
         CK(cudaDeviceSynchronize());

@@ -126,5 +126,5 @@ pub use multinode::{ENV_NET_TRANSPORT, network_transports};
 pub use reduction::{KernelOp, Reduction, Scalar, element_bits};
 pub use registry::Registration;
 pub use scratch::MemoryPlan;
-pub use sharing::ENV_RANKS_PER_GPU;
+pub use sharing::{ENV_RANKS_PER_GPU, WANTED_CONNECTIONS};
 pub use typed::{Bf16, DeviceVec, Element, F8E4M3, F8E5M2, F16};

@@ -89,14 +89,17 @@ fn describe(comm: &Communicator, allowed: usize) -> String {
 
 /// This machine: its kernel's boot id, else its host name.
 fn machine_id() -> String {
-    ["/proc/sys/kernel/random/boot_id", "/proc/sys/kernel/hostname"]
-        .iter()
-        .find_map(|p| {
-            let s = std::fs::read_to_string(p).ok()?;
-            let s = s.trim();
-            (!s.is_empty()).then(|| s.replace([' ', '/'], "_"))
-        })
-        .unwrap_or_else(|| "this-machine".to_string())
+    [
+        "/proc/sys/kernel/random/boot_id",
+        "/proc/sys/kernel/hostname",
+    ]
+    .iter()
+    .find_map(|p| {
+        let s = std::fs::read_to_string(p).ok()?;
+        let s = s.trim();
+        (!s.is_empty()).then(|| s.replace([' ', '/'], "_"))
+    })
+    .unwrap_or_else(|| "this-machine".to_string())
 }
 
 /// Learns which ranks share a GPU (one all-gather, on every rank alike) and refuses more than
@@ -109,7 +112,39 @@ pub(crate) fn check(comm: &Communicator, cfg: &CollectiveConfig) -> Result<Shari
         .iter()
         .map(|b| String::from_utf8_lossy(b).into_owned())
         .collect();
-    decide(&all, allowed)
+    let sharing = decide(&all, allowed)?;
+    if comm.ranks_on_device() > 1 {
+        warn_on_few_connections(comm.ranks_on_device());
+    }
+    Ok(sharing)
+}
+
+/// Streams the driver gives work queues of their own (`CUDA_DEVICE_MAX_CONNECTIONS`, default
+/// 8): beyond, streams share queues, and a kernel queued behind a spinning one on a shared
+/// queue cannot start — measured on an H200: 16 streams each with a waiting kernel and one
+/// behind it met in 8 of 16 at the default, 16 of 16 at 32 (`scripts/gpu-probe/`). Ranks as
+/// threads on one GPU each bring a few streams, so the mode wants the most, 32, set before
+/// the process first uses CUDA.
+pub const WANTED_CONNECTIONS: u32 = 32;
+
+/// Warns (once per process) when `ranks` ranks of this process share a device and
+/// `CUDA_DEVICE_MAX_CONNECTIONS` is below [`WANTED_CONNECTIONS`].
+fn warn_on_few_connections(ranks: usize) {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    let set = std::env::var("CUDA_DEVICE_MAX_CONNECTIONS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u32>().ok());
+    if set.is_some_and(|n| n >= WANTED_CONNECTIONS) {
+        return;
+    }
+    WARNED.call_once(|| {
+        tracing::warn!(
+            "{ranks} ranks of this process share a GPU and CUDA_DEVICE_MAX_CONNECTIONS is {}: \
+             kernels of different ranks may queue behind each other's and wait for ever; set \
+             CUDA_DEVICE_MAX_CONNECTIONS={WANTED_CONNECTIONS} before the process first uses CUDA",
+            set.map_or_else(|| "unset (8)".to_string(), |n| n.to_string())
+        );
+    });
 }
 
 /// One rank's description, parsed: (allowed, GPU, multiprocessors); no GPU on the CPU backend.
@@ -241,7 +276,9 @@ mod tests {
     #[test]
     fn the_budget_is_the_smallest_share_of_any_shared_gpu() {
         // GPU A: ranks 0, 2, 3 (132 SMs: 44 each); GPU B: ranks 1, 4 (78 SMs: 39 each).
-        let list = ["m/A 132", "m/B 78", "m/A 132", "m/A 132", "m/B 78", "m/C 16"];
+        let list = [
+            "m/A 132", "m/B 78", "m/A 132", "m/A 132", "m/B 78", "m/C 16",
+        ];
         match decide(&gpus(2, &list), 2) {
             Err(Error::DuplicateGpu {
                 first: 0,

@@ -8,6 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::sys;
 
+use super::release::Held;
 use super::{Context, result};
 use crate::error::{BackendError, DriverError, Error, Result};
 use crate::gpu::ptx::{PtxInfo, SmArch};
@@ -48,15 +49,12 @@ unsafe impl Send for Loaded {}
 unsafe impl Sync for Loaded {}
 
 impl Drop for Loaded {
+    /// Unloads the module (every `Function` of it held an `Arc` of `self`, so none is left),
+    /// or holds the unload back while ranks of this process share the device (`release.rs`).
     fn drop(&mut self) {
-        let r = self.ctx.bind().and_then(|()| {
-            // SAFETY: `self.raw` is owned here and unloaded once; every `Function` of it held
-            // an `Arc` of `self`, so none is left.
-            unsafe { result::cu_module_unload(self.raw) }
-        });
-        if let Err(e) = r {
-            tracing::warn!(ordinal = self.ctx.ordinal(), error = %e, "unloading a CUDA module failed");
-        }
+        self.ctx
+            .sharing
+            .release(&self.ctx, Held::Module(self.raw as usize));
     }
 }
 
