@@ -29,7 +29,7 @@
 //!
 //! # Layers
 //!
-//! Lowest first; a module imports only modules of lower layers (`tests/layering.rs` checks
+//! Lowest first; a module imports only modules of lower layers (`tests/import_layers.rs` checks
 //! it, reading this table), so nothing points back up: set-up data never asks for the context
 //! that owns it, an algorithm's teardown is its own (`CollectiveAlgorithm::tear_down`), the
 //! units share kernels through `launch/` and never import a sibling, and the world of several
