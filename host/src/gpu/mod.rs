@@ -28,7 +28,7 @@ pub use self::kernel::{Kernel, KernelSpec, LaunchConfig, Module};
 use self::kernel::{KernelImpl, ModuleImpl};
 pub use self::memory::{Allocation, DeviceBuffer, HostMapped, PeerBuffer, validate_ipc_handle};
 use self::memory::{BufferImpl, HostImpl, PeerImpl};
-pub use self::stream::{Event, Graph, Stream};
+pub use self::stream::{Event, Graph, LazyStream, Stream};
 use self::stream::{EventImpl, StreamImpl};
 pub use mscclpp_device::arch::host::grid::GridDims;
 use mscclpp_shared::{DevicePtr, IpcMemHandle};
