@@ -11,13 +11,10 @@
 //! On the CPU backend the ranks share its one device anyway (no GPU to share, no caps): the
 //! same calls run and are checked, which is what CI sees.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::backend;
 use mscclpp::collectives::{Algorithm, CollectiveConfig, Collectives, ENV_RANKS_PER_GPU};
 use mscclpp::host::communicator::Communicator;
 use mscclpp::host::connection::EndpointConfig;
@@ -29,6 +26,7 @@ use mscclpp::host::{Error, Result};
 use mscclpp::kernels;
 use mscclpp::shared::{DataType, DevicePtr, PingPongParams, ReduceOp};
 use mscclpp::world::run_local_ranks_on;
+use mscclpp_test_support::{backend, pattern};
 
 /// Runs `body` on `n` ranks as threads, every rank on device 0; panics naming the rank that
 /// failed. A watchdog aborts every rank's communicator after `bound` (releasing any kernel
@@ -89,10 +87,12 @@ fn mode_in_env() -> bool {
 
 /// A memory-channel ping-pong between two ranks on device 0; `late` (rank 1 or 0, or none)
 /// starts after the other's kernel has been spinning for a while, doing `before_launch` first.
+/// `before_launch` is given a second module of the late rank's, loaded before either kernel ran
+/// (loading code while a kernel of the context spins waits for that kernel: load modules first).
 /// Returns each rank's time from its launch decision to the end of its kernel.
 fn ping_pong_on_device_0(
     late: usize,
-    before_launch: impl Fn(&Communicator, &mscclpp::host::gpu::Module) -> Result<()> + Sync,
+    before_launch: impl Fn(&Communicator, mscclpp::host::gpu::Module) -> Result<()> + Sync,
 ) -> Vec<Duration> {
     const BYTES: usize = 64 << 10;
     let threads = match backend() {
@@ -106,7 +106,7 @@ fn ping_pong_on_device_0(
         let conn = comm.connect(EndpointConfig::new(t), peer, 0)?;
         let inbox = gpu.alloc(BYTES)?;
         let outbox = gpu.alloc(BYTES)?;
-        outbox.copy_from_host(0, &common::pattern(BYTES, rank as u8))?;
+        outbox.copy_from_host(0, &pattern(BYTES, rank as u8))?;
         comm.send_memory(&comm.register_buffer(&inbox, t)?, peer, 0)?;
         let channel = MemoryChannel::new(
             comm.build_memory_semaphore(conn.as_ref(), 0)?,
@@ -116,6 +116,11 @@ fn ping_pong_on_device_0(
         )?;
         // Each rank its own module, loaded before either kernel runs.
         let module = gpu.load_ptx(mscclpp::DEVICE_PTX)?;
+        let spare = if rank == late {
+            Some(gpu.load_ptx(mscclpp::DEVICE_PTX)?)
+        } else {
+            None
+        };
         let stream = gpu.stream()?;
         let params = PingPongParams {
             status: comm.status().device_ptr(),
@@ -131,8 +136,8 @@ fn ping_pong_on_device_0(
             std::thread::sleep(Duration::from_millis(300));
         }
         let start = Instant::now();
-        if rank == late {
-            before_launch(&comm, &module)?;
+        if let Some(spare) = spare {
+            before_launch(&comm, spare)?;
         }
         let kernel = module.kernel(kernels::MEMORY_PING_PONG)?;
         // SAFETY: both buffers are BYTES long and outlive the launch (synchronized below).
@@ -144,7 +149,7 @@ fn ping_pong_on_device_0(
         }
         let mut got = vec![0u8; BYTES];
         inbox.copy_to_host(0, &mut got)?;
-        if got != common::pattern(BYTES, peer as u8) {
+        if got != pattern(BYTES, peer as u8) {
             return Err(Error::Aborted {
                 reason: format!("rank {rank}: the peer's bytes did not arrive"),
             });
@@ -168,13 +173,13 @@ fn a_kernel_taken_after_its_peer_started_spinning_runs() {
 }
 
 /// While rank 1's kernel waits for rank 0's, rank 0 frees memory (a device buffer, host-mapped
-/// memory, a module) and allocates again: on CUDA each free would wait for every kernel of the
+/// memory, a module loaded before) and allocates again: on CUDA each free would wait for every kernel of the
 /// context, rank 1's included, which waits for rank 0; they are held back while both ranks
 /// live (`host/src/gpu/cuda/release.rs`), so rank 0 goes on at once.
 #[test]
 fn a_rank_frees_while_its_peers_kernel_waits_for_it() {
     let took = std::sync::Mutex::new(Duration::ZERO);
-    ping_pong_on_device_0(0, |comm, _| {
+    ping_pong_on_device_0(0, |comm, spare| {
         let g = comm.gpu();
         if g.kind() == BackendKind::Cuda && comm.ranks_on_device() != 2 {
             return Err(Error::Aborted {
@@ -185,12 +190,12 @@ fn a_rank_frees_while_its_peers_kernel_waits_for_it() {
             });
         }
         let start = Instant::now();
+        drop(spare);
         for _ in 0..3 {
             let b = g.alloc(8 << 20)?;
             b.copy_from_host(0, &[7u8; 4096])?;
             drop(b);
             drop(g.alloc_host_mapped(1 << 20)?);
-            drop(g.load_ptx(mscclpp::DEVICE_PTX)?);
             // A buffer of a held size is handed out again, zeroed.
             let again = g.alloc(8 << 20)?;
             let mut first = [1u8; 4096];
@@ -207,7 +212,9 @@ fn a_rank_frees_while_its_peers_kernel_waits_for_it() {
     // Had a free waited for rank 1's kernel, the watchdog would have ended both and the
     // ping-pong failed.
     let took = *took.lock().unwrap_or_else(|e| e.into_inner());
-    eprintln!("three frees, loads and allocations while the peer's kernel waited: {took:?}");
+    eprintln!(
+        "a module unloaded, three frees and allocations while the peer's kernel waited: {took:?}"
+    );
 }
 
 #[test]

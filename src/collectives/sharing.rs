@@ -25,7 +25,7 @@ use mscclpp_host::communicator::Communicator;
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::P2P_MAX_OPS;
 
-use super::CollectiveConfig;
+use super::config::CollectiveConfig;
 
 /// Blocks a rank needs resident at once: the point-to-point engine's launch serves up to
 /// `P2P_MAX_OPS` transfers with a block each (at one lane).
