@@ -547,3 +547,45 @@ fn dropping_right_after_sends_is_safe() {
         }
     }
 }
+
+/// A receiver later than the sender's teardown wait (`DRAIN_TIMEOUT`, 2 s): the sender's
+/// `Collectives` is dropped before its receiver even posts the receive, whose kernel then
+/// acknowledges into the sender's point-to-point region. That region must still be live memory
+/// (it is kept, never freed, when the wait expires): freed, the late acknowledgements landed in
+/// memory returned to the allocator (a fault on the CPU backend, an illegal address on a GPU).
+/// The regions are traded (`prepare`) while both ranks are there; the data must arrive whole.
+#[test]
+fn a_receiver_later_than_the_teardown_wait_is_safe() {
+    if !enough_gpus("the late-receiver test", 2) {
+        return;
+    }
+    let sender_gone = std::sync::Barrier::new(2);
+    harness::ranks_as_threads(2, |comm| {
+        let c = Collectives::new(std::sync::Arc::new(comm)).unwrap();
+        c.prepare().unwrap();
+        c.communicator().bootstrap().barrier().unwrap();
+        let r = c.communicator().rank();
+        let stream = c.communicator().gpu().stream().unwrap();
+        let len = c.config().p2p_chunk_bytes + 40;
+        if r == 0 {
+            let (b, src) = source(&c, &message(0, 1, 0, len), 0);
+            // SAFETY: `b` holds `len` bytes until the synchronize below.
+            unsafe { c.send(src, len, DataType::U8, 1, &stream).unwrap() };
+            done(&c, &stream);
+            let start = std::time::Instant::now();
+            drop(stream);
+            drop(c);
+            drop(b);
+            // The teardown waited for acknowledgements that could not come yet.
+            assert!(start.elapsed() >= std::time::Duration::from_secs(1));
+            sender_gone.wait();
+        } else {
+            sender_gone.wait();
+            let e = Expect::new(&c, len, 8, message(0, 1, 0, len), "the late receive".into());
+            // SAFETY: `e` holds `len` bytes from its pointer until the synchronize below.
+            unsafe { c.recv(e.ptr(), len, DataType::U8, 0, &stream).unwrap() };
+            done(&c, &stream);
+            e.check();
+        }
+    });
+}

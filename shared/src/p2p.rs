@@ -43,8 +43,9 @@
 //!   split communicator's included), it reads its own words and waits, bounded, until for
 //!   every peer `q` and lane `l`: `hdr_done(q, l) >= send_seq` and `chunk_done(q, l) >=
 //!   send_chunks` of its state for `q` (a pair never used has all four at 0). If a receiver
-//!   never posts its receive, or fails, the wait expires, is logged, and the region is freed
-//!   anyway.
+//!   never posts its receive, or fails, or is slower than the wait, the wait expires, is
+//!   logged, and the region is never freed (kept allocated for the rest of the process, so
+//!   that a late store lands in live memory).
 //! - Into a *receiver's* region: no. Everything a sender writes there for a message (the
 //!   header, LL data, chunks, `ready`) the receiver's kernel waits for and reads before it
 //!   ends (it follows the sender's count even when its own differs), so once the receiver's

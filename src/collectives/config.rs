@@ -498,6 +498,9 @@ mod tests {
         if let Some(v) = var("MSCCLPP_HIER_PIPELINE_DEPTH") {
             c.hier_pipeline_depth = v.clamp(1, 64);
         }
+        if let Some(v) = var("MSCCLPP_RANKS_PER_GPU") {
+            c.ranks_per_gpu = v.clamp(1, 64);
+        }
         if let Some(v) = var("MSCCLPP_HIER_SMALL_MAX_BYTES") {
             c.hier_small_max_bytes = v;
         }
@@ -513,7 +516,7 @@ mod tests {
         c
     }
 
-    const VARS: [&str; 25] = [
+    const VARS: [&str; 26] = [
         "MSCCLPP_DIRECT_MIN_BYTES",
         "MSCCLPP_CE_MIN_BYTES",
         "MSCCLPP_LL_PART_MAX_BYTES",
@@ -539,6 +542,7 @@ mod tests {
         "MSCCLPP_P2P_LL_BYTES",
         "MSCCLPP_P2P_CHUNK_BYTES",
         "MSCCLPP_P2P_LANES",
+        "MSCCLPP_RANKS_PER_GPU",
     ];
 
     #[test]

@@ -179,11 +179,27 @@ impl LazyRegions {
 
     /// Runs `f` on this rank's buffer of region `r` if it is allocated (the point-to-point
     /// region's teardown reads it: `algo::p2p::drain`).
-    pub fn with_buffer(&self, r: Region, f: impl FnOnce(&DeviceBuffer)) {
-        if let Some(i) = index(r)
-            && let Some(s) = self.lock(i).as_ref()
-        {
-            f(&s.buffer);
+    pub fn with_buffer<T>(&self, r: Region, f: impl FnOnce(&DeviceBuffer) -> T) -> Option<T> {
+        let i = index(r)?;
+        self.lock(i).as_ref().map(|s| f(&s.buffer))
+    }
+
+    /// Never frees region `r`: its buffer, its channel table and its mappings of the peers'
+    /// buffers stay allocated for the rest of the process, and are not ours to reach again.
+    /// For a region peers may still write into (a peer late to acknowledge, `algo::p2p::drain`):
+    /// freed, a late write would land in memory reused for something else, or fault (on the
+    /// CPU backend in this process, on a GPU in the peer's kernel). Returns the bytes kept.
+    pub fn abandon(&self, r: Region) -> usize {
+        let Some(i) = index(r) else {
+            return 0;
+        };
+        match self.lock(i).take() {
+            Some(s) => {
+                let bytes = s.buffer.len() + s.table.len();
+                std::mem::forget(s);
+                bytes
+            }
+            None => 0,
         }
     }
 

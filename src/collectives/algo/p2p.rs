@@ -32,7 +32,10 @@
 //! is dropped, before its memory goes): a receiver acknowledges in its *sender's* scratch,
 //! possibly after the sender's call returned; before the scratch is freed, the sender waits
 //! (at most [`DRAIN_TIMEOUT`]) until every acknowledgement its sends are owed has landed
-//! (`mscclpp_shared::p2p`, "Teardown").
+//! (`mscclpp_shared::p2p`, "Teardown"). When one has not by then (a receive never posted, a
+//! dead or very slow peer), the region is never freed (`LazyRegions::abandon`): a late
+//! acknowledgement must land in live memory, not in memory freed and reused (which faulted
+//! the CPU backend's process under load, and would fault the peer's kernel on a GPU).
 //!
 //! The calls made of sends and receives (gather, scatter, all-to-all-v) become batches here
 //! too ([`batch_of`]).
@@ -129,8 +132,18 @@ impl CollectiveAlgorithm for P2p {
     fn tear_down(&self, cx: &Context) {
         let lay = cx.layout.p2p();
         let me = cx.rank() as u64;
-        cx.regions
+        let drained = cx
+            .regions
             .with_buffer(Region::P2p, |b| drain(b, 0, &lay, me));
+        if drained == Some(false) {
+            let bytes = cx.regions.abandon(Region::P2p);
+            tracing::warn!(
+                rank = me,
+                bytes,
+                "p2p teardown: the point-to-point region stays allocated (a peer may still \
+                 acknowledge into it)"
+            );
+        }
     }
 
     fn queue(&self, cx: &Context, args: &Args, _: &Step, stream: &Stream) -> Result<Queued> {
@@ -251,10 +264,12 @@ type Owed = (u64, u64, &'static str, u64, u64);
 /// `scratch`). A pair never used has all four words 0 and costs nothing. Called before the
 /// scratch is freed, when this rank's queued work has completed (the caller's contract for
 /// dropping a `Collectives`). Never fails: a read that fails, or a wait that expires, is
-/// logged (`tracing::warn!`) and the scratch is freed anyway.
-pub(crate) fn drain(scratch: &DeviceBuffer, offset: u64, lay: &P2pLayout, me: u64) {
+/// logged (`tracing::warn!`) and `false` returned: a peer may still write its
+/// acknowledgements into the scratch, which the caller must then not free
+/// (`LazyRegions::abandon`). `true`: nothing is owed, the scratch may go.
+pub(crate) fn drain(scratch: &DeviceBuffer, offset: u64, lay: &P2pLayout, me: u64) -> bool {
     if lay.nranks < 2 || offset + lay.bytes() > scratch.len() as u64 {
-        return;
+        return true;
     }
     // The acknowledgements and the state: everything after the inboxes.
     let first = lay.hdr_done(0, 0);
@@ -267,9 +282,9 @@ pub(crate) fn drain(scratch: &DeviceBuffer, offset: u64, lay: &P2pLayout, me: u6
             tracing::warn!(
                 rank = me,
                 error = %e,
-                "p2p teardown: cannot read the acknowledgements; freeing the scratch anyway"
+                "p2p teardown: cannot read the acknowledgements"
             );
-            return;
+            return false;
         }
         let at = |off: u64| buf[((off - first) / 8) as usize];
         let owed = (0..lay.nranks)
@@ -290,7 +305,7 @@ pub(crate) fn drain(scratch: &DeviceBuffer, offset: u64, lay: &P2pLayout, me: u6
                 }
             });
         let Some((peer, lane, word, expected, seen)) = owed else {
-            return;
+            return true;
         };
         if Instant::now() >= deadline {
             tracing::warn!(
@@ -302,9 +317,9 @@ pub(crate) fn drain(scratch: &DeviceBuffer, offset: u64, lay: &P2pLayout, me: u6
                 seen,
                 timeout = ?DRAIN_TIMEOUT,
                 "p2p teardown: a peer never acknowledged this rank's last sends (no matching \
-                 receive, or the peer failed); freeing the scratch anyway"
+                 receive, or the peer failed, or is slow)"
             );
-            return;
+            return false;
         }
         backoff.snooze();
     }

@@ -110,12 +110,6 @@ impl Sharing {
             }
         }
     }
-
-    /// Releases held back now (for the tests).
-    #[cfg(test)]
-    pub(crate) fn held(&self) -> usize {
-        self.held.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
 }
 
 fn carry_out(ctx: &Context, h: Held) {
