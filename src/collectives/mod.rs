@@ -39,7 +39,6 @@
 //! | `typed.rs` | [`DeviceVec`], [`Element`] and the safe typed calls |
 //! | `setup.rs` | the checks and the wiring of set-up; the shared module of the built-in kernels |
 //! | `multinode.rs` | worlds of several nodes: the transport to every peer, the port channels and their proxy, the node communicator |
-//! | `node_bootstrap.rs` | the ranks of one node as a world of their own (the node communicator's bootstrap) |
 //!
 //! Algorithms (chosen by size unless the caller forces one with [`Algorithm`]; each file says
 //! more, the selection table says when):
@@ -108,7 +107,6 @@ mod config;
 mod context;
 mod group;
 mod multinode;
-mod node_bootstrap;
 mod reduction;
 mod regions;
 mod registered;

@@ -1,16 +1,19 @@
-//! A sub-bootstrap: the ranks of a sub-communicator (`Communicator::split`) as a [`Bootstrap`]
-//! of their own, over the parent's links. It opens no socket: every message travels as a
-//! message of the parent, so it works over any [`Bootstrap`] (TCP, another sub-bootstrap, a
-//! test's wrapper).
+//! A sub-bootstrap: a group of a bootstrap's ranks as a [`Bootstrap`] of their own, over the
+//! parent's links. It serves both kinds of sub-world: a split's sub-communicator
+//! (`Communicator::split`, over the parent's unwatched bootstrap) and the node group of a world
+//! of several nodes (`Communicator::node_group`, over the world's watched bootstrap, with the
+//! world's failures added by a decorator, `health::WorldBound`). It opens no socket: every
+//! message travels as a message of the parent, so it works over any [`Bootstrap`] (TCP,
+//! another sub-bootstrap, a test's wrapper).
 //!
 //! # Tags
 //!
 //! A sub-bootstrap owns two tags of its parent, both in the range [`SUB_TAG`] (top nibble
 //! `0xE`, which no other user of a bootstrap in this crate takes): `SUB_TAG | id << 1` carries
 //! its `send` / `recv` messages, `SUB_TAG | id << 1 | 1` its collectives. `id` is the parent
-//! communicator's count of splits so far, the same on every rank because a split is collective
-//! over the parent (ranks of different colors of one split use the same tags, but never
-//! exchange messages). Each message of the parent is a frame:
+//! communicator's count of sub-worlds so far (splits and node groups), the same on every rank
+//! because both are collective over the parent (ranks of different colors of one split, or of
+//! different nodes, use the same tags, but never exchange messages). Each message of the parent is a frame:
 //!
 //! `inner tag u64 (little-endian) | payload`
 //!
@@ -38,14 +41,18 @@
 //! `all_gather` sends this rank's data to every member and receives theirs (tag: the call's
 //! sequence number); `barrier` is an all-gather of nothing; `broadcast` is the root's data sent
 //! to every other member. Each waits within the parent's operation deadline and checks its
-//! watch as a receive does.
+//! watch as a receive does. Every contribution to an all-gather (so also to a barrier) must be
+//! as long as this rank's: one of another length is [`Error::BootstrapMalformed`] naming the
+//! member that sent it.
 //!
 //! # Failures
 //!
 //! A member's link going down is the parent's to see: [`Bootstrap::dead_peer`] and
 //! [`Bootstrap::left_peer`] report the parent's, renumbered, when the rank is a member (a
 //! non-member's death does not concern this group). `forgo_goodbye` does nothing: the links
-//! are the parent's, and a failed sub-communicator must not cut them.
+//! are the parent's, and a failed sub-communicator must not cut them. (A node group is bound to
+//! its world instead: its decorator reports every death of the world and the world's abort,
+//! and passes `forgo_goodbye` on to the world.)
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -346,5 +353,107 @@ impl Bootstrap for SubBootstrap {
     fn left_peer(&self) -> Option<(usize, Duration)> {
         let (r, ago) = self.parent.left_peer()?;
         Some((self.member(r)?, ago))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::bootstrap::{BootstrapConfig, TcpBootstrap, UniqueId};
+
+    /// Runs `n` ranks as threads over loopback TCP bootstraps; rank `r` returns `body(parent)`.
+    fn world<T: Send>(n: usize, body: impl Fn(Arc<dyn Bootstrap>) -> T + Sync) -> Vec<T> {
+        let (id, listener) = UniqueId::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener = Mutex::new(Some(listener));
+        std::thread::scope(|s| {
+            let hs: Vec<_> = (0..n)
+                .map(|r| {
+                    let (body, listener) = (&body, &listener);
+                    s.spawn(move || {
+                        let cfg = BootstrapConfig::new(r, n, id)
+                            .with_timeout(Duration::from_secs(30))
+                            .with_op_timeout(Duration::from_secs(10));
+                        let root = if r == 0 { lock(listener).take() } else { None };
+                        let bs = match root {
+                            Some(l) => TcpBootstrap::init_with_root_listener(cfg, l),
+                            None => TcpBootstrap::init(cfg),
+                        }
+                        .unwrap();
+                        body(Arc::new(bs))
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
+    /// The member that sent a malformed contribution, as the error names it.
+    fn malformed_from(e: &Error) -> Option<usize> {
+        match e {
+            Error::BootstrapMalformed { peer, .. } => peer.rank,
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn every_contribution_must_be_as_long_as_this_ranks() {
+        // Members 0 and 1 of the group are parent ranks 2 and 0; parent rank 1 is not a member
+        // and only passes a barrier of the parent at the end.
+        let got = world(3, |parent| {
+            let me = parent.rank();
+            if me == 1 {
+                return parent.barrier().map(|()| None);
+            }
+            let sub = SubBootstrap::new(Arc::clone(&parent), vec![2, 0], 5)?;
+            // Equal lengths: every member's data, in the group's rank order.
+            let all = sub.all_gather(&[me as u8; 3])?;
+            assert_eq!(all, vec![vec![2u8; 3], vec![0u8; 3]]);
+            sub.barrier()?;
+            // Member 0 (parent rank 2) contributes 4 bytes, member 1 (parent rank 0) 8.
+            let mine = vec![7u8; if sub.rank() == 0 { 4 } else { 8 }];
+            let refused = sub.all_gather(&mine).unwrap_err();
+            // A barrier is an all-gather of nothing: a contribution to it is refused alike.
+            let barrier = if sub.rank() == 0 {
+                sub.all_gather(&[1]).map(|_| ())
+            } else {
+                sub.barrier()
+            };
+            parent.barrier()?;
+            Ok(Some((sub.rank(), refused, barrier.unwrap_err())))
+        });
+        for r in got {
+            let Some((member, refused, barrier)) = r.unwrap() else {
+                continue;
+            };
+            let other = 1 - member;
+            assert_eq!(malformed_from(&refused), Some(other), "{refused}");
+            let (theirs, mine) = if member == 0 { (8, 4) } else { (4, 8) };
+            let text = format!("contribution of {theirs} bytes, {mine} expected");
+            assert!(refused.to_string().contains(&text), "{refused}");
+            assert_eq!(malformed_from(&barrier), Some(other), "{barrier}");
+        }
+    }
+
+    #[test]
+    fn a_frame_shorter_than_its_tag_is_refused() {
+        let got = world(2, |parent| {
+            let sub = SubBootstrap::new(Arc::clone(&parent), vec![0, 1], 3)?;
+            if parent.rank() == 0 {
+                // A frame of the group's user channel without a whole inner tag, then a good one.
+                parent.send(1, SUB_TAG | 3 << 1, &[1, 2, 3])?;
+                sub.send(1, 9, b"ok")?;
+                return parent.barrier().map(|()| None);
+            }
+            let short = sub.recv(0, 9).unwrap_err();
+            let next = sub.recv(0, 9)?;
+            parent.barrier()?;
+            Ok(Some((short, next)))
+        });
+        let (short, next) = got.into_iter().find_map(|r| r.unwrap()).unwrap();
+        assert_eq!(malformed_from(&short), Some(0), "{short}");
+        assert!(short.to_string().contains("3 bytes"), "{short}");
+        assert_eq!(next, b"ok");
     }
 }
