@@ -39,6 +39,7 @@ use mscclpp::device::reduce::{
 use mscclpp::host::Error;
 use mscclpp::host::bootstrap::{BootstrapConfig, TcpBootstrap, UniqueId};
 use mscclpp::host::communicator::Communicator;
+use mscclpp::host::error::TransportErrorKind;
 use mscclpp::host::gpu::{BackendKind, DeviceBuffer, Gpu, Stream};
 use mscclpp::host::transport::Transport;
 use mscclpp::shared::DataType;
@@ -1123,7 +1124,12 @@ fn a_node_killed_mid_collective_aborts_the_survivors() {
         let e = comm.async_error().unwrap_or(e);
         match &e {
             Error::Remote { rank: dead, .. } => assert!(*dead >= 2, "blames rank {dead}: {e}"),
-            Error::Aborted { .. } | Error::OfiPeerClosed { .. } | Error::Device { .. } => {}
+            Error::Aborted { .. }
+            | Error::Transport {
+                kind: TransportErrorKind::PeerClosed,
+                ..
+            }
+            | Error::Device { .. } => {}
             other => panic!("rank {rank}: not a typed death: {other}"),
         }
         let at_ns = std::time::SystemTime::now()

@@ -22,6 +22,7 @@ use mscclpp_host::bootstrap::{BootstrapConfig, TcpBootstrap, UniqueId};
 use mscclpp_host::communicator::Communicator;
 use mscclpp_host::connection::EndpointConfig;
 use mscclpp_host::connection::ofi::{self, CHUNK, SLOTS};
+use mscclpp_host::error::TransportErrorKind;
 use mscclpp_host::gpu::{BackendKind, DeviceBuffer, Gpu};
 use mscclpp_host::transport::Transport;
 
@@ -248,7 +249,11 @@ fn ofi_sender_refuses_what_it_cannot_write() {
         let shm = comm.recv_memory(peer, 1).unwrap();
         assert!(matches!(
             conn.write(&shm, 0, &ofi_reg, 0, 8),
-            Err(Error::OfiMemory { .. })
+            Err(Error::Transport {
+                kind: TransportErrorKind::Memory,
+                transport: Transport::Ofi,
+                ..
+            })
         ));
         assert!(matches!(
             conn.write(&theirs, 60, &ofi_reg, 0, 8),
@@ -257,14 +262,22 @@ fn ofi_sender_refuses_what_it_cannot_write() {
         assert!(
             matches!(
                 conn.write(&ofi_reg, 0, &ofi_reg, 0, 8),
-                Err(Error::OfiMemory { .. })
+                Err(Error::Transport {
+                    kind: TransportErrorKind::Memory,
+                    transport: Transport::Ofi,
+                    ..
+                })
             ),
             "our own memory is not the peer's"
         );
         let w = AtomicU64::new(0);
         assert!(matches!(
             conn.update_and_sync(&theirs, 4, &w, 1),
-            Err(Error::OfiMemory { .. })
+            Err(Error::Transport {
+                kind: TransportErrorKind::Memory,
+                transport: Transport::Ofi,
+                ..
+            })
         ));
         // Nothing was sent: the connection still works.
         conn.write(&theirs, 0, &ofi_reg, 8, 8).unwrap();
@@ -401,14 +414,22 @@ fn ofi_missing_library_is_a_typed_error() {
         return;
     }
     match ofi::usable() {
-        Err(Error::OfiUnavailable { reason }) => {
-            assert!(reason.contains("/nonexistent/libfabric.so.1"), "{reason}")
+        Err(Error::Transport {
+            kind: TransportErrorKind::Unavailable,
+            transport: Transport::Ofi,
+            detail,
+            ..
+        }) => {
+            assert!(detail.contains("/nonexistent/libfabric.so.1"), "{detail}")
         }
         other => panic!("{other:?}"),
     }
     assert!(matches!(
         ofi::providers(),
-        Err(Error::OfiUnavailable { .. })
+        Err(Error::Transport {
+            kind: TransportErrorKind::Unavailable,
+            ..
+        })
     ));
     let results = comm_world(2, |comm| {
         let peer = 1 - comm.rank();
@@ -416,7 +437,11 @@ fn ofi_missing_library_is_a_typed_error() {
     });
     for r in results {
         match r {
-            Err(Error::OfiUnavailable { .. }) | Err(Error::Remote { .. }) => {}
+            Err(Error::Transport {
+                kind: TransportErrorKind::Unavailable,
+                ..
+            })
+            | Err(Error::Remote { .. }) => {}
             other => panic!("connect without libfabric: {other:?}"),
         }
     }

@@ -74,6 +74,19 @@ pub enum MemoryMisuse {
         /// The offset.
         offset: u64,
     },
+    /// A memory the connection does not know: its keys travel in the endpoints, so only
+    /// memories registered for the transport before the connection was made can be used.
+    #[error(
+        "the {side} (memory {id}) was not registered for {transport} before this connection was made (its keys are exchanged at connect)"
+    )]
+    AfterConnect {
+        /// `source` or `destination`.
+        side: &'static str,
+        /// The owner's id of the memory.
+        id: u32,
+        /// The transport.
+        transport: Transport,
+    },
 }
 
 /// The lower-level cause of a GPU-layer error: the CUDA driver, the OS, or the grid emulator.
