@@ -1,6 +1,6 @@
-//! The `Ib` transport where it can be tested without RDMA hardware: connecting fails on every
-//! rank with a typed [`Error::Transport`] of kind `Unavailable` (no libibverbs, no device, or a build without the
-//! `ib` feature), at once and without a panic, and the communicator stays usable.
+//! The `Ib` transport where it can be tested without RDMA hardware: connecting fails on every rank
+//! with a typed [`Error::Transport`] of kind `Unavailable` (no libibverbs, no device, or a build
+//! without the `ib` feature), at once and without a panic, and the communicator stays usable.
 //! On a machine with an active RDMA port the same test instead moves data and checks it.
 
 use std::sync::atomic::AtomicU64;

@@ -13,7 +13,8 @@
 //! its `send` / `recv` messages, `SUB_TAG | id << 1 | 1` its collectives. `id` is the parent
 //! communicator's count of sub-worlds so far (splits and node groups), the same on every rank
 //! because both are collective over the parent (ranks of different colors of one split, or of
-//! different nodes, use the same tags, but never exchange messages). Each message of the parent is a frame:
+//! different nodes, use the same tags, but never exchange messages). Each message of the
+//! parent is a frame:
 //!
 //! `inner tag u64 (little-endian) | payload`
 //!

@@ -90,21 +90,21 @@
 //!
 //! # What the receiver checks (nothing read is trusted)
 //!
-//! The header is checked before any payload is read: known op, reserved words 0, `WRITE` length
-//! at most [`CHUNK`], `ERROR` length at most [`MAX_REASON`], a frame kind that belongs to this
+//! The header is checked before any payload is read: known op, reserved words 0, `WRITE` length at
+//! most [`CHUNK`], `ERROR` length at most [`MAX_REASON`], a frame kind that belongs to this
 //! direction. The destination (checked by the network transports' shared trust boundary,
-//! `connection::network`) must be in the registry and registered for `Ethernet`, the
-//! frame's key must be the memory's network key (`RegisteredMemory::key`, compared in constant
-//! time: a random value per registration that only the ranks the memory was sent to know, so a
-//! peer cannot write into memory never sent to it, however it guesses ids), `offset + len`
-//! must not overflow and must be at most the registered size, an `UPDATE` word must be 8-byte
-//! aligned. The payload is read into a staging buffer first; the lookup is
-//! repeated under the registry's read lock, and the copy happens while holding it. A frame that
-//! fails a check is not applied: the receiver sends `ERROR {reason}` back, closes, and the
-//! connection's later calls return [`Error::Transport`](crate::Error::Transport) of kind `Protocol` (sticky), and the receiving
-//! rank's communicator is aborted (a peer that names memory it was never given, or a wrong key,
-//! is broken or hostile, and nothing it sends can be trusted after that); the sender's next
-//! `flush` returns [`Error::Remote`](crate::Error::Remote) with the receiver's reason.
+//! `connection::network`) must be in the registry and registered for `Ethernet`, the frame's key
+//! must be the memory's network key (`RegisteredMemory::key`, compared in constant time: a random
+//! value per registration that only the ranks the memory was sent to know, so a peer cannot write
+//! into memory never sent to it, however it guesses ids), `offset + len` must not overflow and must
+//! be at most the registered size, an `UPDATE` word must be 8-byte aligned. The payload is read
+//! into a staging buffer first; the lookup is repeated under the registry's read lock, and the copy
+//! happens while holding it. A frame that fails a check is not applied: the receiver sends `ERROR
+//! {reason}` back, closes, and the connection's later calls return
+//! [`Error::Transport`](crate::Error::Transport) of kind `Protocol` (sticky), and the receiving
+//! rank's communicator is aborted (a peer that names memory it was never given, or a wrong key, is
+//! broken or hostile, and nothing it sends can be trusted after that); the sender's next `flush`
+//! returns [`Error::Remote`](crate::Error::Remote) with the receiver's reason.
 //!
 //! # Failure model
 //!
@@ -112,14 +112,16 @@
 //!   whole set-up); every socket write by the same timeout; `flush` by its argument; reading a
 //!   payload once its header arrived by the same timeout (a peer stalling mid-frame is dropped).
 //! - A write that times out never tears the byte stream: the unsent rest of a frame that was
-//!   partly sent is kept and sent before anything else (a frame not started is dropped). The
-//!   call returns [`Error::Transport`](crate::Error::Transport) of kind `Timeout`; its data may or may not arrive.
+//!   partly sent is kept and sent before anything else (a frame not started is dropped). The call
+//!   returns [`Error::Transport`](crate::Error::Transport) of kind `Timeout`; its data may or may
+//!   not arrive.
 //! - Failures are sticky and name the peer: a `BYE` then EOF means the peer dropped the
-//!   connection ([`Error::Transport`](crate::Error::Transport) of kind `PeerClosed`); EOF or a reset without `BYE` means it died
-//!   ([`Error::Remote`](crate::Error::Remote)); an `ERROR` frame means it refused our data ([`Error::Remote`](crate::Error::Remote) with its
-//!   reason); a bad frame from it is kind `Protocol`. When the receiver thread finds
-//!   the peer dead or hostile (no `BYE`, a bad frame, or a local device failure while applying),
-//!   it also aborts the communicator's status block, releasing every device wait of this rank.
+//!   connection ([`Error::Transport`](crate::Error::Transport) of kind `PeerClosed`); EOF or a
+//!   reset without `BYE` means it died ([`Error::Remote`](crate::Error::Remote)); an `ERROR` frame
+//!   means it refused our data ([`Error::Remote`](crate::Error::Remote) with its reason); a bad
+//!   frame from it is kind `Protocol`. When the receiver thread finds the peer dead or hostile (no
+//!   `BYE`, a bad frame, or a local device failure while applying), it also aborts the
+//!   communicator's status block, releasing every device wait of this rank.
 //! - `Drop` sends `BYE` and, for at most [`LINGER`], keeps applying (and acknowledging) the
 //!   peer's frames until the peer's own `BYE`, and waits for the peer to close the outbound
 //!   stream; then it closes both streams and joins the receiver thread. When both ranks drop

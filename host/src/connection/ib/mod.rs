@@ -53,9 +53,10 @@
 //! # Limits (read before use)
 //!
 //! - Only memories registered for `Ib(i)` *before* `connect` are known to the connection (their
-//!   keys travel in the endpoint, at most [`MAX_MRS`] of them); a later one is refused with
-//!   an [`Error::Transport`](crate::Error::Transport) of kind `Memory`. MSCCL++ carries keys inside the serialized `RegisteredMemory`; doing
-//!   that here needs a new `RegisteredMemory` wire version.
+//!   keys travel in the endpoint, at most [`MAX_MRS`] of them); a later one is refused with an
+//!   [`Error::Transport`](crate::Error::Transport) of kind `Memory`. MSCCL++ carries keys inside
+//!   the serialized `RegisteredMemory`; doing that here needs a new `RegisteredMemory` wire
+//!   version.
 //! - Each connection opens its own device context, PD and registrations.
 //! - GPU memory needs GPUDirect RDMA (`nvidia-peermem`) for `ibv_reg_mr` to accept it; the CPU
 //!   backend's memory is host memory and needs nothing.

@@ -1,8 +1,8 @@
 //! Result layer: one function per libfabric call, returning `Result` with an
 //! [`Error::Transport`](crate::Error::Transport) of kind `Call` (the call, the provider,
-//! libfabric's code and its `fi_strerror` text: [`call_error`]). Calls that the headers define as inline wrappers go through the ops
-//! tables exactly as those wrappers do (see `sys.rs`); a table without the entry is
-//! `-FI_ENOSYS`, as `FI_CHECK_OP` would make it.
+//! libfabric's code and its `fi_strerror` text: [`call_error`]). Calls that the headers define as
+//! inline wrappers go through the ops tables exactly as those wrappers do (see `sys.rs`); a table
+//! without the entry is `-FI_ENOSYS`, as `FI_CHECK_OP` would make it.
 
 use std::ffi::{c_int, c_void};
 
