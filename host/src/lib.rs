@@ -24,7 +24,8 @@
 //! | [`trace`] | `Trace`: a rank's timeline of calls, kernel blocks, proxy work and set-up, written per rank |
 //! | [`numa`] | NUMA node CPU lists and thread binding (sysfs, no libnuma) |
 //! | [`backoff`] | `Backoff`: spin, yield, then sleep in polling loops |
-//! | `backend`, `socket`, `sync`, `random` (crate-private) | `BackendKind` (re-exported by `gpu`); deadline-bounded socket I/O; poison-tolerant locks; random bytes |
+//! | [`sync`] | poison-tolerant locks: the workspace's one helper (`lock`, `read`, `write`, `wait`, `wait_timeout`) |
+//! | `backend`, `socket`, `random` (crate-private) | `BackendKind` (re-exported by `gpu`); deadline-bounded socket I/O; random bytes |
 //!
 //! # Layers
 //!
@@ -67,7 +68,7 @@ pub mod registered_memory;
 pub mod semaphore;
 mod socket;
 pub mod status;
-mod sync;
+pub mod sync;
 pub mod topology;
 pub mod trace;
 pub mod transport;

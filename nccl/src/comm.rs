@@ -38,7 +38,7 @@
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use mscclpp::collectives::Collectives;
 use mscclpp::host::gpu::{BackendKind, Gpu, Stream, cuda};
@@ -47,11 +47,10 @@ use crate::abi::ncclResult_t;
 use crate::error::NcclError;
 use crate::registration::{PreMulSums, Registrations};
 
-/// Locks `m`, ignoring poison (a panic of another call was already reported as an internal
-/// error; the data under these locks stays consistent at every await point).
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+/// Locks a mutex, ignoring poison (the workspace's one helper: a panic of another call was
+/// already reported as an internal error; the data under these locks stays consistent at every
+/// await point).
+pub use mscclpp::host::sync::lock;
 
 /// The backend every communicator of the process uses (`MSCCLPP_BACKEND`, else CUDA when a
 /// device exists, else CPU).

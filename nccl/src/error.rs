@@ -467,7 +467,7 @@ pub fn set_last_error(text: &str) {
             text,
         );
     });
-    let mut next = RING_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut next = mscclpp::host::sync::lock(&RING_LOCK);
     let slot = *next % RING;
     // SAFETY: writers hold `RING_LOCK`; the slot is a static array.
     copy_c(unsafe { &mut *RING_SLOTS.slots[slot].get() }, text);

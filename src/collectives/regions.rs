@@ -100,7 +100,7 @@ fn index(r: Region) -> Option<usize> {
 
 impl LazyRegions {
     fn lock(&self, i: usize) -> std::sync::MutexGuard<'_, Option<RegionState>> {
-        self.slots[i].lock().unwrap_or_else(|e| e.into_inner())
+        mscclpp_host::sync::lock(&self.slots[i])
     }
 
     /// Whether a call with `peers` that needs `r` can run without allocating or trading (the

@@ -21,7 +21,7 @@ use crate::gpu::{Gpu, Stream};
 use crate::registered_memory::{LocalMemories, RegisteredMemory};
 use crate::socket::{deadline_in, remaining};
 use crate::status::StatusBlock;
-use crate::sync::lock;
+use crate::sync::{lock, wait_timeout};
 use crate::transport::Transport;
 
 /// Longest a waiting sender goes without looking at the communicator's abort flag.
@@ -270,10 +270,7 @@ impl Shared {
             let Some(left) = remaining(deadline) else {
                 return Err(self.link().timeout(op, self.timeout));
             };
-            st = match self.cv.wait_timeout(st, left.min(WAIT_SLICE)) {
-                Ok((g, _)) => g,
-                Err(p) => p.into_inner().0,
-            };
+            st = wait_timeout(&self.cv, st, left.min(WAIT_SLICE));
         }
     }
 
