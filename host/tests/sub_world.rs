@@ -1,5 +1,6 @@
-//! Sub-worlds over a world's bootstrap links (`SubBootstrap`), both kinds: a split's
-//! communicator and the node group of a world of several nodes (`Communicator::node_group`).
+//! Sub-worlds over a world's bootstrap links (`SubBootstrap`): the bare sub-bootstrap and both
+//! kinds of communicator over it, a split's and the node group of a world of several nodes
+//! (`Communicator::node_group`).
 //! Every contribution to a sub-world's all-gather (and barrier) must be as long as this rank's
 //! in both; a node group is bound to its world (a world abort fails it) while a split is not.
 //! Ranks as threads on 127.0.0.1, the backend users would get (the CPU backend here).
@@ -9,12 +10,14 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use mscclpp_host::Error;
-use mscclpp_host::bootstrap::{BootstrapConfig, TcpBootstrap, UniqueId};
+use mscclpp_host::bootstrap::{
+    Bootstrap, BootstrapConfig, SUB_TAG, SubBootstrap, TcpBootstrap, UniqueId,
+};
 use mscclpp_host::communicator::Communicator;
 use mscclpp_host::gpu::{BackendKind, Gpu};
 
-/// Runs `n` ranks as threads, each with a communicator; rank `r` returns `body(comm)`.
-fn world<T: Send>(n: usize, body: impl Fn(Communicator) -> T + Sync) -> Vec<T> {
+/// Runs `n` ranks as threads over loopback TCP bootstraps; rank `r` returns `body(bootstrap)`.
+fn bootstraps<T: Send>(n: usize, body: impl Fn(Arc<dyn Bootstrap>) -> T + Sync) -> Vec<T> {
     let (id, listener) = UniqueId::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let listener = Mutex::new(Some(listener));
     thread::scope(|s| {
@@ -35,13 +38,21 @@ fn world<T: Send>(n: usize, body: impl Fn(Communicator) -> T + Sync) -> Vec<T> {
                         None => TcpBootstrap::init(cfg),
                     }
                     .expect("bootstrap");
-                    let kind = BackendKind::select().unwrap();
-                    let gpu = Gpu::open(kind, r % kind.device_count().unwrap().max(1)).unwrap();
-                    body(Communicator::new(Arc::new(bs), gpu).expect("communicator"))
+                    body(Arc::new(bs))
                 })
             })
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// Runs `n` ranks as threads, each with a communicator; rank `r` returns `body(comm)`.
+fn world<T: Send>(n: usize, body: impl Fn(Communicator) -> T + Sync) -> Vec<T> {
+    bootstraps(n, |bs| {
+        let r = bs.rank();
+        let kind = BackendKind::select().unwrap();
+        let gpu = Gpu::open(kind, r % kind.device_count().unwrap().max(1)).unwrap();
+        body(Communicator::new(bs, gpu).expect("communicator"))
     })
 }
 
@@ -59,7 +70,7 @@ type Seen = (Vec<Vec<u8>>, Error, Error);
 
 /// Member 0 contributes 4 bytes, member 1 eight; then member 0 contributes a byte to a barrier
 /// (an all-gather of nothing on member 1).
-fn exchange(sub: &Communicator) -> mscclpp_host::Result<Seen> {
+fn exchange(sub: &dyn Bootstrap) -> mscclpp_host::Result<Seen> {
     let all = sub.all_gather(&[sub.rank() as u8 + 10; 2])?;
     let mine = vec![7u8; if sub.rank() == 0 { 4 } else { 8 }];
     let refused = sub.all_gather(&mine).unwrap_err();
@@ -91,7 +102,7 @@ fn node_groups_check_every_contribution() {
             vec![3, 2]
         };
         let node = comm.node_group(members).unwrap();
-        let seen = exchange(&node).unwrap();
+        let seen = exchange(node.bootstrap().as_ref()).unwrap();
         comm.barrier().unwrap();
         (comm.rank(), node.rank(), seen)
     });
@@ -110,7 +121,7 @@ fn splits_check_every_contribution() {
             .split(Some(r as u32 % 2), -(r as i64))
             .unwrap()
             .unwrap();
-        let seen = exchange(&sub).unwrap();
+        let seen = exchange(sub.bootstrap().as_ref()).unwrap();
         comm.barrier().unwrap();
         (r, sub.rank(), seen)
     });
@@ -166,4 +177,50 @@ fn a_node_group_fails_with_its_world_and_a_split_does_not() {
     let node_wait = node_wait.as_deref().unwrap_or_default();
     assert!(node_wait.contains("aborted"), "{node_wait}");
     assert!(got[1].2, "rank 1's split failed");
+}
+
+#[test]
+fn a_sub_bootstrap_checks_every_contribution() {
+    // The bare sub-bootstrap over TCP: members 0 and 1 are parent ranks 2 and 0; parent rank 1
+    // is not a member and only passes the parent's barrier at the end.
+    let got = bootstraps(3, |parent| {
+        let me = parent.rank();
+        if me == 1 {
+            return parent.barrier().map(|()| None);
+        }
+        let sub = SubBootstrap::new(Arc::clone(&parent), vec![2, 0], 5)?;
+        let seen = exchange(&sub)?;
+        parent.barrier()?;
+        Ok(Some((sub.rank(), seen)))
+    });
+    let mut members = Vec::new();
+    for r in got {
+        if let Some((member, seen)) = r.unwrap() {
+            check(member, &seen);
+            members.push(member);
+        }
+    }
+    members.sort_unstable();
+    assert_eq!(members, vec![0, 1]);
+}
+
+#[test]
+fn a_sub_bootstrap_frame_shorter_than_its_tag_is_refused() {
+    let got = bootstraps(2, |parent| {
+        let sub = SubBootstrap::new(Arc::clone(&parent), vec![0, 1], 3)?;
+        if parent.rank() == 0 {
+            // A frame of the group's user channel without a whole inner tag, then a good one.
+            parent.send(1, SUB_TAG | 3 << 1, &[1, 2, 3])?;
+            sub.send(1, 9, b"ok")?;
+            return parent.barrier().map(|()| None);
+        }
+        let short = sub.recv(0, 9).unwrap_err();
+        let next = sub.recv(0, 9)?;
+        parent.barrier()?;
+        Ok(Some((short, next)))
+    });
+    let (short, next) = got.into_iter().find_map(|r| r.unwrap()).unwrap();
+    assert_eq!(malformed_from(&short), Some(0), "{short}");
+    assert!(short.to_string().contains("3 bytes"), "{short}");
+    assert_eq!(next, b"ok");
 }
