@@ -417,6 +417,8 @@ fn awkward_count(algo: Option<Algorithm>) -> usize {
         Some(Algorithm::Port | Algorithm::Hierarchical) => 1031,
         // Serves no collective (forcing it is refused); the point-to-point calls use it.
         Some(Algorithm::P2p) => 13,
+        // `Algorithm` is non-exhaustive: a new algorithm gets its case here.
+        Some(a) => panic!("{a:?}: a new algorithm, without an awkward count here yet"),
     }
 }
 
@@ -451,6 +453,7 @@ fn every_algorithm(c: &Collectives) {
             }
             Algorithm::LlOneShot | Algorithm::Staged => others_case(c, 333, Some(algo)),
             Algorithm::Direct | Algorithm::CopyEngine => others_case(c, 1040, Some(algo)),
+            a => panic!("{a:?}: a new algorithm, without a case here yet"),
         }
     }
 }
@@ -544,6 +547,7 @@ fn every_algorithm_at_gpu_like_launch_shapes_3_ranks() {
                     others_case(c, 333, Some(algo))
                 }
                 Algorithm::Direct | Algorithm::CopyEngine => others_case(c, 1040, Some(algo)),
+                a => panic!("{a:?}: a new algorithm, without a case here yet"),
             }
         }
         // 3 MiB and 12 bytes of u32: three staged blocks of 1 MiB (and a partial fourth's
