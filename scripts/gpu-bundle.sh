@@ -25,7 +25,9 @@
 # The binaries travel packed (payload.tar.xz); run-tests.sh unpacks them first, and
 # `bash gpu-bundle/unpack.sh` alone does it before running gpu-bundle/bin/* by hand.
 # The repository is copied to the GPU machine as well; each binary runs in its package's
-# directory, as `cargo test` would. Full logs go to $OUT/gpu-tests/ when $OUT is set.
+# directory with CARGO_MANIFEST_DIR set to it, as `cargo test` would: tests that read the
+# repository's files find them there (mscclpp_test_support::package_dir), never at the build
+# path, so the bundle runs from a copy of the repository at any path. Full logs go to $OUT/gpu-tests/ when $OUT is set.
 #
 # The Python package travels too: its release wheel (maturin, from the venv that
 # scripts/test-python.sh makes) in gpu-bundle/python/, and gpu-bundle/run-python.sh, which puts
