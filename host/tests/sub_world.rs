@@ -5,55 +5,29 @@
 //! in both; a node group is bound to its world (a world abort fails it) while a split is not.
 //! Ranks as threads on 127.0.0.1, the backend users would get (the CPU backend here).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use mscclpp_host::Error;
-use mscclpp_host::bootstrap::{
-    Bootstrap, BootstrapConfig, SUB_TAG, SubBootstrap, TcpBootstrap, UniqueId,
-};
+use mscclpp_host::bootstrap::{Bootstrap, SUB_TAG, SubBootstrap};
 use mscclpp_host::communicator::Communicator;
-use mscclpp_host::gpu::{BackendKind, Gpu};
+use mscclpp_test_support::{ranks_as_threads as world, ranks_as_threads_over};
 
-/// Runs `n` ranks as threads over loopback TCP bootstraps; rank `r` returns `body(bootstrap)`.
-fn bootstraps<T: Send>(n: usize, body: impl Fn(Arc<dyn Bootstrap>) -> T + Sync) -> Vec<T> {
-    let (id, listener) = UniqueId::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let listener = Mutex::new(Some(listener));
-    thread::scope(|s| {
-        let hs: Vec<_> = (0..n)
-            .map(|r| {
-                let (body, listener) = (&body, &listener);
-                s.spawn(move || {
-                    let cfg = BootstrapConfig::new(r, n, id)
-                        .with_timeout(Duration::from_secs(30))
-                        .with_op_timeout(Duration::from_secs(10));
-                    let root = if r == 0 {
-                        listener.lock().unwrap().take()
-                    } else {
-                        None
-                    };
-                    let bs = match root {
-                        Some(l) => TcpBootstrap::init_with_root_listener(cfg, l),
-                        None => TcpBootstrap::init(cfg),
-                    }
-                    .expect("bootstrap");
-                    body(Arc::new(bs))
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    })
-}
-
-/// Runs `n` ranks as threads, each with a communicator; rank `r` returns `body(comm)`.
-fn world<T: Send>(n: usize, body: impl Fn(Communicator) -> T + Sync) -> Vec<T> {
-    bootstraps(n, |bs| {
-        let r = bs.rank();
-        let kind = BackendKind::select().unwrap();
-        let gpu = Gpu::open(kind, r % kind.device_count().unwrap().max(1)).unwrap();
-        body(Communicator::new(bs, gpu).expect("communicator"))
-    })
+/// Runs `n` ranks as threads over loopback TCP bootstraps; rank `r` returns `body(bootstrap)`
+/// (each rank's communicator is made too, and left alone).
+fn bootstraps<T: Send>(
+    n: usize,
+    body: impl Fn(Arc<dyn Bootstrap>) -> mscclpp_host::Result<T> + Sync,
+) -> Vec<mscclpp_host::Result<T>> {
+    ranks_as_threads_over(
+        n,
+        |bs| {
+            let bs: Arc<dyn Bootstrap> = Arc::new(bs);
+            (Arc::clone(&bs), bs)
+        },
+        |_comm, bs| body(bs),
+    )
 }
 
 /// The member a malformed contribution came from, as the error names it.
