@@ -3,14 +3,17 @@
 //! details some variants carry (driver and backend causes, trigger faults, memory misuse) are in
 //! `detail.rs`; the network transports' failures are one structured variant,
 //! [`Error::Transport`], whose kind and builder ([`TransportErrorKind`], [`Link`]) are in
-//! `transport.rs`.
+//! `transport.rs`; the host's own services' failures ([`Error::Numa`], [`Error::Trace`]) are
+//! kinds of their own in `host.rs`.
 
 mod detail;
+mod host;
 mod transport;
 
 use std::path::PathBuf;
 
 pub use self::detail::{BackendError, DriverError, MemoryMisuse, TriggerFault};
+pub use self::host::{NumaError, TraceError};
 pub use self::transport::{Link, TransportErrorKind};
 use crate::backend::BackendKind;
 use crate::transport::Transport;
@@ -967,25 +970,9 @@ pub enum Error {
         /// Which field is wrong.
         fault: TriggerFault,
     },
-    /// A NUMA node's CPU list (sysfs) does not parse.
-    #[error("NUMA node {node}: cannot parse {path} ({text:?})")]
-    NumaCpuList {
-        /// The node.
-        node: u32,
-        /// The file read.
-        path: PathBuf,
-        /// What it holds.
-        text: String,
-    },
-    /// Binding a thread to a NUMA node's CPUs failed.
-    #[error("binding to NUMA node {node} failed")]
-    NumaBind {
-        /// The node.
-        node: u32,
-        /// The `sched_setaffinity` error.
-        #[source]
-        source: std::io::Error,
-    },
+    /// Reading a NUMA node's CPUs or binding a thread to them failed.
+    #[error(transparent)]
+    Numa(#[from] NumaError),
     /// A kernel stopped waiting and recorded why in its `DeviceStatus`.
     #[error("a device wait gave up: {code:?} at {site:?} (address {addr:#x})")]
     Device {
@@ -998,30 +985,7 @@ pub enum Error {
     },
 
     // ---- trace ----
-    /// A trace variable (`MSCCLPP_TRACE_*`) holds something that is not a positive integer.
-    #[error("{var}={value:?} is not a positive integer")]
-    TraceEnv {
-        /// The variable.
-        var: &'static str,
-        /// What it holds.
-        value: String,
-    },
-    /// Writing a rank's trace file failed.
-    #[error("writing the trace file {path} failed")]
-    TraceWrite {
-        /// The file.
-        path: PathBuf,
-        /// OS error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The clock-sync kernel did not answer the host's pings in time (the device is busy or
-    /// gone): no clock pair was taken.
-    #[error("rank {rank}: the trace's clock-sync kernel did not answer within {after:?}")]
-    TraceClockSync {
-        /// The rank.
-        rank: usize,
-        /// The deadline that passed.
-        after: std::time::Duration,
-    },
+    /// Setting up, taking or writing a rank's trace failed.
+    #[error(transparent)]
+    Trace(#[from] TraceError),
 }

@@ -153,8 +153,7 @@ impl Drop for RankOnDevice {
         if left >= 2 {
             return;
         }
-        let held =
-            std::mem::take(&mut *lock(&self.sharing.held));
+        let held = std::mem::take(&mut *lock(&self.sharing.held));
         for h in held {
             carry_out(&self.ctx, h);
         }
