@@ -48,7 +48,7 @@ pub fn run_local_ranks_on<T: Send>(
     let listener = Mutex::new(Some(listener));
     let statuses = Mutex::new(Vec::new());
     let abort_all = |statuses: &Mutex<Vec<Arc<mscclpp_host::status::StatusBlock>>>| {
-        for s in statuses.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        for s in mscclpp_host::sync::lock(statuses).iter() {
             s.abort();
         }
     };
@@ -60,7 +60,7 @@ pub fn run_local_ranks_on<T: Send>(
                 s.spawn(move || -> Result<T> {
                     let cfg = BootstrapConfig::new(r, n, id).with_timeout(Duration::from_secs(60));
                     let root = if r == 0 {
-                        listener.lock().unwrap_or_else(|e| e.into_inner()).take()
+                        mscclpp_host::sync::lock(listener).take()
                     } else {
                         None
                     };
@@ -70,10 +70,7 @@ pub fn run_local_ranks_on<T: Send>(
                     };
                     let gpu = Gpu::open(backend, device(r))?;
                     let comm = Communicator::new(Arc::new(bs), gpu)?;
-                    statuses
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push(comm.status().clone());
+                    mscclpp_host::sync::lock(statuses).push(comm.status().clone());
                     let result =
                         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(comm)));
                     match result {

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use mscclpp::DEVICE_PTX;
 use mscclpp::collectives::{Algorithm, Collectives};
 use mscclpp::host::Error;
-use mscclpp::host::bootstrap::{Bootstrap, TcpBootstrap, Watch};
+use mscclpp::host::bootstrap::{Bootstrap, Decorator, TcpBootstrap, Watch};
 use mscclpp::host::communicator::Communicator;
 use mscclpp::host::connection::EndpointConfig;
 use mscclpp::host::gpu::{BackendKind, LaunchConfig, Stream};
@@ -112,7 +112,7 @@ fn run_fault(test: &str, n: usize, victim: usize) {
     if !harness::enough_gpus(test, n) {
         return;
     }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = mscclpp::host::sync::lock(&SERIAL);
     let t0 = Instant::now();
     let ends = harness::Processes::new(test, n).bound(HANG_GUARD).run();
     let took = t0.elapsed();
@@ -365,21 +365,9 @@ impl DieAtOp {
     }
 }
 
-impl Bootstrap for DieAtOp {
-    fn rank(&self) -> usize {
-        self.inner.rank()
-    }
-    fn size(&self) -> usize {
-        self.inner.size()
-    }
-    fn local_rank(&self) -> usize {
-        self.inner.local_rank()
-    }
-    fn ranks_per_node(&self) -> usize {
-        self.inner.ranks_per_node()
-    }
-    fn node_of(&self, rank: usize) -> Option<usize> {
-        self.inner.node_of(rank)
+impl Decorator for DieAtOp {
+    fn inner(&self) -> &dyn Bootstrap {
+        &self.inner
     }
     fn send(&self, peer: usize, tag: u64, data: &[u8]) -> mscclpp::host::Result<()> {
         self.step();
@@ -415,12 +403,6 @@ impl Bootstrap for DieAtOp {
     ) -> mscclpp::host::Result<()> {
         self.step();
         self.inner.broadcast_watched(root, data, watch)
-    }
-    fn op_timeout(&self) -> Duration {
-        self.inner.op_timeout()
-    }
-    fn dead_peer(&self) -> Option<(usize, String)> {
-        self.inner.dead_peer()
     }
 }
 

@@ -34,6 +34,7 @@ use mscclpp::collectives::{Algorithm, CollectiveConfig, Collectives, Reduction, 
 use mscclpp::host::Error;
 use mscclpp::host::bootstrap::Bootstrap;
 use mscclpp::host::communicator::Communicator;
+use mscclpp::host::error::TransportErrorKind;
 use mscclpp::host::gpu::{BackendKind, DeviceBuffer, Gpu, Stream};
 use mscclpp::host::transport::Transport;
 use mscclpp::shared::DataType;
@@ -959,7 +960,12 @@ fn a_node_killed_mid_collective_aborts_the_survivors() {
         let e = comm.async_error().unwrap_or(e);
         match &e {
             Error::Remote { rank: dead, .. } => assert!(*dead >= 2, "blames rank {dead}: {e}"),
-            Error::Aborted { .. } | Error::OfiPeerClosed { .. } | Error::Device { .. } => {}
+            Error::Aborted { .. }
+            | Error::Transport {
+                kind: TransportErrorKind::PeerClosed,
+                ..
+            }
+            | Error::Device { .. } => {}
             other => panic!("rank {rank}: not a typed death: {other}"),
         }
         let at_ns = std::time::SystemTime::now()

@@ -10,6 +10,7 @@
 //! | [`connect`](Communicator::connect) | [`Endpoint`](crate::connection::Endpoint)s | `connection` (the transport from the local and the remote endpoint) |
 //! | [`build_semaphore`](Communicator::build_semaphore) and friends | [`SemaphoreStub`]s | `semaphore` (from the local and the remote stub) |
 //! | [`split`](Communicator::split) | every rank's color and key (one all-gather) | a communicator over a [`SubBootstrap`] of its group |
+//! | [`node_group`](Communicator::node_group) | nothing (every member names the group) | a communicator over a [`SubBootstrap`] of the group, bound to this world's failures |
 //!
 //! Set-up messages travel over the bootstrap under tags in their own ranges (memory, endpoint,
 //! semaphore), so user tags of each kind never collide with each other or with the
@@ -49,7 +50,7 @@ use crate::bootstrap::{Bootstrap, SubBootstrap};
 use crate::connection::{Connection, Context, EndpointConfig, LocalEndpoint};
 use crate::error::{Error, Result};
 use crate::gpu::{DeviceBuffer, Gpu, HostMapped};
-use crate::health::Health;
+use crate::health::{Health, WorldBound};
 use crate::registered_memory::{LocalMemories, RegisteredMemory};
 use crate::semaphore::{
     Host2DeviceSemaphore, Host2HostSemaphore, MemoryDevice2DeviceSemaphore, RemoteSemaphoreStub,
@@ -94,8 +95,9 @@ pub struct Communicator {
     /// The bootstrap's and this communicator's set-up phases, kept for a trace turned on later
     /// ([`traced`](Self::traced)).
     setup: Vec<crate::bootstrap::SetupPhase>,
-    /// Splits made so far ([`split`](Communicator::split)): numbers each sub-communicator's
-    /// tags, the same on every rank (a split is collective).
+    /// Sub-worlds made so far ([`split`](Communicator::split),
+    /// [`node_group`](Communicator::node_group)): numbers each one's tags, the same on every
+    /// rank (both are collective).
     splits: AtomicU64,
     /// This rank counted on its device ([`Gpu::enter_rank`]): while other ranks of this
     /// process share it, frees wait until one is left. Dropped last.
@@ -222,6 +224,32 @@ impl Communicator {
         let members = group.into_iter().map(|(_, r)| r).collect();
         let sub = SubBootstrap::new(self.health.unwatched(), members, id)?;
         Communicator::new(Arc::new(sub), self.gpu.clone()).map(Some)
+    }
+
+    /// The ranks `members` of this communicator (this rank among them, in the group's rank
+    /// order) as a communicator of their own that is **bound to this one**: what a world of
+    /// several nodes builds for the ranks of each node (the hierarchical collectives' phases
+    /// inside a node). Its bootstrap is a [`SubBootstrap`] over this communicator's watched
+    /// bootstrap (no new sockets, tags of its own), so its waits also watch this communicator;
+    /// a rank of this world that dies (a member or not) or an abort of this communicator fails
+    /// it too (its health monitor aborts its device waits), and a failure of the group makes
+    /// this rank leave this world without a goodbye.
+    ///
+    /// No exchange: every member passes the same `members`. Collective over this
+    /// communicator nonetheless: every rank calls it (each with its own group) in the same
+    /// order as its [`split`](Self::split)s, which number the sub-worlds' tags alike.
+    /// [`Error::BootstrapConfig`] if this rank is not a member, or a member is not a rank of
+    /// this world or appears twice.
+    pub fn node_group(&self, members: Vec<usize>) -> Result<Communicator> {
+        self.check_alive()?;
+        let id = self.splits.fetch_add(1, Ordering::Relaxed);
+        let sub = SubBootstrap::new(Arc::clone(&self.bootstrap), members, id)?;
+        let bound = WorldBound::new(
+            Box::new(sub),
+            Arc::clone(&self.bootstrap),
+            Arc::clone(&self.status),
+        );
+        Communicator::new(Arc::new(bound), self.gpu.clone())
     }
 
     /// This rank.

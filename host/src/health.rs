@@ -1,5 +1,6 @@
 //! A communicator's health: the bootstrap it hands out, whose waits watch it, and the monitor
-//! thread that notices a dead peer.
+//! thread that notices a dead peer; and the bootstrap of a group bound to its world
+//! (`WorldBound`: a node group fails with the world it was made from).
 //!
 //! # Waits watch the communicator
 //!
@@ -31,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::bootstrap::{Bootstrap, Watch};
+use crate::bootstrap::{Bootstrap, Decorator, Watch};
 use crate::error::{Error, Result};
 use crate::status::StatusBlock;
 use crate::sync::lock;
@@ -77,9 +78,10 @@ impl Alive {
     }
 }
 
-/// The bootstrap as a communicator hands it out: sends pass through; the watched waits are the
+/// The bootstrap as a communicator hands it out: a [`Decorator`] whose watched waits are the
 /// inner bootstrap's, also checking the communicator between slices (module docs); the plain
-/// waits are the trait's, so they watch too.
+/// waits are the trait's, so they watch too; everything else (sends included) is the inner
+/// bootstrap's.
 pub(crate) struct WatchedBootstrap {
     inner: Arc<dyn Bootstrap>,
     alive: Alive,
@@ -118,24 +120,9 @@ impl WatchedBootstrap {
     }
 }
 
-impl Bootstrap for WatchedBootstrap {
-    fn rank(&self) -> usize {
-        self.inner.rank()
-    }
-    fn size(&self) -> usize {
-        self.inner.size()
-    }
-    fn local_rank(&self) -> usize {
-        self.inner.local_rank()
-    }
-    fn ranks_per_node(&self) -> usize {
-        self.inner.ranks_per_node()
-    }
-    fn node_of(&self, rank: usize) -> Option<usize> {
-        self.inner.node_of(rank)
-    }
-    fn send(&self, peer: usize, tag: u64, data: &[u8]) -> Result<()> {
-        self.inner.send(peer, tag, data)
+impl Decorator for WatchedBootstrap {
+    fn inner(&self) -> &dyn Bootstrap {
+        self.inner.as_ref()
     }
     fn recv_watched(
         &self,
@@ -155,23 +142,63 @@ impl Bootstrap for WatchedBootstrap {
     fn broadcast_watched(&self, root: usize, data: &mut Vec<u8>, watch: Watch<'_>) -> Result<()> {
         self.watched(watch, |w| self.inner.broadcast_watched(root, data, w))
     }
-    fn op_timeout(&self) -> Duration {
-        self.inner.op_timeout()
+}
+
+/// A sub-world bound to the world it was made from (the node group of a world of several
+/// nodes, `Communicator::node_group`): its bootstrap is `inner` (a `SubBootstrap` over the
+/// world's watched bootstrap, so every wait also watches the world), and the world's failures
+/// are its own:
+/// - [`dead_peer`](Bootstrap::dead_peer): a rank of the world whose link died, member or not
+///   (named by its world rank), or, once the world communicator was aborted (a transport or
+///   proxy failed, a peer died, `abort()`), this rank itself: either way the group
+///   communicator's health monitor aborts the group's device waits too, within its interval;
+/// - [`left_peer`](Bootstrap::left_peer): the world's (a world rank);
+/// - [`forgo_goodbye`](Bootstrap::forgo_goodbye): the world's, so a failed group makes this
+///   rank leave the world without a goodbye.
+pub(crate) struct WorldBound {
+    inner: Box<dyn Bootstrap>,
+    world: Arc<dyn Bootstrap>,
+    world_status: Arc<StatusBlock>,
+}
+
+impl WorldBound {
+    /// `inner`, a group of the world whose (watched) bootstrap is `world` and whose
+    /// communicator's status is `world_status`.
+    pub(crate) fn new(
+        inner: Box<dyn Bootstrap>,
+        world: Arc<dyn Bootstrap>,
+        world_status: Arc<StatusBlock>,
+    ) -> Self {
+        Self {
+            inner,
+            world,
+            world_status,
+        }
+    }
+}
+
+impl Decorator for WorldBound {
+    fn inner(&self) -> &dyn Bootstrap {
+        self.inner.as_ref()
     }
     fn dead_peer(&self) -> Option<(usize, String)> {
-        self.inner.dead_peer()
+        if let Some((rank, why)) = self.world.dead_peer() {
+            return Some((rank, format!("world rank {rank}: {why}")));
+        }
+        self.world_status.is_aborted().then(|| {
+            (
+                self.world.rank(),
+                "the world communicator of this rank was aborted (a transport or proxy failed, \
+                 a peer died, or abort() was called)"
+                    .to_owned(),
+            )
+        })
     }
     fn left_peer(&self) -> Option<(usize, Duration)> {
-        self.inner.left_peer()
+        self.world.left_peer()
     }
     fn forgo_goodbye(&self) {
-        self.inner.forgo_goodbye()
-    }
-    fn setup_phases(&self) -> Vec<crate::bootstrap::SetupPhase> {
-        self.inner.setup_phases()
-    }
-    fn secret(&self) -> Option<crate::auth::Secret> {
-        self.inner.secret()
+        self.world.forgo_goodbye();
     }
 }
 

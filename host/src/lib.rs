@@ -6,9 +6,9 @@
 //! |---|---|
 //! | [`auth`] | mutual challenge–response authentication over a per-world secret (HMAC-SHA-256), for every handshake that admits a peer |
 //! | [`gpu`] | the device runtime: `cuda` and `cpu` backends behind one API |
-//! | [`error`] | the crate's error type |
+//! | [`error`] | the crate's error type (a network transport's failures: one structured variant, `Error::Transport`, with a kind) |
 //! | [`bootstrap`] | TCP bootstrap: `UniqueId`, rank/size from launcher env, tagged send/recv, all-gather, barrier, broadcast |
-//! | [`health`] | a communicator's watched bootstrap and the monitor that notices a dead peer |
+//! | [`health`] | a communicator's watched bootstrap, the monitor that notices a dead peer, and the bootstrap of a node group bound to its world |
 //! | [`topology`] | `Topology`: the node layout (nodes, local indices, same-index columns) from the bootstrap's host grouping |
 //! | [`communicator`] | `Communicator`: registers memories and trades the serializable halves (memories, endpoints, semaphore stubs) with peers |
 //! | [`registered_memory`] | `RegisteredMemory`, its wire form, and the rank's registry of memories |
@@ -24,7 +24,8 @@
 //! | [`trace`] | `Trace`: a rank's timeline of calls, kernel blocks, proxy work and set-up, written per rank |
 //! | [`numa`] | NUMA node CPU lists and thread binding (sysfs, no libnuma) |
 //! | [`backoff`] | `Backoff`: spin, yield, then sleep in polling loops |
-//! | `backend`, `socket`, `sync`, `random` (crate-private) | `BackendKind` (re-exported by `gpu`); deadline-bounded socket I/O; poison-tolerant locks; random bytes |
+//! | [`sync`] | poison-tolerant locks: the workspace's one helper (`lock`, `read`, `write`, `wait`, `wait_timeout`) |
+//! | `backend`, `socket`, `random` (crate-private) | `BackendKind` (re-exported by `gpu`); deadline-bounded socket I/O; random bytes |
 //!
 //! # Layers
 //!
@@ -67,7 +68,7 @@ pub mod registered_memory;
 pub mod semaphore;
 mod socket;
 pub mod status;
-mod sync;
+pub mod sync;
 pub mod topology;
 pub mod trace;
 pub mod transport;

@@ -1,7 +1,7 @@
 //! NUMA placement without libnuma: the CPUs of a node come from
 //! `/sys/devices/system/node/node<N>/cpulist`, and a thread is bound with `sched_setaffinity`.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, NumaError, Result};
 
 /// Parses a sysfs CPU list such as `0-3,8,10-11`.
 pub fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
@@ -28,10 +28,13 @@ pub fn node_cpus(node: u32) -> Result<Vec<usize>> {
         path: path.clone().into(),
         source,
     })?;
-    parse_cpu_list(&text).ok_or_else(|| Error::NumaCpuList {
-        node,
-        path: path.into(),
-        text,
+    parse_cpu_list(&text).ok_or_else(|| {
+        NumaError::CpuList {
+            node,
+            path: path.into(),
+            text,
+        }
+        .into()
     })
 }
 
@@ -47,10 +50,11 @@ pub fn bind_current_thread(node: u32) -> Result<()> {
     }
     // SAFETY: `set` is a valid CPU set of the size passed; 0 means the calling thread.
     if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
-        return Err(Error::NumaBind {
+        return Err(NumaError::Bind {
             node,
             source: std::io::Error::last_os_error(),
-        });
+        }
+        .into());
     }
     Ok(())
 }

@@ -1,10 +1,11 @@
-//! Poison-tolerant locking: the one place the crate turns a poisoned `Mutex`, `RwLock` or
-//! `Condvar` wait into its guard.
+//! Poison-tolerant locking: the one place the workspace (this crate, the library above it, the
+//! drop-in NCCL library, the tools) turns a poisoned `Mutex`, `RwLock` or `Condvar` wait into
+//! its guard.
 //!
-//! No code of this crate panics while holding a lock, but a user callback (a proxy handler, a
-//! log handler) or a test thread may. A poisoned lock still protects consistent data here (every
-//! critical section leaves it consistent before anything that can panic), so taking the guard is
-//! right, and it keeps `Drop` paths panic-free whatever happened elsewhere.
+//! No library code panics while holding a lock, but a user callback (a proxy handler, a log
+//! handler, a rank's body) or a test thread may. A poisoned lock still protects consistent data
+//! there (every critical section leaves it consistent before anything that can panic), so
+//! taking the guard is right, and it keeps `Drop` paths panic-free whatever happened elsewhere.
 
 use std::sync::{
     Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard,
@@ -12,28 +13,28 @@ use std::sync::{
 use std::time::Duration;
 
 /// Locks `m`, taking the data even if a panicking thread poisoned it.
-pub(crate) fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Read-locks `l`, poison-tolerant.
-pub(crate) fn read<T: ?Sized>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+pub fn read<T: ?Sized>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
     l.read().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Write-locks `l`, poison-tolerant.
-pub(crate) fn write<T: ?Sized>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+pub fn write<T: ?Sized>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
     l.write().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Waits on `cv` with `guard`, poison-tolerant.
-pub(crate) fn wait<'a, T>(cv: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+pub fn wait<'a, T>(cv: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
     cv.wait(guard).unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Waits on `cv` with `guard` for at most `timeout`, poison-tolerant (whether it timed out is
 /// for the caller to find out from the guarded state and its own clock).
-pub(crate) fn wait_timeout<'a, T>(
+pub fn wait_timeout<'a, T>(
     cv: &Condvar,
     guard: MutexGuard<'a, T>,
     timeout: Duration,

@@ -30,6 +30,18 @@ impl Transport {
         }
     }
 
+    /// The name messages give it, as people know it: `CUDA IPC`, `shared-memory`, `Ethernet`,
+    /// `InfiniBand`, `libfabric`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::CudaIpc => "CUDA IPC",
+            Self::Shm => "shared-memory",
+            Self::Ethernet => "Ethernet",
+            Self::Ib(_) => "InfiniBand",
+            Self::Ofi => "libfabric",
+        }
+    }
+
     /// The transport a same-node peer on `backend` uses.
     pub const fn local_for(backend: crate::backend::BackendKind) -> Self {
         match backend {

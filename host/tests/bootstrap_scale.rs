@@ -29,7 +29,7 @@ use mscclpp_host::gpu::{BackendKind, Gpu};
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+    mscclpp_host::sync::lock(&SERIAL)
 }
 
 fn loopback() -> SocketAddr {

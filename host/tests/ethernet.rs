@@ -24,6 +24,7 @@ use mscclpp_host::connection::ethernet::{
     handshake_context,
 };
 use mscclpp_host::connection::{Connection, Endpoint, EndpointConfig};
+use mscclpp_host::error::TransportErrorKind;
 use mscclpp_host::gpu::DeviceBuffer;
 use mscclpp_host::transport::Transport;
 use mscclpp_test_support::{gpu, ranks_as_threads as comm_world};
@@ -255,7 +256,12 @@ fn sender_refuses_bad_destinations_and_stays_usable() {
         oor(conn.write(&theirs, 0, &reg, 4090, 7));
         oor(conn.write(&theirs, 0, &reg, 1, u64::MAX));
         let mem = |r: mscclpp_host::Result<()>| match r {
-            Err(Error::EthernetMemory { remote_rank, .. }) => assert_eq!(remote_rank, peer),
+            Err(Error::Transport {
+                transport: Transport::Ethernet,
+                kind: TransportErrorKind::Memory,
+                remote_rank,
+                ..
+            }) => assert_eq!(remote_rank, Some(peer)),
             other => panic!("{other:?}"),
         };
         mem(conn.write(&reg, 0, &reg, 0, 8)); // our own memory is not the peer's
@@ -316,7 +322,11 @@ fn writes_to_a_dropped_registration_are_refused() {
             // The receiver refused the frame: sticky on this side too, and the rank aborted.
             assert!(matches!(
                 conn.flush(TIMEOUT),
-                Err(Error::EthernetProtocol { remote_rank: 0, .. })
+                Err(Error::Transport {
+                    kind: TransportErrorKind::Protocol,
+                    remote_rank: Some(0),
+                    ..
+                })
             ));
             assert!(comm.status().is_aborted());
         }
@@ -354,7 +364,11 @@ fn peer_that_drops_its_connection_is_reported() {
                 .and_then(|()| conn.flush(Duration::from_secs(2)));
         }
         match result {
-            Err(Error::EthernetPeerClosed { remote_rank: 1, .. }) => {}
+            Err(Error::Transport {
+                kind: TransportErrorKind::PeerClosed,
+                remote_rank: Some(1),
+                ..
+            }) => {}
             other => panic!("{other:?}"),
         }
         assert!(
@@ -365,7 +379,11 @@ fn peer_that_drops_its_connection_is_reported() {
         // Sticky, and a goodbye does not abort the communicator.
         assert!(matches!(
             conn.write(&theirs, 0, &reg, 0, 1),
-            Err(Error::EthernetPeerClosed { remote_rank: 1, .. })
+            Err(Error::Transport {
+                kind: TransportErrorKind::PeerClosed,
+                remote_rank: Some(1),
+                ..
+            })
         ));
         assert!(!comm.status().is_aborted());
         comm.bootstrap().barrier().unwrap();
@@ -664,7 +682,11 @@ fn hostile_frames_are_refused_without_copying() {
                 let conn = comm.connect(config(), 1, k as u64).unwrap();
                 bs.recv(1, 101).unwrap(); // the fake got its ERROR
                 match conn.flush(TIMEOUT) {
-                    Err(Error::EthernetProtocol { remote_rank: 1, .. }) => {}
+                    Err(Error::Transport {
+                        kind: TransportErrorKind::Protocol,
+                        remote_rank: Some(1),
+                        ..
+                    }) => {}
                     other => panic!("case {name}: {other:?}"),
                 }
                 assert!(comm.status().is_aborted(), "case {name}: not aborted");

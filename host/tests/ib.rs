@@ -1,6 +1,6 @@
-//! The `Ib` transport where it can be tested without RDMA hardware: connecting fails on every
-//! rank with a typed [`Error::IbUnavailable`] (no libibverbs, no device, or a build without the
-//! `ib` feature), at once and without a panic, and the communicator stays usable.
+//! The `Ib` transport where it can be tested without RDMA hardware: connecting fails on every rank
+//! with a typed [`Error::Transport`] of kind `Unavailable` (no libibverbs, no device, or a build
+//! without the `ib` feature), at once and without a panic, and the communicator stays usable.
 //! On a machine with an active RDMA port the same test instead moves data and checks it.
 
 use std::sync::atomic::AtomicU64;
@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use mscclpp_host::Error;
 use mscclpp_host::connection::EndpointConfig;
+use mscclpp_host::error::TransportErrorKind;
 use mscclpp_host::transport::Transport;
 use mscclpp_test_support::ranks_as_threads;
 
@@ -28,8 +29,12 @@ fn connecting_without_rdma_is_a_typed_error_or_works() {
         let mut cfg = EndpointConfig::new(Transport::Ib(0));
         cfg.flush_timeout = Duration::from_secs(10);
         match comm.connect(cfg, peer, 0) {
-            Err(Error::IbUnavailable { reason }) => {
-                println!("rank {me}: Ib unavailable as expected: {reason}");
+            Err(Error::Transport {
+                kind: TransportErrorKind::Unavailable,
+                detail,
+                ..
+            }) => {
+                println!("rank {me}: Ib unavailable as expected: {detail}");
                 assert!(
                     t.elapsed() < Duration::from_secs(5),
                     "took {:?}",
@@ -42,7 +47,7 @@ fn connecting_without_rdma_is_a_typed_error_or_works() {
                 eth.write(&theirs, 0, &reg, 0, 8).unwrap();
                 eth.flush(Duration::from_secs(10)).unwrap();
             }
-            Err(e) => panic!("rank {me}: expected IbUnavailable, got {e}"),
+            Err(e) => panic!("rank {me}: expected an Unavailable error, got {e}"),
             Ok(conn) => {
                 // Real hardware: move data both ways and check it after the barrier.
                 conn.write(&theirs, 64, &reg, 0, 8).unwrap();

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use mscclpp_host::Error;
 use mscclpp_host::connection::EndpointConfig;
 use mscclpp_host::connection::ofi::{self, CHUNK, SLOTS};
+use mscclpp_host::error::TransportErrorKind;
 use mscclpp_host::gpu::DeviceBuffer;
 use mscclpp_host::transport::Transport;
 use mscclpp_test_support::{TestProcess, in_isolated, ranks_as_threads as comm_world};
@@ -205,7 +206,11 @@ fn ofi_sender_refuses_what_it_cannot_write() {
         let shm = comm.recv_memory(peer, 1).unwrap();
         assert!(matches!(
             conn.write(&shm, 0, &ofi_reg, 0, 8),
-            Err(Error::OfiMemory { .. })
+            Err(Error::Transport {
+                kind: TransportErrorKind::Memory,
+                transport: Transport::Ofi,
+                ..
+            })
         ));
         assert!(matches!(
             conn.write(&theirs, 60, &ofi_reg, 0, 8),
@@ -214,14 +219,22 @@ fn ofi_sender_refuses_what_it_cannot_write() {
         assert!(
             matches!(
                 conn.write(&ofi_reg, 0, &ofi_reg, 0, 8),
-                Err(Error::OfiMemory { .. })
+                Err(Error::Transport {
+                    kind: TransportErrorKind::Memory,
+                    transport: Transport::Ofi,
+                    ..
+                })
             ),
             "our own memory is not the peer's"
         );
         let w = AtomicU64::new(0);
         assert!(matches!(
             conn.update_and_sync(&theirs, 4, &w, 1),
-            Err(Error::OfiMemory { .. })
+            Err(Error::Transport {
+                kind: TransportErrorKind::Memory,
+                transport: Transport::Ofi,
+                ..
+            })
         ));
         // Nothing was sent: the connection still works.
         conn.write(&theirs, 0, &ofi_reg, 8, 8).unwrap();
@@ -350,14 +363,22 @@ fn ofi_missing_library_is_a_typed_error() {
         return;
     }
     match ofi::usable() {
-        Err(Error::OfiUnavailable { reason }) => {
-            assert!(reason.contains("/nonexistent/libfabric.so.1"), "{reason}")
+        Err(Error::Transport {
+            kind: TransportErrorKind::Unavailable,
+            transport: Transport::Ofi,
+            detail,
+            ..
+        }) => {
+            assert!(detail.contains("/nonexistent/libfabric.so.1"), "{detail}")
         }
         other => panic!("{other:?}"),
     }
     assert!(matches!(
         ofi::providers(),
-        Err(Error::OfiUnavailable { .. })
+        Err(Error::Transport {
+            kind: TransportErrorKind::Unavailable,
+            ..
+        })
     ));
     let results = comm_world(2, |comm| {
         let peer = 1 - comm.rank();
@@ -365,7 +386,11 @@ fn ofi_missing_library_is_a_typed_error() {
     });
     for r in results {
         match r {
-            Err(Error::OfiUnavailable { .. }) | Err(Error::Remote { .. }) => {}
+            Err(Error::Transport {
+                kind: TransportErrorKind::Unavailable,
+                ..
+            })
+            | Err(Error::Remote { .. }) => {}
             other => panic!("connect without libfabric: {other:?}"),
         }
     }

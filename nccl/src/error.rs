@@ -307,24 +307,33 @@ impl NcclError {
     }
 }
 
-/// The NCCL code of a library error: a dead or failed peer is `ncclRemoteError`, a wait that
-/// ran out of time `ncclTimeout`, the GPU layer `ncclUnhandledCudaError`, the network and the
-/// OS `ncclSystemError`, a wrong argument or state `ncclInvalidArgument` /
+/// The NCCL code of a library error: a dead or failed peer is `ncclRemoteError` (a network
+/// transport's peer that closed its end too), a wait that ran out of time `ncclTimeout` (a
+/// network transport's too), the GPU layer `ncclUnhandledCudaError`, the network (a failed OS
+/// or library call of a transport, a peer that cannot be reached) and the OS
+/// `ncclSystemError`, a wrong argument or state `ncclInvalidArgument` /
 /// `ncclInvalidUsage`, anything else `ncclInternalError`.
 pub fn host_code(e: &HostError) -> ncclResult_t {
+    use mscclpp::host::error::TransportErrorKind;
     use mscclpp::shared::DeviceErrorCode;
     use ncclResult_t::*;
     match e {
         HostError::Remote { .. }
         | HostError::BootstrapPeerClosed { .. }
-        | HostError::EthernetPeerClosed { .. }
+        | HostError::Transport {
+            kind: TransportErrorKind::PeerClosed,
+            ..
+        }
         | HostError::SemaphorePeer { .. }
         | HostError::ProxyFailed { .. } => ncclRemoteError,
         HostError::BootstrapTimeout { .. }
         | HostError::BootstrapMissingRanks { .. }
         | HostError::SemaphoreTimeout { .. }
         | HostError::FlushTimeout { .. }
-        | HostError::EthernetTimeout { .. } => ncclTimeout,
+        | HostError::Transport {
+            kind: TransportErrorKind::Timeout,
+            ..
+        } => ncclTimeout,
         HostError::Device { code, .. } => match code {
             DeviceErrorCode::Timeout => ncclTimeout,
             DeviceErrorCode::Aborted => ncclRemoteError,
@@ -357,8 +366,10 @@ pub fn host_code(e: &HostError) -> ncclResult_t {
         | HostError::BootstrapSpawn { .. }
         | HostError::HealthMonitorStart { .. }
         | HostError::ProxyStart { .. }
-        | HostError::EthernetIo { .. }
-        | HostError::EthernetConnect { .. } => ncclSystemError,
+        | HostError::Transport {
+            kind: TransportErrorKind::Call | TransportErrorKind::Connect,
+            ..
+        } => ncclSystemError,
         HostError::NoSuchDevice { .. }
         | HostError::NoSuchRank { .. }
         | HostError::StreamDevice { .. }
@@ -484,7 +495,7 @@ pub fn set_last_error(text: &str) {
             text,
         );
     });
-    let mut next = RING_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut next = mscclpp::host::sync::lock(&RING_LOCK);
     let slot = *next % RING;
     // SAFETY: writers hold `RING_LOCK`; the slot is a static array.
     copy_c(unsafe { &mut *RING_SLOTS.slots[slot].get() }, text);

@@ -21,6 +21,7 @@ use mscclpp::host::memory_channel::MemoryChannel as HostMemoryChannel;
 use mscclpp::host::port_channel::{PortChannelService as HostService, PortChannelServiceBuilder};
 use mscclpp::host::registered_memory::RegisteredMemory;
 use mscclpp::host::semaphore::MemoryDevice2DeviceSemaphore;
+use mscclpp::host::sync::lock;
 use mscclpp::shared::DevicePtr;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -251,7 +252,7 @@ impl PortChannelService {
         &self,
         f: impl FnOnce(&mut PortChannelServiceBuilder) -> Result<T>,
     ) -> PyResult<T> {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = lock(&self.state);
         match &mut *state {
             ServiceState::Building(b) => f(b).py(),
             _ => Err(invalid(
@@ -261,10 +262,7 @@ impl PortChannelService {
     }
 
     fn keep(&self, obj: Py<PyAny>) {
-        self.keep
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(obj);
+        lock(&self.keep).push(obj);
     }
 }
 
@@ -325,7 +323,7 @@ impl PortChannelService {
 
     /// Starts the proxy thread.
     fn start(&self) -> PyResult<()> {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = lock(&self.state);
         match std::mem::replace(&mut *state, ServiceState::Stopped) {
             ServiceState::Building(b) => {
                 *state = ServiceState::Running(b.start().py()?);
@@ -340,7 +338,7 @@ impl PortChannelService {
 
     /// The proxy's sticky error, if it failed.
     fn error(&self) -> Option<String> {
-        match &*self.state.lock().unwrap_or_else(|p| p.into_inner()) {
+        match &*lock(&self.state) {
             ServiceState::Running(s) => s.error(),
             _ => None,
         }
@@ -350,7 +348,7 @@ impl PortChannelService {
     /// Stopping a service that is not running does nothing.
     fn stop(&self, py: Python<'_>) -> PyResult<()> {
         let taken = {
-            let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut state = lock(&self.state);
             std::mem::replace(&mut *state, ServiceState::Stopped)
         };
         match taken {
@@ -362,9 +360,6 @@ impl PortChannelService {
     /// Whether the proxy runs.
     #[getter]
     fn running(&self) -> bool {
-        matches!(
-            &*self.state.lock().unwrap_or_else(|p| p.into_inner()),
-            ServiceState::Running(_)
-        )
+        matches!(&*lock(&self.state), ServiceState::Running(_))
     }
 }

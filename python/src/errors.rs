@@ -9,6 +9,7 @@
 
 use mscclpp::ErrorChain;
 use mscclpp::host::Error;
+use mscclpp::host::error::TransportErrorKind;
 use mscclpp::shared::DeviceErrorCode;
 use pyo3::prelude::*;
 
@@ -23,8 +24,10 @@ pub fn class_of(e: &Error) -> &'static str {
         | Error::SetupTimeout { .. }
         | Error::SemaphoreTimeout { .. }
         | Error::FlushTimeout { .. }
-        | Error::EthernetTimeout { .. }
-        | Error::OfiTimeout { .. } => "CommTimeoutError",
+        | Error::Transport {
+            kind: TransportErrorKind::Timeout,
+            ..
+        } => "CommTimeoutError",
         Error::Device { code, .. } => match code {
             DeviceErrorCode::Timeout => "CommTimeoutError",
             DeviceErrorCode::Aborted => "AbortedError",
@@ -33,8 +36,10 @@ pub fn class_of(e: &Error) -> &'static str {
         Error::Remote { .. }
         | Error::BootstrapPeerClosed { .. }
         | Error::BootstrapPeerGone { .. }
-        | Error::EthernetPeerClosed { .. }
-        | Error::OfiPeerClosed { .. }
+        | Error::Transport {
+            kind: TransportErrorKind::PeerClosed,
+            ..
+        }
         | Error::SemaphorePeer { .. }
         | Error::ProxyFailed { .. } => "RemoteError",
         Error::Aborted { .. } => "AbortedError",
@@ -64,8 +69,10 @@ pub fn class_of(e: &Error) -> &'static str {
         | Error::CrossNode { .. }
         | Error::NoCommonTransport { .. }
         | Error::TransportUnavailable { .. }
-        | Error::OfiUnavailable { .. }
-        | Error::IbUnavailable { .. }
+        | Error::Transport {
+            kind: TransportErrorKind::Unavailable,
+            ..
+        }
         | Error::NoLibcuda => "UnsupportedError",
         Error::ConfigMismatch { .. }
         | Error::DuplicateGpu { .. }

@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Mutex;
 
 use mscclpp::host::bootstrap::{RootListener, UNIQUE_ID_BYTES, UniqueId as HostId, local_ip};
+use mscclpp::host::sync::lock;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
@@ -30,10 +31,7 @@ impl UniqueId {
 
     /// The root's listener, if this object holds it (once).
     pub fn take_listener(&self) -> Option<RootListener> {
-        self.listener
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .take()
+        lock(&self.listener).take()
     }
 }
 
@@ -106,10 +104,7 @@ impl UniqueId {
     /// joined with it yet).
     #[getter]
     fn holds_listener(&self) -> bool {
-        self.listener
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .is_some()
+        lock(&self.listener).is_some()
     }
 
     /// Bytes in an encoded id.

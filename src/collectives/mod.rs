@@ -40,7 +40,7 @@
 //! |---|---|---|
 //! | 0 | `algorithm`, `config`, `reduction` | the public names of the algorithms and collectives; [`CollectiveConfig`] from one table of settings; NCCL's operators and how kernels take them |
 //! | 1 | `call`, `scratch`, `sharing` | the call descriptor [`Call`] and its checks; the scratch layout; several ranks on one GPU (the share of its multiprocessors each rank launches within) |
-//! | 2 | `node_bootstrap`, `regions`, `registered` | the node's ranks as a world of their own; the regions allocated on first use, traded with each peer once; the callers' buffers exchanged per call |
+//! | 2 | `regions`, `registered` | the regions allocated on first use, traded with each peer once; the callers' buffers exchanged per call |
 //! | 3 | `registry` | buffers registered ahead, exchanged once through the peers' registration services |
 //! | 4 | `multinode` | worlds of several nodes: transports, port channels, the node's world |
 //! | 5 | `context` | what the algorithms share: the lowered call, parameter blocks, health, the record of what ran |
@@ -101,7 +101,6 @@ mod dispatch;
 mod group;
 mod launch;
 mod multinode;
-mod node_bootstrap;
 mod plan;
 mod reduction;
 mod regions;

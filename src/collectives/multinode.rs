@@ -45,7 +45,6 @@ use mscclpp_host::{Error, Result};
 use mscclpp_shared::{DEFAULT_FIFO_SIZE, MAX_PORT_RANKS, PortChannelDeviceHandle};
 
 use super::call::Call;
-use super::node_bootstrap::NodeBootstrap;
 use super::scratch::ScratchLayout;
 
 /// The collectives of this rank's node, as a world of its own (module docs): what the
@@ -239,13 +238,7 @@ pub(crate) fn wire(
     let node = match uniform {
         Some(l) if l > 1 => {
             let members = topology.local_ranks().to_vec();
-            let nb = NodeBootstrap::new(
-                Arc::clone(comm.bootstrap()),
-                Arc::clone(comm.status()),
-                members,
-            )
-            .ok_or(Error::NoNodeLayout { rank })?;
-            let node_comm = Arc::new(Communicator::new(Arc::new(nb), g.clone())?);
+            let node_comm = Arc::new(comm.node_group(members)?);
             Some(build_node(node_comm)?)
         }
         _ => None,

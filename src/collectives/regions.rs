@@ -140,7 +140,7 @@ impl LazyRegions {
     }
 
     fn lock(&self, i: usize) -> std::sync::MutexGuard<'_, Option<RegionState>> {
-        self.slots[i].lock().unwrap_or_else(|e| e.into_inner())
+        mscclpp_host::sync::lock(&self.slots[i])
     }
 
     fn list(&self, peers: Peers) -> Vec<usize> {

@@ -148,8 +148,8 @@ impl RegisteredBuffers {
 
     /// `(this rank's allocations registered, peers' allocations mapped)`.
     pub fn counts(&self) -> (usize, usize) {
-        let local = self.local.lock().unwrap_or_else(|e| e.into_inner()).len();
-        let remote = self.remote.lock().unwrap_or_else(|e| e.into_inner()).len();
+        let local = mscclpp_host::sync::lock(&self.local).len();
+        let remote = mscclpp_host::sync::lock(&self.remote).len();
         (local, remote)
     }
 
@@ -232,7 +232,7 @@ impl RegisteredBuffers {
                 a.size
             )));
         }
-        let mut local = self.local.lock().unwrap_or_else(|e| e.into_inner());
+        let mut local = mscclpp_host::sync::lock(&self.local);
         if !local.contains_key(&a.id) {
             if local.len() >= MAX_ALLOCATIONS {
                 return Err(refuse(format!(
@@ -258,7 +258,7 @@ impl RegisteredBuffers {
         let bad = |reason: String| Error::MalformedMemory { rank: q, reason };
         let token = RegisteredMemory::wire_token(reg)
             .ok_or_else(|| bad("registration with a wrong length or magic".into()))?;
-        let mut remote = self.remote.lock().unwrap_or_else(|e| e.into_inner());
+        let mut remote = mscclpp_host::sync::lock(&self.remote);
         if let Some(m) = remote.get(&(q, token)) {
             return Ok(m.clone());
         }

@@ -76,6 +76,7 @@ use std::time::Duration;
 
 use mscclpp_host::communicator::Communicator;
 use mscclpp_host::gpu::{BackendKind, DeviceBuffer, LazyStream};
+use mscclpp_host::sync::lock;
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::{BufferRef, DevicePtr, FIRST_WINDOW_SLOT, REGISTRY_SLOTS, RegistrySlot};
 
@@ -161,10 +162,6 @@ impl Drop for Registry {
             let _ = t.join();
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Registry {

@@ -39,7 +39,7 @@ static MODULES: Mutex<Vec<((BackendKind, usize), Weak<Module>)>> = Mutex::new(Ve
 /// without this (the CUDA driver compiles the PTX; the CPU backend reads its entry points).
 pub(super) fn builtin_module(g: &Gpu) -> Result<Arc<Module>> {
     let key = (g.kind(), g.ordinal());
-    let mut modules = MODULES.lock().unwrap_or_else(|e| e.into_inner());
+    let mut modules = mscclpp_host::sync::lock(&MODULES);
     modules.retain(|(_, m)| m.strong_count() > 0);
     if let Some(m) = modules
         .iter()

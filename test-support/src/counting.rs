@@ -7,10 +7,9 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use mscclpp_host::Result;
-use mscclpp_host::bootstrap::{Bootstrap, Watch};
+use mscclpp_host::bootstrap::{Bootstrap, Decorator, Watch};
 
 /// How many messages a rank's program has sent through its bootstrap (every `send` and
 /// collective made on the thread that made the [`Counting`] bootstrap: the rank's own thread;
@@ -26,7 +25,7 @@ impl Sends {
     }
 }
 
-/// A bootstrap that counts what it sends and otherwise is `inner`.
+/// A bootstrap that counts what it sends and otherwise is `inner` (a [`Decorator`]).
 pub struct Counting {
     inner: Arc<dyn Bootstrap>,
     sends: Sends,
@@ -50,34 +49,13 @@ impl Counting {
     }
 }
 
-impl Bootstrap for Counting {
-    fn rank(&self) -> usize {
-        self.inner.rank()
-    }
-    fn size(&self) -> usize {
-        self.inner.size()
-    }
-    fn local_rank(&self) -> usize {
-        self.inner.local_rank()
-    }
-    fn ranks_per_node(&self) -> usize {
-        self.inner.ranks_per_node()
-    }
-    fn node_of(&self, rank: usize) -> Option<usize> {
-        self.inner.node_of(rank)
+impl Decorator for Counting {
+    fn inner(&self) -> &dyn Bootstrap {
+        self.inner.as_ref()
     }
     fn send(&self, peer: usize, tag: u64, data: &[u8]) -> Result<()> {
         self.count();
         self.inner.send(peer, tag, data)
-    }
-    fn recv_watched(
-        &self,
-        peer: usize,
-        tag: u64,
-        timeout: Duration,
-        watch: Watch<'_>,
-    ) -> Result<Vec<u8>> {
-        self.inner.recv_watched(peer, tag, timeout, watch)
     }
     fn barrier_watched(&self, watch: Watch<'_>) -> Result<()> {
         self.count();
@@ -90,17 +68,5 @@ impl Bootstrap for Counting {
     fn broadcast_watched(&self, root: usize, data: &mut Vec<u8>, watch: Watch<'_>) -> Result<()> {
         self.count();
         self.inner.broadcast_watched(root, data, watch)
-    }
-    fn op_timeout(&self) -> Duration {
-        self.inner.op_timeout()
-    }
-    fn dead_peer(&self) -> Option<(usize, String)> {
-        self.inner.dead_peer()
-    }
-    fn left_peer(&self) -> Option<(usize, Duration)> {
-        self.inner.left_peer()
-    }
-    fn forgo_goodbye(&self) {
-        self.inner.forgo_goodbye()
     }
 }

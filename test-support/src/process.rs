@@ -13,8 +13,10 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc::{Receiver, channel};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use mscclpp_host::sync::lock;
 
 use crate::backend::RANKS_PER_GPU;
 
@@ -117,7 +119,7 @@ impl TestProcess {
             readers += 1;
             std::thread::spawn(move || {
                 for line in BufReader::new(o).lines().map_while(std::io::Result::ok) {
-                    let mut t = text.lock().unwrap_or_else(PoisonError::into_inner);
+                    let mut t = lock(&text);
                     t.push_str(&line);
                     t.push('\n');
                     drop(t);
@@ -132,8 +134,7 @@ impl TestProcess {
             std::thread::spawn(move || {
                 let mut bytes = Vec::new();
                 let _ = e.read_to_end(&mut bytes);
-                *text.lock().unwrap_or_else(PoisonError::into_inner) =
-                    String::from_utf8_lossy(&bytes).into_owned();
+                *lock(&text) = String::from_utf8_lossy(&bytes).into_owned();
                 let _ = done_tx.send(());
             });
         }
@@ -209,9 +210,7 @@ impl Child {
         panic!(
             "{}: no line {marker:?} within {limit:?} (the output ended or the time ran out); its output so far:\n{}",
             self.name,
-            self.stdout_text
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
+            lock(&self.stdout_text)
         )
     }
 
@@ -265,9 +264,7 @@ impl Child {
             let left = grace.saturating_duration_since(Instant::now());
             open |= self.done.recv_timeout(left).is_err();
         }
-        let take = |t: &Mutex<String>| {
-            std::mem::take(&mut *t.lock().unwrap_or_else(PoisonError::into_inner))
-        };
+        let take = |t: &Mutex<String>| std::mem::take(&mut *lock(t));
         let mut stderr = take(&self.stderr_text);
         if open {
             stderr.push_str(&format!(

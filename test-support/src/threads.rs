@@ -7,7 +7,7 @@
 //! hanging the test; the test then fails naming every rank that failed and why (a panic's message
 //! included), the first cause first.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mscclpp_host::bootstrap::{Bootstrap, BootstrapConfig, RootListener, TcpBootstrap, UniqueId};
@@ -16,6 +16,7 @@ use mscclpp_host::status::StatusBlock;
 use mscclpp_host::{Error, Result};
 
 use mscclpp_host::gpu::BackendKind;
+use mscclpp_host::sync::lock;
 
 use crate::backend::backend;
 use crate::counting::{Counting, Sends};
@@ -41,10 +42,7 @@ fn bootstrap(
 ) -> Result<TcpBootstrap> {
     let cfg = BootstrapConfig::new(r, n, id).with_timeout(SETUP_TIMEOUT);
     let root = match r {
-        0 => listener
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take(),
+        0 => lock(listener).take(),
         _ => None,
     };
     match root {
@@ -74,11 +72,7 @@ fn ranks_on<W, T: Send>(
     let (id, listener) = root();
     let statuses: Mutex<Vec<Arc<StatusBlock>>> = Mutex::new(Vec::new());
     let abort_all = || {
-        for s in statuses
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-        {
+        for s in lock(&statuses).iter() {
             s.abort();
         }
     };
@@ -95,10 +89,7 @@ fn ranks_on<W, T: Send>(
                     let (bs, w) = wrap(bootstrap(r, n, id, listener)?);
                     let gpu = mscclpp_host::gpu::Gpu::open(kind, r % devices)?;
                     let comm = Communicator::new(bs, gpu)?;
-                    statuses
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .push(comm.status().clone());
+                    lock(statuses).push(comm.status().clone());
                     let out =
                         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(comm, w)))
                             .unwrap_or_else(|p| {

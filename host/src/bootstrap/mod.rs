@@ -21,7 +21,8 @@
 //! | [`BootstrapConfig`] | rank, size, root, secret, deadlines, interface, queue caps; [`BootstrapConfig::from_env`] knows MSCCL++, torchrun, Open MPI and Slurm variables |
 //! | [`TcpBootstrap`] | the bootstrap: `send`/`recv` by (peer, tag), `all_gather`, `barrier`, `broadcast`, node layout |
 //! | [`Bootstrap`] | the operations as a trait, for other implementations (e.g. in-process) |
-//! | [`SubBootstrap`] | a group of ranks (a sub-communicator) as a bootstrap of its own, over the parent's links and tags |
+//! | [`Decorator`] | a bootstrap over another that overrides only the operations it changes (every other one is the inner bootstrap's) |
+//! | [`SubBootstrap`] | a group of ranks (a split's sub-communicator, a node group of a world of several nodes) as a bootstrap of its own, over the parent's links and tags |
 //! | [`wire`] | the byte layout of every frame |
 //! | [`passphrase_key`] | the key of a world started with a passphrase (`MSCCLPP_SECRET`), from its root address and job nonce |
 //!
@@ -166,6 +167,7 @@
 
 mod admit;
 mod config;
+mod decorator;
 pub(crate) mod intake;
 mod keying;
 mod mailbox;
@@ -184,6 +186,7 @@ pub use config::{
     DEFAULT_MAX_QUEUED_BYTES, DEFAULT_MAX_QUEUED_FRAMES, DEFAULT_TIMEOUT, Launcher, RootSpec,
     TORCHRUN_PORT_OFFSET, env, parse_root,
 };
+pub use decorator::Decorator;
 pub use keying::passphrase_key;
 pub use net::{interface_ipv4, local_ip};
 pub use sub::{MAX_SUB_ID, SUB_TAG, SubBootstrap};
@@ -260,7 +263,8 @@ pub fn no_watch() -> Result<()> {
 /// (`recv_watched`, `barrier_watched`, `all_gather_watched`, `broadcast_watched`: module docs);
 /// the plain waits are provided, as the watched ones with [`no_watch`]. So each wait is written
 /// once per transport, and a wrapper (a communicator's watched bootstrap, a test's fault
-/// injector) that overrides the watched ones changes the plain ones too.
+/// injector) that overrides the watched ones changes the plain ones too. A wrapper implements
+/// [`Decorator`] instead of this trait, and writes only what it changes.
 pub trait Bootstrap: Send + Sync {
     /// This rank.
     fn rank(&self) -> usize;

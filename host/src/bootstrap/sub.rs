@@ -1,16 +1,20 @@
-//! A sub-bootstrap: the ranks of a sub-communicator (`Communicator::split`) as a [`Bootstrap`]
-//! of their own, over the parent's links. It opens no socket: every message travels as a
-//! message of the parent, so it works over any [`Bootstrap`] (TCP, another sub-bootstrap, a
-//! test's wrapper).
+//! A sub-bootstrap: a group of a bootstrap's ranks as a [`Bootstrap`] of their own, over the
+//! parent's links. It serves both kinds of sub-world: a split's sub-communicator
+//! (`Communicator::split`, over the parent's unwatched bootstrap) and the node group of a world
+//! of several nodes (`Communicator::node_group`, over the world's watched bootstrap, with the
+//! world's failures added by a decorator, `health::WorldBound`). It opens no socket: every
+//! message travels as a message of the parent, so it works over any [`Bootstrap`] (TCP,
+//! another sub-bootstrap, a test's wrapper).
 //!
 //! # Tags
 //!
 //! A sub-bootstrap owns two tags of its parent, both in the range [`SUB_TAG`] (top nibble
 //! `0xE`, which no other user of a bootstrap in this crate takes): `SUB_TAG | id << 1` carries
 //! its `send` / `recv` messages, `SUB_TAG | id << 1 | 1` its collectives. `id` is the parent
-//! communicator's count of splits so far, the same on every rank because a split is collective
-//! over the parent (ranks of different colors of one split use the same tags, but never
-//! exchange messages). Each message of the parent is a frame:
+//! communicator's count of sub-worlds so far (splits and node groups), the same on every rank
+//! because both are collective over the parent (ranks of different colors of one split, or of
+//! different nodes, use the same tags, but never exchange messages). Each message of the
+//! parent is a frame:
 //!
 //! `inner tag u64 (little-endian) | payload`
 //!
@@ -38,14 +42,18 @@
 //! `all_gather` sends this rank's data to every member and receives theirs (tag: the call's
 //! sequence number); `barrier` is an all-gather of nothing; `broadcast` is the root's data sent
 //! to every other member. Each waits within the parent's operation deadline and checks its
-//! watch as a receive does.
+//! watch as a receive does. Every contribution to an all-gather (so also to a barrier) must be
+//! as long as this rank's: one of another length is [`Error::BootstrapMalformed`] naming the
+//! member that sent it.
 //!
 //! # Failures
 //!
 //! A member's link going down is the parent's to see: [`Bootstrap::dead_peer`] and
 //! [`Bootstrap::left_peer`] report the parent's, renumbered, when the rank is a member (a
 //! non-member's death does not concern this group). `forgo_goodbye` does nothing: the links
-//! are the parent's, and a failed sub-communicator must not cut them.
+//! are the parent's, and a failed sub-communicator must not cut them. (A node group is bound to
+//! its world instead: its decorator reports every death of the world and the world's abort,
+//! and passes `forgo_goodbye` on to the world.)
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -12,6 +12,9 @@
 //! | `Ib` | `ib` (feature `ib`) | libibverbs RDMA, loaded with `dlopen` at run time; not yet run on hardware |
 //! | `Ofi` | [`ofi`] | libfabric (`verbs`, `efa`, `cxi`, `tcp` providers), loaded with `dlopen` at run time: RMA writes into the peer's registered memory, or tagged messages staged through host memory; tested over the `tcp` provider, not yet run on RDMA hardware |
 //!
+//! The three network transports share one core (`network/`): the receiver's and the sender's
+//! destination checks, the failure mapping, the `dlopen` loader.
+//!
 //! A connection is built here from the local and the remote [`Endpoint`] (`setup.rs`, MSCCL++'s
 //! `Context::connect`): `Communicator::connect` only carries the two endpoints between the ranks
 //! through the bootstrap.
@@ -19,6 +22,7 @@
 pub mod ethernet;
 #[cfg(feature = "ib")]
 pub mod ib;
+mod network;
 pub mod ofi;
 pub mod p2p;
 mod setup;
@@ -74,7 +78,7 @@ pub trait Connection: Send + Sync {
 pub fn ib_usable() -> bool {
     #[cfg(feature = "ib")]
     {
-        ib::verbs::device_names().is_ok_and(|d| !d.is_empty())
+        ib::verbs::device_names(0).is_ok_and(|d| !d.is_empty())
     }
     #[cfg(not(feature = "ib"))]
     {

@@ -89,9 +89,9 @@ impl LocalEndpoint {
             Transport::Ib(i) => super::ib::Prepared::new(i, ctx.registry, remote_rank)
                 .map(|p| Prepared::Ib(Box::new(p))),
             #[cfg(not(feature = "ib"))]
-            Transport::Ib(_) => Err(Error::IbUnavailable {
-                reason: "this build has no InfiniBand support (enable the `ib` feature)".into(),
-            }),
+            Transport::Ib(_) => Err(crate::error::Link::local(transport).unavailable(
+                "this build has no InfiniBand support (enable the `ib` feature)".into(),
+            )),
             Transport::Ofi => {
                 ofi::Prepared::new(ctx.gpu, ctx.registry).map(|p| Prepared::Ofi(Box::new(p)))
             }

@@ -1,5 +1,6 @@
 //! The typed details of [`Error`](super::Error) variants: the lower-level causes of GPU-layer
-//! errors, and what exactly is wrong with a trigger or a memory.
+//! errors, what exactly is wrong with a trigger or a memory, and the wording of a full
+//! bootstrap queue.
 
 use crate::transport::Transport;
 
@@ -74,6 +75,19 @@ pub enum MemoryMisuse {
         /// The offset.
         offset: u64,
     },
+    /// A memory the connection does not know: its keys travel in the endpoints, so only
+    /// memories registered for the transport before the connection was made can be used.
+    #[error(
+        "the {side} (memory {id}) was not registered for {transport} before this connection was made (its keys are exchanged at connect)"
+    )]
+    AfterConnect {
+        /// `source` or `destination`.
+        side: &'static str,
+        /// The owner's id of the memory.
+        id: u32,
+        /// The transport.
+        transport: Transport,
+    },
 }
 
 /// The lower-level cause of a GPU-layer error: the CUDA driver, the OS, or the grid emulator.
@@ -117,4 +131,15 @@ pub enum BackendError {
     /// A check of ours failed (the message says which).
     #[error("{0}")]
     Invalid(String),
+}
+
+/// The caps a `BootstrapQueueFull` went over, for its message.
+pub(super) fn queue_caps(process: bool, max_bytes: u64, max_frames: u64) -> String {
+    if process {
+        format!(
+            "the cap of {max_bytes} bytes queued in this whole process (from every peer of every bootstrap; the bytes count them all)"
+        )
+    } else {
+        format!("the caps of {max_bytes} bytes and {max_frames} frames per peer")
+    }
 }

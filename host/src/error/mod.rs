@@ -1,13 +1,20 @@
 //! The host crate's one error type. Each variant names the operation that failed and carries its
 //! context and, where there is one, its source. Sections follow the crate's modules; the typed
 //! details some variants carry (driver and backend causes, trigger faults, memory misuse) are in
-//! `detail.rs`.
+//! `detail.rs`; the network transports' failures are one structured variant,
+//! [`Error::Transport`], whose kind and builder ([`TransportErrorKind`], [`Link`]) are in
+//! `transport.rs`; the host's own services' failures ([`Error::Numa`], [`Error::Trace`]) are
+//! kinds of their own in `host.rs`.
 
 mod detail;
+mod host;
+mod transport;
 
 use std::path::PathBuf;
 
 pub use self::detail::{BackendError, DriverError, MemoryMisuse, TriggerFault};
+pub use self::host::{NumaError, TraceError};
+pub use self::transport::{Link, TransportErrorKind};
 use crate::backend::BackendKind;
 use crate::transport::Transport;
 
@@ -551,7 +558,7 @@ pub enum Error {
     /// of the process); its link was cut.
     #[error(
         "bootstrap rank {rank}: {peer} queued {bytes} bytes in {frames} frames, over {}",
-        queue_caps(*process, *max_bytes, *max_frames)
+        detail::queue_caps(*process, *max_bytes, *max_frames)
     )]
     BootstrapQueueFull {
         /// This rank.
@@ -582,7 +589,6 @@ pub enum Error {
         /// Why.
         reason: String,
     },
-    // ---- end bootstrap ----
     // ---- communicator, registered memory, connections ----
     /// A buffer to register is empty or at address 0.
     #[error("cannot register {size} bytes at {addr:#x}: an empty or null buffer")]
@@ -878,7 +884,7 @@ pub enum Error {
         reason: String,
     },
 
-    // ---- ethernet / ib ----
+    // ---- network transports ----
     /// A peer failed, died, or refused what this rank sent it (its receiver said why, or its
     /// connection ended without a goodbye).
     #[error("rank {rank} failed: {reason}")]
@@ -888,213 +894,26 @@ pub enum Error {
         /// What happened, as far as this rank knows.
         reason: String,
     },
-    /// The peer closed its end of an Ethernet connection (it dropped the connection or exited).
-    #[error("rank {remote_rank} closed its Ethernet connection ({op})")]
-    EthernetPeerClosed {
-        /// The peer.
-        remote_rank: usize,
-        /// What this rank was doing.
+    /// A network transport (Ethernet, libfabric, InfiniBand) failed: which one, with which
+    /// peer (none outside a connection), what kind of failure (what programs match on), the
+    /// operation, what went wrong in words, and the OS or driver error where there is one
+    /// (`transport.rs`; built with [`Link`]).
+    #[error("{}", transport::describe(.transport, .remote_rank, .kind, .detail))]
+    Transport {
+        /// The transport.
+        transport: Transport,
+        /// The peer of the connection, if the failure is a connection's.
+        remote_rank: Option<usize>,
+        /// What kind of failure.
+        kind: TransportErrorKind,
+        /// The operation (`write`, `flush`, `set-up`, `fi_domain`, `ibv_post_send`, …).
         op: &'static str,
-    },
-    /// A socket call of an Ethernet connection failed.
-    #[error("Ethernet connection to rank {remote_rank}: {op} failed")]
-    EthernetIo {
-        /// The peer.
-        remote_rank: usize,
-        /// The operation.
-        op: &'static str,
-        /// OS error.
+        /// What went wrong, in words (the message after the transport and the peer).
+        detail: String,
+        /// The OS or driver error, if any.
         #[source]
-        source: std::io::Error,
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
-    /// An Ethernet set-up step or socket write did not finish before its deadline.
-    #[error("Ethernet connection to rank {remote_rank}: {op} did not complete within {after:?}")]
-    EthernetTimeout {
-        /// The peer.
-        remote_rank: usize,
-        /// The operation.
-        op: &'static str,
-        /// The deadline that passed.
-        after: std::time::Duration,
-    },
-    /// The Ethernet set-up with a peer failed (malformed endpoint, no reachable address, …).
-    #[error("Ethernet connection to rank {remote_rank}: set-up failed: {reason}")]
-    EthernetHandshake {
-        /// The peer.
-        remote_rank: usize,
-        /// Why.
-        reason: String,
-    },
-    /// A memory cannot be used on an Ethernet connection.
-    #[error("Ethernet connection to rank {remote_rank}: {misuse}")]
-    EthernetMemory {
-        /// The peer.
-        remote_rank: usize,
-        /// What is wrong with it.
-        misuse: MemoryMisuse,
-    },
-    /// This rank's device failed while applying or staging the peer's data (sticky; the
-    /// communicator was aborted). `reason` is the device error's message, recorded when it
-    /// happened on the receiver thread.
-    #[error(
-        "Ethernet connection to rank {remote_rank}: applying the peer's data on this rank's device failed: {reason}"
-    )]
-    EthernetApply {
-        /// The peer.
-        remote_rank: usize,
-        /// The device error, as it was reported.
-        reason: String,
-    },
-    /// No address the peer advertised for its Ethernet listener can be reached from here.
-    #[error(
-        "Ethernet connection to rank {remote_rank}: the peer is on another node and advertised only loopback addresses {addrs:?}"
-    )]
-    EthernetNoRoute {
-        /// The peer.
-        remote_rank: usize,
-        /// What it advertised.
-        addrs: Vec<std::net::SocketAddr>,
-    },
-    /// Connecting to the peer's Ethernet listener failed until the set-up deadline.
-    #[error(
-        "Ethernet connection to rank {remote_rank}: connecting to {addrs:?} failed (the last error, from {last})"
-    )]
-    EthernetConnect {
-        /// The peer.
-        remote_rank: usize,
-        /// The addresses tried.
-        addrs: Vec<std::net::SocketAddr>,
-        /// The address of the last attempt.
-        last: std::net::SocketAddr,
-        /// Its error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The peer sent a frame that breaks the protocol or names memory outside what this rank
-    /// registered; nothing of it was applied and the connection was closed (sticky).
-    #[error("Ethernet connection to rank {remote_rank}: refused a frame from the peer: {reason}")]
-    EthernetProtocol {
-        /// The peer.
-        remote_rank: usize,
-        /// What was wrong.
-        reason: String,
-    },
-    // ---- libfabric (connection::ofi) ----
-    /// libfabric is not usable here: the library could not be loaded, or no provider offers
-    /// what the transport needs.
-    #[error("libfabric is not available: {reason}")]
-    OfiUnavailable {
-        /// Why.
-        reason: String,
-    },
-    /// A libfabric call failed.
-    #[error("libfabric {call} failed (provider {provider:?}): {reason} ({code})")]
-    OfiCall {
-        /// The call (`fi_domain`, `fi_mr_regattr`, `fi_tsend`, …).
-        call: &'static str,
-        /// The provider.
-        provider: String,
-        /// libfabric's (negative) return code.
-        code: isize,
-        /// `fi_strerror` of it.
-        reason: String,
-    },
-    /// The libfabric set-up with a peer failed (malformed endpoint, another provider, …).
-    #[error("libfabric connection to rank {remote_rank}: set-up failed: {reason}")]
-    OfiConnect {
-        /// The peer.
-        remote_rank: usize,
-        /// Why.
-        reason: String,
-    },
-    /// The peer closed its end of a libfabric connection (it dropped it or exited).
-    #[error("rank {remote_rank} closed its libfabric connection ({op})")]
-    OfiPeerClosed {
-        /// The peer.
-        remote_rank: usize,
-        /// The operation that found it closed.
-        op: &'static str,
-    },
-    /// This rank refused a message of the peer (malformed, out of sequence, outside its
-    /// memories).
-    #[error("libfabric connection to rank {remote_rank}: refused a frame from the peer: {reason}")]
-    OfiProtocol {
-        /// The peer.
-        remote_rank: usize,
-        /// What was wrong.
-        reason: String,
-    },
-    /// A libfabric connection stopped working on this side (a call failed, or the device
-    /// failed while staging or applying data).
-    #[error("libfabric connection to rank {remote_rank}: {op} failed: {reason}")]
-    OfiFailed {
-        /// The peer.
-        remote_rank: usize,
-        /// The operation.
-        op: &'static str,
-        /// Why.
-        reason: String,
-    },
-    /// A libfabric operation waited for room (send slots, the peer's receive slots) past its
-    /// deadline.
-    #[error("libfabric connection to rank {remote_rank}: {op} did not complete within {after:?}")]
-    OfiTimeout {
-        /// The peer.
-        remote_rank: usize,
-        /// The operation.
-        op: &'static str,
-        /// The deadline.
-        after: std::time::Duration,
-    },
-    /// A memory cannot be used on a libfabric connection.
-    #[error("libfabric connection to rank {remote_rank}: {misuse}")]
-    OfiMemory {
-        /// The peer.
-        remote_rank: usize,
-        /// What is wrong with the memory.
-        misuse: MemoryMisuse,
-    },
-
-    /// InfiniBand cannot be used here: libibverbs is missing, has no device, or lacks a symbol.
-    #[error("InfiniBand is not available: {reason}")]
-    IbUnavailable {
-        /// Why.
-        reason: String,
-    },
-    /// A verbs call failed.
-    #[error("{verb} failed on {device}")]
-    IbVerb {
-        /// The verb, e.g. `ibv_modify_qp(RTR)`.
-        verb: &'static str,
-        /// The RDMA device name.
-        device: String,
-        /// The errno it returned or set.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The InfiniBand set-up with a peer failed (malformed queue pair info, mismatched port, …).
-    #[error("InfiniBand connection to rank {remote_rank}: {reason}")]
-    IbConnect {
-        /// The peer.
-        remote_rank: usize,
-        /// Why.
-        reason: String,
-    },
-    /// A work request completed with an error status (sticky: the queue pair is in error).
-    #[error(
-        "InfiniBand connection to rank {remote_rank}: work request {wr_id} completed with status {status} ({name})"
-    )]
-    IbCompletion {
-        /// The peer.
-        remote_rank: usize,
-        /// The work request id.
-        wr_id: u64,
-        /// `ibv_wc_status` value.
-        status: u32,
-        /// Its name.
-        name: &'static str,
-    },
-    // ---- end ethernet / ib ----
 
     // ---- FIFO and proxy ----
     /// A FIFO size that is not a power of two.
@@ -1151,25 +970,9 @@ pub enum Error {
         /// Which field is wrong.
         fault: TriggerFault,
     },
-    /// A NUMA node's CPU list (sysfs) does not parse.
-    #[error("NUMA node {node}: cannot parse {path} ({text:?})")]
-    NumaCpuList {
-        /// The node.
-        node: u32,
-        /// The file read.
-        path: PathBuf,
-        /// What it holds.
-        text: String,
-    },
-    /// Binding a thread to a NUMA node's CPUs failed.
-    #[error("binding to NUMA node {node} failed")]
-    NumaBind {
-        /// The node.
-        node: u32,
-        /// The `sched_setaffinity` error.
-        #[source]
-        source: std::io::Error,
-    },
+    /// Reading a NUMA node's CPUs or binding a thread to them failed.
+    #[error(transparent)]
+    Numa(#[from] NumaError),
     /// A kernel stopped waiting and recorded why in its `DeviceStatus`.
     #[error("a device wait gave up: {code:?} at {site:?} (address {addr:#x})")]
     Device {
@@ -1182,41 +985,7 @@ pub enum Error {
     },
 
     // ---- trace ----
-    /// A trace variable (`MSCCLPP_TRACE_*`) holds something that is not a positive integer.
-    #[error("{var}={value:?} is not a positive integer")]
-    TraceEnv {
-        /// The variable.
-        var: &'static str,
-        /// What it holds.
-        value: String,
-    },
-    /// Writing a rank's trace file failed.
-    #[error("writing the trace file {path} failed")]
-    TraceWrite {
-        /// The file.
-        path: PathBuf,
-        /// OS error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The clock-sync kernel did not answer the host's pings in time (the device is busy or
-    /// gone): no clock pair was taken.
-    #[error("rank {rank}: the trace's clock-sync kernel did not answer within {after:?}")]
-    TraceClockSync {
-        /// The rank.
-        rank: usize,
-        /// The deadline that passed.
-        after: std::time::Duration,
-    },
-}
-
-/// The caps a `BootstrapQueueFull` went over, for its message.
-fn queue_caps(process: bool, max_bytes: u64, max_frames: u64) -> String {
-    if process {
-        format!(
-            "the cap of {max_bytes} bytes queued in this whole process (from every peer of every bootstrap; the bytes count them all)"
-        )
-    } else {
-        format!("the caps of {max_bytes} bytes and {max_frames} frames per peer")
-    }
+    /// Setting up, taking or writing a rank's trace failed.
+    #[error(transparent)]
+    Trace(#[from] TraceError),
 }

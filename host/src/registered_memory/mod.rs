@@ -146,6 +146,34 @@ impl RegisteredMemory {
         }
     }
 
+    /// A peer's memory as this rank would receive it from another node (reachable only through
+    /// a connection), for tests of the code that checks a destination.
+    #[cfg(test)]
+    pub(crate) fn remote_for_test(
+        owner: usize,
+        id: u32,
+        size: usize,
+        transports: TransportFlags,
+        key: u64,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                owner_rank: owner,
+                owner_pid: 0,
+                local_id: id,
+                backend: BackendKind::Cpu,
+                size,
+                transports,
+                owner_addr: 0x1000,
+                ipc: None,
+                mapping: Mapping::Remote,
+                token: 1,
+                key,
+                _registration: None,
+            }),
+        }
+    }
+
     /// The owning rank.
     pub fn rank(&self) -> usize {
         self.inner.owner_rank

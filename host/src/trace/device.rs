@@ -8,7 +8,7 @@ use mscclpp_shared::trace::{EVENTS_PER_LAUNCH, event_slot};
 use mscclpp_shared::{TraceClockParams, TraceDeviceHandle, TraceEvent, TraceEventKind};
 
 use crate::backoff::Backoff;
-use crate::error::{Error, Result};
+use crate::error::{Result, TraceError};
 use crate::gpu::{DeviceBuffer, Gpu, HostMapped, Kernel, LaunchConfig, Stream};
 use crate::status::StatusBlock;
 
@@ -207,10 +207,11 @@ impl ClockSync {
             .synchronize_timeout(left.max(Duration::from_millis(100)))?;
         match best {
             Some(pair) if !failed && done => Ok(pair),
-            _ => Err(Error::TraceClockSync {
+            _ => Err(TraceError::ClockSync {
                 rank: self.rank,
                 after: timeout,
-            }),
+            }
+            .into()),
         }
     }
 }

@@ -67,7 +67,7 @@ use self::event::json_str;
 pub use self::event::{Arg, Category, HostEvent};
 use self::ring::Ring;
 use crate::bootstrap::SetupPhase;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, TraceError};
 use crate::gpu::{BackendKind, Gpu, Kernel};
 use crate::sync::lock;
 
@@ -118,7 +118,7 @@ impl TraceConfig {
 
     /// `MSCCLPP_TRACE=dir` (unset or empty: no trace), with `MSCCLPP_TRACE_HOST_EVENTS` and
     /// `MSCCLPP_TRACE_DEVICE_BYTES` when set. A bound that is not a positive integer is
-    /// [`Error::TraceEnv`].
+    /// [`TraceError::Env`](crate::error::TraceError::Env).
     pub fn from_env() -> Result<Option<Self>> {
         let dir = match std::env::var_os(TRACE_ENV) {
             Some(d) if !d.is_empty() => d,
@@ -130,7 +130,7 @@ impl TraceConfig {
                 Err(_) => Ok(None),
                 Ok(v) => match v.trim().parse::<usize>() {
                     Ok(n) if n > 0 => Ok(Some(n)),
-                    _ => Err(Error::TraceEnv { var, value: v }),
+                    _ => Err(TraceError::Env { var, value: v }.into()),
                 },
             }
         };
@@ -387,9 +387,12 @@ impl Trace {
             }
         }
         let text = i.render()?;
-        let fail = |source| Error::TraceWrite {
-            path: path.to_path_buf(),
-            source,
+        let fail = |source| -> Error {
+            TraceError::Write {
+                path: path.to_path_buf(),
+                source,
+            }
+            .into()
         };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(fail)?;

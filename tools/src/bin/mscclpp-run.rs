@@ -125,7 +125,7 @@ fn pump(from: impl Read, prefix: String, to_stderr: bool, lock: &Mutex<()>) {
                 if !line.ends_with(b"\n") {
                     line.push(b'\n');
                 }
-                let _g = lock.lock().unwrap_or_else(|e| e.into_inner());
+                let _g = mscclpp::host::sync::lock(lock);
                 let _ = if to_stderr {
                     let mut e = std::io::stderr().lock();
                     e.write_all(prefix.as_bytes())

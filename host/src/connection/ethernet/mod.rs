@@ -9,8 +9,8 @@
 //!
 //! | file | holds |
 //! |---|---|
-//! | `mod.rs` | these docs, the limits, [`EthernetConnection`], the sticky failure both sides share, `Drop` |
-//! | `wire.rs` | [`EndpointInfo`], [`Handshake`], [`Frame`], and the receiver's destination check |
+//! | `mod.rs` | these docs, the limits, [`EthernetConnection`], the sticky failure both sides share (a `connection::network` failure), `Drop` |
+//! | `wire.rs` | [`EndpointInfo`], [`Handshake`], [`Frame`] |
 //! | `setup.rs` | [`Listener`], connecting, the handshake, starting the receiver thread |
 //! | `sender.rs` | `write`, `update_and_sync`, `flush` (the outbound stream and its answers) |
 //! | `receiver.rs` | the receiver thread (the inbound stream) |
@@ -93,20 +93,21 @@
 //!
 //! # What the receiver checks (nothing read is trusted)
 //!
-//! The header is checked before any payload is read: known op, reserved words 0, `WRITE` length
-//! at most [`CHUNK`], `ERROR` length at most [`MAX_REASON`], a frame kind that belongs to this
-//! direction. The destination id must be in the registry and registered for `Ethernet`, the
-//! frame's key must be the memory's network key (`RegisteredMemory::key`, compared in constant
-//! time: a random value per registration that only the ranks the memory was sent to know, so a
-//! peer cannot write into memory never sent to it, however it guesses ids), `offset + len`
-//! must not overflow and must be at most the registered size, an `UPDATE` word must be 8-byte
-//! aligned. The payload is read into a staging buffer first; the lookup is
-//! repeated under the registry's read lock, and the copy happens while holding it. A frame that
-//! fails a check is not applied: the receiver sends `ERROR {reason}` back, closes, and the
-//! connection's later calls return [`Error::EthernetProtocol`] (sticky), and the receiving
-//! rank's communicator is aborted (a peer that names memory it was never given, or a wrong key,
-//! is broken or hostile, and nothing it sends can be trusted after that); the sender's next
-//! `flush` returns [`Error::Remote`] with the receiver's reason.
+//! The header is checked before any payload is read: known op, reserved words 0, `WRITE` length at
+//! most [`CHUNK`], `ERROR` length at most [`MAX_REASON`], a frame kind that belongs to this
+//! direction. The destination (checked by the network transports' shared trust boundary,
+//! `connection::network`) must be in the registry and registered for `Ethernet`, the frame's key
+//! must be the memory's network key (`RegisteredMemory::key`, compared in constant time: a random
+//! value per registration that only the ranks the memory was sent to know, so a peer cannot write
+//! into memory never sent to it, however it guesses ids), `offset + len` must not overflow and must
+//! be at most the registered size, an `UPDATE` word must be 8-byte aligned. The payload is read
+//! into a staging buffer first; the lookup is repeated under the registry's read lock, and the copy
+//! happens while holding it. A frame that fails a check is not applied: the receiver sends `ERROR
+//! {reason}` back, closes, and the connection's later calls return
+//! [`Error::Transport`](crate::Error::Transport) of kind `Protocol` (sticky), and the receiving
+//! rank's communicator is aborted (a peer that names memory it was never given, or a wrong key, is
+//! broken or hostile, and nothing it sends can be trusted after that); the sender's next `flush`
+//! returns [`Error::Remote`](crate::Error::Remote) with the receiver's reason.
 //!
 //! # Failure model
 //!
@@ -114,14 +115,16 @@
 //!   whole set-up); every socket write by the same timeout; `flush` by its argument; reading a
 //!   payload once its header arrived by the same timeout (a peer stalling mid-frame is dropped).
 //! - A write that times out never tears the byte stream: the unsent rest of a frame that was
-//!   partly sent is kept and sent before anything else (a frame not started is dropped). The
-//!   call returns [`Error::EthernetTimeout`]; its data may or may not arrive.
+//!   partly sent is kept and sent before anything else (a frame not started is dropped). The call
+//!   returns [`Error::Transport`](crate::Error::Transport) of kind `Timeout`; its data may or may
+//!   not arrive.
 //! - Failures are sticky and name the peer: a `BYE` then EOF means the peer dropped the
-//!   connection ([`Error::EthernetPeerClosed`]); EOF or a reset without `BYE` means it died
-//!   ([`Error::Remote`]); an `ERROR` frame means it refused our data ([`Error::Remote`] with its
-//!   reason); a bad frame from it is [`Error::EthernetProtocol`]. When the receiver thread finds
-//!   the peer dead or hostile (no `BYE`, a bad frame, or a local device failure while applying),
-//!   it also aborts the communicator's status block, releasing every device wait of this rank.
+//!   connection ([`Error::Transport`](crate::Error::Transport) of kind `PeerClosed`); EOF or a
+//!   reset without `BYE` means it died ([`Error::Remote`](crate::Error::Remote)); an `ERROR` frame
+//!   means it refused our data ([`Error::Remote`](crate::Error::Remote) with its reason); a bad
+//!   frame from it is kind `Protocol`. When the receiver thread finds the peer dead or hostile (no
+//!   `BYE`, a bad frame, or a local device failure while applying), it also aborts the
+//!   communicator's status block, releasing every device wait of this rank.
 //! - `Drop` sends `BYE` and, for at most [`LINGER`], keeps applying (and acknowledging) the
 //!   peer's frames until the peer's own `BYE`, and waits for the peer to close the outbound
 //!   stream; then it closes both streams and joins the receiver thread. When both ranks drop
@@ -133,7 +136,6 @@ mod sender;
 mod setup;
 mod wire;
 
-use std::io;
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -144,11 +146,13 @@ use self::sender::Out;
 pub use self::setup::Listener;
 pub(crate) use self::setup::Setup;
 pub use self::wire::{EndpointInfo, Frame, Handshake, HandshakeKind, handshake_context};
-use crate::error::{Error, Result};
+use crate::connection::network::Failure;
+use crate::error::{Link, Result};
 use crate::gpu::{Gpu, HostMapped, Stream};
 use crate::socket::{deadline_in, drain, remaining};
 use crate::status::StatusBlock;
 use crate::sync::lock;
+use crate::transport::Transport;
 
 /// Magic of an [`EndpointInfo`].
 pub const INFO_MAGIC: [u8; 4] = *b"MSET";
@@ -186,61 +190,6 @@ const ACCEPT_POLL: Duration = Duration::from_millis(5);
 /// Longest a single connect attempt may take.
 const CONNECT_ATTEMPT: Duration = Duration::from_secs(5);
 
-/// Why a connection stopped working (the first reason wins).
-#[derive(Clone, Debug)]
-enum Failure {
-    /// The peer said `BYE` (it dropped the connection) and then closed.
-    Closed,
-    /// The peer's stream ended or reset without `BYE`.
-    Lost(String),
-    /// The peer refused our frames (its `ERROR`).
-    Refused(String),
-    /// We refused a frame of the peer.
-    Protocol(String),
-    /// A socket call failed.
-    Io(&'static str, io::ErrorKind, String),
-    /// The device failed while applying or staging a frame.
-    Local(String),
-}
-
-impl Failure {
-    fn to_error(&self, remote_rank: usize, op: &'static str) -> Error {
-        match self {
-            Failure::Closed => Error::EthernetPeerClosed { remote_rank, op },
-            Failure::Lost(why) => Error::Remote {
-                rank: remote_rank,
-                reason: format!("its Ethernet connection ended without a goodbye ({why})"),
-            },
-            Failure::Refused(why) => Error::Remote {
-                rank: remote_rank,
-                reason: format!("it refused this rank's Ethernet data: {why}"),
-            },
-            Failure::Protocol(why) => Error::EthernetProtocol {
-                remote_rank,
-                reason: why.clone(),
-            },
-            Failure::Io(what, kind, msg) => Error::EthernetIo {
-                remote_rank,
-                op: what,
-                source: io::Error::new(*kind, msg.clone()),
-            },
-            Failure::Local(why) => Error::EthernetApply {
-                remote_rank,
-                reason: why.clone(),
-            },
-        }
-    }
-
-    /// Whether the receiver thread aborts the communicator for it (the peer died or is
-    /// hostile, or this rank cannot apply its data).
-    fn aborts(&self) -> bool {
-        matches!(
-            self,
-            Failure::Lost(_) | Failure::Protocol(_) | Failure::Local(_)
-        )
-    }
-}
-
 struct Shared {
     remote_rank: usize,
     failure: Mutex<Option<Failure>>,
@@ -264,9 +213,14 @@ impl Shared {
 
     fn check(&self, op: &'static str) -> Result<()> {
         match self.failure() {
-            Some(f) => Err(f.to_error(self.remote_rank, op)),
+            Some(f) => Err(f.to_error(self.link(), op)),
             None => Ok(()),
         }
+    }
+
+    /// The connection, as its errors name it.
+    fn link(&self) -> Link {
+        Link::to(Transport::Ethernet, self.remote_rank)
     }
 
     /// Why the outbound stream ended: the peer dropped its end (`BYE` seen, waiting briefly

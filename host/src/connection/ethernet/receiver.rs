@@ -8,12 +8,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::wire::{Frame, check_destination};
-use super::{CHUNK, ERROR_REPORT_TIMEOUT, Failure, HEADER_LEN, MAX_REASON, Shared, staging};
+use super::wire::Frame;
+use super::{CHUNK, ERROR_REPORT_TIMEOUT, HEADER_LEN, MAX_REASON, Shared, staging};
+use crate::connection::network::{Failure, check_destination};
 use crate::error::Error;
 use crate::gpu::{Gpu, HostMapped, Stream};
 use crate::registered_memory::LocalMemories;
 use crate::socket::{IoFail, classify, deadline_in, read_full, write_full};
+use crate::transport::Transport;
 
 pub(super) struct Receiver {
     pub(super) shared: Arc<Shared>,
@@ -59,7 +61,7 @@ impl Receiver {
             tracing::warn!(
                 "Ethernet: connection from rank {} failed ({}); aborting the communicator",
                 self.shared.remote_rank,
-                recorded.to_error(self.shared.remote_rank, "receive")
+                recorded.to_error(self.shared.link(), "receive")
             );
             self.shared.status.abort();
         }
@@ -120,8 +122,14 @@ impl Receiver {
                 key,
             } => {
                 // Checked before a byte of payload is read…
-                check_destination(&self.registry.read(), id, key, (offset, len, 1))
-                    .map_err(Failure::Protocol)?;
+                check_destination(
+                    &self.registry.read(),
+                    Transport::Ethernet,
+                    id,
+                    key,
+                    (offset, len, 1),
+                )
+                .map_err(Failure::Protocol)?;
                 self.apply_write(id, key, offset, len)?;
                 Ok(Step::Continue)
             }
@@ -188,7 +196,8 @@ impl Receiver {
         // be deregistered (and freed by its owner) while it is written.
         let registry = Arc::clone(&self.registry);
         let map = registry.read();
-        let dst = check_destination(&map, id, key, (offset, len, 1)).map_err(Failure::Protocol)?;
+        let dst = check_destination(&map, Transport::Ethernet, id, key, (offset, len, 1))
+            .map_err(Failure::Protocol)?;
         // SAFETY: `dst..dst+n` lies inside a registered local memory (checked under the lock,
         // which is held until the copy completes); the staging buffer is a distinct allocation.
         unsafe { stream.copy_dtod(dst, staging.device_ptr(), n) }
@@ -200,7 +209,8 @@ impl Receiver {
         let (stream, _) = staging(&self.gpu, &mut self.dev, CHUNK).map_err(local)?;
         let registry = Arc::clone(&self.registry);
         let map = registry.read();
-        let dst = check_destination(&map, id, key, (offset, 8, 8)).map_err(Failure::Protocol)?;
+        let dst = check_destination(&map, Transport::Ethernet, id, key, (offset, 8, 8))
+            .map_err(Failure::Protocol)?;
         // SAFETY: an 8-byte aligned word inside a registered local memory, kept registered by
         // the read lock until the store completes.
         unsafe { stream.write_value_u64(dst.cast(), value) }

@@ -7,9 +7,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::wire::Frame;
-use super::{CHUNK, EthernetConnection, Failure, HEADER_LEN, MAX_REASON, WHY_TIMEOUT, staging};
+use super::{CHUNK, EthernetConnection, HEADER_LEN, MAX_REASON, WHY_TIMEOUT, staging};
 use crate::connection::Connection;
-use crate::error::{Error, MemoryMisuse, Result};
+use crate::connection::network::{Failure, check_remote, check_word};
+use crate::error::{Error, Result};
 use crate::gpu::{Gpu, HostMapped, Stream};
 use crate::registered_memory::RegisteredMemory;
 use crate::socket::{IoFail, classify, deadline_in, remaining, write_some};
@@ -120,44 +121,10 @@ impl Wire {
 }
 
 impl EthernetConnection {
-    /// Checks a destination on the sending side (the receiver checks again).
-    fn check_dst(&self, dst: &RegisteredMemory, off: u64, len: u64) -> Result<()> {
-        let remote_rank = self.peer();
-        if dst.rank() != remote_rank {
-            return Err(Error::EthernetMemory {
-                remote_rank,
-                misuse: MemoryMisuse::NotThePeers { owner: dst.rank() },
-            });
-        }
-        if !dst.transports().has(Transport::Ethernet) {
-            return Err(Error::EthernetMemory {
-                remote_rank,
-                misuse: MemoryMisuse::NotRegistered {
-                    id: dst.local_id(),
-                    transport: Transport::Ethernet,
-                },
-            });
-        }
-        match off.checked_add(len) {
-            Some(end) if end <= dst.size() as u64 => Ok(()),
-            _ => Err(Error::OutOfRange {
-                offset: usize::try_from(off).unwrap_or(usize::MAX),
-                len: usize::try_from(len).unwrap_or(usize::MAX),
-                size: dst.size(),
-            }),
-        }
-    }
-
     /// Turns a failed send into the connection's (sticky, unless a timeout) error.
     fn send_failed(&self, out: &mut Wire, f: IoFail, op: &'static str) -> Error {
         let failure = match f {
-            IoFail::Timeout => {
-                return Error::EthernetTimeout {
-                    remote_rank: self.peer(),
-                    op,
-                    after: self.timeout,
-                };
-            }
+            IoFail::Timeout => return self.shared.link().timeout(op, self.timeout),
             IoFail::Io(e) => Failure::Io(op, e.kind(), e.to_string()),
             IoFail::Closed => {
                 // The peer may have said why before closing: look for its ERROR.
@@ -169,7 +136,7 @@ impl EthernetConnection {
         };
         let f = self.shared.fail(failure);
         let _ = out.stream.shutdown(Shutdown::Both);
-        f.to_error(self.peer(), op)
+        f.to_error(self.shared.link(), op)
     }
 
     fn send_frame(
@@ -202,7 +169,7 @@ impl Connection for EthernetConnection {
         size: u64,
     ) -> Result<()> {
         self.shared.check("write")?;
-        self.check_dst(dst, dst_off, size)?;
+        check_remote(self.shared.link(), "write", dst, dst_off, size)?;
         let s = src.range(src_off, size)?;
         if size == 0 {
             return Ok(());
@@ -229,11 +196,8 @@ impl Connection for EthernetConnection {
             if !stream.synchronize_timeout(left)? {
                 // The copy may still land in the staging buffer: never reuse or free it.
                 std::mem::forget(dev.take());
-                return Err(Error::EthernetTimeout {
-                    remote_rank: self.peer(),
-                    op: "stage a write on the device",
-                    after: self.timeout,
-                });
+                let op = "stage a write on the device";
+                return Err(self.shared.link().timeout(op, self.timeout));
             }
             // SAFETY: the staging buffer is live host memory of HEADER_LEN + CHUNK bytes; the
             // device copy into it has completed (synchronized above) and nothing else touches it
@@ -262,13 +226,7 @@ impl Connection for EthernetConnection {
         new_value: u64,
     ) -> Result<()> {
         self.shared.check("update_and_sync")?;
-        if !dst_off.is_multiple_of(8) {
-            return Err(Error::EthernetMemory {
-                remote_rank: self.peer(),
-                misuse: MemoryMisuse::Misaligned { offset: dst_off },
-            });
-        }
-        self.check_dst(dst, dst_off, 8)?;
+        check_word(self.shared.link(), dst, dst_off)?;
         src.store(new_value, Ordering::Release);
         let frame = Frame::Update {
             id: dst.local_id(),
@@ -318,7 +276,7 @@ impl Connection for EthernetConnection {
             };
             let f = self.shared.fail(failure);
             let _ = wire.stream.shutdown(Shutdown::Both);
-            return Err(f.to_error(self.peer(), "flush"));
+            return Err(f.to_error(self.shared.link(), "flush"));
         }
     }
 

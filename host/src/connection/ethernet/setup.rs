@@ -20,11 +20,12 @@ use crate::auth::{self, Nonce, Role, Secret};
 use crate::bootstrap::intake::{Intake, Ticket};
 use crate::bootstrap::os::{self, send_whole};
 use crate::bootstrap::{env, interface_ipv4, local_ip};
-use crate::error::{Error, Result};
+use crate::error::{Error, Link, Result, TransportErrorKind};
 use crate::gpu::Gpu;
 use crate::registered_memory::LocalMemories;
 use crate::socket::{IoFail, deadline_in, read_full, remaining, write_full};
 use crate::status::StatusBlock;
+use crate::transport::Transport;
 
 /// A bound listener and what the peer needs to reach it.
 pub struct Listener {
@@ -38,11 +39,7 @@ impl Listener {
     /// the module docs): `MSCCLPP_SOCKET_IFNAME`'s IPv4 address, else the one
     /// [`local_ip`](crate::bootstrap::local_ip) picks; never 0.0.0.0.
     pub fn bind(remote_rank: usize) -> Result<Self> {
-        let fail = |op, source| Error::EthernetIo {
-            remote_rank,
-            op,
-            source,
-        };
+        let fail = |op, source| Link::to(Transport::Ethernet, remote_rank).io(op, source);
         let ifname = std::env::var(env::SOCKET_IFNAME)
             .ok()
             .filter(|s| !s.trim().is_empty());
@@ -99,11 +96,8 @@ impl Listener {
                 live
             });
             let Some(left) = remaining(deadline) else {
-                return Err(Error::EthernetTimeout {
-                    remote_rank: self.remote_rank,
-                    op: "accept the peer's connection",
-                    after,
-                });
+                let link = Link::to(Transport::Ethernet, self.remote_rank);
+                return Err(link.timeout("accept the peer's connection", after));
             };
             let listening = self.intake.poll_fd();
             let mut fds: Vec<libc::pollfd> = listening.into_iter().collect();
@@ -314,11 +308,13 @@ fn connect_out(setup: &Setup<'_>, info: &EndpointInfo, deadline: Instant) -> Res
         // answers here fails the handshake (the proof), with a typed error.
         addrs = info.addrs.clone();
     }
+    let link = Link::to(Transport::Ethernet, setup.remote_rank);
     if addrs.is_empty() {
-        return Err(Error::EthernetNoRoute {
-            remote_rank: setup.remote_rank,
-            addrs: info.addrs.clone(),
-        });
+        let why = format!(
+            "the peer is on another node and advertised only loopback addresses {:?}",
+            info.addrs
+        );
+        return Err(link.error(TransportErrorKind::Connect, "connect", why));
     }
     let mut pause = Duration::from_millis(10);
     loop {
@@ -334,17 +330,13 @@ fn connect_out(setup: &Setup<'_>, info: &EndpointInfo, deadline: Instant) -> Res
         }
         let Some(left) = remaining(deadline) else {
             return Err(match last {
-                Some((last, source)) => Error::EthernetConnect {
-                    remote_rank: setup.remote_rank,
-                    addrs,
-                    last,
-                    source,
-                },
-                None => Error::EthernetTimeout {
-                    remote_rank: setup.remote_rank,
-                    op: "connect to the peer",
-                    after: setup.timeout,
-                },
+                Some((last, source)) => link.caused(
+                    TransportErrorKind::Connect,
+                    "connect",
+                    format!("connecting to {addrs:?} failed (the last error, from {last})"),
+                    Some(Box::new(source)),
+                ),
+                None => link.timeout("connect to the peer", setup.timeout),
             });
         };
         thread::sleep(pause.min(left));
@@ -418,26 +410,14 @@ impl EthernetConnection {
         setup: Setup<'_>,
     ) -> Result<Self> {
         let remote_rank = setup.remote_rank;
-        let handshake = |reason: String| Error::EthernetHandshake {
-            remote_rank,
-            reason,
-        };
-        let io = |op: &'static str| {
-            move |source| Error::EthernetIo {
-                remote_rank,
-                op,
-                source,
-            }
-        };
+        let link = Link::to(Transport::Ethernet, remote_rank);
+        let handshake = |reason: String| link.setup(reason);
+        let io = |op: &'static str| move |source| link.io(op, source);
         let info = EndpointInfo::decode(peer_extra)
             .map_err(|r| handshake(format!("malformed endpoint: {r}")))?;
         let my_token = listener.info.token;
         let deadline = deadline_in(setup.timeout);
-        let timeout_err = |op| Error::EthernetTimeout {
-            remote_rank,
-            op,
-            after: setup.timeout,
-        };
+        let timeout_err = |op| link.timeout(op, setup.timeout);
         let io_fail = |op: &'static str, f: IoFail| match f {
             IoFail::Timeout => timeout_err(op),
             IoFail::Closed => handshake(format!("{op}: the connection closed")),

@@ -1,20 +1,14 @@
-//! The Ethernet transport's wire formats (tables in the [module docs](super)) and the
-//! receiver's destination check, the whole of its trust boundary.
+//! The Ethernet transport's wire formats (tables in the [module docs](super)). The receiver's
+//! destination check, the rest of its trust boundary, is the network transports' shared one
+//! (`connection::network`).
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-
-use mscclpp_shared::DevicePtr;
-
-use subtle::ConstantTimeEq;
 
 use super::{CHUNK, HANDSHAKE_LEN, HANDSHAKE_MARKER, HEADER_LEN, INFO_MAGIC, INFO_VERSION};
 use super::{MAX_ADDRS, MAX_REASON, PROTOCOL_VERSION};
 use crate::auth::{NONCE_LEN, TAG_LEN};
 use crate::bootstrap::wire::{ADDR_LEN, decode_addr, is_connectable, put_addr};
 use crate::codec::{Reader, Writer};
-use crate::registered_memory::LocalMemory;
-use crate::transport::Transport;
 
 /// What one side tells the other through the bootstrap: where it listens, and its token.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -352,53 +346,9 @@ impl Frame {
     }
 }
 
-/// Checks a destination named by a peer against the registry: registered here for `Ethernet`,
-/// the right network key (compared in constant time), `[offset, offset + len)` inside it, and
-/// (for `align` > 1) the address aligned. Returns the destination address. This is the
-/// receiver's whole trust boundary.
-pub(crate) fn check_destination(
-    registry: &HashMap<u32, LocalMemory>,
-    id: u32,
-    key: u64,
-    (offset, len, align): (u64, u64, u64),
-) -> Result<DevicePtr<u8>, String> {
-    let mem = registry.get(&id).ok_or_else(|| {
-        format!("memory {id} is not registered here for a network transport (or no longer)")
-    })?;
-    if !mem.transports.has(Transport::Ethernet) {
-        return Err(format!("memory {id} is not registered for Ethernet"));
-    }
-    if !bool::from(mem.key.to_le_bytes().ct_eq(&key.to_le_bytes())) {
-        return Err(format!(
-            "the write into memory {id} carries a wrong network key (this rank never sent that memory to the writer)"
-        ));
-    }
-    match offset.checked_add(len) {
-        Some(end) if end <= mem.size as u64 => {}
-        _ => {
-            return Err(format!(
-                "range {offset}+{len} is outside memory {id} of {} bytes",
-                mem.size
-            ));
-        }
-    }
-    let addr = mem
-        .ptr
-        .addr()
-        .checked_add(offset)
-        .ok_or_else(|| format!("memory {id}: address overflow"))?;
-    if align > 1 && !addr.is_multiple_of(align) {
-        return Err(format!(
-            "memory {id}: offset {offset} is not {align}-byte aligned"
-        ));
-    }
-    Ok(DevicePtr::from_addr(addr))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transport::TransportFlags;
 
     #[test]
     fn endpoint_info_round_trip_and_rejection() {
@@ -532,72 +482,5 @@ mod tests {
         ] {
             assert!(Frame::decode(&bad).is_err(), "{bad:?} accepted");
         }
-    }
-
-    #[test]
-    fn destinations_are_checked_against_the_registry() {
-        const K: u64 = 0x5eed_1234_abcd_0042;
-        let mut map = HashMap::new();
-        let eth = TransportFlags::from(Transport::Ethernet);
-        map.insert(
-            1,
-            LocalMemory {
-                ptr: DevicePtr::from_addr(0x1000),
-                size: 100,
-                transports: eth,
-                key: K,
-            },
-        );
-        map.insert(
-            2,
-            LocalMemory {
-                ptr: DevicePtr::from_addr(0x2000),
-                size: 100,
-                transports: TransportFlags::from(Transport::Shm),
-                key: K,
-            },
-        );
-        map.insert(
-            3,
-            LocalMemory {
-                ptr: DevicePtr::from_addr(0x3004),
-                size: 64,
-                transports: eth,
-                key: K,
-            },
-        );
-        assert_eq!(
-            check_destination(&map, 1, K, (0, 100, 1)).unwrap().addr(),
-            0x1000
-        );
-        assert_eq!(
-            check_destination(&map, 1, K, (99, 1, 1)).unwrap().addr(),
-            0x1000 + 99
-        );
-        assert!(check_destination(&map, 1, K, (99, 2, 1)).is_err());
-        assert!(check_destination(&map, 1, K, (100, 1, 1)).is_err());
-        assert!(check_destination(&map, 1, K, (u64::MAX, 2, 1)).is_err());
-        assert!(check_destination(&map, 1, K, (1, u64::MAX, 1)).is_err());
-        assert!(
-            check_destination(&map, 2, K, (0, 8, 1)).is_err(),
-            "not registered for Ethernet"
-        );
-        assert!(
-            check_destination(&map, 9, K, (0, 8, 1)).is_err(),
-            "unknown id"
-        );
-        assert!(check_destination(&map, 1, K, (8, 8, 8)).is_ok());
-        assert!(
-            check_destination(&map, 1, K, (4, 8, 8)).is_err(),
-            "misaligned offset"
-        );
-        assert!(
-            check_destination(&map, 3, K, (0, 8, 8)).is_err(),
-            "misaligned base"
-        );
-        assert!(check_destination(&map, 3, K, (4, 8, 8)).is_ok());
-        let wrong = check_destination(&map, 1, K ^ 1, (0, 8, 1)).unwrap_err();
-        assert!(wrong.contains("network key"), "{wrong}");
-        assert!(check_destination(&map, 1, 0, (0, 8, 1)).is_err());
     }
 }

@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 
 use super::setup::{Prepared, QpState, check_compatible, transition};
 use super::sys::{self, IbvSendWr, IbvSge, IbvWc};
-use super::verbs::{MAX_SEND_WR, Verbs};
+use super::verbs::{MAX_SEND_WR, Verbs, verb_error};
 use super::wire::{MrEntry, QpInfo};
 use crate::connection::Connection;
-use crate::error::{Error, Result};
+use crate::connection::network::{check_remote, check_word};
+use crate::error::{Error, Link, MemoryMisuse, Result, TransportErrorKind};
 use crate::registered_memory::RegisteredMemory;
 use crate::transport::Transport;
 
@@ -54,10 +55,8 @@ impl IbConnection {
         remote_rank: usize,
         timeout: Duration,
     ) -> Result<Self> {
-        let refuse = |reason: String| Error::IbConnect {
-            remote_rank,
-            reason,
-        };
+        let refuse =
+            |reason: String| Link::to(Transport::Ib(prep.index), remote_rank).setup(reason);
         let remote = QpInfo::decode(peer_extra)
             .map_err(|r| refuse(format!("malformed queue pair info: {r}")))?;
         check_compatible(&prep.info, &remote).map_err(refuse)?;
@@ -90,42 +89,42 @@ impl IbConnection {
         crate::sync::lock(&self.state)
     }
 
-    fn failed(&self, (wr_id, status): (u64, u32)) -> Error {
-        Error::IbCompletion {
-            remote_rank: self.remote_rank,
-            wr_id,
-            status,
-            name: sys::wc_status_name(status),
-        }
+    /// The connection, as its errors name it.
+    fn link(&self) -> Link {
+        Link::to(Transport::Ib(self.index), self.remote_rank)
     }
 
-    /// The peer's region of `dst`, checked: owned by the peer, registered for this `Ib(i)`,
-    /// known to this connection, `[off, off + len)` inside it.
-    fn remote_region(&self, dst: &RegisteredMemory, off: u64, len: u64) -> Result<MrEntry> {
-        let refuse = |reason: String| Error::IbConnect {
-            remote_rank: self.remote_rank,
-            reason,
-        };
-        if dst.rank() != self.remote_rank {
-            return Err(refuse(format!("{dst:?} does not belong to the peer")));
-        }
-        if !dst.transports().has(Transport::Ib(self.index)) {
-            return Err(refuse(format!(
-                "{dst:?} is not registered for Ib{}",
-                self.index
-            )));
-        }
-        let m = *self.remote_mrs.get(&dst.local_id()).ok_or_else(|| {
-            refuse(format!(
-                "{dst:?} was registered after this connection was made (IB keys are exchanged at connect)"
-            ))
+    fn failed(&self, (wr_id, status): (u64, u32)) -> Error {
+        let name = sys::wc_status_name(status);
+        let detail = format!("work request {wr_id} completed with status {status} ({name})");
+        self.link()
+            .error(TransportErrorKind::Completion, "completion", detail)
+    }
+
+    /// The peer's region of `dst` for `[off, off + len)`, already checked on the sending side
+    /// (`check_remote`, `check_word`): known to this connection, the range inside it.
+    fn remote_region(
+        &self,
+        op: &'static str,
+        dst: &RegisteredMemory,
+        off: u64,
+        len: u64,
+    ) -> Result<MrEntry> {
+        let id = dst.local_id();
+        let m = *self.remote_mrs.get(&id).ok_or_else(|| {
+            let misuse = MemoryMisuse::AfterConnect {
+                side: "destination",
+                id,
+                transport: Transport::Ib(self.index),
+            };
+            self.link().memory(op, misuse)
         })?;
         match off.checked_add(len) {
-            Some(end) if end <= m.size && end <= dst.size() as u64 => Ok(m),
+            Some(end) if end <= m.size => Ok(m),
             _ => Err(Error::OutOfRange {
                 offset: usize::try_from(off).unwrap_or(usize::MAX),
                 len: usize::try_from(len).unwrap_or(usize::MAX),
-                size: dst.size(),
+                size: usize::try_from(m.size).unwrap_or(usize::MAX),
             }),
         }
     }
@@ -144,11 +143,9 @@ impl IbConnection {
             }
         };
         if n < 0 {
-            return Err(Error::IbVerb {
-                verb: "ibv_poll_cq",
-                device: st.verbs.ctx.name().to_owned(),
-                source: std::io::Error::other(format!("returned {n}")),
-            });
+            let source = std::io::Error::other(format!("returned {n}"));
+            let device = st.verbs.ctx.name();
+            return Err(verb_error(self.index, "ibv_poll_cq", device, source));
         }
         for wc in &wcs[..n as usize] {
             st.completed += 1;
@@ -194,11 +191,9 @@ impl IbConnection {
             }
         };
         if rc != 0 {
-            return Err(Error::IbVerb {
-                verb: "ibv_post_send",
-                device: st.verbs.ctx.name().to_owned(),
-                source: std::io::Error::from_raw_os_error(rc.abs()),
-            });
+            let source = std::io::Error::from_raw_os_error(rc.abs());
+            let device = st.verbs.ctx.name();
+            return Err(verb_error(self.index, "ibv_post_send", device, source));
         }
         st.next_wr_id += 1;
         st.posted += 1;
@@ -223,7 +218,8 @@ impl Connection for IbConnection {
         src_off: u64,
         size: u64,
     ) -> Result<()> {
-        let remote = self.remote_region(dst, dst_off, size)?;
+        check_remote(self.link(), "write", dst, dst_off, size)?;
+        let remote = self.remote_region("write", dst, dst_off, size)?;
         let s = src.range(src_off, size)?;
         if size == 0 {
             return Ok(());
@@ -238,12 +234,13 @@ impl Connection for IbConnection {
             .get(&src.local_id())
             .filter(|_| src.transports().has(Transport::Ib(self.index)))
             .map(|(mr, _, _)| mr.lkey())
-            .ok_or_else(|| Error::IbConnect {
-                remote_rank: self.remote_rank,
-                reason: format!(
-                    "source {src:?} is not a memory registered for Ib{} before connect",
-                    self.index
-                ),
+            .ok_or_else(|| {
+                let misuse = MemoryMisuse::AfterConnect {
+                    side: "source",
+                    id: src.local_id(),
+                    transport: Transport::Ib(self.index),
+                };
+                self.link().memory("write", misuse)
             })?;
         let mut done = 0;
         while done < size {
@@ -272,13 +269,8 @@ impl Connection for IbConnection {
         src: &AtomicU64,
         new_value: u64,
     ) -> Result<()> {
-        if !dst_off.is_multiple_of(8) {
-            return Err(Error::IbConnect {
-                remote_rank: self.remote_rank,
-                reason: format!("update_and_sync at offset {dst_off}, not 8-byte aligned"),
-            });
-        }
-        let remote = self.remote_region(dst, dst_off, 8)?;
+        check_word(self.link(), dst, dst_off)?;
+        let remote = self.remote_region("update_and_sync", dst, dst_off, 8)?;
         let mut st = self.lock();
         if let Some(f) = st.failed {
             return Err(self.failed(f));

@@ -9,7 +9,7 @@ use super::sys::{self, IbvAhAttr, IbvGid, IbvGlobalRoute, IbvQpAttr};
 use super::verbs::{self, Context, MAX_SEND_WR, Verbs};
 use super::wire::{MAX_MRS, MrEntry, QpInfo};
 use super::{ENV_DEVICE, ENV_GID_INDEX};
-use crate::error::{Error, Result};
+use crate::error::{Link, Result};
 use crate::registered_memory::LocalMemories;
 use crate::transport::Transport;
 
@@ -192,13 +192,13 @@ impl Prepared {
     /// Opens the device for `Ib(index)`, creates the QP (INIT) and registers the memories of
     /// `registry` registered for `Ib(index)`, for a connection to `remote_rank`.
     pub(crate) fn new(index: u8, registry: &LocalMemories, remote_rank: usize) -> Result<Self> {
-        let unavailable = |reason: String| Error::IbUnavailable { reason };
-        let names = verbs::device_names()?;
+        let unavailable = |reason: String| verbs::unavailable(index, reason);
+        let names = verbs::device_names(index)?;
         let (name, port) = select_device(&names, std::env::var(ENV_DEVICE).ok().as_deref(), index)
             .map_err(unavailable)?;
         let gid_index =
             gid_index(std::env::var(ENV_GID_INDEX).ok().as_deref()).map_err(unavailable)?;
-        let ctx = Context::open(&name)?;
+        let ctx = Context::open(&name, index)?;
         let p = ctx.query_port(port)?;
         if p.state != sys::IBV_PORT_ACTIVE {
             return Err(unavailable(format!(
@@ -217,10 +217,8 @@ impl Prepared {
                 continue;
             }
             if table.len() == MAX_MRS {
-                return Err(Error::IbConnect {
-                    remote_rank,
-                    reason: format!("more than {MAX_MRS} memories registered for Ib({index})"),
-                });
+                let why = format!("more than {MAX_MRS} memories registered for Ib({index})");
+                return Err(Link::to(Transport::Ib(index), remote_rank).setup(why));
             }
             // SAFETY: a memory registered with the communicator (live while registered; the
             // region pins its pages for the connection's lifetime, see the module docs).

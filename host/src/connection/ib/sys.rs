@@ -1,5 +1,6 @@
 //! Raw layer: the few libibverbs structs this transport touches, declared from the verbs ABI
-//! (rdma-core `libibverbs/verbs.h`), and the library itself, opened with `dlopen` at run time.
+//! (rdma-core `libibverbs/verbs.h`), and the library itself, opened with `dlopen` at run time (the
+//! network transports' shared loader).
 //!
 //! Only the fields we read or write are named; the rest is padding, and every size and offset
 //! we rely on is asserted at compile time (x86-64 / aarch64 LP64). Structs that libibverbs
@@ -16,9 +17,11 @@
 
 #![allow(non_camel_case_types, dead_code)]
 
-use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::ffi::{c_char, c_int, c_void};
 use std::mem::{offset_of, size_of};
 use std::sync::OnceLock;
+
+use crate::connection::network::Library;
 
 /// `ibv_gid`: 16 raw bytes (aligned 8: the union also holds two `__be64`).
 #[repr(C, align(8))]
@@ -400,64 +403,32 @@ pub struct Lib {
 /// The shared object we open.
 pub const LIBRARY: &str = "libibverbs.so.1";
 
-/// The last `dlerror()` message.
-fn dl_error() -> String {
-    // SAFETY: dlerror returns NULL or a NUL-terminated string valid until the next dl* call on
-    // this thread; it is copied at once.
-    let p = unsafe { libc::dlerror() };
-    if p.is_null() {
-        "unknown error".into()
-    } else {
-        // SAFETY: non-null, NUL-terminated (see above).
-        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-    }
-}
-
 impl Lib {
     fn open() -> Result<Self, String> {
-        let name = CString::new(LIBRARY).map_err(|e| e.to_string())?;
-        // SAFETY: a valid NUL-terminated name; RTLD_NOW resolves every symbol now. The handle
-        // is never closed: the function pointers below stay valid for the whole process.
-        let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        if handle.is_null() {
-            return Err(format!("{LIBRARY} could not be loaded: {}", dl_error()));
+        let lib = Library::open(LIBRARY)?;
+        // SAFETY (every `function` below): the type named is the C signature of that exported
+        // verbs function in verbs.h. The library is never closed (the loader's contract), so
+        // the pointers stay valid for the whole process.
+        unsafe {
+            Ok(Self {
+                get_device_list: lib.function::<GetDeviceList>("ibv_get_device_list")?,
+                free_device_list: lib.function::<FreeDeviceList>("ibv_free_device_list")?,
+                get_device_name: lib.function::<GetDeviceName>("ibv_get_device_name")?,
+                open_device: lib.function::<OpenDevice>("ibv_open_device")?,
+                close_device: lib.function::<CloseDevice>("ibv_close_device")?,
+                query_port: lib.function::<QueryPort>("ibv_query_port")?,
+                query_gid: lib.function::<QueryGid>("ibv_query_gid")?,
+                alloc_pd: lib.function::<AllocPd>("ibv_alloc_pd")?,
+                dealloc_pd: lib.function::<DeallocPd>("ibv_dealloc_pd")?,
+                reg_mr: lib.function::<RegMr>("ibv_reg_mr")?,
+                dereg_mr: lib.function::<DeregMr>("ibv_dereg_mr")?,
+                create_cq: lib.function::<CreateCq>("ibv_create_cq")?,
+                destroy_cq: lib.function::<DestroyCq>("ibv_destroy_cq")?,
+                create_qp: lib.function::<CreateQp>("ibv_create_qp")?,
+                modify_qp: lib.function::<ModifyQp>("ibv_modify_qp")?,
+                destroy_qp: lib.function::<DestroyQp>("ibv_destroy_qp")?,
+            })
         }
-        let sym = |s: &str| -> Result<*mut c_void, String> {
-            let c = CString::new(s).map_err(|e| e.to_string())?;
-            // SAFETY: `handle` is a live handle from dlopen; `c` is NUL-terminated.
-            let p = unsafe { libc::dlsym(handle, c.as_ptr()) };
-            if p.is_null() {
-                Err(format!("{LIBRARY} has no symbol {s}: {}", dl_error()))
-            } else {
-                Ok(p)
-            }
-        };
-        macro_rules! load {
-            ($name:literal as $ty:ty) => {{
-                let p = sym($name)?;
-                // SAFETY: `p` is the address of the exported verbs function `$name`, whose C
-                // signature (verbs.h) is `$ty`.
-                unsafe { std::mem::transmute::<*mut c_void, $ty>(p) }
-            }};
-        }
-        Ok(Self {
-            get_device_list: load!("ibv_get_device_list" as GetDeviceList),
-            free_device_list: load!("ibv_free_device_list" as FreeDeviceList),
-            get_device_name: load!("ibv_get_device_name" as GetDeviceName),
-            open_device: load!("ibv_open_device" as OpenDevice),
-            close_device: load!("ibv_close_device" as CloseDevice),
-            query_port: load!("ibv_query_port" as QueryPort),
-            query_gid: load!("ibv_query_gid" as QueryGid),
-            alloc_pd: load!("ibv_alloc_pd" as AllocPd),
-            dealloc_pd: load!("ibv_dealloc_pd" as DeallocPd),
-            reg_mr: load!("ibv_reg_mr" as RegMr),
-            dereg_mr: load!("ibv_dereg_mr" as DeregMr),
-            create_cq: load!("ibv_create_cq" as CreateCq),
-            destroy_cq: load!("ibv_destroy_cq" as DestroyCq),
-            create_qp: load!("ibv_create_qp" as CreateQp),
-            modify_qp: load!("ibv_modify_qp" as ModifyQp),
-            destroy_qp: load!("ibv_destroy_qp" as DestroyQp),
-        })
     }
 }
 

@@ -3,7 +3,8 @@
 use super::setup::{QpState, check_compatible, gid_index, select_device, transition};
 use super::wire::{MAX_MRS, MR_ENTRY_LEN, MrEntry, QP_INFO_HEADER, QpInfo};
 use super::{sys, verbs};
-use crate::error::Error;
+use crate::error::{Error, TransportErrorKind};
+use crate::transport::Transport;
 
 fn info() -> QpInfo {
     QpInfo {
@@ -201,10 +202,15 @@ fn completion_status_names() {
 fn missing_library_is_a_typed_error() {
     // Where libibverbs is absent (CI), every entry point says so; where it is present but
     // has no device, device selection says that instead. Neither panics.
-    match verbs::device_names() {
+    match verbs::device_names(0) {
         // No library ("libibverbs.so.1 could not be loaded"), or a library without kernel
         // support ("ibv_get_device_list failed: Function not implemented").
-        Err(Error::IbUnavailable { reason }) => assert!(!reason.is_empty()),
+        Err(Error::Transport {
+            kind: TransportErrorKind::Unavailable,
+            transport: Transport::Ib(0),
+            detail,
+            ..
+        }) => assert!(!detail.is_empty()),
         Ok(names) => {
             let sel = select_device(&names, None, 0);
             assert!(names.is_empty() == sel.is_err());

@@ -1,4 +1,5 @@
-//! Result layer (one function per verb, returning `Result` with [`Error::IbVerb`]) and RAII
+//! Result layer (one function per verb, returning `Result` with an [`Error::Transport`] of kind
+//! `Call` naming the verb and the device: [`verb_error`]) and RAII
 //! owners of the verbs objects. `Drop` never panics: a failing destroy is logged.
 //!
 //! Object lifetimes follow the verbs rules: a QP before the CQ it uses, MRs and QPs before their
@@ -9,45 +10,56 @@ use std::ffi::{CStr, c_int, c_void};
 use std::io;
 
 use super::sys::{self, IbvContext, IbvCq, IbvGid, IbvMr, IbvQp, IbvQpAttr, IbvQpInitAttr, Lib};
-use crate::error::{Error, Result};
+use crate::error::{Error, Link, Result, TransportErrorKind};
+use crate::transport::Transport;
 
-/// The loaded library, or [`Error::IbUnavailable`] saying why not.
-pub(crate) fn lib() -> Result<&'static Lib> {
-    sys::lib().map_err(|reason| Error::IbUnavailable { reason })
+/// InfiniBand (for `Ib(index)`) cannot be used here, for `reason`.
+pub(crate) fn unavailable(index: u8, reason: String) -> Error {
+    Link::local(Transport::Ib(index)).unavailable(reason)
 }
 
-fn verb_err(verb: &'static str, device: &str, rc: c_int) -> Error {
-    // Verbs return an errno (positive or negative) or -1 with errno set.
-    let source = if rc == -1 || rc == 0 {
-        io::Error::last_os_error()
-    } else {
-        io::Error::from_raw_os_error(rc.abs())
-    };
-    Error::IbVerb {
+/// The loaded library, or an `Unavailable` error (for `Ib(index)`) saying why not.
+pub(crate) fn lib(index: u8) -> Result<&'static Lib> {
+    sys::lib().map_err(|reason| unavailable(index, reason))
+}
+
+/// The verb `verb` failed on `device` (used for `Ib(index)`) with the OS error `source`.
+pub(crate) fn verb_error(index: u8, verb: &'static str, device: &str, source: io::Error) -> Error {
+    Link::local(Transport::Ib(index)).caused(
+        TransportErrorKind::Call,
         verb,
-        device: device.to_owned(),
-        source,
+        format!("{verb} failed on {device}"),
+        Some(Box::new(source)),
+    )
+}
+
+impl Context {
+    /// A verb of this context returned `rc`: verbs return an errno (positive or negative), or
+    /// -1 with errno set.
+    fn verb_err(&self, verb: &'static str, rc: c_int) -> Error {
+        let source = if rc == -1 || rc == 0 {
+            io::Error::last_os_error()
+        } else {
+            io::Error::from_raw_os_error(rc.abs())
+        };
+        verb_error(self.index, verb, &self.name, source)
+    }
+
+    /// A verb of this context returned NULL (errno set).
+    fn null_err(&self, verb: &'static str) -> Error {
+        verb_error(self.index, verb, &self.name, io::Error::last_os_error())
     }
 }
 
-fn null_err(verb: &'static str, device: &str) -> Error {
-    Error::IbVerb {
-        verb,
-        device: device.to_owned(),
-        source: io::Error::last_os_error(),
-    }
-}
-
-/// Names of the RDMA devices, in libibverbs' order.
-pub(crate) fn device_names() -> Result<Vec<String>> {
-    let lib = lib()?;
+/// Names of the RDMA devices, in libibverbs' order (looked up for `Ib(index)`).
+pub(crate) fn device_names(index: u8) -> Result<Vec<String>> {
+    let lib = lib(index)?;
     let mut n: c_int = 0;
     // SAFETY: `n` is a valid out-pointer; the returned list is freed below.
     let list = unsafe { (lib.get_device_list)(&mut n) };
     if list.is_null() {
-        return Err(Error::IbUnavailable {
-            reason: format!("ibv_get_device_list failed: {}", io::Error::last_os_error()),
-        });
+        let why = format!("ibv_get_device_list failed: {}", io::Error::last_os_error());
+        return Err(unavailable(index, why));
     }
     let mut names = Vec::new();
     for i in 0..usize::try_from(n).unwrap_or(0) {
@@ -86,6 +98,8 @@ pub(crate) struct Context {
     lib: &'static Lib,
     ctx: *mut IbvContext,
     name: String,
+    /// The `Ib(index)` it serves (what its errors name).
+    index: u8,
 }
 
 // SAFETY: libibverbs objects may be used from any thread (the library and providers lock
@@ -95,15 +109,16 @@ unsafe impl Send for Context {}
 unsafe impl Sync for Context {}
 
 impl Context {
-    /// Opens the device called `name`.
-    pub fn open(name: &str) -> Result<Self> {
-        let lib = lib()?;
+    /// Opens the device called `name`, for `Ib(index)`.
+    pub fn open(name: &str, index: u8) -> Result<Self> {
+        let lib = lib(index)?;
         let mut n: c_int = 0;
         // SAFETY: valid out-pointer; the list is freed below, after the device was opened (an
         // opened device stays valid after the list is freed).
         let list = unsafe { (lib.get_device_list)(&mut n) };
         if list.is_null() {
-            return Err(null_err("ibv_get_device_list", name));
+            let source = io::Error::last_os_error();
+            return Err(verb_error(index, "ibv_get_device_list", name, source));
         }
         let mut ctx = std::ptr::null_mut();
         let mut found = false;
@@ -127,21 +142,19 @@ impl Context {
         // SAFETY: freed once; `ctx` (if any) does not depend on the list.
         unsafe { (lib.free_device_list)(list) };
         if !found {
-            return Err(Error::IbUnavailable {
-                reason: format!("no RDMA device called {name:?}"),
-            });
+            return Err(unavailable(
+                index,
+                format!("no RDMA device called {name:?}"),
+            ));
         }
         if ctx.is_null() {
-            return Err(Error::IbVerb {
-                verb: "ibv_open_device",
-                device: name.to_owned(),
-                source: open_error,
-            });
+            return Err(verb_error(index, "ibv_open_device", name, open_error));
         }
         Ok(Self {
             lib,
             ctx,
             name: name.to_owned(),
+            index,
         })
     }
 
@@ -157,7 +170,7 @@ impl Context {
         // the compatibility entry point writes.
         let rc = unsafe { (self.lib.query_port)(self.ctx, port, buf.as_mut_ptr().cast()) };
         if rc != 0 {
-            return Err(verb_err("ibv_query_port", &self.name, rc));
+            return Err(self.verb_err("ibv_query_port", rc));
         }
         let b: &[u8] = bytemuck::cast_slice(&buf);
         let u32_at = |o: usize| u32::from_ne_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
@@ -175,7 +188,7 @@ impl Context {
         // SAFETY: live context, valid out-pointer.
         let rc = unsafe { (self.lib.query_gid)(self.ctx, port, c_int::from(index), &mut gid) };
         if rc != 0 {
-            return Err(verb_err("ibv_query_gid", &self.name, rc));
+            return Err(self.verb_err("ibv_query_gid", rc));
         }
         Ok(gid.raw)
     }
@@ -320,7 +333,7 @@ impl Context {
         // SAFETY: live context.
         let pd = unsafe { (self.lib.alloc_pd)(self.ctx) };
         if pd.is_null() {
-            return Err(null_err("ibv_alloc_pd", &self.name));
+            return Err(self.null_err("ibv_alloc_pd"));
         }
         Ok(Pd { lib: self.lib, pd })
     }
@@ -331,7 +344,7 @@ impl Context {
         // SAFETY: live context; no completion channel, no user context.
         let cq = unsafe { (self.lib.create_cq)(self.ctx, cqe, null, null, 0) };
         if cq.is_null() {
-            return Err(null_err("ibv_create_cq", &self.name));
+            return Err(self.null_err("ibv_create_cq"));
         }
         Ok(Cq { lib: self.lib, cq })
     }
@@ -356,7 +369,7 @@ impl Context {
         // SAFETY: live PD and CQ of this context; `attr` is a valid init attr.
         let qp = unsafe { (self.lib.create_qp)(pd.pd, &mut attr) };
         if qp.is_null() {
-            return Err(null_err("ibv_create_qp", &self.name));
+            return Err(self.null_err("ibv_create_qp"));
         }
         Ok(Qp { lib: self.lib, qp })
     }
@@ -372,7 +385,7 @@ impl Context {
         // SAFETY: live QP; `attr` valid for the fields `mask` names.
         let rc = unsafe { (self.lib.modify_qp)(qp.qp, &mut attr, mask) };
         if rc != 0 {
-            return Err(verb_err(verb, &self.name, rc));
+            return Err(self.verb_err(verb, rc));
         }
         Ok(())
     }
@@ -389,7 +402,7 @@ impl Context {
         // SAFETY: live PD; the caller keeps the range valid.
         let mr = unsafe { (self.lib.reg_mr)(pd.pd, addr as *mut c_void, len, access) };
         if mr.is_null() {
-            return Err(null_err("ibv_reg_mr", &self.name));
+            return Err(self.null_err("ibv_reg_mr"));
         }
         Ok(Mr { lib: self.lib, mr })
     }

@@ -11,16 +11,17 @@ use std::time::{Duration, Instant};
 use super::result::{Polled, Posted};
 use super::setup::{LocalMr, Op, Port, Prepared};
 use super::sys::{FiCqErrEntry, FiCqTaggedEntry};
-use super::wire::{EndpointInfo, FLAG_DIRECT, Frame, MrEntry, check_destination};
+use super::wire::{EndpointInfo, FLAG_DIRECT, Frame, MrEntry};
 use super::{CTRL_TX, HEADER_LEN, LINGER, MAX_REASON, RMA_OPS, SLOTS, TX_BUFS, result};
 use crate::backoff::Backoff;
 use crate::connection::Connection;
-use crate::error::{Error, MemoryMisuse, Result};
+use crate::connection::network::{Failure, check_destination, check_remote, check_word};
+use crate::error::{Error, Link, Result, TransportErrorKind};
 use crate::gpu::{Gpu, Stream};
 use crate::registered_memory::{LocalMemories, RegisteredMemory};
 use crate::socket::{deadline_in, remaining};
 use crate::status::StatusBlock;
-use crate::sync::lock;
+use crate::sync::{lock, wait_timeout};
 use crate::transport::Transport;
 
 /// Longest a waiting sender goes without looking at the communicator's abort flag.
@@ -32,54 +33,6 @@ const IDLE_AFTER: Duration = Duration::from_millis(20);
 // buffers, and the operations' context slots, which are plain memory the provider scribbles on;
 // every use is under the connection's port lock.
 unsafe impl Send for Port {}
-
-/// Why a connection stopped working (the first reason wins).
-#[derive(Clone, Debug)]
-enum Failure {
-    /// The peer said `BYE`, or this side is closing: the end of a normal teardown.
-    Closed,
-    /// An operation with the peer failed (it died, or the link broke).
-    Lost(String),
-    /// The peer refused our frames (its `ERROR`).
-    Refused(String),
-    /// We refused a frame of the peer.
-    Protocol(String),
-    /// A libfabric call failed.
-    Call(String),
-    /// The device failed while staging or applying a frame.
-    Local(String),
-}
-
-impl Failure {
-    fn to_error(&self, remote_rank: usize, op: &'static str) -> Error {
-        match self {
-            Failure::Closed => Error::OfiPeerClosed { remote_rank, op },
-            Failure::Lost(why) => Error::Remote {
-                rank: remote_rank,
-                reason: format!("its libfabric connection failed ({why})"),
-            },
-            Failure::Refused(why) => Error::Remote {
-                rank: remote_rank,
-                reason: format!("it refused this rank's libfabric data: {why}"),
-            },
-            Failure::Protocol(why) => Error::OfiProtocol {
-                remote_rank,
-                reason: why.clone(),
-            },
-            Failure::Call(why) | Failure::Local(why) => Error::OfiFailed {
-                remote_rank,
-                op,
-                reason: why.clone(),
-            },
-        }
-    }
-
-    /// Whether it aborts the communicator (the peer is gone or hostile, or this rank cannot
-    /// apply its data): every device wait of this rank is released.
-    fn aborts(&self) -> bool {
-        !matches!(self, Failure::Closed | Failure::Refused(_))
-    }
-}
 
 /// What the sender and the progress thread share (under `Shared::st`).
 struct State {
@@ -169,10 +122,7 @@ impl OfiConnection {
     /// progress thread.
     pub(crate) fn establish(prep: Prepared, peer_extra: &[u8], setup: Setup<'_>) -> Result<Self> {
         let remote_rank = setup.remote_rank;
-        let refuse = |reason: String| Error::OfiConnect {
-            remote_rank,
-            reason,
-        };
+        let refuse = |reason: String| Link::to(Transport::Ofi, remote_rank).setup(reason);
         let theirs = EndpointInfo::decode(peer_extra)
             .map_err(|r| refuse(format!("malformed endpoint: {r}")))?;
         let ours = &prep.info;
@@ -274,7 +224,7 @@ impl Shared {
                 "libfabric: connection of rank {} to rank {} failed ({}); aborting the communicator",
                 self.rank,
                 self.remote_rank,
-                recorded.to_error(self.remote_rank, "progress")
+                recorded.to_error(self.link(), "progress")
             );
             self.status.abort();
         }
@@ -283,9 +233,14 @@ impl Shared {
 
     fn check(&self, op: &'static str) -> Result<()> {
         match &lock(&self.st).failure {
-            Some(f) => Err(f.to_error(self.remote_rank, op)),
+            Some(f) => Err(f.to_error(self.link(), op)),
             None => Ok(()),
         }
+    }
+
+    /// The connection, as its errors name it.
+    fn link(&self) -> Link {
+        Link::to(Transport::Ofi, self.remote_rank)
     }
 
     /// Waits (bounded by `deadline`, ended by a failure or an abort) until `take` gives a
@@ -299,7 +254,7 @@ impl Shared {
         let mut st = lock(&self.st);
         loop {
             if let Some(f) = &st.failure {
-                return Err(f.to_error(self.remote_rank, op));
+                return Err(f.to_error(self.link(), op));
             }
             if let Some(v) = take(&mut st) {
                 return Ok(v);
@@ -313,16 +268,9 @@ impl Shared {
                 });
             }
             let Some(left) = remaining(deadline) else {
-                return Err(Error::OfiTimeout {
-                    remote_rank: self.remote_rank,
-                    op,
-                    after: self.timeout,
-                });
+                return Err(self.link().timeout(op, self.timeout));
             };
-            st = match self.cv.wait_timeout(st, left.min(WAIT_SLICE)) {
-                Ok((g, _)) => g,
-                Err(p) => p.into_inner().0,
-            };
+            st = wait_timeout(&self.cv, st, left.min(WAIT_SLICE));
         }
     }
 
@@ -358,11 +306,7 @@ impl Shared {
                 });
             }
             if remaining(deadline).is_none() {
-                return Err(Error::OfiTimeout {
-                    remote_rank: self.remote_rank,
-                    op,
-                    after: self.timeout,
-                });
+                return Err(self.link().timeout(op, self.timeout));
             }
             backoff.snooze();
         }
@@ -419,35 +363,6 @@ impl Shared {
 impl OfiConnection {
     fn peer(&self) -> usize {
         self.shared.remote_rank
-    }
-
-    /// Checks a destination on the sending side (the receiver checks frames again; direct
-    /// writes are bounded by the peer's registration).
-    fn check_dst(&self, dst: &RegisteredMemory, off: u64, len: u64) -> Result<()> {
-        let remote_rank = self.peer();
-        if dst.rank() != remote_rank {
-            return Err(Error::OfiMemory {
-                remote_rank,
-                misuse: MemoryMisuse::NotThePeers { owner: dst.rank() },
-            });
-        }
-        if !dst.transports().has(Transport::Ofi) {
-            return Err(Error::OfiMemory {
-                remote_rank,
-                misuse: MemoryMisuse::NotRegistered {
-                    id: dst.local_id(),
-                    transport: Transport::Ofi,
-                },
-            });
-        }
-        match off.checked_add(len) {
-            Some(end) if end <= dst.size() as u64 => Ok(()),
-            _ => Err(Error::OutOfRange {
-                offset: usize::try_from(off).unwrap_or(usize::MAX),
-                len: usize::try_from(len).unwrap_or(usize::MAX),
-                size: dst.size(),
-            }),
-        }
     }
 
     /// The direct route of a write, if both memories have one: the peer's registration of
@@ -567,7 +482,7 @@ impl OfiConnection {
                     "staging a write did not complete within {:?}",
                     s.timeout
                 )));
-                return Err(f.to_error(self.peer(), "write"));
+                return Err(f.to_error(s.link(), "write"));
             }
             drop(stage);
             let header = Frame::Write {
@@ -606,7 +521,7 @@ impl Connection for OfiConnection {
         size: u64,
     ) -> Result<()> {
         self.shared.check("write")?;
-        self.check_dst(dst, dst_off, size)?;
+        check_remote(self.shared.link(), "write", dst, dst_off, size)?;
         src.range(src_off, size)?;
         if size == 0 {
             return Ok(());
@@ -626,13 +541,7 @@ impl Connection for OfiConnection {
     ) -> Result<()> {
         let s = &self.shared;
         s.check("update_and_sync")?;
-        if !dst_off.is_multiple_of(8) {
-            return Err(Error::OfiMemory {
-                remote_rank: self.peer(),
-                misuse: MemoryMisuse::Misaligned { offset: dst_off },
-            });
-        }
-        self.check_dst(dst, dst_off, 8)?;
+        check_word(s.link(), dst, dst_off)?;
         src.store(new_value, Ordering::Release);
         let deadline = deadline_in(s.timeout);
         let (i, seq) = s.reserve("update_and_sync", deadline, false)?;
@@ -651,7 +560,10 @@ impl Connection for OfiConnection {
         s.check("flush")?;
         let deadline = deadline_in(timeout);
         let timed_out = |e: Error| match e {
-            Error::OfiTimeout { .. } => Error::FlushTimeout {
+            Error::Transport {
+                kind: TransportErrorKind::Timeout,
+                ..
+            } => Error::FlushTimeout {
                 remote_rank: self.peer(),
                 transport: Transport::Ofi,
                 after: timeout,
@@ -1011,7 +923,8 @@ impl Progress {
         // Checked under the read lock, held until the copy completes, so the memory cannot be
         // deregistered (and freed by its owner) while it is written.
         let map = registry.read();
-        let dst = check_destination(&map, id, key, offset, len, 1).map_err(Failure::Protocol)?;
+        let dst = check_destination(&map, Transport::Ofi, id, key, (offset, len, 1))
+            .map_err(Failure::Protocol)?;
         let stream = self.stream()?;
         // SAFETY: `dst..dst+len` lies inside a registered local memory (checked under the lock,
         // held until the copy completes); the receive slot holds `len` payload bytes after the
@@ -1024,7 +937,8 @@ impl Progress {
     fn apply_update(&mut self, id: u32, key: u64, offset: u64, value: u64) -> Result<(), Failure> {
         let registry = Arc::clone(&self.s.registry);
         let map = registry.read();
-        let dst = check_destination(&map, id, key, offset, 8, 8).map_err(Failure::Protocol)?;
+        let dst = check_destination(&map, Transport::Ofi, id, key, (offset, 8, 8))
+            .map_err(Failure::Protocol)?;
         let stream = self.stream()?;
         // SAFETY: an 8-byte aligned word inside a registered local memory, kept registered by
         // the read lock until the store completes.

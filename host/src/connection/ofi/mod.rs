@@ -2,17 +2,18 @@
 //! that clusters already run: the same code path drives InfiniBand and RoCE (`verbs;ofi_rxm`),
 //! AWS EFA (`efa`), HPE Slingshot (`cxi`) and plain TCP (`tcp;ofi_rxm`), which is what CI tests
 //! it over (on loopback). libfabric is opened with `dlopen("libfabric.so.1")` at run time (or
-//! the file `MSCCLPP_OFI_LIBRARY` names): no build-time dependency, and a missing library is
-//! [`Error::OfiUnavailable`](crate::Error::OfiUnavailable).
+//! the file `MSCCLPP_OFI_LIBRARY` names; the network transports' shared loader): no build-time
+//! dependency, and a missing library is [`Error::Transport`](crate::Error::Transport) of kind
+//! `Unavailable`.
 //!
 //! # Layers (as cudarc's `sys` / `result` / `safe`)
 //!
 //! | file | holds |
 //! |---|---|
-//! | `sys.rs` | the structs and ops tables declared by hand from `rdma/fabric.h` (sizes asserted), the six exported functions, `dlopen`; every other `fi_*` call is an inline wrapper in the headers and goes through the provider's ops table, as the wrapper does |
-//! | `result.rs` | one `Result` function per call ([`Error::OfiCall`](crate::Error::OfiCall) names the call, the provider and libfabric's text) |
+//! | `sys.rs` | the structs and ops tables declared by hand from `rdma/fabric.h` (sizes asserted), the six exported functions, loaded by `dlopen`; every other `fi_*` call is an inline wrapper in the headers and goes through the provider's ops table, as the wrapper does |
+//! | `result.rs` | one `Result` function per call (an [`Error::Transport`](crate::Error::Transport) of kind `Call` names the call, the provider and libfabric's text) |
 //! | `safe.rs` | the provider choice ([`providers`], what `mscclpp-info` lists) and RAII owners whose `Drop` closes and never panics |
-//! | `wire.rs` | the [`EndpointInfo`] an endpoint carries, the [`Frame`] header, the receiver's destination check |
+//! | `wire.rs` | the [`EndpointInfo`] an endpoint carries, the [`Frame`] header (the receiver's destination check is `connection::network`'s, shared with Ethernet) |
 //! | `setup.rs` | `Prepared`: the half made before the endpoints cross |
 //! | `connection.rs` | [`OfiConnection`]: the data path, the progress thread, teardown |
 //!
@@ -116,7 +117,8 @@
 //! the registry, registered for `Ofi`, its network key, the range inside it, an `UPDATE` word
 //! 8-byte aligned (checked under the registry's read lock, held during the copy). A frame that fails is not
 //! applied: the receiver sends `ERROR {reason}`, the connection fails (sticky,
-//! [`Error::OfiProtocol`](crate::Error::OfiProtocol)) and the communicator is aborted. The peer's
+//! [`Error::Transport`](crate::Error::Transport) of kind `Protocol`) and the communicator is
+//! aborted. The peer's
 //! memory table is checked at set-up (sizes, no wrap, distinct ids), and a direct write is
 //! bounded by it; the provider enforces the registration again.
 //!

@@ -1,8 +1,8 @@
-//! Result layer: one function per libfabric call, returning `Result` with
-//! [`Error::OfiCall`](crate::Error::OfiCall) (the call, the provider, libfabric's code and its
-//! `fi_strerror` text). Calls that the headers define as inline wrappers go through the ops
-//! tables exactly as those wrappers do (see `sys.rs`); a table without the entry is
-//! `-FI_ENOSYS`, as `FI_CHECK_OP` would make it.
+//! Result layer: one function per libfabric call, returning `Result` with an
+//! [`Error::Transport`](crate::Error::Transport) of kind `Call` (the call, the provider,
+//! libfabric's code and its `fi_strerror` text: [`call_error`]). Calls that the headers define as
+//! inline wrappers go through the ops tables exactly as those wrappers do (see `sys.rs`); a table
+//! without the entry is `-FI_ENOSYS`, as `FI_CHECK_OP` would make it.
 
 use std::ffi::{c_int, c_void};
 
@@ -11,14 +11,27 @@ use super::sys::{
     FiOpsCm, FiOpsCq, FiOpsDomain, FiOpsFabric, FiOpsMr, FiOpsRma, FiOpsTagged, Fid, FidAv, FidCq,
     FidDomain, FidEp, FidFabric, FidMr, Lib, op,
 };
-use crate::error::{Error, Result};
+use crate::error::{Error, Link, Result, TransportErrorKind};
+use crate::transport::Transport;
 
 /// `-FI_ENOSYS`: what a missing ops-table entry reads as.
 const ENOSYS: isize = -(libc::ENOSYS as isize);
 
-/// The loaded library, or [`Error::OfiUnavailable`] saying why not.
+/// The loaded library, or an `Unavailable` error saying why not.
 pub(crate) fn lib() -> Result<&'static Lib> {
-    sys::lib().map_err(|reason| Error::OfiUnavailable { reason })
+    sys::lib().map_err(unavailable)
+}
+
+/// libfabric cannot be used here, for `reason`.
+pub(crate) fn unavailable(reason: String) -> Error {
+    Link::local(Transport::Ofi).unavailable(reason)
+}
+
+/// The libfabric call `call` of `provider` failed with (negative) `code`, which libfabric
+/// explains as `reason`.
+pub(crate) fn call_error(call: &'static str, provider: &str, code: isize, reason: &str) -> Error {
+    let detail = format!("{call} failed (provider {provider:?}): {reason} ({code})");
+    Link::local(Transport::Ofi).error(TransportErrorKind::Call, call, detail)
 }
 
 /// `rc` (0 or a negative libfabric code) as a `Result`.
@@ -26,12 +39,7 @@ pub(crate) fn check(lib: &Lib, call: &'static str, provider: &str, rc: isize) ->
     if rc >= 0 {
         Ok(())
     } else {
-        Err(Error::OfiCall {
-            call,
-            provider: provider.to_owned(),
-            code: rc,
-            reason: sys::strerror(lib, rc),
-        })
+        Err(call_error(call, provider, rc, &sys::strerror(lib, rc)))
     }
 }
 

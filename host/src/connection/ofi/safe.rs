@@ -8,12 +8,12 @@
 
 use std::ffi::{CString, c_void};
 
-use super::result::{self, lib};
+use super::result::{self, lib, unavailable};
 use super::sys::{
     self, FiAvAttr, FiCqAttr, FiInfo, FiMrAttr, Fid, FidAv, FidCq, FidDomain, FidEp, FidFabric,
     FidMr, IoVec, Lib,
 };
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// The oldest libfabric API this transport asks for (1.10: `fi_mr_attr::iface`, `FI_HMEM`).
 pub const MIN_API: u32 = sys::fi_version(1, 10);
@@ -124,9 +124,7 @@ fn query(lib: &'static Lib, want: &Want) -> Result<Vec<Info>> {
         // allocated; freed below with fi_freeinfo.
         let hints = unsafe { (lib.dupinfo)(std::ptr::null()) };
         if hints.is_null() {
-            return Err(Error::OfiUnavailable {
-                reason: "fi_allocinfo failed (out of memory)".into(),
-            });
+            return Err(unavailable("fi_allocinfo failed (out of memory)".into()));
         }
         let prov = match &want.provider {
             // SAFETY: strdup'ed so that fi_freeinfo, which frees `prov_name`, frees memory
@@ -188,7 +186,7 @@ fn query(lib: &'static Lib, want: &Want) -> Result<Vec<Info>> {
     Ok(found)
 }
 
-/// The provider this rank uses (see [`Want`]), or [`Error::OfiUnavailable`] saying why there
+/// The provider this rank uses (see [`Want`]), or an `Unavailable` error saying why there
 /// is none.
 pub(crate) fn select(want: &Want) -> Result<Info> {
     let lib = lib()?;
@@ -199,18 +197,18 @@ pub(crate) fn select(want: &Want) -> Result<Info> {
     all.sort_by_key(loopback);
     all.into_iter()
         .find(|i| want.provider.is_some() || !left_out(&i.provider()))
-        .ok_or_else(|| Error::OfiUnavailable {
-            reason: match &want.provider {
+        .ok_or_else(|| {
+            unavailable(match &want.provider {
                 Some(p) => format!(
                     "libfabric ({}) has no provider {p:?} with RDM endpoints, tagged messages and RMA writes{}",
-                    lib.path,
+                    lib.path(),
                     if want.hmem { " on device memory (FI_HMEM)" } else { "" }
                 ),
                 None => format!(
                     "libfabric ({}) lists {n} providers with RDM endpoints, tagged messages and RMA writes, none usable between nodes (shm, sockets, udp and rxd are left out unless MSCCLPP_OFI_PROVIDER names them)",
-                    lib.path
+                    lib.path()
                 ),
-            },
+            })
         })
 }
 
@@ -233,7 +231,7 @@ pub struct ProviderInfo {
 }
 
 /// Every provider libfabric offers for this transport (RDM, tagged messages, RMA writes), in
-/// libfabric's order, without repeats; or [`Error::OfiUnavailable`] when libfabric is missing.
+/// libfabric's order, without repeats; or an `Unavailable` error when libfabric is missing.
 pub fn providers() -> Result<Vec<ProviderInfo>> {
     let lib = lib()?;
     let mut out: Vec<ProviderInfo> = Vec::new();

@@ -16,7 +16,7 @@ use super::{
     CHUNK, CTRL_LEN, CTRL_RX, CTRL_TX, ENV_PROVIDER, ENV_STAGED, MAX_MRS, RMA_OPS, SLOTS, TX_BUFS,
 };
 use crate::backend::BackendKind;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::gpu::{Gpu, HostMapped};
 use crate::registered_memory::LocalMemories;
 use crate::transport::Transport;
@@ -382,12 +382,12 @@ impl Prepared {
 fn expect_posted(p: Posted, call: &'static str, prov: &str) -> Result<()> {
     match p {
         Posted::Yes => Ok(()),
-        Posted::Again => Err(Error::OfiCall {
+        Posted::Again => Err(result::call_error(
             call,
-            provider: prov.to_owned(),
-            code: -sys::FI_EAGAIN,
-            reason: "the receive queue is full at set-up".into(),
-        }),
+            prov,
+            -sys::FI_EAGAIN,
+            "the receive queue is full at set-up",
+        )),
     }
 }
 

@@ -19,9 +19,11 @@
 
 #![allow(non_camel_case_types, dead_code)]
 
-use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::ffi::{CStr, c_char, c_int, c_void};
 use std::mem::{offset_of, size_of};
 use std::sync::OnceLock;
+
+use crate::connection::network::Library;
 
 /// `FI_VERSION(major, minor)`.
 pub const fn fi_version(major: u32, minor: u32) -> u32 {
@@ -585,62 +587,34 @@ pub struct Lib {
     pub fabric: Fabric,
     pub strerror: StrError,
     pub version: Version,
-    /// Where it was loaded from (the name given to `dlopen`).
-    pub path: String,
+    /// The library (never closed: the functions above stay valid).
+    lib: Library,
 }
 
 /// The shared object opened unless [`ENV_LIBRARY`](super::ENV_LIBRARY) names another.
 pub const LIBRARY: &str = "libfabric.so.1";
 
-/// The last `dlerror()` message.
-fn dl_error() -> String {
-    // SAFETY: dlerror returns NULL or a NUL-terminated string valid until the next dl* call on
-    // this thread; it is copied at once.
-    let p = unsafe { libc::dlerror() };
-    if p.is_null() {
-        "unknown error".into()
-    } else {
-        // SAFETY: non-null, NUL-terminated (see above).
-        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-    }
-}
-
 impl Lib {
     fn open(path: &str) -> Result<Self, String> {
-        let name = CString::new(path).map_err(|e| e.to_string())?;
-        // SAFETY: a valid NUL-terminated name; RTLD_NOW resolves every symbol now. The handle
-        // is never closed: the function pointers below stay valid for the whole process.
-        let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        if handle.is_null() {
-            return Err(format!("{path} could not be loaded: {}", dl_error()));
+        let lib = Library::open(path)?;
+        // SAFETY (every `function` below): the type named is the C signature of that exported
+        // libfabric function in fabric.h.
+        unsafe {
+            Ok(Self {
+                getinfo: lib.function::<GetInfo>("fi_getinfo")?,
+                freeinfo: lib.function::<FreeInfo>("fi_freeinfo")?,
+                dupinfo: lib.function::<DupInfo>("fi_dupinfo")?,
+                fabric: lib.function::<Fabric>("fi_fabric")?,
+                strerror: lib.function::<StrError>("fi_strerror")?,
+                version: lib.function::<Version>("fi_version")?,
+                lib,
+            })
         }
-        let sym = |s: &str| -> Result<*mut c_void, String> {
-            let c = CString::new(s).map_err(|e| e.to_string())?;
-            // SAFETY: `handle` is a live handle from dlopen; `c` is NUL-terminated.
-            let p = unsafe { libc::dlsym(handle, c.as_ptr()) };
-            if p.is_null() {
-                Err(format!("{path} has no symbol {s}: {}", dl_error()))
-            } else {
-                Ok(p)
-            }
-        };
-        macro_rules! load {
-            ($name:literal as $ty:ty) => {{
-                let p = sym($name)?;
-                // SAFETY: `p` is the address of the exported libfabric function `$name`, whose
-                // C signature (fabric.h) is `$ty`.
-                unsafe { std::mem::transmute::<*mut c_void, $ty>(p) }
-            }};
-        }
-        Ok(Self {
-            getinfo: load!("fi_getinfo" as GetInfo),
-            freeinfo: load!("fi_freeinfo" as FreeInfo),
-            dupinfo: load!("fi_dupinfo" as DupInfo),
-            fabric: load!("fi_fabric" as Fabric),
-            strerror: load!("fi_strerror" as StrError),
-            version: load!("fi_version" as Version),
-            path: path.to_owned(),
-        })
+    }
+
+    /// Where it was loaded from (the name given to `dlopen`).
+    pub fn path(&self) -> &str {
+        self.lib.name()
     }
 }
 

@@ -1,15 +1,9 @@
-//! The libfabric transport's wire formats (tables in the [module docs](super)) and the
-//! receiver's destination check, the whole of its trust boundary for messages.
-
-use std::collections::HashMap;
-
-use mscclpp_shared::DevicePtr;
-use subtle::ConstantTimeEq;
+//! The libfabric transport's wire formats (tables in the [module docs](super)). The
+//! receiver's destination check, the rest of its trust boundary for messages, is the network
+//! transports' shared one (`connection::network`).
 
 use super::{HEADER_LEN, MAX_ADDR, MAX_MRS, MAX_NAME, MAX_REASON};
 use crate::codec::{Reader, Writer};
-use crate::registered_memory::LocalMemory;
-use crate::transport::Transport;
 
 /// Magic of an [`EndpointInfo`].
 pub const INFO_MAGIC: [u8; 4] = *b"MSOF";
@@ -330,54 +324,9 @@ impl Frame {
     }
 }
 
-/// The address of `[offset, offset + len)` of memory `id` in `registry` (this rank's memories
-/// registered for a network transport), checked: registered for `Ofi`, the right network key
-/// (compared in constant time), inside the memory, and `align`-byte aligned.
-pub(crate) fn check_destination(
-    registry: &HashMap<u32, LocalMemory>,
-    id: u32,
-    key: u64,
-    offset: u64,
-    len: u64,
-    align: u64,
-) -> Result<DevicePtr<u8>, String> {
-    let mem = registry.get(&id).ok_or_else(|| {
-        format!("memory {id} is not registered here for a network transport (or no longer)")
-    })?;
-    if !mem.transports.has(Transport::Ofi) {
-        return Err(format!("memory {id} is not registered for Ofi"));
-    }
-    if !bool::from(mem.key.to_le_bytes().ct_eq(&key.to_le_bytes())) {
-        return Err(format!(
-            "the write into memory {id} carries a wrong network key (this rank never sent that memory to the writer)"
-        ));
-    }
-    match offset.checked_add(len) {
-        Some(end) if end <= mem.size as u64 => {}
-        _ => {
-            return Err(format!(
-                "range {offset}+{len} is outside memory {id} of {} bytes",
-                mem.size
-            ));
-        }
-    }
-    let addr = mem
-        .ptr
-        .addr()
-        .checked_add(offset)
-        .ok_or_else(|| format!("memory {id}: address overflow"))?;
-    if align > 1 && !addr.is_multiple_of(align) {
-        return Err(format!(
-            "memory {id}: offset {offset} is not {align}-byte aligned"
-        ));
-    }
-    Ok(DevicePtr::from_addr(addr))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transport::TransportFlags;
 
     fn info() -> EndpointInfo {
         EndpointInfo {
@@ -529,43 +478,5 @@ mod tests {
         let mut b = [0u8; HEADER_LEN];
         b[0] = 5;
         assert!(Frame::decode(&b, 100).is_err(), "unknown op");
-    }
-
-    #[test]
-    fn destinations_are_checked_against_the_registry() {
-        let mut reg = HashMap::new();
-        let mem = |t: Transport| LocalMemory {
-            ptr: DevicePtr::from_addr(0x1000),
-            size: 64,
-            transports: TransportFlags::from(t),
-            key: 7,
-        };
-        reg.insert(1, mem(Transport::Ofi));
-        reg.insert(2, mem(Transport::Ethernet));
-        assert_eq!(
-            check_destination(&reg, 1, 7, 8, 56, 8).unwrap().addr(),
-            0x1008
-        );
-        assert!(
-            check_destination(&reg, 1, 7, 8, 57, 1).is_err(),
-            "past the end"
-        );
-        assert!(
-            check_destination(&reg, 1, 7, u64::MAX, 2, 1).is_err(),
-            "wraps"
-        );
-        assert!(
-            check_destination(&reg, 1, 7, 4, 8, 8).is_err(),
-            "misaligned"
-        );
-        assert!(
-            check_destination(&reg, 2, 7, 0, 8, 8).is_err(),
-            "Ethernet only"
-        );
-        assert!(
-            check_destination(&reg, 3, 7, 0, 8, 8).is_err(),
-            "unknown id"
-        );
-        assert!(check_destination(&reg, 1, 8, 0, 8, 8).is_err(), "wrong key");
     }
 }

@@ -26,6 +26,7 @@ use cudarc::driver::sys;
 
 use super::{Context, result};
 use crate::error::DriverError;
+use crate::sync::lock;
 
 /// A release that waits for the whole context.
 #[derive(Debug)]
@@ -71,7 +72,7 @@ static SHARING: Mutex<Vec<(sys::CUdevice, Arc<Sharing>)>> = Mutex::new(Vec::new(
 
 /// The [`Sharing`] of device `dev`.
 pub(crate) fn of(dev: sys::CUdevice) -> Arc<Sharing> {
-    let mut all = SHARING.lock().unwrap_or_else(|e| e.into_inner());
+    let mut all = lock(&SHARING);
     if let Some((_, s)) = all.iter().find(|(d, _)| *d == dev) {
         return s.clone();
     }
@@ -86,7 +87,7 @@ impl Sharing {
         {
             // Checked under the lock the last rank's drop drains under: a release seen as
             // held is always drained.
-            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            let mut held = lock(&self.held);
             if self.ranks.load(Ordering::Acquire) >= 2 {
                 held.push(h);
                 return;
@@ -97,7 +98,7 @@ impl Sharing {
 
     /// A held device allocation of exactly `size` bytes, taken back for a new owner.
     pub(crate) fn reuse(&self, size: usize) -> Option<sys::CUdeviceptr> {
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let mut held = lock(&self.held);
         let at = held
             .iter()
             .position(|h| matches!(h, Held::Device { size: s, .. } if *s == size))?;
@@ -146,8 +147,7 @@ impl Drop for RankOnDevice {
         if left >= 2 {
             return;
         }
-        let held =
-            std::mem::take(&mut *self.sharing.held.lock().unwrap_or_else(|e| e.into_inner()));
+        let held = std::mem::take(&mut *lock(&self.sharing.held));
         for h in held {
             carry_out(&self.ctx, h);
         }

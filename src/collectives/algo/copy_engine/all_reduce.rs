@@ -86,7 +86,7 @@ impl Pipeline {
     /// The scratch (`bytes` long), allocated on first use; `None` if the allocation fails
     /// (then this rank tells its peers it cannot go direct, and every rank stages).
     pub fn scratch(&self, g: &Gpu, bytes: usize) -> Option<(DevicePtr<u8>, usize)> {
-        let mut s = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = mscclpp_host::sync::lock(&self.scratch);
         if s.is_none() {
             match g.alloc(bytes) {
                 Ok(b) => *s = Some(b),
