@@ -10,6 +10,7 @@
 //! | [`connect`](Communicator::connect) | [`Endpoint`](crate::connection::Endpoint)s | `connection` (the transport from the local and the remote endpoint) |
 //! | [`build_semaphore`](Communicator::build_semaphore) and friends | [`SemaphoreStub`]s | `semaphore` (from the local and the remote stub) |
 //! | [`split`](Communicator::split) | every rank's color and key (one all-gather) | a communicator over a [`SubBootstrap`] of its group |
+//! | [`shrink`](Communicator::shrink), [`grow`](Communicator::grow) | the new world's members (one all-gather) | a communicator over a [`SubBootstrap`] of the survivors, or over a new bootstrap with the newcomers (`crate::membership`) |
 //!
 //! Set-up messages travel over the bootstrap under tags in their own ranges (memory, endpoint,
 //! semaphore), so user tags of each kind never collide with each other or with the
@@ -210,6 +211,13 @@ impl Communicator {
         let members = group.into_iter().map(|(_, r)| r).collect();
         let sub = SubBootstrap::new(self.health.unwatched(), members, id)?;
         Communicator::new(Arc::new(sub), self.gpu.clone()).map(Some)
+    }
+
+    /// The bootstrap without this communicator's watch, and the next group number of its
+    /// sub-bootstraps (what a shrink builds its world over: `crate::membership`).
+    pub(crate) fn sub_world_base(&self) -> (Arc<dyn Bootstrap>, u64) {
+        let id = self.splits.fetch_add(1, Ordering::Relaxed);
+        (self.health.unwatched(), id)
     }
 
     /// This rank.

@@ -9,7 +9,9 @@
 //! for the context back (the regions and the registries hold the communicator and the layout
 //! themselves). Its only state that changes after set-up: the record of the last algorithm
 //! (a relaxed atomic, written by the units' launches, read by `Collectives::last_algorithm`),
-//! and the interior state of the regions and registries (their module docs).
+//! the revoked flag (set once by `Collectives::revoke` with release, read by every call with
+//! acquire), the streams' events of `inflight.rs`, and the interior state of the regions and
+//! registries (their module docs).
 //!
 //! Device words here: `ll_flags` (two u64 in device memory, written and read only by the LL
 //! kernels; `CollectiveParams::ll_flags` says how), the channel table (written once by the
@@ -18,7 +20,7 @@
 //! the first kernel that uses it), and the scratch (module docs of `scratch.rs`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use mscclpp_host::communicator::Communicator;
 use mscclpp_host::connection::Connection;
@@ -33,6 +35,7 @@ use mscclpp_shared::{
 
 use super::algorithm::{Algorithm, Collective};
 use super::config::CollectiveConfig;
+use super::inflight::InFlight;
 use super::multinode::MultiNode;
 use super::reduction::KernelOp;
 use super::regions::{LazyRegions, Peers};
@@ -163,6 +166,12 @@ pub(crate) struct Context {
     ll_flags: DeviceBuffer,
     /// The algorithm of the last queued call ([`Algorithm`] as `u8` + 1; 0 before any).
     last: AtomicU8,
+    /// Set once by `Collectives::revoke` (release), read by every call (acquire): a revoked
+    /// `Collectives` takes no more calls.
+    revoked: AtomicBool,
+    /// The streams this `Collectives` queued on, each with an event after its latest call
+    /// (`inflight.rs`): what a revoke waits for.
+    pub inflight: InFlight,
     _channels: Vec<MemoryChannel>,
     _peers: Vec<RegisteredMemory>,
     _connections: Vec<Arc<dyn Connection>>,
@@ -201,6 +210,8 @@ impl Context {
             channel_table: w.channel_table,
             ll_flags: w.ll_flags,
             last: AtomicU8::new(0),
+            revoked: AtomicBool::new(false),
+            inflight: InFlight::default(),
             _channels: w.channels,
             _peers: w.peers,
             _connections: w.connections,
@@ -341,6 +352,24 @@ impl Context {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+
+    /// Marks these collectives revoked: every later call is refused ([`refuse_revoked`]).
+    ///
+    /// [`refuse_revoked`]: Self::refuse_revoked
+    pub fn revoke(&self) {
+        self.revoked.store(true, Ordering::Release);
+    }
+
+    /// `Error::Revoked` naming `what` once [`revoke`](Self::revoke) was called.
+    pub fn refuse_revoked(&self, what: &'static str) -> Result<()> {
+        if self.revoked.load(Ordering::Acquire) {
+            return Err(Error::Revoked {
+                rank: self.rank(),
+                what,
+            });
+        }
+        Ok(())
     }
 
     /// The error of an algorithm that cannot serve a call (`what` it cannot do).

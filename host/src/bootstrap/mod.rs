@@ -303,6 +303,13 @@ pub trait Bootstrap: Send + Sync {
     fn dead_peer(&self) -> Option<(usize, String)> {
         None
     }
+    /// Every peer whose connection ended without a goodbye, with the reasons, in the order
+    /// they went down (the first is [`dead_peer`](Self::dead_peer)'s): the failure detector's
+    /// view that a shrink excludes (`Communicator::failed_ranks`). The default is
+    /// `dead_peer`'s one.
+    fn dead_peers(&self) -> Vec<(usize, String)> {
+        self.dead_peer().into_iter().collect()
+    }
     /// The first peer that closed its bootstrap after saying goodbye (it finished normally),
     /// and how long ago. Receives from it fail at once; a communicator aborts for it only
     /// after a grace period (`health::LEAVE_GRACE`), so that ranks finishing their last

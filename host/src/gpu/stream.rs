@@ -5,6 +5,25 @@ use mscclpp_shared::DevicePtr;
 use super::{BackendKind, Gpu, GridDims, Kernel, KernelImpl, LaunchConfig, cpu, cuda};
 use crate::error::{Error, Result};
 
+/// Polls `done` (backing off between polls) until it says so or `timeout` passes; whether it
+/// did.
+fn poll_until(
+    timeout: std::time::Duration,
+    mut done: impl FnMut() -> Result<bool>,
+) -> Result<bool> {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut backoff = crate::backoff::Backoff::new();
+    loop {
+        if done()? {
+            return Ok(true);
+        }
+        if std::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        backoff.snooze();
+    }
+}
+
 pub(super) enum StreamImpl {
     Cuda(cuda::Stream),
     Cpu(cpu::Stream),
@@ -66,17 +85,7 @@ impl Stream {
     /// Waits until all queued work is done or `timeout` passes (polling, so the wait is
     /// bounded even if the device never finishes).
     pub fn synchronize_timeout(&self, timeout: std::time::Duration) -> Result<bool> {
-        let deadline = std::time::Instant::now() + timeout;
-        let mut backoff = crate::backoff::Backoff::new();
-        loop {
-            if self.query()? {
-                return Ok(true);
-            }
-            if std::time::Instant::now() >= deadline {
-                return Ok(false);
-            }
-            backoff.snooze();
-        }
+        poll_until(timeout, || self.query())
     }
 
     /// Queues a launch of `kernel` with `params`.
@@ -262,6 +271,20 @@ impl Event {
             EventImpl::Cuda(e) => e.synchronize(),
             EventImpl::Cpu(e) => e.synchronize(),
         }
+    }
+
+    /// Whether the work before the marker is done (an event never recorded is).
+    pub fn query(&self) -> Result<bool> {
+        match &self.imp {
+            EventImpl::Cuda(e) => e.query(),
+            EventImpl::Cpu(e) => Ok(e.query()),
+        }
+    }
+
+    /// Waits until the work before the marker is done or `timeout` passes (polling, so the
+    /// wait is bounded even if the device never finishes); whether it is done.
+    pub fn synchronize_timeout(&self, timeout: std::time::Duration) -> Result<bool> {
+        poll_until(timeout, || self.query())
     }
 
     /// Milliseconds between `start` and `self` (both recorded and complete).

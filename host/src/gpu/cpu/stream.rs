@@ -408,6 +408,12 @@ impl Event {
         Ok(())
     }
 
+    /// Whether the latest record has been reached.
+    pub fn query(&self) -> bool {
+        let s = lock(&self.state.inner);
+        s.completed >= s.recorded
+    }
+
     /// Milliseconds from `start` to `self`.
     pub fn elapsed_ms(&self, start: &Event) -> Result<f32> {
         let end = lock(&self.state.inner).time;

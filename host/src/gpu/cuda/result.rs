@@ -523,6 +523,19 @@ pub(crate) unsafe fn cu_event_record(e: sys::CUevent, s: sys::CUstream) -> Drive
     check("cuEventRecord", unsafe { sys::cuEventRecord(e, s) })
 }
 
+/// `cuEventQuery`: whether the work before the event's last record is done.
+///
+/// # Safety
+/// `e` is live.
+pub(crate) unsafe fn cu_event_query(e: sys::CUevent) -> DriverResult<bool> {
+    // SAFETY: forwarded contract.
+    match unsafe { sys::cuEventQuery(e) } {
+        sys::CUresult::CUDA_SUCCESS => Ok(true),
+        sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+        code => check("cuEventQuery", code).map(|_| false),
+    }
+}
+
 /// `cuEventSynchronize`.
 ///
 /// # Safety

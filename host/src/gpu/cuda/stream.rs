@@ -300,6 +300,14 @@ impl Event {
         unsafe { result::cu_event_synchronize(self.raw) }.map_err(err)
     }
 
+    /// Whether the work before the last record of this event is done.
+    pub fn query(&self) -> Result<bool> {
+        let err = |e| self.err("query event", e);
+        self.ctx.bind().map_err(err)?;
+        // SAFETY: `self.raw` is live.
+        unsafe { result::cu_event_query(self.raw) }.map_err(err)
+    }
+
     /// Milliseconds from `start` to `self`; both recorded and complete (else the driver says
     /// `CUDA_ERROR_NOT_READY` / `CUDA_ERROR_INVALID_HANDLE`).
     pub fn elapsed_ms(&self, start: &Event) -> Result<f32> {
