@@ -15,7 +15,8 @@
 //! - `stopped_rank_is_excluded_after_the_peer_timeout`: the same with a rank that stops
 //!   (SIGSTOP), alive but silent: after the bootstrap's peer timeout it is treated as dead.
 //! - `killed_node_of_an_emulated_world`: 2 emulated nodes of 2 ranks (Ethernet between them);
-//!   both ranks of node 1 are killed; the survivors shrink to node 0 and go on.
+//!   both ranks of node 1 are killed; the survivors shrink to node 0 and go on, then two
+//!   newcomers on node 1 grow the world back to two nodes.
 //!
 //! Every collective's data is a hash of (the contributor's identity, the call, the element),
 //! outputs are poisoned first and every element is compared with a host reference; each rank's
@@ -73,7 +74,13 @@ struct World {
     ids: Vec<u32>,
     me: u32,
     stream: Stream,
+    /// Input and output of every call (allocated once: the largest call's).
+    input: mscclpp::host::gpu::DeviceBuffer,
+    output: mscclpp::host::gpu::DeviceBuffer,
 }
+
+/// Element counts of the calls, by the call's number.
+const COUNTS: [usize; 6] = [1, 7, 64, 300, 1024, 4099];
 
 impl World {
     /// `c` with this rank's identity `me` (every rank's learnt by one all-gather).
@@ -83,8 +90,18 @@ impl World {
             .iter()
             .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
-        let stream = c.communicator().gpu().stream()?;
-        Ok(Self { c, ids, me, stream })
+        let g = c.communicator().gpu();
+        let stream = g.stream()?;
+        let most = COUNTS[COUNTS.len() - 1] * 4;
+        let (input, output) = (g.alloc(most)?, g.alloc(most * all.len())?);
+        Ok(Self {
+            c,
+            ids,
+            me,
+            stream,
+            input,
+            output,
+        })
     }
 
     /// Call `call`: an all-reduce (sum of u32) or an all-gather, of a size drawn from the
@@ -92,12 +109,10 @@ impl World {
     /// stream, a device wait) is returned; wrong data panics.
     fn checked(&self, call: u64) -> mscclpp::host::Result<()> {
         let n = self.ids.len();
-        let count = [1usize, 7, 64, 300, 1024, 4099][(call % 6) as usize];
+        let count = COUNTS[(call % COUNTS.len() as u64) as usize];
         let gather = call % 3 == 2;
-        let g = self.c.communicator().gpu();
         let out_len = if gather { n * count } else { count };
-        let input = g.alloc(count * 4)?;
-        let output = g.alloc(out_len * 4)?;
+        let (input, output) = (&self.input, &self.output);
         let mine: Vec<u32> = (0..count).map(|i| value(self.me, call, i)).collect();
         input.copy_from_host(0, bytemuck::cast_slice(&mine))?;
         output.copy_from_host(0, &vec![0xA5; out_len * 4])?;
@@ -125,7 +140,11 @@ impl World {
             }
         }?;
         self.stream.synchronize()?;
-        if let Some(e) = self.c.communicator().status().error() {
+        // A communicator that failed during the call may have left its output incomplete (a
+        // world of several nodes: a proxy that lost its connection aborts the communicator;
+        // kernels that were not waiting record nothing): the call is lost.
+        let comm = self.c.communicator();
+        if let Some(e) = comm.status().error().or_else(|| comm.async_error()) {
             return Err(e);
         }
         let mut got = vec![0u32; out_len];
@@ -168,12 +187,15 @@ fn expect_remote(comm: &Communicator, dead: &[usize], within: Duration) -> usize
 }
 
 /// Whether `e` is what a call of a survivor may fail with once a rank it waited for died:
-/// the communicator's verdict, a device wait released by the abort, or the bootstrap's
-/// word on the dead rank (a per-call exchange that met its closed link).
+/// the communicator's verdict, a device wait released by the abort, the abort itself (a
+/// proxy that lost its connection to the dead rank aborts before the health monitor names
+/// it), or the bootstrap's word on the dead rank (a per-call exchange that met its closed
+/// link). The caller then checks that the communicator names a dead rank.
 fn failure_of_a_dead_rank(e: &Error, dead: &[usize]) -> bool {
     match e {
         Error::Remote { rank, .. } => dead.contains(rank),
         Error::Device { code, .. } => *code == mscclpp::shared::DeviceErrorCode::Aborted,
+        Error::Aborted { .. } => true,
         Error::BootstrapPeerClosed { peer, .. } | Error::BootstrapPeerGone { peer, .. } => {
             peer.rank.is_some_and(|r| dead.contains(&r))
         }
@@ -288,4 +310,511 @@ fn revoke_then_shrink_without_a_rank_that_closed_as_threads() {
         assert!(w.c.communicator().async_error().is_none());
         w.c.communicator().barrier().expect("barrier");
     });
+}
+
+// ------------------------------------------------------------------------------------------
+// Ranks as processes
+// ------------------------------------------------------------------------------------------
+
+const ENV_RANK: &str = "MSCCLPP_RECOVERY_TEST_RANK";
+const ENV_SIZE: &str = "MSCCLPP_RECOVERY_TEST_SIZE";
+const ENV_ID: &str = "MSCCLPP_RECOVERY_TEST_ID";
+/// A newcomer's grow id (hex).
+const ENV_JOIN: &str = "MSCCLPP_RECOVERY_TEST_JOIN";
+/// Each rank's emulated node (`ENV_NODES` = the nodes of ranks 0, 1, … comma-separated).
+const ENV_NODES: &str = "MSCCLPP_RECOVERY_TEST_NODES";
+/// The bootstrap's peer timeout in milliseconds (the stopped-rank case).
+const ENV_PEER_TIMEOUT: &str = "MSCCLPP_RECOVERY_TEST_PEER_TIMEOUT_MS";
+
+/// How long a world of processes may run before the parent kills it (a hang fails the test).
+const WORLD_BOUND: Duration = Duration::from_secs(400);
+
+/// One child's end.
+struct End {
+    status: std::process::ExitStatus,
+    output: String,
+    /// Whether the parent killed it: it had stopped itself (`RECOVERY_STOPPED`), or it overran
+    /// [`WORLD_BOUND`].
+    killed: bool,
+    overran: bool,
+}
+
+fn now_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// Prints a line the parent reads, at once.
+fn say(line: &str) {
+    use std::io::Write;
+    println!("\n{line}");
+    let _ = std::io::stdout().flush();
+}
+
+/// Runs the test `test` as a world of `n` processes on loopback, with `env` in every child.
+/// Rank 0 prints its unique id, then the others start; a child that prints `GROW_ID <hex>
+/// <rank> <size>` has a newcomer started as rank `rank` of `size` with that id; a child that
+/// prints `RECOVERY_STOPPED` (and stops) is killed once every other child has ended. Every
+/// child is waited for; a world still running after [`WORLD_BOUND`] is killed.
+fn run_world(test: &str, n: usize, env: &[(&str, String)]) -> Vec<End> {
+    let exe = std::env::current_exe().unwrap();
+    let spawn = |rank: usize, size: usize, id: &str, join: Option<&str>| -> Child {
+        let mut cmd = Command::new(&exe);
+        cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
+            .env(ENV_RANK, rank.to_string())
+            .env(ENV_SIZE, size.to_string())
+            .env(ENV_ID, id)
+            .env("MSCCLPP_SOCKET_IFNAME", "lo")
+            .env_remove("MSCCLPP_HOSTID")
+            .env_remove("MSCCLPP_NET_TRANSPORT")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(j) = join {
+            cmd.env(ENV_JOIN, j);
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.spawn().unwrap()
+    };
+    let (tx, rx) = mpsc::channel::<(usize, String)>();
+    let mut children: Vec<Child> = Vec::new();
+    let mut readers = Vec::new();
+    let mut watch = |c: &mut Child, i: usize| {
+        let (out, err) = (c.stdout.take().unwrap(), c.stderr.take().unwrap());
+        let tx = tx.clone();
+        readers.push(std::thread::spawn(move || {
+            let mut text = String::new();
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send((i, line.clone()));
+                text.push_str(&line);
+                text.push('\n');
+            }
+            text
+        }));
+        readers.push(std::thread::spawn(move || {
+            let mut text = String::new();
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                text.push_str(&line);
+                text.push('\n');
+            }
+            text
+        }));
+    };
+    children.push(spawn(0, n, "", None));
+    watch(&mut children[0], 0);
+    let start = Instant::now();
+    let mut ended: Vec<Option<(std::process::ExitStatus, bool, bool)>> = vec![None];
+    let mut stopped: Vec<bool> = vec![false];
+    loop {
+        while let Ok((i, line)) = rx.recv_timeout(Duration::from_millis(5)) {
+            if i == 0 && children.len() == 1 && line.contains("UNIQUE_ID ") {
+                let id = line[line.find("UNIQUE_ID ").unwrap() + 10..]
+                    .trim()
+                    .to_string();
+                for r in 1..n {
+                    let mut c = spawn(r, n, &id, None);
+                    watch(&mut c, r);
+                    children.push(c);
+                    ended.push(None);
+                    stopped.push(false);
+                }
+            } else if let Some(at) = line.find("GROW_ID ") {
+                let f: Vec<&str> = line[at + 8..].split_whitespace().collect();
+                let (rank, size) = (f[1].parse().unwrap(), f[2].parse().unwrap());
+                let mut c = spawn(rank, size, "", Some(f[0]));
+                let i = children.len();
+                watch(&mut c, i);
+                children.push(c);
+                ended.push(None);
+                stopped.push(false);
+            } else if line.contains("RECOVERY_STOPPED") {
+                stopped[i] = true;
+            }
+        }
+        for (i, c) in children.iter_mut().enumerate() {
+            if ended[i].is_none()
+                && let Some(st) = c.try_wait().unwrap()
+            {
+                ended[i] = Some((st, false, false));
+            }
+        }
+        let running: Vec<usize> = (0..children.len())
+            .filter(|&i| ended[i].is_none())
+            .collect();
+        if running.is_empty() {
+            break;
+        }
+        let overran = start.elapsed() > WORLD_BOUND;
+        if overran || running.iter().all(|&i| stopped[i]) {
+            for i in running {
+                let _ = children[i].kill();
+                ended[i] = Some((children[i].wait().unwrap(), true, overran));
+            }
+        }
+    }
+    drop(tx);
+    let texts: Vec<String> = readers.into_iter().map(|h| h.join().unwrap()).collect();
+    ended
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let (status, killed, overran) = e.unwrap();
+            End {
+                status,
+                output: format!("{}{}", texts[2 * i], texts[2 * i + 1]),
+                killed,
+                overran,
+            }
+        })
+        .collect()
+}
+
+/// What a child process is.
+struct ChildRank {
+    rank: usize,
+    size: usize,
+    /// Whether it joins a grown world (its id came from a `GROW_ID` line).
+    newcomer: bool,
+    comm: Communicator,
+}
+
+/// The host identity of `rank`'s emulated node, if the world has nodes.
+fn host_of(rank: usize) -> Option<String> {
+    let nodes = std::env::var(ENV_NODES).ok()?;
+    let node = nodes.split(',').nth(rank)?;
+    Some(format!("mscclpp-recovery-node-{node}"))
+}
+
+/// The bootstrap configuration every rank of a test world uses (node, peer timeout).
+fn configure(mut cfg: BootstrapConfig) -> BootstrapConfig {
+    cfg = cfg.with_timeout(Duration::from_secs(60));
+    if let Some(h) = host_of(cfg.rank) {
+        cfg = cfg.with_host_id(h);
+    }
+    if let Some(ms) = std::env::var(ENV_PEER_TIMEOUT)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        cfg = cfg.with_peer_timeout(Some(Duration::from_millis(ms)));
+    }
+    cfg
+}
+
+/// In a child: its rank and communicator (rank 0 prints the unique id); `None` in the parent.
+fn child() -> Option<ChildRank> {
+    let rank: usize = std::env::var(ENV_RANK).ok()?.parse().ok()?;
+    let size: usize = std::env::var(ENV_SIZE).ok()?.parse().ok()?;
+    // SAFETY: `prctl(PR_SET_PDEATHSIG, SIGKILL)` takes no pointers.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    let join = std::env::var(ENV_JOIN).ok();
+    let bs = if let Some(hex) = &join {
+        let id = UniqueId::from_hex(hex).expect("grow id");
+        TcpBootstrap::init(configure(BootstrapConfig::new(rank, size, id)))
+    } else if rank == 0 {
+        let (id, listener) = UniqueId::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        say(&format!("UNIQUE_ID {}", id.to_hex()));
+        let cfg = configure(BootstrapConfig::new(0, size, id));
+        TcpBootstrap::init_with_root_listener(cfg, listener)
+    } else {
+        let id = UniqueId::from_hex(&std::env::var(ENV_ID).ok()?).expect("unique id");
+        TcpBootstrap::init(configure(BootstrapConfig::new(rank, size, id)))
+    }
+    .expect("bootstrap");
+    let comm = Communicator::new(Arc::new(bs), gpu(rank)).expect("communicator");
+    Some(ChildRank {
+        rank,
+        size,
+        newcomer: join.is_some(),
+        comm,
+    })
+}
+
+/// How a victim leaves.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    /// SIGKILL of itself.
+    Kill,
+    /// SIGSTOP of itself (the parent kills it at the end).
+    Stop,
+}
+
+/// Calls of the shrunk world checked after the first good one.
+const AFTER_SHRINK: u64 = 1000;
+/// Calls of the grown world.
+const AFTER_GROW: u64 = 100;
+/// Identities of newcomers start here (apart from every original rank's).
+const NEWCOMER_ID: u32 = 1000;
+
+/// A rank of a recovery world: checked calls until `victims` leave by `fate` (inside a call),
+/// then revoke, shrink without them, [`AFTER_SHRINK`] checked calls; then, if `grow`, rank 0
+/// hands out a grow id, one newcomer per victim joins and the grown world runs
+/// [`AFTER_GROW`] checked calls.
+fn recovery_rank(ch: ChildRank, victims: &[usize], fate: Fate, grow: bool) {
+    let (rank, n) = (ch.rank, ch.size);
+    if ch.newcomer {
+        return newcomer(ch);
+    }
+    let w = World::new(
+        Collectives::new(Arc::new(ch.comm)).expect("collectives"),
+        rank as u32,
+    )
+    .expect("world");
+    for call in 0..10 {
+        w.checked(call).expect("a good call before any failure");
+    }
+    if victims.contains(&rank) {
+        // Leaves from another thread while this one is inside a collective (most of a call's
+        // time is spent waiting inside it).
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(150));
+            say(&format!("RECOVERY_DIED_AT_NS {}", now_ns()));
+            let sig = match fate {
+                Fate::Kill => libc::SIGKILL,
+                Fate::Stop => {
+                    say("RECOVERY_STOPPED");
+                    libc::SIGSTOP
+                }
+            };
+            // SAFETY: a signal to this process; nothing is passed.
+            unsafe { libc::kill(libc::getpid(), sig) };
+        });
+        for call in 10.. {
+            let _ = w.checked(call);
+        }
+        unreachable!();
+    }
+    // A survivor: calls until one fails because a victim has gone.
+    let t0 = Instant::now();
+    let mut call = 10;
+    let err = loop {
+        match w.checked(call) {
+            Ok(()) => call += 1,
+            Err(e) => break e,
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "no call failed after the victims left"
+        );
+    };
+    let failed_at = now_ns();
+    assert!(
+        failure_of_a_dead_rank(&err, victims),
+        "call {call}: {err:?}"
+    );
+    let named = expect_remote(w.c.communicator(), victims, Duration::from_secs(60));
+    say(&format!(
+        "RECOVERY_ERROR_AT_NS {failed_at} call {call} names rank {named}: {err}"
+    ));
+    w.c.revoke().expect("revoke");
+    // The detector's set, once every victim is in it (a node's ranks die together; their
+    // notices arrive within milliseconds of each other).
+    let comm = w.c.communicator().clone();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let failed = loop {
+        let f = comm.failed_ranks();
+        if victims.iter().all(|v| f.contains(v)) || Instant::now() > deadline {
+            break f;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    assert_eq!(failed, victims, "the failure detector's set");
+    let shrunk = w.c.shrink(&failed).expect("shrink");
+    let me = rank as u32;
+    let w2 = World::new(shrunk, me).expect("shrunk world");
+    // The revoked collectives: nothing of theirs runs any more.
+    let nodes = comm.topology().nodes();
+    drop((w, comm));
+    w2.checked(AFTER_SHRINK * 10)
+        .expect("the first call of the shrunk world");
+    say(&format!("RECOVERY_FIRST_GOOD_AT_NS {}", now_ns()));
+    let t = Instant::now();
+    for call in 1..AFTER_SHRINK {
+        w2.checked(AFTER_SHRINK * 10 + call)
+            .expect("a call of the shrunk world");
+    }
+    say(&format!(
+        "RECOVERY_SHRUNK_CALLS {AFTER_SHRINK} in {} ms on {} ranks",
+        t.elapsed().as_millis(),
+        w2.ids.len()
+    ));
+    if !grow {
+        return w2.c.communicator().barrier().expect("barrier");
+    }
+    let shrunk_size = w2.ids.len();
+    let t = Instant::now();
+    let ticket = (w2.c.communicator().rank() == 0).then(|| {
+        let t =
+            w2.c.communicator()
+                .grow_ticket("127.0.0.1:0".parse().unwrap())
+                .expect("grow ticket");
+        for r in shrunk_size..n {
+            say(&format!("GROW_ID {} {r} {n}", t.id().to_hex()));
+        }
+        t
+    });
+    let grown = w2.c.grow(n, ticket, configure).expect("grow");
+    let w3 = World::new(grown, me).expect("grown world");
+    assert_eq!(
+        w3.c.communicator().topology().nodes(),
+        nodes,
+        "the grown world's nodes"
+    );
+    say(&format!(
+        "RECOVERY_GROWN in {} ms to {:?} on {nodes} node(s)",
+        t.elapsed().as_millis(),
+        w3.ids
+    ));
+    drop(w2);
+    for call in 0..AFTER_GROW {
+        w3.checked(AFTER_SHRINK * 100 + call)
+            .expect("a call of the grown world");
+    }
+    w3.c.communicator().barrier().expect("barrier");
+}
+
+/// A newcomer of a grown world: the same calls as the others.
+fn newcomer(ch: ChildRank) {
+    let me = NEWCOMER_ID + ch.rank as u32;
+    let w = World::new(
+        Collectives::new(Arc::new(ch.comm)).expect("collectives"),
+        me,
+    )
+    .expect("world");
+    for call in 0..AFTER_GROW {
+        w.checked(AFTER_SHRINK * 100 + call)
+            .expect("a call of the grown world");
+    }
+    w.c.communicator().barrier().expect("barrier");
+}
+
+/// The parent's checks of a recovery world: every survivor and newcomer passed, every victim
+/// died of SIGKILL (its own, or the parent's after it stopped), and the times, printed.
+fn expect_recovered(test: &str, ends: &[End], victims: &[usize]) {
+    let all = || {
+        ends.iter()
+            .enumerate()
+            .map(|(i, e)| format!("--- child {i} ({}):\n{}", e.status, e.output))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    for (i, e) in ends.iter().enumerate() {
+        assert!(!e.overran, "child {i} hung\n{}", all());
+        if victims.contains(&i) {
+            assert_eq!(
+                e.status.signal(),
+                Some(libc::SIGKILL),
+                "victim {i}\n{}",
+                all()
+            );
+        } else {
+            assert!(
+                e.status.success() && !e.killed,
+                "child {i} failed\n{}",
+                all()
+            );
+        }
+    }
+    let stamp = |e: &End, key: &str| -> Option<u128> {
+        e.output.lines().find_map(|l| {
+            let at = l.find(key)?;
+            l[at + key.len()..].split_whitespace().next()?.parse().ok()
+        })
+    };
+    let died = victims
+        .iter()
+        .filter_map(|&v| stamp(&ends[v], "RECOVERY_DIED_AT_NS "))
+        .min()
+        .expect("a victim printed when it left");
+    let ms = |t: u128| t.saturating_sub(died) as f64 / 1e6;
+    let survivors: Vec<usize> = (0..ends.len())
+        .filter(|i| {
+            !victims.contains(i) && stamp(&ends[*i], "RECOVERY_FIRST_GOOD_AT_NS ").is_some()
+        })
+        .collect();
+    let error: Vec<f64> = survivors
+        .iter()
+        .map(|&r| ms(stamp(&ends[r], "RECOVERY_ERROR_AT_NS ").unwrap()))
+        .collect();
+    let good: Vec<f64> = survivors
+        .iter()
+        .map(|&r| ms(stamp(&ends[r], "RECOVERY_FIRST_GOOD_AT_NS ").unwrap()))
+        .collect();
+    let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+    println!(
+        "RECOVERY {test}: {} ranks, victims {victims:?}: kill -> error on every survivor within \
+         {:.0} ms; kill -> first good collective of the shrunk world within {:.0} ms (each: \
+         {good:.0?})",
+        survivors.len() + victims.len(),
+        max(&error),
+        max(&good),
+    );
+    for (i, e) in ends.iter().enumerate() {
+        for l in e.output.lines() {
+            for key in [
+                "RECOVERY_SHRUNK_CALLS",
+                "RECOVERY_GROWN",
+                "RECOVERY_ERROR_AT_NS",
+            ] {
+                if let Some(at) = l.find(key) {
+                    println!("  child {i}: {}", &l[at..]);
+                }
+            }
+        }
+    }
+}
+
+/// The world of `n` ranks with `victims` leaving by `fate`: parent and children.
+fn recovery_case(test: &str, n: usize, victims: &[usize], fate: Fate, env: &[(&str, String)]) {
+    if let Some(ch) = child() {
+        return recovery_rank(ch, victims, fate, true);
+    }
+    if !enough_devices(n, test) {
+        return;
+    }
+    let t = Instant::now();
+    let ends = run_world(test, n, env);
+    expect_recovered(test, &ends, victims);
+    println!("RECOVERY {test}: whole case {:?}", t.elapsed());
+}
+
+#[test]
+fn killed_mid_collective_4_ranks() {
+    recovery_case("killed_mid_collective_4_ranks", 4, &[2], Fate::Kill, &[]);
+}
+
+#[test]
+fn killed_mid_collective_8_ranks() {
+    recovery_case("killed_mid_collective_8_ranks", 8, &[5], Fate::Kill, &[]);
+}
+
+/// The peer timeout of the stopped-rank case: long enough that no rank of a loaded 2-core
+/// machine goes unscheduled for it, short enough for CI.
+const STOP_TIMEOUT_MS: u64 = 3000;
+
+#[test]
+fn stopped_rank_is_excluded_after_the_peer_timeout() {
+    recovery_case(
+        "stopped_rank_is_excluded_after_the_peer_timeout",
+        4,
+        &[1],
+        Fate::Stop,
+        &[(ENV_PEER_TIMEOUT, STOP_TIMEOUT_MS.to_string())],
+    );
+}
+
+#[test]
+fn killed_node_of_an_emulated_world() {
+    recovery_case(
+        "killed_node_of_an_emulated_world",
+        4,
+        &[2, 3],
+        Fate::Kill,
+        &[
+            (ENV_NODES, "0,0,1,1".to_string()),
+            ("MSCCLPP_NET_TRANSPORT", "ethernet".to_string()),
+        ],
+    );
 }

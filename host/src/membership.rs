@@ -20,7 +20,7 @@
 //! so the parent (aborted, revoked, or still healthy) may be dropped before or after.
 //!
 //! The parent's bootstrap keeps knowing the excluded ranks dead; the new world's bootstrap
-//! reports only its members' deaths ([`Bootstrap::dead_peers`] filtered by the sub-bootstrap),
+//! reports only its members' deaths ([`Bootstrap::dead_peers`](crate::bootstrap::Bootstrap::dead_peers) filtered by the sub-bootstrap),
 //! so its monitor does not abort it for a rank it excluded.
 //!
 //! A rank that dies *during* a shrink: a member waiting for its exclusion set fails at once
@@ -48,7 +48,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crate::bootstrap::{
-    Bootstrap, BootstrapConfig, RootListener, SubBootstrap, TcpBootstrap, UNIQUE_ID_BYTES, UniqueId,
+    BootstrapConfig, RootListener, SubBootstrap, TcpBootstrap, UNIQUE_ID_BYTES, UniqueId,
 };
 use crate::communicator::Communicator;
 use crate::error::{Error, Result};

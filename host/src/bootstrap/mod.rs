@@ -181,8 +181,8 @@ use std::time::Duration;
 
 pub use config::{
     BootstrapConfig, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_PROCESS_QUEUED_BYTES,
-    DEFAULT_MAX_QUEUED_BYTES, DEFAULT_MAX_QUEUED_FRAMES, DEFAULT_TIMEOUT, Launcher, RootSpec,
-    TORCHRUN_PORT_OFFSET, env, parse_root,
+    DEFAULT_MAX_QUEUED_BYTES, DEFAULT_MAX_QUEUED_FRAMES, DEFAULT_PEER_TIMEOUT, DEFAULT_TIMEOUT,
+    Launcher, RootSpec, TORCHRUN_PORT_OFFSET, env, parse_root,
 };
 pub use keying::passphrase_key;
 pub use net::{interface_ipv4, local_ip};

@@ -92,6 +92,27 @@ impl LinkConn {
         Ok(())
     }
 
+    /// Writes a keepalive frame by `deadline` unless a frame is being written (`beat.rs`); a
+    /// write that fails part-way breaks the link as in [`send`](Self::send).
+    pub(super) fn beat(&self, deadline: Instant) {
+        let Ok(mut broken) = self.writer.try_lock() else {
+            return;
+        };
+        if broken.is_some() {
+            return;
+        }
+        let header = DataHeader {
+            channel: wire::CHANNEL_KEEPALIVE,
+            tag: 0,
+            len: 0,
+        }
+        .encode();
+        if let Err(f) = write_full(&self.stream, &header, deadline) {
+            *broken = Some(format!("{f:?}"));
+            let _ = self.stream.shutdown(Shutdown::Both);
+        }
+    }
+
     /// Sends the goodbye frame (best effort) and closes this side for writing.
     pub(super) fn close(&self, goodbye: bool, deadline: Instant) {
         if goodbye {
