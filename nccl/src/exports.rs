@@ -18,6 +18,7 @@ use crate::error::{NcclError, Outcome, api, guarded, last_error};
 use crate::group;
 use crate::init;
 use crate::p2p;
+use crate::recovery;
 use crate::registration as reg;
 
 /// `ncclComm_t`.
@@ -209,6 +210,70 @@ export! {
     ) -> ncclResult_t {
         api("ncclCommSplit", || {
             let r = init::split(comm, color, key, newcomm, config);
+            if let Err(e) = &r {
+                group::note_failure(e);
+            }
+            r
+        })
+    }
+}
+
+export! {
+    /// `ncclCommRevoke`.
+    fn ncclCommRevoke / pncclCommRevoke(comm: ncclComm_t, revokeFlags: c_int) -> ncclResult_t {
+        api("ncclCommRevoke", || recovery::revoke(comm, revokeFlags))
+    }
+}
+
+export! {
+    /// `ncclCommShrink`.
+    fn ncclCommShrink / pncclCommShrink(
+        comm: ncclComm_t,
+        excludeRanksList: *mut c_int,
+        excludeRanksCount: c_int,
+        newcomm: *mut ncclComm_t,
+        config: *mut ncclConfig_t,
+        shrinkFlags: c_int,
+    ) -> ncclResult_t {
+        api("ncclCommShrink", || {
+            let r = recovery::shrink(
+                comm,
+                excludeRanksList,
+                excludeRanksCount,
+                newcomm,
+                config,
+                shrinkFlags,
+            );
+            if let Err(e) = &r {
+                group::note_failure(e);
+            }
+            r
+        })
+    }
+}
+
+export! {
+    /// `ncclCommGetUniqueId`.
+    fn ncclCommGetUniqueId / pncclCommGetUniqueId(
+        comm: ncclComm_t,
+        uniqueId: *mut ncclUniqueId,
+    ) -> ncclResult_t {
+        api("ncclCommGetUniqueId", || recovery::get_unique_id(comm, uniqueId))
+    }
+}
+
+export! {
+    /// `ncclCommGrow`.
+    fn ncclCommGrow / pncclCommGrow(
+        comm: ncclComm_t,
+        nRanks: c_int,
+        uniqueId: *const ncclUniqueId,
+        rank: c_int,
+        newcomm: *mut ncclComm_t,
+        config: *mut ncclConfig_t,
+    ) -> ncclResult_t {
+        api("ncclCommGrow", || {
+            let r = recovery::grow(comm, nRanks, uniqueId, rank, newcomm, config);
             if let Err(e) = &r {
                 group::note_failure(e);
             }

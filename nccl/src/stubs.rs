@@ -9,14 +9,12 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use crate::abi::{ncclResult_t, ncclTeam_t, ncclUniqueId, ncclWaitSignalDesc_t};
+use crate::abi::{ncclResult_t, ncclTeam_t, ncclWaitSignalDesc_t};
 use crate::error::{NcclError, api, fail, guarded};
 use crate::exports::{cudaStream_t, export, ncclComm_t, ncclWindow_t};
 
 /// Why NCCL's device-side API is not there.
 pub const DEVICE_API: &str = "NCCL's device-side API (device communicators, symmetric-memory pointers, teams, GIN, one-sided put and signal) is not implemented; mscclpp-rs kernels use its own channels (mscclpp::device)";
-/// Why grow, shrink and revoke are not there.
-pub const RESIZE: &str = "communicators do not grow, shrink or get revoked; make a new one with ncclCommInitRank (and abort the old one)";
 /// Why suspend and resume are not there.
 pub const SUSPEND: &str =
     "communicators do not release and re-acquire their memory; destroy it and make a new one";
@@ -43,33 +41,6 @@ macro_rules! stub {
     };
 }
 
-stub!(ncclCommRevoke / pncclCommRevoke(comm: ncclComm_t, revokeFlags: c_int), RESIZE);
-stub!(
-    ncclCommShrink / pncclCommShrink(
-        comm: ncclComm_t,
-        excludeRanksList: *mut c_int,
-        excludeRanksCount: c_int,
-        newcomm: *mut ncclComm_t,
-        config: *mut c_void,
-        shrinkFlags: c_int,
-    ),
-    RESIZE
-);
-stub!(
-    ncclCommGetUniqueId / pncclCommGetUniqueId(comm: ncclComm_t, uniqueId: *mut ncclUniqueId),
-    RESIZE
-);
-stub!(
-    ncclCommGrow / pncclCommGrow(
-        comm: ncclComm_t,
-        nRanks: c_int,
-        uniqueId: *const ncclUniqueId,
-        rank: c_int,
-        newcomm: *mut ncclComm_t,
-        config: *mut c_void,
-    ),
-    RESIZE
-);
 stub!(ncclCommSuspend / pncclCommSuspend(comm: ncclComm_t, flags: c_int), SUSPEND);
 stub!(ncclCommResume / pncclCommResume(comm: ncclComm_t), SUSPEND);
 stub!(

@@ -291,10 +291,6 @@ fn stubs_refuse_and_say_why() {
         // caller's stack, which the caller cleans. The C ABI test calls those of nccl.h with
         // their own prototypes.
         let stubs = [
-            "ncclCommRevoke",
-            "ncclCommShrink",
-            "ncclCommGetUniqueId",
-            "ncclCommGrow",
             "ncclCommSuspend",
             "ncclCommResume",
             "ncclCommMemStats",

@@ -150,6 +150,10 @@ symbols! {
     comm_init_rank_scalable = "ncclCommInitRankScalable": fn(*mut P, c_int, c_int, c_int, *mut UniqueId, *mut Config) -> c_int;
     comm_init_all = "ncclCommInitAll": fn(*mut P, c_int, *const c_int) -> c_int;
     comm_split = "ncclCommSplit": fn(P, c_int, c_int, *mut P, *mut Config) -> c_int;
+    comm_revoke = "ncclCommRevoke": fn(P, c_int) -> c_int;
+    comm_shrink = "ncclCommShrink": fn(P, *mut c_int, c_int, *mut P, *mut Config, c_int) -> c_int;
+    comm_get_unique_id = "ncclCommGetUniqueId": fn(P, *mut UniqueId) -> c_int;
+    comm_grow = "ncclCommGrow": fn(P, c_int, *const UniqueId, c_int, *mut P, *mut Config) -> c_int;
     comm_finalize = "ncclCommFinalize": fn(P) -> c_int;
     comm_destroy = "ncclCommDestroy": fn(P) -> c_int;
     comm_abort = "ncclCommAbort": fn(P) -> c_int;
