@@ -128,10 +128,10 @@ impl Communicator {
         let me = self.rank();
         let tag = SHRINK_TAG | id;
         for r in (0..n).filter(|&r| r != me && !dead.contains(&r)) {
-            if let Err(e) = links.send(r, tag, &mine) {
-                if members.contains(&r) {
-                    return Err(e);
-                }
+            if let Err(e) = links.send(r, tag, &mine)
+                && members.contains(&r)
+            {
+                return Err(e);
             }
         }
         let set = |b: &[u8]| -> Vec<usize> {

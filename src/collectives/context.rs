@@ -19,14 +19,15 @@
 //! first use has a copy pointing at the peers' buffers of that region, written once before
 //! the first kernel that uses it), and the scratch (module docs of `scratch.rs`).
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use mscclpp_host::communicator::Communicator;
 use mscclpp_host::connection::Connection;
 use mscclpp_host::gpu::{DeviceBuffer, Gpu, Kernel, KernelSpec, Module, Stream};
 use mscclpp_host::memory_channel::MemoryChannel;
 use mscclpp_host::registered_memory::RegisteredMemory;
+use mscclpp_host::transport::Transport;
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::{
     BufferRef, CollectiveMode, CollectiveParams, DataType, DevicePtr, DeviceReduceOp,
@@ -37,11 +38,15 @@ use super::algorithm::{Algorithm, Collective};
 use super::config::CollectiveConfig;
 use super::inflight::InFlight;
 use super::multinode::MultiNode;
+use super::one_sided::OneSided;
 use super::reduction::KernelOp;
 use super::regions::{LazyRegions, Peers};
 use super::registered::RegisteredBuffers;
 use super::registry::Registry;
 use super::scratch::{Region, ScratchLayout};
+
+/// The transport to every rank (`None` for this rank).
+pub(crate) type PeerTransports = Vec<Option<Transport>>;
 
 /// Who a call's data goes to or comes from, besides every rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -172,6 +177,9 @@ pub(crate) struct Context {
     /// The streams this `Collectives` queued on, each with an event after its latest call
     /// (`inflight.rs`): what a revoke waits for.
     pub inflight: InFlight,
+    /// The one-sided calls' windows, signals and service, set up by the first window
+    /// registered for them (`one_sided.rs`).
+    pub one_sided: OnceLock<OneSided>,
     _channels: Vec<MemoryChannel>,
     _peers: Vec<RegisteredMemory>,
     _connections: Vec<Arc<dyn Connection>>,
@@ -212,6 +220,7 @@ impl Context {
             last: AtomicU8::new(0),
             revoked: AtomicBool::new(false),
             inflight: InFlight::default(),
+            one_sided: OnceLock::new(),
             _channels: w.channels,
             _peers: w.peers,
             _connections: w.connections,
@@ -226,6 +235,24 @@ impl Context {
     /// Ranks of the communicator.
     pub fn ranks(&self) -> usize {
         self.comm.size()
+    }
+
+    /// The connection to every rank and its transport (`None` for this rank): the same-node
+    /// transport's on a world of one node, the port channels' on a world of several.
+    pub fn connections(&self) -> (Vec<Option<Arc<dyn Connection>>>, PeerTransports) {
+        let n = self.ranks();
+        let (all, transports) = match &self.multi {
+            Some(m) => (&m.connections, m.transports.clone()),
+            None => {
+                let local = Transport::local_for(self.comm.gpu().kind());
+                let t = (0..n).map(|q| (q != self.rank()).then_some(local));
+                (&self._connections, t.collect())
+            }
+        };
+        let conns = (0..n)
+            .map(|q| all.iter().find(|c| c.remote_rank() == q).cloned())
+            .collect();
+        (conns, transports)
     }
 
     /// The ranks other than this one.

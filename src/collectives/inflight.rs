@@ -69,10 +69,4 @@ impl InFlight {
         }
         Ok(true)
     }
-
-    /// Streams with an event noted (for tests).
-    #[cfg(test)]
-    pub fn streams(&self) -> usize {
-        self.locked().len()
-    }
 }

@@ -42,7 +42,7 @@
 //! | 1 | `call`, `scratch` | the call descriptor [`Call`] and its checks; the scratch layout |
 //! | 2 | `node_bootstrap`, `regions`, `registered` | the node's ranks as a world of their own; the regions allocated on first use, traded with each peer once; the callers' buffers exchanged per call |
 //! | 3 | `registry` | buffers registered ahead, exchanged once through the peers' registration services |
-//! | 4 | `multinode` | worlds of several nodes: transports, port channels, the node's world |
+//! | 4 | `multinode`, `one_sided` | worlds of several nodes: transports, port channels, the node's world; one-sided calls on windows (their signals and service) |
 //! | 5 | `context` | what the algorithms share: the lowered call, parameter blocks, health, the record of what ran |
 //! | 6 | `setup`, `unit` | the checks and wiring of set-up, the built-in kernels' module; the algorithm trait, its plan's step |
 //! | 7 | `launch` | the launches of the kernels several units share (LL16, staged, direct, port) |
@@ -103,6 +103,7 @@ mod inflight;
 mod launch;
 mod multinode;
 mod node_bootstrap;
+mod one_sided;
 mod plan;
 mod recovery;
 mod reduction;
@@ -124,6 +125,10 @@ pub use call::Call;
 pub use config::{CollectiveConfig, Limit, Setting};
 pub use group::Group;
 pub use multinode::{ENV_NET_TRANSPORT, network_transports};
+pub use one_sided::{
+    DEFAULT_TIMEOUT as ONE_SIDED_TIMEOUT, RING as ONE_SIDED_RING, SIGNAL_CONTEXTS, SIGNALS, Signal,
+    SignalWait, Window,
+};
 pub use recovery::REVOKE_DRAIN;
 pub use reduction::{KernelOp, Reduction, Scalar, element_bits};
 pub use registry::Registration;

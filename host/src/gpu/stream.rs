@@ -74,6 +74,23 @@ impl Stream {
         }
     }
 
+    /// Queues a wait: later work of this stream waits until the u64 at `addr` is at least
+    /// `value` (CUDA: `cuStreamWaitValue64`, without bound, so the caller must make sure it is
+    /// released, as the one-sided calls' service does on abort and timeout; CPU backend: polled
+    /// for at most `cpu::WAIT_VALUE_LIMIT`, then a failure of the stream).
+    ///
+    /// # Safety
+    /// `addr` is a live, 8-byte aligned device-accessible address (local, peer-mapped or
+    /// host-mapped) until the wait ends.
+    pub unsafe fn wait_value_u64(&self, addr: DevicePtr<u64>, value: u64) -> Result<()> {
+        match &self.imp {
+            // SAFETY: forwarded contract.
+            StreamImpl::Cuda(s) => unsafe { s.wait_value_u64(addr.addr(), value) },
+            // SAFETY: forwarded contract.
+            StreamImpl::Cpu(s) => unsafe { s.wait_value_u64(addr.addr(), value) },
+        }
+    }
+
     /// Whether all queued work is done; reports a failure of queued work.
     pub fn query(&self) -> Result<bool> {
         match &self.imp {

@@ -355,6 +355,23 @@ pub(crate) unsafe fn cu_stream_write_value64(
     })
 }
 
+/// `cuStreamWaitValue64_v2` with `CU_STREAM_WAIT_VALUE_GEQ`: later work of the stream waits
+/// until the u64 at `addr` is at least `value`.
+///
+/// # Safety
+/// `addr` is a device-accessible, 8-byte aligned address valid until the wait ends.
+pub(crate) unsafe fn cu_stream_wait_value64(
+    stream: sys::CUstream,
+    addr: sys::CUdeviceptr,
+    value: u64,
+) -> DriverResult<()> {
+    const CU_STREAM_WAIT_VALUE_GEQ: std::ffi::c_uint = 0;
+    // SAFETY: forwarded contract.
+    check("cuStreamWaitValue64_v2", unsafe {
+        sys::cuStreamWaitValue64_v2(stream, addr, value, CU_STREAM_WAIT_VALUE_GEQ)
+    })
+}
+
 /// `cuMemcpyHtoDAsync_v2` from pageable memory (staged by the driver before it returns).
 ///
 /// # Safety
