@@ -19,10 +19,9 @@ use std::time::{Duration, Instant};
 
 use mscclpp::collectives::{Collectives, SIGNAL_CONTEXTS, SIGNALS, Signal, SignalWait};
 use mscclpp::host::Error;
-use mscclpp::host::communicator::Communicator;
 use mscclpp::host::gpu::DeviceBuffer;
 use mscclpp::host::transport::Transport;
-use worlds::{ENV_NODES, child, enough_devices, gpu, run_world, thread_world};
+use worlds::{ENV_NODES, child, enough_gpus, run_world, thread_world};
 
 /// Byte `i` of the chunk rank `r` contributes.
 fn byte(r: usize, i: usize) -> u8 {
@@ -165,25 +164,22 @@ fn refusals(c: &Collectives) -> mscclpp::host::Result<()> {
 
 #[test]
 fn ring_of_puts_and_signals_as_threads() {
-    if !enough_devices(4, "one-sided ring on 4 ranks") {
+    if !enough_gpus("one-sided ring on 4 ranks", 4) {
         return;
     }
-    for r in thread_world(4, |r, bs| -> mscclpp::host::Result<()> {
-        let comm = Communicator::new(bs, gpu(r))?;
+    thread_world(4, |comm, _| {
         let c = Collectives::new(Arc::new(comm))?;
         refusals(&c)?;
         ring(&c, 3)
-    }) {
-        r.unwrap_or_else(|e| panic!("{}", mscclpp::ErrorChain(&e)));
-    }
+    });
 }
 
 /// Rank 0 of a world of two waits for a signal rank 1 never raises; rank 1 stays alive (idle)
 /// for 2 s, so that only `end` (a timeout or an abort) can end the wait. Returns how long the
 /// wait took.
 fn unanswered_wait(timeout: Duration, abort_after: Option<Duration>) -> Duration {
-    let took = thread_world(2, |r, bs| -> mscclpp::host::Result<Option<Duration>> {
-        let comm = Communicator::new(bs, gpu(r))?;
+    let took = thread_world(2, |comm, _| -> mscclpp::host::Result<Option<Duration>> {
+        let r = comm.rank();
         let c = Collectives::new(Arc::new(comm))?;
         let g = c.communicator().gpu().clone();
         let win = g.alloc(64)?;
@@ -217,16 +213,12 @@ fn unanswered_wait(timeout: Duration, abort_after: Option<Duration>) -> Duration
         assert!(again.is_err(), "the error is sticky: {again:?}");
         Ok(Some(took))
     });
-    took.into_iter()
-        .map(|r| r.unwrap_or_else(|e| panic!("{}", mscclpp::ErrorChain(&e))))
-        .next()
-        .flatten()
-        .expect("rank 0's time")
+    took.into_iter().flatten().next().expect("rank 0's time")
 }
 
 #[test]
 fn a_wait_nobody_answers_is_released() {
-    if !enough_devices(2, "one-sided waits on 2 ranks") {
+    if !enough_gpus("one-sided waits on 2 ranks", 2) {
         return;
     }
     let took = unanswered_wait(Duration::from_millis(300), None);
@@ -267,7 +259,7 @@ fn ring_across_emulated_nodes() {
         );
         return;
     }
-    if !enough_devices(4, test) {
+    if !enough_gpus(test, 4) {
         return;
     }
     let ends = run_world(

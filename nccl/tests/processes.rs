@@ -324,28 +324,6 @@ fn checked_all_reduce(c: *mut std::ffi::c_void, rank: usize, n: usize, part: usi
 /// (`ncclCommGrow(NULL, …, rank)`) and every rank checks all-reduces of the grown world.
 fn shrinking_rank(rank: usize, n: usize) {
     let x = nccl();
-    if let Ok(hex) = std::env::var(GROW_ID) {
-        // The newcomer.
-        let id = unhex(&hex);
-        let mut grown: *mut std::ffi::c_void = std::ptr::null_mut();
-        ok(
-            unsafe {
-                (x.comm_grow)(
-                    std::ptr::null_mut(),
-                    n as c_int,
-                    &id,
-                    rank as c_int,
-                    &mut grown,
-                    std::ptr::null_mut(),
-                )
-            },
-            "ncclCommGrow (a newcomer)",
-        );
-        checked_all_reduce(grown, rank, n, 7, "an all-reduce of the grown world");
-        ok(unsafe { (x.comm_destroy)(grown) }, "ncclCommDestroy");
-        println!("DONE");
-        return;
-    }
     let c = init_rank(child_id(rank), n, rank);
     checked_all_reduce(c, rank, n, 0, "warm-up");
     println!("READY");
@@ -439,7 +417,7 @@ fn shrinking_rank(rank: usize, n: usize) {
             &["not been consumed"],
             "a second ncclCommGetUniqueId",
         );
-        println!("GROW {}", hex(&id));
+        println!("GROW {}", harness::to_hex(&id.0));
         &id as *const UniqueId
     } else {
         std::ptr::null()
@@ -473,14 +451,47 @@ fn shrinking_rank(rank: usize, n: usize) {
 /// A newcomer's grow id (hex), in its environment.
 const GROW_ID: &str = "MSCCLPP_NCCL_TEST_GROW_ID";
 
+/// Ranks of the shrink-and-grow world (the last one is killed, a newcomer takes its place).
+const SHRINK_RANKS: usize = 4;
+
+/// The newcomer of [`shrinking_rank`]'s world: joins with the grow id in its environment as
+/// the last rank (`ncclCommGrow(NULL, …, rank)`) and checks an all-reduce of the grown world.
+fn newcomer() {
+    let x = nccl();
+    let hex = std::env::var(GROW_ID).expect("the grow id");
+    let bytes = harness::from_hex(&hex).expect("the grow id in hex");
+    let mut id = UniqueId([0; 128]);
+    id.0.copy_from_slice(&bytes);
+    let (rank, n) = (SHRINK_RANKS - 1, SHRINK_RANKS);
+    let mut grown: *mut std::ffi::c_void = std::ptr::null_mut();
+    ok(
+        unsafe {
+            (x.comm_grow)(
+                std::ptr::null_mut(),
+                n as c_int,
+                &id,
+                rank as c_int,
+                &mut grown,
+                std::ptr::null_mut(),
+            )
+        },
+        "ncclCommGrow (a newcomer)",
+    );
+    checked_all_reduce(grown, rank, n, 7, "an all-reduce of the grown world");
+    ok(unsafe { (x.comm_destroy)(grown) }, "ncclCommDestroy");
+    println!("DONE");
+}
+
 #[test]
 fn shrink_after_a_killed_rank_and_grow_back_through_the_c_api() {
     let test = "shrink_after_a_killed_rank_and_grow_back_through_the_c_api";
-    if is_child(test) {
-        return shrinking_rank(env_usize(RANK), env_usize(SIZE));
+    if let Some((rank, n)) = place() {
+        return shrinking_rank(rank, n);
     }
-    let n = 4;
-    let mut children = spawn_ranks(test, n);
+    if is_child(test) {
+        return newcomer();
+    }
+    let mut children = spawn_world(test, SHRINK_RANKS);
     for c in children.iter_mut() {
         c.read_line_with("READY", Duration::from_secs(60));
     }
@@ -488,18 +499,14 @@ fn shrink_after_a_killed_rank_and_grow_back_through_the_c_api() {
     victim.kill();
     let _ = victim.wait_for(Duration::from_secs(10));
     let id = children[0].read_line_with("GROW ", Duration::from_secs(90));
-    children.push(spawn_test(
-        test,
-        &[],
-        &[
-            (RANK, (n - 1).to_string()),
-            (SIZE, n.to_string()),
-            (GROW_ID, id),
-        ],
-    ));
+    children.push(spawn_test(test, &[(GROW_ID, id.as_str())]));
     for child in children {
         let out = child.wait_for(Duration::from_secs(120));
-        assert!(out.success && out.stdout.contains("DONE"), "{}", out.text);
+        assert!(
+            out.success() && out.stdout.contains("DONE"),
+            "{}",
+            out.text()
+        );
         for line in out.stdout.lines().filter(|l| l.contains("SHRUNK")) {
             eprintln!("{line}");
         }
