@@ -9,12 +9,12 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use crate::abi::{ncclResult_t, ncclTeam_t, ncclWaitSignalDesc_t};
+use crate::abi::{ncclResult_t, ncclTeam_t};
 use crate::error::{NcclError, api, fail, guarded};
-use crate::exports::{cudaStream_t, export, ncclComm_t, ncclWindow_t};
+use crate::exports::{export, ncclComm_t, ncclWindow_t};
 
 /// Why NCCL's device-side API is not there.
-pub const DEVICE_API: &str = "NCCL's device-side API (device communicators, symmetric-memory pointers, teams, GIN, one-sided put and signal) is not implemented; mscclpp-rs kernels use its own channels (mscclpp::device)";
+pub const DEVICE_API: &str = "NCCL's device-side API (device communicators, symmetric-memory pointers, teams, GIN) is not implemented; mscclpp-rs kernels use its own channels (mscclpp::device)";
 /// Why suspend and resume are not there.
 pub const SUSPEND: &str =
     "communicators do not release and re-acquire their memory; destroy it and make a new one";
@@ -46,42 +46,6 @@ stub!(ncclCommResume / pncclCommResume(comm: ncclComm_t), SUSPEND);
 stub!(
     ncclCommMemStats / pncclCommMemStats(comm: ncclComm_t, stat: c_int, value: *mut u64),
     MEM_STATS
-);
-stub!(
-    ncclPutSignal / pncclPutSignal(
-        localbuff: *const c_void,
-        count: usize,
-        datatype: c_int,
-        peer: c_int,
-        peerWin: ncclWindow_t,
-        peerWinOffset: usize,
-        sigIdx: c_int,
-        ctx: c_int,
-        flags: u32,
-        comm: ncclComm_t,
-        stream: cudaStream_t,
-    ),
-    DEVICE_API
-);
-stub!(
-    ncclSignal / pncclSignal(
-        peer: c_int,
-        sigIdx: c_int,
-        ctx: c_int,
-        flags: u32,
-        comm: ncclComm_t,
-        stream: cudaStream_t,
-    ),
-    DEVICE_API
-);
-stub!(
-    ncclWaitSignal / pncclWaitSignal(
-        nDesc: c_int,
-        signalDescs: *mut ncclWaitSignalDesc_t,
-        comm: ncclComm_t,
-        stream: cudaStream_t,
-    ),
-    DEVICE_API
 );
 stub!(ncclSetEncryption / pncclSetEncryption(config: *const c_void), ENCRYPTION);
 stub!(ncclParamBind / pncclParamBind(out: *mut *mut c_void, key: *const c_char), PARAMS);

@@ -297,9 +297,13 @@ static void calls(void) {
     CHECK(strstr(ncclGetLastError(comm), "mscclpp-rs") != NULL);
     EXPECT(ncclCommResume(comm), ncclInvalidUsage);
     EXPECT(ncclCommMemStats(comm, ncclStatGpuMemTotal, &u64), ncclInvalidUsage);
-    EXPECT(ncclPutSignal(a, 1, ncclFloat, 0, w, 0, 0, 0, 0, comm, s), ncclInvalidUsage);
+    /* One-sided calls (served, see tests/one_sided.rs): a window taken back, this rank as the
+       peer, a signal index out of range are refused. */
+    EXPECT(ncclPutSignal(a, 1, ncclFloat, 0, w, 0, 0, 0, 0, comm, s), ncclInvalidArgument);
     EXPECT(ncclSignal(0, 0, 0, 0, comm, s), ncclInvalidUsage);
     EXPECT(ncclWaitSignal(1, &d, comm, s), ncclInvalidUsage);
+    d.sigIdx = 1000;
+    EXPECT(ncclWaitSignal(1, &d, comm, s), ncclInvalidArgument);
     EXPECT(ncclSetEncryption(&ec), ncclInvalidUsage);
     EXPECT(ncclParamBind(&ph, "NCCL_PROTO"), ncclInvalidUsage);
     EXPECT(ncclParamGetI8(ph, &i8), ncclInvalidUsage);
