@@ -97,6 +97,9 @@ impl Bootstrap for Counting {
     fn dead_peer(&self) -> Option<(usize, String)> {
         self.inner.dead_peer()
     }
+    fn dead_peers(&self) -> Vec<(usize, String)> {
+        self.inner.dead_peers()
+    }
     fn left_peer(&self) -> Option<(usize, Duration)> {
         self.inner.left_peer()
     }
