@@ -158,6 +158,9 @@ done
 logs="${OUT:-/tmp}/gpu-tests"
 mkdir -p "$logs"
 export MSCCLPP_BACKEND=cuda NCCL_NVLS_ENABLE=0
+# Ranks sharing a GPU (MSCCLPP_RANKS_PER_GPU) need more of the driver's work queues than its
+# default 8 (mscclpp::collectives::WANTED_CONNECTIONS).
+export CUDA_DEVICE_MAX_CONNECTIONS="${CUDA_DEVICE_MAX_CONNECTIONS:-32}"
 if [ -d "$bundle/lib" ]; then
     export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export MSCCLPP_OFI_LIBRARY="$bundle/lib/libfabric.so.1"

@@ -321,10 +321,9 @@ fn others_case(c: &Collectives, count: usize, algo: Option<Algorithm>) {
     assert!(comm.status().error().is_none());
 }
 
-/// Runs `body` on `n` ranks. On the CUDA backend with fewer GPUs than ranks (several ranks
-/// sharing a GPU), the collectives refuse, as NCCL does, and this checks that every rank gets
-/// that typed error (a kernel of one rank would otherwise wait for another's queued behind it
-/// on the same GPU, or behind the driver's device-wide synchronisation in `cuMemFree`).
+/// Runs `body` on `n` ranks. On the CUDA backend with fewer GPUs than ranks and no
+/// `MSCCLPP_RANKS_PER_GPU` that lets them share, the collectives refuse, as NCCL does, and this
+/// checks that every rank gets that typed error; with it, the ranks share the GPUs.
 fn run(n: usize, body: impl Fn(&Collectives) + Sync) {
     run_with(n, CollectiveConfig::for_backend, body)
 }

@@ -4,7 +4,7 @@
 //! `super::…` chain that climbs to the crate root), and fails on an import of the same or a
 //! higher layer — so an import cycle, or a module that grows an upward dependency, is caught in
 //! CI with the file and the path that did it. The scanner and the check are in `layers/`,
-//! shared with the root crate's `tests/layering.rs` (which checks `src/`, `src/collectives/`
+//! shared with the root crate's `tests/import_layers.rs` (which checks `src/`, `src/collectives/`
 //! and `nccl/src/`).
 //!
 //! Test code counts too: a test that needs an upper module belongs in `host/tests`.

@@ -69,6 +69,7 @@ pub fn class_of(e: &Error) -> &'static str {
         | Error::NoLibcuda => "UnsupportedError",
         Error::ConfigMismatch { .. }
         | Error::DuplicateGpu { .. }
+        | Error::GpuShareTooSmall { .. }
         | Error::WindowMismatch { .. }
         | Error::RegistryFull { .. }
         | Error::RegistrationRefused { .. }

@@ -75,7 +75,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use mscclpp_host::communicator::Communicator;
-use mscclpp_host::gpu::{BackendKind, DeviceBuffer, Stream};
+use mscclpp_host::gpu::{BackendKind, DeviceBuffer, LazyStream};
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::{BufferRef, DevicePtr, FIRST_WINDOW_SLOT, REGISTRY_SLOTS, RegistrySlot};
 
@@ -180,7 +180,8 @@ impl Registry {
         });
         let stop = Arc::new(AtomicBool::new(false));
         let service = if n > 1 {
-            let stream = g.stream()?;
+            // Made at the first registration it serves (`LazyStream`).
+            let stream = LazyStream::new(g);
             let (comm, buffers, peers, stop) =
                 (comm.clone(), buffers.clone(), peers.clone(), stop.clone());
             let rank = comm.rank();
@@ -410,7 +411,7 @@ fn serve(
     comm: &Communicator,
     buffers: &RegisteredBuffers,
     peers: &PeerTable,
-    stream: &Stream,
+    stream: &LazyStream,
     stop: &AtomicBool,
 ) {
     // Map and write as outside any capture, whatever another thread of this process captures.
@@ -472,7 +473,7 @@ fn handle(
     comm: &Communicator,
     buffers: &RegisteredBuffers,
     peers: &PeerTable,
-    stream: &Stream,
+    stream: &LazyStream,
     q: usize,
     msg: &[u8],
 ) -> ([u8; 7], std::result::Result<(), String>) {
@@ -518,6 +519,10 @@ fn handle(
     let at = (q * REGISTRY_SLOTS + slot) * std::mem::size_of::<RegistrySlot>();
     let words: [u64; 4] = bytemuck::cast(entry);
     let dst = peers.table.ptr().byte_add_cast::<u64>(at as u64);
+    let stream = match stream.get() {
+        Ok(s) => s,
+        Err(e) => return (head, Err(e.to_string())),
+    };
     for (i, w) in words.iter().enumerate() {
         // SAFETY: slot `(q, slot)` of our own table (`q < nranks`, `slot < REGISTRY_SLOTS`),
         // four aligned words, alive as long as `peers`.
