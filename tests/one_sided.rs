@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use mscclpp::collectives::{Collectives, SIGNAL_CONTEXTS, SIGNALS, Signal, SignalWait};
 use mscclpp::host::Error;
-use mscclpp::host::gpu::DeviceBuffer;
+use mscclpp::host::communicator::Communicator;
+use mscclpp::host::gpu::{DeviceBuffer, Stream};
 use mscclpp::host::transport::Transport;
 use worlds::{ENV_NODES, child, enough_gpus, run_world, thread_world};
 
@@ -32,6 +33,15 @@ fn byte(r: usize, i: usize) -> u8 {
 
 /// Bytes per rank's chunk (not a multiple of 16 or of a page: the transfers' edges show).
 const CHUNK: usize = 12_345;
+
+/// Waits for `stream`'s work, then reports the communicator's error if it has one.
+fn settle(stream: &Stream, comm: &Communicator) -> mscclpp::host::Result<()> {
+    stream.synchronize()?;
+    match comm.async_error() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
 
 /// The ring all-gather on `c` with puts and signals only (module docs), checked; `steps`
 /// rounds of it (each round re-poisons and gathers again, waiting for one more signal).
@@ -77,10 +87,7 @@ fn ring(c: &Collectives, rounds: usize) -> mscclpp::host::Result<()> {
                 &stream,
             )?;
         }
-        stream.synchronize()?;
-        if let Some(e) = comm.async_error() {
-            return Err(e);
-        }
+        settle(&stream, comm)?;
         buf.copy_to_host(0, &mut host)?;
         for (k, chunk) in host.chunks(CHUNK).enumerate() {
             for (i, b) in chunk.iter().enumerate() {
@@ -115,10 +122,7 @@ fn ring(c: &Collectives, rounds: usize) -> mscclpp::host::Result<()> {
             )?;
         }
     }
-    stream.synchronize()?;
-    if let Some(e) = comm.async_error() {
-        return Err(e);
-    }
+    settle(&stream, comm)?;
     comm.barrier()?;
     c.deregister_one_sided(w)
 }

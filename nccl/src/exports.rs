@@ -17,6 +17,7 @@ use crate::comm::{Checked, Comm, Handle};
 use crate::error::{NcclError, Outcome, api, guarded, last_error};
 use crate::group;
 use crate::init;
+use crate::one_sided;
 use crate::p2p;
 use crate::recovery;
 use crate::registration as reg;
@@ -94,6 +95,14 @@ fn collective(
     })
 }
 
+/// `r`, its failure noted for the group it may end (`group::note_failure`).
+fn noted(r: Outcome) -> Outcome {
+    if let Err(e) = &r {
+        group::note_failure(e);
+    }
+    r
+}
+
 fn done() -> Outcome {
     Ok(ncclResult_t::ncclSuccess)
 }
@@ -144,11 +153,7 @@ export! {
         config: *mut ncclConfig_t,
     ) -> ncclResult_t {
         api("ncclCommInitRankConfig", || {
-            let r = init::init_rank(comm, nranks, &commId, rank, config);
-            if let Err(e) = &r {
-                group::note_failure(e);
-            }
-            r
+            noted(init::init_rank(comm, nranks, &commId, rank, config))
         })
     }
 }
@@ -162,11 +167,7 @@ export! {
         rank: c_int,
     ) -> ncclResult_t {
         api("ncclCommInitRank", || {
-            let r = init::init_rank(comm, nranks, &commId, rank, std::ptr::null());
-            if let Err(e) = &r {
-                group::note_failure(e);
-            }
-            r
+            noted(init::init_rank(comm, nranks, &commId, rank, std::ptr::null()))
         })
     }
 }
@@ -209,12 +210,56 @@ export! {
         config: *mut ncclConfig_t,
     ) -> ncclResult_t {
         api("ncclCommSplit", || {
-            let r = init::split(comm, color, key, newcomm, config);
-            if let Err(e) = &r {
-                group::note_failure(e);
-            }
-            r
+            noted(init::split(comm, color, key, newcomm, config))
         })
+    }
+}
+
+export! {
+    /// `ncclPutSignal` (module docs).
+    fn ncclPutSignal / pncclPutSignal(
+        localbuff: *const c_void,
+        count: usize,
+        datatype: c_int,
+        peer: c_int,
+        peerWin: ncclWindow_t,
+        peerWinOffset: usize,
+        sigIdx: c_int,
+        ctx: c_int,
+        flags: u32,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> ncclResult_t {
+        api("ncclPutSignal", || {
+            let signal = (sigIdx, ctx, flags);
+            one_sided::put_signal(localbuff, count, datatype, peer, peerWin, peerWinOffset, signal, comm, stream)
+        })
+    }
+}
+
+export! {
+    /// `ncclSignal` (module docs).
+    fn ncclSignal / pncclSignal(
+        peer: c_int,
+        sigIdx: c_int,
+        ctx: c_int,
+        flags: u32,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> ncclResult_t {
+        api("ncclSignal", || one_sided::signal_only(peer, (sigIdx, ctx, flags), comm, stream))
+    }
+}
+
+export! {
+    /// `ncclWaitSignal` (module docs).
+    fn ncclWaitSignal / pncclWaitSignal(
+        nDesc: c_int,
+        signalDescs: *mut crate::abi::ncclWaitSignalDesc_t,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> ncclResult_t {
+        api("ncclWaitSignal", || one_sided::wait_signal(nDesc, signalDescs, comm, stream))
     }
 }
 
@@ -236,18 +281,14 @@ export! {
         shrinkFlags: c_int,
     ) -> ncclResult_t {
         api("ncclCommShrink", || {
-            let r = recovery::shrink(
+            noted(recovery::shrink(
                 comm,
                 excludeRanksList,
                 excludeRanksCount,
                 newcomm,
                 config,
                 shrinkFlags,
-            );
-            if let Err(e) = &r {
-                group::note_failure(e);
-            }
-            r
+            ))
         })
     }
 }
@@ -273,11 +314,7 @@ export! {
         config: *mut ncclConfig_t,
     ) -> ncclResult_t {
         api("ncclCommGrow", || {
-            let r = recovery::grow(comm, nRanks, uniqueId, rank, newcomm, config);
-            if let Err(e) = &r {
-                group::note_failure(e);
-            }
-            r
+            noted(recovery::grow(comm, nRanks, uniqueId, rank, newcomm, config))
         })
     }
 }
@@ -293,11 +330,7 @@ export! {
         config: *mut ncclConfig_t,
     ) -> ncclResult_t {
         api("ncclCommInitRankScalable", || {
-            let r = init::init_rank_scalable(newcomm, nranks, myrank, nId, commIds, config);
-            if let Err(e) = &r {
-                group::note_failure(e);
-            }
-            r
+            noted(init::init_rank_scalable(newcomm, nranks, myrank, nId, commIds, config))
         })
     }
 }

@@ -31,7 +31,7 @@
 //! | 7 | `collectives`, `p2p` | the collectives' checks; sends' and receives' checks and their pairing in a group |
 //! | 8 | `group` | `ncclGroupStart` / `ncclGroupEnd`, and the one path of every call |
 //! | 9 | `init` | unique ids, inits, split, finalize, destroy, abort, async errors |
-//! | 10 | `recovery` | revoke, shrink, grow and its unique id |
+//! | 10 | `recovery`, `one_sided` | revoke, shrink, grow and its unique id; one-sided puts, signals and waits on windows |
 //! | 11 | `exports` | every implemented C symbol, one call into its module each |
 //! | 12 | `stubs` | the C symbols not implemented (list below) |
 //!

@@ -16,8 +16,6 @@
 //! - **Order**: the calls are made at once, inside a group as well (they are not collectives);
 //!   on the CPU backend they wait for their work, as every call does there.
 
-#![allow(non_snake_case)] // NCCL's argument names
-
 use std::ffi::{c_int, c_void};
 
 use mscclpp::collectives::{SIGNAL_CONTEXTS, SIGNALS, Signal, SignalWait, Window};
@@ -28,12 +26,19 @@ use crate::abi::{self, ncclResult_t, ncclWaitSignalDesc_t};
 use crate::args::rank_arg;
 use crate::collectives as coll;
 use crate::comm::Comm;
-use crate::error::{NcclError, Outcome, api};
-use crate::exports::{cudaStream_t, export, ncclComm_t, ncclWindow_t};
-use crate::sync::lock;
+use crate::error::{NcclError, Outcome};
+use crate::registration;
 
-/// A signal's index and context from the C arguments (module docs).
-fn signal(sig_idx: c_int, ctx: c_int) -> Result<Signal, NcclError> {
+/// A signal from the C arguments (`sigIdx`, `ctx`, `flags`): index and context in range,
+/// `flags` 0 (module docs).
+fn signal((sig_idx, ctx, flags): (c_int, c_int, u32)) -> Result<Signal, NcclError> {
+    if flags != 0 {
+        return Err(NcclError::OutOfRange {
+            what: "flags",
+            value: flags.into(),
+            expected: "0 (reserved)".into(),
+        });
+    }
     let field = |what, v: c_int, below: usize| {
         usize::try_from(v)
             .ok()
@@ -48,17 +53,6 @@ fn signal(sig_idx: c_int, ctx: c_int) -> Result<Signal, NcclError> {
         index: field("sigIdx", sig_idx, SIGNALS)?,
         ctx: field("ctx", ctx, SIGNAL_CONTEXTS)?,
     })
-}
-
-fn no_flags(flags: u32) -> Result<(), NcclError> {
-    match flags {
-        0 => Ok(()),
-        f => Err(NcclError::OutOfRange {
-            what: "flags",
-            value: f.into(),
-            expected: "0 (reserved)".into(),
-        }),
-    }
 }
 
 /// Runs `call` on `c`'s stream for the caller's `stream`, then waits for it where the
@@ -78,17 +72,14 @@ fn on_stream(
 
 /// The library's window of `win`, a window of `ncclCommWindowRegister` on `c`.
 fn window(c: &Comm, win: *mut c_void) -> Result<Window, NcclError> {
-    lock(&c.registrations)
-        .windows
-        .get(&(win as usize))
-        .and_then(|r| r.one_sided)
-        .ok_or(NcclError::UnknownHandle {
-            what: "window",
-            ptr: win as usize,
-        })
+    let r = registration::window(c, win)?;
+    r.one_sided.ok_or(NcclError::UnknownHandle {
+        what: "window",
+        ptr: win as usize,
+    })
 }
 
-/// `ncclPutSignal` (module docs); `signal` is (`sigIdx`, `ctx`, `flags`).
+/// `ncclPutSignal` (module docs); `sig` is (`sigIdx`, `ctx`, `flags`).
 #[allow(clippy::too_many_arguments)]
 pub fn put_signal(
     localbuff: *const c_void,
@@ -97,12 +88,11 @@ pub fn put_signal(
     peer: c_int,
     peer_win: *mut c_void,
     peer_win_offset: usize,
-    (sig_idx, ctx, flags): (c_int, c_int, u32),
+    sig: (c_int, c_int, u32),
     comm: *mut c_void,
     stream: *mut c_void,
 ) -> Outcome {
-    no_flags(flags)?;
-    let sig = signal(sig_idx, ctx)?;
+    let sig = signal(sig)?;
     let (_, size) = abi::type_info(datatype).ok_or(NcclError::BadType { value: datatype })?;
     let bytes = count.checked_mul(size).ok_or(NcclError::OutOfRange {
         what: "count",
@@ -135,12 +125,11 @@ pub fn put_signal(
 /// `ncclSignal` (module docs).
 pub fn signal_only(
     peer: c_int,
-    (sig_idx, ctx, flags): (c_int, c_int, u32),
+    sig: (c_int, c_int, u32),
     comm: *mut c_void,
     stream: *mut c_void,
 ) -> Outcome {
-    no_flags(flags)?;
-    let sig = signal(sig_idx, ctx)?;
+    let sig = signal(sig)?;
     let c = coll::check(comm)?;
     let peer = rank_arg("peer", peer, c.nranks)?;
     on_stream(&c, stream, "ncclSignal", |s| c.coll.signal(peer, sig, s))
@@ -174,7 +163,7 @@ pub fn wait_signal(
         .map(|d| {
             Ok(SignalWait {
                 peer: rank_arg("peer", d.peer, c.nranks)?,
-                signal: signal(d.sigIdx, d.ctx)?,
+                signal: signal((d.sigIdx, d.ctx, 0))?,
                 count: u64::try_from(d.opCnt).map_err(|_| NcclError::OutOfRange {
                     what: "opCnt",
                     value: d.opCnt.into(),
@@ -186,52 +175,4 @@ pub fn wait_signal(
     on_stream(&c, stream, "ncclWaitSignal", |s| {
         c.coll.wait_signals(&waits, s)
     })
-}
-
-export! {
-    /// `ncclPutSignal` (module docs).
-    fn ncclPutSignal / pncclPutSignal(
-        localbuff: *const c_void,
-        count: usize,
-        datatype: c_int,
-        peer: c_int,
-        peerWin: ncclWindow_t,
-        peerWinOffset: usize,
-        sigIdx: c_int,
-        ctx: c_int,
-        flags: u32,
-        comm: ncclComm_t,
-        stream: cudaStream_t,
-    ) -> ncclResult_t {
-        api("ncclPutSignal", || {
-            let signal = (sigIdx, ctx, flags);
-            put_signal(localbuff, count, datatype, peer, peerWin, peerWinOffset, signal, comm, stream)
-        })
-    }
-}
-
-export! {
-    /// `ncclSignal` (module docs).
-    fn ncclSignal / pncclSignal(
-        peer: c_int,
-        sigIdx: c_int,
-        ctx: c_int,
-        flags: u32,
-        comm: ncclComm_t,
-        stream: cudaStream_t,
-    ) -> ncclResult_t {
-        api("ncclSignal", || signal_only(peer, (sigIdx, ctx, flags), comm, stream))
-    }
-}
-
-export! {
-    /// `ncclWaitSignal` (module docs).
-    fn ncclWaitSignal / pncclWaitSignal(
-        nDesc: c_int,
-        signalDescs: *mut ncclWaitSignalDesc_t,
-        comm: ncclComm_t,
-        stream: cudaStream_t,
-    ) -> ncclResult_t {
-        api("ncclWaitSignal", || wait_signal(nDesc, signalDescs, comm, stream))
-    }
 }

@@ -254,10 +254,15 @@ pub fn window_deregister(comm: &Comm, win: *mut c_void) -> Result<(), NcclError>
 
 /// `ncclWinGetUserPtr`: the first byte of the window.
 pub fn window_user_ptr(comm: &Comm, win: *mut c_void) -> Result<usize, NcclError> {
+    window(comm, win).map(|r| r.ptr)
+}
+
+/// The live window `win` of `comm`.
+pub fn window(comm: &Comm, win: *mut c_void) -> Result<Registered, NcclError> {
     lock(&comm.registrations)
         .windows
         .get(&(win as usize))
-        .map(|r| r.ptr)
+        .copied()
         .ok_or(NcclError::UnknownHandle {
             what: "window",
             ptr: win as usize,
