@@ -6,9 +6,12 @@
 //! (SIGSTOP, a debugger, a hung host) is found, while a rank whose program is busy or blocked
 //! is not: this thread runs whatever the program does.
 //!
-//! A keepalive never waits for a writer: a link whose writer lock is held (a frame is being
-//! written, which the peer hears anyway) is skipped this time. Its write is bounded
-//! ([`WRITE_TIMEOUT`]); a write that fails breaks the link as any failed send does.
+//! A keepalive never waits for a writer or for room: a link whose writer lock is held (a frame
+//! is being written, which the peer hears anyway) or whose socket cannot take the frame now
+//! (the peer has not read what came before; it hears those bytes when it does) is skipped
+//! this time. Only the rest of a keepalive written in part is waited for, at most
+//! [`WRITE_TIMEOUT`]; failing then breaks the link as any failed send does (its stream would
+//! no longer be framed). So a busy, slow reader is never cut for a keepalive.
 //!
 //! Shared state: the table of bootstraps to beat for (a mutex and a condition variable: written
 //! by [`start`] and read by the thread, which also drops the entries whose bootstrap is gone or
@@ -24,7 +27,7 @@ use super::links::Links;
 use crate::socket::deadline_in;
 use crate::sync::{lock, wait_timeout};
 
-/// Longest one keepalive write may take.
+/// Longest the rest of a keepalive written in part may take.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Shortest time between two turns of the thread.
 const MIN_TURN: Duration = Duration::from_millis(5);
