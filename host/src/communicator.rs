@@ -11,6 +11,7 @@
 //! | [`build_semaphore`](Communicator::build_semaphore) and friends | [`SemaphoreStub`]s | `semaphore` (from the local and the remote stub) |
 //! | [`split`](Communicator::split) | every rank's color and key (one all-gather) | a communicator over a [`SubBootstrap`] of its group |
 //! | [`node_group`](Communicator::node_group) | nothing (every member names the group) | a communicator over a [`SubBootstrap`] of the group, bound to this world's failures |
+//! | [`shrink`](Communicator::shrink), [`grow`](Communicator::grow) | the new world's members (one all-gather) | a communicator over a [`SubBootstrap`] of the survivors, or over a new bootstrap with the newcomers (`crate::membership`) |
 //!
 //! Set-up messages travel over the bootstrap under tags in their own ranges (memory, endpoint,
 //! semaphore), so user tags of each kind never collide with each other or with the
@@ -250,6 +251,13 @@ impl Communicator {
             Arc::clone(&self.status),
         );
         Communicator::new(Arc::new(bound), self.gpu.clone())
+    }
+
+    /// The bootstrap without this communicator's watch, and the next group number of its
+    /// sub-bootstraps (what a shrink builds its world over: `crate::membership`).
+    pub(crate) fn sub_world_base(&self) -> (Arc<dyn Bootstrap>, u64) {
+        let id = self.splits.fetch_add(1, Ordering::Relaxed);
+        (self.health.unwatched(), id)
     }
 
     /// This rank.

@@ -194,6 +194,11 @@ impl Decorator for WorldBound {
             )
         })
     }
+    /// The one [`dead_peer`](Bootstrap::dead_peer) names (a node group is not shrunk: its
+    /// world is).
+    fn dead_peers(&self) -> Vec<(usize, String)> {
+        Decorator::dead_peer(self).into_iter().collect()
+    }
     fn left_peer(&self) -> Option<(usize, Duration)> {
         self.world.left_peer()
     }

@@ -11,6 +11,7 @@
 //! | [`health`] | a communicator's watched bootstrap, the monitor that notices a dead peer, and the bootstrap of a node group bound to its world |
 //! | [`topology`] | `Topology`: the node layout (nodes, local indices, same-index columns) from the bootstrap's host grouping |
 //! | [`communicator`] | `Communicator`: registers memories and trades the serializable halves (memories, endpoints, semaphore stubs) with peers |
+//! | [`membership`] | shrink (a world of the survivors over their links), grow (old ranks and newcomers), the failure detector's dead ranks |
 //! | [`registered_memory`] | `RegisteredMemory`, its wire form, and the rank's registry of memories |
 //! | [`transport`] | `Transport`, `TransportFlags` |
 //! | [`connection`] | `Connection` and its transports, built from a local and a remote endpoint |
@@ -33,6 +34,7 @@
 //!
 //! | layer | modules |
 //! |---|---|
+//! | 10 | `membership` |
 //! | 9 | `communicator` |
 //! | 8 | `memory_channel`, `port_channel` |
 //! | 7 | `semaphore` |
@@ -59,6 +61,7 @@ pub mod error;
 pub mod fifo;
 pub mod gpu;
 pub mod health;
+pub mod membership;
 pub mod memory_channel;
 pub mod numa;
 pub mod port_channel;

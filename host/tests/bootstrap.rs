@@ -1514,24 +1514,26 @@ fn an_offline_guesser_pays_the_kdf_for_every_guess() {
     root.join().unwrap();
 }
 
-/// The job nonce changed the handshake's layout (protocol v4). A rank of protocol v3 is told
-/// `REJECT Version` naming both versions; a v4 rank that meets a v3 listener fails with
-/// `Error::BootstrapVersion` naming it (the header's layout never changes).
+/// A rank of the previous protocol (v4: no keepalives; v3 had no job nonce either) is told
+/// `REJECT Version` naming both versions; a rank of this one that meets a listener of the
+/// previous one fails with `Error::BootstrapVersion` naming it (the header's layout never
+/// changes).
 #[test]
-fn a_peer_of_protocol_v3_is_refused_with_both_versions_named() {
-    assert_eq!(wire::VERSION, 4);
+fn a_peer_of_the_previous_protocol_is_refused_with_both_versions_named() {
+    assert_eq!(wire::VERSION, 5);
+    let old = wire::VERSION - 1;
     let (id, listener) = UniqueId::bind(loopback()).unwrap();
     let root = thread::spawn(move || {
         let c = BootstrapConfig::new(0, 2, id).with_timeout(Duration::from_secs(3));
         TcpBootstrap::init_with_root_listener(c, listener).unwrap_err()
     });
-    let v3 = with_version(hello(&id, Purpose::Join, 1, wire::ROOT, 2).encode(), 3);
-    let (reject, closed) = answer(connect_send(id.root(), &v3), Duration::from_secs(5));
+    let v4 = with_version(hello(&id, Purpose::Join, 1, wire::ROOT, 2).encode(), old);
+    let (reject, closed) = answer(connect_send(id.root(), &v4), Duration::from_secs(5));
     let reject = reject.expect("a REJECT");
     assert!(closed);
     assert_eq!(reject.code, RejectCode::Version);
     assert!(
-        reject.reason.contains("version 3") && reject.reason.contains('4'),
+        reject.reason.contains("version 4") && reject.reason.contains('5'),
         "{}",
         reject.reason
     );
@@ -1540,7 +1542,7 @@ fn a_peer_of_protocol_v3_is_refused_with_both_versions_named() {
         Error::BootstrapMissingRanks { .. }
     ));
 
-    // A listener that speaks v3: it refuses our HELLO with a frame of its version.
+    // A listener that speaks v4: it refuses our HELLO with a frame of its version.
     let fake = TcpListener::bind(loopback()).unwrap();
     let at = fake.local_addr().unwrap();
     let server = thread::spawn(move || {
@@ -1549,9 +1551,9 @@ fn a_peer_of_protocol_v3_is_refused_with_both_versions_named() {
         s.read_exact(&mut hello).unwrap();
         let r = Reject {
             code: RejectCode::Version,
-            reason: "protocol version 4 is not this listener's 3".into(),
+            reason: "protocol version 5 is not this listener's 4".into(),
         };
-        s.write_all(&with_version(r.encode(), 3)).unwrap();
+        s.write_all(&with_version(r.encode(), old)).unwrap();
     });
     let id = UniqueId::new(at).unwrap();
     let e = TcpBootstrap::init(BootstrapConfig::new(1, 2, id).with_timeout(Duration::from_secs(5)))
@@ -1560,8 +1562,8 @@ fn a_peer_of_protocol_v3_is_refused_with_both_versions_named() {
         matches!(
             e,
             Error::BootstrapVersion {
-                got: 3,
-                want: 4,
+                got: 4,
+                want: 5,
                 ..
             }
         ),

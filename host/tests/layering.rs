@@ -29,6 +29,7 @@ const LAYERS: &[&[&str]] = &[
     &["semaphore"],
     &["memory_channel", "port_channel"],
     &["communicator"],
+    &["membership"],
 ];
 
 /// Items of the crate root that are re-exports, and the module they come from.

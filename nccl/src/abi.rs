@@ -29,6 +29,12 @@ pub const NCCL_API_MAGIC: c_uint = 0xcafe_beef;
 pub const NCCL_CONFIG_UNDEF_INT: c_int = c_int::MIN;
 /// `NCCL_SPLIT_NOCOLOR`.
 pub const NCCL_SPLIT_NOCOLOR: c_int = -1;
+/// `NCCL_SHRINK_DEFAULT`: shrink a communicator as it is.
+pub const NCCL_SHRINK_DEFAULT: c_int = 0;
+/// `NCCL_SHRINK_ABORT`: revoke the communicator's work first, then shrink it.
+pub const NCCL_SHRINK_ABORT: c_int = 1;
+/// `NCCL_REVOKE_DEFAULT`: the only `revokeFlags` (0).
+pub const NCCL_REVOKE_DEFAULT: c_int = 0;
 /// `NCCL_UNIQUE_ID_BYTES`.
 pub const NCCL_UNIQUE_ID_BYTES: usize = 128;
 

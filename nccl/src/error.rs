@@ -186,6 +186,13 @@ pub enum NcclError {
         #[source]
         source: Option<Box<HostError>>,
     },
+    /// A call out of the order or state NCCL's contract sets (a grow id made twice, or passed
+    /// by a rank that did not make it).
+    #[error("{what}")]
+    Usage {
+        /// What was wrong.
+        what: &'static str,
+    },
     /// Part of NCCL's API this library does not implement (and may never).
     #[error("{what} is not implemented by mscclpp-rs: {why}")]
     NotImplemented {
@@ -253,7 +260,8 @@ impl NcclError {
             | Self::P2pUnmatched { .. }
             | Self::NotImplemented { .. }
             | Self::NotYet { .. }
-            | Self::SplitWithoutColor => ncclInvalidUsage,
+            | Self::SplitWithoutColor
+            | Self::Usage { .. } => ncclInvalidUsage,
             Self::CommFailed { code, .. } | Self::GroupFailed { code, .. } => *code,
             Self::Library { source, .. } => host_code(source),
             Self::Thread { .. } => ncclSystemError,
@@ -324,6 +332,7 @@ pub fn host_code(e: &HostError) -> ncclResult_t {
             kind: TransportErrorKind::PeerClosed,
             ..
         }
+        | HostError::BootstrapPeerGone { .. }
         | HostError::SemaphorePeer { .. }
         | HostError::ProxyFailed { .. } => ncclRemoteError,
         HostError::BootstrapTimeout { .. }
@@ -386,7 +395,9 @@ pub fn host_code(e: &HostError) -> ncclResult_t {
         | HostError::ConfigMismatch { .. }
         | HostError::Aborted { .. }
         | HostError::CountMismatch { .. }
-        | HostError::SelfMismatch { .. } => ncclInvalidUsage,
+        | HostError::SelfMismatch { .. }
+        | HostError::Revoked { .. }
+        | HostError::MembershipMismatch { .. } => ncclInvalidUsage,
         _ => ncclInternalError,
     }
 }

@@ -17,7 +17,9 @@ use crate::comm::{Checked, Comm, Handle};
 use crate::error::{NcclError, Outcome, api, guarded, last_error};
 use crate::group;
 use crate::init;
+use crate::one_sided;
 use crate::p2p;
+use crate::recovery;
 use crate::registration as reg;
 
 /// `ncclComm_t`.
@@ -93,6 +95,14 @@ fn collective(
     })
 }
 
+/// `r`, its failure noted for the group it may end (`group::note_failure`).
+fn noted(r: Outcome) -> Outcome {
+    if let Err(e) = &r {
+        group::note_failure(e);
+    }
+    r
+}
+
 fn done() -> Outcome {
     Ok(ncclResult_t::ncclSuccess)
 }
@@ -143,11 +153,7 @@ export! {
         config: *mut ncclConfig_t,
     ) -> ncclResult_t {
         api("ncclCommInitRankConfig", || {
-            let r = init::init_rank(comm, nranks, &commId, rank, config);
-            if let Err(e) = &r {
-                group::note_failure(e);
-            }
-            r
+            noted(init::init_rank(comm, nranks, &commId, rank, config))
         })
     }
 }
@@ -161,11 +167,7 @@ export! {
         rank: c_int,
     ) -> ncclResult_t {
         api("ncclCommInitRank", || {
-            let r = init::init_rank(comm, nranks, &commId, rank, std::ptr::null());
-            if let Err(e) = &r {
-                group::note_failure(e);
-            }
-            r
+            noted(init::init_rank(comm, nranks, &commId, rank, std::ptr::null()))
         })
     }
 }
@@ -208,11 +210,111 @@ export! {
         config: *mut ncclConfig_t,
     ) -> ncclResult_t {
         api("ncclCommSplit", || {
-            let r = init::split(comm, color, key, newcomm, config);
-            if let Err(e) = &r {
-                group::note_failure(e);
-            }
-            r
+            noted(init::split(comm, color, key, newcomm, config))
+        })
+    }
+}
+
+export! {
+    /// `ncclPutSignal` (module docs).
+    fn ncclPutSignal / pncclPutSignal(
+        localbuff: *const c_void,
+        count: usize,
+        datatype: c_int,
+        peer: c_int,
+        peerWin: ncclWindow_t,
+        peerWinOffset: usize,
+        sigIdx: c_int,
+        ctx: c_int,
+        flags: u32,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> ncclResult_t {
+        api("ncclPutSignal", || {
+            let signal = (sigIdx, ctx, flags);
+            one_sided::put_signal(localbuff, count, datatype, peer, peerWin, peerWinOffset, signal, comm, stream)
+        })
+    }
+}
+
+export! {
+    /// `ncclSignal` (module docs).
+    fn ncclSignal / pncclSignal(
+        peer: c_int,
+        sigIdx: c_int,
+        ctx: c_int,
+        flags: u32,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> ncclResult_t {
+        api("ncclSignal", || one_sided::signal_only(peer, (sigIdx, ctx, flags), comm, stream))
+    }
+}
+
+export! {
+    /// `ncclWaitSignal` (module docs).
+    fn ncclWaitSignal / pncclWaitSignal(
+        nDesc: c_int,
+        signalDescs: *mut crate::abi::ncclWaitSignalDesc_t,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> ncclResult_t {
+        api("ncclWaitSignal", || one_sided::wait_signal(nDesc, signalDescs, comm, stream))
+    }
+}
+
+export! {
+    /// `ncclCommRevoke`.
+    fn ncclCommRevoke / pncclCommRevoke(comm: ncclComm_t, revokeFlags: c_int) -> ncclResult_t {
+        api("ncclCommRevoke", || recovery::revoke(comm, revokeFlags))
+    }
+}
+
+export! {
+    /// `ncclCommShrink`.
+    fn ncclCommShrink / pncclCommShrink(
+        comm: ncclComm_t,
+        excludeRanksList: *mut c_int,
+        excludeRanksCount: c_int,
+        newcomm: *mut ncclComm_t,
+        config: *mut ncclConfig_t,
+        shrinkFlags: c_int,
+    ) -> ncclResult_t {
+        api("ncclCommShrink", || {
+            noted(recovery::shrink(
+                comm,
+                excludeRanksList,
+                excludeRanksCount,
+                newcomm,
+                config,
+                shrinkFlags,
+            ))
+        })
+    }
+}
+
+export! {
+    /// `ncclCommGetUniqueId`.
+    fn ncclCommGetUniqueId / pncclCommGetUniqueId(
+        comm: ncclComm_t,
+        uniqueId: *mut ncclUniqueId,
+    ) -> ncclResult_t {
+        api("ncclCommGetUniqueId", || recovery::get_unique_id(comm, uniqueId))
+    }
+}
+
+export! {
+    /// `ncclCommGrow`.
+    fn ncclCommGrow / pncclCommGrow(
+        comm: ncclComm_t,
+        nRanks: c_int,
+        uniqueId: *const ncclUniqueId,
+        rank: c_int,
+        newcomm: *mut ncclComm_t,
+        config: *mut ncclConfig_t,
+    ) -> ncclResult_t {
+        api("ncclCommGrow", || {
+            noted(recovery::grow(comm, nRanks, uniqueId, rank, newcomm, config))
         })
     }
 }
@@ -228,11 +330,7 @@ export! {
         config: *mut ncclConfig_t,
     ) -> ncclResult_t {
         api("ncclCommInitRankScalable", || {
-            let r = init::init_rank_scalable(newcomm, nranks, myrank, nId, commIds, config);
-            if let Err(e) = &r {
-                group::note_failure(e);
-            }
-            r
+            noted(init::init_rank_scalable(newcomm, nranks, myrank, nId, commIds, config))
         })
     }
 }

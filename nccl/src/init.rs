@@ -20,7 +20,8 @@
 //! `ncclInProgress` at once and the init runs on a thread; `ncclCommGetAsyncError` says
 //! `ncclInProgress` until it is done, then `ncclSuccess` or why it failed. Inside a group the
 //! init runs at `ncclGroupEnd` (`group.rs`). Bootstrap deadlines: `MSCCLPP_BOOTSTRAP_TIMEOUT_MS`
-//! and `MSCCLPP_BOOTSTRAP_OP_TIMEOUT_MS` (default 30 s each).
+//! and `MSCCLPP_BOOTSTRAP_OP_TIMEOUT_MS` (default 30 s each); a peer silent for
+//! `MSCCLPP_BOOTSTRAP_PEER_TIMEOUT_MS` (default 30 s, 0: never) is taken for stopped.
 //!
 //! # Splits
 //! `ncclCommSplit` is the library's `Communicator::split` of the parent (one all-gather over
@@ -108,27 +109,31 @@ pub fn get_unique_id(out: *mut ncclUniqueId) -> Outcome {
             UniqueId::for_addr(addr).map_err(lib("making a unique id"))?
         }
         None => {
-            let ip =
-                local_ip(socket_ifname().as_deref()).map_err(lib("choosing the root's address"))?;
+            let ip = root_ip()?;
             let (id, l) =
                 UniqueId::bind(SocketAddr::new(ip, 0)).map_err(lib("binding the root's socket"))?;
             keep_root(&id, l);
             id
         }
     };
+    write_id(out, &id);
+    Ok(ncclResult_t::ncclSuccess)
+}
+
+/// Writes `id` into the caller's `ncclUniqueId` (our id's bytes, zeros after).
+pub fn write_id(out: *mut ncclUniqueId, id: &UniqueId) {
     let mut raw = ncclUniqueId {
         internal: [0; crate::abi::NCCL_UNIQUE_ID_BYTES],
     };
     for (d, s) in raw.internal.iter_mut().zip(id.to_bytes()) {
         *d = s as c_char;
     }
-    // SAFETY: checked non-null; NCCL's contract: a writable `ncclUniqueId`.
+    // SAFETY: checked non-null by every caller; NCCL's contract: a writable `ncclUniqueId`.
     unsafe { out.write(raw) };
-    Ok(ncclResult_t::ncclSuccess)
 }
 
 /// Our id inside an `ncclUniqueId`: its first bytes, zeros after.
-fn parse_id(id: &ncclUniqueId) -> Result<UniqueId, NcclError> {
+pub fn parse_id(id: &ncclUniqueId) -> Result<UniqueId, NcclError> {
     let b: Vec<u8> = id.internal.iter().map(|&c| c as u8).collect();
     let foreign = |source| NcclError::ForeignUniqueId {
         source: Box::new(source),
@@ -154,6 +159,36 @@ fn env_ms(k: &str) -> Result<Option<Duration>, NcclError> {
             )),
         },
     }
+}
+
+/// `cfg` with what the environment sets of a bootstrap: interface, node identity, deadlines,
+/// peer timeout (module docs).
+pub fn configure(mut cfg: BootstrapConfig) -> Result<BootstrapConfig, NcclError> {
+    if let Some(i) = socket_ifname() {
+        cfg = cfg.with_ifname(i);
+    }
+    if let Ok(h) = std::env::var(env::HOSTID)
+        && !h.trim().is_empty()
+    {
+        cfg = cfg.with_host_id(h.trim());
+    }
+    if let Some(t) = env_ms(env::TIMEOUT_MS)? {
+        cfg = cfg.with_timeout(t);
+    }
+    if let Some(t) = env_ms(env::OP_TIMEOUT_MS)? {
+        cfg = cfg.with_op_timeout(t);
+    }
+    if let Ok(v) = std::env::var(env::PEER_TIMEOUT_MS)
+        && let Ok(ms) = v.trim().parse::<u64>()
+    {
+        cfg = cfg.with_peer_timeout(Some(Duration::from_millis(ms)));
+    }
+    Ok(cfg)
+}
+
+/// The address a root listens on: this host's on the configured interface (module docs).
+pub fn root_ip() -> Result<std::net::IpAddr, NcclError> {
+    local_ip(socket_ifname().as_deref()).map_err(NcclError::library("choosing the root's address"))
 }
 
 /// What a split makes its communicator from (`ncclCommSplit`).
@@ -210,21 +245,7 @@ impl InitJob {
             Source::Split(s) => return self.split(s),
         };
         let gpu = comm::gpu(self.kind, self.device)?;
-        let mut cfg = BootstrapConfig::new(self.rank, self.nranks, id);
-        if let Some(i) = socket_ifname() {
-            cfg = cfg.with_ifname(i);
-        }
-        if let Ok(h) = std::env::var(env::HOSTID)
-            && !h.trim().is_empty()
-        {
-            cfg = cfg.with_host_id(h.trim());
-        }
-        if let Some(t) = env_ms(env::TIMEOUT_MS)? {
-            cfg = cfg.with_timeout(t);
-        }
-        if let Some(t) = env_ms(env::OP_TIMEOUT_MS)? {
-            cfg = cfg.with_op_timeout(t);
-        }
+        let cfg = configure(BootstrapConfig::new(self.rank, self.nranks, id))?;
         let root = if self.rank == 0 { take_root(&id) } else { None };
         let bs = match root {
             Some(l) => TcpBootstrap::init_with_root_listener(cfg, l),
@@ -272,7 +293,7 @@ impl InitJob {
 
 /// Whether an init blocks: `config.blocking` if set (0 or 1), else `NCCL_COMM_BLOCKING`, else
 /// yes.
-fn blocking_of(cfg: &ncclConfig_t) -> Result<bool, NcclError> {
+pub fn blocking_of(cfg: &ncclConfig_t) -> Result<bool, NcclError> {
     match cfg.blocking {
         0 => Ok(false),
         1 => Ok(true),
@@ -288,16 +309,21 @@ fn blocking_of(cfg: &ncclConfig_t) -> Result<bool, NcclError> {
 }
 
 fn name_of(cfg: &ncclConfig_t, id: &UniqueId, rank: usize) -> String {
-    if !cfg.commName.is_null() {
-        // SAFETY: NCCL's contract: `commName` is null or a NUL-terminated string.
-        let s = unsafe { CStr::from_ptr(cfg.commName) }.to_string_lossy();
-        return s.chars().take(64).collect();
+    comm_name(cfg).unwrap_or_else(|| format!("comm {:04x} rank {rank}", id.magic() & 0xffff))
+}
+
+/// `config.commName`, if set (its first 64 characters).
+pub fn comm_name(cfg: &ncclConfig_t) -> Option<String> {
+    if cfg.commName.is_null() {
+        return None;
     }
-    format!("comm {:04x} rank {rank}", id.magic() & 0xffff)
+    // SAFETY: NCCL's contract: `commName` is null or a NUL-terminated string.
+    let s = unsafe { CStr::from_ptr(cfg.commName) }.to_string_lossy();
+    Some(s.chars().take(64).collect())
 }
 
 /// Writes the `ncclComm_t` a caller asked for.
-fn write_comm(out: *mut *mut c_void, v: *mut c_void) {
+pub fn write_comm(out: *mut *mut c_void, v: *mut c_void) {
     // SAFETY: `out` was checked non-null by every caller; NCCL's contract: a writable
     // `ncclComm_t`.
     unsafe { out.write(v) };
@@ -524,13 +550,8 @@ pub fn split(
     // SAFETY: NCCL's contract: `config` is null or a struct of its declared size.
     let cfg = unsafe { read_versioned(config, "ncclConfig_t") }?.unwrap_or_default();
     blocking_of(&cfg)?;
-    let name = if cfg.commName.is_null() {
-        format!("{} split {}", c.name, color.map_or(-1, i64::from))
-    } else {
-        // SAFETY: NCCL's contract: `commName` is null or a NUL-terminated string.
-        let s = unsafe { CStr::from_ptr(cfg.commName) }.to_string_lossy();
-        s.chars().take(64).collect()
-    };
+    let name = comm_name(&cfg)
+        .unwrap_or_else(|| format!("{} split {}", c.name, color.map_or(-1, i64::from)));
     let job = InitJob {
         rank: c.rank,
         nranks: 0,

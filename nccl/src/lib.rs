@@ -31,8 +31,9 @@
 //! | 7 | `collectives`, `p2p` | the collectives' checks; sends' and receives' checks and their pairing in a group |
 //! | 8 | `group` | `ncclGroupStart` / `ncclGroupEnd`, and the one path of every call |
 //! | 9 | `init` | unique ids, inits, split, finalize, destroy, abort, async errors |
-//! | 10 | `exports` | every implemented C symbol, one call into its module each |
-//! | 11 | `stubs` | the C symbols not implemented (list below) |
+//! | 10 | `recovery`, `one_sided` | revoke, shrink, grow and its unique id; one-sided puts, signals and waits on windows |
+//! | 11 | `exports` | every implemented C symbol, one call into its module each |
+//! | 12 | `stubs` | the C symbols not implemented (list below) |
 //!
 //! Nothing unwinds into the caller: every exported function catches panics and returns
 //! `ncclInternalError` (the library is loaded into PyTorch; `panic = "abort"` is not an
@@ -48,6 +49,8 @@
 //! | `ncclGroupStart` / `ncclGroupEnd` | yes: nested, inits of several ranks in one thread, collectives of several communicators, sends and receives of any shape NCCL allows, run together by the library's `Group` (`group.rs`, `p2p.rs`) |
 //! | `ncclAllReduce`, `ncclAllGather`, `ncclReduceScatter`, `ncclBroadcast`, `ncclBcast`, `ncclReduce`, `ncclGather`, `ncclScatter`, `ncclAlltoAll` (+ `ncclAllToAll`), their `…Config` forms, `ncclSend`, `ncclRecv` | yes, through the library's `Collectives` and `Group` (`collectives.rs`, `p2p.rs`), for all 12 types (`ncclInt8` … `ncclFloat8e5m2`: `args::data_type`) and `ncclSum`, `ncclProd`, `ncclMin`, `ncclMax`, `ncclAvg` (`args::reduce_op`) and pre-multiplied sums (`registration::reduce_op`); any count (0 too), in place, root-only buffers null elsewhere |
 //! | `ncclCommSplit` | yes: the library's `Communicator::split` (colors, keys, `NCCL_SPLIT_NOCOLOR`; inside a group at `ncclGroupEnd`) (`init.rs`) |
+//! | `ncclCommRevoke`, `ncclCommShrink` (`NCCL_SHRINK_DEFAULT`, `NCCL_SHRINK_ABORT`), `ncclCommGetUniqueId`, `ncclCommGrow` | yes: the library's `Collectives::revoke`, `shrink`, `grow` (`recovery.rs`) |
+//! | `ncclPutSignal`, `ncclSignal`, `ncclWaitSignal` | yes: the library's `Collectives::put_signal`, `signal`, `wait_signals` on the windows of `ncclCommWindowRegister`, in stream order, bounded and abortable (`one_sided.rs`) |
 //! | `ncclMemAlloc` / `ncclMemFree`, `ncclCommRegister` / `Deregister`, `ncclCommWindowRegister` / `Deregister`, `ncclWinGetUserPtr`, `ncclRedOpCreatePreMulSum` / `ncclRedOpDestroy` | yes (`registration.rs`; registrations and windows are the library's `register_buffer` / `register_window`, exchanged with the peers once; a pre-multiplied sum belongs to its communicator and its data type, a host scalar is copied at creation, a device one read by each call) |
 //! | `ncclParamDumpAll` | logs the `MSCCLPP_*` settings that stand for NCCL's parameters |
 //!
@@ -58,8 +61,7 @@
 //!
 //! | symbols | why |
 //! |---|---|
-//! | `ncclCommQueryProperties`, `ncclDevCommCreate`, `ncclDevCommDestroy`, `ncclGetLsaMultimemDevicePointer`, `ncclGetMultimemDevicePointer`, `ncclGetLsaDevicePointer`, `ncclGetPeerDevicePointer`, `ncclGetMultimemDeviceLeInfo`, `ncclGetCftDeviceLeInfo`, `ncclGetPeerDeviceLeInfo`, `ncclTeamWorld`, `ncclTeamLsa`, `ncclTeamCft`, `ncclTeamCftMultimem`, `ncclTeamRail`, `ncclTeamRankToWorld`, `ncclTeamRankToLsa`, `ncclLsaBarrierCreateRequirement`, `ncclGinBarrierCreateRequirement`, `ncclCftBarrierCreateRequirement`, `ncclLLA2ACalcSlots`, `ncclLLA2ACreateRequirement`, `ncclGinOutboxCreateRequirement`, `ncclGinInboxA2ACreateRequirement`, `ncclPutSignal`, `ncclSignal`, `ncclWaitSignal` | NCCL's device-side API and one-sided operations: mscclpp-rs kernels use its own channels |
-//! | `ncclCommGrow`, `ncclCommGetUniqueId`, `ncclCommShrink`, `ncclCommRevoke` | communicators do not change size or get revoked: make a new one |
+//! | `ncclCommQueryProperties`, `ncclDevCommCreate`, `ncclDevCommDestroy`, `ncclGetLsaMultimemDevicePointer`, `ncclGetMultimemDevicePointer`, `ncclGetLsaDevicePointer`, `ncclGetPeerDevicePointer`, `ncclGetMultimemDeviceLeInfo`, `ncclGetCftDeviceLeInfo`, `ncclGetPeerDeviceLeInfo`, `ncclTeamWorld`, `ncclTeamLsa`, `ncclTeamCft`, `ncclTeamCftMultimem`, `ncclTeamRail`, `ncclTeamRankToWorld`, `ncclTeamRankToLsa`, `ncclLsaBarrierCreateRequirement`, `ncclGinBarrierCreateRequirement`, `ncclCftBarrierCreateRequirement`, `ncclLLA2ACalcSlots`, `ncclLLA2ACreateRequirement`, `ncclGinOutboxCreateRequirement`, `ncclGinInboxA2ACreateRequirement` | NCCL's device-side API: mscclpp-rs kernels use its own channels |
 //! | `ncclCommSuspend`, `ncclCommResume` | memory is not released and re-acquired |
 //! | `ncclCommMemStats` | no per-communicator memory statistics |
 //! | `ncclSetEncryption` | the bootstrap's sockets are not encrypted |
@@ -87,7 +89,9 @@ mod exports;
 mod group;
 mod init;
 mod log;
+mod one_sided;
 mod p2p;
+mod recovery;
 mod registration;
 mod registry;
 mod stubs;

@@ -12,7 +12,9 @@
 //! send no bootstrap message and wait for nothing on the host, eagerly or under CUDA-graph
 //! capture), `ncclCommWindowRegister` its `register_window` (collective, as NCCL's: every
 //! rank registers a window of the same size in the same order); unregistered buffers keep the
-//! per-call exchange. NCCL's device API over windows is not implemented (`stubs.rs`).
+//! per-call exchange. A window is also registered for the one-sided calls (`one_sided.rs`:
+//! the library's `register_one_sided`, one more exchange). NCCL's device API over windows is
+//! not implemented (`stubs.rs`).
 //! `ncclMemAlloc` takes no communicator, so its memory is the device's exportable allocation,
 //! registered by the program as NCCL's is (`ncclCommRegister` / a window).
 //!
@@ -111,6 +113,7 @@ fn check_range(comm: &Comm, ptr: *mut c_void, size: usize) -> Result<Registered,
             size,
             flags: 0,
             reg: None,
+            one_sided: None,
         }),
         _ => Err(not_device(None)),
     }
@@ -194,9 +197,18 @@ pub fn window_register(
             .register_window(DevicePtr::from_addr(r.ptr as u64), r.size)
     }
     .map_err(NcclError::library("registering the window with the peers"))?;
+    // SAFETY: as above; the one-sided calls' registration is kept until the communicator ends.
+    let one_sided = unsafe {
+        comm.coll
+            .register_one_sided(DevicePtr::from_addr(r.ptr as u64), r.size)
+    }
+    .map_err(NcclError::library(
+        "registering the window for one-sided calls",
+    ))?;
     let r = Registered {
         flags,
         reg: Some(reg),
+        one_sided: Some(one_sided),
         ..r
     };
     let h = next_handle();
@@ -222,21 +234,35 @@ pub fn window_deregister(comm: &Comm, win: *mut c_void) -> Result<(), NcclError>
             what: "window",
             ptr: win as usize,
         })?;
-    match r.reg {
+    // Both are taken back, even when the first fails (a revoked communicator refuses it).
+    let one_sided = r.one_sided.map_or(Ok(()), |w| {
+        comm.coll
+            .deregister_one_sided(w)
+            .map_err(NcclError::library(
+                "deregistering the window's one-sided calls",
+            ))
+    });
+    let window = match r.reg {
         Some(reg) => comm
             .coll
             .deregister_window(reg)
             .map_err(NcclError::library("deregistering the window")),
         None => Ok(()),
-    }
+    };
+    window.and(one_sided)
 }
 
 /// `ncclWinGetUserPtr`: the first byte of the window.
 pub fn window_user_ptr(comm: &Comm, win: *mut c_void) -> Result<usize, NcclError> {
+    window(comm, win).map(|r| r.ptr)
+}
+
+/// The live window `win` of `comm`.
+pub fn window(comm: &Comm, win: *mut c_void) -> Result<Registered, NcclError> {
     lock(&comm.registrations)
         .windows
         .get(&(win as usize))
-        .map(|r| r.ptr)
+        .copied()
         .ok_or(NcclError::UnknownHandle {
             what: "window",
             ptr: win as usize,

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::ffi::c_int;
 
-use mscclpp::collectives::{Registration, Scalar};
+use mscclpp::collectives::{Registration, Scalar, Window};
 
 /// A registered range (`ncclCommRegister`) or window (`ncclCommWindowRegister`).
 #[derive(Clone, Copy, Debug)]
@@ -19,6 +19,8 @@ pub struct Registered {
     pub flags: c_int,
     /// The library's registration (`None` until made).
     pub reg: Option<Registration>,
+    /// A window's registration for the one-sided calls (`one_sided.rs`).
+    pub one_sided: Option<Window>,
 }
 
 /// A communicator's registrations and windows, by handle.

@@ -9,14 +9,12 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use crate::abi::{ncclResult_t, ncclTeam_t, ncclUniqueId, ncclWaitSignalDesc_t};
+use crate::abi::{ncclResult_t, ncclTeam_t};
 use crate::error::{NcclError, api, fail, guarded};
-use crate::exports::{cudaStream_t, export, ncclComm_t, ncclWindow_t};
+use crate::exports::{export, ncclComm_t, ncclWindow_t};
 
 /// Why NCCL's device-side API is not there.
-pub const DEVICE_API: &str = "NCCL's device-side API (device communicators, symmetric-memory pointers, teams, GIN, one-sided put and signal) is not implemented; mscclpp-rs kernels use its own channels (mscclpp::device)";
-/// Why grow, shrink and revoke are not there.
-pub const RESIZE: &str = "communicators do not grow, shrink or get revoked; make a new one with ncclCommInitRank (and abort the old one)";
+pub const DEVICE_API: &str = "NCCL's device-side API (device communicators, symmetric-memory pointers, teams, GIN) is not implemented; mscclpp-rs kernels use its own channels (mscclpp::device)";
 /// Why suspend and resume are not there.
 pub const SUSPEND: &str =
     "communicators do not release and re-acquire their memory; destroy it and make a new one";
@@ -43,74 +41,11 @@ macro_rules! stub {
     };
 }
 
-stub!(ncclCommRevoke / pncclCommRevoke(comm: ncclComm_t, revokeFlags: c_int), RESIZE);
-stub!(
-    ncclCommShrink / pncclCommShrink(
-        comm: ncclComm_t,
-        excludeRanksList: *mut c_int,
-        excludeRanksCount: c_int,
-        newcomm: *mut ncclComm_t,
-        config: *mut c_void,
-        shrinkFlags: c_int,
-    ),
-    RESIZE
-);
-stub!(
-    ncclCommGetUniqueId / pncclCommGetUniqueId(comm: ncclComm_t, uniqueId: *mut ncclUniqueId),
-    RESIZE
-);
-stub!(
-    ncclCommGrow / pncclCommGrow(
-        comm: ncclComm_t,
-        nRanks: c_int,
-        uniqueId: *const ncclUniqueId,
-        rank: c_int,
-        newcomm: *mut ncclComm_t,
-        config: *mut c_void,
-    ),
-    RESIZE
-);
 stub!(ncclCommSuspend / pncclCommSuspend(comm: ncclComm_t, flags: c_int), SUSPEND);
 stub!(ncclCommResume / pncclCommResume(comm: ncclComm_t), SUSPEND);
 stub!(
     ncclCommMemStats / pncclCommMemStats(comm: ncclComm_t, stat: c_int, value: *mut u64),
     MEM_STATS
-);
-stub!(
-    ncclPutSignal / pncclPutSignal(
-        localbuff: *const c_void,
-        count: usize,
-        datatype: c_int,
-        peer: c_int,
-        peerWin: ncclWindow_t,
-        peerWinOffset: usize,
-        sigIdx: c_int,
-        ctx: c_int,
-        flags: u32,
-        comm: ncclComm_t,
-        stream: cudaStream_t,
-    ),
-    DEVICE_API
-);
-stub!(
-    ncclSignal / pncclSignal(
-        peer: c_int,
-        sigIdx: c_int,
-        ctx: c_int,
-        flags: u32,
-        comm: ncclComm_t,
-        stream: cudaStream_t,
-    ),
-    DEVICE_API
-);
-stub!(
-    ncclWaitSignal / pncclWaitSignal(
-        nDesc: c_int,
-        signalDescs: *mut ncclWaitSignalDesc_t,
-        comm: ncclComm_t,
-        stream: cudaStream_t,
-    ),
-    DEVICE_API
 );
 stub!(ncclSetEncryption / pncclSetEncryption(config: *const c_void), ENCRYPTION);
 stub!(ncclParamBind / pncclParamBind(out: *mut *mut c_void, key: *const c_char), PARAMS);

@@ -291,10 +291,6 @@ fn stubs_refuse_and_say_why() {
         // caller's stack, which the caller cleans. The C ABI test calls those of nccl.h with
         // their own prototypes.
         let stubs = [
-            "ncclCommRevoke",
-            "ncclCommShrink",
-            "ncclCommGetUniqueId",
-            "ncclCommGrow",
             "ncclCommSuspend",
             "ncclCommResume",
             "ncclCommMemStats",
@@ -343,9 +339,6 @@ fn stubs_refuse_and_say_why() {
             "ncclLLA2ACreateRequirement",
             "ncclGinOutboxCreateRequirement",
             "ncclGinInboxA2ACreateRequirement",
-            "ncclPutSignal",
-            "ncclSignal",
-            "ncclWaitSignal",
         ];
         for name in no_comm {
             // SAFETY: as above.
@@ -860,6 +853,150 @@ fn registered_buffers_and_windows() {
             ok(
                 unsafe { (x.window_deregister)(c.0, ws) },
                 "ncclCommWindowDeregister",
+            );
+        });
+    });
+}
+
+/// NCCL's one-sided calls on windows (`ncclPutSignal`, `ncclSignal`, `ncclWaitSignal`), 4
+/// ranks: an all-gather around the ring made of nothing but puts with signals and waits,
+/// every element checked; signals alone to both neighbours in every context; the refusals of
+/// bad arguments.
+#[test]
+fn one_sided_ring_through_the_c_symbols() {
+    isolated("one_sided_ring_through_the_c_symbols", LIMIT, &[], || {
+        let n = 4;
+        ranks(n, |r, c| {
+            let x = nccl();
+            let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+            let count = 1001;
+            let mut init = data::marked(n * count * 4);
+            init[r * count * 4..(r + 1) * count * 4]
+                .copy_from_slice(&data::bytes(FLOAT32, r, 0, count));
+            let win = Buf::new(&init, true);
+            let mut w = std::ptr::null_mut();
+            ok(
+                unsafe { (x.window_register)(c.0, win.ptr(), n * count * 4, &mut w, 0) },
+                "ncclCommWindowRegister",
+            );
+            for step in 0..n - 1 {
+                // Forward the chunk that arrived last (this rank's own first).
+                let k = (r + n - step) % n;
+                let at = k * count * 4;
+                ok(
+                    unsafe {
+                        (x.put_signal)(
+                            win.at(at),
+                            count,
+                            FLOAT32,
+                            next as c_int,
+                            w,
+                            at,
+                            3,
+                            1,
+                            0,
+                            c.0,
+                            STREAM,
+                        )
+                    },
+                    "ncclPutSignal",
+                );
+                let mut d = common::ffi::WaitSignalDesc {
+                    op_cnt: 1,
+                    peer: prev as c_int,
+                    sig_idx: 3,
+                    ctx: 1,
+                };
+                ok(
+                    unsafe { (x.wait_signal)(1, &mut d, c.0, STREAM) },
+                    "ncclWaitSignal",
+                );
+            }
+            let want: Vec<f64> = (0..n)
+                .flat_map(|q| (0..count).map(move |i| data::value(q, 0, i)))
+                .collect();
+            data::check(FLOAT32, &win.read(), &want, "the ring's all-gather");
+            for ctx in 0..4 {
+                for peer in [next, prev] {
+                    ok(
+                        unsafe { (x.signal)(peer as c_int, 7, ctx, 0, c.0, STREAM) },
+                        "ncclSignal",
+                    );
+                }
+                let mut d = [prev, next].map(|peer| common::ffi::WaitSignalDesc {
+                    op_cnt: 1,
+                    peer: peer as c_int,
+                    sig_idx: 7,
+                    ctx,
+                });
+                ok(
+                    unsafe { (x.wait_signal)(2, d.as_mut_ptr(), c.0, STREAM) },
+                    "ncclWaitSignal on both neighbours",
+                );
+            }
+            let put = |count: usize, peer: c_int, off: usize, sig: c_int, ctx: c_int, flags| unsafe {
+                (x.put_signal)(
+                    win.ptr(),
+                    count,
+                    FLOAT32,
+                    peer,
+                    w,
+                    off,
+                    sig,
+                    ctx,
+                    flags,
+                    c.0,
+                    STREAM,
+                )
+            };
+            let nx = next as c_int;
+            fails(
+                put(1, nx, 0, 8, 0, 0),
+                INVALID_ARGUMENT,
+                &["sigIdx"],
+                "sigIdx 8",
+            );
+            fails(put(1, nx, 0, 0, 4, 0), INVALID_ARGUMENT, &["ctx"], "ctx 4");
+            fails(
+                put(1, nx, 0, 0, 0, 1),
+                INVALID_ARGUMENT,
+                &["flags"],
+                "flags 1",
+            );
+            fails(
+                put(1, n as c_int, 0, 0, 0, 0),
+                INVALID_ARGUMENT,
+                &["peer"],
+                "peer n",
+            );
+            fails(
+                put(1, r as c_int, 0, 0, 0, 0),
+                INVALID_USAGE,
+                &[],
+                "this rank as the peer",
+            );
+            let past = n * count * 4 - 2;
+            fails(
+                put(1, nx, past, 0, 0, 0),
+                INVALID_ARGUMENT,
+                &[],
+                "past the window",
+            );
+            fails(
+                unsafe { (x.wait_signal)(1, std::ptr::null_mut(), c.0, STREAM) },
+                INVALID_ARGUMENT,
+                &["signalDescs"],
+                "null descriptors",
+            );
+            ok(
+                unsafe { (x.window_deregister)(c.0, w) },
+                "ncclCommWindowDeregister",
+            );
+            fails(
+                put(1, nx, 0, 0, 0, 0),
+                INVALID_ARGUMENT,
+                &["window"],
+                "a window taken back",
             );
         });
     });

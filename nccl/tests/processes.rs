@@ -3,8 +3,10 @@
 //! (`ncclGetVersion`, a unique id from rank 0, `ncclCommInitRank`, a one-element warm-up
 //! all-reduce, then collectives and lone sends and receives along a pipeline) and PyTorch's
 //! watchdog (a thread polling `ncclCommGetAsyncError` that aborts the communicator once a
-//! killed rank shows up there, releasing the call that waits for it); and every collective,
-//! type and operator (`common::suite`). CPU backend, loopback.
+//! killed rank shows up there, releasing the call that waits for it), which then goes on
+//! without the dead rank (`ncclCommShrink` with `NCCL_SHRINK_ABORT`) and grows back with a
+//! new process (`ncclCommGetUniqueId`, `ncclCommGrow`); and every collective, type and
+//! operator (`common::suite`). CPU backend, loopback.
 
 mod common;
 
@@ -293,6 +295,219 @@ fn watchdog_sees_a_killed_rank_and_aborts() {
             .lines()
             .filter(|l| l.contains("ASYNC") || l.contains("CALL"))
         {
+            eprintln!("{line}");
+        }
+    }
+}
+
+/// A child's checked all-reduce of `count` f32 on `c` (`n` ranks, this one `rank`): every
+/// element against the host's sum of every rank's values.
+fn checked_all_reduce(c: *mut std::ffi::c_void, rank: usize, n: usize, part: usize, what: &str) {
+    let x = nccl();
+    let count = 1000;
+    let b = Buf::new(&data::bytes(FLOAT32, rank, part, count), false);
+    ok(
+        unsafe { (x.all_reduce)(b.ptr(), b.ptr(), count, FLOAT32, SUM, c, STREAM) },
+        what,
+    );
+    let want: Vec<f64> = (0..count)
+        .map(|i| data::reduced(FLOAT32, SUM, n, part, i))
+        .collect();
+    data::check(FLOAT32, &b.read(), &want, what);
+}
+
+/// The C pattern of PyTorch's `shrink_group` after a death: a survivor's calls fail once the
+/// victim (the last rank) is killed, `ncclCommGetAsyncError` says `ncclRemoteError`,
+/// `ncclCommShrink(NCCL_SHRINK_ABORT)` without it gives a communicator of the survivors
+/// (same ranks), whose all-reduces are checked; the old one refuses calls (revoked). Then rank
+/// 0 makes a grow id (`ncclCommGetUniqueId`), a new process joins with it
+/// (`ncclCommGrow(NULL, …, rank)`) and every rank checks all-reduces of the grown world.
+fn shrinking_rank(rank: usize, n: usize) {
+    let x = nccl();
+    let c = init_rank(child_id(rank), n, rank);
+    checked_all_reduce(c, rank, n, 0, "warm-up");
+    println!("READY");
+    if rank == n - 1 {
+        std::thread::sleep(Duration::from_secs(120));
+        panic!("rank {rank} was not killed");
+    }
+    let big = Buf::new(&data::bytes(FLOAT32, rank, 0, 4000), false);
+    let t = Instant::now();
+    while unsafe { (x.all_reduce)(big.ptr(), big.ptr(), 4000, FLOAT32, SUM, c, STREAM) } == SUCCESS
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "all-reduces kept succeeding"
+        );
+    }
+    let mut state = SUCCESS;
+    while state == SUCCESS {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "no asynchronous error"
+        );
+        ok(unsafe { (x.comm_get_async_error)(c, &mut state) }, "poll");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(state, REMOTE, "ncclCommGetAsyncError: {}", last_error());
+    // Shrink without the victim, revoking the old communicator's work first.
+    let mut dead = [(n - 1) as c_int];
+    let mut shrunk: *mut std::ffi::c_void = std::ptr::null_mut();
+    let flags = 1; // NCCL_SHRINK_ABORT
+    ok(
+        unsafe {
+            (x.comm_shrink)(
+                c,
+                dead.as_mut_ptr(),
+                1,
+                &mut shrunk,
+                std::ptr::null_mut(),
+                flags,
+            )
+        },
+        "ncclCommShrink",
+    );
+    println!("SHRUNK after {} ms", t.elapsed().as_millis());
+    let (mut size, mut me) = (0, -1);
+    ok(
+        unsafe { (x.comm_count)(shrunk, &mut size) },
+        "ncclCommCount",
+    );
+    ok(
+        unsafe { (x.comm_user_rank)(shrunk, &mut me) },
+        "ncclCommUserRank",
+    );
+    assert_eq!((size, me), ((n - 1) as c_int, rank as c_int));
+    for part in 1..4 {
+        checked_all_reduce(
+            shrunk,
+            rank,
+            n - 1,
+            part,
+            "an all-reduce of the shrunk world",
+        );
+    }
+    fails(
+        unsafe { (x.all_reduce)(big.ptr(), big.ptr(), 4000, FLOAT32, SUM, c, STREAM) },
+        INVALID_USAGE,
+        &["revoked"],
+        "a call on the revoked communicator",
+    );
+    ok(unsafe { (x.comm_revoke)(c, 0) }, "ncclCommRevoke (again)");
+    fails(
+        unsafe { (x.comm_revoke)(c, 1) },
+        INVALID_ARGUMENT,
+        &["revokeFlags"],
+        "ncclCommRevoke with a flag",
+    );
+    ok(
+        unsafe { (x.comm_abort)(c) },
+        "ncclCommAbort of the old communicator",
+    );
+    // Grow back: rank 0 makes the id; the parent starts a newcomer with it.
+    let mut id = UniqueId([0; 128]);
+    let gid = if rank == 0 {
+        ok(
+            unsafe { (x.comm_get_unique_id)(shrunk, &mut id) },
+            "ncclCommGetUniqueId",
+        );
+        fails(
+            unsafe { (x.comm_get_unique_id)(shrunk, &mut UniqueId([0; 128])) },
+            INVALID_USAGE,
+            &["not been consumed"],
+            "a second ncclCommGetUniqueId",
+        );
+        println!("GROW {}", harness::to_hex(&id.0));
+        &id as *const UniqueId
+    } else {
+        std::ptr::null()
+    };
+    let mut grown: *mut std::ffi::c_void = std::ptr::null_mut();
+    ok(
+        unsafe {
+            (x.comm_grow)(
+                shrunk,
+                n as c_int,
+                gid,
+                -1,
+                &mut grown,
+                std::ptr::null_mut(),
+            )
+        },
+        "ncclCommGrow",
+    );
+    ok(
+        unsafe { (x.comm_user_rank)(grown, &mut me) },
+        "ncclCommUserRank",
+    );
+    assert_eq!(me, rank as c_int);
+    checked_all_reduce(grown, rank, n, 7, "an all-reduce of the grown world");
+    for h in [grown, shrunk] {
+        ok(unsafe { (x.comm_destroy)(h) }, "ncclCommDestroy");
+    }
+    println!("DONE");
+}
+
+/// A newcomer's grow id (hex), in its environment.
+const GROW_ID: &str = "MSCCLPP_NCCL_TEST_GROW_ID";
+
+/// Ranks of the shrink-and-grow world (the last one is killed, a newcomer takes its place).
+const SHRINK_RANKS: usize = 4;
+
+/// The newcomer of [`shrinking_rank`]'s world: joins with the grow id in its environment as
+/// the last rank (`ncclCommGrow(NULL, …, rank)`) and checks an all-reduce of the grown world.
+fn newcomer() {
+    let x = nccl();
+    let hex = std::env::var(GROW_ID).expect("the grow id");
+    let bytes = harness::from_hex(&hex).expect("the grow id in hex");
+    let mut id = UniqueId([0; 128]);
+    id.0.copy_from_slice(&bytes);
+    let (rank, n) = (SHRINK_RANKS - 1, SHRINK_RANKS);
+    let mut grown: *mut std::ffi::c_void = std::ptr::null_mut();
+    ok(
+        unsafe {
+            (x.comm_grow)(
+                std::ptr::null_mut(),
+                n as c_int,
+                &id,
+                rank as c_int,
+                &mut grown,
+                std::ptr::null_mut(),
+            )
+        },
+        "ncclCommGrow (a newcomer)",
+    );
+    checked_all_reduce(grown, rank, n, 7, "an all-reduce of the grown world");
+    ok(unsafe { (x.comm_destroy)(grown) }, "ncclCommDestroy");
+    println!("DONE");
+}
+
+#[test]
+fn shrink_after_a_killed_rank_and_grow_back_through_the_c_api() {
+    let test = "shrink_after_a_killed_rank_and_grow_back_through_the_c_api";
+    if let Some((rank, n)) = place() {
+        return shrinking_rank(rank, n);
+    }
+    if is_child(test) {
+        return newcomer();
+    }
+    let mut children = spawn_world(test, SHRINK_RANKS);
+    for c in children.iter_mut() {
+        c.read_line_with("READY", Duration::from_secs(60));
+    }
+    let mut victim = children.pop().expect("the last rank");
+    victim.kill();
+    let _ = victim.wait_for(Duration::from_secs(10));
+    let id = children[0].read_line_with("GROW ", Duration::from_secs(90));
+    children.push(spawn_test(test, &[(GROW_ID, id.as_str())]));
+    for child in children {
+        let out = child.wait_for(Duration::from_secs(120));
+        assert!(
+            out.success() && out.stdout.contains("DONE"),
+            "{}",
+            out.text()
+        );
+        for line in out.stdout.lines().filter(|l| l.contains("SHRUNK")) {
             eprintln!("{line}");
         }
     }

@@ -100,7 +100,12 @@ fn vllm_style_script_runs_on_the_cpu_backend() {
 
 #[test]
 fn gpu_scripts_compile() {
-    for f in ["torch_collectives.py", "vllm_style.py", "common.py"] {
+    for f in [
+        "torch_collectives.py",
+        "torch_shrink.py",
+        "vllm_style.py",
+        "common.py",
+    ] {
         // Compiled in memory (py_compile would write a __pycache__ into the tree).
         let out = Command::new("python3")
             .args([

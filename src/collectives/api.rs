@@ -18,6 +18,7 @@ use super::config::CollectiveConfig;
 use super::context::{Context, SetUp};
 use super::dispatch::Engine;
 use super::multinode::NodeWorld;
+use super::one_sided::{OneSided, Signal, SignalWait, Window};
 use super::reduction::Reduction;
 use super::regions::Peers;
 use super::registry::Registration;
@@ -591,6 +592,101 @@ impl Collectives {
         let r = cx.registry.deregister(&cx.comm, reg).map(drop);
         cx.comm.barrier()?;
         r
+    }
+
+    /// Registers a window for the one-sided calls ([`put_signal`](Self::put_signal),
+    /// [`signal`](Self::signal), [`wait_signals`](Self::wait_signals)): collective, every rank
+    /// with a buffer of its own (any size), in the same order; the window gets the same number
+    /// on every rank. On a world of one node or several (the peers of another node reach it
+    /// over the network transport). The first one also sets up every rank's signals
+    /// (`one_sided.rs`).
+    ///
+    /// # Safety
+    /// The range is device memory of this rank's device and stays allocated until these
+    /// collectives are dropped (its registrations are kept until then).
+    pub unsafe fn register_one_sided(&self, ptr: DevicePtr<u8>, bytes: usize) -> Result<Window> {
+        let cx = self.cx();
+        cx.refuse_revoked("register_one_sided")?;
+        cx.ensure_healthy()?;
+        let rma = match cx.one_sided.get() {
+            Some(r) => r,
+            None => {
+                let (conns, transports) = cx.connections();
+                let made = OneSided::new(cx.comm.clone(), conns, transports)?;
+                cx.one_sided.get_or_init(|| made)
+            }
+        };
+        rma.register(ptr, bytes)
+    }
+
+    /// Takes back a window of [`register_one_sided`](Self::register_one_sided): collective,
+    /// in the same order on every rank, ends with a barrier; calls naming it are refused.
+    pub fn deregister_one_sided(&self, window: Window) -> Result<()> {
+        self.one_sided()?.deregister(window)
+    }
+
+    /// Queues on `stream` (after its earlier work): `bytes` from `src`, which lies inside one
+    /// of this rank's windows, into `peer`'s part of `window` at `offset`, then one more
+    /// `signal` on `peer` (NCCL's `ncclPutSignal`). Later work of `stream` runs once the data
+    /// and the signal have reached the peer (so it may reuse `src`). A failure of the transfer
+    /// aborts the communicator (module docs of `one_sided.rs`).
+    ///
+    /// # Safety
+    /// `src` holds `bytes` until the work queued on `stream` completes.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn put_signal(
+        &self,
+        src: DevicePtr<u8>,
+        bytes: usize,
+        peer: usize,
+        window: Window,
+        offset: u64,
+        signal: Signal,
+        stream: &Stream,
+    ) -> Result<()> {
+        let rma = self.one_sided()?;
+        // SAFETY: the caller's contract.
+        let queued =
+            unsafe { rma.put_signal(src, bytes, peer, Some((window, offset)), signal, stream) };
+        queued.and(self.cx().inflight.note(stream))
+    }
+
+    /// Queues on `stream` one more `signal` on `peer`, after the earlier work of `stream` and
+    /// the earlier one-sided calls to `peer` (NCCL's `ncclSignal`).
+    pub fn signal(&self, peer: usize, signal: Signal, stream: &Stream) -> Result<()> {
+        let rma = self.one_sided()?;
+        // SAFETY: no data moves (no window).
+        let queued = unsafe { rma.put_signal(DevicePtr::NULL, 0, peer, None, signal, stream) };
+        queued.and(self.cx().inflight.note(stream))
+    }
+
+    /// Queues on `stream` a wait until, for every entry, `count` more of its signals from its
+    /// peer have come than the earlier waits of this rank counted (NCCL's `ncclWaitSignal`).
+    /// Bounded: the communicator's abort, or the one-sided timeout, ends it (the call is lost
+    /// and the error is sticky).
+    pub fn wait_signals(&self, waits: &[SignalWait], stream: &Stream) -> Result<()> {
+        let queued = self.one_sided()?.wait(waits, stream);
+        queued.and(self.cx().inflight.note(stream))
+    }
+
+    /// Sets how long a one-sided wait or transfer may take before it is given up
+    /// ([`ONE_SIDED_TIMEOUT`](super::ONE_SIDED_TIMEOUT) by default, or
+    /// `MSCCLPP_ONE_SIDED_TIMEOUT_MS`).
+    pub fn set_one_sided_timeout(&self, timeout: std::time::Duration) -> Result<()> {
+        self.one_sided()?.set_timeout(timeout);
+        Ok(())
+    }
+
+    /// The one-sided calls' state, once a window was registered for them; refused after a
+    /// revoke.
+    fn one_sided(&self) -> Result<&OneSided> {
+        let cx = self.cx();
+        cx.refuse_revoked("a one-sided call")?;
+        cx.one_sided.get().ok_or_else(|| {
+            cx.cannot(
+                "a one-sided call before any window was registered for them (register_one_sided)",
+            )
+        })
     }
 
     /// `bytes` of device memory from the library's allocator (NCCL's `ncclMemAlloc`), already

@@ -9,7 +9,9 @@
 //! for the context back (the regions and the registries hold the communicator and the layout
 //! themselves). Its only state that changes after set-up: the record of the last algorithm
 //! (a relaxed atomic, written by the units' launches, read by `Collectives::last_algorithm`),
-//! and the interior state of the regions and registries (their module docs).
+//! the revoked flag (set once by `Collectives::revoke` with release, read by every call with
+//! acquire), the streams' events of `inflight.rs`, and the interior state of the regions and
+//! registries (their module docs).
 //!
 //! Device words here: `ll_flags` (two u64 in device memory, written and read only by the LL
 //! kernels; `CollectiveParams::ll_flags` says how), the channel table (written once by the
@@ -17,14 +19,15 @@
 //! first use has a copy pointing at the peers' buffers of that region, written once before
 //! the first kernel that uses it), and the scratch (module docs of `scratch.rs`).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use mscclpp_host::communicator::Communicator;
 use mscclpp_host::connection::Connection;
 use mscclpp_host::gpu::{DeviceBuffer, Gpu, Kernel, KernelSpec, Module, Stream};
 use mscclpp_host::memory_channel::MemoryChannel;
 use mscclpp_host::registered_memory::RegisteredMemory;
+use mscclpp_host::transport::Transport;
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::{
     BufferRef, CollectiveMode, CollectiveParams, DataType, DevicePtr, DeviceReduceOp,
@@ -33,12 +36,17 @@ use mscclpp_shared::{
 
 use super::algorithm::{Algorithm, Collective};
 use super::config::CollectiveConfig;
+use super::inflight::InFlight;
 use super::multinode::MultiNode;
+use super::one_sided::OneSided;
 use super::reduction::KernelOp;
 use super::regions::{LazyRegions, Peers};
 use super::registered::RegisteredBuffers;
 use super::registry::Registry;
 use super::scratch::{Region, ScratchLayout};
+
+/// The transport to every rank (`None` for this rank).
+pub(crate) type PeerTransports = Vec<Option<Transport>>;
 
 /// Who a call's data goes to or comes from, besides every rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -163,6 +171,15 @@ pub(crate) struct Context {
     ll_flags: DeviceBuffer,
     /// The algorithm of the last queued call ([`Algorithm`] as `u8` + 1; 0 before any).
     last: AtomicU8,
+    /// Set once by `Collectives::revoke` (release), read by every call (acquire): a revoked
+    /// `Collectives` takes no more calls.
+    revoked: AtomicBool,
+    /// The streams this `Collectives` queued on, each with an event after its latest call
+    /// (`inflight.rs`): what a revoke waits for.
+    pub inflight: InFlight,
+    /// The one-sided calls' windows, signals and service, set up by the first window
+    /// registered for them (`one_sided.rs`).
+    pub one_sided: OnceLock<OneSided>,
     _channels: Vec<MemoryChannel>,
     _peers: Vec<RegisteredMemory>,
     _connections: Vec<Arc<dyn Connection>>,
@@ -201,6 +218,9 @@ impl Context {
             channel_table: w.channel_table,
             ll_flags: w.ll_flags,
             last: AtomicU8::new(0),
+            revoked: AtomicBool::new(false),
+            inflight: InFlight::default(),
+            one_sided: OnceLock::new(),
             _channels: w.channels,
             _peers: w.peers,
             _connections: w.connections,
@@ -215,6 +235,24 @@ impl Context {
     /// Ranks of the communicator.
     pub fn ranks(&self) -> usize {
         self.comm.size()
+    }
+
+    /// The connection to every rank and its transport (`None` for this rank): the same-node
+    /// transport's on a world of one node, the port channels' on a world of several.
+    pub fn connections(&self) -> (Vec<Option<Arc<dyn Connection>>>, PeerTransports) {
+        let n = self.ranks();
+        let (all, transports) = match &self.multi {
+            Some(m) => (&m.connections, m.transports.clone()),
+            None => {
+                let local = Transport::local_for(self.comm.gpu().kind());
+                let t = (0..n).map(|q| (q != self.rank()).then_some(local));
+                (&self._connections, t.collect())
+            }
+        };
+        let conns = (0..n)
+            .map(|q| all.iter().find(|c| c.remote_rank() == q).cloned())
+            .collect();
+        (conns, transports)
     }
 
     /// The ranks other than this one.
@@ -341,6 +379,24 @@ impl Context {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+
+    /// Marks these collectives revoked: every later call is refused ([`refuse_revoked`]).
+    ///
+    /// [`refuse_revoked`]: Self::refuse_revoked
+    pub fn revoke(&self) {
+        self.revoked.store(true, Ordering::Release);
+    }
+
+    /// `Error::Revoked` naming `what` once [`revoke`](Self::revoke) was called.
+    pub fn refuse_revoked(&self, what: &'static str) -> Result<()> {
+        if self.revoked.load(Ordering::Acquire) {
+            return Err(Error::Revoked {
+                rank: self.rank(),
+                what,
+            });
+        }
+        Ok(())
     }
 
     /// The error of an algorithm that cannot serve a call (`what` it cannot do).

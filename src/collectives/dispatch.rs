@@ -86,6 +86,7 @@ impl Engine {
         in_group: bool,
     ) -> Result<Recorded> {
         let cx = &self.cx;
+        cx.refuse_revoked(call.name())?;
         let (me, n) = (cx.rank(), cx.ranks());
         let b = call.check(me, n, in_group)?;
         if let Some(batch) = p2p::batch_of(call, me, n, b) {
@@ -155,8 +156,11 @@ impl Engine {
         stream: &Stream,
     ) -> Result<()> {
         match self.record(call, forced, false)? {
-            // SAFETY: the caller's contract.
-            Recorded::Call(args, forced) => unsafe { self.run(args, forced, stream) },
+            Recorded::Call(args, forced) => {
+                // SAFETY: the caller's contract.
+                let queued = unsafe { self.run(args, forced, stream) };
+                queued.and(self.cx.inflight.note(stream))
+            }
             batch => self.end(call.name(), call.root(), vec![batch], Vec::new(), stream),
         }
     }
@@ -329,8 +333,10 @@ impl Engine {
         transfers: Vec<Transfer>,
         stream: &Stream,
     ) -> Result<()> {
+        self.cx.refuse_revoked(name)?;
         let Some((mut span, _scope)) = self.call_span(name, stream) else {
-            return self.queue_group(recorded, transfers, stream);
+            let queued = self.queue_group(recorded, transfers, stream);
+            return queued.and(self.cx.inflight.note(stream));
         };
         let batches = recorded.iter().filter_map(|c| match c {
             Recorded::Batch(b) | Recorded::Transfers(b) => Some(b.as_slice()),
@@ -356,7 +362,7 @@ impl Engine {
         let batched = !all.is_empty();
         let result = self.queue_group(recorded, transfers, stream);
         end_call(&mut span, &result, batched.then_some(Algorithm::P2p));
-        result
+        result.and(self.cx.inflight.note(stream))
     }
 
     /// Queues what a group recorded ([`end`](Self::end)).

@@ -38,11 +38,11 @@
 //!
 //! | layer | modules | what |
 //! |---|---|---|
-//! | 0 | `algorithm`, `config`, `reduction` | the public names of the algorithms and collectives; [`CollectiveConfig`] from one table of settings; NCCL's operators and how kernels take them |
+//! | 0 | `algorithm`, `config`, `inflight`, `reduction` | the public names of the algorithms and collectives; [`CollectiveConfig`] from one table of settings; the streams' events a revoke waits for; NCCL's operators and how kernels take them |
 //! | 1 | `call`, `scratch`, `sharing` | the call descriptor [`Call`] and its checks; the scratch layout; several ranks on one GPU (the share of its multiprocessors each rank launches within) |
 //! | 2 | `regions`, `registered` | the regions allocated on first use, traded with each peer once; the callers' buffers exchanged per call |
 //! | 3 | `registry` | buffers registered ahead, exchanged once through the peers' registration services |
-//! | 4 | `multinode` | worlds of several nodes: transports, port channels, the node's world |
+//! | 4 | `multinode`, `one_sided` | worlds of several nodes: transports, port channels, the node's world; one-sided calls on windows (their signals and service) |
 //! | 5 | `context` | what the algorithms share: the lowered call, parameter blocks, health, the record of what ran |
 //! | 6 | `setup`, `unit` | the checks and wiring of set-up, the built-in kernels' module; the algorithm trait, its plan's step |
 //! | 7 | `launch` | the launches of the kernels several units share (LL16, staged, direct, port) |
@@ -52,7 +52,7 @@
 //! | 11 | `plan` | the one pure planner, and the dispatcher's loop |
 //! | 12 | `dispatch` | the dispatcher: checks, lowers, executes plans, ends groups, traces calls |
 //! | 13 | `api` | [`Collectives`]: set-up, the public calls, registrations |
-//! | 14 | `group`, `select_pin`, `typed` | [`Group`]; the pinning test of the planner; [`DeviceVec`] and the safe typed calls |
+//! | 14 | `group`, `recovery`, `select_pin`, `typed` | [`Group`]; revoke, shrink and grow; the pinning test of the planner; [`DeviceVec`] and the safe typed calls |
 //!
 //! # Buffers the peers access
 //!
@@ -99,9 +99,12 @@ mod config;
 mod context;
 mod dispatch;
 mod group;
+mod inflight;
 mod launch;
 mod multinode;
+mod one_sided;
 mod plan;
+mod recovery;
 mod reduction;
 mod regions;
 mod registered;
@@ -122,6 +125,11 @@ pub use call::Call;
 pub use config::{CollectiveConfig, Limit, Setting};
 pub use group::Group;
 pub use multinode::{ENV_NET_TRANSPORT, network_transports};
+pub use one_sided::{
+    DEFAULT_TIMEOUT as ONE_SIDED_TIMEOUT, RING as ONE_SIDED_RING, SIGNAL_CONTEXTS, SIGNALS, Signal,
+    SignalWait, Window,
+};
+pub use recovery::REVOKE_DRAIN;
 pub use reduction::{KernelOp, Reduction, Scalar, element_bits};
 pub use registry::Registration;
 pub use scratch::MemoryPlan;

@@ -227,6 +227,11 @@ impl Child {
             .unwrap_or_else(|e| panic!("{}: writing to its stdin: {e}", self.name));
     }
 
+    /// Whether the child has ended, without waiting ([`Child::wait_until`] still gives its end).
+    pub fn has_ended(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
     /// Kills the child (SIGKILL, by its pid); it is reaped by [`Child::wait_until`].
     pub fn kill(&mut self) {
         let _ = self.child.kill();

@@ -6,7 +6,7 @@
 //! | rank, size, local rank | `MSCCLPP_RANK`/`MSCCLPP_WORLD_SIZE`/`MSCCLPP_LOCAL_RANK`; torchrun's `RANK`/`WORLD_SIZE`/`LOCAL_RANK`; Open MPI's `OMPI_COMM_WORLD_RANK`/`_SIZE`/`_LOCAL_RANK`; Slurm's `SLURM_PROCID`/`SLURM_NTASKS`/`SLURM_LOCALID`. The first launcher whose rank variable is set supplies all three. |
 //! | root | `MSCCLPP_UNIQUE_ID` (hex); `MSCCLPP_BOOTSTRAP` (`ip:port`, `host:port` or `ifname:ip:port`); torchrun's `MASTER_ADDR` with `MASTER_PORT` + [`TORCHRUN_PORT_OFFSET`] (torchrun's own store already listens on `MASTER_PORT`) |
 //! | secret | `MSCCLPP_SECRET`: the world's passphrase when the root is a plain address (`MSCCLPP_BOOTSTRAP`, torchrun's); a unique id carries its own secret. It should be 32 random bytes as 64 hex characters (`mscclpp-run --bootstrap` makes one; `openssl rand -hex 32`); at least 16 characters are required, and the first set-up of the process warns when it is weak ([`Passphrase::weakness`]). The key is derived from it with Argon2id (about 0.1 s once per process), salted with the root address and the root's job nonce. Without it such a world is **not authenticated**, and the first set-up of the process says so on standard error |
-//! | timeouts | `MSCCLPP_BOOTSTRAP_TIMEOUT_MS` (set-up, and operations unless `MSCCLPP_BOOTSTRAP_OP_TIMEOUT_MS` is set) |
+//! | timeouts | `MSCCLPP_BOOTSTRAP_TIMEOUT_MS` (set-up, and operations unless `MSCCLPP_BOOTSTRAP_OP_TIMEOUT_MS` is set); `MSCCLPP_BOOTSTRAP_PEER_TIMEOUT_MS`: how long a link may stay silent before its peer counts as stopped ([`BootstrapConfig::peer_timeout`], 0: never) |
 //! | queue caps | `MSCCLPP_BOOTSTRAP_MAX_QUEUED_BYTES`, `MSCCLPP_BOOTSTRAP_MAX_QUEUED_FRAMES`: what one peer may leave queued at this rank ([`BootstrapConfig::max_queued_bytes`]); `MSCCLPP_BOOTSTRAP_MAX_PROCESS_QUEUED_BYTES`: what every peer of every bootstrap of this process may leave queued in all ([`BootstrapConfig::max_process_queued_bytes`]) |
 //! | interface | `MSCCLPP_SOCKET_IFNAME` (comma-separated names; the first with an IPv4 address wins) |
 //! | node identity | `MSCCLPP_HOSTID` (else host name + boot id) |
@@ -22,6 +22,9 @@ use crate::error::{Error, Result};
 
 /// Default deadline for set-up (and, unless set apart, for each operation).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default of [`BootstrapConfig::peer_timeout`]: a peer silent on a link this long (its
+/// keepalives included) is taken for stopped.
+pub const DEFAULT_PEER_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default deadline for an accepted connection to complete its handshake.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default cap on the bytes one peer may leave queued (unreceived) at a rank.
@@ -51,6 +54,8 @@ pub mod env {
     pub const TIMEOUT_MS: &str = "MSCCLPP_BOOTSTRAP_TIMEOUT_MS";
     /// Operation deadline in milliseconds.
     pub const OP_TIMEOUT_MS: &str = "MSCCLPP_BOOTSTRAP_OP_TIMEOUT_MS";
+    /// Peer timeout in milliseconds (0: none).
+    pub const PEER_TIMEOUT_MS: &str = "MSCCLPP_BOOTSTRAP_PEER_TIMEOUT_MS";
     /// Network interface(s) whose IPv4 address this rank listens on.
     pub const SOCKET_IFNAME: &str = "MSCCLPP_SOCKET_IFNAME";
     /// Overrides the host identity used to group ranks into nodes.
@@ -171,6 +176,13 @@ pub struct BootstrapConfig {
     pub op_timeout: Duration,
     /// Deadline for an accepted connection to send its complete first frame.
     pub handshake_timeout: Duration,
+    /// How long a link may carry nothing before its peer is taken for stopped (a process that
+    /// does not run, though its sockets are open: SIGSTOP, a debugger, a hung host): its link
+    /// is cut and it is reported gone like a dead rank (`Bootstrap::dead_peer`). This rank
+    /// writes a keepalive on each of its links a quarter of it apart, from a thread of its own
+    /// (so a busy program is never taken for stopped). `None`: links are never timed out and
+    /// no keepalives are written.
+    pub peer_timeout: Option<Duration>,
     /// Network interface(s) to listen on (comma-separated); default: the address that routes to
     /// the root.
     pub ifname: Option<String>,
@@ -211,6 +223,7 @@ impl BootstrapConfig {
             timeout: DEFAULT_TIMEOUT,
             op_timeout: DEFAULT_TIMEOUT,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            peer_timeout: Some(DEFAULT_PEER_TIMEOUT),
             ifname: None,
             listen: None,
             host_id: None,
@@ -312,6 +325,12 @@ impl BootstrapConfig {
     /// Sets the operation deadline only.
     pub fn with_op_timeout(mut self, timeout: Duration) -> Self {
         self.op_timeout = timeout;
+        self
+    }
+
+    /// Sets the peer timeout ([`peer_timeout`](Self::peer_timeout); `None`: off).
+    pub fn with_peer_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.peer_timeout = timeout.filter(|t| !t.is_zero());
         self
     }
 
@@ -428,6 +447,15 @@ impl BootstrapConfig {
         }
         if let Some(t) = ms(env::OP_TIMEOUT_MS)? {
             cfg.op_timeout = t;
+        }
+        if let Some(v) = get(env::PEER_TIMEOUT_MS) {
+            let t = v.parse::<u64>().map_err(|_| {
+                Error::BootstrapConfig(format!(
+                    "{}={v:?} is not a number of milliseconds (0: no peer timeout)",
+                    env::PEER_TIMEOUT_MS
+                ))
+            })?;
+            cfg = cfg.with_peer_timeout(Some(Duration::from_millis(t)));
         }
         if let Some(p) = get(env::SECRET) {
             cfg.passphrase = Some(Passphrase::new(p).ok_or_else(|| {

@@ -80,6 +80,10 @@ pub trait Decorator: Send + Sync {
     fn dead_peer(&self) -> Option<(usize, String)> {
         self.inner().dead_peer()
     }
+    /// [`Bootstrap::dead_peers`].
+    fn dead_peers(&self) -> Vec<(usize, String)> {
+        self.inner().dead_peers()
+    }
     /// [`Bootstrap::left_peer`].
     fn left_peer(&self) -> Option<(usize, Duration)> {
         self.inner().left_peer()
@@ -140,6 +144,9 @@ impl<D: Decorator> Bootstrap for D {
     }
     fn dead_peer(&self) -> Option<(usize, String)> {
         Decorator::dead_peer(self)
+    }
+    fn dead_peers(&self) -> Vec<(usize, String)> {
+        Decorator::dead_peers(self)
     }
     fn left_peer(&self) -> Option<(usize, Duration)> {
         Decorator::left_peer(self)

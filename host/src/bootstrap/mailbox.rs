@@ -66,6 +66,9 @@ pub(crate) enum LinkDown {
     },
     /// Its listener could not be reached to open a link (its bootstrap is gone).
     Unreachable(String),
+    /// Nothing came from it on a link for longer than the peer timeout (it is stopped or
+    /// hung: its process does not run, though its sockets are open); the link was cut.
+    Silent(std::time::Duration),
 }
 
 impl LinkDown {
@@ -101,12 +104,14 @@ impl LinkDown {
                 max_frames: caps.frames,
                 process: *process,
             },
-            LinkDown::Reported { .. } | LinkDown::Unreachable(_) => Error::BootstrapPeerGone {
-                rank: ctx.rank,
-                peer: ctx.peer,
-                op: ctx.op,
-                reason: self.describe(),
-            },
+            LinkDown::Reported { .. } | LinkDown::Unreachable(_) | LinkDown::Silent(_) => {
+                Error::BootstrapPeerGone {
+                    rank: ctx.rank,
+                    peer: ctx.peer,
+                    op: ctx.op,
+                    reason: self.describe(),
+                }
+            }
         }
     }
 
@@ -137,6 +142,10 @@ impl LinkDown {
             ),
             LinkDown::Reported { by, reason } => format!("{reason} (reported by rank {by})"),
             LinkDown::Unreachable(why) => format!("its bootstrap listener is gone ({why})"),
+            LinkDown::Silent(after) => format!(
+                "sent nothing for {:.1} s, over the peer timeout (stopped or hung?); its link was cut",
+                after.as_secs_f64()
+            ),
         }
     }
 }
@@ -181,9 +190,9 @@ struct State {
     queues: HashMap<Key, VecDeque<Vec<u8>>>,
     queued: HashMap<usize, Queued>,
     down: HashMap<usize, LinkDown>,
-    /// The peer that went down first (in time) without a goodbye: the one a health monitor
-    /// should blame, since links of ranks that merely gave up after it follow.
-    first_down: Option<usize>,
+    /// The peers that went down without a goodbye, in the order they did: the first is the one
+    /// a health monitor should blame, since links of ranks that merely gave up after it follow.
+    downs: Vec<usize>,
     /// The first peer that left after its goodbye, and when.
     first_left: Option<(usize, Instant)>,
 }
@@ -202,7 +211,7 @@ impl Mailbox {
                 queues: HashMap::new(),
                 queued: HashMap::new(),
                 down: HashMap::new(),
-                first_down: None,
+                downs: Vec::new(),
                 first_left: None,
             }),
             cv: Condvar::new(),
@@ -265,7 +274,7 @@ impl Mailbox {
         if matches!(why, LinkDown::Left) {
             st.first_left.get_or_insert((peer, Instant::now()));
         } else {
-            st.first_down.get_or_insert(peer);
+            st.downs.push(peer);
         }
         st.down.insert(peer, why);
         drop(st);
@@ -277,9 +286,16 @@ impl Mailbox {
     /// the survivors that give up and exit close their links after it, and a monitor polling
     /// later must still blame the rank that died.)
     pub fn first_down(&self) -> Option<(usize, LinkDown)> {
+        self.all_down().into_iter().next()
+    }
+
+    /// Every peer that went down without a goodbye, and why, in the order they did.
+    pub fn all_down(&self) -> Vec<(usize, LinkDown)> {
         let st = lock(&self.state);
-        let peer = st.first_down?;
-        st.down.get(&peer).cloned().map(|d| (peer, d))
+        st.downs
+            .iter()
+            .filter_map(|p| st.down.get(p).cloned().map(|d| (*p, d)))
+            .collect()
     }
 
     /// The first peer that left after its goodbye, and when.
@@ -435,6 +451,11 @@ mod tests {
         assert_eq!(peer, 2);
         assert!(matches!(why, LinkDown::Closed), "{why:?}");
         assert!(matches!(m.down(1), Some(LinkDown::Malformed(_))));
+        // Every one, in the order they went down; one that left is not among them.
+        m.set_down(0, LinkDown::Left);
+        m.set_down(3, LinkDown::Silent(std::time::Duration::from_secs(2)));
+        let all: Vec<usize> = m.all_down().into_iter().map(|(p, _)| p).collect();
+        assert_eq!(all, [2, 1, 3]);
     }
 
     #[test]

@@ -183,8 +183,8 @@ use std::time::Duration;
 
 pub use config::{
     BootstrapConfig, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_PROCESS_QUEUED_BYTES,
-    DEFAULT_MAX_QUEUED_BYTES, DEFAULT_MAX_QUEUED_FRAMES, DEFAULT_TIMEOUT, Launcher, RootSpec,
-    TORCHRUN_PORT_OFFSET, env, parse_root,
+    DEFAULT_MAX_QUEUED_BYTES, DEFAULT_MAX_QUEUED_FRAMES, DEFAULT_PEER_TIMEOUT, DEFAULT_TIMEOUT,
+    Launcher, RootSpec, TORCHRUN_PORT_OFFSET, env, parse_root,
 };
 pub use decorator::Decorator;
 pub use keying::passphrase_key;
@@ -306,6 +306,13 @@ pub trait Bootstrap: Send + Sync {
     /// The default knows of none.
     fn dead_peer(&self) -> Option<(usize, String)> {
         None
+    }
+    /// Every peer whose connection ended without a goodbye, with the reasons, in the order
+    /// they went down (the first is [`dead_peer`](Self::dead_peer)'s): the failure detector's
+    /// view that a shrink excludes (`Communicator::failed_ranks`). The default is
+    /// `dead_peer`'s one.
+    fn dead_peers(&self) -> Vec<(usize, String)> {
+        self.dead_peer().into_iter().collect()
     }
     /// The first peer that closed its bootstrap after saying goodbye (it finished normally),
     /// and how long ago. Receives from it fail at once; a communicator aborts for it only

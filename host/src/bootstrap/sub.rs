@@ -48,9 +48,11 @@
 //!
 //! # Failures
 //!
-//! A member's link going down is the parent's to see: [`Bootstrap::dead_peer`] and
-//! [`Bootstrap::left_peer`] report the parent's, renumbered, when the rank is a member (a
-//! non-member's death does not concern this group). `forgo_goodbye` does nothing: the links
+//! A member's link going down is the parent's to see: [`Bootstrap::dead_peer`],
+//! [`Bootstrap::dead_peers`] and [`Bootstrap::left_peer`] report the parent's, renumbered, when
+//! the rank is a member (a non-member's death does not concern this group: a world shrunk
+//! without a dead rank, `Communicator::shrink`, runs on while the parent knows it dead, and its
+//! monitor blames the first *member* that goes down after it). `forgo_goodbye` does nothing: the links
 //! are the parent's, and a failed sub-communicator must not cut them. (A node group is bound to
 //! its world instead: its decorator reports every death of the world and the world's abort,
 //! and passes `forgo_goodbye` on to the world.)
@@ -347,8 +349,13 @@ impl Bootstrap for SubBootstrap {
     }
 
     fn dead_peer(&self) -> Option<(usize, String)> {
-        let (r, why) = self.parent.dead_peer()?;
-        Some((self.member(r)?, why))
+        self.dead_peers().into_iter().next()
+    }
+
+    fn dead_peers(&self) -> Vec<(usize, String)> {
+        let all = self.parent.dead_peers().into_iter();
+        all.filter_map(|(r, why)| Some((self.member(r)?, why)))
+            .collect()
     }
 
     fn left_peer(&self) -> Option<(usize, Duration)> {

@@ -883,6 +883,32 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// The communicator (or its collectives) was revoked: its work was ended and drained, and
+    /// it takes no more calls. Shrink it (`Communicator::shrink`) or drop it.
+    #[error(
+        "rank {rank}: the communicator was revoked (it takes no more calls: {what}); shrink it or drop it"
+    )]
+    Revoked {
+        /// This rank.
+        rank: usize,
+        /// The call refused.
+        what: &'static str,
+    },
+    /// The ranks that make a new world from this one (a shrink's, a grow's) do not agree on
+    /// it: `rank` (of the parent world) passed `theirs` where this rank passed `mine`.
+    #[error(
+        "rank {rank} disagrees on the {what} of the new world: it has {theirs}, this rank {mine}"
+    )]
+    MembershipMismatch {
+        /// The rank that disagrees (in the parent world).
+        rank: usize,
+        /// What (`excluded ranks`, `size`, `grow id`, …).
+        what: &'static str,
+        /// This rank's.
+        mine: String,
+        /// Theirs.
+        theirs: String,
+    },
 
     // ---- network transports ----
     /// A peer failed, died, or refused what this rank sent it (its receiver said why, or its

@@ -5,6 +5,25 @@ use mscclpp_shared::DevicePtr;
 use super::{BackendKind, Gpu, GridDims, Kernel, KernelImpl, LaunchConfig, cpu, cuda};
 use crate::error::{Error, Result};
 
+/// Polls `done` (backing off between polls) until it says so or `timeout` passes; whether it
+/// did.
+fn poll_until(
+    timeout: std::time::Duration,
+    mut done: impl FnMut() -> Result<bool>,
+) -> Result<bool> {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut backoff = crate::backoff::Backoff::new();
+    loop {
+        if done()? {
+            return Ok(true);
+        }
+        if std::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        backoff.snooze();
+    }
+}
+
 pub(super) enum StreamImpl {
     Cuda(cuda::Stream),
     Cpu(cpu::Stream),
@@ -55,6 +74,23 @@ impl Stream {
         }
     }
 
+    /// Queues a wait: later work of this stream waits until the u64 at `addr` is at least
+    /// `value` (CUDA: `cuStreamWaitValue64`, without bound, so the caller must make sure it is
+    /// released, as the one-sided calls' service does on abort and timeout; CPU backend: polled
+    /// for at most `cpu::WAIT_VALUE_LIMIT`, then a failure of the stream).
+    ///
+    /// # Safety
+    /// `addr` is a live, 8-byte aligned device-accessible address (local, peer-mapped or
+    /// host-mapped) until the wait ends.
+    pub unsafe fn wait_value_u64(&self, addr: DevicePtr<u64>, value: u64) -> Result<()> {
+        match &self.imp {
+            // SAFETY: forwarded contract.
+            StreamImpl::Cuda(s) => unsafe { s.wait_value_u64(addr.addr(), value) },
+            // SAFETY: forwarded contract.
+            StreamImpl::Cpu(s) => unsafe { s.wait_value_u64(addr.addr(), value) },
+        }
+    }
+
     /// Whether all queued work is done; reports a failure of queued work.
     pub fn query(&self) -> Result<bool> {
         match &self.imp {
@@ -66,17 +102,7 @@ impl Stream {
     /// Waits until all queued work is done or `timeout` passes (polling, so the wait is
     /// bounded even if the device never finishes).
     pub fn synchronize_timeout(&self, timeout: std::time::Duration) -> Result<bool> {
-        let deadline = std::time::Instant::now() + timeout;
-        let mut backoff = crate::backoff::Backoff::new();
-        loop {
-            if self.query()? {
-                return Ok(true);
-            }
-            if std::time::Instant::now() >= deadline {
-                return Ok(false);
-            }
-            backoff.snooze();
-        }
+        poll_until(timeout, || self.query())
     }
 
     /// Queues a launch of `kernel` with `params`.
@@ -262,6 +288,20 @@ impl Event {
             EventImpl::Cuda(e) => e.synchronize(),
             EventImpl::Cpu(e) => e.synchronize(),
         }
+    }
+
+    /// Whether the work before the marker is done (an event never recorded is).
+    pub fn query(&self) -> Result<bool> {
+        match &self.imp {
+            EventImpl::Cuda(e) => e.query(),
+            EventImpl::Cpu(e) => Ok(e.query()),
+        }
+    }
+
+    /// Waits until the work before the marker is done or `timeout` passes (polling, so the
+    /// wait is bounded even if the device never finishes); whether it is done.
+    pub fn synchronize_timeout(&self, timeout: std::time::Duration) -> Result<bool> {
+        poll_until(timeout, || self.query())
     }
 
     /// Milliseconds between `start` and `self` (both recorded and complete).

@@ -248,6 +248,39 @@ static void calls(void) {
   EXPECT(ncclCommSplit(comm, NCCL_SPLIT_NOCOLOR, 0, &nc, NULL), ncclSuccess);
   CHECK(nc == NULL);
 
+  /* Shrink (by nobody: one rank), revoke, grow's refusals. */
+  {
+    int none[1] = {0};
+    ncclComm_t shrunk = NULL, grown = NULL;
+    EXPECT(ncclCommShrink(comm, none, 0, &shrunk, NULL, NCCL_SHRINK_DEFAULT), ncclSuccess);
+    CHECK(shrunk != NULL);
+    EXPECT(ncclCommCount(shrunk, &count), ncclSuccess);
+    CHECK(count == 1);
+    EXPECT(ncclAllReduce(a, b, 16, ncclFloat, ncclSum, shrunk, s), ncclSuccess); SAME(16);
+    EXPECT(ncclCommShrink(comm, none, 0, &nc, NULL, 2), ncclInvalidArgument);
+    none[0] = 1;
+    EXPECT(ncclCommShrink(comm, none, 1, &nc, NULL, NCCL_SHRINK_DEFAULT), ncclInvalidArgument);
+    /* Excluding itself: no part, no communicator. */
+    none[0] = 0;
+    EXPECT(ncclCommShrink(shrunk, none, 1, &nc, NULL, NCCL_SHRINK_DEFAULT), ncclSuccess);
+    CHECK(nc == NULL);
+    /* A grow needs the id its rank 0 made, and more ranks. */
+    EXPECT(ncclCommGrow(shrunk, 2, &id, -1, &grown, NULL), ncclInvalidUsage);
+    EXPECT(ncclCommGetUniqueId(shrunk, &id), ncclSuccess);
+    EXPECT(ncclCommGetUniqueId(shrunk, &id), ncclInvalidUsage);
+    EXPECT(ncclCommGrow(shrunk, 1, &id, -1, &grown, NULL), ncclInvalidArgument);
+    EXPECT(ncclCommGrow(shrunk, 2, &id, 0, &grown, NULL), ncclInvalidArgument);
+    /* Revoke: later calls refused; NCCL_SHRINK_ABORT revokes first. */
+    EXPECT(ncclCommRevoke(shrunk, 1), ncclInvalidArgument);
+    EXPECT(ncclCommRevoke(shrunk, NCCL_REVOKE_DEFAULT), ncclSuccess);
+    EXPECT(ncclAllReduce(a, b, 16, ncclFloat, ncclSum, shrunk, s), ncclInvalidUsage);
+    CHECK(strstr(ncclGetLastError(shrunk), "revoked") != NULL);
+    EXPECT(ncclCommShrink(shrunk, none, 0, &nc, NULL, NCCL_SHRINK_ABORT), ncclSuccess);
+    EXPECT(ncclAllReduce(a, b, 16, ncclFloat, ncclSum, nc, s), ncclSuccess); SAME(16);
+    EXPECT(ncclCommDestroy(nc), ncclSuccess);
+    EXPECT(ncclCommDestroy(shrunk), ncclSuccess);
+  }
+
   /* Not implemented: ncclInvalidUsage. */
   {
     int len = 0;
@@ -259,19 +292,18 @@ static void calls(void) {
     ncclWaitSignalDesc_t d = {1, 0, 0, 0};
     ncclEncryptionConfig_t ec = NCCL_ENCRYPTION_CONFIG_INITIALIZER;
     ncclSimInfo_t si = NCCL_SIM_INFO_INITIALIZER;
-    int exclude[1] = {0};
-    EXPECT(ncclCommShrink(comm, exclude, 0, &nc, NULL, NCCL_SHRINK_DEFAULT), ncclInvalidUsage);
+    EXPECT(ncclCommSuspend(comm, NCCL_SUSPEND_MEM), ncclInvalidUsage);
     /* NVIDIA's library would accept it: its refusal shows that mscclpp-rs's library answered. */
     CHECK(strstr(ncclGetLastError(comm), "mscclpp-rs") != NULL);
-    EXPECT(ncclCommGetUniqueId(comm, &id), ncclInvalidUsage);
-    EXPECT(ncclCommGrow(comm, 2, NULL, -1, &nc, NULL), ncclInvalidUsage);
-    EXPECT(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT), ncclInvalidUsage);
-    EXPECT(ncclCommSuspend(comm, NCCL_SUSPEND_MEM), ncclInvalidUsage);
     EXPECT(ncclCommResume(comm), ncclInvalidUsage);
     EXPECT(ncclCommMemStats(comm, ncclStatGpuMemTotal, &u64), ncclInvalidUsage);
-    EXPECT(ncclPutSignal(a, 1, ncclFloat, 0, w, 0, 0, 0, 0, comm, s), ncclInvalidUsage);
+    /* One-sided calls (served, see tests/one_sided.rs): a window taken back, this rank as the
+       peer, a signal index out of range are refused. */
+    EXPECT(ncclPutSignal(a, 1, ncclFloat, 0, w, 0, 0, 0, 0, comm, s), ncclInvalidArgument);
     EXPECT(ncclSignal(0, 0, 0, 0, comm, s), ncclInvalidUsage);
     EXPECT(ncclWaitSignal(1, &d, comm, s), ncclInvalidUsage);
+    d.sigIdx = 1000;
+    EXPECT(ncclWaitSignal(1, &d, comm, s), ncclInvalidArgument);
     EXPECT(ncclSetEncryption(&ec), ncclInvalidUsage);
     EXPECT(ncclParamBind(&ph, "NCCL_PROTO"), ncclInvalidUsage);
     EXPECT(ncclParamGetI8(ph, &i8), ncclInvalidUsage);

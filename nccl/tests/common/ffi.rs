@@ -85,6 +85,16 @@ pub struct Team {
     pub stride: c_int,
 }
 
+/// `ncclWaitSignalDesc_t`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WaitSignalDesc {
+    pub op_cnt: c_int,
+    pub peer: c_int,
+    pub sig_idx: c_int,
+    pub ctx: c_int,
+}
+
 type P = *mut c_void;
 type Cp = *const c_void;
 
@@ -150,6 +160,10 @@ symbols! {
     comm_init_rank_scalable = "ncclCommInitRankScalable": fn(*mut P, c_int, c_int, c_int, *mut UniqueId, *mut Config) -> c_int;
     comm_init_all = "ncclCommInitAll": fn(*mut P, c_int, *const c_int) -> c_int;
     comm_split = "ncclCommSplit": fn(P, c_int, c_int, *mut P, *mut Config) -> c_int;
+    comm_revoke = "ncclCommRevoke": fn(P, c_int) -> c_int;
+    comm_shrink = "ncclCommShrink": fn(P, *mut c_int, c_int, *mut P, *mut Config, c_int) -> c_int;
+    comm_get_unique_id = "ncclCommGetUniqueId": fn(P, *mut UniqueId) -> c_int;
+    comm_grow = "ncclCommGrow": fn(P, c_int, *const UniqueId, c_int, *mut P, *mut Config) -> c_int;
     comm_finalize = "ncclCommFinalize": fn(P) -> c_int;
     comm_destroy = "ncclCommDestroy": fn(P) -> c_int;
     comm_abort = "ncclCommAbort": fn(P) -> c_int;
@@ -166,6 +180,9 @@ symbols! {
     window_register = "ncclCommWindowRegister": fn(P, P, usize, *mut P, c_int) -> c_int;
     window_deregister = "ncclCommWindowDeregister": fn(P, P) -> c_int;
     win_get_user_ptr = "ncclWinGetUserPtr": fn(P, P, *mut P) -> c_int;
+    put_signal = "ncclPutSignal": fn(Cp, usize, c_int, c_int, P, usize, c_int, c_int, u32, P, P) -> c_int;
+    signal = "ncclSignal": fn(c_int, c_int, c_int, u32, P, P) -> c_int;
+    wait_signal = "ncclWaitSignal": fn(c_int, *mut WaitSignalDesc, P, P) -> c_int;
     red_op_create_pre_mul_sum = "ncclRedOpCreatePreMulSum": fn(*mut c_int, P, c_int, c_int, P) -> c_int;
     red_op_destroy = "ncclRedOpDestroy": fn(c_int, P) -> c_int;
     all_reduce = "ncclAllReduce": fn(Cp, P, usize, c_int, c_int, P, P) -> c_int;

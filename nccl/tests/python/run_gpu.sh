@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a GPU machine with PyTorch (and its nvidia-nccl-cu12 wheel): runs PyTorch's patterns
 # (torch_collectives.py) and vLLM's (vllm_style.py) once with NVIDIA's NCCL and once with
-# mscclpp-rs's libnccl.so.2, and compares the results, which must be equal. Also reports which
+# mscclpp-rs's libnccl.so.2, and compares the results, which must be equal; then PyTorch's
+# shrink after a killed rank (torch_shrink.py, ours only; at least 3 GPUs). Also reports which
 # library answers when ours is only put first on LD_LIBRARY_PATH (no LD_PRELOAD).
 #
 #   bash nccl/tests/python/run_gpu.sh [LIBDIR] [WORLD_SIZE]
@@ -26,5 +27,10 @@ python3 "$here/torch_collectives.py" --compare "$out/torch-ours" "$out/torch-nvi
 VLLM_NCCL_SO_PATH="$nv" python3 "$here/vllm_style.py" "${ws[@]}" --expect nvidia --out "$out/vllm-nvidia"
 VLLM_NCCL_SO_PATH="$lib" python3 "$here/vllm_style.py" "${ws[@]}" --expect mscclpp --out "$out/vllm-ours"
 python3 "$here/vllm_style.py" --compare "$out/vllm-ours" "$out/vllm-nvidia"
+# A rank killed, the survivors shrink and go on (ncclCommShrink through PyTorch's shrink_group);
+# exit 2 (NOT RUN) on a PyTorch without shrink_group, which is reported and not a failure here.
+rc=0
+LD_PRELOAD="$lib" python3 "$here/torch_shrink.py" "${ws[@]}" --expect mscclpp || rc=$?
+[ "$rc" = 0 ] || [ "$rc" = 2 ] || exit "$rc"
 # For the README: does LD_LIBRARY_PATH alone win over the wheel's run path? (informational)
 LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" python3 "$here/torch_collectives.py" "${ws[@]}" --count 10 || true

@@ -92,6 +92,46 @@ impl LinkConn {
         Ok(())
     }
 
+    /// Writes a keepalive frame unless a frame is being written or the socket has no room for
+    /// it now (`beat.rs`): only the rest of a keepalive written in part is waited for, until
+    /// `deadline`; failing then breaks the link as in [`send`](Self::send) (the stream would
+    /// no longer be framed).
+    pub(super) fn beat(&self, deadline: Instant) {
+        use std::os::fd::AsRawFd;
+        let Ok(mut broken) = self.writer.try_lock() else {
+            return;
+        };
+        if broken.is_some() {
+            return;
+        }
+        let header = DataHeader {
+            channel: wire::CHANNEL_KEEPALIVE,
+            tag: 0,
+            len: 0,
+        }
+        .encode();
+        // SAFETY: a live socket of this link; the buffer is `header`, valid for its length.
+        let first = unsafe {
+            libc::send(
+                self.stream.as_raw_fd(),
+                header.as_ptr().cast(),
+                header.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        // Nothing written (no room: the peer has not read what came before, and hears that
+        // when it does; or an error the next send or the reader meets): skipped, still framed.
+        let Ok(sent @ 1..) = usize::try_from(first) else {
+            return;
+        };
+        if let Some(rest) = header.get(sent..).filter(|r| !r.is_empty())
+            && let Err(f) = write_full(&self.stream, rest, deadline)
+        {
+            *broken = Some(format!("{f:?}"));
+            let _ = self.stream.shutdown(Shutdown::Both);
+        }
+    }
+
     /// Sends the goodbye frame (best effort) and closes this side for writing.
     pub(super) fn close(&self, goodbye: bool, deadline: Instant) {
         if goodbye {

@@ -6,9 +6,11 @@
 //! | `mod.rs` | [`TcpBootstrap`], its set-up (one function per phase of the [protocol](super)), node layout, `Drop` |
 //! | `connect.rs` | the connector's handshakes: joining at the root, opening a link |
 //! | `links.rs` | the rank's links: one socket each, the out link per peer, opened on first use |
-//! | `reactor.rs` | the rank's I/O thread: its listener's handshakes, every link's frames, notices |
+//! | `reactor.rs` | the rank's I/O thread: its listener's handshakes, every link's frames, notices, silent peers |
+//! | `beat.rs` | the process's keepalive thread (for ranks with a peer timeout) |
 //! | `ops.rs` | the [`Bootstrap`] operations: frames out and in, the collectives over the tree |
 
+mod beat;
 mod connect;
 mod links;
 mod ops;
@@ -292,6 +294,7 @@ impl TcpBootstrap {
             magic: id.magic(),
             mailbox: Arc::clone(&mailbox),
             links: Arc::clone(&links),
+            peer_timeout: cfg.peer_timeout,
         });
         let reactor = Reactor::start(shared, admission)?;
         Ok(Self {

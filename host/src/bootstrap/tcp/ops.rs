@@ -21,7 +21,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::super::mailbox::{LinkDown, RecvFail};
+use super::super::mailbox::RecvFail;
 use super::super::net::Ctx;
 use super::super::wire;
 use super::super::{WATCH_SLICE, Watch};
@@ -458,13 +458,13 @@ impl Bootstrap for TcpBootstrap {
         self.key.get().map(|w| w.key)
     }
     fn dead_peer(&self) -> Option<(usize, String)> {
-        self.mailbox.first_down().map(|(peer, why)| {
-            let reason = match why {
-                LinkDown::Left => "left after its goodbye".to_string(),
-                other => other.describe(),
-            };
-            (peer, reason)
-        })
+        self.mailbox
+            .first_down()
+            .map(|(peer, why)| (peer, why.describe()))
+    }
+    fn dead_peers(&self) -> Vec<(usize, String)> {
+        let all = self.mailbox.all_down().into_iter();
+        all.map(|(peer, why)| (peer, why.describe())).collect()
     }
 }
 

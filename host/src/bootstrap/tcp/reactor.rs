@@ -8,6 +8,10 @@
 //! goodbye, else closed, failed, malformed or flooding), its socket shut down (which answers a
 //! closing peer's FIN), and, unless it left, every other linked rank is told
 //! ([`wire::Notice`]), so that a death seen by one rank reaches every rank along the links.
+//! With a peer timeout, a link that carried nothing (not even a keepalive: `beat.rs`) for that
+//! long ends the same way ([`LinkDown::Silent`]: the peer is stopped), checked every turn
+//! after the reads, so a turn that comes late (this thread was not scheduled) reads what
+//! waited first.
 //! Notices are written by a short-lived thread (`bs{r}-notice`), never by this one, so the I/O
 //! thread never waits on a writer lock.
 //!
@@ -21,13 +25,14 @@ use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::super::admit::{Admission, Admitted, Slot};
 use super::super::mailbox::{LinkDown, Mailbox};
 use super::super::net::POLL_SLICE;
 use super::super::os::{self, Wake, send_whole};
 use super::super::wire::{self, Accept, DataHeader, Notice, RejectCode};
+use super::beat::{self, Beating};
 use super::links::{LinkConn, Links};
 use crate::error::{Error, Result};
 use crate::socket::{classify, deadline_in, remaining};
@@ -47,6 +52,9 @@ pub(super) struct Shared {
     pub(super) magic: u64,
     pub(super) mailbox: Arc<Mailbox>,
     pub(super) links: Arc<Links>,
+    /// How long a link may carry nothing before its peer is taken for stopped
+    /// (`BootstrapConfig::peer_timeout`).
+    pub(super) peer_timeout: Option<Duration>,
 }
 
 struct Control {
@@ -68,6 +76,8 @@ struct Control {
 pub(super) struct Reactor {
     control: Arc<Control>,
     thread: Option<JoinHandle<()>>,
+    /// This rank's keepalives, while it has a peer timeout (stopped when it starts closing).
+    beating: Mutex<Option<Beating>>,
 }
 
 impl Reactor {
@@ -88,6 +98,7 @@ impl Reactor {
             notices: Mutex::new(Vec::new()),
         });
         let c = Arc::clone(&control);
+        let beating = shared.peer_timeout.map(|t| beat::start(&shared.links, t));
         let thread = thread::Builder::new()
             .name(format!("bs{me}-io"))
             .stack_size(STACK)
@@ -105,6 +116,7 @@ impl Reactor {
         Ok(Self {
             control,
             thread: Some(thread),
+            beating: Mutex::new(beating),
         })
     }
 
@@ -139,6 +151,7 @@ impl Reactor {
     /// This rank is closing its links: what ends from now on is not reported.
     pub(super) fn closing(&self) {
         self.control.closing.store(true, Ordering::Release);
+        drop(lock(&self.beating).take());
     }
 
     /// Stops the thread and joins it.
@@ -163,6 +176,8 @@ struct Reader {
     header: [u8; wire::DATA_HEADER_LEN],
     got: usize,
     frame: Option<(DataHeader, Vec<u8>)>,
+    /// When the last bytes came (or the link was added): the peer timeout's clock.
+    heard: Instant,
 }
 
 enum Event {
@@ -178,6 +193,7 @@ impl Reader {
             header: [0; wire::DATA_HEADER_LEN],
             got: 0,
             frame: None,
+            heard: Instant::now(),
         }
     }
 
@@ -193,6 +209,7 @@ impl Reader {
                         Ok(0) if self.got == 0 => return Err(LinkDown::Closed),
                         Ok(0) => return Err(LinkDown::Closed),
                         Ok(n) => {
+                            self.heard = Instant::now();
                             self.got += n;
                             if self.got == wire::DATA_HEADER_LEN {
                                 let h = DataHeader::decode(&self.header)
@@ -219,7 +236,10 @@ impl Reader {
                         payload.resize(have + want, 0);
                         match os::recv_now(&self.conn.stream, &mut payload[have..]) {
                             Ok(0) => return Err(LinkDown::Closed),
-                            Ok(n) => payload.truncate(have + n),
+                            Ok(n) => {
+                                self.heard = Instant::now();
+                                payload.truncate(have + n)
+                            }
                             Err(e) => {
                                 payload.truncate(have);
                                 return Self::io(e);
@@ -233,11 +253,12 @@ impl Reader {
                 && payload.len() as u64 == h.len
                 && let Some((h, payload)) = self.frame.take()
             {
-                out.push(match h.channel {
-                    wire::CHANNEL_GOODBYE => Event::Goodbye,
-                    wire::CHANNEL_NOTICE => Event::Notice(payload),
-                    c => Event::Data(c, h.tag, payload),
-                });
+                match h.channel {
+                    wire::CHANNEL_KEEPALIVE => {}
+                    wire::CHANNEL_GOODBYE => out.push(Event::Goodbye),
+                    wire::CHANNEL_NOTICE => out.push(Event::Notice(payload)),
+                    c => out.push(Event::Data(c, h.tag, payload)),
+                }
             }
             budget = budget.saturating_sub(n.max(1));
             if budget == 0 {
@@ -328,6 +349,7 @@ impl Loop {
                     }
                 }
             }
+            self.silent(&mut ended);
             for (conn, why) in ended {
                 self.readers.retain(|r| !Arc::ptr_eq(&r.conn, &conn));
                 self.link_ended(&conn, why);
@@ -340,6 +362,30 @@ impl Loop {
         let pending = std::mem::take(&mut *lock(&self.control.notices));
         for h in pending {
             let _ = h.join();
+        }
+    }
+
+    /// Adds to `ended` every link that carried nothing for the peer timeout (its peer is
+    /// taken for stopped), unless this rank is closing.
+    fn silent(&self, ended: &mut Vec<(Arc<LinkConn>, LinkDown)>) {
+        let Some(t) = self.shared.peer_timeout else {
+            return;
+        };
+        if self.control.closing.load(Ordering::Acquire) {
+            return;
+        }
+        for r in &self.readers {
+            let quiet = r.heard.elapsed();
+            if quiet > t && !ended.iter().any(|(c, _)| Arc::ptr_eq(c, &r.conn)) {
+                tracing::warn!(
+                    "bootstrap rank {}: rank {} sent nothing for {:.1} s (peer timeout {:.1} s);                      taking it for stopped",
+                    self.shared.me,
+                    r.conn.peer,
+                    quiet.as_secs_f64(),
+                    t.as_secs_f64()
+                );
+                ended.push((Arc::clone(&r.conn), LinkDown::Silent(quiet)));
+            }
         }
     }
 

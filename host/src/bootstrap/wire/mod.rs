@@ -53,7 +53,7 @@
 //!
 //! | offset | size | field | value |
 //! |---|---|---|---|
-//! | 0 | 4 | channel | [`CHANNEL_USER`] (user `send`/`recv`), [`CHANNEL_COLLECTIVE`] (barrier, all-gather, broadcast), [`CHANNEL_GOODBYE`] (the last frame of a rank that finished normally; tag and length 0) or [`CHANNEL_NOTICE`] (a [`Notice`]: a rank is gone; tag 0) |
+//! | 0 | 4 | channel | [`CHANNEL_USER`] (user `send`/`recv`), [`CHANNEL_COLLECTIVE`] (barrier, all-gather, broadcast), [`CHANNEL_GOODBYE`] (the last frame of a rank that finished normally; tag and length 0) [`CHANNEL_NOTICE`] (a [`Notice`]: a rank is gone; tag 0) or [`CHANNEL_KEEPALIVE`] (nothing: the sender is alive; tag and length 0) |
 //! | 4 | 4 | reserved | 0 |
 //! | 8 | 8 | tag | user tag, or the collective's (operation, round, sequence) |
 //! | 16 | 8 | length | at most [`MAX_DATA_LEN`] |
@@ -76,10 +76,12 @@ pub const MARKER: [u8; 8] = *b"MSCLBOOT";
 /// 2 (sixth session): the goodbye data frame ([`CHANNEL_GOODBYE`]), which a version-1 peer
 /// would take for a malformed frame. 3: authenticated handshakes (`HELLO`, `CHALLENGE`,
 /// `JOIN`/`PROOF`), links opened on first use instead of a mesh, notices ([`CHANNEL_NOTICE`]).
-/// 4: the job nonce in `CHALLENGE` (the salt of a passphrase's key), covered by both tags. A
-/// peer of another version gets `REJECT Version` naming both (`Error::BootstrapVersion` on
-/// the connector's side), since the header's layout never changes.
-pub const VERSION: u32 = 4;
+/// 4: the job nonce in `CHALLENGE` (the salt of a passphrase's key), covered by both tags. 5:
+/// keepalive frames ([`CHANNEL_KEEPALIVE`]), which a version-4 peer would take for malformed
+/// ones. A peer of another version gets `REJECT Version` naming both
+/// (`Error::BootstrapVersion` on the connector's side), since the header's layout never
+/// changes.
+pub const VERSION: u32 = 5;
 /// Bytes in a control frame header.
 pub const CONTROL_HEADER_LEN: usize = 24;
 /// Bytes in a data frame header.
@@ -122,6 +124,10 @@ pub const CHANNEL_COLLECTIVE: u32 = 1;
 pub const CHANNEL_GOODBYE: u32 = 2;
 /// Data frame channel of notices ([`Notice`]: a rank is gone), passed on from rank to rank.
 pub const CHANNEL_NOTICE: u32 = 3;
+/// Data frame channel of keepalives: written on every link of a rank whose bootstrap has a
+/// peer timeout, a quarter of it apart (no payload, tag 0), so that a peer that hears nothing
+/// on a link for the whole timeout knows the rank stopped (`BootstrapConfig::peer_timeout`).
+pub const CHANNEL_KEEPALIVE: u32 = 4;
 
 /// Body length of a [`Table`] for `size` ranks.
 pub const fn table_body_len(size: usize) -> usize {
@@ -424,7 +430,8 @@ pub fn is_connectable(addr: &SocketAddr) -> bool {
 /// The 24-byte header of a data frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DataHeader {
-    /// [`CHANNEL_USER`], [`CHANNEL_COLLECTIVE`], [`CHANNEL_GOODBYE`] or [`CHANNEL_NOTICE`].
+    /// [`CHANNEL_USER`], [`CHANNEL_COLLECTIVE`], [`CHANNEL_GOODBYE`], [`CHANNEL_NOTICE`] or
+    /// [`CHANNEL_KEEPALIVE`].
     pub channel: u32,
     /// Tag.
     pub tag: u64,
@@ -443,7 +450,7 @@ impl DataHeader {
     }
 
     /// Parses a header; the channel must be known, the length at most [`MAX_DATA_LEN`] (and 0
-    /// with tag 0 for a goodbye).
+    /// with tag 0 for a goodbye or a keepalive).
     pub fn decode(b: &[u8; DATA_HEADER_LEN]) -> Result<Self, String> {
         let mut c = Cursor::new(b);
         let channel = c.u32()?;
@@ -455,6 +462,7 @@ impl DataHeader {
             CHANNEL_COLLECTIVE,
             CHANNEL_GOODBYE,
             CHANNEL_NOTICE,
+            CHANNEL_KEEPALIVE,
         ]
         .contains(&channel)
         {
@@ -462,6 +470,9 @@ impl DataHeader {
         }
         if channel == CHANNEL_GOODBYE && (tag != 0 || len != 0) {
             return Err(format!("a goodbye with tag {tag} and {len} bytes"));
+        }
+        if channel == CHANNEL_KEEPALIVE && (tag != 0 || len != 0) {
+            return Err(format!("a keepalive with tag {tag} and {len} bytes"));
         }
         if channel == CHANNEL_NOTICE && (tag != 0 || len > MAX_NOTICE_LEN as u64) {
             return Err(format!("a notice with tag {tag} and {len} bytes"));

@@ -141,6 +141,20 @@ fn headers_reject_garbage() {
     assert!(bye(0, 0).is_ok());
     assert!(bye(1, 0).is_err());
     assert!(bye(0, 8).is_err());
+    // So does a keepalive.
+    let beat = |tag, len| {
+        DataHeader::decode(
+            &DataHeader {
+                channel: CHANNEL_KEEPALIVE,
+                tag,
+                len,
+            }
+            .encode(),
+        )
+    };
+    assert_eq!(beat(0, 0).unwrap().channel, CHANNEL_KEEPALIVE);
+    assert!(beat(1, 0).is_err());
+    assert!(beat(0, 1).is_err());
     let notice = |tag, len: usize| {
         DataHeader::decode(
             &DataHeader {

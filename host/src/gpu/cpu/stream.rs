@@ -28,6 +28,11 @@ use mscclpp_device::arch::host::grid::{self, GridDims};
 use crate::error::{BackendError, Error, Result};
 use crate::sync::{lock, wait, wait_timeout};
 
+/// Longest a stream's wait for a value ([`Stream::wait_value_u64`]) polls before it records a
+/// failure and lets the stream go on (the one-sided calls' service releases its waits long
+/// before: this only bounds a wait nobody releases).
+pub const WAIT_VALUE_LIMIT: Duration = Duration::from_secs(600);
+
 /// How long dropping a stream waits for its queue before leaving the worker to finish alone.
 const DROP_WAIT: Duration = Duration::from_secs(10);
 
@@ -44,6 +49,10 @@ enum Op {
     },
     WriteValue {
         dst: u64,
+        value: u64,
+    },
+    WaitValue {
+        addr: u64,
         value: u64,
     },
     Record(Arc<EventState>, u64),
@@ -207,6 +216,16 @@ impl Stream {
             })
     }
 
+    /// Makes later work wait until the u64 at `addr` is at least `value`, polling with back-off
+    /// for at most [`WAIT_VALUE_LIMIT`] (then the stream records a failure and goes on).
+    ///
+    /// # Safety
+    /// `addr` is an aligned, live u64 until the wait ends.
+    pub unsafe fn wait_value_u64(&self, addr: u64, value: u64) -> Result<()> {
+        self.submit(Op::WaitValue { addr, value })
+            .map_err(|source| self.err("wait value", source))
+    }
+
     /// Whether all queued work is done; reports (and clears) a failure of queued work.
     pub fn query(&self) -> Result<bool> {
         let mut p = lock(&self.shared.progress);
@@ -345,6 +364,24 @@ fn run_queue(rx: mpsc::Receiver<Op>, shared: Arc<Shared>) {
                     .store(value, std::sync::atomic::Ordering::Release);
                 Ok(())
             }
+            Op::WaitValue { addr, value } => {
+                // SAFETY: the submitter's contract (`wait_value_u64`): an aligned live u64.
+                let word = unsafe { std::sync::atomic::AtomicU64::from_ptr(addr as *mut u64) };
+                let start = Instant::now();
+                let mut backoff = crate::backoff::Backoff::new();
+                loop {
+                    if word.load(std::sync::atomic::Ordering::Acquire) >= value {
+                        break Ok(());
+                    }
+                    if start.elapsed() > WAIT_VALUE_LIMIT {
+                        break Err(BackendError::Invalid(format!(
+                            "a wait for the u64 at {addr:#x} to reach {value} gave up after \
+                             {WAIT_VALUE_LIMIT:?}"
+                        )));
+                    }
+                    backoff.snooze();
+                }
+            }
             Op::Record(state, generation) => {
                 let mut s = lock(&state.inner);
                 s.completed = s.completed.max(generation);
@@ -406,6 +443,12 @@ impl Event {
             s = wait(&self.state.cv, s);
         }
         Ok(())
+    }
+
+    /// Whether the latest record has been reached.
+    pub fn query(&self) -> bool {
+        let s = lock(&self.state.inner);
+        s.completed >= s.recorded
     }
 
     /// Milliseconds from `start` to `self`.
