@@ -31,6 +31,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod collectives;
+pub mod executor;
 pub mod kernels;
 pub mod report;
 pub mod trace;
