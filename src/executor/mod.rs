@@ -7,4 +7,8 @@
 //! | step | module | what |
 //! |---|---|---|
 //! | parse | [`plan`] | the JSON into plain data; every malformed plan a typed error naming the field |
+//! | verify | [`verify`] | a pure function over all ranks' programs: refuses a plan that would hang or race |
+pub mod lower;
 pub mod plan;
+pub mod plans;
+pub mod verify;

@@ -1701,4 +1701,4 @@ fn op_json(op: &Op) -> Value {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
