@@ -35,8 +35,13 @@ pub const EXEC_MAX_REMOTE_BUFFERS: usize = 16;
 pub const EXEC_MAX_OP_BUFFERS: usize = 10;
 /// Most channel or semaphore ids one op names.
 pub const EXEC_MAX_OP_IDS: usize = 16;
-/// Barrier ids a plan may use (`0..EXEC_MAX_BARRIERS`).
-pub const EXEC_MAX_BARRIERS: usize = 16;
+/// Barrier ids a plan may use (`0..EXEC_PLAN_BARRIERS`).
+pub const EXEC_PLAN_BARRIERS: usize = 16;
+/// Threadblock groups a rank's program may have (each meets at barrier counter
+/// `EXEC_PLAN_BARRIERS + group` after every op it shares).
+pub const EXEC_MAX_GROUPS: usize = 16;
+/// Barrier counters of a launch: the plan's, then the groups'.
+pub const EXEC_MAX_BARRIERS: usize = EXEC_PLAN_BARRIERS + EXEC_MAX_GROUPS;
 /// Device semaphores a plan may declare per rank.
 pub const EXEC_MAX_SEMAPHORES: usize = 16;
 
@@ -65,10 +70,12 @@ pub const EXEC_PACKET_LL16: u32 = 0;
 /// [`ExecutorParams::packet`]: LL8 packets (4 payload bytes in 8).
 pub const EXEC_PACKET_LL8: u32 = 1;
 
-/// What an op does ([`ExecOp::kind`]). "Every pair" is `src[k]` with `dst[k]`; a packet
+/// What an op does ([`ExecOpKind`]). "Every pair" is `src[k]` with `dst[k]`; a packet
 /// reference ([`ExecBufRef::packet`]) addresses LL packets carrying the data (twice its bytes,
 /// at twice its offset); `size` is the data bytes every reference covers (a pipeline's ops:
-/// one unit of it per iteration).
+/// one unit of it per iteration). An op that moves data with `count != 0` is a share of a
+/// threadblock group's op: after it, the group's `count` blocks meet at barrier counter `aux`
+/// (as a `Barrier` op does).
 #[repr(u8)]
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum ExecOpKind {
@@ -197,9 +204,9 @@ pub struct ExecOp {
     pub ids: [u8; EXEC_MAX_OP_IDS],
     /// Data bytes every reference covers; a pipeline: bytes of one iteration.
     pub size: u64,
-    /// Barrier: blocks that meet; pipeline: iterations.
+    /// Barrier (and a threadblock group's share): blocks that meet; pipeline: iterations.
     pub count: u64,
-    /// Barrier: its id; pipeline: how many ops after it it repeats.
+    /// Barrier (and a group's share): its counter; pipeline: how many ops after it it repeats.
     pub aux: u64,
     /// Sources.
     pub src: [ExecBufRef; EXEC_MAX_OP_BUFFERS],

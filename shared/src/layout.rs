@@ -220,6 +220,14 @@ pub const TRIGGER_CONSTANTS: &[(&str, u64)] = {
             crate::executor::EXEC_MAX_OP_IDS as u64,
         ),
         (
+            "MSCCLPP_EXEC_PLAN_BARRIERS",
+            crate::executor::EXEC_PLAN_BARRIERS as u64,
+        ),
+        (
+            "MSCCLPP_EXEC_MAX_GROUPS",
+            crate::executor::EXEC_MAX_GROUPS as u64,
+        ),
+        (
             "MSCCLPP_EXEC_MAX_BARRIERS",
             crate::executor::EXEC_MAX_BARRIERS as u64,
         ),

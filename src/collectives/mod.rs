@@ -118,6 +118,7 @@ mod select;
 #[cfg(test)]
 mod select_pin;
 mod setup;
+pub(crate) use setup::builtin_module;
 pub mod typed;
 
 pub use algo::{Algorithm, Collective};

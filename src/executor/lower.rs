@@ -17,12 +17,23 @@
 //!
 //! The message's size (the input's; the output's for an all-gather) must lie in the plan's
 //! `[min_message_size, max_message_size]`.
+//!
+//! **Threadblock groups** ([`groups`]): the shares of one op of a group (the ops of `g` blocks
+//! of a rank that are the same but for `tb_id`, matched in the order they come in each block)
+//! end together: the group's blocks meet at a barrier of their own after it. MSCCL++'s executor
+//! does not, so a block may go on (signal a peer, say) while its group's other shares of the
+//! data are still being written; MSCCL++'s own `reduce_tbg.json` reads data a peer's other
+//! block is still copying, and gave wrong sums on the CPU backend at 4 KiB before this rule.
+//! With it the DSL's view holds: a group op is one op, done once all of it is done.
+
+use std::collections::HashMap;
 
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::DeviceReduceOp;
 use mscclpp_shared::executor::{
     EXEC_BUF_INPUT, EXEC_BUF_MEMORY, EXEC_BUF_OUTPUT, EXEC_BUF_PORT, EXEC_BUF_SCRATCH,
-    EXEC_CHANNEL_MEMORY, EXEC_CHANNEL_NONE, EXEC_CHANNEL_PORT, ExecBufRef, ExecOp, ExecOpKind,
+    EXEC_CHANNEL_MEMORY, EXEC_CHANNEL_NONE, EXEC_CHANNEL_PORT, EXEC_MAX_GROUPS, EXEC_PLAN_BARRIERS,
+    ExecBufRef, ExecOp, ExecOpKind,
 };
 
 use super::plan::{
@@ -283,7 +294,117 @@ pub fn buf_code(k: BufferKind) -> u8 {
     }
 }
 
-fn exec_op(g: &GpuProgram, refs: &BlockRefs, geom: &Geometry, op: &Op) -> ExecOp {
+/// Where an op sits in its block: its index, and its index inside its pipeline.
+pub type OpAt = (usize, Option<usize>);
+
+/// The threadblock groups of rank `g`'s program: for every share of a group op (by block and
+/// place), the barrier counter the group meets at after it and the group's size. Refuses a
+/// group whose shares are not exactly `0..tbg_size` on as many blocks, and more than
+/// `EXEC_MAX_GROUPS` distinct groups.
+pub fn groups(doc: &PlanDoc, g: &GpuProgram) -> Result<HashMap<(usize, OpAt), (usize, usize)>> {
+    // (signature, occurrence) -> shares (block, tb_id, place, size).
+    type Share = (usize, u64, OpAt, u64);
+    let mut shares: HashMap<(String, usize), Vec<Share>> = HashMap::new();
+    let mut order = Vec::new();
+    for tb in &g.threadblocks {
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        let mut visit = |op: &Op, at: OpAt| {
+            let Some(t) = op.tbg else { return };
+            let mut norm = op.clone();
+            norm.tbg = Some(Tbg { tb_id: 0, ..t });
+            norm.channel_ids.clear();
+            let sig = format!("{norm:?}");
+            let n = seen.entry(sig.clone()).or_default();
+            let key = (sig, *n);
+            *n += 1;
+            if !shares.contains_key(&key) {
+                order.push(key.clone());
+            }
+            shares
+                .entry(key)
+                .or_default()
+                .push((tb.id, t.tb_id, at, t.tbg_size));
+        };
+        for (i, op) in tb.ops.iter().enumerate() {
+            visit(op, (i, None));
+            if let Some(p) = &op.pipeline {
+                for (j, inner) in p.ops.iter().enumerate() {
+                    visit(inner, (i, Some(j)));
+                }
+            }
+        }
+    }
+    let mut sets: Vec<Vec<usize>> = Vec::new();
+    let mut out = HashMap::new();
+    for key in order {
+        let members = &shares[&key];
+        let size = members[0].3;
+        let mut ids: Vec<u64> = members.iter().map(|m| m.1).collect();
+        ids.sort_unstable();
+        if ids != (0..size).collect::<Vec<_>>() {
+            let (block, _, at, _) = members[0];
+            let top = &g.threadblocks[block].ops[at.0];
+            let op = match (at.1, &top.pipeline) {
+                (Some(j), Some(p)) => &p.ops[j],
+                _ => top,
+            };
+            return Err(Error::PlanRefused {
+                plan: doc.name.clone(),
+                rank: g.id,
+                block,
+                op: place(at),
+                name: op.kind.name(),
+                problem: format!(
+                    "a threadblock group of {size} shares this op, but the blocks that do it \
+                     hold shares {ids:?}"
+                ),
+            });
+        }
+        if size < 2 {
+            continue;
+        }
+        let mut blocks: Vec<usize> = members.iter().map(|m| m.0).collect();
+        blocks.sort_unstable();
+        let idx = match sets.iter().position(|s| *s == blocks) {
+            Some(i) => i,
+            None => {
+                sets.push(blocks);
+                sets.len() - 1
+            }
+        };
+        if idx >= EXEC_MAX_GROUPS {
+            let (block, _, at, _) = members[0];
+            return Err(Error::PlanRefused {
+                plan: doc.name.clone(),
+                rank: g.id,
+                block,
+                op: place(at),
+                name: "",
+                problem: format!("more than {EXEC_MAX_GROUPS} threadblock groups on one rank"),
+            });
+        }
+        for &(block, _, at, _) in members {
+            out.insert((block, at), (EXEC_PLAN_BARRIERS + idx, size as usize));
+        }
+    }
+    Ok(out)
+}
+
+/// The path of an op in its block (`ops[4]`, `ops[2].ops[1]`).
+pub fn place(at: OpAt) -> String {
+    match at.1 {
+        None => format!("ops[{}]", at.0),
+        Some(j) => format!("ops[{}].ops[{j}]", at.0),
+    }
+}
+
+fn exec_op(
+    g: &GpuProgram,
+    refs: &BlockRefs,
+    geom: &Geometry,
+    op: &Op,
+    group: Option<(usize, usize)>,
+) -> ExecOp {
     let mut e = ExecOp {
         kind: exec_kind(op.kind) as u8,
         channel_type: match op.channel_type {
@@ -340,6 +461,10 @@ fn exec_op(g: &GpuProgram, refs: &BlockRefs, geom: &Geometry, op: &Op) -> ExecOp
         e.aux = id as u64;
         e.count = n as u64;
     }
+    if let Some((counter, n)) = group {
+        e.aux = counter as u64;
+        e.count = n as u64;
+    }
     if let Some(p) = &op.pipeline {
         e.size = p.unit_size;
         e.count = geom.iterations(p.num_chunks, p.unit_size);
@@ -358,11 +483,15 @@ pub fn lower_block(
 ) -> Result<Vec<ExecOp>> {
     check_bounds(doc, g, tb, geom)?;
     let refs = BlockRefs::of(tb);
+    let groups = groups(doc, g)?;
+    let group = |at: OpAt| groups.get(&(tb.id, at)).copied();
     let mut ops = Vec::new();
-    for op in &tb.ops {
-        ops.push(exec_op(g, &refs, geom, op));
+    for (i, op) in tb.ops.iter().enumerate() {
+        ops.push(exec_op(g, &refs, geom, op, group((i, None))));
         if let Some(p) = &op.pipeline {
-            ops.extend(p.ops.iter().map(|inner| exec_op(g, &refs, geom, inner)));
+            for (j, inner) in p.ops.iter().enumerate() {
+                ops.push(exec_op(g, &refs, geom, inner, group((i, Some(j)))));
+            }
         }
     }
     Ok(ops)

@@ -24,8 +24,8 @@ use std::collections::BTreeMap;
 
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::executor::{
-    EXEC_MAX_BARRIERS, EXEC_MAX_CHANNELS, EXEC_MAX_OP_BUFFERS, EXEC_MAX_OP_IDS, EXEC_MAX_OPS,
-    EXEC_MAX_REMOTE_BUFFERS, EXEC_MAX_SEMAPHORES,
+    EXEC_MAX_CHANNELS, EXEC_MAX_OP_BUFFERS, EXEC_MAX_OP_IDS, EXEC_MAX_OPS, EXEC_MAX_REMOTE_BUFFERS,
+    EXEC_MAX_SEMAPHORES, EXEC_PLAN_BARRIERS,
 };
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
@@ -1231,7 +1231,7 @@ impl OpCheck<'_> {
                 index_below(
                     &at.key("barrier_id"),
                     id as u64,
-                    EXEC_MAX_BARRIERS,
+                    EXEC_PLAN_BARRIERS,
                     "the barrier ids",
                 )?;
                 let n = op

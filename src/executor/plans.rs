@@ -488,9 +488,10 @@ fn pipelined(unit: u64, num_chunks: u64, ops: Vec<Op>) -> Op {
     }
 }
 
-/// All-gather out of place over port channels: rank `r` copies its input into its part of
-/// the output and the proxy puts it into every peer's output (the `k`-th peer by `put` +
-/// `signal`, `pws` or `pwsf` as `k % 3` says), then flushes and waits for every peer.
+/// All-gather out of place over port channels: every rank signals every peer that its launch
+/// has started and waits for theirs; then it copies its input into its part of the output and
+/// the proxy puts it into every peer's output (the `k`-th peer by `put` + `signal`, `pws` or
+/// `pwsf` as `k % 3` says); then it flushes and waits for every peer.
 pub fn allgather_port(n: usize) -> PlanDoc {
     let nc = n as u64;
     let mut p = PlanBuilder::new(
@@ -515,10 +516,13 @@ pub fn allgather_port(n: usize) -> PlanDoc {
             ),
         );
         p.op(r, b, Op::new(OpKind::Nop));
-        let mut all = Vec::new();
+        let all: Vec<usize> = peers(r, n)
+            .map(|q| p.channel(r, b, ChannelKind::Port, q))
+            .collect();
+        p.op(r, b, sync(OpKind::Signal, ChannelKind::Port, all.clone()));
+        p.op(r, b, sync(OpKind::Wait, ChannelKind::Port, all.clone()));
         for (k, q) in peers(r, n).enumerate() {
-            let c = p.channel(r, b, ChannelKind::Port, q);
-            all.push(c);
+            let c = all[k];
             let dst = p.remote(r, b, ChannelKind::Port, q, BufferKind::Output, ri, 1);
             let kind = [
                 OpKind::Put,

@@ -205,6 +205,8 @@ struct OpInfo<'a> {
     block: usize,
     path: String,
     op: &'a Op,
+    /// Its threadblock group's barrier (counter, blocks), for a share of a group op.
+    group: Option<(usize, usize)>,
 }
 
 /// One step of a block: an op, shifted to a pipeline iteration's unit.
@@ -317,6 +319,8 @@ struct Sim<'a> {
     end_arrived: Vec<usize>,
     /// The joined clock of every block of a rank at the end of a launch: (rank, launch).
     ends: HashMap<(usize, usize), Vec<u32>>,
+    /// Each block agent's clock at the start of each launch: (agent, launch).
+    starts: HashMap<(usize, usize), u32>,
     /// The rank of every agent (lanes: their block's).
     agent_rank: Vec<usize>,
     sent: Vec<u64>,
@@ -360,14 +364,13 @@ impl<'a> Sim<'a> {
             }
             Phase::AtBarrier(g) => {
                 let Step { op, .. } = self.steps[a][s.step];
-                let id = self.ops[op].op.barrier_id.unwrap_or(0);
+                let id = self.barrier_of(op).map_or(0, |b| b.0);
                 for b in blocks {
                     let used = *self.st[b].barrier_uses.get(&id).unwrap_or(&0);
                     if used <= g
-                        && self.remaining(b).any(|(_, st)| {
-                            let o = self.ops[st.op].op;
-                            o.kind == OpKind::Barrier && o.barrier_id == Some(id)
-                        })
+                        && self
+                            .remaining(b)
+                            .any(|(_, st)| self.barrier_of(st.op).is_some_and(|x| x.0 == id))
                     {
                         out.push(b);
                     }
@@ -474,6 +477,69 @@ impl<'a> Sim<'a> {
     fn merge(&mut self, a: usize, other: &[u32]) {
         let n = self.n;
         max_into(&mut self.vc[a * n..(a + 1) * n], other);
+    }
+
+    /// The barrier (counter, blocks) op `op` meets at: a `barrier`'s, or its threadblock
+    /// group's after a share of a group op.
+    fn barrier_of(&self, op: usize) -> Option<(usize, usize)> {
+        let o = &self.ops[op];
+        if o.op.kind == OpKind::Barrier {
+            Some((
+                o.op.barrier_id.unwrap_or(0),
+                o.op.num_threadblocks.unwrap_or(1),
+            ))
+        } else {
+            o.group
+        }
+    }
+
+    /// Agent `a` arrives (once) at op `op`'s barrier and waits until its generation is
+    /// complete; then takes every arrival's clock.
+    fn meet(&mut self, a: usize, op: usize, phase: Phase) -> Blocked {
+        let rank = self.st[a].rank;
+        let Some((id, n)) = self.barrier_of(op) else {
+            return Blocked::No;
+        };
+        let gens = self.barriers.entry((rank, id)).or_default();
+        let g = match phase {
+            Phase::AtBarrier(g) => g,
+            _ => {
+                let g = *self.st[a].barrier_uses.get(&id).unwrap_or(&0);
+                while gens.len() <= g {
+                    gens.push(Generation::default());
+                }
+                gens[g].arrived.push(a);
+                *self.st[a].barrier_uses.entry(id).or_default() += 1;
+                self.st[a].phase = Phase::AtBarrier(g);
+                g
+            }
+        };
+        let arrived = self.barriers[&(rank, id)][g].arrived.clone();
+        if arrived.len() < n {
+            let what = if self.ops[op].op.kind == OpKind::Barrier {
+                format!("barrier {id}")
+            } else {
+                "its threadblock group's barrier".to_string()
+            };
+            return Blocked::Yes(format!(
+                "waits at {what} for {n} blocks; {} arrive",
+                arrived.len()
+            ));
+        }
+        let mut joined = vec![0u32; self.n];
+        for &b in &arrived {
+            max_into(&mut joined, self.vc_of(b));
+        }
+        self.merge(a, &joined);
+        self.st[a].phase = Phase::Ready;
+        Blocked::No
+    }
+
+    /// Agent `a` starts `launch` (after the host's work for it: a tick, remembered).
+    fn start(&mut self, a: usize, launch: usize) {
+        self.vc_mut(a)[a] += 1;
+        let clock = self.vc_of(a)[a];
+        self.starts.insert((a, launch), clock);
     }
 
     /// Ticks agent `a` and records an event of op `op`.
@@ -640,6 +706,9 @@ impl<'a> Sim<'a> {
                 } else {
                     Phase::Ready
                 };
+                if s.phase == Phase::Ready {
+                    self.start(b, launch + 1);
+                }
             }
             return Ok(Blocked::No);
         }
@@ -717,35 +786,9 @@ impl<'a> Sim<'a> {
                 self.event(a, op, launch);
             }
             OpKind::Barrier => {
-                let id = self.ops[op].op.barrier_id.unwrap_or(0);
-                let n = self.ops[op].op.num_threadblocks.unwrap_or(1);
-                let gens = self.barriers.entry((rank, id)).or_default();
-                let g = match phase {
-                    Phase::AtBarrier(g) => g,
-                    _ => {
-                        let g = *self.st[a].barrier_uses.get(&id).unwrap_or(&0);
-                        while gens.len() <= g {
-                            gens.push(Generation::default());
-                        }
-                        gens[g].arrived.push(a);
-                        *self.st[a].barrier_uses.entry(id).or_default() += 1;
-                        self.st[a].phase = Phase::AtBarrier(g);
-                        g
-                    }
-                };
-                let arrived = self.barriers[&(rank, id)][g].arrived.clone();
-                if arrived.len() < n {
-                    return Ok(Blocked::Yes(format!(
-                        "waits at barrier {id} for {n} blocks; {} arrive",
-                        arrived.len()
-                    )));
+                if let Blocked::Yes(why) = self.meet(a, op, phase) {
+                    return Ok(Blocked::Yes(why));
                 }
-                let mut joined = vec![0u32; self.n];
-                for &b in &arrived {
-                    max_into(&mut joined, self.vc_of(b));
-                }
-                self.merge(a, &joined);
-                self.st[a].phase = Phase::Ready;
                 self.event(a, op, launch);
             }
             OpKind::SemRelease => {
@@ -790,7 +833,15 @@ impl<'a> Sim<'a> {
                 self.event(a, op, launch);
             }
             _ => {
-                if let Blocked::Yes(why) = self.data_step(a, op, shift, launch) {
+                if !matches!(phase, Phase::AtBarrier(_))
+                    && let Blocked::Yes(why) = self.data_step(a, op, shift, launch)
+                {
+                    return Ok(Blocked::Yes(why));
+                }
+                // A share of a threadblock group's op: the group meets after it.
+                if self.barrier_of(op).is_some()
+                    && let Blocked::Yes(why) = self.meet(a, op, self.st[a].phase)
+                {
                     return Ok(Blocked::Yes(why));
                 }
             }
@@ -923,6 +974,7 @@ pub fn verify(doc: &PlanDoc, geom: &Geometry, alias: &Aliasing, races: Races) ->
     for g in &doc.gpus {
         let mut rank_refs = Vec::new();
         let mut rank_agents = Vec::new();
+        let groups = super::lower::groups(doc, g)?;
         for tb in &g.threadblocks {
             rank_refs.push(BlockRefs::of(tb));
             rank_agents.push(n);
@@ -935,6 +987,7 @@ pub fn verify(doc: &PlanDoc, geom: &Geometry, alias: &Aliasing, races: Races) ->
                     block: tb.id,
                     path: format!("ops[{i}]"),
                     op,
+                    group: groups.get(&(tb.id, (i, None))).copied(),
                 });
                 match &op.pipeline {
                     None => list.push(Step {
@@ -949,6 +1002,7 @@ pub fn verify(doc: &PlanDoc, geom: &Geometry, alias: &Aliasing, races: Races) ->
                                     block: tb.id,
                                     path: format!("ops[{i}].ops[{j}]"),
                                     op: &p.ops[j],
+                                    group: groups.get(&(tb.id, (i, Some(j)))).copied(),
                                 });
                                 ops.len() - 1
                             })
@@ -1055,11 +1109,15 @@ pub fn verify(doc: &PlanDoc, geom: &Geometry, alias: &Aliasing, races: Races) ->
         accesses: Vec::new(),
         end_arrived: vec![0; doc.gpus.len()],
         ends: HashMap::new(),
+        starts: HashMap::new(),
         agent_rank,
         sent: vec![0; doc.gpus.len()],
         fetched: vec![0; doc.gpus.len()],
         steps_done: 0,
     };
+    for a in 0..nblock_agents {
+        sim.start(a, 0);
+    }
     // Run until nothing moves.
     let mut why: Vec<Option<String>> = vec![None; nblock_agents];
     loop {
@@ -1189,6 +1247,7 @@ pub fn verify(doc: &PlanDoc, geom: &Geometry, alias: &Aliasing, races: Races) ->
     let mut found = Vec::new();
     find_race(&sim, &mut found);
     find_late(&sim, &mut found);
+    find_early(&sim, &mut found);
     if races == Races::Refuse && !found.is_empty() {
         return Err(found.swap_remove(0));
     }
@@ -1408,3 +1467,53 @@ fn find_late(sim: &Sim, found: &mut Vec<Error>) {
 
 #[cfg(test)]
 mod tests;
+
+/// Finds an access to a rank's input or output by anything but its own blocks that may come
+/// before the rank's launch starts (nothing orders it after one of the rank's ops of that
+/// launch): the caller may still be reading the previous results there, or not yet have
+/// written the input.
+fn find_early(sim: &Sim, found: &mut Vec<Error>) {
+    for x in &sim.accesses {
+        let (owner, space) = x.mem;
+        if space == 2 || found.len() >= MAX_RACES {
+            continue;
+        }
+        let e = &sim.events[x.event as usize];
+        let a = e.agent as usize;
+        if a < sim.st.len() && sim.agent_rank[a] == owner {
+            continue;
+        }
+        let at = x.event as usize * sim.n;
+        let vc = &sim.ev_vc[at..at + sim.n];
+        let after_start = sim.agent_of[owner].iter().any(|&b| {
+            sim.starts
+                .get(&(b, e.launch as usize))
+                .is_some_and(|&c| vc[b] >= c)
+        });
+        if after_start {
+            continue;
+        }
+        let what = if space == 0 { "output" } else { "input" };
+        let by = if a < sim.st.len() {
+            "this op"
+        } else {
+            "the proxy, for this op,"
+        };
+        found.push(sim.refuse(
+            e.op as usize,
+            format!(
+                "{by} {} bytes {}..{} of rank {owner}'s {what} in launch {}, and nothing orders \
+                 that after rank {owner}'s launch starts: the caller may still be {}",
+                if x.write { "writes" } else { "reads" },
+                x.lo,
+                x.hi,
+                e.launch + 1,
+                if x.write {
+                    "reading the previous launch's results there"
+                } else {
+                    "writing the input"
+                }
+            ),
+        ));
+    }
+}

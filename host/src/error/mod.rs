@@ -215,6 +215,15 @@ pub enum Error {
         /// Entry point.
         name: String,
     },
+    /// Reading an attribute of a kernel (its largest block) failed.
+    #[error("reading an attribute of kernel {name:?} failed")]
+    KernelAttribute {
+        /// Entry point.
+        name: String,
+        /// Driver error.
+        #[source]
+        source: DriverError,
+    },
     /// A kernel's parameter struct does not match the entry point's parameter size.
     #[error("kernel {name:?} takes {expected} bytes of parameters, the launch passes {got}")]
     ParamSize {

@@ -165,7 +165,9 @@
 #define MSCCLPP_EXEC_MAX_REMOTE_BUFFERS 16u
 #define MSCCLPP_EXEC_MAX_OP_BUFFERS 10u
 #define MSCCLPP_EXEC_MAX_OP_IDS 16u
-#define MSCCLPP_EXEC_MAX_BARRIERS 16u
+#define MSCCLPP_EXEC_PLAN_BARRIERS 16u
+#define MSCCLPP_EXEC_MAX_GROUPS 16u
+#define MSCCLPP_EXEC_MAX_BARRIERS 32u /* the plan's, then the threadblock groups' */
 #define MSCCLPP_EXEC_MAX_SEMAPHORES 16u
 #define MSCCLPP_EXEC_BUF_INPUT 0u
 #define MSCCLPP_EXEC_BUF_OUTPUT 1u
@@ -727,8 +729,8 @@ typedef struct ExecOp {
   uint16_t reserved;
   uint8_t ids[MSCCLPP_EXEC_MAX_OP_IDS]; /* channel indexes of the block, or semaphore ids */
   uint64_t size;                        /* data bytes per reference; pipeline: per iteration */
-  uint64_t count;                       /* barrier: blocks; pipeline: iterations */
-  uint64_t aux;                         /* barrier: id; pipeline: ops it repeats */
+  uint64_t count; /* barrier, a group's share: blocks that meet; pipeline: iterations */
+  uint64_t aux;   /* barrier, a group's share: its counter; pipeline: ops it repeats */
   ExecBufRef src[MSCCLPP_EXEC_MAX_OP_BUFFERS];
   ExecBufRef dst[MSCCLPP_EXEC_MAX_OP_BUFFERS];
 } ExecOp;
