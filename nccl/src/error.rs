@@ -347,7 +347,11 @@ pub fn host_code(e: &HostError) -> ncclResult_t {
         | HostError::ConfigMismatch { .. }
         | HostError::Aborted { .. }
         | HostError::CountMismatch { .. }
-        | HostError::SelfMismatch { .. } => ncclInvalidUsage,
+        | HostError::SelfMismatch { .. }
+        | HostError::PlanMalformed { .. }
+        | HostError::PlanUnsupported { .. }
+        | HostError::PlanRefused { .. }
+        | HostError::PlanCall { .. } => ncclInvalidUsage,
         _ => ncclInternalError,
     }
 }

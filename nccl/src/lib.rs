@@ -24,6 +24,7 @@
 //! | `registration` | `ncclMemAlloc`, buffer and window registration, pre-multiplied sums |
 //! | `error` | errors, their NCCL codes, `ncclGetLastError`, the panic guard |
 //! | `log` | the `NCCL_DEBUG` / `MSCCLPP_LOG` subscriber and the banner |
+//! | `executor` | MSCCL++ execution plans from C (`include/mscclpp_executor.h`: `mscclppExecutionPlanCreate`, `mscclppExecutorExecute`, …), over `mscclpp::executor` |
 //!
 //! Nothing unwinds into the caller: every exported function catches panics and returns
 //! `ncclInternalError` (the library is loaded into PyTorch; `panic = "abort"` is not an
@@ -73,6 +74,7 @@ pub mod abi;
 mod collectives;
 mod comm;
 pub mod error;
+mod executor;
 mod exports;
 mod group;
 mod init;
@@ -81,5 +83,6 @@ mod p2p;
 mod registration;
 mod stubs;
 
+pub use executor::*;
 pub use exports::*;
 pub use stubs::*;

@@ -209,6 +209,12 @@ struct CollOpts {
     /// Also run this library on the same buffers; print its time and our speed-up
     #[arg(long, value_name = "LIB", value_enum)]
     baseline: Option<BaselineArg>,
+    /// Run an MSCCL++ execution plan (JSON, as MSCCL++'s DSL writes it) instead of the
+    /// library's algorithms: `mscclpp::executor`, verified at load; its collective must be
+    /// this op's, its `inplace` the run's (--inplace / --outofplace), its reduction -o's;
+    /// sizes the plan does not serve are skipped with a note
+    #[arg(long, value_name = "FILE")]
+    plan: Option<PathBuf>,
     /// Plot time and bus bandwidth against size (ours and the baseline's) to FILE.svg or
     /// FILE.png
     #[arg(long, value_name = "FILE")]
@@ -515,6 +521,8 @@ pub struct CollArgs {
     pub plot: Option<PathBuf>,
     /// `--trace`.
     pub trace: Option<PathBuf>,
+    /// `--plan`: an MSCCL++ execution plan to run instead of the library's algorithms.
+    pub plan: Option<PathBuf>,
 }
 
 /// Options of a primitive run (the original bench's).
@@ -670,6 +678,7 @@ impl CollOpts {
             json: self.sweep.json,
             plot: self.plot,
             trace: self.sweep.trace,
+            plan: self.plan,
         })
     }
 }

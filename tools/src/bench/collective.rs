@@ -19,6 +19,9 @@
 use std::sync::Arc;
 
 use mscclpp::collectives::{Algorithm, CollectiveConfig, Collectives};
+use mscclpp::executor::lower::{Geometry, Sizes};
+use mscclpp::executor::plan::ReduceKind;
+use mscclpp::executor::{ExecutionPlan, Executor, PacketType};
 use mscclpp::host::communicator::Communicator;
 use mscclpp::host::gpu::{BackendKind, DeviceBuffer, Event, Stream};
 use mscclpp::shared::DevicePtr;
@@ -60,6 +63,96 @@ pub struct Plan {
     pub graph_launches: u32,
     /// How the ranks were started (for the header).
     pub launch: String,
+}
+
+/// `--plan`: an MSCCL++ execution plan run instead of the library's algorithms.
+struct PlanRun {
+    plan: ExecutionPlan,
+    executor: Executor,
+}
+
+impl PlanRun {
+    /// Loads and verifies `a.plan` and checks it against the run's op, placement and
+    /// reduction.
+    fn new(
+        a: &CollArgs,
+        comm: &Arc<Communicator>,
+        inplace: bool,
+    ) -> Result<Option<Self>, BoxError> {
+        let Some(path) = &a.plan else {
+            return Ok(None);
+        };
+        let plan = ExecutionPlan::load(path)?;
+        let name = format!("--plan {}", path.display());
+        if plan.collective() != a.op.name() {
+            return Err(
+                format!("{name}: a {} plan, not {}", plan.collective(), a.op.name()).into(),
+            );
+        }
+        if plan.is_in_place() != inplace {
+            let flag = if plan.is_in_place() {
+                "--inplace"
+            } else {
+                "--outofplace"
+            };
+            return Err(format!(
+                "{name}: the plan runs {}: add {flag}",
+                if plan.is_in_place() {
+                    "in place"
+                } else {
+                    "out of place"
+                }
+            )
+            .into());
+        }
+        let reduces = plan
+            .doc()
+            .gpus
+            .iter()
+            .flat_map(|g| &g.threadblocks)
+            .flat_map(|t| &t.ops)
+            .flat_map(|o| std::iter::once(o).chain(o.pipeline.iter().flat_map(|p| &p.ops)))
+            .find_map(|o| o.reduce.or(o.kind.reduces().then_some(ReduceKind::Sum)));
+        let want = match a.redop {
+            Redop::Sum => Some(ReduceKind::Sum),
+            Redop::Min => Some(ReduceKind::Min),
+            Redop::Max => Some(ReduceKind::Max),
+            _ => None,
+        };
+        if let Some(r) = reduces
+            && want != Some(r)
+        {
+            return Err(format!(
+                "{name}: the plan reduces with {}: add -o {}",
+                r.code(),
+                r.code()
+            )
+            .into());
+        }
+        let executor = Executor::new(comm.clone())?;
+        Ok(Some(Self { plan, executor }))
+    }
+
+    /// The call's input and output bytes at `sh`.
+    fn sizes(sh: &Shape, es: usize) -> Sizes {
+        Sizes {
+            input: (sh.part * sh.in_parts * es) as u64,
+            output: (sh.part * sh.out_parts * es) as u64,
+        }
+    }
+
+    /// Drops the shapes the plan does not serve, with a note for each.
+    fn keep_served(&self, shapes: &mut Vec<Shape>, notes: &mut Vec<String>, es: usize) {
+        shapes.retain(
+            |sh| match Geometry::new(self.plan.doc(), Self::sizes(sh, es)) {
+                Ok(_) => true,
+                Err(e) => {
+                    notes.push(format!("# {} B skipped: {e}", sh.size));
+                    false
+                }
+            },
+        );
+    }
 }
 
 /// The buffers an operation uses at one size (nccl-tests' conventions).
@@ -509,6 +602,7 @@ impl<'a> Rank<'a> {
         &self,
         sh: &Shape,
         coll: &Collectives,
+        exec: Option<&PlanRun>,
         base: Option<&nccl::Comm>,
     ) -> Result<(Sample, Sample, u32), BoxError> {
         let a = &self.plan.args;
@@ -523,6 +617,25 @@ impl<'a> Rank<'a> {
         let sends: Vec<usize> = (0..n).map(|q| alltoallv_count(part, rank, q)).collect();
         let recvs: Vec<usize> = (0..n).map(|q| alltoallv_count(part, q, rank)).collect();
         let ours = || -> Result<(), BoxError> {
+            if let Some(x) = exec {
+                let s = PlanRun::sizes(sh, dt.size());
+                // SAFETY: as below; the executor keeps the buffers registered while it lives,
+                // which is the whole sweep.
+                unsafe {
+                    x.executor.execute(
+                        rank,
+                        inp,
+                        s.input,
+                        out,
+                        s.output,
+                        dt,
+                        &x.plan,
+                        stream,
+                        PacketType::LL16,
+                    )?
+                };
+                return Ok(());
+            }
             // SAFETY: `inp` and `out` address the parts `Shape` sized the buffers for, alive
             // for the whole sweep; every rank makes the same calls in the same order.
             unsafe {
@@ -694,7 +807,24 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
         Some(Baseline::Nccl) => Some(nccl::Comm::new(&comm)?),
         None => None,
     };
-    let (shapes, notes) = shapes_to_run(a, &plan.sizes, n, &coll.config());
+    let (mut shapes, mut notes) = shapes_to_run(a, &plan.sizes, n, &coll.config());
+    let inplace = a.inplace && a.op.has_in_place();
+    let exec = PlanRun::new(a, &comm, inplace)?;
+    if let Some(x) = &exec {
+        x.keep_served(&mut shapes, &mut notes, a.dtype.size());
+        if rank == 0 {
+            notes.insert(
+                0,
+                format!(
+                    "# plan {:?} ({}), verified at load; algo column: plan",
+                    x.plan.name(),
+                    a.plan
+                        .as_ref()
+                        .map_or(String::new(), |p| p.display().to_string())
+                ),
+            );
+        }
+    }
     let r = Rank::new(plan, comm.clone(), &shapes)?;
     let mut registrations = Vec::new();
     if a.registered {
@@ -723,12 +853,13 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
     }
     let mut rows = Vec::new();
     for sh in &shapes {
-        let (ours, theirs, iters) = r.sample_size(sh, &coll, base.as_ref())?;
+        let (ours, theirs, iters) = r.sample_size(sh, &coll, exec.as_ref(), base.as_ref())?;
         let all = gather_samples(&comm, ours, theirs)?;
         if rank != 0 {
             continue;
         }
         let algo = match a.op {
+            _ if exec.is_some() => "plan".to_string(),
             // One rank copies (a pre-multiplied sum, an average of floats included, stages).
             Op::AllGather | Op::Broadcast | Op::AllToAll if n == 1 => "copy".to_string(),
             Op::AllReduce | Op::Reduce | Op::ReduceScatter
@@ -750,6 +881,7 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
         coll.deregister_window(reg)?;
     }
     drop(base);
+    drop(exec);
     Ok((rank == 0).then_some((info, rows)))
 }
 
