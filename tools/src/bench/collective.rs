@@ -916,6 +916,7 @@ fn print_header(plan: &Plan, info: &RunInfo, cfg: CollectiveConfig) {
         info.op, plan.launch, info.backend, info.device
     );
     let algo = match a.algo {
+        _ if a.plan.is_some() => "an execution plan (--plan)".to_string(),
         Some(x) => format!("{} (forced)", algo_name(Some(x))),
         None if a.op == Op::AllReduce && info.nranks >= cfg.ll_two_shot_min_ranks => format!(
             "by size (LL up to {} B, two-shot LL up to {} B; the algo column)",
