@@ -41,6 +41,10 @@ use super::plan::{
     Slice, Target, Tbg, Threadblock, is_packet_ref,
 };
 
+/// Largest input or output a call may have (256 TiB: far beyond any device, small enough that
+/// no offset arithmetic of a plan overflows).
+pub const MAX_BUFFER_BYTES: u64 = 1 << 48;
+
 /// The byte sizes of one call: every rank's input and output.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
 pub struct Sizes {
@@ -78,6 +82,12 @@ impl Geometry {
         } else {
             sizes.input
         };
+        if sizes.input.max(sizes.output) > MAX_BUFFER_BYTES {
+            return Err(call(format!(
+                "{} bytes: buffers of more than {MAX_BUFFER_BYTES} bytes are not served",
+                sizes.input.max(sizes.output)
+            )));
+        }
         if size < doc.min_message_size || size > doc.max_message_size {
             return Err(call(format!(
                 "a message of {size} bytes is outside the plan's range {}..={}",
@@ -108,9 +118,22 @@ impl Geometry {
                 }
             }
         }
+        let chunk = chunk.unwrap_or(0);
+        for g in &doc.gpus {
+            let scratch = chunk
+                .checked_mul(g.scratch_chunks)
+                .and_then(|b| b.checked_mul(4))
+                .filter(|&b| b <= 4 * MAX_BUFFER_BYTES);
+            if scratch.is_none() {
+                return Err(call(format!(
+                    "rank {}'s scratch of {} chunks of {chunk} bytes is too large",
+                    g.id, g.scratch_chunks
+                )));
+            }
+        }
         Ok(Self {
             sizes,
-            chunk: chunk.unwrap_or(0),
+            chunk,
             alignment: a,
             packets: doc.protocol == Protocol::Ll,
             double: doc.use_double_scratch_buffer,
@@ -150,7 +173,7 @@ impl Geometry {
 
     /// Iterations of a pipeline over `num_chunks` chunks in units of `unit` bytes.
     pub fn iterations(&self, num_chunks: u64, unit: u64) -> u64 {
-        (num_chunks * self.chunk).div_ceil(unit)
+        num_chunks.saturating_mul(self.chunk).div_ceil(unit)
     }
 }
 

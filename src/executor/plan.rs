@@ -33,6 +33,13 @@ use serde_json::{Map, Value, json};
 /// Most threads per block a plan may ask for.
 pub const MAX_THREADS_PER_BLOCK: u32 = 1024;
 
+/// Most chunks a buffer of a rank may be cut into (MSCCL++ counts them in an `int`; far more
+/// than any real plan).
+pub const MAX_CHUNKS: u64 = 1 << 24;
+
+/// Most threadblocks a rank's program may have.
+pub const MAX_THREADBLOCKS: usize = 4096;
+
 /// A buffer of a rank (MSCCL++ `BufferType`: `"i"`, `"o"`, `"s"`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]
 pub enum BufferKind {
@@ -679,9 +686,15 @@ fn read_gpu(at: &At, v: &Value, rank: usize, nranks: usize) -> Result<GpuProgram
     for (field, n) in [
         ("input_chunks", g.input_chunks),
         ("output_chunks", g.output_chunks),
+        ("scratch_chunks", g.scratch_chunks),
     ] {
-        if n == 0 {
+        if n == 0 && field != "scratch_chunks" {
             return Err(at.key(field).err("0 chunks: the message could not be cut"));
+        }
+        if n > MAX_CHUNKS {
+            return Err(at
+                .key(field)
+                .err(format!("{n} chunks: a buffer has at most {MAX_CHUNKS}")));
         }
     }
     let ch_at = at.key("channels");
@@ -740,7 +753,14 @@ fn read_gpu(at: &At, v: &Value, rank: usize, nranks: usize) -> Result<GpuProgram
         )));
     }
     let tb_at = at.key("threadblocks");
-    for (i, t) in at.list(m, "threadblocks")?.iter().enumerate() {
+    let tbs = at.list(m, "threadblocks")?;
+    if tbs.len() > MAX_THREADBLOCKS {
+        return Err(tb_at.err(format!(
+            "{} threadblocks: a rank has at most {MAX_THREADBLOCKS}",
+            tbs.len()
+        )));
+    }
+    for (i, t) in tbs.iter().enumerate() {
         g.threadblocks.push(read_threadblock(&tb_at.idx(i), t, i)?);
     }
     Ok(g)
@@ -958,7 +978,8 @@ fn read_op(at: &At, v: &Value, in_pipeline: bool) -> Result<Op> {
             tb_id: ta.req(tm, "tb_id")?,
             tbg_size: ta.req(tm, "tbg_size")?,
         };
-        if tbg.tbg_size == 0 || tbg.tb_id >= tbg.tbg_size {
+        if tbg.tbg_size == 0 || tbg.tb_id >= tbg.tbg_size || tbg.tbg_size > MAX_THREADBLOCKS as u64
+        {
             return Err(ta.err(format!(
                 "share {} of {}: a group has at least one block and shares below its size",
                 tbg.tb_id, tbg.tbg_size
@@ -1262,6 +1283,17 @@ impl OpCheck<'_> {
             OpKind::Pipeline => {
                 self.no_buffers(at, op)?;
                 let p = op.pipeline.as_ref().ok_or_else(|| at.err("no loop"))?;
+                let most = self
+                    .gpu
+                    .input_chunks
+                    .max(self.gpu.output_chunks)
+                    .max(self.gpu.scratch_chunks);
+                if p.num_chunks > most {
+                    return Err(at.key("iter_context").key("num_chunks").err(format!(
+                        "{} chunks: more than any buffer of the rank has ({most})",
+                        p.num_chunks
+                    )));
+                }
                 let ops_at = at.key("ops");
                 for (i, inner) in p.ops.iter().enumerate() {
                     self.check(&ops_at.idx(i), inner, Some(p))?;

@@ -112,6 +112,10 @@ pub fn declared_aliasing(doc: &PlanDoc, sizes: Sizes) -> Aliasing {
         .collect()
 }
 
+/// Largest number of alignment units per chunk [`canonical_sizes`] picks to cut every group
+/// evenly.
+const MAX_EVEN_UNITS: u64 = 1 << 12;
+
 fn lcm(a: u64, b: u64) -> u64 {
     let gcd = |mut a: u64, mut b: u64| {
         while b != 0 {
@@ -119,7 +123,7 @@ fn lcm(a: u64, b: u64) -> u64 {
         }
         a
     };
-    a / gcd(a, b) * b
+    (a / gcd(a, b)).saturating_mul(b)
 }
 
 /// Sizes to verify a plan at when no call's sizes are known: the smallest where every
@@ -139,12 +143,17 @@ pub fn canonical_sizes(doc: &PlanDoc) -> Result<Vec<Sizes>> {
                     .unwrap_or(&[]);
                 for o in std::iter::once(op).chain(inner) {
                     if let Some(t) = o.tbg {
-                        groups = lcm(groups, t.tbg_size);
+                        // Shares cut evenly at the lcm of the group sizes (capped: past it
+                        // the sizes below cut some groups unevenly, which is checked too).
+                        let l = lcm(groups, t.tbg_size);
+                        if l <= MAX_EVEN_UNITS {
+                            groups = l;
+                        }
                     }
                 }
                 if let Some(p) = &op.pipeline {
-                    min_pipeline_chunk =
-                        min_pipeline_chunk.max((2 * p.unit_size).div_ceil(p.num_chunks) + 1);
+                    min_pipeline_chunk = min_pipeline_chunk
+                        .max(p.unit_size.saturating_mul(2).div_ceil(p.num_chunks) + 1);
                 }
             }
         }
