@@ -57,7 +57,10 @@ fn a_plan_written_checked_and_run() {
     assert!(o.status.success(), "{t}");
     let (o, t) = run(&plan, &["check", f]);
     assert!(o.status.success(), "{t}");
-    assert!(t.contains(": ok: plan \"allgather_packets\", allgather, LL protocol"), "{t}");
+    assert!(
+        t.contains(": ok: plan \"allgather_packets\", allgather, LL protocol"),
+        "{t}"
+    );
     assert!(t.contains("rank 1: 3 blocks"), "{t}");
     // Checked at a size of the caller's choosing; refused at one the plan cannot cut.
     let (o, t) = run(&plan, &["check", f, "--bytes", "4096"]);
@@ -95,7 +98,10 @@ fn a_plan_written_checked_and_run() {
         assert_eq!(r.split_whitespace().last(), Some("0"), "{t}");
     }
     // A run the plan does not fit: the flag to add.
-    let (o, t) = run(&bench, &["allgather", "--plan", f, "-c", "-b", "1K", "-e", "1K"]);
+    let (o, t) = run(
+        &bench,
+        &["allgather", "--plan", f, "-c", "-b", "1K", "-e", "1K"],
+    );
     assert!(!o.status.success(), "{t}");
     assert!(t.contains("add --outofplace"), "{t}");
 }
