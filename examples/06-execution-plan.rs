@@ -72,7 +72,10 @@ fn rank_main(comm: Communicator, plan: &ExecutionPlan) -> Result<f64> {
         bytemuck::cast_slice(&got),
         bytemuck::cast_slice(&want),
     )?;
-    println!("rank {r}: plan {:?}: all-reduce of {bytes} bytes correct", plan.name());
+    println!(
+        "rank {r}: plan {:?}: all-reduce of {bytes} bytes correct",
+        plan.name()
+    );
     // The host side of a call once set up: queue TIMED launches, then wait for them.
     comm.bootstrap().barrier()?;
     let t = Instant::now();
@@ -90,7 +93,8 @@ fn run() -> Result {
     let path = match std::env::args().nth(1) {
         Some(p) => std::path::PathBuf::from(p),
         None => {
-            let p = std::env::temp_dir().join(format!("allreduce_read-{}.json", std::process::id()));
+            let p =
+                std::env::temp_dir().join(format!("allreduce_read-{}.json", std::process::id()));
             let doc = plans::allreduce_read(2, ReduceKind::Sum);
             std::fs::write(&p, serde_json::to_string_pretty(&doc.to_json())?)?;
             p

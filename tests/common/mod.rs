@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod rng;
 pub mod values;
 
 use mscclpp::host::gpu::{BackendKind, Gpu, Module};
