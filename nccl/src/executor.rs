@@ -60,24 +60,24 @@ fn new_handle() -> usize {
     NEXT.fetch_add(1, Ordering::Relaxed) << 4
 }
 
-fn plan_of(h: mscclppExecutionPlan_t) -> Result<Arc<ExecutionPlan>, NcclError> {
-    lock(&PLANS)
+/// The entry of handle `h` in `table` (`what` names the kind of handle in the error).
+fn lookup<T>(
+    table: &Mutex<Option<HashMap<usize, Arc<T>>>>,
+    h: usize,
+    what: &'static str,
+) -> Result<Arc<T>, NcclError> {
+    lock(table)
         .as_ref()
-        .and_then(|m| m.get(&(h as usize)).cloned())
-        .ok_or(NcclError::UnknownHandle {
-            what: "execution plan",
-            ptr: h as usize,
-        })
+        .and_then(|m| m.get(&h).cloned())
+        .ok_or(NcclError::UnknownHandle { what, ptr: h })
+}
+
+fn plan_of(h: mscclppExecutionPlan_t) -> Result<Arc<ExecutionPlan>, NcclError> {
+    lookup(&PLANS, h as usize, "execution plan")
 }
 
 fn executor_of(h: mscclppExecutor_t) -> Result<Arc<ExecutorEntry>, NcclError> {
-    lock(&EXECUTORS)
-        .as_ref()
-        .and_then(|m| m.get(&(h as usize)).cloned())
-        .ok_or(NcclError::UnknownHandle {
-            what: "executor",
-            ptr: h as usize,
-        })
+    lookup(&EXECUTORS, h as usize, "executor")
 }
 
 /// Refuses a call inside an NCCL group.
