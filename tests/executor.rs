@@ -299,9 +299,10 @@ fn packet_routes_types_and_ll8() {
     }
 }
 
-/// The conformance plans in `../shared/mscclpp-plans/`, or `None` (and `NOT RUN`).
+/// The conformance plans in `../shared/mscclpp-plans/` (relative to the working directory,
+/// the package's under `cargo test` and in the GPU bundle), or `None` (and `NOT RUN`).
 fn conformance(test: &str) -> Option<std::path::PathBuf> {
-    let d = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/mscclpp-plans");
+    let d = std::path::PathBuf::from("../shared/mscclpp-plans");
     if d.is_dir() {
         Some(d)
     } else {

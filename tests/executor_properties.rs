@@ -165,7 +165,7 @@ fn seeds() -> Vec<Value> {
         }
         out.push(plans::allreduce_read(n, ReduceKind::Max).to_json());
     }
-    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/mscclpp-plans");
+    let dir = std::path::PathBuf::from("../shared/mscclpp-plans");
     if let Ok(rd) = std::fs::read_dir(&dir) {
         for e in rd.flatten() {
             if e.path().extension().is_some_and(|x| x == "json")
