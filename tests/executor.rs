@@ -108,7 +108,7 @@ fn reference(doc: &PlanDoc, enc: &Encodings, n: usize, l: usize, in_elems: usize
     let mut out = Vec::with_capacity(in_elems * enc.dtype.size() * n);
     match doc.collective.as_str() {
         "allreduce" => {
-            let op = first_reduce(doc);
+            let op = doc.reduction().unwrap_or(ReduceKind::Sum);
             for i in 0..in_elems {
                 let mut acc = enc.stored(value(0, l, i));
                 for q in 1..n {
@@ -130,16 +130,6 @@ fn reference(doc: &PlanDoc, enc: &Encodings, n: usize, l: usize, in_elems: usize
         other => panic!("no reference for {other}"),
     }
     out
-}
-
-fn first_reduce(doc: &PlanDoc) -> ReduceKind {
-    doc.gpus
-        .iter()
-        .flat_map(|g| &g.threadblocks)
-        .flat_map(|t| &t.ops)
-        .flat_map(|o| std::iter::once(o).chain(o.pipeline.iter().flat_map(|p| &p.ops)))
-        .find_map(|o| o.reduce)
-        .unwrap_or(ReduceKind::Sum)
 }
 
 /// One rank's part of [`run_plan`]: its executor and buffers go into `keep`.
@@ -275,6 +265,12 @@ fn own_plans_at_2_3_4_and_8_ranks() {
             println!("{} on {n} ranks: {:?}", doc.name, t.elapsed());
         }
     }
+}
+
+#[test]
+fn copy_plan_on_one_rank() {
+    // The interpreter's copy against nothing else: one rank, 4 blocks.
+    run_plan(&plans::copy(4), 1, Run::new(DataType::F32, 4096)).unwrap_or_else(|e| panic!("{e}"));
 }
 
 #[test]

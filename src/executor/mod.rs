@@ -264,18 +264,31 @@ impl Executor {
             },
             ..ctx.params
         };
-        let cfg = LaunchConfig::new(ctx.blocks, self.threads_for(&ctx)?)
+        let cfg = LaunchConfig::new(ctx.blocks, self.threads_for(ctx.threads, ctx.blocks)?)
             .with_shared_mem(std::mem::size_of::<ExecBlock>() as u32);
         // SAFETY: the context (programs, scratch, words, channels) lives as long as the
         // executor; the buffers are the caller's contract.
         unsafe { stream.launch(&self.kernel, cfg, params) }
     }
 
-    /// Threads per block for a context: the plan's, capped by the caller's limit, by what the
-    /// kernel's registers allow (CUDA), by [`CPU_THREADS_PER_BLOCK`] on the CPU backend, and
-    /// by the emulator's threads per launch.
-    fn threads_for(&self, ctx: &setup::Context) -> Result<u32> {
-        let mut t = ctx.threads;
+    /// The grid of this rank's launches of `plan`: (blocks, threads per block).
+    pub fn launch_shape(&self, plan: &ExecutionPlan) -> Result<(u32, u32)> {
+        let blocks = plan
+            .doc
+            .gpus
+            .get(self.comm.rank())
+            .map_or(0, |g| g.threadblocks.len() as u32);
+        Ok((
+            blocks,
+            self.threads_for(plan.doc.num_threads_per_block, blocks)?,
+        ))
+    }
+
+    /// Threads per block for `blocks` blocks of a plan asking for `threads`: capped by the
+    /// caller's limit, by what the kernel's registers allow (CUDA), by
+    /// [`CPU_THREADS_PER_BLOCK`] on the CPU backend, and by the emulator's threads per launch.
+    fn threads_for(&self, threads: u32, blocks: u32) -> Result<u32> {
+        let mut t = threads;
         if let Some(cap) = self.threads {
             t = t.min(cap);
         }
@@ -285,7 +298,7 @@ impl Executor {
                 if self.threads.is_none() {
                     t = t.min(CPU_THREADS_PER_BLOCK);
                 }
-                let room = mscclpp_device::arch::host::grid::MAX_THREADS / ctx.blocks.max(1);
+                let room = mscclpp_device::arch::host::grid::MAX_THREADS / blocks.max(1);
                 t = t.min(room.max(1));
             }
         }

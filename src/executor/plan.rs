@@ -589,6 +589,17 @@ fn index_below(at: &At, v: u64, bound: usize, what: &str) -> Result<usize> {
 }
 
 impl PlanDoc {
+    /// The reduction of the plan's first reducing op (pipelines' ops included; `Sum` where
+    /// the op names none, as MSCCL++ writes sums), or `None` for a plan that does not reduce.
+    pub fn reduction(&self) -> Option<ReduceKind> {
+        self.gpus
+            .iter()
+            .flat_map(|g| &g.threadblocks)
+            .flat_map(|t| &t.ops)
+            .flat_map(|o| std::iter::once(o).chain(o.pipeline.iter().flat_map(|p| &p.ops)))
+            .find_map(|o| o.reduce.or(o.kind.reduces().then_some(ReduceKind::Sum)))
+    }
+
     /// Parses and checks a plan (module docs). `origin` names it in errors until its own
     /// name has been read (a file path, say).
     pub fn parse(text: &str, origin: &str) -> Result<Self> {

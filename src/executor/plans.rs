@@ -722,6 +722,28 @@ pub fn allgather_packets(n: usize) -> PlanDoc {
     p.finish()
 }
 
+/// A copy on one rank (an all-gather of one rank, out of place): `blocks` blocks each copy
+/// their share of the input into the output. The interpreter's cost against a plain copy
+/// kernel (`mscclpp-bench allgather -g 1 --outofplace --plan FILE --baseline copy-kernel`).
+pub fn copy(blocks: usize) -> PlanDoc {
+    let nb = blocks as u64;
+    let mut p = PlanBuilder::new("copy", "allgather", 1, Protocol::Simple, false, [nb, nb, 0]);
+    for k in 0..nb {
+        let b = p.block(0);
+        p.op(
+            0,
+            b,
+            data(
+                OpKind::Copy,
+                vec![local(BufferKind::Input, k, 1)],
+                vec![local(BufferKind::Output, k, 1)],
+                None,
+            ),
+        );
+    }
+    p.finish()
+}
+
 /// Every plan of this module at `n` ranks, by name (pipelines in units of `unit` bytes).
 pub fn all(n: usize, unit: u64) -> Vec<PlanDoc> {
     vec![

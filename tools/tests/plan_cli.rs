@@ -1,7 +1,8 @@
 //! `mscclpp-plan` and `mscclpp-bench --plan` as a user runs them, on the CPU backend: a plan
 //! written, checked and run with its data checked; a broken plan refused with its field and a
 //! non-zero exit; MSCCL++'s conformance plans checked (six pass, the two NVLS ones are
-//! refused); a plan that does not fit the run refused with the flag to add.
+//! refused); a plan that does not fit the run refused with the flag to add; the one-rank copy
+//! plan against the plain copy kernel (`--baseline copy-kernel`).
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -104,6 +105,65 @@ fn a_plan_written_checked_and_run() {
     );
     assert!(!o.status.success(), "{t}");
     assert!(t.contains("add --outofplace"), "{t}");
+}
+
+#[test]
+fn a_copy_plan_against_the_copy_kernel() {
+    let (Some(plan), Some(bench)) = (plan_tool(), bench_tool()) else {
+        println!("NOT RUN: the tools are not built");
+        return;
+    };
+    let file = temp("copy.json");
+    let f = file.to_str().unwrap();
+    let (o, t) = run(&plan, &["write", "copy", "--ranks", "2", "-o", f]);
+    assert!(!o.status.success() && t.contains("--ranks 1"), "{t}");
+    let (o, t) = run(
+        &plan,
+        &["write", "copy", "--ranks", "1", "--blocks", "4", "-o", f],
+    );
+    assert!(o.status.success(), "{t}");
+    let args = ["allgather", "-g", "1", "--outofplace", "--plan", f];
+    let (o, t) = run(
+        &bench,
+        &[
+            &args[..],
+            &[
+                "--baseline",
+                "copy-kernel",
+                "-c",
+                "-b",
+                "4K",
+                "-e",
+                "16K",
+                "-n",
+                "2",
+            ],
+        ]
+        .concat(),
+    );
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("baseline: copy kernel (4 blocks of"), "{t}");
+    assert!(t.contains("copy(us)"), "{t}");
+    assert!(
+        t.contains("Wrong elements       : 0 (baseline 0) OK"),
+        "{t}"
+    );
+    // Two ranks: refused, naming what it needs.
+    let (o, t) = run(
+        &bench,
+        &[
+            "allgather",
+            "-g",
+            "2",
+            "--baseline",
+            "copy-kernel",
+            "-b",
+            "4K",
+            "-e",
+            "4K",
+        ],
+    );
+    assert!(!o.status.success() && t.contains("one rank (-g 1)"), "{t}");
 }
 
 #[test]

@@ -340,6 +340,9 @@ pub const PREMUL_SCALAR: f64 = 2.0;
 enum BaselineArg {
     /// NCCL, loaded at run time
     Nccl,
+    /// The library's plain copy kernel moving the output's bytes from the input (one rank,
+    /// out of place: what a copy-only plan does, without the interpreter)
+    CopyKernel,
     /// No baseline
     None,
 }
@@ -478,6 +481,8 @@ impl Primitive {
 pub enum Baseline {
     /// NCCL, loaded at run time.
     Nccl,
+    /// The copy kernel (`kernels::COPY`), one rank.
+    CopyKernel,
 }
 
 /// Options of a collective run (sizes and graph use are resolved per backend later).
@@ -673,6 +678,7 @@ impl CollOpts {
             ranks: self.ranks.map(|n| n as usize),
             baseline: match self.baseline {
                 Some(BaselineArg::Nccl) => Some(Baseline::Nccl),
+                Some(BaselineArg::CopyKernel) => Some(Baseline::CopyKernel),
                 Some(BaselineArg::None) | None => None,
             },
             json: self.sweep.json,

@@ -23,8 +23,9 @@ use mscclpp::executor::lower::{Geometry, Sizes};
 use mscclpp::executor::plan::ReduceKind;
 use mscclpp::executor::{ExecutionPlan, Executor, PacketType};
 use mscclpp::host::communicator::Communicator;
-use mscclpp::host::gpu::{BackendKind, DeviceBuffer, Event, Stream};
-use mscclpp::shared::DevicePtr;
+use mscclpp::host::gpu::{BackendKind, DeviceBuffer, Event, Kernel, LaunchConfig, Module, Stream};
+use mscclpp::kernels;
+use mscclpp::shared::{CopyParams, DevicePtr};
 
 use super::BoxError;
 use super::args::{Baseline, CollArgs, Op, Redop, algo_name, dtype_name, redop_name};
@@ -63,6 +64,72 @@ pub struct Plan {
     pub graph_launches: u32,
     /// How the ranks were started (for the header).
     pub launch: String,
+}
+
+/// The baseline of a run, timed the same way on the same buffers.
+enum Base {
+    /// NCCL's collective.
+    Nccl(nccl::Comm),
+    /// `--baseline copy-kernel`: the copy kernel moving the output's bytes from the input, on
+    /// this grid (one rank, out of place); the module the kernel lives in.
+    CopyKernel {
+        kernel: Kernel<CopyParams>,
+        cfg: LaunchConfig,
+        _module: Module,
+    },
+}
+
+impl Base {
+    fn new(
+        a: &CollArgs,
+        comm: &Arc<Communicator>,
+        inplace: bool,
+        exec: Option<&PlanRun>,
+    ) -> Result<Option<Self>, BoxError> {
+        Ok(match a.baseline {
+            None => None,
+            Some(Baseline::Nccl) => Some(Self::Nccl(nccl::Comm::new(comm)?)),
+            Some(Baseline::CopyKernel) => {
+                if comm.size() != 1 || inplace {
+                    return Err("--baseline copy-kernel: one rank (-g 1), --outofplace".into());
+                }
+                let module = comm.gpu().load_ptx(mscclpp::DEVICE_PTX)?;
+                // The plan's grid (the interpreter's cost alone), else 132 blocks of 1024
+                // threads (the memory-put primitive's largest) or 2 of 32 on the CPU backend.
+                let (blocks, threads) = match exec {
+                    Some(x) => x.executor.launch_shape(&x.plan)?,
+                    None if comm.gpu().kind() == BackendKind::Cpu => (2, 32),
+                    None => (132, 1024),
+                };
+                Some(Self::CopyKernel {
+                    kernel: module.kernel(kernels::COPY)?,
+                    cfg: LaunchConfig::new(blocks, threads),
+                    _module: module,
+                })
+            }
+        })
+    }
+
+    /// The baseline's columns' prefix.
+    fn label(&self) -> &'static str {
+        match self {
+            Self::Nccl(_) => "nccl",
+            Self::CopyKernel { .. } => "copy",
+        }
+    }
+
+    /// The header's name of the baseline.
+    fn name(&self) -> String {
+        match self {
+            Self::Nccl(_) => match nccl::Nccl::load() {
+                Ok(l) => format!("NCCL {}", l.version),
+                Err(_) => "NCCL".into(),
+            },
+            Self::CopyKernel { cfg, .. } => {
+                format!("copy kernel ({} blocks of {} threads)", cfg.grid, cfg.block)
+            }
+        }
+    }
 }
 
 /// `--plan`: an MSCCL++ execution plan run instead of the library's algorithms.
@@ -105,14 +172,7 @@ impl PlanRun {
             )
             .into());
         }
-        let reduces = plan
-            .doc()
-            .gpus
-            .iter()
-            .flat_map(|g| &g.threadblocks)
-            .flat_map(|t| &t.ops)
-            .flat_map(|o| std::iter::once(o).chain(o.pipeline.iter().flat_map(|p| &p.ops)))
-            .find_map(|o| o.reduce.or(o.kind.reduces().then_some(ReduceKind::Sum)));
+        let reduces = plan.doc().reduction();
         let want = match a.redop {
             Redop::Sum => Some(ReduceKind::Sum),
             Redop::Min => Some(ReduceKind::Min),
@@ -532,7 +592,13 @@ fn shapes_to_run(
 }
 
 /// What every row of the run shares (rank 0's view).
-fn run_info(plan: &Plan, inplace: bool, n: usize, device: String, baseline: bool) -> RunInfo {
+fn run_info(
+    plan: &Plan,
+    inplace: bool,
+    n: usize,
+    device: String,
+    baseline: Option<String>,
+) -> RunInfo {
     let a = &plan.args;
     RunInfo {
         op: a.op.name(),
@@ -546,10 +612,7 @@ fn run_info(plan: &Plan, inplace: bool, n: usize, device: String, baseline: bool
         },
         device,
         graph_launches: plan.graph_launches,
-        baseline: baseline.then(|| match nccl::Nccl::load() {
-            Ok(l) => format!("NCCL {}", l.version),
-            Err(_) => "NCCL".into(),
-        }),
+        baseline,
     }
 }
 
@@ -603,7 +666,7 @@ impl<'a> Rank<'a> {
         sh: &Shape,
         coll: &Collectives,
         exec: Option<&PlanRun>,
-        base: Option<&nccl::Comm>,
+        base: Option<&Base>,
     ) -> Result<(Sample, Sample, u32), BoxError> {
         let a = &self.plan.args;
         let (rank, n) = (self.rank(), self.n());
@@ -666,6 +729,20 @@ impl<'a> Rank<'a> {
         let (mine, iters) = self.sample(sh, &ours)?;
         let Some(b) = base else {
             return Ok((mine, Sample::NONE, iters));
+        };
+        let b = match b {
+            Base::Nccl(b) => b,
+            Base::CopyKernel { kernel, cfg, .. } => {
+                let p = CopyParams {
+                    status: self.comm.status().device_ptr(),
+                    dst: out,
+                    src: inp,
+                    bytes: PlanRun::sizes(sh, dt.size()).output,
+                };
+                // SAFETY: one rank: the output and input hold `bytes` (`Shape` sized them).
+                let copy = || Ok(unsafe { stream.launch(kernel, *cfg, p) }?);
+                return Ok((mine, self.sample(sh, &copy)?.0, iters));
+            }
         };
         let theirs = || -> Result<(), BoxError> {
             // SAFETY: as for `ours`.
@@ -803,13 +880,10 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
         t0.elapsed(),
         comm.gpu().allocated_bytes().saturating_sub(held),
     );
-    let base = match a.baseline {
-        Some(Baseline::Nccl) => Some(nccl::Comm::new(&comm)?),
-        None => None,
-    };
     let (mut shapes, mut notes) = shapes_to_run(a, &plan.sizes, n, &coll.config());
     let inplace = a.inplace && a.op.has_in_place();
     let exec = PlanRun::new(a, &comm, inplace)?;
+    let base = Base::new(a, &comm, inplace, exec.as_ref())?;
     if let Some(x) = &exec {
         x.keep_served(&mut shapes, &mut notes, a.dtype.size());
         if rank == 0 {
@@ -842,14 +916,20 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
         // (collective: every rank runs this).
         coll.prepare()?;
     }
-    let info = run_info(plan, r.inplace, n, comm.gpu().name(), base.is_some());
+    let info = run_info(
+        plan,
+        r.inplace,
+        n,
+        comm.gpu().name(),
+        base.as_ref().map(Base::name),
+    );
     if rank == 0 {
         print_header(plan, &info, coll.config());
         print_setup(setup, &coll, n);
         for note in &notes {
             println!("{note}");
         }
-        println!("{}", report::header(base.is_some()));
+        println!("{}", report::header(base.as_ref().map(Base::label)));
     }
     let mut rows = Vec::new();
     for sh in &shapes {
@@ -963,7 +1043,11 @@ fn print_header(plan: &Plan, info: &RunInfo, cfg: CollectiveConfig) {
     if a.op.rooted() {
         println!("# root {}", a.root);
     }
-    if let Some(b) = &info.baseline {
+    if let Some(b) = info
+        .baseline
+        .as_ref()
+        .filter(|_| a.baseline == Some(Baseline::Nccl))
+    {
         let path = nccl::Nccl::load()
             .map(|l| l.path.clone())
             .unwrap_or_default();
@@ -971,6 +1055,11 @@ fn print_header(plan: &Plan, info: &RunInfo, cfg: CollectiveConfig) {
         println!(
             "# baseline: {b} ({path}, NCCL_NVLS_ENABLE={nvls}), timed the same way on the same \
              buffers; speedup = baseline time / ours"
+        );
+    } else if let Some(b) = &info.baseline {
+        println!(
+            "# baseline: {b}, timed the same way on the same buffers; speedup = baseline time \
+             / ours"
         );
     }
 }

@@ -3,6 +3,7 @@
 //! ```text
 //! mscclpp-plan check reduce.json allgather.json   # parse and verify; a summary of each
 //! mscclpp-plan write allreduce_read --ranks 4 -o ar4.json   # one of the repository's plans
+//! mscclpp-plan write copy --ranks 1 --blocks 128 -o copy.json   # one rank: the interpreter's copy
 //! mscclpp-plan list                                # the repository's plans
 //! ```
 //!
@@ -20,7 +21,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use mscclpp::executor::lower::{Geometry, Sizes};
-use mscclpp::executor::plan::{PlanDoc, Protocol, ReduceKind};
+use mscclpp::executor::plan::{self, PlanDoc, Protocol, ReduceKind};
 use mscclpp::executor::verify::{self, Races, Summary};
 use mscclpp::executor::{ExecutionPlan, plans};
 use mscclpp_tools::{BoxError, chain};
@@ -58,6 +59,9 @@ enum Cmd {
         /// Bytes of a pipeline's unit (allreduce_pipeline)
         #[arg(long, default_value_t = 1 << 20)]
         unit: u64,
+        /// Blocks (copy)
+        #[arg(long, default_value_t = 128)]
+        blocks: usize,
         /// Where (default: standard output)
         #[arg(short = 'o', long = "output", value_name = "FILE")]
         output: Option<PathBuf>,
@@ -174,13 +178,25 @@ fn run(cli: Cli) -> Result<bool, BoxError> {
             name,
             ranks,
             unit,
+            blocks,
             output,
         } => {
-            if ranks < 2 {
-                return Err("a plan needs at least 2 ranks".into());
-            }
-            let doc = own_plan(&name, ranks, unit)
-                .ok_or_else(|| format!("no plan {name:?} (mscclpp-plan list)"))?;
+            let doc = if name == "copy" {
+                if ranks != 1 || !(1..=plan::MAX_THREADBLOCKS).contains(&blocks) {
+                    return Err(format!(
+                        "copy is a plan of one rank and 1..={} blocks: --ranks 1 [--blocks N]",
+                        plan::MAX_THREADBLOCKS
+                    )
+                    .into());
+                }
+                plans::copy(blocks)
+            } else {
+                if ranks < 2 {
+                    return Err("a plan needs at least 2 ranks".into());
+                }
+                own_plan(&name, ranks, unit)
+                    .ok_or_else(|| format!("no plan {name:?} (mscclpp-plan list)"))?
+            };
             let text = serde_json::to_string_pretty(&doc.to_json())?;
             match output {
                 Some(p) => std::fs::write(&p, text + "\n")
@@ -194,6 +210,7 @@ fn run(cli: Cli) -> Result<bool, BoxError> {
                 println!("{} ({})", doc.name, doc.collective);
             }
             println!("allreduce_read_max (allreduce)");
+            println!("copy (allgather of one rank: --ranks 1 [--blocks N])");
             Ok(true)
         }
     }
