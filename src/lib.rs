@@ -14,6 +14,18 @@
 //! | `mscclpp-tools` (`tools/`, not a dependency) | `mscclpp-bench`, `mscclpp-run`, `mscclpp-info` | `mscclpp-test`, `mpirun` |
 //! | `mscclpp-nccl` (`nccl/`, not a dependency) | the drop-in `libnccl.so.2`: NCCL's C API over [`collectives`] | the NCCL API shim (`apps/nccl`) |
 //!
+//! ## Modules
+//!
+//! Lowest first; a module imports only modules of lower layers (`tests/layering.rs` reads
+//! this table):
+//!
+//! | layer | modules | what |
+//! |---|---|---|
+//! | 0 | `kernels`, `report`, `world` | the built-in kernels' registry (and [`DEVICE_PTX`]); an error and its causes at the end of `main`; ranks as threads of one process |
+//! | 1 | `trace` | device trace rings attached to a module's kernels |
+//! | 2 | `collectives` | the collectives (their own layers: [`collectives`]' docs) |
+//! | 3 | `executor` | MSCCL++ execution plans: parsed, verified, set up per (plan, buffers) and run by one interpreter kernel ([`executor`]' docs) |
+//!
 //! The libraries emit `tracing` events and install no subscriber; programs without one of
 //! their own call `mscclpp_log::init()` (crate `mscclpp-log`, `log/`), which shows them as
 //! `MSCCLPP_LOG` asks.

@@ -3,16 +3,18 @@
 //! element, primes, pieces larger than the staging buffer) and unaligned offsets, in place and
 //! out of place.
 
-mod common;
+mod values;
 
 use std::sync::Arc;
 
-use common::ranks_as_threads;
-use common::values::{MARKER, REDUCE_OPS as OPS, TYPES, decode, encode, value};
 use mscclpp::collectives::{Algorithm, Collective, CollectiveConfig, Collectives};
 use mscclpp::host::communicator::Communicator;
 use mscclpp::host::gpu::{BackendKind, DeviceBuffer};
 use mscclpp::shared::{DataType, DevicePtr, ReduceOp};
+use mscclpp_test_support as harness;
+use mscclpp_test_support::MARKER;
+use mscclpp_test_support::ranks_as_threads;
+use values::{REDUCE_OPS as OPS, TYPES, decode, encode, value};
 
 /// `count` elements of part `part` of `rank`'s data ([`value`]: a hash of the three).
 fn data(dtype: DataType, rank: usize, count: usize, part: usize) -> Vec<u8> {
@@ -333,9 +335,8 @@ fn run_with(
     config: impl Fn(BackendKind) -> CollectiveConfig + Sync,
     body: impl Fn(&Collectives) + Sync,
 ) {
-    let kind = common::backend();
-    let devices = kind.device_count().unwrap_or(1);
-    if kind == BackendKind::Cuda && n > devices {
+    if !harness::gpus_suffice(n) {
+        let devices = harness::device_count();
         eprintln!("{n} ranks on {devices} GPUs: checking that the collectives refuse");
         ranks_as_threads(n, |comm: Communicator| {
             let cfg = CollectiveConfig::for_backend(comm.gpu().kind());
@@ -417,6 +418,8 @@ fn awkward_count(algo: Option<Algorithm>) -> usize {
         Some(Algorithm::Port | Algorithm::Hierarchical) => 1031,
         // Serves no collective (forcing it is refused); the point-to-point calls use it.
         Some(Algorithm::P2p) => 13,
+        // `Algorithm` is non-exhaustive: a new algorithm gets its case here.
+        Some(a) => panic!("{a:?}: a new algorithm, without an awkward count here yet"),
     }
 }
 
@@ -451,6 +454,7 @@ fn every_algorithm(c: &Collectives) {
             }
             Algorithm::LlOneShot | Algorithm::Staged => others_case(c, 333, Some(algo)),
             Algorithm::Direct | Algorithm::CopyEngine => others_case(c, 1040, Some(algo)),
+            a => panic!("{a:?}: a new algorithm, without a case here yet"),
         }
     }
 }
@@ -544,6 +548,7 @@ fn every_algorithm_at_gpu_like_launch_shapes_3_ranks() {
                     others_case(c, 333, Some(algo))
                 }
                 Algorithm::Direct | Algorithm::CopyEngine => others_case(c, 1040, Some(algo)),
+                a => panic!("{a:?}: a new algorithm, without a case here yet"),
             }
         }
         // 3 MiB and 12 bytes of u32: three staged blocks of 1 MiB (and a partial fourth's
@@ -733,25 +738,17 @@ fn nine_ranks_stage_where_the_registered_paths_stop() {
 #[test]
 fn every_algorithm_as_processes_3_to_8_ranks() {
     const TEST: &str = "every_algorithm_as_processes_3_to_8_ranks";
-    match common::child_communicator() {
+    match harness::child_communicator() {
         Some(comm) => {
             let c = Collectives::new(Arc::new(comm)).expect("collectives");
             every_algorithm(&c);
             c.communicator().bootstrap().barrier().unwrap();
         }
         None => {
-            let kind = common::backend();
-            let gpus = if kind == BackendKind::Cuda {
-                kind.device_count().unwrap_or(0)
-            } else {
-                usize::MAX
-            };
             for n in 3..=8 {
-                if n > gpus {
-                    eprintln!("NOT RUN: {n} ranks as processes need {n} GPUs ({gpus} here)");
-                    continue;
+                if harness::enough_gpus(&format!("{TEST} on {n} ranks"), n) {
+                    harness::ranks_as_processes(n, TEST);
                 }
-                common::ranks_as_processes(n, TEST);
             }
         }
     }
@@ -945,7 +942,7 @@ fn ll_modes_back_to_back_3_and_4_ranks() {
 /// receiver clears its status, the next exchange is correct.
 #[test]
 fn send_larger_than_the_peers_recv_is_refused() {
-    if !common::enough_gpus("send_larger_than_the_peers_recv_is_refused", 2) {
+    if !harness::enough_gpus("send_larger_than_the_peers_recv_is_refused", 2) {
         return;
     }
     ranks_as_threads(2, |comm: Communicator| {
@@ -1008,7 +1005,7 @@ fn send_larger_than_the_peers_recv_is_refused() {
 /// reached this check too.)
 #[test]
 fn mismatched_all_reduce_lengths_are_refused() {
-    if !common::enough_gpus("mismatched_all_reduce_lengths_are_refused", 2) {
+    if !harness::enough_gpus("mismatched_all_reduce_lengths_are_refused", 2) {
         return;
     }
     ranks_as_threads(2, |comm: Communicator| {
@@ -1048,7 +1045,7 @@ fn mismatched_all_reduce_lengths_are_refused() {
 /// corrupting later.
 #[test]
 fn mismatched_configs_are_refused_at_setup() {
-    if !common::enough_gpus("mismatched_configs_are_refused_at_setup", 2) {
+    if !harness::enough_gpus("mismatched_configs_are_refused_at_setup", 2) {
         return;
     }
     ranks_as_threads(2, |comm: Communicator| {

@@ -6,17 +6,14 @@
 //! every element is compared with a host reference, launch after launch (both halves of a
 //! double scratch buffer, flags advancing).
 
-mod common;
-
 use std::sync::Arc;
 
-use common::values::MARKER;
-use mscclpp::device::reduce::{f32_to_bf16, f32_to_f16_soft};
 use mscclpp::executor::plan::{PlanDoc, ReduceKind};
 use mscclpp::executor::{ExecutionPlan, Executor, PacketType, Races, plans};
 use mscclpp::host::communicator::Communicator;
 use mscclpp::host::{Error, Result};
 use mscclpp::shared::DataType;
+use mscclpp_test_support::{self as harness, MARKER, codec};
 
 /// What one run checks.
 #[derive(Clone, Copy)]
@@ -65,17 +62,7 @@ const OFFSET: i64 = 300;
 impl Encodings {
     fn new(dtype: DataType) -> Self {
         let table = (-OFFSET..=OFFSET)
-            .map(|x| {
-                let x = x as f64;
-                match dtype {
-                    DataType::F32 => (x as f32).to_le_bytes().to_vec(),
-                    DataType::F16 => f32_to_f16_soft(x as f32).to_le_bytes().to_vec(),
-                    DataType::BF16 => f32_to_bf16(x as f32).to_le_bytes().to_vec(),
-                    DataType::I32 => (x as i32).to_le_bytes().to_vec(),
-                    DataType::U32 => (x as i32 as u32).to_le_bytes().to_vec(),
-                    other => panic!("{other:?}"),
-                }
-            })
+            .map(|x| codec::encode(dtype, x as f64))
             .collect();
         Self { dtype, table }
     }
@@ -219,7 +206,7 @@ fn run_plan(doc: &PlanDoc, n: usize, run: Run) -> Result<()> {
     // Each rank hands its executor and buffers back to be dropped after every rank has
     // joined: a rank that fails must not free memory its peers' kernels and proxies may still
     // write (ranks as threads reach each other's buffers at their own addresses).
-    let results = mscclpp::world::run_local_ranks(common::backend(), n, |comm: Communicator| {
+    let results = mscclpp::world::run_local_ranks(harness::backend(), n, |comm: Communicator| {
         let comm = Arc::new(comm);
         let mut keep: Vec<Box<dyn std::any::Any + Send>> = Vec::new();
         let outcome = rank_body(doc, n, run, &comm, in_bytes, out_bytes, &mut keep);
@@ -253,7 +240,7 @@ const RANKS: [usize; 4] = [2, 3, 4, 8];
 #[test]
 fn own_plans_at_2_3_4_and_8_ranks() {
     for n in RANKS {
-        if !common::enough_gpus("own_plans_at_2_3_4_and_8_ranks", n) {
+        if !harness::enough_gpus("own_plans_at_2_3_4_and_8_ranks", n) {
             continue;
         }
         // Chunks of 1 KiB (pipelines of 256-byte units: four iterations), three launches.
@@ -295,10 +282,10 @@ fn packet_routes_types_and_ll8() {
     }
 }
 
-/// The conformance plans in `../shared/mscclpp-plans/` (relative to the working directory,
-/// the package's under `cargo test` and in the GPU bundle), or `None` (and `NOT RUN`).
+/// The conformance plans in `../shared/mscclpp-plans/` (beside the repository's checkout, or
+/// its copy in the GPU bundle), or `None` (and `NOT RUN`).
 fn conformance(test: &str) -> Option<std::path::PathBuf> {
-    let d = std::path::PathBuf::from("../shared/mscclpp-plans");
+    let d = harness::package_dir(env!("CARGO_MANIFEST_DIR")).join("../shared/mscclpp-plans");
     if d.is_dir() {
         Some(d)
     } else {
@@ -347,7 +334,7 @@ fn conformance_plans_run_in_place() {
     let Some(dir) = conformance("conformance_plans_run_in_place") else {
         return;
     };
-    if !common::enough_gpus("conformance_plans_run_in_place", 2) {
+    if !harness::enough_gpus("conformance_plans_run_in_place", 2) {
         return;
     }
     run_conformance(&dir, "reduce.json", &[(32 << 20, 1, DataType::F32)]);
@@ -369,7 +356,7 @@ fn conformance_plans_at_32_mib() {
     let Some(dir) = conformance("conformance_plans_at_32_mib") else {
         return;
     };
-    if !common::enough_gpus("conformance_plans_at_32_mib", 2) {
+    if !harness::enough_gpus("conformance_plans_at_32_mib", 2) {
         return;
     }
     for f in RUNNABLE {

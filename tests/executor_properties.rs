@@ -8,14 +8,12 @@
 //! reproducible; the failing input is printed. `fuzz/fuzz_targets/execution_plan.rs` runs the
 //! same property coverage-guided, apart from CI.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::rng::Rng;
 use mscclpp::executor::plan::{OpKind, PlanDoc, ReduceKind};
 use mscclpp::executor::{ExecutionPlan, Races, plans};
 use mscclpp::host::Error;
+use mscclpp_test_support::{Rng, package_dir};
 use serde_json::{Value, json};
 
 /// Every node of `v` as a path of keys / indexes.
@@ -165,7 +163,7 @@ fn seeds() -> Vec<Value> {
         }
         out.push(plans::allreduce_read(n, ReduceKind::Max).to_json());
     }
-    let dir = std::path::PathBuf::from("../shared/mscclpp-plans");
+    let dir = package_dir(env!("CARGO_MANIFEST_DIR")).join("../shared/mscclpp-plans");
     if let Ok(rd) = std::fs::read_dir(&dir) {
         for e in rd.flatten() {
             if e.path().extension().is_some_and(|x| x == "json")

@@ -95,6 +95,7 @@ fn main() -> mscclpp_host::Result<()> {
     write("bootstrap_frames", "hello", &picked(5, &hello.body()));
     let challenge = Challenge {
         nonce: Nonce([0x22; 32]),
+        job: Nonce([0x55; 32]),
         tag: [0x33; 32],
     };
     write(

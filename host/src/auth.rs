@@ -2,6 +2,11 @@
 //! admits a peer (the bootstrap's JOIN and peer links, the Ethernet transport's HELLO, and any
 //! other transport that opens its own connections).
 //!
+//! A world's key is a [`Secret`]: 32 random bytes (a unique id's), or derived from a
+//! [`Passphrase`] (`MSCCLPP_SECRET`) with Argon2id, salted with the world's address and the
+//! root's job nonce ([`Passphrase`]: slow on purpose, so that a captured challenge does not
+//! let an outsider guess the passphrase offline at speed).
+//!
 //! Both sides prove that they know the same [`Secret`] without sending it: each draws a fresh
 //! random [`Nonce`], and each answers with an HMAC-SHA-256 tag (the `hmac` and `sha2` crates,
 //! not hand-rolled crypto) over a *transcript* that binds the protocol, the role of the prover,
@@ -43,6 +48,8 @@
 //! assert!(!verify(&secret, Role::Connector, context, &nc, &na, &t));
 //! ```
 
+mod passphrase;
+
 use std::fmt;
 use std::io;
 
@@ -57,13 +64,16 @@ pub const SECRET_LEN: usize = 32;
 pub const NONCE_LEN: usize = 32;
 /// Bytes of a tag ([`tag`]).
 pub const TAG_LEN: usize = 32;
-/// Shortest passphrase [`Secret::from_passphrase`] accepts.
-pub const MIN_PASSPHRASE_LEN: usize = 16;
+pub use passphrase::{
+    KDF_MEMORY_KIB, KDF_PASSES, MIN_PASSPHRASE_LEN, Passphrase, STRONG_BITS, STRONG_DISTINCT,
+    STRONG_LEN, derive as derive_from_passphrase,
+};
 
 type HmacSha256 = Hmac<Sha256>;
 
 /// A world's shared secret: 32 bytes, from the kernel's random source ([`Secret::random`]), a
-/// unique id, or a passphrase (`MSCCLPP_SECRET`). Its `Debug` form does not show it.
+/// unique id, or derived from a [`Passphrase`] (`MSCCLPP_SECRET`). Its `Debug` form does not
+/// show it.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Secret([u8; SECRET_LEN]);
 
@@ -80,26 +90,13 @@ impl Secret {
         Self(bytes)
     }
 
-    /// The secret derived from a passphrase (SHA-256 with a domain label). `None` when it is
-    /// shorter than [`MIN_PASSPHRASE_LEN`] bytes.
-    pub fn from_passphrase(passphrase: &str) -> Option<Self> {
-        if passphrase.len() < MIN_PASSPHRASE_LEN {
-            return None;
-        }
-        Some(Self::derive(b"mscclpp-rs secret v1", passphrase.as_bytes()))
-    }
-
     /// A secret that anyone can compute from `public` (for worlds started without one: the
     /// handshakes run the same way, but prove nothing; see the bootstrap's docs).
     pub fn public(public: &[u8]) -> Self {
-        Self::derive(b"mscclpp-rs public secret v1", public)
-    }
-
-    fn derive(label: &[u8], input: &[u8]) -> Self {
         let mut h = Sha256::new();
-        h.update(label);
-        h.update((input.len() as u64).to_le_bytes());
-        h.update(input);
+        h.update(b"mscclpp-rs public secret v1");
+        h.update((public.len() as u64).to_le_bytes());
+        h.update(public);
         Self(h.finalize().into())
     }
 
@@ -226,18 +223,10 @@ mod tests {
     }
 
     #[test]
-    fn secrets_from_passphrases_and_labels() {
-        assert!(Secret::from_passphrase("short").is_none());
-        let p = Secret::from_passphrase("a long enough passphrase").unwrap();
-        assert_eq!(
-            p,
-            Secret::from_passphrase("a long enough passphrase").unwrap()
-        );
-        assert_ne!(
-            p,
-            Secret::from_passphrase("another long passphrase").unwrap()
-        );
-        assert_ne!(p, Secret::public(b"a long enough passphrase"));
+    fn public_secrets_and_labels() {
+        let p = Secret::public(b"a long enough passphrase");
+        assert_eq!(p, Secret::public(b"a long enough passphrase"));
+        assert_ne!(p, Secret::public(b"another long passphrase"));
         assert_ne!(p.derive_for(b"x"), p.derive_for(b"y"));
         assert_eq!(format!("{p:?}"), "Secret(..)");
         let b = Secret::from_bytes(p.to_bytes());

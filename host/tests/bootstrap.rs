@@ -3,25 +3,24 @@
 //! port and on a rank's listener, and the pure parts (unique ids, launcher environments).
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{self, Receiver};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
 mod bootstrap_util;
 
-use bootstrap_util::{connect_retry, forged, hello, join_by_hand};
+use bootstrap_util::{connect_retry, forge, forged, hello, join_by_hand};
 use mscclpp_host::Error;
-use mscclpp_host::auth::Secret;
+use mscclpp_host::auth::{Passphrase, Secret};
 use mscclpp_host::bootstrap::wire::{
     self, ControlHeader, Hello, Kind, Proof, Purpose, Reject, RejectCode,
 };
 use mscclpp_host::bootstrap::{
     Bootstrap, BootstrapConfig, Launcher, RootSpec, TcpBootstrap, UniqueId, interface_ipv4,
 };
+use mscclpp_test_support::{Child, TestProcess};
 
 type BsResult = mscclpp_host::Result<TcpBootstrap>;
 
@@ -558,11 +557,11 @@ fn oversized_header(kind: Kind) -> Vec<u8> {
     .to_vec()
 }
 
-/// Sends the marker one byte every 300 ms: a slow drip must not outlive the handshake deadline.
-fn drip(addr: SocketAddr) -> thread::JoinHandle<Duration> {
+/// Sends the marker one byte every 300 ms on `s`: a slow drip must not outlive the handshake
+/// deadline.
+fn drip(mut s: TcpStream) -> thread::JoinHandle<Duration> {
     thread::spawn(move || {
         let t0 = Instant::now();
-        let mut s = connect_retry(addr);
         for b in wire::MARKER.iter().chain(&[0u8; 16]) {
             if s.write_all(&[*b]).is_err() {
                 break;
@@ -602,11 +601,13 @@ fn hostile_connections_on_the_root_port_are_rejected_while_ranks_join() {
     let wrong_kind = connect_send(root, &Proof { tag: [0; 32] }.encode());
     let wrong_purpose = connect_send(root, &hello_with(id.magic(), Purpose::Link, 1, 3));
     let wrong_size = connect_send(root, &hello_with(id.magic(), Purpose::Join, 1, 99));
-    // Needs the root's CHALLENGE: runs while the ranks join.
-    let forger = thread::spawn(move || forged(root, &id, Purpose::Join, (1, wire::ROOT, 3)));
+    // Needs the root's CHALLENGE: runs while the ranks join (connected now, so that it is in
+    // the backlog before the ranks start, however late its thread runs).
+    let forger_conn = connect_retry(root);
+    let forger = thread::spawn(move || forge(forger_conn, &id, Purpose::Join, (1, wire::ROOT, 3)));
     let silent = connect_retry(root);
     drop(connect_retry(root)); // connects and leaves at once
-    let dripper = drip(root);
+    let dripper = drip(connect_retry(root));
 
     let t0 = Instant::now();
     let listener = Mutex::new(Some(listener));
@@ -823,13 +824,6 @@ fn child_process_entry() {
     }
 }
 
-struct ChildProc {
-    name: String,
-    child: Child,
-    lines: Receiver<String>,
-    output: Arc<Mutex<String>>,
-}
-
 const LAUNCHER_VARS: [&str; 17] = [
     "MSCCLPP_UNIQUE_ID",
     "MSCCLPP_BOOTSTRAP",
@@ -850,6 +844,12 @@ const LAUNCHER_VARS: [&str; 17] = [
     "SLURM_LOCALID",
 ];
 
+/// How long a child may take to print an awaited line, and to exit once awaited.
+const CHILD_LINE: Duration = Duration::from_secs(20);
+const CHILD_EXIT: Duration = Duration::from_secs(30);
+
+/// This test binary running [`CHILD_TEST`] as `role` (the harness's bounded child process),
+/// with none of the launchers' variables of the caller's.
 fn spawn_child(
     role: &str,
     rank: usize,
@@ -857,111 +857,41 @@ fn spawn_child(
     expect: &str,
     id: Option<&UniqueId>,
     timeout_ms: u64,
-) -> ChildProc {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([
-        "--ignored",
-        "--exact",
-        CHILD_TEST,
-        "--nocapture",
-        "--test-threads=1",
-    ]);
+) -> Child {
+    let mut p = TestProcess::new(CHILD_TEST).named(format!("{role} rank {rank}"));
     for v in LAUNCHER_VARS {
-        cmd.env_remove(v);
+        p = p.env_remove(v);
     }
-    cmd.env(ROLE, role)
+    p = p
+        .env(ROLE, role)
         .env(EXPECT, expect)
         .env("MSCCLPP_RANK", rank.to_string())
         .env("MSCCLPP_WORLD_SIZE", size.to_string())
-        .env("MSCCLPP_BOOTSTRAP_TIMEOUT_MS", timeout_ms.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .env("MSCCLPP_BOOTSTRAP_TIMEOUT_MS", timeout_ms.to_string());
     if let Some(id) = id {
-        cmd.env("MSCCLPP_UNIQUE_ID", id.to_hex());
+        p = p.env("MSCCLPP_UNIQUE_ID", id.to_hex());
     }
-    let mut child = cmd.spawn().unwrap();
-    let (tx, lines) = mpsc::channel();
-    let output = Arc::new(Mutex::new(String::new()));
-    let out = child.stdout.take().unwrap();
-    let err = child.stderr.take().unwrap();
-    let (o1, o2) = (Arc::clone(&output), Arc::clone(&output));
-    thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            o1.lock().unwrap().push_str(&format!("{line}\n"));
-            let _ = tx.send(line);
-        }
-    });
-    thread::spawn(move || {
-        for line in BufReader::new(err).lines().map_while(Result::ok) {
-            o2.lock().unwrap().push_str(&format!("[stderr] {line}\n"));
-        }
-    });
-    ChildProc {
-        name: format!("{role} rank {rank}"),
-        child,
-        lines,
-        output,
-    }
+    p.spawn()
 }
 
-impl ChildProc {
-    /// The first output line containing `marker`, from the marker on (the test harness may
-    /// print its own text before it on the same line).
-    fn wait_line(&self, marker: &str) -> String {
-        let until = Instant::now() + Duration::from_secs(20);
-        while let Some(left) = until.checked_duration_since(Instant::now()) {
-            match self.lines.recv_timeout(left) {
-                Ok(l) if l.contains(marker) => return l[l.find(marker).unwrap_or(0)..].to_string(),
-                Ok(_) => {}
-                Err(_) => break,
-            }
-        }
-        panic!(
-            "{}: no {marker:?} line; output:\n{}",
-            self.name,
-            self.output.lock().unwrap()
-        );
-    }
-
-    /// Waits for a clean exit, killing the child if it takes longer than 30 s.
-    fn finish(mut self) -> String {
-        let until = Instant::now() + Duration::from_secs(30);
-        let status = loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                break st;
-            }
-            if Instant::now() > until {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!(
-                    "{} hung; output:\n{}",
-                    self.name,
-                    self.output.lock().unwrap()
-                );
-            }
-            thread::sleep(Duration::from_millis(20));
-        };
-        thread::sleep(Duration::from_millis(50)); // let the pipe readers finish
-        let out = self.output.lock().unwrap().clone();
-        assert!(
-            status.success(),
-            "{} exited with {status}; output:\n{out}",
-            self.name
-        );
-        out
-    }
+/// Waits (at most [`CHILD_EXIT`]) for a clean exit; returns the child's output.
+fn finish(c: Child) -> String {
+    let end = c.wait_until(Instant::now() + CHILD_EXIT);
+    assert!(end.success(), "{}", end.text());
+    end.output()
 }
 
 fn processes(n: usize) {
     let root = spawn_child("root", 0, n, "ok", None, 20_000);
-    let line = root.wait_line("UNIQUE_ID ");
-    let id: UniqueId = line["UNIQUE_ID ".len()..].parse().unwrap();
-    let others: Vec<ChildProc> = (1..n)
+    let id: UniqueId = root
+        .read_line_with("UNIQUE_ID ", CHILD_LINE)
+        .parse()
+        .unwrap();
+    let others: Vec<Child> = (1..n)
         .map(|r| spawn_child("rank", r, n, "ok", Some(&id), 20_000))
         .collect();
     for (r, c) in std::iter::once(root).chain(others).enumerate() {
-        let out = c.finish();
+        let out = finish(c);
         assert!(
             out.contains(&format!("CHILD_OK {r}")),
             "rank {r} output:\n{out}"
@@ -984,18 +914,20 @@ fn process_killed_after_joining_fails_the_others_naming_it() {
     let timeout_ms = 5_000;
     let t0 = Instant::now();
     let root = spawn_child("root", 0, 4, "fail-naming:3", None, timeout_ms);
-    let id: UniqueId = root.wait_line("UNIQUE_ID ")["UNIQUE_ID ".len()..]
+    let id: UniqueId = root
+        .read_line_with("UNIQUE_ID ", CHILD_LINE)
         .parse()
         .unwrap();
     let mut doomed = spawn_child("die-after-join", 3, 4, "", Some(&id), timeout_ms);
-    doomed.wait_line("JOINED");
-    doomed.child.kill().unwrap();
-    doomed.child.wait().unwrap();
-    let others: Vec<ChildProc> = (1..3)
+    doomed.read_line_with("JOINED", CHILD_LINE);
+    doomed.kill();
+    let killed = doomed.wait_for(CHILD_EXIT);
+    assert!(!killed.status.success(), "{}", killed.text());
+    let others: Vec<Child> = (1..3)
         .map(|r| spawn_child("rank", r, 4, "fail-naming:3", Some(&id), timeout_ms))
         .collect();
     for c in std::iter::once(root).chain(others) {
-        let out = c.finish();
+        let out = finish(c);
         assert!(out.contains("CHILD_FAILED_NAMING 3"), "output:\n{out}");
     }
     assert!(
@@ -1082,7 +1014,7 @@ fn unique_id_round_trips_and_rejects_malformed_input() {
     // A plain address: authenticated only with a secret, which changes nothing else.
     let open = UniqueId::for_addr(addr).unwrap();
     assert!(!open.is_authenticated());
-    let k = Secret::from_passphrase("sixteen chars ok").unwrap();
+    let k = Secret::random().unwrap();
     let shut = UniqueId::for_addr_with_secret(addr, k).unwrap();
     assert!(shut.is_authenticated());
     assert_eq!((shut.magic(), shut.root()), (open.magic(), open.root()));
@@ -1150,14 +1082,22 @@ fn environment_of_each_launcher() {
         ("MSCCLPP_SECRET", "correct horse battery staple"),
         ("MSCCLPP_BOOTSTRAP_MAX_QUEUED_BYTES", "1000"),
         ("MSCCLPP_BOOTSTRAP_MAX_QUEUED_FRAMES", "7"),
+        ("MSCCLPP_BOOTSTRAP_MAX_PROCESS_QUEUED_BYTES", "5000"),
     ])
     .unwrap();
+    assert_eq!(c.secret, None);
     assert_eq!(
-        c.secret,
-        Secret::from_passphrase("correct horse battery staple")
+        c.passphrase,
+        Passphrase::new("correct horse battery staple")
     );
-    assert!(c.session().unwrap().is_authenticated());
+    // Its key is derived at set-up (the root's job nonce): no unique id stands for it.
+    assert!(matches!(c.session(), Err(Error::BootstrapConfig(_))));
+    assert!(matches!(
+        c.clone().with_secret(Secret::random().unwrap()).validate(),
+        Err(Error::BootstrapConfig(_))
+    ));
     assert_eq!((c.max_queued_bytes, c.max_queued_frames), (1000, 7));
+    assert_eq!(c.max_process_queued_bytes, 5000);
     assert!(config_error(&[
         ("MSCCLPP_RANK", "0"),
         ("MSCCLPP_WORLD_SIZE", "2"),
@@ -1348,4 +1288,284 @@ fn environment_of_each_launcher() {
         ]),
         Err(Error::BootstrapUniqueId { .. })
     ));
+}
+
+// ---- a rank claimed by another process ----
+
+/// In a world without a secret (a plain root address, no `MSCCLPP_SECRET`), a process that
+/// joins as rank 1 first shuts the real rank 1 out. The real one fails at once saying that
+/// another process claimed its rank: while the world is still forming (the root refuses a
+/// second JOIN) and after it formed without it (the root keeps answering late JOINs), where it
+/// used to find the root's port closed and fail with "connect to the root timed out".
+#[test]
+fn a_rank_shut_out_by_an_impostor_is_told_that_its_rank_was_claimed() {
+    let timeout = Duration::from_secs(8);
+    let claimed = |e: &Error| match e {
+        Error::BootstrapRankTaken {
+            rank: 1,
+            peer,
+            reason,
+        } => {
+            peer.rank == Some(0)
+                && reason.contains("no secret")
+                && reason.contains("MSCCLPP_SECRET")
+        }
+        _ => false,
+    };
+
+    // Forming: a world of 3 whose rank 2 never comes; the impostor joins as rank 1 by hand
+    // (anyone can compute the handshake of a world without a secret).
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let open = UniqueId::for_addr(addr).unwrap();
+    thread::scope(|s| {
+        let root = s.spawn(move || {
+            TcpBootstrap::init(
+                BootstrapConfig::new(0, 3, addr).with_timeout(Duration::from_secs(4)),
+            )
+        });
+        let _impostor = join_by_hand(&open, 1, 3, "127.0.0.1:9".parse().unwrap());
+        let t0 = Instant::now();
+        let e =
+            TcpBootstrap::init(BootstrapConfig::new(1, 3, addr).with_timeout(timeout)).unwrap_err();
+        println!("CLAIMED while forming, after {:?}: {e}", t0.elapsed());
+        assert!(claimed(&e), "{e}");
+        assert!(t0.elapsed() < timeout / 2, "took {:?}", t0.elapsed());
+        assert!(root.join().unwrap().is_err(), "rank 2 never came");
+    });
+
+    // Formed: the impostor runs the library as rank 1 of a world of 2; the world forms with
+    // it; the real rank 1 comes late.
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let cfg = move |r: usize| BootstrapConfig::new(r, 2, addr).with_timeout(timeout);
+    thread::scope(|s| {
+        let root = s.spawn(move || TcpBootstrap::init(cfg(0)).unwrap());
+        let impostor = TcpBootstrap::init(cfg(1)).unwrap();
+        let root = root.join().unwrap();
+        let t0 = Instant::now();
+        let e = TcpBootstrap::init(cfg(1)).unwrap_err();
+        println!(
+            "CLAIMED after the world formed, after {:?}: {e}",
+            t0.elapsed()
+        );
+        assert!(claimed(&e), "{e}");
+        assert!(e.to_string().contains("formed without this process"), "{e}");
+        assert!(t0.elapsed() < timeout / 2, "took {:?}", t0.elapsed());
+        // The world itself is unharmed.
+        thread::scope(|s2| {
+            s2.spawn(|| impostor.barrier().unwrap());
+            root.barrier().unwrap();
+        });
+    });
+}
+
+// ---- passphrases (MSCCLPP_SECRET) ----
+
+const PASSPHRASE: &str = "6e1f0b3c2a9d4e5f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f";
+
+/// A world started with a passphrase sets up (every rank derives the key from the root's job
+/// nonce); a rank with another passphrase is refused, and the root still serves the real one.
+#[test]
+fn a_passphrase_world_sets_up_and_a_wrong_passphrase_is_refused() {
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let right = Passphrase::new(PASSPHRASE).unwrap();
+    let wrong = Passphrase::new("this passphrase is long but it is the wrong one").unwrap();
+    let cfg = |r: usize, p: &Passphrase| {
+        BootstrapConfig::new(r, 3, addr)
+            .with_timeout(Duration::from_secs(30))
+            .with_passphrase(p.clone())
+    };
+    let (right, cfg) = (&right, &cfg);
+    thread::scope(|s| {
+        let root = s.spawn(move || TcpBootstrap::init(cfg(0, right)).unwrap());
+        let e = TcpBootstrap::init(cfg(1, &wrong)).unwrap_err();
+        assert!(
+            matches!(&e, Error::BootstrapAuth { peer, .. } if peer.rank == Some(0)),
+            "{e}"
+        );
+        let others: Vec<_> = (1..3)
+            .map(|r| s.spawn(move || TcpBootstrap::init(cfg(r, right)).unwrap()))
+            .collect();
+        let all: Vec<TcpBootstrap> = std::iter::once(root)
+            .chain(others)
+            .map(|h| h.join().unwrap())
+            .collect();
+        // Every rank holds the same key (the Ethernet transport's), and it is not the public
+        // one of a world without a secret.
+        let key = all[0].secret().unwrap();
+        assert!(all.iter().all(|b| b.secret() == Some(key)));
+        assert_ne!(
+            Some(key),
+            UniqueId::for_addr(addr).ok().map(|i| *i.secret())
+        );
+        thread::scope(|s2| {
+            for bs in &all {
+                s2.spawn(move || {
+                    assert_eq!(
+                        bs.all_gather(&[bs.rank() as u8, 0xA5]).unwrap(),
+                        vec![vec![0, 0xA5], vec![1, 0xA5], vec![2, 0xA5]]
+                    )
+                });
+            }
+        });
+    });
+}
+
+/// What an outsider gets from a passphrase world: one CHALLENGE (anyone who reaches the port
+/// can ask). Guessing the passphrase from it offline costs one Argon2id derivation per guess;
+/// the rates (printed, not asserted) against the unsalted SHA-256 of protocol v3. Asserted:
+/// the right guess checks out and the wrong ones do not; a key derived for another job nonce
+/// or another address does not; a second world on the same address hands out another nonce.
+#[test]
+fn an_offline_guesser_pays_the_kdf_for_every_guess() {
+    use hmac::{Hmac, Mac};
+    use mscclpp_host::auth::{self, Nonce, Role};
+    use mscclpp_host::bootstrap::passphrase_key;
+    use sha2::{Digest, Sha256};
+
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let right = Passphrase::new(PASSPHRASE).unwrap();
+    let open = UniqueId::for_addr(addr).unwrap(); // its magic: anyone can compute it
+    // Rank 0 of a world of 2 (rank 1 never comes): its root serves challenges meanwhile.
+    let capture = || {
+        let mut s = connect_retry(addr);
+        let h = hello(&open, Purpose::Join, 1, wire::ROOT, 2);
+        s.write_all(&h.encode()).unwrap();
+        let (kind, body) = bootstrap_util::read_frame(&mut s);
+        assert_eq!(kind, Kind::Challenge.code());
+        (h, wire::Challenge::decode(&body).unwrap())
+    };
+    let start = || {
+        let p = right.clone();
+        thread::spawn(move || {
+            let c = BootstrapConfig::new(0, 2, addr)
+                .with_timeout(Duration::from_secs(3))
+                .with_passphrase(p);
+            TcpBootstrap::init(c).unwrap_err()
+        })
+    };
+    let root = start();
+    let (h, c) = capture();
+    let checks = |key: &Secret| {
+        auth::verify(
+            key,
+            Role::Acceptor,
+            &wire::acceptor_context(&h.body(), &c.job),
+            &h.nonce,
+            &c.nonce,
+            &c.tag,
+        )
+    };
+
+    // Offline, with the KDF: a few wrong guesses, then the right one.
+    let guesses: Vec<Passphrase> = (0..6)
+        .map(|i| Passphrase::new(&format!("guess number {i} of the offline guesser")).unwrap())
+        .chain(std::iter::once(right.clone()))
+        .collect();
+    let t0 = Instant::now();
+    let found: Vec<bool> = guesses
+        .iter()
+        .map(|g| checks(&passphrase_key(g, addr, &c.job).unwrap()))
+        .collect();
+    let kdf_rate = guesses.len() as f64 / t0.elapsed().as_secs_f64();
+    assert_eq!(found, [false, false, false, false, false, false, true]);
+
+    // The same guesser against protocol v3's key (an unsalted SHA-256 of the passphrase,
+    // keying the same HMAC): how fast it went before.
+    let v3_key = |p: &str| {
+        let mut d = Sha256::new();
+        d.update(b"mscclpp-rs secret v1");
+        d.update((p.len() as u64).to_le_bytes());
+        d.update(p.as_bytes());
+        Secret::from_bytes(d.finalize().into())
+    };
+    let n = 20_000;
+    let t0 = Instant::now();
+    let mut hits = 0;
+    for i in 0..n {
+        let k = v3_key(&format!("guess number {i} of the offline guesser"));
+        let mut m = Hmac::<Sha256>::new_from_slice(&k.to_bytes()).unwrap();
+        m.update(&c.tag);
+        hits += usize::from(m.finalize().into_bytes()[0] == 0xFF);
+    }
+    let v3_rate = f64::from(n) / t0.elapsed().as_secs_f64();
+    println!(
+        "GUESSER: {kdf_rate:.1} guesses/s with Argon2id (m={} KiB, t={}), {v3_rate:.0} guesses/s against v3's SHA-256 key ({:.0}x fewer; debug build, one core; {hits})",
+        auth::KDF_MEMORY_KIB,
+        auth::KDF_PASSES,
+        v3_rate / kdf_rate
+    );
+
+    // A key is worth one job of one address.
+    let other_job = Nonce([0x5A; 32]);
+    assert!(!checks(&passphrase_key(&right, addr, &other_job).unwrap()));
+    let elsewhere: SocketAddr = format!("127.0.0.1:{}", addr.port() ^ 1).parse().unwrap();
+    assert!(!checks(&passphrase_key(&right, elsewhere, &c.job).unwrap()));
+    assert!(matches!(
+        root.join().unwrap(),
+        Error::BootstrapMissingRanks { .. }
+    ));
+    let root = start();
+    let (_, again) = capture();
+    assert_ne!(
+        again.job, c.job,
+        "a new world on the same address, the same job nonce"
+    );
+    assert!(!checks(&passphrase_key(&right, addr, &again.job).unwrap()));
+    root.join().unwrap();
+}
+
+/// The job nonce changed the handshake's layout (protocol v4). A rank of protocol v3 is told
+/// `REJECT Version` naming both versions; a v4 rank that meets a v3 listener fails with
+/// `Error::BootstrapVersion` naming it (the header's layout never changes).
+#[test]
+fn a_peer_of_protocol_v3_is_refused_with_both_versions_named() {
+    assert_eq!(wire::VERSION, 4);
+    let (id, listener) = UniqueId::bind(loopback()).unwrap();
+    let root = thread::spawn(move || {
+        let c = BootstrapConfig::new(0, 2, id).with_timeout(Duration::from_secs(3));
+        TcpBootstrap::init_with_root_listener(c, listener).unwrap_err()
+    });
+    let v3 = with_version(hello(&id, Purpose::Join, 1, wire::ROOT, 2).encode(), 3);
+    let (reject, closed) = answer(connect_send(id.root(), &v3), Duration::from_secs(5));
+    let reject = reject.expect("a REJECT");
+    assert!(closed);
+    assert_eq!(reject.code, RejectCode::Version);
+    assert!(
+        reject.reason.contains("version 3") && reject.reason.contains('4'),
+        "{}",
+        reject.reason
+    );
+    assert!(matches!(
+        root.join().unwrap(),
+        Error::BootstrapMissingRanks { .. }
+    ));
+
+    // A listener that speaks v3: it refuses our HELLO with a frame of its version.
+    let fake = TcpListener::bind(loopback()).unwrap();
+    let at = fake.local_addr().unwrap();
+    let server = thread::spawn(move || {
+        let (mut s, _) = fake.accept().unwrap();
+        let mut hello = vec![0u8; wire::CONTROL_HEADER_LEN + wire::HELLO_BODY_LEN];
+        s.read_exact(&mut hello).unwrap();
+        let r = Reject {
+            code: RejectCode::Version,
+            reason: "protocol version 4 is not this listener's 3".into(),
+        };
+        s.write_all(&with_version(r.encode(), 3)).unwrap();
+    });
+    let id = UniqueId::new(at).unwrap();
+    let e = TcpBootstrap::init(BootstrapConfig::new(1, 2, id).with_timeout(Duration::from_secs(5)))
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::BootstrapVersion {
+                got: 3,
+                want: 4,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    server.join().unwrap();
 }

@@ -427,6 +427,74 @@ fn a_flooding_peer_is_cut_off_at_the_caps_and_the_communicator_aborts() {
     });
 }
 
+/// Each peer stays under its own cap (256 MiB), but together they would make the process hold
+/// more than its cap (6 MiB here): the sender of the frame that does not fit is cut with the
+/// same typed error and abort as a peer over its own cap.
+#[test]
+fn the_process_cap_cuts_the_peer_whose_frame_does_not_fit() {
+    let _serial = serial();
+    const CAP: u64 = 6 << 20;
+    let (id, root) = UniqueId::bind(loopback()).unwrap();
+    let root = Mutex::new(Some(root));
+    let done = std::sync::Barrier::new(3);
+    thread::scope(|s| {
+        for r in 0..3 {
+            let (root, done) = (&root, &done);
+            s.spawn(move || {
+                let c = BootstrapConfig::new(r, 3, id)
+                    .with_timeout(Duration::from_secs(20))
+                    .with_process_queue_cap(CAP);
+                let l = if r == 0 { root.lock().unwrap().take() } else { None };
+                let bs = match l {
+                    Some(l) => TcpBootstrap::init_with_root_listener(c, l),
+                    None => TcpBootstrap::init(c),
+                }
+                .unwrap();
+                if r != 0 {
+                    // 4 MiB each in 1 MiB frames, never received: 8 MiB in all.
+                    let chunk = vec![r as u8; 1 << 20];
+                    let sent = (0..4u64)
+                        .take_while(|t| bs.send(0, 500 + t, &chunk).is_ok())
+                        .count();
+                    println!("PROCESS CAP rank {r} sent {sent} MiB");
+                    done.wait();
+                    return;
+                }
+                let gpu = Gpu::open(BackendKind::Cpu, 0).unwrap();
+                let bs = Arc::new(bs);
+                let comm = Communicator::new(bs.clone(), gpu).unwrap();
+                let until = Instant::now() + Duration::from_secs(10);
+                let e = loop {
+                    if let Some(e) = comm.async_error() {
+                        break e;
+                    }
+                    assert!(Instant::now() < until, "no abort for the process cap");
+                    thread::sleep(Duration::from_millis(5));
+                };
+                let Error::Remote { rank: cut, reason } = &e else {
+                    panic!("{e}");
+                };
+                assert!(reason.contains("this process queues"), "{reason}");
+                let held = bs.queued_from(1).0 + bs.queued_from(2).0;
+                println!("PROCESS CAP rank 0 holds {held} bytes (cap {CAP}): {e}");
+                assert!(held <= CAP, "{held} bytes held");
+                assert!(held >= CAP - (2 << 20), "cut well before the cap: {held} bytes");
+                // What was queued from the cut rank is still handed out, then the typed error.
+                let _ = bs.recv(*cut, 500);
+                let e = (501..504)
+                    .find_map(|t| bs.recv(*cut, t).err())
+                    .expect("a receive from the cut rank fails");
+                assert!(
+                    matches!(&e, Error::BootstrapQueueFull { peer, process: true, max_bytes: CAP, .. }
+                        if peer.rank == Some(*cut)),
+                    "{e}"
+                );
+                done.wait();
+            });
+        }
+    });
+}
+
 // ---- a death reaches every rank ----
 
 #[test]

@@ -7,12 +7,14 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+mod bootstrap_util;
+
+use bootstrap_util::Flood;
 use mscclpp_host::Error;
 use mscclpp_host::auth::{self, Nonce, Role, Secret};
 use mscclpp_host::bootstrap::{Bootstrap, BootstrapConfig, TcpBootstrap, UniqueId};
@@ -22,8 +24,9 @@ use mscclpp_host::connection::ethernet::{
     handshake_context,
 };
 use mscclpp_host::connection::{Connection, Endpoint, EndpointConfig};
-use mscclpp_host::gpu::{BackendKind, DeviceBuffer, Gpu};
+use mscclpp_host::gpu::DeviceBuffer;
 use mscclpp_host::transport::Transport;
+use mscclpp_test_support::{gpu, ranks_as_threads as comm_world};
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -51,42 +54,9 @@ fn bootstrap(
     .expect("bootstrap")
 }
 
-/// Device `r` (wrapping) of the backend users would get: `MSCCLPP_BACKEND`, else CUDA when a
-/// GPU is present, else the CPU backend.
-fn gpu(r: usize) -> Gpu {
-    let kind = BackendKind::select().unwrap();
-    Gpu::open(kind, r % kind.device_count().unwrap().max(1)).unwrap()
-}
-
 fn communicator(bs: TcpBootstrap) -> Communicator {
     let r = bs.rank();
     Communicator::new(Arc::new(bs), gpu(r)).unwrap()
-}
-
-/// Runs `n` ranks as threads; rank `r` gets `body(r, bootstrap)`.
-fn world<T: Send>(n: usize, body: impl Fn(usize, TcpBootstrap) -> T + Sync) -> Vec<T> {
-    let (id, listener) = UniqueId::bind(loopback()).unwrap();
-    let listener = Mutex::new(Some(listener));
-    thread::scope(|s| {
-        let hs: Vec<_> = (0..n)
-            .map(|r| {
-                let (body, listener) = (&body, &listener);
-                s.spawn(move || {
-                    let root = if r == 0 {
-                        listener.lock().unwrap().take()
-                    } else {
-                        None
-                    };
-                    body(r, bootstrap(r, n, id, root))
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    })
-}
-
-fn comm_world<T: Send>(n: usize, body: impl Fn(Communicator) -> T + Sync) -> Vec<T> {
-    world(n, |_, bs| body(communicator(bs)))
 }
 
 struct Rng(u64);
@@ -444,11 +414,18 @@ fn prove_to_rank0(addr: SocketAddr, key: &Secret, context: &[u8]) -> (TcpStream,
 }
 
 fn fake_connect(bs: &TcpBootstrap, tag: u64, strays: bool) -> FakePeer {
-    fake_connect_past(bs, tag, strays, 0)
+    fake_connect_past(bs, tag, strays, 0, &|_| ())
 }
 
-/// [`fake_connect`], holding `silent` more connections that say nothing (opened first).
-fn fake_connect_past(bs: &TcpBootstrap, tag: u64, strays: bool, silent: usize) -> FakePeer {
+/// [`fake_connect`], holding `silent` more connections that say nothing (opened first), and
+/// calling `before` with rank 0's listener address before its own handshake.
+fn fake_connect_past(
+    bs: &TcpBootstrap,
+    tag: u64,
+    strays: bool,
+    silent: usize,
+    before: &dyn Fn(SocketAddr),
+) -> FakePeer {
     let key = bs.secret().unwrap();
     let listener = TcpListener::bind(loopback()).unwrap();
     let my_token = 0x0123_4567_89ab_cdef_u64;
@@ -479,6 +456,7 @@ fn fake_connect_past(bs: &TcpBootstrap, tag: u64, strays: bool, silent: usize) -
     // Rank 1 connects to rank 0 (rank 1's tokens first), and rank 0 to rank 1.
     let out_ctx = handshake_context(1, 0, my_token, their.token);
     let in_ctx = handshake_context(0, 1, their.token, my_token);
+    before(addr);
     let mut stray_conns: Vec<TcpStream> = (0..silent)
         .map(|_| TcpStream::connect(addr).unwrap())
         .collect();
@@ -762,6 +740,74 @@ fn hostile_frames_are_refused_without_copying() {
     });
 }
 
+/// The real rank 0 of a test against a fake rank 1: sends rank 1 a registration of 64 zeroed
+/// bytes (tag 99), connects over Ethernet, waits for the fake's word (tag 101) and checks that
+/// `expect` arrived at the start of the buffer. How long `connect` took.
+fn real_rank0_connects(
+    id: UniqueId,
+    listener: &Mutex<Option<mscclpp_host::bootstrap::RootListener>>,
+    expect: &[u8; 8],
+) -> Duration {
+    let bs = Arc::new(bootstrap(0, 2, id, listener.lock().unwrap().take()));
+    let comm = Communicator::new(bs.clone(), gpu(0)).unwrap();
+    let buf = comm.gpu().alloc(64).unwrap();
+    buf.copy_from_host(0, &[0u8; 64]).unwrap();
+    let reg = comm.register_buffer(&buf, Transport::Ethernet).unwrap();
+    bs.send(1, 99, &reg.serialize()).unwrap();
+    let t0 = Instant::now();
+    let conn = comm.connect(config(), 1, 0).unwrap();
+    let took = t0.elapsed();
+    bs.recv(1, 101).unwrap(); // the fake wrote and flushed
+    let mut b = vec![0u8; 64];
+    buf.copy_to_host(0, &mut b).unwrap();
+    assert_eq!(&b[..8], expect);
+    drop(conn);
+    took
+}
+
+/// The fake rank 1's bootstrap and the registration [`real_rank0_connects`] sent it.
+fn fake_rank1_memory(
+    id: UniqueId,
+) -> (
+    TcpBootstrap,
+    mscclpp_host::registered_memory::RegisteredMemory,
+) {
+    let bs = bootstrap(1, 2, id, None);
+    let mem = mscclpp_host::registered_memory::RegisteredMemory::deserialize(
+        &bs.recv(0, 99).unwrap(),
+        &gpu(1),
+        0,
+        false,
+    )
+    .unwrap();
+    (bs, mem)
+}
+
+/// The fake writes `bytes` into `mem`, flushes, tells rank 0 (tag 101) and says goodbye.
+fn write_and_leave(
+    bs: &TcpBootstrap,
+    mut p: FakePeer,
+    mem: &mscclpp_host::registered_memory::RegisteredMemory,
+    bytes: &[u8; 8],
+) {
+    let mut v = Frame::Write {
+        id: mem.local_id(),
+        offset: 0,
+        len: 8,
+        key: mem.key(),
+    }
+    .encode()
+    .to_vec();
+    v.extend_from_slice(bytes);
+    v.extend_from_slice(&Frame::Flush { seq: 1 }.encode());
+    p.out.write_all(&v).unwrap();
+    assert_eq!(answer(&mut p.out), Ok(1));
+    bs.send(0, 101, b"").unwrap();
+    p.out.write_all(&Frame::Bye.encode()).unwrap();
+    let mut rest = Vec::new();
+    let _ = p.inbound.read_to_end(&mut rest);
+}
+
 /// Rank 0's `connect` completes while a dozen silent connections (each allowed 2 s for its
 /// handshake: 24 s if they were served one after the other, past the 20 s set-up deadline), a
 /// forged proof, a wrong rank and garbage are held open on its listener; data then flows.
@@ -771,33 +817,13 @@ fn connect_completes_past_silent_and_forged_connections() {
     let listener = Mutex::new(Some(listener));
     thread::scope(|s| {
         let real = s.spawn(|| {
-            let bs = Arc::new(bootstrap(0, 2, id, listener.lock().unwrap().take()));
-            let comm = Communicator::new(bs.clone(), gpu(0)).unwrap();
-            let buf = comm.gpu().alloc(64).unwrap();
-            buf.copy_from_host(0, &[0u8; 64]).unwrap();
-            let reg = comm.register_buffer(&buf, Transport::Ethernet).unwrap();
-            bs.send(1, 99, &reg.serialize()).unwrap();
-            let t0 = Instant::now();
-            let conn = comm.connect(config(), 1, 0).unwrap();
-            let took = t0.elapsed();
+            let took = real_rank0_connects(id, &listener, &[1, 2, 3, 4, 5, 6, 7, 8]);
             println!("connect past 16 hostile connections: {took:?}");
             assert!(took < Duration::from_secs(5), "connect took {took:?}");
-            bs.recv(1, 101).unwrap(); // the fake wrote and flushed
-            let mut b = vec![0u8; 64];
-            buf.copy_to_host(0, &mut b).unwrap();
-            assert_eq!(&b[..8], &[1, 2, 3, 4, 5, 6, 7, 8]);
-            drop(conn);
         });
         let fake = s.spawn(|| {
-            let bs = bootstrap(1, 2, id, None);
-            let mem = mscclpp_host::registered_memory::RegisteredMemory::deserialize(
-                &bs.recv(0, 99).unwrap(),
-                &gpu(1),
-                0,
-                false,
-            )
-            .unwrap();
-            let mut p = fake_connect_past(&bs, 0, true, 12);
+            let (bs, mem) = fake_rank1_memory(id);
+            let mut p = fake_connect_past(&bs, 0, true, 12, &|_| ());
             // The forged proof got its CHALLENGE (already read) and then nothing: no ACCEPT.
             let forged = &mut p._strays[14];
             forged.set_read_timeout(Some(TIMEOUT)).unwrap();
@@ -808,26 +834,62 @@ fn connect_completes_past_silent_and_forged_connections() {
                 "a forged proof got {} more bytes",
                 rest.len()
             );
-            let mut v = Frame::Write {
-                id: mem.local_id(),
-                offset: 0,
-                len: 8,
-                key: mem.key(),
-            }
-            .encode()
-            .to_vec();
-            v.extend_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
-            v.extend_from_slice(&Frame::Flush { seq: 1 }.encode());
-            p.out.write_all(&v).unwrap();
-            assert_eq!(answer(&mut p.out), Ok(1));
-            bs.send(0, 101, b"").unwrap();
-            p.out.write_all(&Frame::Bye.encode()).unwrap();
-            let mut rest = Vec::new();
-            let _ = p.inbound.read_to_end(&mut rest);
+            write_and_leave(&bs, p, &mem, &[1, 2, 3, 4, 5, 6, 7, 8]);
         });
         real.join().unwrap();
         fake.join().unwrap();
     });
+}
+
+/// Strangers hold and reopen 600 connections to rank 0's Ethernet listener while rank 1
+/// connects: every one of 20 connects of the real peer is taken at once (under 900 ms: a
+/// dropped SYN is retried only after a second), and the set-up and a write go through. The
+/// listener has the bootstrap's backlog (4096) and admission rules; before, with std's 128,
+/// strays filled its accept queue and a real peer's connect took 1–1.4 s.
+#[test]
+fn a_real_peer_connects_at_once_while_strays_hold_the_ethernet_listener() {
+    let (id, listener) = UniqueId::bind(loopback()).unwrap();
+    let listener = Mutex::new(Some(listener));
+    let flood: Mutex<Option<Flood>> = Mutex::new(None);
+    thread::scope(|s| {
+        let real = s.spawn(|| {
+            let took = real_rank0_connects(id, &listener, &[8, 7, 6, 5, 4, 3, 2, 1]);
+            println!("ETHERNET rank 0's connect under the strays: {took:?}");
+        });
+        let fake = s.spawn(|| {
+            let (bs, mem) = fake_rank1_memory(id);
+            let strays = |addr: SocketAddr| {
+                let f = Flood::start(&[(addr, 300), (addr, 300)]);
+                let until = Instant::now() + Duration::from_secs(20);
+                while f.held() < 500 && Instant::now() < until {
+                    thread::sleep(Duration::from_millis(10));
+                }
+                let held = f.held();
+                *flood.lock().unwrap() = Some(f);
+                let times: Vec<Option<Duration>> = (0..20)
+                    .map(|_| {
+                        let t0 = Instant::now();
+                        let c = TcpStream::connect_timeout(&addr, Duration::from_millis(900));
+                        c.ok().map(|_| t0.elapsed())
+                    })
+                    .collect();
+                let slow = times.iter().filter(|t| t.is_none()).count();
+                let worst = times.iter().flatten().max().copied().unwrap_or_default();
+                println!(
+                    "ETHERNET strays: {held} held; 20 connects of the real peer: {slow} over 900 ms, the slowest of the others {worst:?}"
+                );
+                assert_eq!(slow, 0, "the listener dropped a real peer's SYN");
+            };
+            let t0 = Instant::now();
+            let p = fake_connect_past(&bs, 0, false, 0, &strays);
+            println!("ETHERNET set-up of the real peer under the strays: {:?}", t0.elapsed());
+            write_and_leave(&bs, p, &mem, &[8, 7, 6, 5, 4, 3, 2, 1]);
+        });
+        real.join().unwrap();
+        fake.join().unwrap();
+    });
+    let (peak, cut) = flood.into_inner().unwrap().expect("the strays ran").stop();
+    println!("ETHERNET strays: {peak} held at most, {cut} closed by the listener and reopened");
 }
 
 #[test]
@@ -956,88 +1018,12 @@ fn mismatched_peer_failure_is_reported_not_waited_for() {
 
 // ---- ranks as processes ----
 
-const CHILD_RANK: &str = "MSCCLPP_ETH_TEST_RANK";
-const CHILD_ID: &str = "MSCCLPP_ETH_TEST_ID";
-
-/// The body of a child process, started by its parent test with `--ignored --exact` (so a
-/// normal run does not count it as a test).
-#[test]
-#[ignore = "child-process entry point, run by its parent test"]
-fn child_process_entry() {
-    let Ok(rank) = std::env::var(CHILD_RANK) else {
-        eprintln!(
-            "NOT RUN: child_process_entry is a child-process entry point; its parent test runs it"
-        );
-        return;
-    };
-    let rank: usize = rank.parse().unwrap();
-    let bs = if rank == 0 {
-        let (id, l) = UniqueId::bind(loopback()).unwrap();
-        println!("\nUNIQUE_ID {id}");
-        std::io::stdout().flush().unwrap();
-        bootstrap(0, 2, id, Some(l))
-    } else {
-        let id = UniqueId::from_hex(&std::env::var(CHILD_ID).unwrap()).unwrap();
-        bootstrap(rank, 2, id, None)
-    };
-    let comm = communicator(bs);
-    all_pairs(&comm);
-    println!("CHILD_OK {rank}");
-}
-
+/// Two ranks as child processes (the harness's world) exchange over every pair of
+/// transports.
 #[test]
 fn two_ranks_as_processes() {
-    let exe = std::env::current_exe().unwrap();
-    let spawn = |r: usize, id: &str| {
-        Command::new(&exe)
-            .args([
-                "--ignored",
-                "--exact",
-                "child_process_entry",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_RANK, r.to_string())
-            .env(CHILD_ID, id)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
-    let mut root = spawn(0, "");
-    let mut out = root.stdout.take().unwrap();
-    let mut seen = String::new();
-    let id = loop {
-        let mut b = [0u8; 256];
-        let n = out.read(&mut b).unwrap();
-        assert!(n > 0, "rank 0 exited early: {seen}");
-        seen.push_str(&String::from_utf8_lossy(&b[..n]));
-        if let Some(at) = seen.find("UNIQUE_ID ") {
-            let rest = &seen[at + 10..];
-            if let Some(end) = rest.find('\n') {
-                break rest[..end].trim().to_string();
-            }
-        }
-    };
-    let drain = thread::spawn(move || {
-        let mut rest = String::new();
-        let _ = out.read_to_string(&mut rest);
-        rest
-    });
-    let child = spawn(1, &id);
-    let o1 = child.wait_with_output().unwrap();
-    let s0 = root.wait().unwrap();
-    let rest = drain.join().unwrap();
-    let out1 = String::from_utf8_lossy(&o1.stdout);
-    assert!(
-        o1.status.success() && out1.contains("CHILD_OK 1"),
-        "rank 1: {}\n{out1}\n{}",
-        o1.status,
-        String::from_utf8_lossy(&o1.stderr)
-    );
-    assert!(
-        s0.success() && rest.contains("CHILD_OK 0"),
-        "rank 0: {s0}\n{seen}{rest}"
-    );
+    match mscclpp_test_support::child_communicator() {
+        Some(comm) => all_pairs(&comm),
+        None => mscclpp_test_support::ranks_as_processes(2, "two_ranks_as_processes"),
+    }
 }

@@ -439,6 +439,7 @@ fn bootstrap_frames_never_panic() {
     );
     let challenge = Challenge {
         nonce: mscclpp_host::auth::Nonce([1; 32]),
+        job: mscclpp_host::auth::Nonce([5; 32]),
         tag: [2; 32],
     };
     round_trips(

@@ -38,20 +38,15 @@
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
-use mscclpp::collectives::Collectives;
+use mscclpp::collectives::{Call, Collectives};
 use mscclpp::host::gpu::{BackendKind, Gpu, Stream, cuda};
 
 use crate::abi::ncclResult_t;
 use crate::error::NcclError;
-use crate::registration::{PreMulSums, Registrations};
-
-/// Locks `m`, ignoring poison (a panic of another call was already reported as an internal
-/// error; the data under these locks stays consistent at every await point).
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+use crate::registry::{PreMulSums, Registrations};
+use crate::sync::lock;
 
 /// The backend every communicator of the process uses (`MSCCLPP_BACKEND`, else CUDA when a
 /// device exists, else CPU).
@@ -244,6 +239,16 @@ pub struct Comm {
     pub registrations: Mutex<Registrations>,
 }
 
+/// A call the library checked ([`Comm::check`]), and the NCCL function that made it (what its
+/// later errors are named after).
+#[derive(Clone, Debug)]
+pub struct Checked {
+    /// The library's call.
+    pub call: Call,
+    /// `ncclAllReduce`, `ncclSend`, ….
+    pub function: &'static str,
+}
+
 /// A stream a call queues on: the caller's (CUDA) or the communicator's own (CPU).
 pub enum CallStream<'a> {
     /// Borrowed from the caller for this call.
@@ -286,6 +291,16 @@ impl Comm {
             premul: Mutex::new(PreMulSums::default()),
             registrations: Mutex::new(Registrations::default()),
         })
+    }
+
+    /// `call`, made by the NCCL function `function`, once the library checked it
+    /// (`Collectives::check`: ranks, byte counts, buffers, operator), with NCCL's names in its
+    /// errors ([`NcclError::of_call`]).
+    pub fn check(&self, function: &'static str, call: Call) -> Result<Checked, NcclError> {
+        self.coll
+            .check(&call)
+            .map_err(NcclError::of_call(function))?;
+        Ok(Checked { call, function })
     }
 
     /// The device.

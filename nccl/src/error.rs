@@ -261,6 +261,31 @@ impl NcclError {
         }
     }
 
+    /// The library's refusal of a call's arguments, in NCCL's words: a null buffer names
+    /// NCCL's argument (`sendbuff`, `recvbuff`), a byte count that overflows is
+    /// [`NcclError::CountOverflow`]; anything else is a library error of `function`.
+    pub fn of_call(function: &'static str) -> impl FnOnce(HostError) -> Self {
+        move |e| match e {
+            HostError::NullBuffer { what } => Self::Null {
+                what: if what == "input" {
+                    "sendbuff"
+                } else {
+                    "recvbuff"
+                },
+            },
+            HostError::CountOverflow {
+                count,
+                elem_bytes,
+                parts,
+            } => Self::CountOverflow {
+                count,
+                elem_bytes,
+                parts,
+            },
+            e => Self::library(function)(e),
+        }
+    }
+
     /// A library error met while doing `operation`.
     pub fn library(operation: &'static str) -> impl FnOnce(HostError) -> Self {
         move |source| Self::Library {
@@ -339,6 +364,8 @@ pub fn host_code(e: &HostError) -> ncclResult_t {
         | HostError::StreamDevice { .. }
         | HostError::BootstrapUniqueId { .. }
         | HostError::UnknownAddress { .. }
+        | HostError::NullBuffer { .. }
+        | HostError::CountOverflow { .. }
         | HostError::OutOfRange { .. } => ncclInvalidArgument,
         HostError::Unsupported { .. }
         | HostError::PeerIsSelf { .. }

@@ -27,10 +27,12 @@ use std::sync::{Arc, Mutex};
 use mscclpp::executor::{ExecutionPlan, Executor, PacketType, Races};
 use mscclpp::shared::DevicePtr;
 
-use crate::abi::{data_type, ncclResult_t};
-use crate::comm::{Comm, lock};
+use crate::abi::ncclResult_t;
+use crate::args::data_type;
+use crate::comm::Comm;
 use crate::error::{NcclError, api};
 use crate::group;
+use crate::sync::lock;
 
 /// `mscclppExecutionPlan_t`.
 pub type mscclppExecutionPlan_t = *mut c_void;

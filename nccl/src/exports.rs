@@ -10,14 +10,14 @@ use std::ffi::{c_char, c_int, c_void};
 
 use crate::abi::{
     NCCL_VERSION_CODE, ncclCollConfig_t, ncclConfig_t, ncclResult_t, ncclSimInfo_t, ncclUniqueId,
-    read_versioned,
 };
-use crate::collectives::{self as coll, Op};
-use crate::comm::Handle;
+use crate::args::read_versioned;
+use crate::collectives as coll;
+use crate::comm::{Checked, Comm, Handle};
 use crate::error::{NcclError, Outcome, api, guarded, last_error};
-use crate::group::{self, Call};
+use crate::group;
 use crate::init;
-use crate::p2p::{self, Dir};
+use crate::p2p;
 use crate::registration as reg;
 
 /// `ncclComm_t`.
@@ -79,39 +79,17 @@ fn coll_config(config: *const ncclCollConfig_t) -> Result<(), NcclError> {
     Ok(())
 }
 
-/// A collective: its checks by `make`, then now or at the group's end.
+/// A collective or a send/receive: its checks by `make` (the library's call), then now or at
+/// the group's end, on the caller's stream.
 fn collective(
     comm: ncclComm_t,
     stream: cudaStream_t,
-    make: impl FnOnce(&crate::comm::Comm) -> Result<Op, NcclError>,
+    make: impl FnOnce(&Comm) -> Result<Checked, NcclError>,
 ) -> Outcome {
     group::enqueue(|| {
         let c = coll::check(comm)?;
-        let op = make(&c)?;
-        Ok((
-            c,
-            Call::Coll {
-                op,
-                stream: stream as u64,
-            },
-        ))
-    })
-}
-
-/// A send or receive.
-fn point_to_point(
-    dir: Dir,
-    buf: *const c_void,
-    count: usize,
-    datatype: c_int,
-    peer: c_int,
-    comm: ncclComm_t,
-    stream: cudaStream_t,
-) -> Outcome {
-    group::enqueue(|| {
-        let c = coll::check(comm)?;
-        let op = p2p::p2p_op(&c, dir, buf, count, datatype, peer, stream)?;
-        Ok((c, Call::P2p(op)))
+        let call = make(&c)?;
+        Ok((c, (call, stream as u64)))
     })
 }
 
@@ -426,7 +404,7 @@ export! {
         stream: cudaStream_t,
     ) -> ncclResult_t {
         api("ncclReduce", || {
-            collective(comm, stream, |c| coll::reduce_op(c, sendbuff, recvbuff, count, datatype, op, root))
+            collective(comm, stream, |c| coll::reduce(c, sendbuff, recvbuff, count, datatype, op, root))
         })
     }
 }
@@ -442,7 +420,7 @@ export! {
         stream: cudaStream_t,
     ) -> ncclResult_t {
         api("ncclBcast", || {
-            collective(comm, stream, |c| coll::broadcast_op(c, buff, buff, count, datatype, root))
+            collective(comm, stream, |c| coll::broadcast(c, buff, buff, count, datatype, root))
         })
     }
 }
@@ -459,7 +437,7 @@ export! {
         stream: cudaStream_t,
     ) -> ncclResult_t {
         api("ncclBroadcast", || {
-            collective(comm, stream, |c| coll::broadcast_op(c, sendbuff, recvbuff, count, datatype, root))
+            collective(comm, stream, |c| coll::broadcast(c, sendbuff, recvbuff, count, datatype, root))
         })
     }
 }
@@ -476,7 +454,7 @@ export! {
         stream: cudaStream_t,
     ) -> ncclResult_t {
         api("ncclAllReduce", || {
-            collective(comm, stream, |c| coll::all_reduce_op(c, sendbuff, recvbuff, count, datatype, op))
+            collective(comm, stream, |c| coll::all_reduce(c, sendbuff, recvbuff, count, datatype, op))
         })
     }
 }
@@ -493,7 +471,7 @@ export! {
         stream: cudaStream_t,
     ) -> ncclResult_t {
         api("ncclReduceScatter", || {
-            collective(comm, stream, |c| coll::reduce_scatter_op(c, sendbuff, recvbuff, recvcount, datatype, op))
+            collective(comm, stream, |c| coll::reduce_scatter(c, sendbuff, recvbuff, recvcount, datatype, op))
         })
     }
 }
@@ -509,7 +487,7 @@ export! {
         stream: cudaStream_t,
     ) -> ncclResult_t {
         api("ncclAllGather", || {
-            collective(comm, stream, |c| coll::all_gather_op(c, sendbuff, recvbuff, sendcount, datatype))
+            collective(comm, stream, |c| coll::all_gather(c, sendbuff, recvbuff, sendcount, datatype))
         })
     }
 }
@@ -525,7 +503,7 @@ export! {
         stream: cudaStream_t,
     ) -> ncclResult_t {
         api("ncclAlltoAll", || {
-            collective(comm, stream, |c| coll::all_to_all_op(c, sendbuff, recvbuff, count, datatype))
+            collective(comm, stream, |c| coll::all_to_all(c, sendbuff, recvbuff, count, datatype))
         })
     }
 }
@@ -558,7 +536,7 @@ export! {
         stream: cudaStream_t,
     ) -> ncclResult_t {
         api("ncclGather", || {
-            collective(comm, stream, |c| coll::gather_op(c, sendbuff, recvbuff, count, datatype, root))
+            collective(comm, stream, |c| coll::gather(c, sendbuff, recvbuff, count, datatype, root))
         })
     }
 }
@@ -575,7 +553,7 @@ export! {
         stream: cudaStream_t,
     ) -> ncclResult_t {
         api("ncclScatter", || {
-            collective(comm, stream, |c| coll::scatter_op(c, sendbuff, recvbuff, count, datatype, root))
+            collective(comm, stream, |c| coll::scatter(c, sendbuff, recvbuff, count, datatype, root))
         })
     }
 }
@@ -595,7 +573,7 @@ export! {
         api("ncclAllReduceConfig", || {
             collective(comm, stream, |c| {
                 coll_config(config)?;
-                coll::all_reduce_op(c, sendbuff, recvbuff, count, datatype, op)
+                coll::all_reduce(c, sendbuff, recvbuff, count, datatype, op)
             })
         })
     }
@@ -616,7 +594,7 @@ export! {
         api("ncclBroadcastConfig", || {
             collective(comm, stream, |c| {
                 coll_config(config)?;
-                coll::broadcast_op(c, sendbuff, recvbuff, count, datatype, root)
+                coll::broadcast(c, sendbuff, recvbuff, count, datatype, root)
             })
         })
     }
@@ -638,7 +616,7 @@ export! {
         api("ncclReduceConfig", || {
             collective(comm, stream, |c| {
                 coll_config(config)?;
-                coll::reduce_op(c, sendbuff, recvbuff, count, datatype, op, root)
+                coll::reduce(c, sendbuff, recvbuff, count, datatype, op, root)
             })
         })
     }
@@ -658,7 +636,7 @@ export! {
         api("ncclAllGatherConfig", || {
             collective(comm, stream, |c| {
                 coll_config(config)?;
-                coll::all_gather_op(c, sendbuff, recvbuff, sendcount, datatype)
+                coll::all_gather(c, sendbuff, recvbuff, sendcount, datatype)
             })
         })
     }
@@ -679,7 +657,7 @@ export! {
         api("ncclReduceScatterConfig", || {
             collective(comm, stream, |c| {
                 coll_config(config)?;
-                coll::reduce_scatter_op(c, sendbuff, recvbuff, recvcount, datatype, op)
+                coll::reduce_scatter(c, sendbuff, recvbuff, recvcount, datatype, op)
             })
         })
     }
@@ -699,7 +677,7 @@ export! {
         api("ncclAlltoAllConfig", || {
             collective(comm, stream, |c| {
                 coll_config(config)?;
-                coll::all_to_all_op(c, sendbuff, recvbuff, count, datatype)
+                coll::all_to_all(c, sendbuff, recvbuff, count, datatype)
             })
         })
     }
@@ -720,7 +698,7 @@ export! {
         api("ncclGatherConfig", || {
             collective(comm, stream, |c| {
                 coll_config(config)?;
-                coll::gather_op(c, sendbuff, recvbuff, count, datatype, root)
+                coll::gather(c, sendbuff, recvbuff, count, datatype, root)
             })
         })
     }
@@ -741,7 +719,7 @@ export! {
         api("ncclScatterConfig", || {
             collective(comm, stream, |c| {
                 coll_config(config)?;
-                coll::scatter_op(c, sendbuff, recvbuff, count, datatype, root)
+                coll::scatter(c, sendbuff, recvbuff, count, datatype, root)
             })
         })
     }
@@ -757,7 +735,7 @@ export! {
         comm: ncclComm_t,
         stream: cudaStream_t,
     ) -> ncclResult_t {
-        api("ncclSend", || point_to_point(Dir::Send, sendbuff, count, datatype, peer, comm, stream))
+        api("ncclSend", || collective(comm, stream, |c| p2p::send(c, sendbuff, count, datatype, peer)))
     }
 }
 
@@ -771,7 +749,7 @@ export! {
         comm: ncclComm_t,
         stream: cudaStream_t,
     ) -> ncclResult_t {
-        api("ncclRecv", || point_to_point(Dir::Recv, recvbuff, count, datatype, peer, comm, stream))
+        api("ncclRecv", || collective(comm, stream, |c| p2p::recv(c, recvbuff, count, datatype, peer)))
     }
 }
 

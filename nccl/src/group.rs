@@ -7,14 +7,16 @@
 //! of the library's collectives, which runs its collectives in order and then all its sends
 //! and receives together (`p2p.rs`), all on one stream: the first call's, which first waits
 //! for the other streams of the batch, which then wait for it (NCCL makes one operation of a
-//! group whatever its streams). A call outside an NCCL group is a library group of one call.
+//! group whatever its streams).
 //!
 //! A call of the group that fails its checks returns its error at once and poisons the group:
 //! `ncclGroupEnd` then runs nothing, fails the group's inits and returns that error, as NCCL
 //! does. Every communicator's sends to and receives from itself are checked before anything
 //! runs, so a group whose sends and receives cannot match there leaves every stream untouched.
 //!
-//! Outside a group each call runs at once: [`enqueue`] is the one path for both.
+//! [`enqueue`] is the one path of every collective and send/receive: outside a group it goes
+//! straight to the library (`Collectives::queue`, no group of one); inside one it is recorded.
+//! The inits a group defers are [`Init`]s, which `init.rs` makes.
 //!
 //! State: the group of each thread is thread-local (a group belongs to the thread that
 //! started it, as in NCCL); at its end the batches run on scoped threads that share only the
@@ -27,31 +29,28 @@ use std::sync::Arc;
 use mscclpp::host::gpu::Stream;
 
 use crate::abi::ncclResult_t;
-use crate::collectives::{self, Op};
-use crate::comm::{CallStream, Comm, Handle};
+use crate::comm::{CallStream, Checked, Comm, Handle};
 use crate::error::{NcclError, Outcome};
-use crate::init::InitJob;
-use crate::p2p::{self, P2p};
+use crate::p2p;
 
-/// A recorded call.
-#[derive(Clone, Copy, Debug)]
-pub enum Call {
-    /// A collective on the caller's `stream`.
-    Coll {
-        /// What.
-        op: Op,
-        /// The caller's stream.
-        stream: u64,
-    },
-    /// A send or a receive.
-    P2p(P2p),
+/// An init deferred to the end of the group: what makes the communicator (`init.rs`).
+pub trait Init: Send + Sync {
+    /// Makes it (a split without a color: [`NcclError::SplitWithoutColor`]).
+    fn run(&self) -> Result<Comm, NcclError>;
 }
+
+/// A deferred init and the handle it finishes.
+pub type Deferred = (Arc<Handle>, Box<dyn Init>);
+
+/// A call as a group records it: the library's call (and the NCCL function that made it), on
+/// the caller's stream.
+pub type Recorded = (Checked, u64);
 
 #[derive(Default)]
 struct Group {
     depth: usize,
-    inits: Vec<(Arc<Handle>, InitJob)>,
-    calls: Vec<(Arc<Comm>, Call)>,
+    inits: Vec<Deferred>,
+    calls: Vec<(Arc<Comm>, Recorded)>,
     /// The first failure of a call inside the group (code, text).
     failed: Option<(ncclResult_t, String)>,
 }
@@ -85,14 +84,14 @@ pub fn note_failure(e: &NcclError) {
 }
 
 /// Records an init for the end of the group.
-pub fn defer_init(h: Arc<Handle>, job: InitJob) {
+pub fn defer_init(h: Arc<Handle>, job: Box<dyn Init>) {
     with(|g| g.inits.push((h, job)));
 }
 
-/// A collective or a send/receive: `make` checks the arguments and names the communicator
-/// and the call, which runs now or at the end of the group; a failure inside a group
-/// poisons it.
-pub fn enqueue(make: impl FnOnce() -> Result<(Arc<Comm>, Call), NcclError>) -> Outcome {
+/// A collective or a send/receive: `make` checks the arguments and names the communicator,
+/// the call and the caller's stream; the call runs now or at the end of the group; a failure
+/// inside a group poisons it.
+pub fn enqueue(make: impl FnOnce() -> Result<(Arc<Comm>, Recorded), NcclError>) -> Outcome {
     let r = make().and_then(|(comm, call)| submit(comm, call));
     if let Err(e) = &r {
         note_failure(e);
@@ -130,20 +129,32 @@ pub fn simulate_end() -> Outcome {
 }
 
 /// Runs `call` on `comm` now, or records it for the end of the group.
-fn submit(comm: Arc<Comm>, call: Call) -> Outcome {
-    let recorded = with(|g| {
+fn submit(comm: Arc<Comm>, call: Recorded) -> Outcome {
+    let call = with(|g| {
         if g.depth > 0 {
             g.calls.push((comm.clone(), call));
-            true
+            None
         } else {
-            false
+            Some(call)
         }
     });
-    if !recorded {
-        check_p2p(&comm, &[call])?;
-        run_batch(&comm, &[call])?;
+    if let Some((call, stream)) = call {
+        p2p::check_self_pairs(comm.rank, [&call.call])?;
+        run_one(&comm, &call, stream)?;
     }
     Ok(ncclResult_t::ncclSuccess)
+}
+
+/// Queues one call outside a group straight on the library (with the thread's capture mode
+/// relaxed on CUDA: [`Comm::relaxed_capture`]); then (CPU backend) waits for it.
+fn run_one(comm: &Comm, c: &Checked, stream: u64) -> Result<(), NcclError> {
+    let _relaxed = comm.relaxed_capture()?;
+    let s = comm.stream(stream as *mut c_void)?;
+    // SAFETY: NCCL's contract: the caller's buffers hold what the call reads and writes
+    // (checked non-null where it moves data) until the work queued on its stream completes,
+    // and every rank makes the same calls.
+    unsafe { comm.coll.queue(&c.call, &s, None) }.map_err(NcclError::library(c.function))?;
+    comm.complete()
 }
 
 /// `ncclGroupEnd`.
@@ -181,8 +192,8 @@ pub fn end() -> Outcome {
 
 /// Runs the inits, each on a thread of its own when there are several; every handle is
 /// finished; returns the first failure.
-pub fn run_inits(inits: Vec<(Arc<Handle>, InitJob)>) -> Result<(), NcclError> {
-    let one = |(h, job): &(Arc<Handle>, InitJob)| {
+pub fn run_inits(inits: Vec<Deferred>) -> Result<(), NcclError> {
+    let one = |(h, job): &Deferred| {
         let r = job.run();
         // A split without a color succeeds with no communicator (its handle is not in the
         // table: nobody sees it).
@@ -208,41 +219,23 @@ pub fn run_inits(inits: Vec<(Arc<Handle>, InitJob)>) -> Result<(), NcclError> {
     results.into_iter().collect()
 }
 
-/// Checks that `comm`'s sends and receives among `calls` can run ([`p2p::check_self_pairs`]).
-fn check_p2p(comm: &Comm, calls: &[Call]) -> Result<(), NcclError> {
-    let ops: Vec<P2p> = calls
-        .iter()
-        .filter_map(|c| match c {
-            Call::P2p(p) => Some(*p),
-            Call::Coll { .. } => None,
-        })
-        .collect();
-    p2p::check_self_pairs(comm.rank, &ops)
-}
-
 /// Runs one communicator's calls: recorded in call order in one group of the library's
 /// collectives, which queues the collectives in order and then all the sends and receives
 /// together (on CUDA with the thread's capture mode relaxed: [`Comm::relaxed_capture`]); then
 /// (CPU backend) waits for them.
-fn run_batch(comm: &Comm, calls: &[Call]) -> Result<(), NcclError> {
+fn run_batch(comm: &Comm, calls: &[Recorded]) -> Result<(), NcclError> {
     let _relaxed = comm.relaxed_capture()?;
     let mut streams: Vec<u64> = Vec::new();
-    for call in calls {
-        let s = match call {
-            Call::Coll { stream, .. } => *stream,
-            Call::P2p(p) => p.stream,
-        };
+    for &(_, s) in calls {
         if !streams.contains(&s) {
             streams.push(s);
         }
     }
     on_one_stream(comm, &streams, |s| {
         let mut g = comm.coll.group();
-        for call in calls {
-            match call {
-                Call::Coll { op, .. } => collectives::record(&mut g, op)?,
-                Call::P2p(p) => p2p::record(&mut g, p)?,
-            }
+        for (c, _) in calls {
+            // SAFETY: NCCL's contract, as in `run_one`, until the group's work completes.
+            unsafe { g.add(&c.call, None) }.map_err(NcclError::library(c.function))?;
         }
         g.end(s)
             .map_err(NcclError::library("running the group's calls"))
@@ -290,8 +283,8 @@ fn on_one_stream(
     Ok(())
 }
 
-fn run_calls(calls: Vec<(Arc<Comm>, Call)>) -> Result<(), NcclError> {
-    let mut batches: Vec<(Arc<Comm>, Vec<Call>)> = Vec::new();
+fn run_calls(calls: Vec<(Arc<Comm>, Recorded)>) -> Result<(), NcclError> {
+    let mut batches: Vec<(Arc<Comm>, Vec<Recorded>)> = Vec::new();
     for (comm, call) in calls {
         match batches.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &comm)) {
             Some((_, v)) => v.push(call),
@@ -299,7 +292,7 @@ fn run_calls(calls: Vec<(Arc<Comm>, Call)>) -> Result<(), NcclError> {
         }
     }
     for (c, calls) in &batches {
-        check_p2p(c, calls)?;
+        p2p::check_self_pairs(c.rank, calls.iter().map(|(checked, _)| &checked.call))?;
     }
     match batches.as_slice() {
         [] => Ok(()),

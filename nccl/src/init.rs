@@ -53,12 +53,12 @@ use mscclpp::host::gpu::BackendKind;
 
 use crate::abi::{
     NCCL_CONFIG_UNDEF_INT, NCCL_SPLIT_NOCOLOR, ncclConfig_t, ncclResult_t, ncclUniqueId,
-    read_versioned,
 };
-use crate::collectives::rank_arg;
-use crate::comm::{self, Comm, Handle, lock};
+use crate::args::{rank_arg, read_versioned};
+use crate::comm::{self, Comm, Handle};
 use crate::error::{NcclError, Outcome, set_last_error};
 use crate::group;
+use crate::sync::lock;
 
 /// Root listeners bound by `ncclGetUniqueId`, by the id's bytes.
 static ROOTS: Mutex<Option<HashMap<[u8; UNIQUE_ID_BYTES], RootListener>>> = Mutex::new(None);
@@ -195,6 +195,12 @@ pub struct InitJob {
     pub name: String,
 }
 
+impl group::Init for InitJob {
+    fn run(&self) -> Result<Comm, NcclError> {
+        InitJob::run(self)
+    }
+}
+
 impl InitJob {
     /// Bootstrap, communicator, collectives.
     pub fn run(&self) -> Result<Comm, NcclError> {
@@ -302,7 +308,7 @@ fn write_comm(out: *mut *mut c_void, v: *mut c_void) {
 fn start(out: *mut *mut c_void, job: InitJob) -> Outcome {
     if group::in_group() {
         let (h, ptr) = Handle::create(job.rank, job.nranks, job.device, true);
-        group::defer_init(h, job);
+        group::defer_init(h, Box::new(job));
         write_comm(out, ptr);
         return Ok(ncclResult_t::ncclSuccess);
     }
@@ -445,7 +451,7 @@ pub fn init_all(comms: *mut *mut c_void, ndev: c_int, devlist: *const c_int) -> 
     let (id, l) = UniqueId::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
         .map_err(NcclError::library("binding the root's socket"))?;
     keep_root(&id, l);
-    let jobs: Vec<(Arc<Handle>, InitJob)> = devices
+    let jobs: Vec<group::Deferred> = devices
         .iter()
         .enumerate()
         .map(|(rank, &device)| {
@@ -459,7 +465,7 @@ pub fn init_all(comms: *mut *mut c_void, ndev: c_int, devlist: *const c_int) -> 
                 blocking: true,
                 name: format!("comm {:04x} rank {rank}", id.magic() & 0xffff),
             };
-            (h, job)
+            (h, Box::new(job) as Box<dyn group::Init>)
         })
         .collect();
     let ptrs: Vec<*mut c_void> = jobs
@@ -548,7 +554,7 @@ pub fn split(
         } else {
             write_comm(newcomm, ptr);
         }
-        group::defer_init(h, job);
+        group::defer_init(h, Box::new(job));
         return Ok(ncclResult_t::ncclSuccess);
     }
     match job.run() {

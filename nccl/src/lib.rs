@@ -9,22 +9,30 @@
 //! spelling of NVIDIA's `ncclAlltoAll`. README's "Use from PyTorch and other NCCL programs"
 //! says how to load it.
 //!
-//! No logic of its own beyond argument checks, groups and mapping:
+//! A thin skin: no logic of its own beyond NCCL's argument mapping, groups and error codes.
+//! Every collective and send/receive becomes the library's call descriptor
+//! (`mscclpp::collectives::Call`), checked by the library (byte counts, buffers: the one
+//! place that decides them) and queued straight on it (`Collectives::queue`) outside a group,
+//! or recorded for `ncclGroupEnd` inside one. A new NCCL function is its export
+//! (`exports.rs`), its check in the module of its concern, and its line in the ABI test.
 //!
-//! | module | concern |
-//! |---|---|
-//! | `abi` | NCCL's types and values; the type and built-in operator mappings (`data_type`, `reduce_op`: one function each) |
-//! | `exports` | every implemented C symbol, one call into its module each |
-//! | `stubs` | the C symbols not implemented (list below) |
-//! | `init` | unique ids, inits, split, finalize, destroy, abort, async errors |
-//! | `comm` | the handle table, communicators, devices and streams |
-//! | `group` | `ncclGroupStart` / `ncclGroupEnd` |
-//! | `collectives` | the collectives' checks and their calls into `mscclpp::collectives` |
-//! | `p2p` | sends and receives: their checks, and their records in the library's `Group` |
-//! | `registration` | `ncclMemAlloc`, buffer and window registration, pre-multiplied sums |
-//! | `error` | errors, their NCCL codes, `ncclGetLastError`, the panic guard |
-//! | `log` | the `NCCL_DEBUG` / `MSCCLPP_LOG` subscriber and the banner |
-//! | `executor` | MSCCL++ execution plans from C (`include/mscclpp_executor.h`: `mscclppExecutionPlanCreate`, `mscclppExecutorExecute`, …), over `mscclpp::executor` |
+//! One module per concern, lowest layer first; a module imports only modules of lower layers
+//! (`tests/layering.rs` of the root crate reads this table):
+//!
+//! | layer | modules | concern |
+//! |---|---|---|
+//! | 0 | `abi`, `sync` | NCCL's C types and values (plain declarations); the poison-tolerant lock |
+//! | 1 | `log` | the `NCCL_DEBUG` / `MSCCLPP_LOG` subscriber and the banner |
+//! | 2 | `error` | errors, their NCCL codes, `ncclGetLastError`, the panic guard |
+//! | 3 | `args` | NCCL's types, operators, ranks, buffers and versioned structs as the library's (one function each) |
+//! | 4 | `registry` | what a communicator keeps of registrations, windows and pre-multiplied sums |
+//! | 5 | `comm` | the handle table, communicators, devices and streams; a call checked by the library |
+//! | 6 | `registration` | `ncclMemAlloc`, buffer and window registration, pre-multiplied sums |
+//! | 7 | `collectives`, `p2p` | the collectives' checks; sends' and receives' checks and their pairing in a group |
+//! | 8 | `group` | `ncclGroupStart` / `ncclGroupEnd`, and the one path of every call |
+//! | 9 | `init`, `executor` | unique ids, inits, split, finalize, destroy, abort, async errors; MSCCL++ execution plans from C (`include/mscclpp_executor.h`: `mscclppExecutionPlanCreate`, `mscclppExecutorExecute`, …) over `mscclpp::executor` |
+//! | 10 | `exports` | every implemented C symbol, one call into its module each |
+//! | 11 | `stubs` | the C symbols not implemented (list below) |
 //!
 //! Nothing unwinds into the caller: every exported function catches panics and returns
 //! `ncclInternalError` (the library is loaded into PyTorch; `panic = "abort"` is not an
@@ -38,7 +46,7 @@
 //! | `ncclGetUniqueId`, `ncclCommInitRank`, `…Config` (blocking, and non-blocking with `ncclInProgress`), `…Scalable` (its first id), `ncclCommInitAll` | yes (`init.rs`: the process that makes the id initialises rank 0) |
 //! | `ncclCommFinalize`, `ncclCommDestroy`, `ncclCommAbort`, `ncclCommGetAsyncError`, `ncclCommCount`, `ncclCommCuDevice`, `ncclCommUserRank`, `ncclGetErrorString`, `ncclGetLastError` | yes |
 //! | `ncclGroupStart` / `ncclGroupEnd` | yes: nested, inits of several ranks in one thread, collectives of several communicators, sends and receives of any shape NCCL allows, run together by the library's `Group` (`group.rs`, `p2p.rs`) |
-//! | `ncclAllReduce`, `ncclAllGather`, `ncclReduceScatter`, `ncclBroadcast`, `ncclBcast`, `ncclReduce`, `ncclGather`, `ncclScatter`, `ncclAlltoAll` (+ `ncclAllToAll`), their `…Config` forms, `ncclSend`, `ncclRecv` | yes, through the library's `Collectives` and `Group` (`collectives.rs`, `p2p.rs`), for all 12 types (`ncclInt8` … `ncclFloat8e5m2`: `abi::data_type`) and `ncclSum`, `ncclProd`, `ncclMin`, `ncclMax`, `ncclAvg` (`abi::reduce_op`) and pre-multiplied sums (`registration::reduce_op`); any count (0 too), in place, root-only buffers null elsewhere |
+//! | `ncclAllReduce`, `ncclAllGather`, `ncclReduceScatter`, `ncclBroadcast`, `ncclBcast`, `ncclReduce`, `ncclGather`, `ncclScatter`, `ncclAlltoAll` (+ `ncclAllToAll`), their `…Config` forms, `ncclSend`, `ncclRecv` | yes, through the library's `Collectives` and `Group` (`collectives.rs`, `p2p.rs`), for all 12 types (`ncclInt8` … `ncclFloat8e5m2`: `args::data_type`) and `ncclSum`, `ncclProd`, `ncclMin`, `ncclMax`, `ncclAvg` (`args::reduce_op`) and pre-multiplied sums (`registration::reduce_op`); any count (0 too), in place, root-only buffers null elsewhere |
 //! | `ncclCommSplit` | yes: the library's `Communicator::split` (colors, keys, `NCCL_SPLIT_NOCOLOR`; inside a group at `ncclGroupEnd`) (`init.rs`) |
 //! | `ncclMemAlloc` / `ncclMemFree`, `ncclCommRegister` / `Deregister`, `ncclCommWindowRegister` / `Deregister`, `ncclWinGetUserPtr`, `ncclRedOpCreatePreMulSum` / `ncclRedOpDestroy` | yes (`registration.rs`; registrations and windows are the library's `register_buffer` / `register_window`, exchanged with the peers once; a pre-multiplied sum belongs to its communicator and its data type, a host scalar is copied at creation, a device one read by each call) |
 //! | `ncclParamDumpAll` | logs the `MSCCLPP_*` settings that stand for NCCL's parameters |
@@ -71,6 +79,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod abi;
+mod args;
 mod collectives;
 mod comm;
 pub mod error;
@@ -81,7 +90,9 @@ mod init;
 mod log;
 mod p2p;
 mod registration;
+mod registry;
 mod stubs;
+mod sync;
 
 pub use executor::*;
 pub use exports::*;

@@ -1,6 +1,6 @@
-//! Sends and receives: NCCL's argument checks ([`p2p_op`]), the check that a group's sends to
-//! and receives from the rank itself pair up ([`check_self_pairs`]), and [`record`], which
-//! records one in a [`Group`] of the library's collectives.
+//! Sends and receives: NCCL's argument checks ([`send`], [`recv`]: the library's
+//! [`Call::Send`] / [`Call::Recv`]) and the check that a group's sends to and receives from
+//! the rank itself pair up ([`check_self_pairs`]).
 //!
 //! NCCL runs every send and receive of a group at once; so does the library's `Group`: its
 //! point-to-point engine progresses all of a group's sends and receives together (any peers,
@@ -11,88 +11,92 @@
 
 use std::ffi::{c_int, c_void};
 
-use mscclpp::collectives::Group;
-use mscclpp::shared::{DataType, DevicePtr};
+use mscclpp::collectives::Call;
 
-use crate::abi;
-use crate::collectives::{buffer, bytes, rank_arg};
-use crate::comm::Comm;
+use crate::args::{data_type, ptr, rank_arg};
+use crate::comm::{Checked, Comm};
 use crate::error::NcclError;
 
-/// Send or receive.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Dir {
-    /// `ncclSend`.
-    Send,
-    /// `ncclRecv`.
-    Recv,
-}
-
-/// One `ncclSend` / `ncclRecv` (addresses as integers).
-#[derive(Clone, Copy, Debug)]
-pub struct P2p {
-    /// Which.
-    pub dir: Dir,
-    /// The buffer.
-    pub buf: u64,
-    /// Elements.
-    pub count: usize,
-    /// Type.
-    pub dtype: DataType,
-    /// The peer.
-    pub peer: usize,
-    /// The caller's stream.
-    pub stream: u64,
-}
-
-impl P2p {
-    fn bytes(&self) -> usize {
-        self.count * self.dtype.size()
-    }
-}
-
-/// `ncclSend` / `ncclRecv`'s checks.
-pub fn p2p_op(
+/// `ncclSend`'s checks.
+pub fn send(
     c: &Comm,
-    dir: Dir,
     buf: *const c_void,
     count: usize,
     dtype: c_int,
     peer: c_int,
-    stream: *mut c_void,
-) -> Result<P2p, NcclError> {
-    let dtype = abi::data_type(dtype)?;
+) -> Result<Checked, NcclError> {
+    one_way(c, true, buf, count, dtype, peer)
+}
+
+/// `ncclRecv`'s checks.
+pub fn recv(
+    c: &Comm,
+    buf: *mut c_void,
+    count: usize,
+    dtype: c_int,
+    peer: c_int,
+) -> Result<Checked, NcclError> {
+    one_way(c, false, buf, count, dtype, peer)
+}
+
+/// A send (`send`) or a receive of `count` elements of `buf` with `peer`.
+fn one_way(
+    c: &Comm,
+    send: bool,
+    buf: *const c_void,
+    count: usize,
+    dtype: c_int,
+    peer: c_int,
+) -> Result<Checked, NcclError> {
+    let dtype = data_type(dtype)?;
     let peer = rank_arg("peer", peer, c.nranks)?;
-    let what = if dir == Dir::Send {
-        "sendbuff"
+    let buf = ptr(buf);
+    if send {
+        let input = buf;
+        c.check(
+            "ncclSend",
+            Call::Send {
+                input,
+                count,
+                dtype,
+                peer,
+            },
+        )
     } else {
-        "recvbuff"
-    };
-    let n = bytes(count, dtype.size(), 1)? > 0;
-    Ok(P2p {
-        dir,
-        buf: buffer(buf, what, n)?,
-        count,
-        dtype,
-        peer,
-        stream: stream as u64,
-    })
+        let output = buf;
+        c.check(
+            "ncclRecv",
+            Call::Recv {
+                output,
+                count,
+                dtype,
+                peer,
+            },
+        )
+    }
 }
 
 /// Checks, before anything of a group runs, that one communicator's sends to itself and
-/// receives from itself (in call order, `ops`) pair up: as many of each, pairwise of equal
-/// bytes. The library's `Group::end` refuses such a group too, but only for the communicator
-/// it ends; checked here for every communicator of an NCCL group first, a group that cannot
-/// run leaves every stream untouched.
-pub fn check_self_pairs(rank: usize, ops: &[P2p]) -> Result<(), NcclError> {
-    let to_me: Vec<&P2p> = ops
-        .iter()
-        .filter(|o| o.dir == Dir::Send && o.peer == rank)
-        .collect();
-    let from_me: Vec<&P2p> = ops
-        .iter()
-        .filter(|o| o.dir == Dir::Recv && o.peer == rank)
-        .collect();
+/// receives from itself (in call order, among `calls`) pair up: as many of each, pairwise of
+/// equal bytes. The library's `Group::end` refuses such a group too, but only for the
+/// communicator it ends; checked here for every communicator of an NCCL group first, a group
+/// that cannot run leaves every stream untouched.
+pub fn check_self_pairs<'a>(
+    rank: usize,
+    calls: impl IntoIterator<Item = &'a Call>,
+) -> Result<(), NcclError> {
+    let (mut to_me, mut from_me) = (Vec::new(), Vec::new());
+    for call in calls {
+        match *call {
+            Call::Send {
+                count, dtype, peer, ..
+            } if peer == rank => to_me.push(count * dtype.size()),
+            Call::Recv {
+                count, dtype, peer, ..
+            } if peer == rank => from_me.push(count * dtype.size()),
+            _ => {}
+        }
+    }
     if to_me.len() != from_me.len() {
         return Err(NcclError::P2pUnmatched {
             why: format!(
@@ -102,13 +106,11 @@ pub fn check_self_pairs(rank: usize, ops: &[P2p]) -> Result<(), NcclError> {
             ),
         });
     }
-    for (send, recv) in to_me.iter().zip(&from_me) {
-        if send.bytes() != recv.bytes() {
+    for (sent, received) in to_me.iter().zip(&from_me) {
+        if sent != received {
             return Err(NcclError::P2pUnmatched {
                 why: format!(
-                    "a send to itself of {} bytes meets a receive from itself of {}",
-                    send.bytes(),
-                    recv.bytes()
+                    "a send to itself of {sent} bytes meets a receive from itself of {received}"
                 ),
             });
         }
@@ -116,58 +118,43 @@ pub fn check_self_pairs(rank: usize, ops: &[P2p]) -> Result<(), NcclError> {
     Ok(())
 }
 
-/// Records `op` in `g`, a group of the library's collectives of the op's communicator.
-pub fn record(g: &mut Group<'_>, op: &P2p) -> Result<(), NcclError> {
-    let buf = DevicePtr::<u8>::from_addr(op.buf);
-    // SAFETY: NCCL's contract: the buffer holds `count` elements until the work queued on the
-    // caller's stream completes; the peer makes the matching call.
-    let r = unsafe {
-        match op.dir {
-            Dir::Send => g.send(buf, op.count, op.dtype, op.peer),
-            Dir::Recv => g.recv(buf, op.count, op.dtype, op.peer),
-        }
-    };
-    r.map_err(NcclError::library(match op.dir {
-        Dir::Send => "ncclSend",
-        Dir::Recv => "ncclRecv",
-    }))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mscclpp::shared::{DataType, DevicePtr};
 
-    fn op(dir: Dir, peer: usize, count: usize) -> P2p {
-        P2p {
-            dir,
-            buf: 0x1000 + peer as u64 * 0x100,
-            count,
-            dtype: DataType::F32,
-            peer,
-            stream: 0,
+    fn op(send: bool, peer: usize, count: usize) -> Call {
+        let buf = DevicePtr::from_addr(0x1000 + peer as u64 * 0x100);
+        let dtype = DataType::F32;
+        if send {
+            Call::Send {
+                input: buf,
+                count,
+                dtype,
+                peer,
+            }
+        } else {
+            Call::Recv {
+                output: buf,
+                count,
+                dtype,
+                peer,
+            }
         }
     }
 
     #[test]
     fn sends_to_itself_must_pair() {
-        let me = [
-            op(Dir::Recv, 2, 8),
-            op(Dir::Send, 2, 8),
-            op(Dir::Send, 1, 3),
-        ];
+        let (s, r) = (true, false);
+        let me = [op(r, 2, 8), op(s, 2, 8), op(s, 1, 3)];
         assert!(check_self_pairs(2, &me).is_ok());
         // Sends to others need no partner here.
-        assert!(check_self_pairs(0, &[op(Dir::Send, 1, 3)]).is_ok());
+        assert!(check_self_pairs(0, &[op(s, 1, 3)]).is_ok());
         for bad in [
-            vec![op(Dir::Send, 0, 3)],
-            vec![op(Dir::Recv, 0, 3)],
-            vec![op(Dir::Send, 0, 3), op(Dir::Recv, 0, 2)],
-            vec![
-                op(Dir::Send, 0, 3),
-                op(Dir::Send, 0, 2),
-                op(Dir::Recv, 0, 2),
-                op(Dir::Recv, 0, 3),
-            ],
+            vec![op(s, 0, 3)],
+            vec![op(r, 0, 3)],
+            vec![op(s, 0, 3), op(r, 0, 2)],
+            vec![op(s, 0, 3), op(s, 0, 2), op(r, 0, 2), op(r, 0, 3)],
         ] {
             assert!(
                 matches!(

@@ -25,13 +25,16 @@ use std::ffi::{c_int, c_void};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use mscclpp::collectives::{Reduction, Registration, Scalar};
+use mscclpp::collectives::{Reduction, Scalar};
 use mscclpp::host::gpu::DeviceBuffer;
 use mscclpp::shared::DevicePtr;
 
 use crate::abi::{self, ncclNumOps, ncclScalarDevice, ncclScalarHostImmediate};
-use crate::comm::{self, Comm, lock};
+use crate::args;
+use crate::comm::{self, Comm};
 use crate::error::NcclError;
+use crate::registry::Registered;
+use crate::sync::lock;
 
 /// `ncclMemAlloc`'s buffers, by address.
 static ALLOCATIONS: Mutex<Option<HashMap<usize, DeviceBuffer>>> = Mutex::new(None);
@@ -73,26 +76,6 @@ pub fn mem_free(ptr: *mut c_void) -> Result<(), NcclError> {
         .ok_or(NcclError::UnknownBuffer { ptr: ptr as usize })?;
     drop(buf);
     Ok(())
-}
-
-/// A registered range (`ncclCommRegister`) or window (`ncclCommWindowRegister`).
-#[derive(Clone, Copy, Debug)]
-pub struct Registered {
-    /// First byte.
-    pub ptr: usize,
-    /// Length.
-    pub size: usize,
-    /// Window flags (0 for a plain registration).
-    pub flags: c_int,
-    /// The library's registration (`None` until made).
-    pub reg: Option<Registration>,
-}
-
-/// A communicator's registrations and windows, by handle.
-#[derive(Default)]
-pub struct Registrations {
-    buffers: HashMap<usize, Registered>,
-    windows: HashMap<usize, Registered>,
 }
 
 /// Handles are unique in the process (never 0).
@@ -260,13 +243,6 @@ pub fn window_user_ptr(comm: &Comm, win: *mut c_void) -> Result<usize, NcclError
         })
 }
 
-/// A communicator's operators made by `ncclRedOpCreatePreMulSum`, by value.
-#[derive(Default)]
-pub struct PreMulSums {
-    /// Operator value: (the NCCL type it was made for, its scalar).
-    ops: HashMap<c_int, (c_int, Scalar)>,
-}
-
 /// `ncclRedOpCreatePreMulSum`: records the operator; returns its value (the smallest free
 /// one from `ncclNumOps`).
 #[allow(non_upper_case_globals)] // NCCL's names of the residences, as patterns
@@ -332,10 +308,10 @@ pub fn destroy_op(comm: &Comm, op: c_int) -> Result<(), NcclError> {
 /// The library's operator for `op` on `comm` in a call of NCCL type `dtype`: a live
 /// pre-multiplied sum of `comm` (made for `dtype`, else [`NcclError::OpTypeMismatch`]) with
 /// its scalar, a dead or foreign one [`NcclError::UnknownOp`], a built-in one as
-/// [`abi::reduce_op`] maps it.
+/// [`args::reduce_op`] maps it.
 pub fn reduce_op(comm: &Comm, op: c_int, dtype: c_int) -> Result<Reduction, NcclError> {
     if op < ncclNumOps {
-        return abi::reduce_op(op);
+        return args::reduce_op(op);
     }
     let (made_for, scalar) = *lock(&comm.premul)
         .ops

@@ -1,8 +1,15 @@
-//! What every algorithm works with: the call's arguments ([`Args`]), what set-up hands each
-//! algorithm ([`SetUp`]), and the communicator-wide state its `queue` uses ([`Context`]):
-//! the scratch, the channel table, the LL flags, the registered-buffer caches, and the one
+//! What every algorithm works with: the call lowered for the planner and the kernels
+//! ([`Args`], [`Lowered`]), what set-up hands each algorithm ([`SetUp`]), and the
+//! communicator-wide state its `queue` uses ([`Context`]): the scratch, the channel table, the
+//! LL flags, the registered-buffer caches, the regions allocated on first use, and the one
 //! place that writes a kernel's mode, element type and operator ([`Context::params`]), and
 //! its trace handle (a launch of the call this thread queues, [`CallScope`]).
+//!
+//! A `Context` is built once at set-up and owns everything below it; nothing it owns asks
+//! for the context back (the regions and the registries hold the communicator and the layout
+//! themselves). Its only state that changes after set-up: the record of the last algorithm
+//! (a relaxed atomic, written by the units' launches, read by `Collectives::last_algorithm`),
+//! and the interior state of the regions and registries (their module docs).
 //!
 //! Device words here: `ll_flags` (two u64 in device memory, written and read only by the LL
 //! kernels; `CollectiveParams::ll_flags` says how), the channel table (written once by the
@@ -24,14 +31,14 @@ use mscclpp_shared::{
     DirectCollectiveParams, MemoryChannelDeviceHandle, P2pParams,
 };
 
+use super::algorithm::{Algorithm, Collective};
+use super::config::CollectiveConfig;
 use super::multinode::MultiNode;
 use super::reduction::KernelOp;
 use super::regions::{LazyRegions, Peers};
 use super::registered::RegisteredBuffers;
 use super::registry::Registry;
 use super::scratch::{Region, ScratchLayout};
-use super::select::Call;
-use super::{Algorithm, CollectiveConfig};
 
 /// Who a call's data goes to or comes from, besides every rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,11 +55,35 @@ pub(crate) enum Peer {
     From(usize),
 }
 
-/// One call, as the algorithms queue it.
+/// One call as the planner sees it: the collective, its size in bytes, the world, the element
+/// type and the operator as the kernels take it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Lowered {
+    /// The collective (`SendRecv` for `send_recv`, `send` and `recv`; gather, scatter and
+    /// all-to-all-v are batches of sends and receives, which are not planned).
+    pub collective: Collective,
+    /// `send` or `recv` alone (with `SendRecv`), not a `send_recv`.
+    pub one_way: bool,
+    /// Bytes: the whole message of all-reduce, broadcast, reduce and the point-to-point calls,
+    /// one part of the others.
+    pub bytes: usize,
+    /// Ranks of the communicator.
+    pub ranks: usize,
+    /// Nodes the ranks run on.
+    pub nodes: usize,
+    /// Whether every node runs the same number of ranks.
+    pub uniform: bool,
+    /// Element type.
+    pub dtype: DataType,
+    /// Operator, lowered for the kernels (`Sum` where the collective does not reduce).
+    pub op: KernelOp,
+}
+
+/// One call, as the planner plans it and the algorithms queue it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Args {
-    /// What the choice sees.
-    pub call: Call,
+    /// What the planner sees.
+    pub call: Lowered,
     /// Input (null for `recv`).
     pub input: DevicePtr<u8>,
     /// Output (null for `send`).
@@ -127,8 +158,6 @@ pub(crate) struct Context {
     pub registry: Registry,
     scratch: DeviceBuffer,
     channel_table: DeviceBuffer,
-    /// The channel table as the host built it (the regions' tables are copies of it).
-    handles: Vec<MemoryChannelDeviceHandle>,
     /// The scratch regions allocated on first use (`regions.rs`).
     pub regions: LazyRegions,
     ll_flags: DeviceBuffer,
@@ -137,19 +166,6 @@ pub(crate) struct Context {
     _channels: Vec<MemoryChannel>,
     _peers: Vec<RegisteredMemory>,
     _connections: Vec<Arc<dyn Connection>>,
-}
-
-impl Drop for Context {
-    /// Before the regions go, waits (bounded) for the acknowledgements the peers still owe
-    /// this rank's last sends, which they store into its point-to-point region, if it was
-    /// allocated (`algo::p2p::drain`).
-    fn drop(&mut self) {
-        let lay = self.layout.p2p();
-        let me = self.rank() as u64;
-        self.regions.with_buffer(Region::P2p, |b| {
-            super::algo::p2p::drain(b, 0, &lay, me);
-        });
-    }
 }
 
 /// The parts of a [`Context`] that set-up builds.
@@ -174,6 +190,7 @@ impl Context {
         let buffers = Arc::new(RegisteredBuffers::default());
         let registry = Registry::new(&comm, &buffers)?;
         Ok(Self {
+            regions: LazyRegions::new(comm.clone(), layout, w.handles),
             multi: w.multi,
             comm,
             cfg,
@@ -182,8 +199,6 @@ impl Context {
             registry,
             scratch: w.scratch,
             channel_table: w.channel_table,
-            handles: w.handles,
-            regions: LazyRegions::default(),
             ll_flags: w.ll_flags,
             last: AtomicU8::new(0),
             _channels: w.channels,
@@ -246,7 +261,7 @@ impl Context {
 
     /// [`params`](Self::params) for a kernel that works in region `r` with `peers`: its
     /// `scratch` and channel table are the region's (allocated, and traded with each peer, by
-    /// the first call that needs it: `regions.rs`; the dispatch never sends a call here that
+    /// the first call that needs it: `regions.rs`; the planner never sends a call here that
     /// would allocate or trade under CUDA-graph capture).
     pub fn params_in(
         &self,
@@ -256,16 +271,11 @@ impl Context {
         data: (DataType, KernelOp),
     ) -> Result<CollectiveParams> {
         let mut p = self.params(mode, data);
-        if let Some((scratch, table)) = self.regions.get(self, r, peers)? {
+        if let Some((scratch, table)) = self.regions.get(r, peers)? {
             p.scratch = scratch;
             p.channels = table.cast();
         }
         Ok(p)
-    }
-
-    /// The set-up channel table, as the host built it.
-    pub fn handles(&self) -> &[MemoryChannelDeviceHandle] {
-        &self.handles
     }
 
     /// The point-to-point engine's parameters with no operation yet (`nops` 0), in its region

@@ -1,8 +1,12 @@
 //! Set-up of collectives on a world of several nodes: the transport to every peer, the port
 //! region and its PortChannels (two per peer: data and acknowledgement, over one connection),
 //! the proxy that serves them, and, when every node runs the same number of ranks, the node
-//! communicator and its single-node `Collectives` that the hierarchical all-reduce uses for its
-//! phases inside the node.
+//! communicator and the collectives of the node's world that the hierarchical all-reduce uses
+//! for its phases inside the node.
+//!
+//! The world composes: [`MultiNode`] holds the node's collectives as a [`NodeWorld`], a trait
+//! defined here and implemented by `Collectives` above (whose set-up builds it, through the
+//! constructor [`wire`] is given), so nothing here or below imports the top of the tree.
 //!
 //! # Transports
 //!
@@ -32,6 +36,7 @@ use std::sync::Arc;
 use mscclpp_host::communicator::Communicator;
 use mscclpp_host::connection::{Connection, EndpointConfig};
 use mscclpp_host::gpu::DeviceBuffer;
+use mscclpp_host::gpu::Stream;
 use mscclpp_host::port_channel::PortChannelService;
 use mscclpp_host::registered_memory::RegisteredMemory;
 use mscclpp_host::topology::Topology;
@@ -39,9 +44,23 @@ use mscclpp_host::transport::{Transport, TransportFlags};
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::{DEFAULT_FIFO_SIZE, MAX_PORT_RANKS, PortChannelDeviceHandle};
 
+use super::call::Call;
 use super::node_bootstrap::NodeBootstrap;
 use super::scratch::ScratchLayout;
-use super::{CollectiveConfig, Collectives};
+
+/// The collectives of this rank's node, as a world of its own (module docs): what the
+/// hierarchical all-reduce queues its node phases on.
+pub(crate) trait NodeWorld: Send + Sync {
+    /// Queues `call` on the node's world, its algorithm chosen there.
+    ///
+    /// # Safety
+    /// As `Collectives::queue`: the buffers hold what the call moves until the work queued on
+    /// `stream` completes; every rank of the node makes the same call.
+    unsafe fn queue(&self, call: &Call, stream: &Stream) -> Result<()>;
+}
+
+/// What builds the node's world from the node communicator (`Collectives::with_config`).
+pub(crate) type NodeBuilder<'a> = &'a dyn Fn(Arc<Communicator>) -> Result<Box<dyn NodeWorld>>;
 
 const PORT_TAG: u64 = 0x9a_0000;
 
@@ -52,7 +71,7 @@ pub const ENV_NET_TRANSPORT: &str = "MSCCLPP_NET_TRANSPORT";
 pub(crate) struct MultiNode {
     /// The node communicator's collectives (uniform worlds with more than one rank per node);
     /// dropped first.
-    pub node: Option<Box<Collectives>>,
+    pub node: Option<Box<dyn NodeWorld>>,
     /// The proxy serving the port channels (stopped before the connections go).
     pub service: Option<PortChannelService>,
     /// `2 n` PortChannel handles.
@@ -161,11 +180,11 @@ fn choose_transports(comm: &Communicator, topo: &Topology) -> Result<Vec<Option<
 }
 
 /// Wires a world of several nodes (module docs): returns the scratch and what the port and
-/// hierarchical algorithms need.
+/// hierarchical algorithms need; `build_node` builds the node's collectives.
 pub(crate) fn wire(
     comm: &Arc<Communicator>,
-    cfg: &CollectiveConfig,
     layout: &ScratchLayout,
+    build_node: NodeBuilder<'_>,
 ) -> Result<(DeviceBuffer, MultiNode)> {
     let (rank, n) = (comm.rank(), comm.size());
     if n > MAX_PORT_RANKS {
@@ -227,7 +246,7 @@ pub(crate) fn wire(
             )
             .ok_or(Error::NoNodeLayout { rank })?;
             let node_comm = Arc::new(Communicator::new(Arc::new(nb), g.clone())?);
-            Some(Box::new(Collectives::with_config(node_comm, *cfg)?))
+            Some(build_node(node_comm)?)
         }
         _ => None,
     };

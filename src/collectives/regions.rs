@@ -30,24 +30,28 @@
 //! # Under CUDA-graph capture
 //!
 //! Allocating and waiting for peers have no place in a capture: a call captured before the
-//! region is traded with its peers does not take the algorithms that need it (the dispatch
-//! asks [`LazyRegions::is_ready`]); `Collectives::prepare` trades every region with every peer
+//! region is traded with its peers does not take the algorithms that need it (the planner
+//! asks [`LazyRegions::ready`]); `Collectives::prepare` trades every region with every peer
 //! beforehand.
+//!
+//! [`LazyRegions`] holds what it needs (the communicator, the layout, the set-up channel
+//! table's handles), set at set-up and never changed, so it asks nothing of the context that
+//! owns it.
 //!
 //! Shared state: each region's state (a mutex, held through the exchange so that two threads
 //! of one rank never allocate or trade one region twice; read by every call that uses the
 //! region); its device table (written by the host only between the exchanges of a call and
 //! its launch, in entries of peers no queued kernel uses yet).
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
+use mscclpp_host::communicator::Communicator;
 use mscclpp_host::gpu::DeviceBuffer;
 use mscclpp_host::registered_memory::RegisteredMemory;
 use mscclpp_host::transport::Transport;
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::{DevicePtr, MemoryChannelDeviceHandle};
 
-use super::context::Context;
 use super::scratch::{Region, ScratchLayout};
 
 /// Bootstrap tag of the exchanges (plus the region's index).
@@ -69,12 +73,29 @@ pub(crate) enum Peers {
 }
 
 impl Peers {
-    fn list(self, cx: &Context) -> Vec<usize> {
+    /// The ranks other than `me` of `ranks` that this names.
+    fn list(self, me: usize, ranks: usize) -> Vec<usize> {
         match self {
-            Peers::All => cx.others(),
+            Peers::All => (0..ranks).filter(|&q| q != me).collect(),
             Peers::One(q) => vec![q],
-            Peers::Some(list) => list.into_iter().filter(|&q| q != cx.rank()).collect(),
+            Peers::Some(list) => list.into_iter().filter(|&q| q != me).collect(),
         }
+    }
+}
+
+/// Which of the regions allocated on first use are traded with a call's peers (or not
+/// allocated on first use, or taking no space: ready alike): what the planner asks under
+/// CUDA-graph capture.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Ready(u8);
+
+impl Ready {
+    /// Every region ready (what an eager call sees: it may allocate and trade).
+    pub const ALL: Ready = Ready(u8::MAX);
+
+    /// Whether `r` is ready.
+    pub fn has(self, r: Region) -> bool {
+        index(r).is_none_or(|i| self.0 & (1 << i) != 0)
     }
 }
 
@@ -88,9 +109,13 @@ struct RegionState {
     peers: Vec<Option<RegisteredMemory>>,
 }
 
-/// The regions allocated on first use, by [`LAZY`] index.
-#[derive(Default)]
+/// The regions allocated on first use, by [`LAZY`] index, and what allocating and trading them
+/// needs (module docs).
 pub(crate) struct LazyRegions {
+    comm: Arc<Communicator>,
+    layout: ScratchLayout,
+    /// The set-up channel table as the host built it (each region's table is a copy of it).
+    handles: Vec<MemoryChannelDeviceHandle>,
     slots: [Mutex<Option<RegionState>>; LAZY.len()],
 }
 
@@ -99,27 +124,57 @@ fn index(r: Region) -> Option<usize> {
 }
 
 impl LazyRegions {
+    /// No region yet, for `comm`'s collectives laid out by `layout` with the set-up channel
+    /// table `handles`.
+    pub fn new(
+        comm: Arc<Communicator>,
+        layout: ScratchLayout,
+        handles: Vec<MemoryChannelDeviceHandle>,
+    ) -> Self {
+        Self {
+            comm,
+            layout,
+            handles,
+            slots: Default::default(),
+        }
+    }
+
     fn lock(&self, i: usize) -> std::sync::MutexGuard<'_, Option<RegionState>> {
         self.slots[i].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn list(&self, peers: Peers) -> Vec<usize> {
+        peers.list(self.comm.rank(), self.comm.size())
     }
 
     /// Whether a call with `peers` that needs `r` can run without allocating or trading (the
     /// region is traded with them, is not allocated on first use, or no algorithm asked for
     /// it).
-    pub fn is_ready(&self, cx: &Context, r: Region, peers: Peers) -> bool {
+    pub fn is_ready(&self, r: Region, peers: Peers) -> bool {
         let Some(i) = index(r) else {
             return true;
         };
-        if cx.layout.region_len(r) == 0 {
+        if self.layout.region_len(r) == 0 {
             return true;
         }
-        let list = peers.list(cx);
+        let list = self.list(peers);
         if list.is_empty() {
             return true;
         }
         let s = self.lock(i);
         s.as_ref()
             .is_some_and(|s| list.iter().all(|&q| s.peers[q].is_some()))
+    }
+
+    /// [`is_ready`](Self::is_ready) of every region, for a call with `peers`.
+    pub fn ready(&self, peers: &Peers) -> Ready {
+        LAZY.iter().enumerate().fold(Ready(0), |m, (i, &r)| {
+            if self.is_ready(r, peers.clone()) {
+                Ready(m.0 | 1 << i)
+            } else {
+                m
+            }
+        })
     }
 
     /// Runs `f` on this rank's buffer of region `r` if it is allocated (the point-to-point
@@ -143,130 +198,125 @@ impl LazyRegions {
 
     /// Region `r`'s `(scratch, channel table)`, traded with `peers` first where it was not
     /// (module docs); `None` for a region that is not allocated on first use.
-    pub fn get(
-        &self,
-        cx: &Context,
-        r: Region,
-        peers: Peers,
-    ) -> Result<Option<(DevicePtr<u8>, DevicePtr<u8>)>> {
+    pub fn get(&self, r: Region, peers: Peers) -> Result<Option<(DevicePtr<u8>, DevicePtr<u8>)>> {
         let Some(i) = index(r) else {
             return Ok(None);
         };
         let mut slot = self.lock(i);
-        let wanted: Vec<usize> = peers
-            .list(cx)
+        let wanted: Vec<usize> = self
+            .list(peers)
             .into_iter()
             .filter(|&q| slot.as_ref().is_none_or(|s| s.peers[q].is_none()))
             .collect();
         if slot.is_none() || !wanted.is_empty() {
-            exchange(cx, r, i, &mut slot, &wanted)?;
+            self.exchange(r, i, &mut slot, &wanted)?;
         }
         Ok(slot.as_ref().map(|s| (s.buffer.ptr(), s.table.ptr())))
     }
-}
 
-/// This rank's buffer of region `r`, registered, with its table (no peer traded yet).
-fn allocate(cx: &Context, r: Region) -> Result<RegionState> {
-    let (comm, g) = (&cx.comm, cx.comm.gpu());
-    let len = cx.layout.region_len(r).max(16);
-    let buffer = g.alloc(len)?;
-    let mine = comm.register_buffer(&buffer, Transport::local_for(g.kind()))?;
-    let mut handles: Vec<MemoryChannelDeviceHandle> = cx.handles().to_vec();
-    for h in handles.iter_mut() {
-        h.src = buffer.ptr();
-        h.packet_buffer = buffer.ptr();
+    /// This rank's buffer of region `r`, registered, with its table (no peer traded yet).
+    fn allocate(&self, r: Region) -> Result<RegionState> {
+        let (comm, g) = (&self.comm, self.comm.gpu());
+        let len = self.layout.region_len(r).max(16);
+        let buffer = g.alloc(len)?;
+        let mine = comm.register_buffer(&buffer, Transport::local_for(g.kind()))?;
+        let mut handles = self.handles.clone();
+        for h in handles.iter_mut() {
+            h.src = buffer.ptr();
+            h.packet_buffer = buffer.ptr();
+        }
+        let table = g.alloc(std::mem::size_of_val(handles.as_slice()).max(16))?;
+        Ok(RegionState {
+            wire: mine.serialize(),
+            buffer,
+            _mine: mine,
+            table,
+            handles,
+            peers: (0..comm.size()).map(|_| None).collect(),
+        })
     }
-    let table = g.alloc(std::mem::size_of_val(handles.as_slice()).max(16))?;
-    Ok(RegionState {
-        wire: mine.serialize(),
-        buffer,
-        _mine: mine,
-        table,
-        handles,
-        peers: (0..cx.ranks()).map(|_| None).collect(),
-    })
-}
 
-/// Trades region `r` (index `i`) with `wanted` (module docs), allocating it first if `slot`
-/// holds none.
-fn exchange(
-    cx: &Context,
-    r: Region,
-    i: usize,
-    slot: &mut Option<RegionState>,
-    wanted: &[usize],
-) -> Result<()> {
-    let (comm, g, n) = (&cx.comm, cx.comm.gpu(), cx.ranks());
-    let len = cx.layout.region_len(r).max(16);
-    let tag = REGION_TAG + i as u64;
-    let mut failed = None;
-    if slot.is_none() {
-        match allocate(cx, r) {
-            Ok(s) => *slot = Some(s),
-            Err(e) => {
-                tracing::warn!(region = r.name(), bytes = len, error = %e, "no scratch region");
-                failed = Some(e);
+    /// Trades region `r` (index `i`) with `wanted` (module docs), allocating it first if
+    /// `slot` holds none.
+    fn exchange(
+        &self,
+        r: Region,
+        i: usize,
+        slot: &mut Option<RegionState>,
+        wanted: &[usize],
+    ) -> Result<()> {
+        let (comm, g, n) = (&self.comm, self.comm.gpu(), self.comm.size());
+        let len = self.layout.region_len(r).max(16);
+        let tag = REGION_TAG + i as u64;
+        let mut failed = None;
+        if slot.is_none() {
+            match self.allocate(r) {
+                Ok(s) => *slot = Some(s),
+                Err(e) => {
+                    tracing::warn!(region = r.name(), bytes = len, error = %e, "no scratch region");
+                    failed = Some(e);
+                }
             }
         }
-    }
-    let msg = match slot.as_ref() {
-        Some(s) => [&[1u8][..], &s.wire].concat(),
-        None => vec![0],
-    };
-    for &q in wanted {
-        comm.bootstrap().send(q, tag, &msg)?;
-    }
-    let mut got = Vec::with_capacity(wanted.len());
-    let mut refused = None;
-    for &q in wanted {
-        let b = comm.recv_checked(q, tag)?;
-        match b.split_first() {
-            Some((1, wire)) => {
-                let m = RegisteredMemory::deserialize(wire, g, q, comm.same_node(q))?;
-                if m.size() != len {
+        let msg = match slot.as_ref() {
+            Some(s) => [&[1u8][..], &s.wire].concat(),
+            None => vec![0],
+        };
+        for &q in wanted {
+            comm.bootstrap().send(q, tag, &msg)?;
+        }
+        let mut got = Vec::with_capacity(wanted.len());
+        let mut refused = None;
+        for &q in wanted {
+            let b = comm.recv_checked(q, tag)?;
+            match b.split_first() {
+                Some((1, wire)) => {
+                    let m = RegisteredMemory::deserialize(wire, g, q, comm.same_node(q))?;
+                    if m.size() != len {
+                        return Err(Error::MalformedMemory {
+                            rank: q,
+                            reason: format!(
+                                "its {} region holds {} bytes, this rank's {len} (another \
+                             configuration?)",
+                                r.name(),
+                                m.size()
+                            ),
+                        });
+                    }
+                    got.push((q, m.range(0, len as u64)?, m));
+                }
+                Some((0, [])) => refused = refused.or(Some(q)),
+                _ => {
                     return Err(Error::MalformedMemory {
                         rank: q,
-                        reason: format!(
-                            "its {} region holds {} bytes, this rank's {len} (another \
-                             configuration?)",
-                            r.name(),
-                            m.size()
-                        ),
+                        reason: format!("a scratch region message of {} bytes", b.len()),
                     });
                 }
-                got.push((q, m.range(0, len as u64)?, m));
-            }
-            Some((0, [])) => refused = refused.or(Some(q)),
-            _ => {
-                return Err(Error::MalformedMemory {
-                    rank: q,
-                    reason: format!("a scratch region message of {} bytes", b.len()),
-                });
             }
         }
-    }
-    if let Some(e) = failed {
-        return Err(e);
-    }
-    if let Some(q) = refused {
-        return Err(Error::RegionUnavailable {
-            region: r.name(),
-            rank: q,
-        });
-    }
-    let Some(s) = slot.as_mut() else {
-        return Err(Error::RegionUnavailable {
-            region: r.name(),
-            rank: cx.rank(),
-        });
-    };
-    for (q, ptr, m) in got {
-        for (k, h) in s.handles.iter_mut().enumerate() {
-            if k % n == q {
-                h.dst = ptr;
-            }
+        if let Some(e) = failed {
+            return Err(e);
         }
-        s.peers[q] = Some(m);
+        if let Some(q) = refused {
+            return Err(Error::RegionUnavailable {
+                region: r.name(),
+                rank: q,
+            });
+        }
+        let Some(s) = slot.as_mut() else {
+            return Err(Error::RegionUnavailable {
+                region: r.name(),
+                rank: comm.rank(),
+            });
+        };
+        for (q, ptr, m) in got {
+            for (k, h) in s.handles.iter_mut().enumerate() {
+                if k % n == q {
+                    h.dst = ptr;
+                }
+            }
+            s.peers[q] = Some(m);
+        }
+        s.table.copy_from_host(0, bytemuck::cast_slice(&s.handles))
     }
-    s.table.copy_from_host(0, bytemuck::cast_slice(&s.handles))
 }

@@ -37,8 +37,6 @@ use mscclpp_host::registered_memory::{self, RegisteredMemory};
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::{DevicePtr, MAX_DIRECT_RANKS};
 
-use super::context::Context;
-
 /// Most allocations one rank registers for direct collectives.
 pub const MAX_ALLOCATIONS: usize = 256;
 
@@ -299,28 +297,30 @@ impl RegisteredBuffers {
 /// Every rank's copy of each shared buffer, as addressed here, indexed by rank.
 pub type Table = Vec<[DevicePtr<u8>; MAX_DIRECT_RANKS]>;
 
-/// Registers and exchanges the buffers of a symmetric call: every rank shares `mine` with
-/// every other, with the same lengths (checked: another length is an error). `eligible`:
-/// whether this rank's buffers suit the path (an ineligible rank still takes part in the
-/// exchange, so that every rank learns that it cannot). Returns the [`Table`] of every shared
-/// buffer, or `None` when some rank cannot go this way (then every rank gets `None`).
+/// Registers and exchanges the buffers of a symmetric call: every rank of `comm` shares `mine`
+/// with every other through `buffers`, with the same lengths (checked: another length is an
+/// error). `eligible`: whether this rank's buffers suit the path (an ineligible rank still
+/// takes part in the exchange, so that every rank learns that it cannot). Returns the [`Table`]
+/// of every shared buffer, or `None` when some rank cannot go this way (then every rank gets
+/// `None`).
 pub fn share_all(
-    cx: &Context,
+    comm: &Communicator,
+    buffers: &RegisteredBuffers,
     mine: &[(DevicePtr<u8>, usize)],
     eligible: bool,
 ) -> Result<Option<Table>> {
-    let (comm, n, me) = (&cx.comm, cx.ranks(), cx.rank());
+    let (n, me) = (comm.size(), comm.rank());
     if n > MAX_DIRECT_RANKS {
         // Decided alike on every rank, with no exchange (the algorithms refuse such
         // communicators before they get here).
         return Ok(None);
     }
-    let peers = cx.others();
+    let peers: Vec<usize> = (0..n).filter(|&q| q != me).collect();
     if !eligible {
-        cx.buffers.exchange(comm, &peers, mine, false)?;
+        buffers.exchange(comm, &peers, mine, false)?;
         return Ok(None);
     }
-    let Some(got) = cx.buffers.exchange(comm, &peers, mine, true)? else {
+    let Some(got) = buffers.exchange(comm, &peers, mine, true)? else {
         return Ok(None);
     };
     let mut table = vec![[DevicePtr::NULL; MAX_DIRECT_RANKS]; mine.len()];

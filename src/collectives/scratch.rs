@@ -24,18 +24,18 @@
 //! region; a world of several nodes holds only the port region (the others' algorithms load
 //! and store the peers' memory, which needs one node), in its set-up scratch.
 //!
-//! Freeing: every region goes with the `Collectives`' context, whose drop first waits
-//! (bounded) for the acknowledgements the peers still owe this rank's last sends, which they
-//! store into its point-to-point region (`algo::p2p::drain`; "Teardown" in
-//! `mscclpp_shared::p2p`).
+//! Freeing: every region goes with the `Collectives`' context; before, the `Collectives`'
+//! drop lets every algorithm tear down (the point-to-point engine waits, bounded, for the
+//! acknowledgements the peers still owe this rank's last sends, which they store into its
+//! point-to-point region: `algo::p2p::drain`; "Teardown" in `mscclpp_shared::p2p`).
 //!
-//! [`memory_plan`] says what each costs for a configuration and a number of ranks
-//! (`mscclpp-info` prints it).
+//! `memory_plan` (`algo/mod.rs`, which asks the algorithms what they use) says what each costs
+//! for a configuration and a number of ranks (`mscclpp-info` prints it).
 
 use mscclpp_shared::P2pLayout;
 use mscclpp_shared::packet::ll128;
 
-use super::CollectiveConfig;
+use super::config::CollectiveConfig;
 
 /// A region of the scratch an algorithm uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,9 +83,14 @@ pub(crate) struct ScratchLayout {
 }
 
 impl ScratchLayout {
-    /// The layout for `ranks` ranks with `cfg`, holding the regions `needed` says some
-    /// algorithm uses.
-    pub fn new(cfg: &CollectiveConfig, ranks: usize, needed: impl Fn(Region) -> bool) -> Self {
+    /// The layout for `ranks` ranks with `cfg` and `rows` rows of channels (descriptors: one
+    /// per row and rank), holding the regions `needed` says some algorithm uses.
+    pub fn new(
+        cfg: &CollectiveConfig,
+        ranks: usize,
+        rows: u32,
+        needed: impl Fn(Region) -> bool,
+    ) -> Self {
         let ll_slot_bytes = if needed(Region::Ll) {
             (up16(cfg.ll_max_bytes).div_ceil(8) * 16) as u64
         } else {
@@ -109,7 +114,7 @@ impl ScratchLayout {
         // The direct kernel's descriptors: a world of one node (no port region) of at most
         // MAX_DIRECT_RANKS ranks.
         let desc_bytes = if !needed(Region::Port) && ranks <= mscclpp_shared::MAX_DIRECT_RANKS {
-            super::channel_rows(cfg) as usize * ranks * mscclpp_shared::REGISTERED_CALL_BYTES
+            rows as usize * ranks * mscclpp_shared::REGISTERED_CALL_BYTES
         } else {
             0
         };
@@ -144,17 +149,9 @@ impl ScratchLayout {
         }
     }
 
-    /// The layout of a world of one node: every region the registered algorithms ask for but
-    /// the port region.
-    pub fn for_registered(cfg: &CollectiveConfig, ranks: usize) -> Self {
-        Self::new(cfg, ranks, |r| {
-            r != Region::Port && super::algo::UNITS.iter().any(|u| u.scratch.contains(&r))
-        })
-    }
-
     /// The layout of a world of several nodes: the port region only.
     pub fn for_nodes(cfg: &CollectiveConfig, ranks: usize) -> Self {
-        Self::new(cfg, ranks, |r| r == Region::Port)
+        Self::new(cfg, ranks, 0, |r| r == Region::Port)
     }
 
     /// Offset of the port region in the set-up scratch (after the descriptors).
@@ -212,7 +209,7 @@ impl ScratchLayout {
     }
 }
 
-/// What one rank's collectives allocate in device memory, by when ([`memory_plan`]).
+/// What one rank's collectives allocate in device memory, by when (`memory_plan`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemoryPlan {
     /// At set-up (`Collectives::new`): the LL16 region, the descriptors, the channel table, the
@@ -224,35 +221,37 @@ pub struct MemoryPlan {
     pub on_first_use: Vec<(&'static str, &'static str, usize)>,
 }
 
-/// What the collectives of `ranks` ranks with `cfg` allocate on each rank ([`MemoryPlan`]).
-pub fn memory_plan(cfg: &CollectiveConfig, ranks: usize) -> MemoryPlan {
-    let layout = ScratchLayout::for_registered(cfg, ranks);
-    let handle = std::mem::size_of::<mscclpp_shared::MemoryChannelDeviceHandle>();
-    let rows = super::channel_rows(cfg) as usize;
-    let table = rows * ranks * handle;
-    let regions = [
-        (Region::Ll128, "ll128"),
-        (Region::Staging, "staged, put"),
-        (Region::CopyEngine, "ce (all-reduce)"),
-        (
-            Region::P2p,
-            "point-to-point (send, recv, gather, scatter, all_to_allv, group)",
-        ),
-    ];
-    MemoryPlan {
-        at_creation: layout.len()
-            + table
-            + 16
-            + ranks * mscclpp_shared::REGISTRY_SLOTS * mscclpp_shared::registry::SLOT_BYTES,
-        on_first_use: regions
-            .iter()
-            .map(|&(r, who)| {
-                // Every region but the copy engine's comes with a channel table of its own.
-                let extra = if r == Region::CopyEngine { 0 } else { table };
-                (r.name(), who, layout.region_len(r) + extra)
-            })
-            .filter(|&(_, _, b)| b > 0)
-            .collect(),
+impl ScratchLayout {
+    /// What collectives with this layout and `rows` rows of channels allocate on each rank
+    /// (`memory_plan`, which asks the algorithms for the layout and the rows).
+    pub(crate) fn memory_plan(&self, rows: usize) -> MemoryPlan {
+        let (layout, ranks) = (self, self.ranks);
+        let handle = std::mem::size_of::<mscclpp_shared::MemoryChannelDeviceHandle>();
+        let table = rows * ranks * handle;
+        let regions = [
+            (Region::Ll128, "ll128"),
+            (Region::Staging, "staged, put"),
+            (Region::CopyEngine, "ce (all-reduce)"),
+            (
+                Region::P2p,
+                "point-to-point (send, recv, gather, scatter, all_to_allv, group)",
+            ),
+        ];
+        MemoryPlan {
+            at_creation: layout.len()
+                + table
+                + 16
+                + ranks * mscclpp_shared::REGISTRY_SLOTS * mscclpp_shared::registry::SLOT_BYTES,
+            on_first_use: regions
+                .iter()
+                .map(|&(r, who)| {
+                    // Every region but the copy engine's comes with a channel table of its own.
+                    let extra = if r == Region::CopyEngine { 0 } else { table };
+                    (r.name(), who, layout.region_len(r) + extra)
+                })
+                .filter(|&(_, _, b)| b > 0)
+                .collect(),
+        }
     }
 }
 

@@ -1,8 +1,7 @@
 //! The one selection table: which algorithm a call takes when the caller forces none, from
 //! the collective, its size, the number of ranks and whether the callers' buffers can be
-//! registered; the check of a forced algorithm; and, for the tests, `decide`, the whole choice
-//! as a pure function (what the dispatch in `collectives/mod.rs` does step by step, and what
-//! the pinning test checks over every size, rank count and forced algorithm).
+//! shared; and the check of a forced algorithm. The planner (`plan.rs`) asks it; the rules
+//! are the rows below, next to the table and nowhere else.
 //!
 //! The table is read top to bottom; the first row of the call's collective whose condition
 //! holds and whose algorithm serves the call (its rank count, type and operator, and, on the
@@ -12,86 +11,42 @@
 //! always holds. Every rank holds the same configuration (checked at set-up) and makes the same
 //! call, so every rank chooses alike.
 
-use mscclpp_shared::DataType;
-
-use super::reduction::KernelOp;
-
-#[cfg(test)]
-use super::scratch::ScratchLayout;
-use super::{Algorithm, Collective, CollectiveConfig};
-
-/// One call as the choice sees it.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Call {
-    /// The collective (`SendRecv` for `send_recv`, `send` and `recv`; gather, scatter and
-    /// all-to-all-v are batches of sends and receives, which choose nothing).
-    pub collective: Collective,
-    /// `send` or `recv` alone (with `SendRecv`), not a `send_recv`.
-    pub one_way: bool,
-    /// Bytes: the whole message of all-reduce, broadcast, reduce and the point-to-point calls,
-    /// one part of the others.
-    pub bytes: usize,
-    /// Ranks of the communicator.
-    pub ranks: usize,
-    /// Nodes the ranks run on.
-    pub nodes: usize,
-    /// Whether every node runs the same number of ranks.
-    pub uniform: bool,
-    /// Element type.
-    pub dtype: DataType,
-    /// Operator, lowered for the kernels (`Sum` where the collective does not reduce).
-    pub op: KernelOp,
-}
-
-/// What a row (or a forced algorithm) leads to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Choice {
-    /// This algorithm queues the call.
-    Run(Algorithm),
-}
-
-/// What a call runs in the end.
-#[cfg(test)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Decision {
-    /// A copy from input to output, no algorithm (an all-reduce on one rank).
-    Copy,
-    /// This algorithm (what `Collectives::last_algorithm` then reports).
-    Run(Algorithm),
-}
+use super::algorithm::{Algorithm, Collective};
+use super::config::CollectiveConfig;
+use super::context::Lowered;
 
 /// One row of the table.
 struct Row {
     collective: Collective,
     /// For `SendRecv`: a row of `send` / `recv` alone.
     one_way: bool,
-    choice: Choice,
-    when: fn(&CollectiveConfig, &Call) -> bool,
+    algorithm: Algorithm,
+    when: fn(&CollectiveConfig, &Lowered) -> bool,
 }
 
 const fn row(
     collective: Collective,
-    a: Algorithm,
-    when: fn(&CollectiveConfig, &Call) -> bool,
+    algorithm: Algorithm,
+    when: fn(&CollectiveConfig, &Lowered) -> bool,
 ) -> Row {
     Row {
         collective,
         one_way: false,
-        choice: Choice::Run(a),
+        algorithm,
         when,
     }
 }
 
-const fn one_way(a: Algorithm, when: fn(&CollectiveConfig, &Call) -> bool) -> Row {
+const fn one_way(algorithm: Algorithm, when: fn(&CollectiveConfig, &Lowered) -> bool) -> Row {
     Row {
         collective: SendRecv,
         one_way: true,
-        choice: Choice::Run(a),
+        algorithm,
         when,
     }
 }
 
-fn always(_: &CollectiveConfig, _: &Call) -> bool {
+fn always(_: &CollectiveConfig, _: &Lowered) -> bool {
     true
 }
 
@@ -170,8 +125,8 @@ const TABLE: &[Row] = &[
 ];
 
 /// Whether `a` serves `call`'s ranks, type and operator (and point-to-point calls, for
-/// `send_recv` / `send` / `recv`), and, unless `registered`, needs no registered buffers.
-fn fits(a: Algorithm, call: &Call, registered: bool) -> bool {
+/// `send_recv` / `send` / `recv`), and, unless `registered`, needs no callers' buffers.
+fn fits(a: Algorithm, call: &Lowered, registered: bool) -> bool {
     let u = a.unit();
     (registered || !u.registered)
         && (call.collective != SendRecv || u.point_to_point)
@@ -181,16 +136,17 @@ fn fits(a: Algorithm, call: &Call, registered: bool) -> bool {
 }
 
 /// What `call` takes: `forced` if that algorithm serves it (else `Err` with what it cannot
-/// do), or the first row that holds, among the algorithms that need no registered buffers
-/// unless `registered`. Only algorithms `usable` says can run now are taken (under CUDA-graph
-/// capture: those that neither allocate nor wait on the host, see `Collectives`' dispatch).
+/// do), or the algorithm of the first row that holds, among the algorithms that need no
+/// callers' buffers unless `registered`. Only algorithms `usable` says can run now are taken
+/// (under CUDA-graph capture: those that neither allocate nor wait on the host; on buffers
+/// registered ahead: those that take them).
 pub(crate) fn choose(
     cfg: &CollectiveConfig,
-    call: &Call,
+    call: &Lowered,
     forced: Option<Algorithm>,
     registered: bool,
     usable: &dyn Fn(Algorithm) -> bool,
-) -> Result<Choice, &'static str> {
+) -> Result<Algorithm, &'static str> {
     if let Some(a) = forced {
         let u = a.unit();
         if call.collective == SendRecv || !u.serves.contains(&call.collective) {
@@ -202,16 +158,14 @@ pub(crate) fn choose(
         if !usable(a) {
             return Err(UNUSABLE_IN_CAPTURE);
         }
-        return Ok(Choice::Run(a));
+        return Ok(a);
     }
     TABLE
         .iter()
         .filter(|r| r.collective == call.collective && r.one_way == call.one_way)
-        .filter(|r| match r.choice {
-            Choice::Run(a) => fits(a, call, registered) && usable(a),
-        })
+        .filter(|r| fits(r.algorithm, call, registered) && usable(r.algorithm))
         .find(|r| (r.when)(cfg, call))
-        .map(|r| r.choice)
+        .map(|r| r.algorithm)
         .ok_or(if usable(Staged) {
             "a call no algorithm serves"
         } else {
@@ -227,73 +181,25 @@ pub(crate) const UNUSABLE_IN_CAPTURE: &str = "this algorithm on this call now (u
      or Collectives::prepare before capturing, or register the buffers; on registered \
      buffers the copy engines need windows, for all-gather and broadcast)";
 
-/// What `call` runs, forced to `forced` or not, when every rank's buffers can (`registered`)
-/// or cannot be shared; `Err` with what is unsupported. The dispatch's steps, without a GPU:
-/// an all-reduce or a reduce on one rank copies (a pre-multiplied sum runs the direct
-/// kernel's local reduction, or stages); otherwise
-/// [`choose`]; an algorithm on registered buffers that
-/// cannot have them declines (a forced one is refused, else the choice is made again among
-/// the others); the chosen algorithm's `plan` says what finally runs.
-#[cfg(test)]
-pub(crate) fn decide(
-    cfg: &CollectiveConfig,
-    call: Call,
-    forced: Option<Algorithm>,
-    registered: bool,
-) -> Result<Decision, &'static str> {
-    if matches!(call.collective, AllReduce | Reduce) && call.ranks == 1 {
-        return Ok(if call.op.op == mscclpp_shared::DeviceReduceOp::PreMulSum {
-            // The direct kernel's local reduction on whole vectors (what `registered` stands
-            // for here), else staging.
-            Decision::Run(if registered { Direct } else { Staged })
-        } else {
-            Decision::Copy
-        });
-    }
-    let layout = if call.nodes > 1 {
-        ScratchLayout::for_nodes(cfg, call.ranks)
-    } else {
-        ScratchLayout::for_registered(cfg, call.ranks)
-    };
-    let mut choice = choose(cfg, &call, forced, true, &|_| true)?;
-    loop {
-        match choice {
-            Choice::Run(a) if a.unit().registered && !registered => {
-                if forced.is_some() {
-                    return Err(DECLINED);
-                }
-                choice = choose(cfg, &call, None, false, &|_| true)?;
-            }
-            Choice::Run(a) => return (a.unit().plan)(cfg, &layout, &call).map(Decision::Run),
-        }
-    }
-}
-
-/// What a forced algorithm on registered buffers is refused as when some rank's cannot be
-/// shared.
-pub(crate) const DECLINED: &str = "the direct path on these buffers";
-
 #[cfg(test)]
 mod tests {
-    use super::{Choice, TABLE};
+    use super::TABLE;
 
     /// Every row's algorithm serves its collective (forced), or, for the point-to-point rows,
     /// says it may be picked there; and every collective ends with a row that always holds.
     #[test]
     fn rows_name_algorithms_that_serve_them() {
         for r in TABLE {
-            let Choice::Run(a) = r.choice;
-            {
-                let u = a.unit();
-                if r.collective == super::SendRecv {
-                    assert!(u.point_to_point, "{a:?} in a send/recv row");
-                } else {
-                    assert!(u.serves.contains(&r.collective), "{a:?} {:?}", r.collective);
-                }
+            let (a, u) = (r.algorithm, r.algorithm.unit());
+            if r.collective == super::SendRecv {
+                assert!(u.point_to_point, "{a:?} in a send/recv row");
+            } else {
+                assert!(u.serves.contains(&r.collective), "{a:?} {:?}", r.collective);
             }
         }
-        let cfg =
-            crate::collectives::CollectiveConfig::for_backend(mscclpp_host::gpu::BackendKind::Cuda);
+        let cfg = crate::collectives::config::CollectiveConfig::for_backend(
+            mscclpp_host::gpu::BackendKind::Cuda,
+        );
         for (c, one_way) in [
             (super::AllReduce, false),
             (super::AllGather, false),
@@ -310,12 +216,12 @@ mod tests {
             let Some(last) = last else {
                 panic!("{c:?} ({one_way}) has no rows");
             };
-            let Choice::Run(a) = last.choice;
+            let a = last.algorithm;
             let ok = a == super::Algorithm::Staged || (c == super::SendRecv && a == super::P2p);
-            assert!(ok, "{c:?} ({one_way}) ends with {:?}", last.choice);
+            assert!(ok, "{c:?} ({one_way}) ends with {a:?}");
             for bytes in [1, 1 << 10, 1 << 20, 1 << 30] {
                 for ranks in [1, 2, 8, 64] {
-                    let call = super::Call {
+                    let call = super::Lowered {
                         collective: c,
                         one_way,
                         bytes,
@@ -323,7 +229,9 @@ mod tests {
                         nodes: 1,
                         uniform: true,
                         dtype: mscclpp_shared::DataType::F32,
-                        op: super::KernelOp::from(mscclpp_shared::ReduceOp::Sum),
+                        op: crate::collectives::reduction::KernelOp::from(
+                            mscclpp_shared::ReduceOp::Sum,
+                        ),
                     };
                     assert!(
                         (last.when)(&cfg, &call),

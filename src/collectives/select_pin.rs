@@ -8,29 +8,90 @@
 //!
 //! Changed on purpose since (each marked `Changed:` below): the point-to-point calls
 //! (`send`, `recv`, `send_recv`) run on the point-to-point engine (`p2p`), whatever their size
-//! and buffers, and the scratch ends with its region; the reduce to a root was added.
+//! and buffers, and the scratch ends with its region; the reduce to a root was added; every
+//! collective on one rank is a copy (all-reduce and reduce were; the others ran an algorithm).
+//!
+//! The library's side is the real planner and dispatcher loop (`plan::drive`), with an
+//! executor that queues nothing: it records the step the dispatcher would queue, and stands
+//! for the per-call exchange of the algorithms on the callers' buffers, which succeeds when
+//! every rank's buffers can be shared (`reg`) and otherwise declines.
 
+use mscclpp_host::Error;
 use mscclpp_host::gpu::{BackendKind, LaunchConfig};
-use mscclpp_shared::{DataType, MAX_DIRECT_RANKS, ReduceOp};
+use mscclpp_shared::{DataType, DevicePtr, MAX_DIRECT_RANKS, ReduceOp};
 
-use super::select::{self, Call, Decision};
-use super::{Algorithm, Collective, CollectiveConfig};
+use super::algorithm::{Algorithm, Collective};
+use super::config::CollectiveConfig;
+use super::context::{Args, Lowered, Peer};
+use super::plan::{self, Action, Now};
+use super::scratch::ScratchLayout;
+use super::unit::{Planned, Queued};
 
 /// What a call ran: `Ok(None)` a plain copy, `Err(())` a refusal (a typed error, nothing queued).
 type Outcome = Result<Option<Algorithm>, ()>;
 
 // ---- The library's answers (the only part that follows the library's structure) ----
 
-fn library(cfg: &CollectiveConfig, call: Call, forced: Option<Algorithm>, reg: bool) -> Outcome {
-    match select::decide(cfg, call, forced, reg) {
-        Ok(Decision::Copy) => Ok(None),
-        Ok(Decision::Run(a)) => Ok(Some(a)),
+fn library(cfg: &CollectiveConfig, call: Lowered, forced: Option<Algorithm>, reg: bool) -> Outcome {
+    let layout = if call.nodes > 1 {
+        ScratchLayout::for_nodes(cfg, call.ranks)
+    } else {
+        super::algo::one_node_layout(cfg, call.ranks)
+    };
+    let peer = match (call.collective, call.one_way) {
+        (Collective::SendRecv, true) => Peer::To(0),
+        (Collective::SendRecv, false) => Peer::Pair { next: 0, prev: 0 },
+        _ => Peer::None,
+    };
+    let args = Args {
+        call,
+        input: DevicePtr::NULL,
+        output: DevicePtr::NULL,
+        peer,
+        reg: None,
+    };
+    let mut ran = None;
+    let mut exec = |a: Action<'_>| -> mscclpp_host::Result<Queued> {
+        let step = match a {
+            Action::Copy => {
+                ran = Some(None);
+                return Ok(Queued::Ran);
+            }
+            Action::Run(step) => step,
+        };
+        if step.algorithm.unit().registered && !reg {
+            return Ok(Queued::Declined);
+        }
+        if let Planned::Refused(what) = step.planned {
+            return Err(unsupported(what));
+        }
+        ran = Some(Some(step.algorithm));
+        Ok(Queued::Ran)
+    };
+    match plan::drive(
+        cfg,
+        &layout,
+        &args,
+        forced,
+        Now::EAGER,
+        &mut exec,
+        &unsupported,
+    ) {
+        Ok(()) => ran.ok_or(()),
         Err(_) => Err(()),
     }
 }
 
+fn unsupported(what: &'static str) -> Error {
+    Error::Unsupported {
+        what,
+        backend: BackendKind::Cpu,
+    }
+}
+
 fn library_shapes(cfg: &CollectiveConfig, backend: BackendKind, x: u64) -> [LaunchConfig; 4] {
-    use super::algo::{direct, ll, ll128, staged};
+    use super::algo::ll128;
+    use super::launch::{direct, ll, staged};
     [
         ll::shape(cfg, x),
         ll128::shape(cfg, x),
@@ -45,7 +106,7 @@ fn library_shapes(cfg: &CollectiveConfig, backend: BackendKind, x: u64) -> [Laun
 /// point-to-point region (in the set-up scratch now, after the descriptors) ended it.
 fn library_layout(cfg: &CollectiveConfig, n: usize) -> (u64, u64, u64, u64, usize) {
     use super::scratch::Region;
-    let l = super::scratch::ScratchLayout::for_registered(cfg, n);
+    let l = super::algo::one_node_layout(cfg, n);
     let ll_now = l.region_len(Region::Ll) as u64;
     assert_eq!(ll_now, 2 * (n as u64 - 1) * l.ll_slot_bytes(), "{n} ranks");
     let ll128_offset = ll_now + 2 * l.ll_slot_bytes();
@@ -61,7 +122,7 @@ fn library_layout(cfg: &CollectiveConfig, n: usize) -> (u64, u64, u64, u64, usiz
 }
 
 fn library_rows(cfg: &CollectiveConfig) -> u32 {
-    super::channel_rows(cfg)
+    super::algo::channel_rows(cfg)
 }
 
 // ---- The reference (the code of e1cbef2, restated) ----
@@ -289,8 +350,14 @@ fn ref_reduce(
     ref_try_direct(n, a, algo.is_some(), reg)
 }
 
-fn reference(cfg: &CollectiveConfig, call: Call, algo: Option<Algorithm>, reg: bool) -> Outcome {
+fn reference(cfg: &CollectiveConfig, call: Lowered, algo: Option<Algorithm>, reg: bool) -> Outcome {
     let (n, b) = (call.ranks, call.bytes);
+    // Changed: every collective on one rank is a copy, whatever was forced (all-reduce and
+    // reduce were already, below; all-gather, reduce-scatter, broadcast and all-to-all ran the
+    // algorithm chosen for their size). Point-to-point calls on one rank are refused before.
+    if n == 1 && call.collective != Collective::SendRecv {
+        return Ok(None);
+    }
     match call.collective {
         Collective::AllReduce => ref_all_reduce(cfg, n, b, algo, reg),
         Collective::AllGather => ref_all_gather(cfg, n, b, algo, reg),
@@ -452,7 +519,7 @@ fn every_call_runs_what_it_ran_before_the_units() {
                     if collective == Collective::SendRecv && n == 1 {
                         continue; // send/recv to oneself is refused before any choice
                     }
-                    let call = Call {
+                    let call = Lowered {
                         collective,
                         one_way,
                         bytes,
@@ -477,11 +544,8 @@ fn every_call_runs_what_it_ran_before_the_units() {
                             .collect()
                     };
                     for a in [Port, Hierarchical] {
-                        // (An all-reduce or a reduce on one rank copies, whatever was
-                        // forced.)
-                        let rooted =
-                            matches!(collective, Collective::AllReduce | Collective::Reduce);
-                        if !(rooted && n == 1) {
+                        // (Every collective on one rank copies, whatever was forced.)
+                        if n > 1 {
                             let got = library(&cfg, call, Some(a), true);
                             assert_eq!(got, Err(()), "{a:?} on one node: {call:?}");
                         }
@@ -510,7 +574,7 @@ fn every_call_runs_what_it_ran_before_the_units() {
 fn the_reference_says_what_the_readme_says() {
     let cuda = CollectiveConfig::for_backend(BackendKind::Cuda);
     let cpu = CollectiveConfig::for_backend(BackendKind::Cpu);
-    let call = |collective, bytes, ranks| Call {
+    let call = |collective, bytes, ranks| Lowered {
         collective,
         one_way: false,
         bytes,
@@ -520,7 +584,7 @@ fn the_reference_says_what_the_readme_says() {
         dtype: DataType::F32,
         op: ReduceOp::Sum.into(),
     };
-    let auto = |cfg: &CollectiveConfig, c: Call, reg| reference(cfg, c, None, reg);
+    let auto = |cfg: &CollectiveConfig, c: Lowered, reg| reference(cfg, c, None, reg);
     let ar = Collective::AllReduce;
     assert_eq!(
         auto(&cuda, call(ar, 64 << 10, 2), true),

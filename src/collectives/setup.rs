@@ -21,8 +21,9 @@ use mscclpp_host::transport::Transport;
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::MemoryChannelDeviceHandle;
 
-use super::CollectiveConfig;
+use super::config::CollectiveConfig;
 use super::context::Wiring;
+use super::multinode::{self, NodeBuilder};
 use super::scratch::ScratchLayout;
 
 const SCRATCH_TAG: u64 = 0x5c_0000;
@@ -54,13 +55,14 @@ pub(crate) fn builtin_module(g: &Gpu) -> Result<Arc<Module>> {
 const SEMAPHORE_TAG: u64 = 0x5e_0000;
 
 /// The wiring of a world of several nodes: the port region's scratch and the port channels
-/// (`multinode.rs`); no MemoryChannels (their table is left empty).
+/// (`multinode.rs`; `node` builds the node's world); no MemoryChannels (their table is left
+/// empty).
 pub(super) fn wire_nodes(
     comm: &Arc<Communicator>,
-    cfg: &CollectiveConfig,
     layout: &ScratchLayout,
+    node: NodeBuilder<'_>,
 ) -> Result<Wiring> {
-    let (scratch, multi) = super::multinode::wire(comm, cfg, layout)?;
+    let (scratch, multi) = multinode::wire(comm, layout, node)?;
     let g = comm.gpu();
     let channel_table = g.alloc(16)?;
     let ll_flags = g.alloc(16)?;

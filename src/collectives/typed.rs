@@ -27,7 +27,9 @@ use mscclpp_host::gpu::{DeviceBuffer, Event, Gpu, Stream};
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::{DataType, DevicePtr};
 
-use super::{Collectives, Reduction, Scalar};
+use super::api::Collectives;
+use super::call::Call;
+use super::reduction::{Reduction, Scalar};
 
 mod sealed {
     pub trait Sealed {}
@@ -205,19 +207,23 @@ fn same_device<T: Element>(c: &Collectives, v: &DeviceVec<T>) -> Result<()> {
 }
 
 impl Collectives {
-    /// Runs `queue` on `stream` for `vecs` (checked to live on this device), ordered after
-    /// their earlier uses and marked as a use of each (module docs).
+    /// Queues `call` on `stream` for `vecs` (checked to live on this device, their lengths
+    /// checked by the caller for the call), ordered after their earlier uses and marked as a
+    /// use of each (module docs).
     fn typed<T: Element>(
         &self,
         stream: &Stream,
         vecs: &[&DeviceVec<T>],
-        queue: impl FnOnce() -> Result<()>,
+        call: &Call,
     ) -> Result<()> {
         for v in vecs {
             same_device(self, v)?;
             v.enter(stream)?;
         }
-        let queued = queue();
+        // SAFETY: every buffer of `call` is one of `vecs`, which hold what the call moves (the
+        // callers check the lengths) and stay alive until the queued work completes (module
+        // docs); the operator carries no pointer (`host_op`).
+        let queued = unsafe { self.queue(call, stream, None) };
         for v in vecs {
             v.leave(stream)?;
         }
@@ -233,22 +239,14 @@ impl Collectives {
         stream: &Stream,
     ) -> Result<()> {
         check_len("all_reduce output", output.len, input.len)?;
-        let op = host_op(op.into(), self)?;
-        self.typed(stream, &[input, output], || {
-            // SAFETY: both vectors hold `len` elements and stay alive until the queued work
-            // completes (module docs); the operator carries no pointer.
-            unsafe {
-                self.all_reduce(
-                    input.buf.ptr(),
-                    output.buf.ptr(),
-                    input.len,
-                    T::DTYPE,
-                    op,
-                    stream,
-                    None,
-                )
-            }
-        })
+        let call = Call::AllReduce {
+            input: input.buf.ptr(),
+            output: output.buf.ptr(),
+            count: input.len,
+            dtype: T::DTYPE,
+            op: host_op(op.into(), self)?,
+        };
+        self.typed(stream, &[input, output], &call)
     }
 
     /// All-reduce of `buf` in place by `op`.
@@ -258,21 +256,14 @@ impl Collectives {
         op: impl Into<Reduction>,
         stream: &Stream,
     ) -> Result<()> {
-        let op = host_op(op.into(), self)?;
-        self.typed(stream, &[buf], || {
-            // SAFETY: as in `all_reduce_vec`.
-            unsafe {
-                self.all_reduce(
-                    buf.buf.ptr(),
-                    buf.buf.ptr(),
-                    buf.len,
-                    T::DTYPE,
-                    op,
-                    stream,
-                    None,
-                )
-            }
-        })
+        let call = Call::AllReduce {
+            input: buf.buf.ptr(),
+            output: buf.buf.ptr(),
+            count: buf.len,
+            dtype: T::DTYPE,
+            op: host_op(op.into(), self)?,
+        };
+        self.typed(stream, &[buf], &call)
     }
 
     /// All-gather: every rank's `input` lands at `output[rank * input.len()..]` on every rank
@@ -285,19 +276,13 @@ impl Collectives {
     ) -> Result<()> {
         let n = self.communicator().size();
         check_len("all_gather output", output.len, n * input.len)?;
-        self.typed(stream, &[input, output], || {
-            // SAFETY: as in `all_reduce_vec`, with the lengths checked for the call.
-            unsafe {
-                self.all_gather(
-                    input.buf.ptr(),
-                    output.buf.ptr(),
-                    input.len,
-                    T::DTYPE,
-                    stream,
-                    None,
-                )
-            }
-        })
+        let call = Call::AllGather {
+            input: input.buf.ptr(),
+            output: output.buf.ptr(),
+            count: input.len,
+            dtype: T::DTYPE,
+        };
+        self.typed(stream, &[input, output], &call)
     }
 
     /// Reduce-scatter: rank r gets the reduction by `op` of part r of every rank's `input`
@@ -311,21 +296,14 @@ impl Collectives {
     ) -> Result<()> {
         let n = self.communicator().size();
         check_len("reduce_scatter input", input.len, n * output.len)?;
-        let op = host_op(op.into(), self)?;
-        self.typed(stream, &[input, output], || {
-            // SAFETY: as in `all_gather_vec`.
-            unsafe {
-                self.reduce_scatter(
-                    input.buf.ptr(),
-                    output.buf.ptr(),
-                    output.len,
-                    T::DTYPE,
-                    op,
-                    stream,
-                    None,
-                )
-            }
-        })
+        let call = Call::ReduceScatter {
+            input: input.buf.ptr(),
+            output: output.buf.ptr(),
+            count: output.len,
+            dtype: T::DTYPE,
+            op: host_op(op.into(), self)?,
+        };
+        self.typed(stream, &[input, output], &call)
     }
 
     /// Broadcast of `root`'s `buf` into every rank's `buf` (in place).
@@ -335,20 +313,14 @@ impl Collectives {
         root: usize,
         stream: &Stream,
     ) -> Result<()> {
-        self.typed(stream, &[buf], || {
-            // SAFETY: as in `all_reduce_vec`.
-            unsafe {
-                self.broadcast(
-                    buf.buf.ptr(),
-                    buf.buf.ptr(),
-                    buf.len,
-                    T::DTYPE,
-                    root,
-                    stream,
-                    None,
-                )
-            }
-        })
+        let call = Call::Broadcast {
+            input: buf.buf.ptr(),
+            output: buf.buf.ptr(),
+            count: buf.len,
+            dtype: T::DTYPE,
+            root,
+        };
+        self.typed(stream, &[buf], &call)
     }
 
     /// All-to-all: part p of every rank's `input` lands as part r of rank p's `output` (both
@@ -363,19 +335,13 @@ impl Collectives {
         check_len("all_to_all output", output.len, input.len)?;
         let part = input.len / n;
         check_len("all_to_all input (whole parts)", input.len, n * part)?;
-        self.typed(stream, &[input, output], || {
-            // SAFETY: as in `all_gather_vec`.
-            unsafe {
-                self.all_to_all(
-                    input.buf.ptr(),
-                    output.buf.ptr(),
-                    part,
-                    T::DTYPE,
-                    stream,
-                    None,
-                )
-            }
-        })
+        let call = Call::AllToAll {
+            input: input.buf.ptr(),
+            output: output.buf.ptr(),
+            count: part,
+            dtype: T::DTYPE,
+        };
+        self.typed(stream, &[input, output], &call)
     }
 
     /// Sends `input` to `peer`, which calls [`recv_vec`](Self::recv_vec) with as many elements.
@@ -385,10 +351,13 @@ impl Collectives {
         peer: usize,
         stream: &Stream,
     ) -> Result<()> {
-        self.typed(stream, &[input], || {
-            // SAFETY: as in `all_reduce_vec`.
-            unsafe { self.send(input.buf.ptr(), input.len, T::DTYPE, peer, stream) }
-        })
+        let call = Call::Send {
+            input: input.buf.ptr(),
+            count: input.len,
+            dtype: T::DTYPE,
+            peer,
+        };
+        self.typed(stream, &[input], &call)
     }
 
     /// Receives `output.len()` elements from `peer` into `output`.
@@ -398,9 +367,12 @@ impl Collectives {
         peer: usize,
         stream: &Stream,
     ) -> Result<()> {
-        self.typed(stream, &[output], || {
-            // SAFETY: as in `all_reduce_vec`.
-            unsafe { self.recv(output.buf.ptr(), output.len, T::DTYPE, peer, stream) }
-        })
+        let call = Call::Recv {
+            output: output.buf.ptr(),
+            count: output.len,
+            dtype: T::DTYPE,
+            peer,
+        };
+        self.typed(stream, &[output], &call)
     }
 }

@@ -7,6 +7,8 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+use mscclpp_test_support as harness;
+
 fn tool(cargo_path: &str) -> Option<PathBuf> {
     let p = PathBuf::from(cargo_path);
     p.exists().then_some(p)
@@ -192,7 +194,7 @@ fn conformance_plans_are_checked() {
         println!("NOT RUN: the tools are not built");
         return;
     };
-    let dir = PathBuf::from("../../shared/mscclpp-plans");
+    let dir = harness::package_dir(env!("CARGO_MANIFEST_DIR")).join("../../shared/mscclpp-plans");
     if !dir.is_dir() {
         println!("NOT RUN: ../shared/mscclpp-plans (MSCCL++'s conformance plans) is absent");
         return;

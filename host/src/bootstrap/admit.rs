@@ -1,9 +1,9 @@
 //! Admission: the non-blocking handshake of a listener (the root's, or a rank's), run by one
-//! thread for every connection at once. [`Admission`] accepts every connection as it comes
-//! (the backlog is raised to [`BACKLOG`]), reads each one's frames without blocking, checks the
-//! `HELLO` ([`Gate::check_hello`]), answers with its `CHALLENGE`, and checks the connector's
-//! tag; a connection that passes is handed to the owner ([`Admitted`]), anything else is
-//! answered with a `REJECT` and closed.
+//! thread for every connection at once. [`Admission`] accepts connections under the intake
+//! rules ([`super::intake`]: backlog, descriptor budget, accept back-off), reads each one's
+//! frames without blocking, checks the `HELLO` ([`Gate::check_hello`]), answers with its
+//! `CHALLENGE`, and checks the connector's tag; a connection that passes is handed to the owner
+//! ([`Admitted`]), anything else is answered with a `REJECT` and closed.
 //!
 //! Why idle, slow or garbage connections cannot keep a real rank out:
 //! - nothing blocks: a silent connection costs a file descriptor and a poll slot until its
@@ -11,9 +11,13 @@
 //! - a refused connection is answered without blocking and drained for at most
 //!   [`REJECT_LINGER`] in the background ([`Closing`]), so the owner's decisions never wait on a
 //!   refusal;
-//! - at most `max_pending` handshakes are open at once; a new connection beyond that evicts
-//!   the oldest one (silent connections are the oldest; a real rank finishes in a few round
-//!   trips and retries a join that was cut), so the listener keeps accepting under a flood.
+//! - at most `max_pending` handshakes are open at once (max([`MIN_PENDING`], 2 × size), and no
+//!   more than the process's descriptor budget gives the listener: its guarantee and what it
+//!   can borrow from the pool); a new connection beyond that sheds one held connection, the oldest of the least advanced: refused ones still
+//!   lingering first, then those that have not sent a valid `HELLO`, then the rest. A shed
+//!   handshake is told `REJECT Busy` (the connector tries again) and closed at once. Silent
+//!   connections are the oldest; a real rank finishes in a few round trips and retries a join
+//!   or a link that was cut, so the listener keeps accepting under a flood.
 //!
 //! Nothing is handed on, queued or answered beyond the `CHALLENGE` before the connector has
 //! proven that it knows the world's secret ([`crate::auth`]).
@@ -22,29 +26,25 @@ use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
+use super::intake::{Intake, Ticket};
+use super::keying::{KeyCell, WorldKey};
 use super::net::{ControlFail, reject_for};
 use super::os::{self, send_whole};
 use super::wire::{
     self, Challenge, ControlHeader, HeaderError, Hello, Join, Kind, Proof, Purpose, Reject,
     RejectCode, acceptor_context, connector_context,
 };
-use crate::auth::{self, Nonce, Role, Secret};
+use crate::auth::{self, Nonce, Role};
 use crate::socket::{IoFail, classify, deadline_in};
 
-/// Accept backlog of every bootstrap listener (std's default of 128 drops the SYNs of a
-/// thousand ranks joining at once, which then retry only after a second).
-pub(crate) const BACKLOG: i32 = 4096;
 /// How long a refused connection is drained after its `REJECT`, so that closing it does not
 /// reset the connection before the peer has read why.
 pub(crate) const REJECT_LINGER: Duration = Duration::from_millis(300);
 /// Fewest handshakes a listener keeps open at once (more for larger worlds: twice the size).
 pub(crate) const MIN_PENDING: usize = 1024;
-/// Refusals logged as warnings before the rest go to the debug level (a flood of garbage
-/// connections must not flood the log).
-const LOUD_REFUSALS: u64 = 8;
 
-/// What a listener admits: who it is, for what, and the world's secret.
-#[derive(Debug, Clone, Copy)]
+/// What a listener admits: who it is, for what, and the world's key.
+#[derive(Debug, Clone)]
 pub(crate) struct Gate {
     /// This listener's rank ([`wire::ROOT`] for the root).
     pub me: usize,
@@ -54,8 +54,8 @@ pub(crate) struct Gate {
     pub magic: u64,
     /// World size.
     pub size: usize,
-    /// The world's secret.
-    pub secret: Secret,
+    /// The world's key and job nonce (a rank's: set when it joined; `bootstrap::keying`).
+    pub key: KeyCell,
 }
 
 impl Gate {
@@ -189,6 +189,13 @@ impl FrameBuf {
 
 enum Stage {
     Hello,
+    /// A valid `HELLO` at a rank's listener before the rank has its world key (it has not
+    /// joined yet): challenged as soon as the key is set (`bootstrap::keying`; a real rank of
+    /// the world never connects that early).
+    Keyless {
+        hello: Hello,
+        body: Vec<u8>,
+    },
     Proof {
         hello: Hello,
         body: Vec<u8>,
@@ -202,12 +209,14 @@ struct Pending {
     deadline: Instant,
     frame: FrameBuf,
     stage: Stage,
+    ticket: Ticket,
 }
 
 /// A refused connection, drained until the peer closes or [`REJECT_LINGER`] passes.
 struct Closing {
     stream: TcpStream,
     until: Instant,
+    _ticket: Ticket,
 }
 
 /// Which part of an [`Admission`] a poll entry belongs to.
@@ -220,49 +229,40 @@ pub(crate) enum Slot {
 
 /// A listener and its handshakes in progress (module docs).
 pub(crate) struct Admission {
-    listener: Option<TcpListener>,
+    intake: Intake,
     gate: Gate,
     pending: Vec<Option<Pending>>,
     closing: Vec<Option<Closing>>,
-    max_pending: usize,
     handshake_timeout: Duration,
-    refusals: u64,
-    label: &'static str,
 }
 
 impl Admission {
-    /// Serves `listener` (made non-blocking here) for `gate`.
+    /// Serves `listener` (made non-blocking here) for `gate`; `label` names it in the log.
     pub fn new(
         listener: TcpListener,
         gate: Gate,
         handshake_timeout: Duration,
         label: &'static str,
     ) -> io::Result<Self> {
-        listener.set_nonblocking(true)?;
-        if let Err(e) = os::set_backlog(&listener, BACKLOG) {
-            tracing::debug!("bootstrap {label}: keeping the default backlog: {e}");
-        }
+        let max_pending = MIN_PENDING.max(gate.size.saturating_mul(2));
         Ok(Self {
-            listener: Some(listener),
+            intake: Intake::new(listener, max_pending, format!("bootstrap {label}"))?,
             gate,
             pending: Vec::new(),
             closing: Vec::new(),
-            max_pending: MIN_PENDING.max(gate.size.saturating_mul(2)),
             handshake_timeout,
-            refusals: 0,
-            label,
         })
     }
 
     /// Stops accepting: closes the listener (handshakes in progress go on).
     pub fn close_listener(&mut self) {
-        self.listener = None;
+        self.intake.close();
     }
 
     /// Adds a poll entry for everything that waits for bytes.
     pub fn poll_fds(&self, fds: &mut Vec<libc::pollfd>, slots: &mut Vec<Slot>) {
-        if let Some(l) = &self.listener {
-            fds.push(os::pollin(l));
+        if let Some(fd) = self.intake.poll_fd() {
+            fds.push(fd);
             slots.push(Slot::Listener);
         }
         for (i, p) in self.pending.iter().enumerate() {
@@ -279,11 +279,11 @@ impl Admission {
         }
     }
 
-    /// The earliest handshake or linger deadline.
+    /// The earliest handshake or linger deadline, or the end of an accept back-off.
     pub fn next_deadline(&self) -> Option<Instant> {
         let p = self.pending.iter().flatten().map(|p| p.deadline);
         let c = self.closing.iter().flatten().map(|c| c.until);
-        p.chain(c).min()
+        p.chain(c).chain(self.intake.wake_at()).min()
     }
 
     /// Serves one ready poll entry; a connection that completed its handshake is returned.
@@ -313,17 +313,38 @@ impl Admission {
         }
     }
 
-    /// Ends handshakes and lingers whose deadline passed, and compacts the tables.
+    /// Challenges the handshakes that waited for the world key if it is set now, ends
+    /// handshakes and lingers whose deadline passed, and compacts the tables.
     pub fn expire(&mut self) {
+        if let Some(world) = self.gate.key.get() {
+            for slot in &mut self.pending {
+                let Some(p) = slot else { continue };
+                if !matches!(p.stage, Stage::Keyless { .. }) {
+                    continue;
+                }
+                let Stage::Keyless { hello, body } = std::mem::replace(&mut p.stage, Stage::Hello)
+                else {
+                    continue;
+                };
+                match challenge(&p.stream, world, hello, body) {
+                    Ok(next) => p.stage = next,
+                    Err((code, why)) => {
+                        if let Some(p) = slot.take() {
+                            self.intake.notes().refused(p.addr, &why);
+                            push_closing(&mut self.closing, p.stream, code, &why, p.ticket);
+                        }
+                    }
+                }
+            }
+        }
         let now = Instant::now();
         for slot in &mut self.pending {
             if slot.as_ref().is_some_and(|p| p.deadline <= now)
                 && let Some(p) = slot.take()
             {
                 let (code, why) = reject_for(&ControlFail::Io(IoFail::Timeout));
-                self.refusals += 1;
-                note(self.label, self.refusals, p.addr, &why);
-                push_closing(&mut self.closing, p.stream, code, &why, self.max_pending);
+                self.intake.notes().refused(p.addr, &why);
+                push_closing(&mut self.closing, p.stream, code, &why, p.ticket);
             }
         }
         for slot in &mut self.closing {
@@ -338,62 +359,69 @@ impl Admission {
     /// Refuses an admitted connection after all (a duplicate, a stopping owner): `REJECT`
     /// without blocking, then drained in the background.
     pub fn refuse(&mut self, stream: TcpStream, addr: SocketAddr, code: RejectCode, why: &str) {
-        self.refusals += 1;
-        note(self.label, self.refusals, addr, why);
-        push_closing(&mut self.closing, stream, code, why, self.max_pending);
+        self.intake.notes().refused(addr, why);
+        let ticket = self.intake.ticket();
+        push_closing(&mut self.closing, stream, code, why, ticket);
     }
 
     fn accept_all(&mut self) {
-        let Some(listener) = &self.listener else {
-            return;
-        };
-        loop {
-            let (stream, addr) = match listener.accept() {
-                Ok(c) => c,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) => {
-                    // EMFILE, ECONNABORTED, …: not fatal to the listener.
-                    tracing::warn!("bootstrap {}: accept failed: {e}", self.label);
-                    return;
+        while let Some((stream, addr)) = self.intake.next() {
+            let ticket = loop {
+                if let Some(t) = self.intake.take() {
+                    break Some(t);
+                }
+                if !self.shed_one() {
+                    break None;
                 }
             };
-            if stream.set_nonblocking(false).is_err() {
+            let Some(ticket) = ticket else {
+                self.intake.turn_away(stream, addr);
                 continue;
-            }
-            let _ = stream.set_nodelay(true);
-            let live = self.pending.iter().filter(|p| p.is_some()).count();
-            if live >= self.max_pending
-                && let Some(oldest) = self
-                    .pending
-                    .iter_mut()
-                    .filter(|p| p.is_some())
-                    .min_by_key(|p| p.as_ref().map(|p| p.deadline))
-                && let Some(p) = oldest.take()
-            {
-                self.refusals += 1;
-                note(
-                    self.label,
-                    self.refusals,
-                    p.addr,
-                    "evicted: too many handshakes at once",
-                );
-                let _ = p.stream.shutdown(Shutdown::Both);
-            }
+            };
             self.pending.push(Some(Pending {
                 stream,
                 addr,
                 deadline: deadline_in(self.handshake_timeout),
                 frame: FrameBuf::default(),
                 stage: Stage::Hello,
+                ticket,
             }));
         }
+    }
+
+    /// Closes one held connection to make room (module docs: a lingering refusal, else the
+    /// oldest handshake without a valid `HELLO`, else the oldest handshake). `false` when
+    /// there is none. Tables are in accept order, so the first match is the oldest.
+    fn shed_one(&mut self) -> bool {
+        if let Some(c) = self.closing.iter_mut().find(|c| c.is_some()) {
+            *c = None;
+            return true;
+        }
+        let quiet = self
+            .pending
+            .iter()
+            .position(|p| p.as_ref().is_some_and(|p| matches!(p.stage, Stage::Hello)));
+        let Some(i) = quiet.or_else(|| self.pending.iter().position(Option::is_some)) else {
+            return false;
+        };
+        if let Some(p) = self.pending[i].take() {
+            let why = "shed: too many connections at once; try again";
+            let frame = Reject {
+                code: RejectCode::Busy,
+                reason: why.into(),
+            }
+            .encode();
+            let _ = os::send_now(&p.stream, &frame);
+            self.intake.notes().refused(p.addr, why);
+        }
+        true
     }
 
     fn advance(&mut self, i: usize) -> Option<Admitted> {
         let p = self.pending.get_mut(i)?.as_mut()?;
         let expected: &[(Kind, usize)] = match (&p.stage, self.gate.purpose) {
             (Stage::Hello, _) => &[(Kind::Hello, wire::HELLO_BODY_LEN)],
+            (Stage::Keyless { .. }, _) => &[],
             (Stage::Proof { .. }, Purpose::Join) => &[(Kind::Join, wire::JOIN_BODY_LEN)],
             (Stage::Proof { .. }, Purpose::Link) => &[(Kind::Proof, wire::PROOF_BODY_LEN)],
         };
@@ -406,7 +434,8 @@ impl Admission {
             Ok(done) => done,
             Err((code, why)) => {
                 let p = self.pending[i].take()?;
-                self.refuse(p.stream, p.addr, code, &why);
+                self.intake.notes().refused(p.addr, &why);
+                push_closing(&mut self.closing, p.stream, code, &why, p.ticket);
                 None
             }
         }
@@ -419,7 +448,7 @@ impl Admission {
         kind: Kind,
         body: Vec<u8>,
     ) -> Result<Option<Admitted>, (RejectCode, String)> {
-        let gate = self.gate;
+        let gate = self.gate.clone();
         let malformed = |why: String| (RejectCode::Malformed, why);
         let Some(p) = self.pending.get_mut(i).and_then(Option::as_mut) else {
             return Ok(None);
@@ -428,24 +457,17 @@ impl Admission {
             Stage::Hello => {
                 let hello = Hello::decode(&body).map_err(malformed)?;
                 gate.check_hello(&hello)?;
-                let nonce = Nonce::random().map_err(|e| {
-                    (
-                        RejectCode::Busy,
-                        format!("no random bytes for a nonce: {e}"),
-                    )
-                })?;
-                let tag = auth::tag(
-                    &gate.secret,
-                    Role::Acceptor,
-                    &acceptor_context(&body),
-                    &hello.nonce,
-                    &nonce,
-                );
-                send_whole(&p.stream, &Challenge { nonce, tag }.encode())
-                    .map_err(|e| (RejectCode::Malformed, format!("sending CHALLENGE: {e}")))?;
-                p.stage = Stage::Proof { hello, body, nonce };
+                p.stage = match gate.key.get() {
+                    Some(world) => challenge(&p.stream, world, hello, body)?,
+                    None => Stage::Keyless { hello, body },
+                };
                 Ok(None)
             }
+            // Nothing is read in this stage (advance expects no frame).
+            Stage::Keyless { .. } => Err((
+                RejectCode::Unexpected,
+                "a frame before the CHALLENGE".into(),
+            )),
             Stage::Proof {
                 hello,
                 body: hello_body,
@@ -462,9 +484,12 @@ impl Admission {
                         None,
                     ),
                 };
-                let context = connector_context(&hello_body, &request);
+                let Some(world) = gate.key.get() else {
+                    return Err(malformed("no world key after a CHALLENGE".into()));
+                };
+                let context = connector_context(&hello_body, &world.job, &request);
                 if !auth::verify(
-                    &gate.secret,
+                    &world.key,
                     Role::Connector,
                     &context,
                     &hello.nonce,
@@ -498,25 +523,44 @@ impl Admission {
     }
 }
 
-/// Logs a refusal: the first few as warnings, then every hundredth.
-fn note(label: &str, count: u64, addr: SocketAddr, why: &str) {
-    if count <= LOUD_REFUSALS || count.is_multiple_of(100) {
-        tracing::warn!(
-            "bootstrap {label}: refused the connection from {addr}: {why} ({count} refused so far)"
-        );
-    } else {
-        tracing::debug!("bootstrap {label}: refused the connection from {addr}: {why}");
-    }
+/// Answers a valid `HELLO` with this listener's `CHALLENGE`; the connection's next stage.
+fn challenge(
+    stream: &TcpStream,
+    world: &WorldKey,
+    hello: Hello,
+    body: Vec<u8>,
+) -> Result<Stage, (RejectCode, String)> {
+    let nonce = Nonce::random().map_err(|e| {
+        (
+            RejectCode::Busy,
+            format!("no random bytes for a nonce: {e}"),
+        )
+    })?;
+    let tag = auth::tag(
+        &world.key,
+        Role::Acceptor,
+        &acceptor_context(&body, &world.job),
+        &hello.nonce,
+        &nonce,
+    );
+    let c = Challenge {
+        nonce,
+        job: world.job,
+        tag,
+    };
+    send_whole(stream, &c.encode())
+        .map_err(|e| (RejectCode::Malformed, format!("sending CHALLENGE: {e}")))?;
+    Ok(Stage::Proof { hello, body, nonce })
 }
 
 /// Sends a REJECT without blocking, closes our side for writing and keeps the connection for
-/// [`REJECT_LINGER`] (fewer than `cap` lingering; beyond that the oldest is closed at once).
+/// [`REJECT_LINGER`] (it keeps its ticket: a lingering refusal is the first to be shed).
 fn push_closing(
     closing: &mut Vec<Option<Closing>>,
     stream: TcpStream,
     code: RejectCode,
     why: &str,
-    cap: usize,
+    ticket: Ticket,
 ) {
     let frame = Reject {
         code,
@@ -525,13 +569,143 @@ fn push_closing(
     .encode();
     let _ = os::send_now(&stream, &frame);
     let _ = stream.shutdown(Shutdown::Write);
-    if closing.iter().filter(|c| c.is_some()).count() >= cap
-        && let Some(oldest) = closing.iter_mut().find(|c| c.is_some())
-    {
-        *oldest = None;
-    }
     closing.push(Some(Closing {
         stream,
         until: deadline_in(REJECT_LINGER),
+        _ticket: ticket,
     }));
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+
+    use super::*;
+    use crate::auth::Secret;
+    use crate::bootstrap::keying::{self, WorldKey};
+
+    /// Serves the admission as the I/O thread does, for `d`; what it admitted.
+    fn pump(adm: &mut Admission, d: Duration) -> Vec<Admitted> {
+        let until = Instant::now() + d;
+        let mut out = Vec::new();
+        while Instant::now() < until {
+            let (mut fds, mut slots) = (Vec::new(), Vec::new());
+            adm.poll_fds(&mut fds, &mut slots);
+            os::poll(&mut fds, Duration::from_millis(5)).unwrap();
+            for (fd, slot) in fds.iter().zip(&slots) {
+                if fd.revents != 0 {
+                    out.extend(adm.on_ready(*slot));
+                }
+            }
+            adm.expire();
+        }
+        out
+    }
+
+    /// What the listener sent before closing (bounded): the code of its REJECT, if any, and
+    /// whether it closed.
+    fn refusal(s: &mut TcpStream) -> (Option<RejectCode>, bool) {
+        s.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let mut got = Vec::new();
+        let closed = s.read_to_end(&mut got).is_ok();
+        let code = (got.len() > wire::CONTROL_HEADER_LEN)
+            .then(|| Reject::decode(&got[wire::CONTROL_HEADER_LEN..]).ok())
+            .flatten()
+            .map(|r| r.code);
+        (code, closed)
+    }
+
+    #[test]
+    fn a_full_listener_sheds_refused_then_silent_connections_oldest_first() {
+        let world = WorldKey {
+            key: Secret::random().unwrap(),
+            job: Nonce([1; 32]),
+        };
+        let gate = Gate {
+            me: wire::ROOT,
+            purpose: Purpose::Join,
+            magic: 7,
+            size: 2,
+            key: keying::known(world),
+        };
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let mut adm = Admission::new(l, gate, Duration::from_secs(20), "test").unwrap();
+        adm.intake.set_max(4);
+        let step = Duration::from_millis(50);
+
+        let mut quiet: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        pump(&mut adm, step);
+        let hello = Hello {
+            magic: 7,
+            purpose: Purpose::Join,
+            from: 1,
+            to: wire::ROOT,
+            size: 2,
+            nonce: Nonce([9; 32]),
+        };
+        let mut valid = TcpStream::connect(addr).unwrap();
+        valid.write_all(&hello.encode()).unwrap();
+        pump(&mut adm, step);
+        let mut challenge = [0u8; wire::CONTROL_HEADER_LEN + wire::CHALLENGE_BODY_LEN];
+        valid.read_exact(&mut challenge).unwrap();
+        let c = Challenge::decode(&challenge[wire::CONTROL_HEADER_LEN..]).unwrap();
+        // Refused at once, it lingers (REJECT_LINGER, 300 ms) holding its descriptor.
+        let mut garbage = TcpStream::connect(addr).unwrap();
+        garbage.write_all(&[0xEE; 64]).unwrap();
+        let until = Instant::now() + Duration::from_secs(5);
+        while adm.closing.iter().flatten().count() == 0 && Instant::now() < until {
+            pump(&mut adm, Duration::from_millis(2));
+        }
+        assert_eq!(
+            adm.intake.held(),
+            4,
+            "two silent, one challenged, a refusal lingering"
+        );
+
+        // Four newcomers: the refusal goes first, then the silent ones, oldest first.
+        let mut newcomers = Vec::new();
+        for _ in 0..4 {
+            newcomers.push(TcpStream::connect(addr).unwrap());
+            pump(&mut adm, step);
+        }
+        assert_eq!(adm.intake.held(), 4);
+        assert_eq!(refusal(&mut garbage), (Some(RejectCode::BadMarker), true));
+        for q in &mut quiet {
+            assert_eq!(
+                refusal(q),
+                (Some(RejectCode::Busy), true),
+                "shed with REJECT Busy"
+            );
+        }
+        assert_eq!(refusal(&mut newcomers[0]), (Some(RejectCode::Busy), true));
+        for n in &mut newcomers[1..] {
+            assert_eq!(refusal(n), (None, false), "a newer one was shed");
+        }
+
+        // The challenged connection was kept: its JOIN is admitted.
+        let mut join = Join {
+            tag: [0; 32],
+            listen: "127.0.0.1:9".parse().unwrap(),
+            host_hash: 0,
+            deadline_ms: 1000,
+        };
+        join.tag = auth::tag(
+            &world.key,
+            Role::Connector,
+            &connector_context(&hello.body(), &c.job, &join.request()),
+            &hello.nonce,
+            &c.nonce,
+        );
+        valid.write_all(&join.encode()).unwrap();
+        let admitted = pump(&mut adm, step);
+        assert_eq!(admitted.len(), 1);
+        assert_eq!(admitted[0].hello, hello);
+        assert_eq!(
+            adm.intake.held(),
+            3,
+            "an admitted connection gives its ticket back"
+        );
+    }
 }

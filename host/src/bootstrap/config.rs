@@ -5,9 +5,9 @@
 //! |---|---|
 //! | rank, size, local rank | `MSCCLPP_RANK`/`MSCCLPP_WORLD_SIZE`/`MSCCLPP_LOCAL_RANK`; torchrun's `RANK`/`WORLD_SIZE`/`LOCAL_RANK`; Open MPI's `OMPI_COMM_WORLD_RANK`/`_SIZE`/`_LOCAL_RANK`; Slurm's `SLURM_PROCID`/`SLURM_NTASKS`/`SLURM_LOCALID`. The first launcher whose rank variable is set supplies all three. |
 //! | root | `MSCCLPP_UNIQUE_ID` (hex); `MSCCLPP_BOOTSTRAP` (`ip:port`, `host:port` or `ifname:ip:port`); torchrun's `MASTER_ADDR` with `MASTER_PORT` + [`TORCHRUN_PORT_OFFSET`] (torchrun's own store already listens on `MASTER_PORT`) |
-//! | secret | `MSCCLPP_SECRET` (at least 16 characters; `mscclpp-run` makes one): the world's secret when the root is a plain address (`MSCCLPP_BOOTSTRAP`, torchrun's); a unique id carries its own. Without it such a world is **not authenticated**, and the first set-up of the process says so on standard error |
+//! | secret | `MSCCLPP_SECRET`: the world's passphrase when the root is a plain address (`MSCCLPP_BOOTSTRAP`, torchrun's); a unique id carries its own secret. It should be 32 random bytes as 64 hex characters (`mscclpp-run --bootstrap` makes one; `openssl rand -hex 32`); at least 16 characters are required, and the first set-up of the process warns when it is weak ([`Passphrase::weakness`]). The key is derived from it with Argon2id (about 0.1 s once per process), salted with the root address and the root's job nonce. Without it such a world is **not authenticated**, and the first set-up of the process says so on standard error |
 //! | timeouts | `MSCCLPP_BOOTSTRAP_TIMEOUT_MS` (set-up, and operations unless `MSCCLPP_BOOTSTRAP_OP_TIMEOUT_MS` is set) |
-//! | queue caps | `MSCCLPP_BOOTSTRAP_MAX_QUEUED_BYTES`, `MSCCLPP_BOOTSTRAP_MAX_QUEUED_FRAMES`: what one peer may leave queued at this rank ([`BootstrapConfig::max_queued_bytes`]) |
+//! | queue caps | `MSCCLPP_BOOTSTRAP_MAX_QUEUED_BYTES`, `MSCCLPP_BOOTSTRAP_MAX_QUEUED_FRAMES`: what one peer may leave queued at this rank ([`BootstrapConfig::max_queued_bytes`]); `MSCCLPP_BOOTSTRAP_MAX_PROCESS_QUEUED_BYTES`: what every peer of every bootstrap of this process may leave queued in all ([`BootstrapConfig::max_process_queued_bytes`]) |
 //! | interface | `MSCCLPP_SOCKET_IFNAME` (comma-separated names; the first with an IPv4 address wins) |
 //! | node identity | `MSCCLPP_HOSTID` (else host name + boot id) |
 
@@ -15,8 +15,9 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
+use super::keying::Keying;
 use super::{UniqueId, wire};
-use crate::auth::Secret;
+use crate::auth::{Passphrase, Secret};
 use crate::error::{Error, Result};
 
 /// Default deadline for set-up (and, unless set apart, for each operation).
@@ -27,6 +28,9 @@ pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_MAX_QUEUED_BYTES: u64 = 256 << 20;
 /// Default cap on the frames one peer may leave queued (unreceived) at a rank.
 pub const DEFAULT_MAX_QUEUED_FRAMES: u64 = 65_536;
+/// Default cap on the bytes every peer of every bootstrap of a process may leave queued
+/// (unreceived) in it, together: four peers at their own cap.
+pub const DEFAULT_MAX_PROCESS_QUEUED_BYTES: u64 = 1 << 30;
 /// Under torchrun the root listens at `MASTER_PORT` + this, because torchrun's agent already
 /// serves its TCP store at `MASTER_PORT`.
 pub const TORCHRUN_PORT_OFFSET: u16 = 1;
@@ -51,12 +55,15 @@ pub mod env {
     pub const SOCKET_IFNAME: &str = "MSCCLPP_SOCKET_IFNAME";
     /// Overrides the host identity used to group ranks into nodes.
     pub const HOSTID: &str = "MSCCLPP_HOSTID";
-    /// The world's secret for plain-address roots (at least 16 characters).
+    /// The world's passphrase for plain-address roots (32 random bytes as hex; at least 16
+    /// characters).
     pub const SECRET: &str = "MSCCLPP_SECRET";
     /// Cap on the bytes one peer may leave queued at a rank.
     pub const MAX_QUEUED_BYTES: &str = "MSCCLPP_BOOTSTRAP_MAX_QUEUED_BYTES";
     /// Cap on the frames one peer may leave queued at a rank.
     pub const MAX_QUEUED_FRAMES: &str = "MSCCLPP_BOOTSTRAP_MAX_QUEUED_FRAMES";
+    /// Cap on the bytes all peers of all bootstraps may leave queued in this process.
+    pub const MAX_PROCESS_QUEUED_BYTES: &str = "MSCCLPP_BOOTSTRAP_MAX_PROCESS_QUEUED_BYTES";
     /// torchrun: root host.
     pub const MASTER_ADDR: &str = "MASTER_ADDR";
     /// torchrun: root port (the bootstrap uses this + [`TORCHRUN_PORT_OFFSET`](super::TORCHRUN_PORT_OFFSET)).
@@ -108,7 +115,7 @@ pub enum RootSpec {
     /// A [`UniqueId`] made by rank 0 (random magic and secret).
     UniqueId(UniqueId),
     /// A plain `ip:port`; rank 0 listens there and the magic is derived from the address; the
-    /// secret is [`BootstrapConfig::secret`].
+    /// key comes from [`BootstrapConfig::passphrase`] or [`BootstrapConfig::secret`].
     Addr(SocketAddr),
 }
 
@@ -171,15 +178,25 @@ pub struct BootstrapConfig {
     pub listen: Option<SocketAddr>,
     /// Host identity for grouping ranks into nodes; default: host name + kernel boot id.
     pub host_id: Option<String>,
-    /// The world's secret when [`root`](Self::root) is a plain address (a unique id carries
-    /// its own and ignores this). `None`: the world is not authenticated (module docs).
+    /// The world's key when [`root`](Self::root) is a plain address, used as it is (32 random
+    /// bytes; a unique id carries its own and ignores this). Not together with
+    /// [`passphrase`](Self::passphrase). Neither: the world is not authenticated (module docs).
     pub secret: Option<Secret>,
+    /// The world's passphrase when [`root`](Self::root) is a plain address (`MSCCLPP_SECRET`):
+    /// the key is derived from it at set-up with Argon2id, salted with the root address and
+    /// the root's job nonce (`crate::auth::Passphrase`).
+    pub passphrase: Option<Passphrase>,
     /// Most bytes one peer may leave queued (sent, not yet received) at this rank; a peer
     /// that sends more has its link cut and is reported as gone
     /// (`Error::BootstrapQueueFull`). It also caps the length of one message.
     pub max_queued_bytes: u64,
     /// Most frames one peer may leave queued at this rank (as above).
     pub max_queued_frames: u64,
+    /// Most bytes every peer of every bootstrap of this process may leave queued in it
+    /// together (ranks as threads of one process share it); a frame that does not fit has its
+    /// sender's link cut and the sender reported as gone (`Error::BootstrapQueueFull`). Each
+    /// rank checks the process's count against its own configuration's value.
+    pub max_process_queued_bytes: u64,
 }
 
 impl BootstrapConfig {
@@ -198,14 +215,22 @@ impl BootstrapConfig {
             listen: None,
             host_id: None,
             secret: None,
+            passphrase: None,
             max_queued_bytes: DEFAULT_MAX_QUEUED_BYTES,
             max_queued_frames: DEFAULT_MAX_QUEUED_FRAMES,
+            max_process_queued_bytes: DEFAULT_MAX_PROCESS_QUEUED_BYTES,
         }
     }
 
-    /// Sets the world's secret for a plain-address root.
+    /// Sets the world's key for a plain-address root (32 bytes, used as they are).
     pub fn with_secret(mut self, secret: Secret) -> Self {
         self.secret = Some(secret);
+        self
+    }
+
+    /// Sets the world's passphrase for a plain-address root (as `MSCCLPP_SECRET` does).
+    pub fn with_passphrase(mut self, passphrase: Passphrase) -> Self {
+        self.passphrase = Some(passphrase);
         self
     }
 
@@ -216,18 +241,52 @@ impl BootstrapConfig {
         self
     }
 
+    /// Sets the cap on what every peer of every bootstrap may leave queued in this process.
+    pub fn with_process_queue_cap(mut self, bytes: u64) -> Self {
+        self.max_process_queued_bytes = bytes;
+        self
+    }
+
     /// The session every rank of this world uses: the unique id, or, for a plain address, the
     /// id derived from it and [`secret`](Self::secret). Without a secret the world is not
-    /// authenticated, and the first such set-up of the process says so on standard error.
+    /// authenticated, and the first such set-up of the process says so on standard error. A
+    /// world with a [`passphrase`](Self::passphrase) has no such id (its key is derived at
+    /// set-up from the root's job nonce): an error.
     pub fn session(&self) -> Result<UniqueId> {
-        match (&self.root, self.secret) {
-            (RootSpec::UniqueId(id), _) => Ok(*id),
-            (RootSpec::Addr(a), Some(s)) => UniqueId::for_addr_with_secret(*a, s),
-            (RootSpec::Addr(a), None) => {
+        match self.keying()? {
+            (_, Keying::Passphrase(_)) => Err(Error::BootstrapConfig(format!(
+                "a world with a passphrase ({}) has no unique id: its key is derived at set-up",
+                env::SECRET
+            ))),
+            (id, Keying::Fixed(_)) => Ok(id),
+        }
+    }
+
+    /// The session (its magic and root) and where its key comes from (module docs); warns
+    /// once per process about a world without a secret, and about a weak passphrase.
+    pub(crate) fn keying(&self) -> Result<(UniqueId, Keying)> {
+        match (&self.root, self.secret, &self.passphrase) {
+            (RootSpec::UniqueId(id), _, _) => Ok((*id, Keying::Fixed(*id.secret()))),
+            (RootSpec::Addr(_), Some(_), Some(_)) => Err(Error::BootstrapConfig(
+                "both a secret and a passphrase are set: give one".into(),
+            )),
+            (RootSpec::Addr(a), Some(s), None) => {
+                Ok((UniqueId::for_addr_with_secret(*a, s)?, Keying::Fixed(s)))
+            }
+            (RootSpec::Addr(a), None, Some(p)) => {
+                if let Some(why) = p.weakness() {
+                    warn_weak(&why);
+                }
+                // The id carries the magic and the root; its secret is never used (the key
+                // comes from the passphrase).
+                let id = UniqueId::for_addr_with_secret(*a, Secret::public(b"passphrase world"))?;
+                Ok((id, Keying::Passphrase(p.clone())))
+            }
+            (RootSpec::Addr(a), None, None) => {
                 static ONCE: std::sync::Once = std::sync::Once::new();
                 ONCE.call_once(|| {
                     eprintln!(
-                        "mscclpp: WARNING: the bootstrap root is a plain address ({a}) and {} is not set: this world is NOT authenticated; anyone who can reach its ports can join it, read its set-up messages and write into its Ethernet memories. Set {} (the same value of at least 16 characters on every rank; mscclpp-run does this) or use a unique id.",
+                        "mscclpp: WARNING: the bootstrap root is a plain address ({a}) and {} is not set: this world is NOT authenticated; anyone who can reach its ports can join it, read its set-up messages and write into its Ethernet memories. Set {} (the same 32 random bytes as hex on every rank: `openssl rand -hex 32`; mscclpp-run does this) or use a unique id.",
                         env::SECRET,
                         env::SECRET
                     );
@@ -236,7 +295,8 @@ impl BootstrapConfig {
                     "bootstrap: plain root address {a} without {}: no authentication",
                     env::SECRET
                 );
-                UniqueId::for_addr(*a)
+                let id = UniqueId::for_addr(*a)?;
+                Ok((id, Keying::Fixed(*id.secret())))
             }
         }
     }
@@ -370,9 +430,9 @@ impl BootstrapConfig {
             cfg.op_timeout = t;
         }
         if let Some(p) = get(env::SECRET) {
-            cfg.secret = Some(Secret::from_passphrase(p).ok_or_else(|| {
+            cfg.passphrase = Some(Passphrase::new(p).ok_or_else(|| {
                 Error::BootstrapConfig(format!(
-                    "{} is shorter than {} characters",
+                    "{} is shorter than {} characters (use 32 random bytes as hex: `openssl rand -hex 32`)",
                     env::SECRET,
                     crate::auth::MIN_PASSPHRASE_LEN
                 ))
@@ -384,11 +444,15 @@ impl BootstrapConfig {
         if let Some(n) = num(env::MAX_QUEUED_FRAMES)? {
             cfg.max_queued_frames = n as u64;
         }
+        if let Some(n) = num(env::MAX_PROCESS_QUEUED_BYTES)? {
+            cfg.max_process_queued_bytes = n as u64;
+        }
         cfg.validate()?;
         Ok(cfg)
     }
 
-    /// Checks ranges: `rank < size <= MAX_RANKS`, nonzero deadlines, a connectable root.
+    /// Checks ranges: `rank < size <= MAX_RANKS`, nonzero deadlines, a connectable root, not
+    /// both a secret and a passphrase.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::BootstrapConfig(m));
         if self.size == 0 || self.size > wire::MAX_RANKS {
@@ -413,8 +477,14 @@ impl BootstrapConfig {
         if self.timeout.is_zero() || self.op_timeout.is_zero() || self.handshake_timeout.is_zero() {
             return bad("deadlines must be nonzero".into());
         }
-        if self.max_queued_bytes == 0 || self.max_queued_frames == 0 {
+        if self.max_queued_bytes == 0
+            || self.max_queued_frames == 0
+            || self.max_process_queued_bytes == 0
+        {
             return bad("queue caps must be nonzero".into());
+        }
+        if self.secret.is_some() && self.passphrase.is_some() {
+            return bad("both a secret and a passphrase are set: give one".into());
         }
         let root = self.root.addr();
         if !wire::is_connectable(&root) {
@@ -424,6 +494,18 @@ impl BootstrapConfig {
         }
         Ok(())
     }
+}
+
+/// Says once per process, on standard error and in the log, that `MSCCLPP_SECRET` is weak.
+fn warn_weak(why: &str) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        eprintln!(
+            "mscclpp: WARNING: {} is weak: {why}. Anyone who can reach the root's port can take one challenge from it and guess the passphrase offline (each guess costs one Argon2id derivation, about 0.1 s; a guessable passphrase still falls). Use 32 random bytes as hex (`openssl rand -hex 32`; mscclpp-run --bootstrap makes one).",
+            env::SECRET
+        );
+    });
+    tracing::warn!("bootstrap: {} is weak: {why}", env::SECRET);
 }
 
 /// Parses `ip:port`, `[v6]:port`, `host:port` (resolved) or `ifname:ip:port` / `ifname:host:port`

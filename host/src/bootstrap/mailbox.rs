@@ -8,17 +8,24 @@
 //! blame ([`Mailbox::first_down`] skips it; [`Mailbox::first_left`] tells when it left).
 //!
 //! **Bounded memory.** Each peer may have at most [`Caps::bytes`] bytes and [`Caps::frames`]
-//! frames queued (taken by no receive yet, the frame being read included): the I/O thread asks
-//! [`Mailbox::reserve`] for a frame's length as soon as its header arrives, before it reads or
-//! allocates a byte of payload; a frame over the cap marks the peer down with
-//! [`LinkDown::Flood`], which fails its receives with `Error::BootstrapQueueFull` and makes a
-//! communicator on this bootstrap abort (its health monitor sees a dead peer).
+//! frames queued (taken by no receive yet, the frame being read included), and the whole
+//! process at most [`Caps::process_bytes`] bytes, over every peer of every bootstrap in it
+//! (ranks as threads share it): the I/O thread asks [`Mailbox::reserve`] for a frame's length
+//! as soon as its header arrives, before it reads or allocates a byte of payload; a frame over
+//! a cap marks its sender down with [`LinkDown::Flood`], which fails its receives with
+//! `Error::BootstrapQueueFull` and makes a communicator on this bootstrap abort (its health
+//! monitor sees a dead peer). Over the process's cap, the sender of the frame that does not fit
+//! is the one cut, whoever queued the rest.
 //!
 //! One mutex guards the queues, counters and link states; one condition variable wakes
-//! receivers on every push and every state change; every wait is bounded by its deadline.
+//! receivers on every push and every state change; every wait is bounded by its deadline. The
+//! process's count ([`PROCESS_QUEUED`]) is an atomic added to by `reserve` and subtracted from
+//! by receives and by a mailbox's `Drop` (what it still held), under each mailbox's own mutex
+//! (`Relaxed`: a count against a cap; nothing is published through it).
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
@@ -40,12 +47,15 @@ pub(crate) enum LinkDown {
     Malformed(String),
     /// The peer queued more than the caps allow; the connection was cut.
     Flood {
-        /// Bytes that would have been queued with the refused frame.
+        /// Bytes that would have been queued with the refused frame (by this peer; by the
+        /// whole process when `process`).
         bytes: u64,
-        /// Frames that would have been queued with it.
+        /// Frames this peer would have had queued with it.
         frames: u64,
         /// The caps.
         caps: Caps,
+        /// The process's cap was hit, not the peer's.
+        process: bool,
     },
     /// Another rank reported it gone (a notice, passed on along the links).
     Reported {
@@ -77,13 +87,19 @@ impl LinkDown {
                 bytes,
                 frames,
                 caps,
+                process,
             } => Error::BootstrapQueueFull {
                 rank: ctx.rank,
                 peer: ctx.peer,
                 bytes: *bytes,
                 frames: *frames,
-                max_bytes: caps.bytes,
+                max_bytes: if *process {
+                    caps.process_bytes
+                } else {
+                    caps.bytes
+                },
                 max_frames: caps.frames,
+                process: *process,
             },
             LinkDown::Reported { .. } | LinkDown::Unreachable(_) => Error::BootstrapPeerGone {
                 rank: ctx.rank,
@@ -105,9 +121,19 @@ impl LinkDown {
                 bytes,
                 frames,
                 caps,
+                process: false,
             } => format!(
                 "sent more than this rank queues for a peer ({bytes} bytes in {frames} frames; at most {} bytes, {} frames)",
                 caps.bytes, caps.frames
+            ),
+            LinkDown::Flood {
+                bytes,
+                caps,
+                process: true,
+                ..
+            } => format!(
+                "sent a frame over what this process queues for all its peers ({bytes} bytes with it; at most {} bytes)",
+                caps.process_bytes
             ),
             LinkDown::Reported { by, reason } => format!("{reason} (reported by rank {by})"),
             LinkDown::Unreachable(why) => format!("its bootstrap listener is gone ({why})"),
@@ -122,14 +148,19 @@ pub(crate) enum RecvFail {
     Down(LinkDown),
 }
 
-/// Per-peer caps on what waits in the mailbox (module docs).
+/// Caps on what waits in the mailbox (module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Caps {
-    /// Bytes.
+    /// Bytes per peer.
     pub bytes: u64,
-    /// Frames.
+    /// Frames per peer.
     pub frames: u64,
+    /// Bytes in the whole process (every peer of every mailbox).
+    pub process_bytes: u64,
 }
+
+/// Bytes queued in every mailbox of the process (module docs).
+pub(crate) static PROCESS_QUEUED: AtomicU64 = AtomicU64::new(0);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Key {
@@ -179,8 +210,8 @@ impl Mailbox {
         }
     }
 
-    /// Counts a frame of `len` bytes from `peer` against its caps, before its payload is read.
-    /// On `Err`, nothing was counted: the caller cuts the link ([`LinkDown::Flood`]).
+    /// Counts a frame of `len` bytes from `peer` against the caps, before its payload is
+    /// read. On `Err`, nothing was counted: the caller cuts the link ([`LinkDown::Flood`]).
     pub fn reserve(&self, peer: usize, len: u64) -> Result<(), LinkDown> {
         let mut st = lock(&self.state);
         let q = st.queued.entry(peer).or_default();
@@ -190,6 +221,18 @@ impl Mailbox {
                 bytes,
                 frames,
                 caps: self.caps,
+                process: false,
+            });
+        }
+        let before = PROCESS_QUEUED.fetch_add(len, Ordering::Relaxed);
+        let total = before.saturating_add(len);
+        if total > self.caps.process_bytes {
+            PROCESS_QUEUED.fetch_sub(len, Ordering::Relaxed);
+            return Err(LinkDown::Flood {
+                bytes: total,
+                frames,
+                caps: self.caps,
+                process: true,
             });
         }
         *q = Queued { bytes, frames };
@@ -266,8 +309,10 @@ impl Mailbox {
                     st.queues.remove(&key);
                 }
                 if let Some(c) = st.queued.get_mut(&peer) {
-                    c.bytes = c.bytes.saturating_sub(m.len() as u64);
+                    let len = (m.len() as u64).min(c.bytes);
+                    c.bytes -= len;
                     c.frames = c.frames.saturating_sub(1);
+                    PROCESS_QUEUED.fetch_sub(len, Ordering::Relaxed);
                 }
                 return Ok(m);
             }
@@ -296,6 +341,16 @@ impl Mailbox {
     }
 }
 
+impl Drop for Mailbox {
+    /// Gives the process's count back what this mailbox still held (frames nobody received,
+    /// frames cut half-read).
+    fn drop(&mut self) {
+        let st = lock(&self.state);
+        let held: u64 = st.queued.values().map(|q| q.bytes).sum();
+        PROCESS_QUEUED.fetch_sub(held, Ordering::Relaxed);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,6 +358,7 @@ mod tests {
     const CAPS: Caps = Caps {
         bytes: 100,
         frames: 3,
+        process_bytes: u64::MAX,
     };
 
     #[test]
@@ -328,6 +384,44 @@ mod tests {
             m.reserve(1, 0),
             Err(LinkDown::Flood { frames: 4, .. })
         ));
+    }
+
+    #[test]
+    fn the_process_cap_counts_every_peer_of_every_mailbox_and_is_given_back() {
+        // Other tests of this binary queue a few hundred bytes at most meanwhile: the sizes
+        // here are far above that, and the cap sits above what was queued at the start.
+        const K: u64 = 100_000;
+        let base = PROCESS_QUEUED.load(Ordering::Relaxed);
+        let caps = Caps {
+            bytes: 10 * K,
+            frames: 100,
+            process_bytes: base + 15 * K,
+        };
+        let a = Mailbox::new(caps);
+        let b = Mailbox::new(caps);
+        a.reserve(1, 7 * K).unwrap();
+        a.push(1, 0, 1, vec![0; 7 * K as usize]);
+        b.reserve(2, 7 * K).unwrap();
+        b.push(2, 0, 1, vec![0; 7 * K as usize]);
+        // Under a's cap for peer 3, over the process's: peer 3 is the one cut.
+        match a.reserve(3, 2 * K) {
+            Err(LinkDown::Flood {
+                process: true,
+                frames: 1,
+                ..
+            }) => {}
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(a.queued(3), (0, 0), "nothing counted for the refused frame");
+        let soon = Instant::now() + std::time::Duration::from_secs(1);
+        assert_eq!(a.recv(1, 0, 1, soon).unwrap().len(), 7 * K as usize);
+        a.reserve(3, 2 * K).unwrap();
+        // Dropping a mailbox gives back what it held (b's frame, a's reservation).
+        drop(b);
+        drop(a);
+        let c = Mailbox::new(caps);
+        c.reserve(4, 10 * K).unwrap();
+        c.reserve(5, 4 * K).unwrap();
     }
 
     #[test]

@@ -23,6 +23,7 @@
 //! | [`Bootstrap`] | the operations as a trait, for other implementations (e.g. in-process) |
 //! | [`SubBootstrap`] | a group of ranks (a sub-communicator) as a bootstrap of its own, over the parent's links and tags |
 //! | [`wire`] | the byte layout of every frame |
+//! | [`passphrase_key`] | the key of a world started with a passphrase (`MSCCLPP_SECRET`), from its root address and job nonce |
 //!
 //! # Protocol
 //!
@@ -34,18 +35,22 @@
 //!    and its I/O thread serves it at once. Rank 0 also serves the root address.
 //! 2. **Join.** Every rank (rank 0 included, over loopback) connects to the root, retrying while
 //!    it is refused, and runs the authenticated handshake ([`crate::auth`]): `HELLO {magic,
-//!    purpose, rank, size, nonce}`; the root answers `CHALLENGE {nonce, tag}`, its proof that
-//!    it knows the world's secret, which the rank checks before it says anything more; the
-//!    rank sends `JOIN {tag, listen address, host hash, ms left}`, its own proof covering its
-//!    registration. A join the root cut without an answer (it evicted a handshake under a flood
-//!    of connections) is tried again until the deadline.
+//!    purpose, rank, size, nonce}`; the root answers `CHALLENGE {nonce, job nonce, tag}`, its
+//!    proof that it knows the world's key, which the rank checks before it says anything more
+//!    (with a passphrase, the rank first derives the key from it and the job nonce: `keying`);
+//!    the rank keeps the key and sends `JOIN {tag, listen address, host hash, ms left}`, its
+//!    own proof covering its registration. A join the root cut (it shed the handshake under a
+//!    flood of connections: `REJECT Busy`, or closed) is tried again until the deadline.
 //! 3. **Table.** When all `size` ranks have joined, the root sends each `TABLE {magic, size,
 //!    (listen address, host hash) × size}` and closes. If a joined rank's connection ends first,
 //!    or ranks are missing at the deadline (the earliest of the root's and every joined rank's),
 //!    the root sends `ABORT {code, ranks}` instead, also to ranks that join later while its
 //!    deadline lasts, so every rank fails naming the same culprits. A second JOIN for a rank
 //!    (`REJECT Duplicate`), a different world size, a wrong proof (`REJECT Auth`) are refused
-//!    without blocking anything.
+//!    without blocking anything. After the table the root keeps its port until rank 0's
+//!    bootstrap is dropped and answers every proven JOIN with `REJECT Duplicate`: a rank whose
+//!    place another process took (an impostor where there is no secret, or a second copy of the
+//!    rank) fails with `Error::BootstrapRankTaken`, saying so, instead of timing out.
 //! 4. **Tree.** Every rank `r > 0` opens a link to its parent `(r − 1) / 2` in a binary tree
 //!    (`HELLO`, `CHALLENGE`, `PROOF {tag}`, then `ACCEPT` or `REJECT`), and a barrier over the
 //!    tree ends set-up: once `init` returns anywhere, every tree link is up. A rank holds its
@@ -69,14 +74,17 @@
 //! # Authentication
 //!
 //! Every connection a listener admits, the root's and each rank's, proves that its peer
-//! knows the world's secret, both ways, without sending it ([`crate::auth`]: HMAC-SHA-256 over
-//! both nonces and the hello, constant-time comparison). A peer without the secret gets a
-//! `CHALLENGE` and nothing else: no table, no frames, no link. The secret comes from the
-//! [`UniqueId`] (random, made by rank 0), or, when the root is a plain address
-//! (`MSCCLPP_BOOTSTRAP`, torchrun's `MASTER_ADDR`), from `MSCCLPP_SECRET`; without it such a
-//! world is **not authenticated** (the secret is derived from the address; the first set-up of
-//! the process says so on standard error). There is no encryption and no per-frame integrity:
-//! an attacker on the path can read and rewrite the traffic (RELIABILITY.md).
+//! knows the world's key, both ways, without sending it ([`crate::auth`]: HMAC-SHA-256 over
+//! both nonces, the hello and the job nonce, constant-time comparison). A peer without the key
+//! gets a `CHALLENGE` and nothing else: no table, no frames, no link. The key is the
+//! [`UniqueId`]'s secret (32 random bytes, made by rank 0), or, when the root is a plain
+//! address (`MSCCLPP_BOOTSTRAP`, torchrun's `MASTER_ADDR`), derived from `MSCCLPP_SECRET` with
+//! Argon2id salted with the root address and the root's job nonce (about 0.1 s once per
+//! process: a challenge captured by an outsider costs it that much per guess of the
+//! passphrase, and a weak passphrase is warned about; [`passphrase_key`]). Without either,
+//! such a world is **not authenticated** (the key is derived from the address; the first
+//! set-up of the process says so on standard error). There is no encryption and no per-frame
+//! integrity: an attacker on the path can read and rewrite the traffic (RELIABILITY.md).
 //!
 //! # Threads
 //!
@@ -84,7 +92,7 @@
 //! |---|---|---|
 //! | `bs{r}-io` | until drop | serves rank `r`'s listener (every handshake at once, non-blocking, `poll`) and reads every link into the mailbox; marks peers down; passes notices on |
 //! | `bs{r}-notice` | a moment, when a peer is gone | writes the notice to the other linked ranks (so the I/O thread never waits on a writer lock) |
-//! | `bs0-root` | set-up, rank 0 | serves the root address (the same non-blocking handshakes), collects JOINs, decides: table or abort |
+//! | `bs0-root` | until drop, rank 0 (until its verdict when set-up fails) | serves the root address (the same non-blocking handshakes), collects JOINs, decides: table or abort; then answers late JOINs (`REJECT Duplicate`) |
 //!
 //! One I/O thread per rank, whatever the number of links: a thousand ranks as threads of one
 //! process are a thousand I/O threads, not a million readers. Receives happen on the caller's
@@ -106,9 +114,18 @@
 //! - **Admission under load.** A listener accepts every connection as it comes and runs every
 //!   handshake at once without blocking (no thread per connection, no cap below the world
 //!   size); garbage, silence, a wrong magic, version, size or proof is answered with a
-//!   `REJECT` and drained in the background; at most max(1024, 2 × size) handshakes are open
-//!   at once, the oldest evicted beyond that. Hundreds of idle or garbage connections do not
-//!   delay a real rank (host/tests/bootstrap_scale.rs).
+//!   `REJECT` and drained in the background. Every listener of the process (the Ethernet
+//!   transport's too) follows the intake rules (`intake`): a backlog of 4096; unauthenticated
+//!   connections are a budget of the descriptors left under `RLIMIT_NOFILE` (the soft limit is
+//!   raised to the hard one once per process; a reserve stays for the library's own work),
+//!   half guaranteed to the listeners in equal parts, half a pool they borrow from; at most
+//!   max(1024, 2 × size) handshakes are open at once and no more than the budget gives the
+//!   listener, the least advanced shed first beyond that (`REJECT
+//!   Busy`; a real rank tries a cut join or link again); a failed `accept` (out of
+//!   descriptors) pauses the listener for 100 ms; refusals and failures are logged at the
+//!   warning level a few times, then every hundredth. Hundreds of idle or garbage connections
+//!   do not delay a real rank, and a thousand held against a rank limited to 1,024
+//!   descriptors do not exhaust it (host/tests/bootstrap_scale.rs, host/tests/descriptors.rs).
 //! - A closed link fails every pending and later receive from that peer at once (messages it
 //!   sent before closing are still delivered), and every later send to it. **A death reaches
 //!   every rank**: when a link ends without a goodbye (or a peer floods or sends garbage), the
@@ -118,9 +135,11 @@
 //!   opened because the peer's listener is gone marks the peer down too (not passed on: it
 //!   may just have finished).
 //! - **Bounded memory.** Each peer may leave at most [`BootstrapConfig::max_queued_bytes`]
-//!   (256 MiB) and `max_queued_frames` (65 536) queued at a rank; the I/O thread counts a
-//!   frame against them as soon as its header arrives, before any payload is read or
-//!   allocated. A peer over the caps has its link cut: receives from it fail with
+//!   (256 MiB) and `max_queued_frames` (65 536) queued at a rank, and all peers of all
+//!   bootstraps of a process at most [`BootstrapConfig::max_process_queued_bytes`] (1 GiB) in
+//!   it; the I/O thread counts a frame against them as soon as its header arrives, before any
+//!   payload is read or allocated. A peer over a cap (for the process's: the sender of the
+//!   frame that does not fit) has its link cut: receives from it fail with
 //!   `BootstrapQueueFull`, `dead_peer` names it, so a communicator aborts.
 //! - Nothing read is trusted: marker, version, magic, kind, every length (handshake bodies are
 //!   capped at their exact size, data frames by the caps), every rank, every item of a
@@ -147,6 +166,8 @@
 
 mod admit;
 mod config;
+pub(crate) mod intake;
+mod keying;
 mod mailbox;
 mod net;
 pub(crate) mod os;
@@ -159,10 +180,11 @@ pub mod wire;
 use std::time::Duration;
 
 pub use config::{
-    BootstrapConfig, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_QUEUED_BYTES,
-    DEFAULT_MAX_QUEUED_FRAMES, DEFAULT_TIMEOUT, Launcher, RootSpec, TORCHRUN_PORT_OFFSET, env,
-    parse_root,
+    BootstrapConfig, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_PROCESS_QUEUED_BYTES,
+    DEFAULT_MAX_QUEUED_BYTES, DEFAULT_MAX_QUEUED_FRAMES, DEFAULT_TIMEOUT, Launcher, RootSpec,
+    TORCHRUN_PORT_OFFSET, env, parse_root,
 };
+pub use keying::passphrase_key;
 pub use net::{interface_ipv4, local_ip};
 pub use sub::{MAX_SUB_ID, SUB_TAG, SubBootstrap};
 pub use tcp::TcpBootstrap;

@@ -1,7 +1,7 @@
 //! Thin safe wrappers over the few libc calls the bootstrap needs (host name, interface
 //! addresses, `poll`, non-blocking `recv`/`send` on a blocking socket, the listen backlog,
-//! `eventfd`), also used by the Ethernet transport's set-up. All of the bootstrap's `unsafe` is
-//! in this file.
+//! `eventfd`, the descriptor limit), also used by the Ethernet transport's set-up. All of the
+//! bootstrap's `unsafe` is in this file.
 
 use std::ffi::CStr;
 use std::fs::File;
@@ -164,6 +164,44 @@ pub(crate) fn set_backlog(listener: &TcpListener, backlog: i32) -> io::Result<()
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// The process's descriptor limit (`RLIMIT_NOFILE`): (soft, hard); `RLIM_INFINITY` is the
+/// type's largest value.
+pub(crate) fn nofile_limit() -> io::Result<(libc::rlim_t, libc::rlim_t)> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `r` is a valid, writable rlimit for the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((r.rlim_cur, r.rlim_max))
+}
+
+/// Raises the soft descriptor limit to the hard one (or, when the hard one is unlimited, to
+/// the kernel's `fs.nr_open`): `Ok(Some((from, to)))` when it raised it, `Ok(None)` when the
+/// soft limit already was the hard one.
+pub(crate) fn raise_nofile_limit() -> io::Result<Option<(libc::rlim_t, libc::rlim_t)>> {
+    let (soft, hard) = nofile_limit()?;
+    let ceiling = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<libc::rlim_t>().ok())
+        .unwrap_or(1 << 20);
+    let target = hard.min(ceiling);
+    if soft >= target {
+        return Ok(None);
+    }
+    let r = libc::rlimit {
+        rlim_cur: target,
+        rlim_max: hard,
+    };
+    // SAFETY: `r` is a valid rlimit, read by the call only.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Some((soft, target)))
 }
 
 /// An `eventfd(2)`: a thread blocked in [`poll`] on it wakes when another calls [`Wake::wake`].

@@ -1,9 +1,16 @@
-//! The root service: rank 0 only, during set-up, on one thread (`bs0-root`). It admits one
+//! The root service: rank 0 only, on one thread (`bs0-root`). During set-up it admits one
 //! authenticated JOIN per rank ([`Admission`]: non-blocking handshakes, however many hostile
 //! connections there are) and answers all of them with the address table, or, if a joined rank
 //! leaves or ranks are still missing at the deadline, with an ABORT naming them, so every rank
 //! fails with the same, specific error. A second JOIN for a rank that has joined is refused
-//! with `REJECT Duplicate` without blocking, like every other refusal.
+//! with `REJECT Duplicate` without blocking, like every other refusal, naming the address the
+//! rank joined from.
+//!
+//! After the table it keeps serving the root address until rank 0's bootstrap is dropped, and
+//! answers every JOIN that proves itself with `REJECT Duplicate` (the world is complete): a
+//! rank that arrives late because another process claimed its rank (an impostor in a world
+//! without a secret, or the rank started twice) hears so, instead of finding the port closed
+//! and timing out.
 //!
 //! The thread polls the root listener, the handshakes in progress and the joined ranks'
 //! connections (a joined rank's connection that closes, or says anything, before the table is
@@ -11,25 +18,27 @@
 
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use super::admit::{Admission, Admitted, Gate, Slot};
+use super::keying::{self, WorldKey};
 use super::net::POLL_SLICE;
 use super::os::{self, Wake};
 use super::wire::{self, Abort, AbortCode, Join, Purpose, RejectCode, Table, TableEntry};
-use crate::auth::Secret;
 use crate::error::{Error, Result};
 use crate::socket::{classify, deadline_in, remaining, write_full};
+use crate::sync::{lock, wait_timeout};
 
 /// What the root needs to know.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RootParams {
     pub magic: u64,
     pub size: usize,
-    pub secret: Secret,
+    /// The world's key and the job nonce this root hands out.
+    pub key: WorldKey,
     /// The root's own set-up deadline (moved earlier by JOINs from ranks that started earlier).
     pub deadline: Instant,
     pub handshake_timeout: Duration,
@@ -38,6 +47,16 @@ pub(crate) struct RootParams {
 struct Stop {
     flag: AtomicBool,
     wake: Wake,
+    /// The verdict once given: `Some(true)` when every rank got the table.
+    verdict: Mutex<Option<bool>>,
+    given: Condvar,
+}
+
+impl Stop {
+    fn give(&self, table: bool) {
+        *lock(&self.verdict) = Some(table);
+        self.given.notify_all();
+    }
 }
 
 /// The running root service.
@@ -58,7 +77,7 @@ impl RootService {
             purpose: Purpose::Join,
             magic: params.magic,
             size: params.size,
-            secret: params.secret,
+            key: keying::known(params.key),
         };
         let admission =
             Admission::new(listener, gate, params.handshake_timeout, "root").map_err(|source| {
@@ -71,6 +90,8 @@ impl RootService {
         let stop = Arc::new(Stop {
             flag: AtomicBool::new(false),
             wake: Wake::new().map_err(spawn)?,
+            verdict: Mutex::new(None),
+            given: Condvar::new(),
         });
         let s = Arc::clone(&stop);
         let thread = thread::Builder::new()
@@ -91,15 +112,26 @@ impl RootService {
         })
     }
 
-    /// Waits for the root thread. With `wait`, the root finishes its work (its verdict reaches
-    /// every rank, or its deadline passes); without, it is told to stop first.
-    pub fn finish(mut self, wait: bool) {
-        if !wait {
+    /// With `wait`, waits for the root's verdict (it reaches every rank, or the root's
+    /// deadline passes); without, tells the root to stop. A root that sent the table is
+    /// returned, to serve late joiners until it is dropped; otherwise its thread is joined.
+    pub fn finish(mut self, wait: bool) -> Option<Self> {
+        if wait {
+            let mut v = lock(&self.stop.verdict);
+            while v.is_none() && self.thread.as_ref().is_some_and(|t| !t.is_finished()) {
+                v = wait_timeout(&self.stop.given, v, POLL_SLICE);
+            }
+            if *v == Some(true) {
+                drop(v);
+                return Some(self);
+            }
+        } else {
             self.signal();
         }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        None
     }
 
     fn signal(&self) {
@@ -120,6 +152,7 @@ impl Drop for RootService {
 struct Member {
     join: Join,
     stream: TcpStream,
+    addr: SocketAddr,
 }
 
 struct Root {
@@ -141,7 +174,9 @@ impl Root {
         let mut deadline = self.p.deadline;
         let verdict = loop {
             if self.members.iter().all(Option::is_some) {
-                self.send_tables();
+                let claimed = self.send_tables();
+                self.stop.give(true);
+                self.serve_late(&claimed);
                 return;
             }
             let Some(left) = remaining(deadline) else {
@@ -240,8 +275,8 @@ impl Root {
     fn register(&mut self, a: Admitted) -> Option<Instant> {
         let rank = a.hello.from;
         let join = a.join?;
-        if self.members[rank].is_some() {
-            let why = format!("rank {rank} has already joined");
+        if let Some(m) = &self.members[rank] {
+            let why = format!("rank {rank} has already joined (from {})", m.addr);
             self.admission
                 .refuse(a.stream, a.addr, RejectCode::Duplicate, &why);
             return None;
@@ -249,12 +284,14 @@ impl Root {
         self.members[rank] = Some(Member {
             join,
             stream: a.stream,
+            addr: a.addr,
         });
         Some(deadline_in(Duration::from_millis(join.deadline_ms)))
     }
 
-    fn send_tables(&mut self) {
-        self.admission.close_listener();
+    /// Sends every rank the table and closes the members' connections; where each rank joined
+    /// from.
+    fn send_tables(&mut self) -> Vec<SocketAddr> {
         let entries = self
             .members
             .iter()
@@ -269,15 +306,35 @@ impl Root {
             entries,
         }
         .encode();
-        for (r, m) in self.members.iter().enumerate() {
-            if let Some(m) = m {
+        let mut claimed = Vec::with_capacity(self.p.size);
+        for (r, m) in self.members.iter_mut().enumerate() {
+            if let Some(m) = m.take() {
                 answer(r, &m.stream, &table, &self.p);
+                claimed.push(m.addr);
             }
         }
         tracing::debug!(
             "bootstrap root: all {} ranks joined; table sent",
             self.p.size
         );
+        claimed
+    }
+
+    /// After the table, until stopped: every JOIN that proves itself is a rank claimed
+    /// already (module docs); it is told so, with the address the rank joined from.
+    fn serve_late(mut self, claimed: &[SocketAddr]) {
+        while !self.stop.flag.load(Ordering::Acquire) {
+            let (_, joined) = self.turn(POLL_SLICE);
+            for a in joined {
+                let r = a.hello.from;
+                let from = claimed.get(r).map_or("?".into(), ToString::to_string);
+                let why = format!(
+                    "rank {r} joined from {from} and the world has formed without this process"
+                );
+                self.admission
+                    .refuse(a.stream, a.addr, RejectCode::Duplicate, &why);
+            }
+        }
     }
 
     /// Set-up failed: tell every rank that has joined, and, if a rank left, every rank that
@@ -299,6 +356,7 @@ impl Root {
                 told[r] = true;
             }
         }
+        self.stop.give(false);
         if verdict.code == AbortCode::RankLeft {
             while !told.iter().all(|&t| t) && !self.stop.flag.load(Ordering::Acquire) {
                 let Some(left) = remaining(deadline) else {

@@ -68,7 +68,7 @@ impl UniqueId {
             source,
         })?;
         // Room for a thousand ranks (and any other connection) queued before rank 0 serves.
-        if let Err(e) = super::os::set_backlog(&listener, super::admit::BACKLOG) {
+        if let Err(e) = super::os::set_backlog(&listener, super::intake::BACKLOG) {
             tracing::debug!("bootstrap root: keeping the default backlog: {e}");
         }
         let bound = listener

@@ -540,10 +540,27 @@ pub enum Error {
         /// What did not match.
         reason: String,
     },
-    /// A peer queued more bytes or frames at this rank than the caps allow
-    /// (`BootstrapConfig::max_queued_bytes`, `max_queued_frames`); its link was cut.
+    /// Another process has joined the world as this rank, and the root refused this one (an
+    /// impostor: in a world without a secret anyone who reaches the root can claim a rank; or
+    /// this rank was started twice).
     #[error(
-        "bootstrap rank {rank}: {peer} queued {bytes} bytes in {frames} frames, over the caps of {max_bytes} bytes and {max_frames} frames per peer"
+        "bootstrap rank {rank}: another process has claimed rank {rank} at the root {peer}: {reason}"
+    )]
+    BootstrapRankTaken {
+        /// This rank.
+        rank: usize,
+        /// The root.
+        peer: crate::socket::Peer,
+        /// What the root said, and what to check.
+        reason: String,
+    },
+    /// A peer queued more bytes or frames at this rank than the caps allow
+    /// (`BootstrapConfig::max_queued_bytes`, `max_queued_frames`), or its frame did not fit
+    /// under the process's cap (`max_process_queued_bytes`, over every peer of every bootstrap
+    /// of the process); its link was cut.
+    #[error(
+        "bootstrap rank {rank}: {peer} queued {bytes} bytes in {frames} frames, over {}",
+        queue_caps(*process, *max_bytes, *max_frames)
     )]
     BootstrapQueueFull {
         /// This rank.
@@ -558,6 +575,9 @@ pub enum Error {
         max_bytes: u64,
         /// Frame cap.
         max_frames: u64,
+        /// The process's byte cap was hit: `bytes` and `max_bytes` are the process's (every
+        /// peer of every bootstrap in it), `frames` the peer's.
+        process: bool,
     },
     /// A peer is gone: another rank reported it dead, or its listener can no longer be reached.
     #[error("bootstrap rank {rank}: {peer} is gone ({op}): {reason}")]
@@ -626,6 +646,23 @@ pub enum Error {
         len: usize,
         /// Ranks of the communicator.
         ranks: usize,
+    },
+    /// A collective's element count times the element size (times the parts a buffer holds)
+    /// does not fit in the address space (`isize::MAX` bytes, the most any buffer holds).
+    #[error("{count} elements of {elem_bytes} bytes{} overflow the address space", if *.parts > 1 { format!(" times {} parts", .parts) } else { String::new() })]
+    CountOverflow {
+        /// The element count.
+        count: usize,
+        /// Bytes per element.
+        elem_bytes: usize,
+        /// How many such parts the largest buffer of the call holds.
+        parts: usize,
+    },
+    /// A collective that moves data was given a null buffer this rank reads or writes.
+    #[error("{what} is null (the call moves data through it on this rank)")]
+    NullBuffer {
+        /// Which buffer (`input`, `output`).
+        what: &'static str,
     },
     /// A group's sends to this rank itself and its receives from itself do not pair up: the
     /// `index`-th send to self and the `index`-th receive from self differ in size, or one of
@@ -1201,4 +1238,15 @@ pub enum Error {
         /// The deadline that passed.
         after: std::time::Duration,
     },
+}
+
+/// The caps a `BootstrapQueueFull` went over, for its message.
+fn queue_caps(process: bool, max_bytes: u64, max_frames: u64) -> String {
+    if process {
+        format!(
+            "the cap of {max_bytes} bytes queued in this whole process (from every peer of every bootstrap; the bytes count them all)"
+        )
+    } else {
+        format!("the caps of {max_bytes} bytes and {max_frames} frames per peer")
+    }
 }

@@ -1,10 +1,17 @@
 //! Helpers of the bootstrap tests: a rank's side of the authenticated handshakes done by hand
-//! (to join like a real rank, or to forge a proof), and connecting with retries.
+//! (to join like a real rank, or to forge a proof), connecting with retries, child processes
+//! (this test binary run again on one of its ignored entry tests), and a flood of strangers'
+//! connections.
 
 #![allow(dead_code)]
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -80,7 +87,7 @@ pub fn challenged(s: &mut TcpStream, hello: &Hello, secret: &Secret) -> Challeng
         auth::verify(
             secret,
             Role::Acceptor,
-            &wire::acceptor_context(&hello.body()),
+            &wire::acceptor_context(&hello.body(), &c.job),
             &hello.nonce,
             &c.nonce,
             &c.tag
@@ -104,7 +111,7 @@ pub fn join_by_hand(id: &UniqueId, rank: usize, size: usize, listen: SocketAddr)
     join.tag = auth::tag(
         id.secret(),
         Role::Connector,
-        &wire::connector_context(&h.body(), &join.request()),
+        &wire::connector_context(&h.body(), &c.job, &join.request()),
         &h.nonce,
         &c.nonce,
     );
@@ -117,9 +124,18 @@ pub fn forged(
     addr: SocketAddr,
     id: &UniqueId,
     purpose: Purpose,
+    ranks: (usize, usize, usize),
+) -> TcpStream {
+    forge(connect_retry(addr), id, purpose, ranks)
+}
+
+/// [`forged`] on a connection made earlier (it may wait in the listener's backlog).
+pub fn forge(
+    mut s: TcpStream,
+    id: &UniqueId,
+    purpose: Purpose,
     (from, to, size): (usize, usize, usize),
 ) -> TcpStream {
-    let mut s = connect_retry(addr);
     let h = hello(id, purpose, from, to, size);
     let c = challenged(&mut s, &h, id.secret());
     let wrong = Secret::random().unwrap();
@@ -134,7 +150,7 @@ pub fn forged(
             j.tag = auth::tag(
                 &wrong,
                 Role::Connector,
-                &wire::connector_context(&h.body(), &j.request()),
+                &wire::connector_context(&h.body(), &c.job, &j.request()),
                 &h.nonce,
                 &c.nonce,
             );
@@ -144,7 +160,7 @@ pub fn forged(
             tag: auth::tag(
                 &wrong,
                 Role::Connector,
-                &wire::connector_context(&h.body(), &[]),
+                &wire::connector_context(&h.body(), &c.job, &[]),
                 &h.nonce,
                 &c.nonce,
             ),
@@ -153,4 +169,213 @@ pub fn forged(
     };
     s.write_all(&frame).unwrap();
     s
+}
+
+/// A child process whose standard output and error are collected (stdout line by line too).
+pub struct ChildProc {
+    pub name: String,
+    pub child: Child,
+    lines: Receiver<String>,
+    output: Arc<Mutex<String>>,
+}
+
+impl ChildProc {
+    /// Starts `cmd` (its stdout and stderr must be piped).
+    pub fn spawn(mut cmd: Command, name: String) -> Self {
+        let mut child = cmd.spawn().unwrap();
+        let (tx, lines) = mpsc::channel();
+        let output = Arc::new(Mutex::new(String::new()));
+        let out = child.stdout.take().unwrap();
+        let err = child.stderr.take().unwrap();
+        let (o1, o2) = (Arc::clone(&output), Arc::clone(&output));
+        thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                o1.lock().unwrap().push_str(&format!("{line}\n"));
+                let _ = tx.send(line);
+            }
+        });
+        thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                o2.lock().unwrap().push_str(&format!("[stderr] {line}\n"));
+            }
+        });
+        Self {
+            name,
+            child,
+            lines,
+            output,
+        }
+    }
+
+    /// Everything it has written so far.
+    pub fn output(&self) -> String {
+        self.output.lock().unwrap().clone()
+    }
+}
+
+impl ChildProc {
+    /// The first output line containing `marker`, from the marker on (the test harness may
+    /// print its own text before it on the same line).
+    pub fn wait_line(&self, marker: &str) -> String {
+        let until = Instant::now() + Duration::from_secs(20);
+        while let Some(left) = until.checked_duration_since(Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(l) if l.contains(marker) => return l[l.find(marker).unwrap_or(0)..].to_string(),
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        panic!(
+            "{}: no {marker:?} line; output:\n{}",
+            self.name,
+            self.output.lock().unwrap()
+        );
+    }
+
+    /// Waits for a clean exit, killing the child if it takes longer than 30 s.
+    pub fn finish(mut self) -> String {
+        let until = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                break st;
+            }
+            if Instant::now() > until {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "{} hung; output:\n{}",
+                    self.name,
+                    self.output.lock().unwrap()
+                );
+            }
+            thread::sleep(Duration::from_millis(20));
+        };
+        thread::sleep(Duration::from_millis(50)); // let the pipe readers finish
+        let out = self.output.lock().unwrap().clone();
+        assert!(
+            status.success(),
+            "{} exited with {status}; output:\n{out}",
+            self.name
+        );
+        out
+    }
+}
+
+/// Strangers' connections: `n` to `addr`, each reopened as soon as it is closed; one in eight
+/// sends garbage (refused at once), the others stay silent (until the handshake deadline, or
+/// until shed).
+pub struct Flood {
+    stop: Arc<AtomicBool>,
+    held: Vec<Arc<AtomicUsize>>,
+    peak: Arc<AtomicUsize>,
+    cut: Arc<AtomicUsize>,
+    threads: Vec<thread::JoinHandle<()>>,
+}
+
+impl Flood {
+    pub fn start(targets: &[(SocketAddr, usize)]) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let held: Vec<_> = targets
+            .iter()
+            .map(|_| Arc::new(AtomicUsize::new(0)))
+            .collect();
+        let peak = Arc::new(AtomicUsize::new(0));
+        let cut = Arc::new(AtomicUsize::new(0));
+        let threads = targets
+            .iter()
+            .zip(&held)
+            .map(|(&(addr, n), mine)| {
+                let (stop, mine, all) = (Arc::clone(&stop), Arc::clone(mine), held.clone());
+                let (peak, cut) = (Arc::clone(&peak), Arc::clone(&cut));
+                thread::spawn(move || flood(addr, n, &stop, (&mine, &all, &peak), &cut))
+            })
+            .collect();
+        Self {
+            stop,
+            held,
+            peak,
+            cut,
+            threads,
+        }
+    }
+
+    pub fn held(&self) -> usize {
+        self.held.iter().map(|h| h.load(Ordering::Relaxed)).sum()
+    }
+
+    /// Stops; (most held at once, closed by the listeners).
+    pub fn stop(self) -> (usize, usize) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            t.join().unwrap();
+        }
+        (
+            self.peak.load(Ordering::Relaxed),
+            self.cut.load(Ordering::Relaxed),
+        )
+    }
+}
+
+fn flood(
+    addr: SocketAddr,
+    n: usize,
+    stop: &AtomicBool,
+    (mine, all, peak): (&AtomicUsize, &[Arc<AtomicUsize>], &AtomicUsize),
+    cut: &AtomicUsize,
+) {
+    let mut conns: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
+    let mut made = 0usize;
+    let mut buf = [0u8; 512];
+    let until = Instant::now() + Duration::from_secs(120);
+    while !stop.load(Ordering::Relaxed) && Instant::now() < until {
+        for slot in conns.iter_mut().filter(|c| c.is_none()) {
+            let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(100)) else {
+                break; // its queue is full: later
+            };
+            made += 1;
+            if made.is_multiple_of(8) {
+                let _ = s.write_all(&[0xEE; 64]);
+            }
+            s.set_nonblocking(true).unwrap();
+            *slot = Some(s);
+        }
+        mine.store(conns.iter().flatten().count(), Ordering::Relaxed);
+        peak.fetch_max(
+            all.iter().map(|h| h.load(Ordering::Relaxed)).sum(),
+            Ordering::Relaxed,
+        );
+        let mut fds: Vec<libc::pollfd> = conns
+            .iter()
+            .flatten()
+            .map(|s| libc::pollfd {
+                fd: s.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: `fds` is a valid, writable slice of pollfd for the whole call.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 20) };
+        let ready: Vec<i32> = fds
+            .iter()
+            .filter(|f| f.revents != 0)
+            .map(|f| f.fd)
+            .collect();
+        for slot in conns.iter_mut() {
+            let closed = match slot {
+                Some(s) if ready.contains(&s.as_raw_fd()) => loop {
+                    match s.read(&mut buf) {
+                        Ok(0) => break true,
+                        Ok(_) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break false,
+                        Err(_) => break true,
+                    }
+                },
+                _ => false,
+            };
+            if closed {
+                *slot = None;
+                cut.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
 }

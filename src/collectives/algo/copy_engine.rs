@@ -5,7 +5,7 @@
 //! copy engine
 //! through a scratch buffer of its own (`copy_engine/all_reduce.rs`). At most
 //! `MAX_DIRECT_RANKS` ranks; a call whose buffers some rank cannot share is declined (the
-//! dispatch then stages it).
+//! dispatcher then plans it again without the callers' buffers).
 
 mod all_reduce;
 
@@ -13,13 +13,15 @@ use mscclpp_host::Result;
 use mscclpp_host::gpu::{Event, Stream};
 use mscclpp_shared::{DevicePtr, DirectCollectiveParams};
 
-use super::direct::{self, at_most_direct_ranks, symmetric};
-use super::{Algorithm, Collective, CollectiveAlgorithm, Queued};
-use crate::collectives::CollectiveConfig;
-use crate::collectives::context::{Args, CallRegs, Context, Peer, SetUp, Twin, copy_if_needed};
+use crate::collectives::algorithm::{Algorithm, Collective};
+use crate::collectives::config::CollectiveConfig;
+use crate::collectives::context::{
+    Args, CallRegs, Context, Lowered, Peer, SetUp, Twin, copy_if_needed,
+};
+use crate::collectives::launch::direct::{self, at_most_direct_ranks, symmetric};
 use crate::collectives::registered;
 use crate::collectives::scratch::{Region, ScratchLayout};
-use crate::collectives::select::Call;
+use crate::collectives::unit::{CollectiveAlgorithm, Planned, Queued, Step};
 
 pub(crate) struct CopyEngine {
     /// The direct kernel: barriers, and the all-reduce's local reductions.
@@ -57,19 +59,34 @@ impl CollectiveAlgorithm for CopyEngine {
         cfg.direct_blocks.max(all_reduce::ROWS)
     }
 
+    fn takes_registered(args: &Args) -> bool {
+        Self::takes_windows(args)
+    }
+
+    /// An all-reduce is cut into pieces that fit the scratch's slots (refused when one does
+    /// not: a scratch too small for the ranks).
     fn plan(
         cfg: &CollectiveConfig,
         layout: &ScratchLayout,
-        call: &Call,
-    ) -> Result<Algorithm, &'static str> {
-        if call.collective == Collective::AllReduce {
-            let (_, piece, _, slot) =
-                all_reduce::plan(call.bytes, call.ranks, layout.ce_bytes(), cfg.ce_min_pieces);
-            if piece > slot {
-                return Err("a copy-engine all-reduce with this little scratch");
-            }
+        call: &Lowered,
+    ) -> Result<Step, &'static str> {
+        if call.collective != Collective::AllReduce {
+            return Ok(Step::itself(Self::ALGORITHM));
         }
-        Ok(Algorithm::CopyEngine)
+        let (chunk, piece, pieces, slot) =
+            all_reduce::plan(call.bytes, call.ranks, layout.ce_bytes(), cfg.ce_min_pieces);
+        if piece > slot {
+            return Err("a copy-engine all-reduce with this little scratch");
+        }
+        Ok(Step {
+            algorithm: Self::ALGORITHM,
+            planned: Planned::Pieces {
+                chunk,
+                piece,
+                pieces,
+                slot,
+            },
+        })
     }
 
     fn set_up(s: &SetUp<'_>) -> Result<Self> {
@@ -82,7 +99,7 @@ impl CollectiveAlgorithm for CopyEngine {
         })
     }
 
-    fn queue(&self, cx: &Context, args: &Args, stream: &Stream) -> Result<Queued> {
+    fn queue(&self, cx: &Context, args: &Args, step: &Step, stream: &Stream) -> Result<Queued> {
         let (n, me) = (cx.ranks(), cx.rank());
         let (input, b) = (args.input, args.call.bytes);
         if let Some(regs) = args.reg {
@@ -96,25 +113,29 @@ impl CollectiveAlgorithm for CopyEngine {
                 None => eligible = false,
             }
         }
-        let Some(t) = registered::share_all(cx, &mine, eligible)? else {
+        let Some(t) = registered::share_all(&cx.comm, &cx.buffers, &mine, eligible)? else {
             return Ok(Queued::Declined);
         };
         let at = |q: usize| (q * b) as u64;
-        let copies: Vec<Copy> = match args.call.collective {
-            Collective::AllReduce => {
-                Self::plan(&cx.cfg, &cx.layout, &args.call).map_err(|w| cx.cannot(w))?;
+        let copies: Vec<Copy> = match (args.call.collective, step.planned) {
+            (_, Planned::Refused(w)) => return Err(cx.cannot(w)),
+            (Collective::AllReduce, Planned::Pieces { .. }) => {
                 let data = (args.call.dtype, args.call.op);
-                all_reduce::run(cx, &self.direct, &self.pipeline, stream, &t, b, data)?;
+                let cut = &step.planned;
+                all_reduce::run(cx, &self.direct, &self.pipeline, stream, &t, cut, (b, data))?;
                 return Ok(Queued::Ran);
             }
-            Collective::AllGather => (0..n)
+            (Collective::AllReduce, _) => {
+                return Err(cx.cannot("a copy-engine all-reduce without its pieces"));
+            }
+            (Collective::AllGather, _) => (0..n)
                 .map(|q| (q, t[0][q].byte_add_cast(at(me)), input, b))
                 .collect(),
-            Collective::Broadcast if me == args.root() as usize => {
+            (Collective::Broadcast, _) if me == args.root() as usize => {
                 (0..n).map(|q| (q, t[0][q], input, b)).collect()
             }
-            Collective::Broadcast => Vec::new(),
-            Collective::AllToAll => (0..n)
+            (Collective::Broadcast, _) => Vec::new(),
+            (Collective::AllToAll, _) => (0..n)
                 .map(|q| {
                     (
                         q,
@@ -124,7 +145,7 @@ impl CollectiveAlgorithm for CopyEngine {
                     )
                 })
                 .collect(),
-            Collective::ReduceScatter | Collective::Reduce | Collective::SendRecv => {
+            (Collective::ReduceScatter | Collective::Reduce | Collective::SendRecv, _) => {
                 return Err(cx.cannot(Self::NOT_SERVED));
             }
         };
@@ -138,7 +159,7 @@ impl CopyEngine {
     /// rank's offset), for the collectives that copy into the peers' outputs only: all-gather
     /// and broadcast (not the all-reduce, whose scratch is traded per call, nor
     /// the all-to-all, which refuses in place; those take the direct kernel).
-    pub(crate) fn takes_registered(args: &Args) -> bool {
+    fn takes_windows(args: &Args) -> bool {
         let Some(regs) = args.reg else {
             return false;
         };
@@ -154,7 +175,7 @@ impl CopyEngine {
             }
     }
 
-    /// A call whose outputs are windows ([`takes_registered`](Self::takes_registered)): the
+    /// A call whose outputs are windows ([`takes_windows`](Self::takes_windows)): the
     /// peers' outputs at this rank's offset in their windows, checked to hold what is copied;
     /// no message. (A peer whose buffer is at another offset of its window gets the data at
     /// this one's: NCCL's symmetric rule; nothing lands outside its window.)
@@ -167,7 +188,7 @@ impl CopyEngine {
     ) -> Result<Queued> {
         let (n, me) = (cx.ranks(), cx.rank());
         let (input, b) = (args.input, args.call.bytes);
-        let Some(out) = regs.output.filter(|_| Self::takes_registered(args)) else {
+        let Some(out) = regs.output.filter(|_| Self::takes_windows(args)) else {
             return Err(cx.cannot("the copy engines on these registered buffers"));
         };
         let need = match args.call.collective {

@@ -1,22 +1,22 @@
 //! `direct`: no staging. The callers' buffers are registered on first use and exchanged on
-//! every call (`registered.rs`), and one kernel reads and writes the peers' buffers themselves
-//! (`mscclpp_device::collectives::direct`). Every collective (not the point-to-point calls)
-//! from `direct_min_bytes`, on at most `MAX_DIRECT_RANKS` ranks; a call whose buffers some rank
-//! cannot share is declined (the dispatch then stages it). The same kernel's `Barrier` mode
-//! brackets the copy-engine transfers ([`barrier`]).
+//! every call (`registered.rs`), or registered ahead (`registry.rs`), and one kernel reads and
+//! writes the peers' buffers themselves (`mscclpp_device::collectives::direct`; its launches
+//! are in `launch/direct.rs`, which the copy engines share). Every collective (not the
+//! point-to-point calls) from `direct_min_bytes`, on at most `MAX_DIRECT_RANKS` ranks; a call
+//! whose buffers some rank cannot share is declined (the dispatcher then plans it again
+//! without the callers' buffers). A one-rank pre-multiplied sum on whole vectors runs the
+//! kernel's local reduction ([`Planned::Alone`]).
 
 use mscclpp_host::Result;
-use mscclpp_host::gpu::{LaunchConfig, Stream};
-use mscclpp_shared::{
-    CollectiveMode, DIRECT_SHARED_BYTES, DevicePtr, DirectCollectiveParams, MAX_DIRECT_RANKS,
-    MemoryChannelDeviceHandle, RegisteredCall,
-};
+use mscclpp_host::gpu::Stream;
+use mscclpp_shared::{CollectiveMode, DirectCollectiveParams, RegisteredCall};
 
-use super::{Algorithm, Collective, CollectiveAlgorithm, Queued};
-use crate::collectives::CollectiveConfig;
+use crate::collectives::algorithm::{Algorithm, Collective};
+use crate::collectives::config::CollectiveConfig;
 use crate::collectives::context::{Args, CallRegs, Context, Peer, SetUp, Twin};
-use crate::collectives::registered::{self, disjoint_or_at, whole_vectors};
-use crate::kernels;
+use crate::collectives::launch::direct::{at_most_direct_ranks, launch, load, symmetric};
+use crate::collectives::registered;
+use crate::collectives::unit::{CollectiveAlgorithm, Planned, Queued, Step};
 
 pub(crate) struct Direct {
     kernel: Twin<DirectCollectiveParams>,
@@ -45,13 +45,21 @@ impl CollectiveAlgorithm for Direct {
         cfg.direct_blocks
     }
 
+    /// Every call on buffers registered ahead: the kernel learns the peers' buffers itself.
+    fn takes_registered(_: &Args) -> bool {
+        true
+    }
+
     fn set_up(s: &SetUp<'_>) -> Result<Self> {
         Ok(Self { kernel: load(s)? })
     }
 
-    fn queue(&self, cx: &Context, args: &Args, stream: &Stream) -> Result<Queued> {
+    fn queue(&self, cx: &Context, args: &Args, step: &Step, stream: &Stream) -> Result<Queued> {
         let (call, n, me) = (&args.call, cx.ranks(), cx.rank());
         let (input, output, b) = (args.input, args.output, call.bytes);
+        if step.planned == Planned::Alone {
+            return self.alone(cx, args, stream);
+        }
         if let Some(regs) = args.reg {
             return self.registered(cx, args, regs, stream);
         }
@@ -59,7 +67,7 @@ impl CollectiveAlgorithm for Direct {
             return Err(cx.cannot(Self::NOT_SERVED));
         }
         let (mine, eligible) = symmetric(cx, args);
-        let Some(t) = registered::share_all(cx, &mine, eligible)? else {
+        let Some(t) = registered::share_all(&cx.comm, &cx.buffers, &mine, eligible)? else {
             return Ok(Queued::Declined);
         };
         let reduce = (call.dtype, call.op);
@@ -111,19 +119,13 @@ impl CollectiveAlgorithm for Direct {
 
 impl Direct {
     /// A one-rank reducing call whose operator still changes the data (a pre-multiplied
-    /// sum): `output = op(input)` by the kernel's local reduction over one
-    /// source (`ReduceLocal`), which meets no peer and needs no registration, scratch or
-    /// host wait, so it runs under capture too. Declined unless both buffers are whole 16-byte
-    /// vectors (the kernel's unit) of at least `alone_direct_min_bytes` (below, staging is
-    /// faster); the dispatch then stages the call.
-    pub fn alone(&self, cx: &Context, args: &Args, stream: &Stream) -> Result<Queued> {
+    /// sum): `output = op(input)` by the kernel's local reduction over one source
+    /// (`ReduceLocal`), which meets no peer and needs no registration, scratch or host wait,
+    /// so it runs under capture too. Planned only where both buffers are whole 16-byte vectors
+    /// (the kernel's unit) of at least `alone_direct_min_bytes` (below, staging is faster:
+    /// `plan.rs`).
+    fn alone(&self, cx: &Context, args: &Args, stream: &Stream) -> Result<Queued> {
         let (call, b) = (&args.call, args.call.bytes);
-        if cx.ranks() != 1
-            || b < cx.cfg.alone_direct_min_bytes
-            || !whole_vectors(&[args.input, args.output], b)
-        {
-            return Ok(Queued::Declined);
-        }
         let mut d = cx.direct_params(CollectiveMode::ReduceLocal, (call.dtype, call.op), b);
         (d.inputs[0], d.outputs[0]) = (args.input, args.output);
         (d.common.input, d.common.output) = (args.input, args.output);
@@ -147,7 +149,7 @@ impl Direct {
         let reduce = (call.dtype, call.op);
         let (mode, data, need, work, meet) = match (call.collective, args.peer) {
             // Point-to-point calls run on the p2p engine, a reduce on exchanged buffers
-            // (`Collectives::registered_call` gives them no registrations).
+            // (`Engine::registered_call` gives them no registrations).
             (Collective::SendRecv | Collective::Reduce, _) | (_, Peer::Pair { .. }) => {
                 return Err(cx.cannot(Self::NOT_SERVED));
             }
@@ -209,93 +211,6 @@ impl Direct {
     }
 }
 
-/// Refuses more than `MAX_DIRECT_RANKS` ranks (the kernels' parameter blocks hold that many
-/// buffers).
-pub(super) fn at_most_direct_ranks(ranks: usize) -> Result<(), &'static str> {
-    if ranks <= MAX_DIRECT_RANKS {
-        Ok(())
-    } else {
-        Err("the direct path on more than MAX_DIRECT_RANKS ranks")
-    }
-}
-
-/// The direct kernel and its twin for every reduction but the common sums.
-pub(super) fn load(s: &SetUp<'_>) -> Result<Twin<DirectCollectiveParams>> {
-    Twin::load(
-        s,
-        kernels::DIRECT_COLLECTIVE,
-        kernels::DIRECT_COLLECTIVE_ANY,
-    )
-}
-
-/// The buffers a symmetric collective on registered buffers shares with every rank (what the
-/// peers write into or read from), and whether this rank's buffers suit the path: disjoint,
-/// or in place exactly where the kernels serve it (every element read and written by one
-/// thread, or only ever by its owner), and parts of whole 16-byte vectors.
-pub(super) fn symmetric(cx: &Context, args: &Args) -> (Vec<(DevicePtr<u8>, usize)>, bool) {
-    let (n, me) = (cx.ranks(), cx.rank());
-    let (input, output, b) = (args.input, args.output, args.call.bytes);
-    let both = whole_vectors(&[input, output], b);
-    match args.call.collective {
-        Collective::AllReduce => (
-            vec![(input, b), (output, b)],
-            disjoint_or_at(input, b, output, b, Some(0)) && both,
-        ),
-        Collective::AllGather => (
-            vec![(output, n * b)],
-            disjoint_or_at(input, b, output, n * b, Some(me * b)) && both,
-        ),
-        Collective::ReduceScatter => (
-            vec![(input, n * b)],
-            disjoint_or_at(output, b, input, n * b, Some(me * b)) && both,
-        ),
-        // Every rank shares its input; the root's output is its own.
-        Collective::Reduce => {
-            let root = args.root() as usize;
-            let output = me != root
-                || disjoint_or_at(output, b, input, b, Some(0)) && whole_vectors(&[output], b);
-            (vec![(input, b)], output && whole_vectors(&[input], b))
-        }
-        Collective::Broadcast => {
-            let root = args.root() as usize;
-            let source = me != root
-                || disjoint_or_at(input, b, output, b, Some(0)) && whole_vectors(&[input], b);
-            (vec![(output, b)], source && whole_vectors(&[output], b))
-        }
-        Collective::AllToAll => (
-            vec![(output, n * b)],
-            disjoint_or_at(input, n * b, output, n * b, None) && both,
-        ),
-        // Not symmetric: the point-to-point calls exchange with their peers only.
-        Collective::SendRecv => (Vec::new(), false),
-    }
-}
-
-/// Queues the direct kernel for `d` over `work` bytes (what one rank moves).
-pub(super) fn launch(
-    cx: &Context,
-    kernel: &Twin<DirectCollectiveParams>,
-    d: DirectCollectiveParams,
-    work: usize,
-    stream: &Stream,
-) -> Result<()> {
-    cx.ensure_healthy()?;
-    let shape = shape(&cx.cfg, work);
-    cx.record(Algorithm::Direct);
-    let kernel = kernel.for_params(&d.common);
-    // SAFETY: the buffers were registered and sized by the caller's contract; the channel
-    // table lives as long as the `Collectives`.
-    unsafe { stream.launch(kernel, shape, d) }
-}
-
-/// The direct kernel's launch over `work` bytes (what one rank moves): a block per
-/// `direct_block_bytes`, at most `direct_blocks` (and `max_blocks`).
-pub(crate) fn shape(cfg: &CollectiveConfig, work: usize) -> LaunchConfig {
-    let most = cfg.direct_blocks.min(cfg.max_blocks) as usize;
-    let blocks = work.div_ceil(cfg.direct_block_bytes).clamp(1, most) as u32;
-    LaunchConfig::new(blocks, cfg.direct_threads).with_shared_mem(DIRECT_SHARED_BYTES)
-}
-
 /// FNV-1a over `words`: the digest of a registered call every rank compares with its peers'.
 fn digest(words: &[u64]) -> u64 {
     words
@@ -304,29 +219,4 @@ fn digest(words: &[u64]) -> u64 {
         .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
             (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
         })
-}
-
-/// Queues one block meeting the ranks in `peers` on channel row `row` (`< max_blocks`; the
-/// meetings queued on concurrent streams use different rows, which do not share semaphores).
-pub(super) fn barrier(
-    cx: &Context,
-    kernel: &Twin<DirectCollectiveParams>,
-    stream: &Stream,
-    peers: &[usize],
-    row: u32,
-) -> Result<()> {
-    cx.ensure_healthy()?;
-    let mut d = cx.direct_params(CollectiveMode::Barrier, Context::MOVE, 0);
-    let handle = std::mem::size_of::<MemoryChannelDeviceHandle>() as u64;
-    let row = row.min(cx.cfg.max_blocks - 1);
-    d.common.channels = d
-        .common
-        .channels
-        .byte_add_cast(row as u64 * cx.ranks() as u64 * handle);
-    d.common.max_blocks -= row;
-    d.common.root = peers.iter().fold(0u32, |m, &q| m | (1 << q));
-    let cfg = LaunchConfig::new(1, 32).with_shared_mem(16);
-    // SAFETY: touches only the channel table's semaphores, which live as long as the
-    // `Collectives`.
-    unsafe { stream.launch(&kernel.main, cfg, d) }
 }

@@ -6,11 +6,11 @@
 //! The buffer is cut into chunks of about `hier_chunk_bytes` (whole multiples of `L` parts of
 //! 16 bytes); for each chunk `c`, on local index `l`:
 //!
-//! 1. **reduce-scatter inside the node** (the node communicator's `Collectives`: LL, LL128,
-//!    direct, … as its own selection table picks) of the chunk, part `l` landing in place in
-//!    the output;
+//! 1. **reduce-scatter inside the node** (the node's world, `multinode::NodeWorld`: LL, LL128,
+//!    direct, … as its own planner picks) of the chunk, part `l` landing in place in the
+//!    output;
 //! 2. **all-reduce of part `l` across nodes** between the ranks of local index `l` (this rank's
-//!    column), by the port collective over PortChannels (`port.rs`), on a stream of its own;
+//!    column), by the port kernel over PortChannels (`launch/port.rs`), on a stream of its own;
 //! 3. **all-gather inside the node** of the chunk's parts, in place.
 //!
 //! Step 2 of chunk `c` waits (an event) for step 1 of `c`; step 3 of `c` waits for step 2 of
@@ -41,12 +41,14 @@ use mscclpp_host::Result;
 use mscclpp_host::gpu::{Kernel, Stream};
 use mscclpp_shared::{CollectiveMode, DevicePtr, DeviceReduceOp, PortCollectiveParams};
 
-use super::port::{Exchange, exchange, mask_of};
-use super::{Algorithm, Collective, CollectiveAlgorithm, Queued};
-use crate::collectives::Collectives;
+use crate::collectives::algorithm::{Algorithm, Collective};
+use crate::collectives::call::Call;
 use crate::collectives::context::{Args, Context, SetUp};
+use crate::collectives::launch::port::{Exchange, exchange, mask_of};
+use crate::collectives::multinode::NodeWorld;
 use crate::collectives::reduction::{KernelOp, Reduction, Scalar};
 use crate::collectives::scratch::Region;
+use crate::collectives::unit::{CollectiveAlgorithm, Queued, Step};
 use crate::kernels;
 
 pub(crate) struct Hierarchical {
@@ -66,8 +68,8 @@ pub(crate) fn split(op: KernelOp, l: usize) -> (KernelOp, KernelOp) {
     }
 }
 
-/// A node-level operator as the node's `Collectives` takes it (never a post-division: `split`
-/// keeps those for the network level).
+/// A node-level operator as the node's world takes it (never a post-division: `split` keeps
+/// those for the network level).
 fn as_reduction(op: KernelOp) -> Reduction {
     match op.op {
         DeviceReduceOp::Sum | DeviceReduceOp::SumPostDiv => Reduction::Sum,
@@ -111,7 +113,7 @@ impl CollectiveAlgorithm for Hierarchical {
         })
     }
 
-    fn queue(&self, cx: &Context, args: &Args, stream: &Stream) -> Result<Queued> {
+    fn queue(&self, cx: &Context, args: &Args, _: &Step, stream: &Stream) -> Result<Queued> {
         let Some(m) = cx.multi.as_ref() else {
             return Err(cx.cannot("the hierarchical all-reduce on a world of one node"));
         };
@@ -131,18 +133,15 @@ impl CollectiveAlgorithm for Hierarchical {
             let (input, output) = (ptr(args.input, from), ptr(args.output, from));
             let src = match node {
                 Some(node) => {
+                    let c = Call::AllReduce {
+                        input,
+                        output,
+                        count: n,
+                        dtype: call.dtype,
+                        op: as_reduction(node_op),
+                    };
                     // SAFETY: the caller's contract (both hold `count` elements).
-                    unsafe {
-                        node.all_reduce(
-                            input,
-                            output,
-                            n,
-                            call.dtype,
-                            as_reduction(node_op),
-                            stream,
-                            None,
-                        )
-                    }?;
+                    unsafe { node.queue(&c, stream) }?;
                     output
                 }
                 None => input,
@@ -183,33 +182,27 @@ impl CollectiveAlgorithm for Hierarchical {
         stream.record(&start)?;
         self.net.wait_event(&start)?;
         let mut done = Vec::with_capacity(chunks.len());
-        let gather = |c: Chunk, node: &Collectives| -> Result<()> {
+        let gather = |c: Chunk, node: &dyn NodeWorld| -> Result<()> {
+            let g = Call::AllGather {
+                input: shard(c),
+                output: ptr(args.output, c.start),
+                count: c.len / l_count,
+                dtype: call.dtype,
+            };
             // SAFETY: in place inside the caller's output (the chunk's parts).
-            unsafe {
-                node.all_gather(
-                    shard(c),
-                    ptr(args.output, c.start),
-                    c.len / l_count,
-                    call.dtype,
-                    stream,
-                    None,
-                )
-            }
+            unsafe { node.queue(&g, stream) }
         };
         for (i, &c) in chunks.iter().enumerate() {
             let part = c.len / l_count;
+            let rs = Call::ReduceScatter {
+                input: ptr(args.input, c.start),
+                output: shard(c),
+                count: part,
+                dtype: call.dtype,
+                op: as_reduction(node_op),
+            };
             // SAFETY: the chunk lies inside both buffers; part `l` lands in place in the output.
-            unsafe {
-                node.reduce_scatter(
-                    ptr(args.input, c.start),
-                    shard(c),
-                    part,
-                    call.dtype,
-                    as_reduction(node_op),
-                    stream,
-                    None,
-                )
-            }?;
+            unsafe { node.queue(&rs, stream) }?;
             let reduced = gpu.event()?;
             stream.record(&reduced)?;
             self.net.wait_event(&reduced)?;

@@ -5,14 +5,15 @@
 //! (all-reduce, all-gather and reduce have kernels of their own, with fewer branches).
 
 use mscclpp_host::Result;
-use mscclpp_host::gpu::{Kernel, LaunchConfig, Stream};
+use mscclpp_host::gpu::{Kernel, Stream};
 use mscclpp_shared::{CollectiveMode, CollectiveParams};
 
-use super::{Algorithm, Collective, CollectiveAlgorithm, Queued};
-use crate::collectives::CollectiveConfig;
+use crate::collectives::algorithm::{Algorithm, Collective};
+use crate::collectives::config::CollectiveConfig;
 use crate::collectives::context::{Args, Context, SetUp, pick};
-use crate::collectives::scratch::{Region, ScratchLayout};
-use crate::collectives::select::Call;
+use crate::collectives::launch::ll::{TOO_LARGE, launch};
+use crate::collectives::scratch::Region;
+use crate::collectives::unit::{CollectiveAlgorithm, Queued, Step};
 use crate::kernels;
 
 pub(crate) struct Ll {
@@ -39,17 +40,10 @@ impl CollectiveAlgorithm for Ll {
     ];
     const NOT_SERVED: &'static str = "an LL variant of this collective";
     const SCRATCH: &'static [Region] = &[Region::Ll];
+    const TOO_LARGE: &'static str = TOO_LARGE;
 
-    fn plan(
-        cfg: &CollectiveConfig,
-        _: &ScratchLayout,
-        call: &Call,
-    ) -> Result<Algorithm, &'static str> {
-        if call.bytes > cfg.ll_max_bytes {
-            Err(TOO_LARGE)
-        } else {
-            Ok(Algorithm::LlOneShot)
-        }
+    fn max_bytes(cfg: &CollectiveConfig) -> Option<usize> {
+        Some(cfg.ll_max_bytes)
     }
 
     fn set_up(s: &SetUp<'_>) -> Result<Self> {
@@ -62,9 +56,8 @@ impl CollectiveAlgorithm for Ll {
         })
     }
 
-    fn queue(&self, cx: &Context, args: &Args, stream: &Stream) -> Result<Queued> {
+    fn queue(&self, cx: &Context, args: &Args, _: &Step, stream: &Stream) -> Result<Queued> {
         let call = &args.call;
-        Self::plan(&cx.cfg, &cx.layout, call).map_err(|w| cx.cannot(w))?;
         let (dtype, bytes) = (call.dtype, call.bytes as u64);
         let (mode, op, stride, kernel) = match call.collective {
             Collective::AllReduce => (CollectiveMode::AllReduce, call.op, bytes, &self.all_reduce),
@@ -99,43 +92,4 @@ impl CollectiveAlgorithm for Ll {
         launch(cx, kernel, p, stream)?;
         Ok(Queued::Ran)
     }
-}
-
-/// What an LL call above `ll_max_bytes` per part is refused as.
-pub(super) const TOO_LARGE: &str = "an LL call above ll_max_bytes per part";
-
-/// Queues `kernel` (an LL16 kernel) for `p`, whose `bytes` per part fit an LL slot.
-pub(super) fn launch(
-    cx: &Context,
-    kernel: &Kernel<CollectiveParams>,
-    p: CollectiveParams,
-    stream: &Stream,
-) -> Result<()> {
-    cx.ensure_healthy()?;
-    cx.record(Algorithm::LlOneShot);
-    let shape = shape(&cx.cfg, p.bytes.div_ceil(8));
-    // SAFETY: the caller's contract (buffers sized for the mode), and our scratch, whose LL
-    // slots hold `ll_max_bytes` per part (the callers' plans check it).
-    unsafe { stream.launch(kernel, shape, p) }
-}
-
-/// The launch shape of an LL kernel whose threads handle `packets` packet indices (each
-/// for every peer): up to `ll_single_block_packets`, one block, one thread a packet (a
-/// single block stores the next flag without the grid's block count: 0.3 µs less at 4 KiB
-/// on 2×H200); beyond, blocks of `ll_threads` and the keeper block.
-pub(crate) fn shape(cfg: &CollectiveConfig, packets: u64) -> LaunchConfig {
-    let packets = packets.min(u32::MAX as u64) as u32;
-    let (blocks, threads) = if packets <= cfg.ll_single_block_packets {
-        (1, packets.next_multiple_of(32).clamp(32, 1024))
-    } else {
-        let t = cfg.ll_threads;
-        (packets.div_ceil(t).clamp(1, cfg.ll_blocks), t)
-    };
-    LaunchConfig::new(with_keeper(blocks), threads)
-}
-
-/// An LL launch's grid for `blocks` working blocks: one more, the keeper that advances the
-/// launch's flag, when there are several (`mscclpp_device::collectives::ll::ll_begin`).
-pub(super) fn with_keeper(blocks: u32) -> u32 {
-    if blocks > 1 { blocks + 1 } else { blocks }
 }

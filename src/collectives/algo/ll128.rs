@@ -7,11 +7,12 @@ use mscclpp_host::Result;
 use mscclpp_host::gpu::{Kernel, LaunchConfig, Stream};
 use mscclpp_shared::{CollectiveMode, CollectiveParams, packet::ll128};
 
-use super::{Algorithm, Collective, CollectiveAlgorithm, Queued, ll::with_keeper};
-use crate::collectives::CollectiveConfig;
+use crate::collectives::algorithm::{Algorithm, Collective};
+use crate::collectives::config::CollectiveConfig;
 use crate::collectives::context::{Args, Context, SetUp, pick};
-use crate::collectives::scratch::{Region, ScratchLayout};
-use crate::collectives::select::Call;
+use crate::collectives::launch::ll::with_keeper;
+use crate::collectives::scratch::Region;
+use crate::collectives::unit::{CollectiveAlgorithm, Queued, Step};
 use crate::kernels;
 
 pub(crate) struct Ll128 {
@@ -33,17 +34,10 @@ impl CollectiveAlgorithm for Ll128 {
     ];
     const NOT_SERVED: &'static str = "an all-reduce algorithm for this collective";
     const SCRATCH: &'static [Region] = &[Region::Ll128];
+    const TOO_LARGE: &'static str = "an LL128 call above ll128_max_bytes";
 
-    fn plan(
-        cfg: &CollectiveConfig,
-        _: &ScratchLayout,
-        call: &Call,
-    ) -> Result<Algorithm, &'static str> {
-        if call.bytes > cfg.ll128_max_bytes {
-            Err("an LL128 call above ll128_max_bytes")
-        } else {
-            Ok(Algorithm::Ll128)
-        }
+    fn max_bytes(cfg: &CollectiveConfig) -> Option<usize> {
+        Some(cfg.ll128_max_bytes)
     }
 
     fn set_up(s: &SetUp<'_>) -> Result<Self> {
@@ -54,9 +48,8 @@ impl CollectiveAlgorithm for Ll128 {
         })
     }
 
-    fn queue(&self, cx: &Context, args: &Args, stream: &Stream) -> Result<Queued> {
+    fn queue(&self, cx: &Context, args: &Args, _: &Step, stream: &Stream) -> Result<Queued> {
         let call = &args.call;
-        Self::plan(&cx.cfg, &cx.layout, call).map_err(|w| cx.cannot(w))?;
         let bytes = call.bytes as u64;
         // The all-reduce has no parts (stride 0); the others' parts are `bytes` apart.
         let (mode, op, stride, kernel) = match call.collective {

@@ -8,27 +8,25 @@
 //!
 //! A call too small for every rank to own a non-empty part (fewer than about `8 n (n - 1)`
 //! bytes), or whose two parts of packets do not fit an LL slot (two ranks near
-//! `ll_max_bytes`), runs the one-shot LL all-reduce instead, which serves every size up to
-//! `ll_max_bytes`; every rank decides alike from the same sizes.
+//! `ll_max_bytes`), is planned as the one-shot LL all-reduce instead (`ll`), which serves
+//! every size up to `ll_max_bytes`; every rank decides alike from the same sizes.
 
 use mscclpp_host::Result;
 use mscclpp_host::gpu::{Kernel, Stream};
 use mscclpp_shared::{CollectiveMode, CollectiveParams};
 
-use super::{Algorithm, Collective, CollectiveAlgorithm, Queued, ll};
-use crate::collectives::CollectiveConfig;
-use crate::collectives::context::{Args, Context, SetUp, pick};
+use crate::collectives::algorithm::{Algorithm, Collective};
+use crate::collectives::config::CollectiveConfig;
+use crate::collectives::context::{Args, Context, Lowered, SetUp, pick};
+use crate::collectives::launch::ll;
 use crate::collectives::scratch::{Region, ScratchLayout};
-use crate::collectives::select::Call;
+use crate::collectives::unit::{CollectiveAlgorithm, Planned, Queued, Step};
 use crate::kernels;
 
 pub(crate) struct LlTwoShot {
     kernel: Kernel<CollectiveParams>,
-    /// The one-shot LL all-reduce, for calls too small to split.
-    one_shot: Kernel<CollectiveParams>,
-    /// The twins of both for every reduction but the common sums.
+    /// Its twin for every reduction but the common sums.
     any: Kernel<CollectiveParams>,
-    one_shot_any: Kernel<CollectiveParams>,
 }
 
 impl CollectiveAlgorithm for LlTwoShot {
@@ -38,19 +36,24 @@ impl CollectiveAlgorithm for LlTwoShot {
     const SERVES: &'static [Collective] = &[Collective::AllReduce];
     const NOT_SERVED: &'static str = "an all-reduce algorithm for this collective";
     const SCRATCH: &'static [Region] = &[Region::Ll];
+    const TOO_LARGE: &'static str = ll::TOO_LARGE;
+
+    fn max_bytes(cfg: &CollectiveConfig) -> Option<usize> {
+        Some(cfg.ll_max_bytes)
+    }
 
     fn plan(
-        cfg: &CollectiveConfig,
+        _: &CollectiveConfig,
         layout: &ScratchLayout,
-        call: &Call,
-    ) -> Result<Algorithm, &'static str> {
-        if call.bytes > cfg.ll_max_bytes {
-            return Err(ll::TOO_LARGE);
-        }
+        call: &Lowered,
+    ) -> Result<Step, &'static str> {
         Ok(
             match part(call.ranks, call.bytes as u64, layout.ll_slot_bytes()) {
-                Some(_) => Algorithm::LlTwoShot,
-                None => Algorithm::LlOneShot,
+                Some(part) => Step {
+                    algorithm: Algorithm::LlTwoShot,
+                    planned: Planned::Parts(part),
+                },
+                None => Step::itself(Algorithm::LlOneShot),
             },
         )
     }
@@ -58,22 +61,17 @@ impl CollectiveAlgorithm for LlTwoShot {
     fn set_up(s: &SetUp<'_>) -> Result<Self> {
         Ok(Self {
             kernel: s.kernel(kernels::LL_TWO_SHOT_ALL_REDUCE)?,
-            one_shot: s.kernel(kernels::LL_ALL_REDUCE)?,
             any: s.kernel(kernels::LL_TWO_SHOT_ALL_REDUCE_ANY)?,
-            one_shot_any: s.kernel(kernels::LL_COLLECTIVE_ANY)?,
         })
     }
 
-    fn queue(&self, cx: &Context, args: &Args, stream: &Stream) -> Result<Queued> {
+    fn queue(&self, cx: &Context, args: &Args, step: &Step, stream: &Stream) -> Result<Queued> {
         let call = &args.call;
-        Self::plan(&cx.cfg, &cx.layout, call).map_err(|w| cx.cannot(w))?;
+        let Planned::Parts(part) = step.planned else {
+            return Err(cx.cannot("the two-shot LL all-reduce without its parts"));
+        };
         let mut p = cx.params(CollectiveMode::AllReduce, (call.dtype, call.op));
         (p.input, p.output, p.bytes) = (args.input, args.output, call.bytes as u64);
-        // What `plan` said: one-shot unless the call splits into parts.
-        let Some(part) = part(call.ranks, p.bytes, cx.layout.ll_slot_bytes()) else {
-            ll::launch(cx, pick(&self.one_shot, &self.one_shot_any, &p), p, stream)?;
-            return Ok(Queued::Ran);
-        };
         cx.ensure_healthy()?;
         cx.record(Algorithm::LlTwoShot);
         p.stride = part;

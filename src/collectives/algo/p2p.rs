@@ -28,10 +28,14 @@
 //! run the same launch, all of whose blocks are resident together: no ordering of sends and
 //! receives (such as "even ranks send first") can deadlock it, whatever the pairs.
 //!
-//! Teardown ([`drain`], run when the `Collectives` owning the region is dropped): a receiver
-//! acknowledges in its *sender's* scratch, possibly after the sender's call returned; before
-//! the scratch is freed, the sender waits (at most [`DRAIN_TIMEOUT`]) until every
-//! acknowledgement its sends are owed has landed (`mscclpp_shared::p2p`, "Teardown").
+//! Teardown ([`drain`], this unit's `tear_down`, run when the `Collectives` owning the region
+//! is dropped, before its memory goes): a receiver acknowledges in its *sender's* scratch,
+//! possibly after the sender's call returned; before the scratch is freed, the sender waits
+//! (at most [`DRAIN_TIMEOUT`]) until every acknowledgement its sends are owed has landed
+//! (`mscclpp_shared::p2p`, "Teardown").
+//!
+//! The calls made of sends and receives (gather, scatter, all-to-all-v) become batches here
+//! too ([`batch_of`]).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,10 +47,12 @@ use mscclpp_host::{Error, Result};
 use mscclpp_shared::p2p::state;
 use mscclpp_shared::{DevicePtr, P2P_MAX_OPS, P2P_RECV, P2P_SEND, P2pLayout, P2pOp, P2pParams};
 
-use super::{Algorithm, Collective, CollectiveAlgorithm, Queued};
+use crate::collectives::algorithm::{Algorithm, Collective};
+use crate::collectives::call::Call;
 use crate::collectives::context::{Args, Context, Peer, SetUp, copy_if_needed, current_call};
 use crate::collectives::regions::Peers;
 use crate::collectives::scratch::Region;
+use crate::collectives::unit::{CollectiveAlgorithm, Queued, Step};
 use crate::kernels;
 
 /// Whether a [`Transfer`] sends or receives.
@@ -118,7 +124,16 @@ impl CollectiveAlgorithm for P2p {
         })
     }
 
-    fn queue(&self, cx: &Context, args: &Args, stream: &Stream) -> Result<Queued> {
+    /// Waits (bounded) for the acknowledgements the peers still owe this rank's last sends,
+    /// which they store into its point-to-point region, if it was allocated ([`drain`]).
+    fn tear_down(&self, cx: &Context) {
+        let lay = cx.layout.p2p();
+        let me = cx.rank() as u64;
+        cx.regions
+            .with_buffer(Region::P2p, |b| drain(b, 0, &lay, me));
+    }
+
+    fn queue(&self, cx: &Context, args: &Args, _: &Step, stream: &Stream) -> Result<Queued> {
         let bytes = args.call.bytes;
         let send = |peer| Transfer::send(peer, args.input, bytes);
         let recv = |peer| Transfer::recv(peer, args.output, bytes);
@@ -213,10 +228,10 @@ pub(crate) fn region(
         return Ok(None);
     }
     let wanted = Peers::Some(peers.to_vec());
-    if capturing && !cx.regions.is_ready(cx, Region::P2p, wanted.clone()) {
+    if capturing && !cx.regions.is_ready(Region::P2p, wanted.clone()) {
         return Err(cx.cannot(UNTRADED_IN_CAPTURE));
     }
-    match cx.regions.get(cx, Region::P2p, wanted)? {
+    match cx.regions.get(Region::P2p, wanted)? {
         Some(region) => Ok(Some(region)),
         None => Err(cx.cannot("a point-to-point call without a point-to-point region")),
     }
@@ -320,6 +335,65 @@ fn read_words(scratch: &DeviceBuffer, offset: u64, out: &mut [u64]) -> Result<()
             Ok(())
         }
     }
+}
+
+/// The batch of sends and receives `call` is on rank `me` of `n` when it is made of them
+/// (gather, scatter, all-to-all-v; `None` for another call), from the bytes of one part
+/// (`part_bytes`; the call's checks passed).
+pub(crate) fn batch_of(
+    call: &Call,
+    me: usize,
+    n: usize,
+    part_bytes: usize,
+) -> Option<Vec<Transfer>> {
+    let at = |p: DevicePtr<u8>, bytes: usize| p.byte_add_cast::<u8>(bytes as u64);
+    let b = part_bytes;
+    // A rooted batch: the root's transfer with every rank (`each`), then every rank's `own`.
+    let rooted = |root: usize, own: Transfer, each: &dyn Fn(usize) -> Transfer| {
+        let mut batch: Vec<Transfer> = Vec::with_capacity(n + 1);
+        if me == root {
+            batch.extend((0..n).map(each));
+        }
+        batch.push(own);
+        batch
+    };
+    Some(match *call {
+        Call::Gather {
+            input,
+            output,
+            root,
+            ..
+        } => rooted(root, Transfer::send(root, input, b), &|q| {
+            Transfer::recv(q, at(output, q * b), b)
+        }),
+        Call::Scatter {
+            input,
+            output,
+            root,
+            ..
+        } => rooted(root, Transfer::recv(root, output, b), &|q| {
+            Transfer::send(q, at(input, q * b), b)
+        }),
+        Call::AllToAllv {
+            input,
+            output,
+            ref send_counts,
+            ref send_displs,
+            ref recv_counts,
+            ref recv_displs,
+            dtype,
+        } => {
+            let es = dtype.size();
+            let mut batch = Vec::with_capacity(2 * n);
+            for q in 0..n {
+                let (sent, got) = (send_counts[q] * es, recv_counts[q] * es);
+                batch.push(Transfer::send(q, at(input, send_displs[q] * es), sent));
+                batch.push(Transfer::recv(q, at(output, recv_displs[q] * es), got));
+            }
+            batch
+        }
+        _ => return None,
+    })
 }
 
 /// A copy of a send to this rank itself into its receive: (destination, source, bytes).
@@ -450,92 +524,6 @@ mod tests {
                     assert_eq!(mine, keys(&plans[q], Dir::Recv, r), "{n}: {r} -> {q}");
                 }
             }
-        }
-    }
-
-    /// The point-to-point region (2 ranks, CPU backend): a communicator that only runs
-    /// collectives holds none; under capture a first meeting is refused before anything is
-    /// allocated or sent; the first eager send allocates it (its `P2pLayout` bytes) and trades
-    /// it with the peer; after that a capture may meet that peer; `prepare` allocates it for
-    /// every peer at once.
-    #[test]
-    fn the_point_to_point_region_is_traded_at_the_first_meeting_and_refused_under_capture() {
-        use crate::collectives::Collectives;
-        use crate::collectives::scratch::Region;
-        use mscclpp_host::gpu::BackendKind;
-        use mscclpp_shared::DataType;
-        use mscclpp_shared::ReduceOp;
-        use std::sync::Arc;
-
-        for r in crate::world::run_local_ranks(BackendKind::Cpu, 3, |comm| {
-            let c = Collectives::new(Arc::new(comm))?;
-            let (me, cx) = (c.communicator().rank(), &c.cx);
-            let st = c.communicator().gpu().stream()?;
-            let buf = c.communicator().gpu().alloc(4096)?;
-            // SAFETY: `buf` holds 16 words until the synchronize (LL16: no region of its own).
-            unsafe {
-                c.all_reduce(
-                    buf.ptr(),
-                    buf.ptr(),
-                    16,
-                    DataType::U32,
-                    ReduceOp::Sum,
-                    &st,
-                    None,
-                )
-            }?;
-            st.synchronize()?;
-            let set_up = c.scratch_bytes();
-            assert_eq!(
-                set_up,
-                cx.layout.len(),
-                "collectives allocate no p2p region"
-            );
-            // Ranks 0 and 1 meet; rank 2 does not.
-            if me < 2 {
-                let peer = 1 - me;
-                let refused = super::region(cx, &[peer], true);
-                assert!(
-                    matches!(refused, Err(mscclpp_host::Error::Unsupported { what, .. })
-                        if what == super::UNTRADED_IN_CAPTURE),
-                    "{refused:?}"
-                );
-                assert_eq!(c.scratch_bytes(), set_up, "nothing allocated under capture");
-                assert_eq!(super::region(cx, &[], true)?, None, "no peer, no region");
-                // SAFETY: `buf` holds 16 words until the synchronize.
-                unsafe {
-                    if me == 0 {
-                        c.send(buf.ptr(), 16, DataType::U32, peer, &st)
-                    } else {
-                        c.recv(buf.ptr(), 16, DataType::U32, peer, &st)
-                    }
-                }?;
-                st.synchronize()?;
-                let p2p = cx.layout.region_len(Region::P2p);
-                assert!(p2p > 0);
-                assert_eq!(c.scratch_bytes(), set_up + p2p, "the region, once");
-                assert!(
-                    super::region(cx, &[peer], true)?.is_some(),
-                    "traded: capturable"
-                );
-                let other = 2;
-                assert!(
-                    super::region(cx, &[peer, other], true).is_err(),
-                    "rank 2 not met"
-                );
-            }
-            c.prepare()?;
-            let all = cx.others();
-            assert!(
-                super::region(cx, &all, true)?.is_some(),
-                "prepare trades every peer"
-            );
-            let lazy = [Region::Ll128, Region::Staging, Region::P2p];
-            let every: usize = lazy.iter().map(|&r| cx.layout.region_len(r)).sum();
-            assert_eq!(c.scratch_bytes(), set_up + every, "every region, once each");
-            c.communicator().barrier()
-        }) {
-            r.unwrap_or_else(|e| panic!("{}", crate::ErrorChain(&e)));
         }
     }
 

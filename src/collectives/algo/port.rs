@@ -4,83 +4,22 @@
 //! `mscclpp_device::collectives::port`), through the port region of the scratch. What every
 //! collective of such a world takes but the hierarchical all-reduce (and its all-reduce where
 //! the nodes run different numbers of ranks: every rank exchanges the whole buffer with every
-//! other and reduces it in rank order, so every rank computes the same bits). Also the network
-//! phase of the hierarchical all-reduce ([`exchange`]).
+//! other and reduces it in rank order, so every rank computes the same bits). Its launch
+//! (`launch/port.rs`) is also the network phase of the hierarchical all-reduce.
 
 use mscclpp_host::Result;
-use mscclpp_host::gpu::{Kernel, LaunchConfig, Stream};
-use mscclpp_shared::{CollectiveMode, DataType, DevicePtr, PortCollectiveParams};
+use mscclpp_host::gpu::{Kernel, Stream};
+use mscclpp_shared::{CollectiveMode, DevicePtr, PortCollectiveParams};
 
-use super::{Algorithm, Collective, CollectiveAlgorithm, Queued};
+use crate::collectives::algorithm::{Algorithm, Collective};
 use crate::collectives::context::{Args, Context, Peer, SetUp, copy_if_needed};
-use crate::collectives::reduction::KernelOp;
+use crate::collectives::launch::port::{Exchange, exchange, mask_of};
 use crate::collectives::scratch::Region;
+use crate::collectives::unit::{CollectiveAlgorithm, Queued, Step};
 use crate::kernels;
 
 pub(crate) struct Port {
     kernel: Kernel<PortCollectiveParams>,
-}
-
-/// One launch of the port kernel, as [`exchange`] queues it.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Exchange {
-    pub mode: CollectiveMode,
-    pub data: (DataType, KernelOp),
-    pub input: DevicePtr<u8>,
-    pub output: DevicePtr<u8>,
-    /// Bytes per peer.
-    pub bytes: usize,
-    /// Distance between parts (all-gather, all-to-all, reduce-scatter).
-    pub stride: usize,
-    pub root: u32,
-    pub send_mask: u64,
-    pub recv_mask: u64,
-}
-
-/// Bit `q` for every rank `q` of `ranks` but `me`.
-pub(crate) fn mask_of(ranks: impl IntoIterator<Item = usize>, me: usize) -> u64 {
-    ranks
-        .into_iter()
-        .filter(|&q| q != me && q < 64)
-        .fold(0, |m, q| m | 1 << q)
-}
-
-/// Queues one port-kernel launch on `stream` (nothing for zero bytes).
-///
-/// # Safety
-/// `input` / `output` hold what `x.mode` reads and writes (`PortCollectiveParams`) until the
-/// queued work completes; every rank in the masks queues the matching launch.
-pub(crate) unsafe fn exchange(
-    cx: &Context,
-    kernel: &Kernel<PortCollectiveParams>,
-    x: Exchange,
-    stream: &Stream,
-) -> Result<()> {
-    let Some(m) = cx.multi.as_ref() else {
-        return Err(cx.cannot("the port collective on a world of one node"));
-    };
-    if x.bytes == 0 || (x.send_mask == 0 && x.recv_mask == 0) {
-        return Ok(());
-    }
-    cx.ensure_healthy()?;
-    let mut common = cx.params(x.mode, x.data);
-    common.input = x.input;
-    common.output = x.output;
-    common.bytes = x.bytes as u64;
-    common.stride = x.stride as u64;
-    common.root = x.root;
-    let p = PortCollectiveParams {
-        common,
-        port_channels: m.table.ptr().cast(),
-        counters: m.counters.ptr().cast(),
-        send_mask: x.send_mask,
-        recv_mask: x.recv_mask,
-        port_offset: cx.layout.port_offset(),
-        slot_bytes: cx.layout.port_slot_bytes(),
-    };
-    // SAFETY: the caller's contract for the buffers; the scratch, channel table and counters
-    // live as long as the `Collectives`.
-    unsafe { stream.launch(kernel, LaunchConfig::new(1, cx.cfg.port_threads), p) }
 }
 
 impl CollectiveAlgorithm for Port {
@@ -112,7 +51,7 @@ impl CollectiveAlgorithm for Port {
         })
     }
 
-    fn queue(&self, cx: &Context, args: &Args, stream: &Stream) -> Result<Queued> {
+    fn queue(&self, cx: &Context, args: &Args, _: &Step, stream: &Stream) -> Result<Queued> {
         let (call, n, me) = (&args.call, cx.ranks(), cx.rank());
         let b = call.bytes;
         let all = mask_of(0..n, me);

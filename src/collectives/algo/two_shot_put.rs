@@ -8,10 +8,12 @@ use mscclpp_host::Result;
 use mscclpp_host::gpu::Stream;
 use mscclpp_shared::{CollectiveMode, CollectiveParams};
 
-use super::{Algorithm, Collective, CollectiveAlgorithm, Queued, staged};
-use crate::collectives::CollectiveConfig;
+use crate::collectives::algorithm::{Algorithm, Collective};
+use crate::collectives::config::CollectiveConfig;
 use crate::collectives::context::{Args, Context, SetUp, Twin};
+use crate::collectives::launch::staged;
 use crate::collectives::scratch::Region;
+use crate::collectives::unit::{CollectiveAlgorithm, Queued, Step};
 
 pub(crate) struct TwoShotPut {
     kernel: Twin<CollectiveParams>,
@@ -35,7 +37,7 @@ impl CollectiveAlgorithm for TwoShotPut {
         })
     }
 
-    fn queue(&self, cx: &Context, args: &Args, stream: &Stream) -> Result<Queued> {
+    fn queue(&self, cx: &Context, args: &Args, _: &Step, stream: &Stream) -> Result<Queued> {
         if args.call.collective != Collective::AllReduce {
             return Err(cx.cannot(Self::NOT_SERVED));
         }

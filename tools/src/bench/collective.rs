@@ -18,7 +18,7 @@
 
 use std::sync::Arc;
 
-use mscclpp::collectives::{Algorithm, CollectiveConfig, Collectives};
+use mscclpp::collectives::{Call, CollectiveConfig, Collectives};
 use mscclpp::executor::lower::{Geometry, Sizes};
 use mscclpp::executor::plan::ReduceKind;
 use mscclpp::executor::{ExecutionPlan, Executor, PacketType};
@@ -573,13 +573,11 @@ fn shapes_to_run(
             )),
         }
     }
-    let limit = match a.algo {
-        Some(Algorithm::LlOneShot) => Some(("ll", cfg.ll_max_bytes)),
-        Some(Algorithm::LlTwoShot) => Some(("ll2", cfg.ll_max_bytes)),
-        Some(Algorithm::Ll128) => Some(("ll128", cfg.ll128_max_bytes)),
-        _ => None,
-    };
-    // The limits are per part (the whole message for all-reduce, broadcast and send/recv).
+    // The forced algorithm's own limit (`Algorithm::max_bytes`), per part (the whole message
+    // for all-reduce, broadcast and send/recv).
+    let limit = a
+        .algo
+        .and_then(|x| x.max_bytes(cfg).map(|most| (x.name(), most)));
     if let Some((name, max)) = limit
         && shapes.iter().any(|s| s.part * es > max)
     {
@@ -674,11 +672,84 @@ impl<'a> Rank<'a> {
         let (inp, out) = (self.ptr(input), self.ptr(output));
         let (stream, part, dt) = (&self.stream, sh.part, a.dtype);
         let (next, prev) = ((rank + 1) % n, (rank + n - 1) % n);
-        let red = a.redop.reduction(dt);
+        let op = a.redop.reduction(dt);
+        let (input, output, count, dtype, root) = (inp, out, part, dt, a.root);
         // All-to-all-v: parts `part` apart, the counts of `alltoallv_count`.
         let displs: Vec<usize> = (0..n).map(|q| q * part).collect();
-        let sends: Vec<usize> = (0..n).map(|q| alltoallv_count(part, rank, q)).collect();
-        let recvs: Vec<usize> = (0..n).map(|q| alltoallv_count(part, q, rank)).collect();
+        let call = match a.op {
+            Op::AllReduce => Call::AllReduce {
+                input,
+                output,
+                count,
+                dtype,
+                op,
+            },
+            Op::AllGather => Call::AllGather {
+                input,
+                output,
+                count,
+                dtype,
+            },
+            Op::ReduceScatter => Call::ReduceScatter {
+                input,
+                output,
+                count,
+                dtype,
+                op,
+            },
+            Op::Broadcast => Call::Broadcast {
+                input,
+                output,
+                count,
+                dtype,
+                root,
+            },
+            Op::AllToAll => Call::AllToAll {
+                input,
+                output,
+                count,
+                dtype,
+            },
+            Op::Reduce => Call::Reduce {
+                input,
+                output,
+                count,
+                dtype,
+                op,
+                root,
+            },
+            Op::Gather => Call::Gather {
+                input,
+                output,
+                count,
+                dtype,
+                root,
+            },
+            Op::Scatter => Call::Scatter {
+                input,
+                output,
+                count,
+                dtype,
+                root,
+            },
+            Op::AllToAllv => Call::AllToAllv {
+                input,
+                output,
+                send_counts: (0..n).map(|q| alltoallv_count(part, rank, q)).collect(),
+                send_displs: displs.clone(),
+                recv_counts: (0..n).map(|q| alltoallv_count(part, q, rank)).collect(),
+                recv_displs: displs,
+                dtype,
+            },
+            Op::SendRecv => Call::SendRecv {
+                input,
+                next,
+                output,
+                prev,
+                count,
+                dtype,
+            },
+        };
         let ours = || -> Result<(), BoxError> {
             if let Some(x) = exec {
                 let s = PlanRun::sizes(sh, dt.size());
@@ -701,30 +772,7 @@ impl<'a> Rank<'a> {
             }
             // SAFETY: `inp` and `out` address the parts `Shape` sized the buffers for, alive
             // for the whole sweep; every rank makes the same calls in the same order.
-            unsafe {
-                match a.op {
-                    Op::AllReduce => coll.all_reduce(inp, out, part, dt, red, stream, a.algo)?,
-                    Op::AllGather => coll.all_gather(inp, out, part, dt, stream, a.algo)?,
-                    Op::ReduceScatter => {
-                        coll.reduce_scatter(inp, out, part, dt, red, stream, a.algo)?
-                    }
-                    Op::Broadcast => coll.broadcast(inp, out, part, dt, a.root, stream, a.algo)?,
-                    Op::AllToAll => coll.all_to_all(inp, out, part, dt, stream, a.algo)?,
-                    Op::Reduce => coll.reduce(inp, out, part, dt, red, a.root, stream, a.algo)?,
-                    Op::Gather => coll.gather(inp, out, part, dt, a.root, stream)?,
-                    Op::Scatter => coll.scatter(inp, out, part, dt, a.root, stream)?,
-                    Op::AllToAllv => {
-                        coll.all_to_allv(inp, &sends, &displs, out, &recvs, &displs, dt, stream)?
-                    }
-                    Op::SendRecv => {
-                        let mut g = coll.group();
-                        g.send(inp, part, dt, next)?;
-                        g.recv(out, part, dt, prev)?;
-                        g.end(stream)?
-                    }
-                }
-            }
-            Ok(())
+            Ok(unsafe { coll.queue(&call, stream, a.algo) }?)
         };
         let (mine, iters) = self.sample(sh, &ours)?;
         let Some(b) = base else {
@@ -744,29 +792,8 @@ impl<'a> Rank<'a> {
                 return Ok((mine, self.sample(sh, &copy)?.0, iters));
             }
         };
-        let theirs = || -> Result<(), BoxError> {
-            // SAFETY: as for `ours`.
-            unsafe {
-                match a.op {
-                    Op::AllReduce => b.all_reduce(inp, out, part, dt, a.redop, stream),
-                    Op::AllGather => b.all_gather(inp, out, part, dt, stream),
-                    Op::ReduceScatter => b.reduce_scatter(inp, out, part, dt, a.redop, stream),
-                    Op::Broadcast => b.broadcast(inp, out, part, dt, a.root, stream),
-                    Op::AllToAll => b.all_to_all(inp, out, n, part, dt, stream),
-                    Op::Reduce => b.reduce(inp, out, part, dt, a.redop, a.root, stream),
-                    Op::Gather => b.gather_or_scatter(true, inp, out, part, dt, a.root, stream),
-                    Op::Scatter => b.gather_or_scatter(false, inp, out, part, dt, a.root, stream),
-                    Op::AllToAllv => {
-                        let es = (dt.size() * part) as u64;
-                        let at = |p: DevicePtr<u8>, q: usize| p.byte_add_cast::<u8>(q as u64 * es);
-                        let s: Vec<_> = (0..n).map(|q| (at(inp, q), sends[q])).collect();
-                        let r: Vec<_> = (0..n).map(|q| (at(out, q), recvs[q])).collect();
-                        b.all_to_allv(&s, &r, dt, stream)
-                    }
-                    Op::SendRecv => b.send_recv(inp, next, out, prev, part, dt, stream),
-                }
-            }
-        };
+        // SAFETY: as for `ours`.
+        let theirs = || unsafe { b.queue(&call, stream) };
         Ok((mine, self.sample(sh, &theirs)?.0, iters))
     }
 }
@@ -924,7 +951,7 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
         base.as_ref().map(Base::name),
     );
     if rank == 0 {
-        print_header(plan, &info, coll.config());
+        print_header(plan, &info);
         print_setup(setup, &coll, n);
         for note in &notes {
             println!("{note}");
@@ -983,7 +1010,7 @@ fn print_setup(setup: (std::time::Duration, usize), coll: &Collectives, n: usize
     );
 }
 
-fn print_header(plan: &Plan, info: &RunInfo, cfg: CollectiveConfig) {
+fn print_header(plan: &Plan, info: &RunInfo) {
     let a = &plan.args;
     if plan.backend == BackendKind::Cpu {
         println!(
@@ -995,17 +1022,10 @@ fn print_header(plan: &Plan, info: &RunInfo, cfg: CollectiveConfig) {
         "# mscclpp-bench {}: {}, {} backend, {}",
         info.op, plan.launch, info.backend, info.device
     );
+    // The selection's rules are the library's (its selection table); each row says what ran.
     let algo = match a.algo {
         _ if a.plan.is_some() => "an execution plan (--plan)".to_string(),
         Some(x) => format!("{} (forced)", algo_name(Some(x))),
-        None if a.op == Op::AllReduce && info.nranks >= cfg.ll_two_shot_min_ranks => format!(
-            "by size (LL up to {} B, two-shot LL up to {} B; the algo column)",
-            cfg.ll_two_shot_min_bytes, cfg.ll_max_bytes
-        ),
-        None if a.op == Op::AllReduce => format!(
-            "by size (LL128 {}-{} B, else LL up to {} B; the algo column)",
-            cfg.ll128_min_bytes, cfg.ll128_max_bytes, cfg.ll_max_bytes
-        ),
         None => "by size (the algo column)".to_string(),
     };
     let timing = if plan.graph_launches > 0 {

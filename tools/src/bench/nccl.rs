@@ -22,13 +22,12 @@ use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
 use std::sync::OnceLock;
 
 use cudarc::nccl::sys;
-use mscclpp::collectives::element_bits;
+use mscclpp::collectives::{Call, Reduction, Scalar};
 use mscclpp::host::communicator::Communicator;
 use mscclpp::host::gpu::{Gpu, Stream};
 use mscclpp::shared::{DataType, DevicePtr};
 
 use super::BoxError;
-use super::args::{PREMUL_SCALAR, Redop};
 
 /// Environment variable naming the NCCL library (file or folder).
 pub const NCCL_LIB_ENV: &str = "MSCCLPP_NCCL_LIB";
@@ -336,17 +335,20 @@ fn nccl_type(d: DataType) -> sys::ncclDataType_t {
     }
 }
 
-/// NCCL's built-in operator for `o` (`None`: the pre-multiplied sum, created per call).
-fn nccl_op(o: Redop) -> Option<sys::ncclRedOp_t> {
+/// NCCL's operator for `o`: a built-in one, or (`Err`) the scalar of a pre-multiplied sum by
+/// value, which is created per call; `None` for what the baseline does not serve (a scalar in
+/// device memory, an operator added to the library later).
+fn nccl_op(o: Reduction) -> Option<Result<sys::ncclRedOp_t, u64>> {
     use sys::ncclRedOp_t as R;
-    match o {
-        Redop::Sum => Some(R::ncclSum),
-        Redop::Prod => Some(R::ncclProd),
-        Redop::Min => Some(R::ncclMin),
-        Redop::Max => Some(R::ncclMax),
-        Redop::Avg => Some(R::ncclAvg),
-        Redop::PreMulSum => None,
-    }
+    Some(Ok(match o {
+        Reduction::Sum => R::ncclSum,
+        Reduction::Prod => R::ncclProd,
+        Reduction::Min => R::ncclMin,
+        Reduction::Max => R::ncclMax,
+        Reduction::Avg => R::ncclAvg,
+        Reduction::PreMulSum(Scalar::Host(bits)) => return Some(Err(bits)),
+        _ => return None,
+    }))
 }
 
 /// One rank's NCCL communicator, on its [`Communicator`]'s device.
@@ -354,6 +356,7 @@ pub struct Comm {
     nccl: &'static Nccl,
     raw: sys::ncclComm_t,
     gpu: Gpu,
+    nranks: usize,
 }
 
 impl Comm {
@@ -404,23 +407,26 @@ impl Comm {
             nccl,
             raw,
             gpu: comm.gpu().clone(),
+            nranks: comm.size(),
         })
     }
 
     /// Calls `f` with NCCL's operator for `op` on `dtype`: a built-in one, or a pre-multiplied
-    /// sum by [`PREMUL_SCALAR`] created for the call and destroyed once it is queued (NCCL
+    /// sum by the operator's scalar created for the call and destroyed once it is queued (NCCL
     /// allows that as soon as the last call given the operator has returned).
     fn with_op(
         &self,
-        op: Redop,
+        op: Reduction,
         dtype: DataType,
         f: impl FnOnce(sys::ncclRedOp_t) -> Result<(), NcclError>,
     ) -> Result<(), BoxError> {
-        if let Some(o) = nccl_op(op) {
-            return Ok(f(o)?);
-        }
+        let bits = match nccl_op(op) {
+            Some(Ok(o)) => return Ok(f(o)?),
+            Some(Err(bits)) => bits,
+            None => return Err(format!("the NCCL baseline does not serve {op:?}").into()),
+        };
         let fns = &self.nccl.fns;
-        let mut scalar = element_bits(PREMUL_SCALAR, dtype).to_le_bytes();
+        let mut scalar = bits.to_le_bytes();
         let mut o = sys::ncclRedOp_t::ncclSum;
         // SAFETY: `o` is a valid out-pointer; `scalar` holds one element of `dtype` (and more
         // bytes), read during the call (host-immediate); `self.raw` is live.
@@ -448,272 +454,166 @@ impl Comm {
             .ok_or_else(|| "the NCCL baseline needs the CUDA backend".into())
     }
 
-    /// `ncclAllReduce`.
+    /// Queues `call` on NCCL, on our buffers and stream (what `Collectives::queue` queues on
+    /// ours): each collective by its NCCL function (gather and scatter need NCCL 2.28 or
+    /// newer: an older one is an error that says so); all-to-all, all-to-all-v and the
+    /// point-to-point calls as one group of sends and receives (as nccl-tests does).
     ///
     /// # Safety
-    /// As [`mscclpp::collectives::Collectives::all_reduce`].
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn all_reduce(
-        &self,
-        input: DevicePtr<u8>,
-        output: DevicePtr<u8>,
-        count: usize,
-        dtype: DataType,
-        op: Redop,
-        stream: &Stream,
-    ) -> Result<(), BoxError> {
+    /// As [`Collectives::queue`](mscclpp::collectives::Collectives::queue).
+    pub unsafe fn queue(&self, call: &Call, stream: &Stream) -> Result<(), BoxError> {
         let s = Self::stream(stream)?;
-        self.with_op(op, dtype, |op| {
-            // SAFETY: the caller's contract; `self.raw` is live.
-            let r = unsafe {
-                (self.nccl.fns.all_reduce)(
-                    input.addr() as *const c_void,
-                    output.addr() as *mut c_void,
-                    count,
-                    nccl_type(dtype),
-                    op,
-                    self.raw,
-                    s,
-                )
-            };
-            self.nccl.check("ncclAllReduce", r)
-        })
-    }
-
-    /// `ncclReduce` onto `root`.
-    ///
-    /// # Safety
-    /// As [`mscclpp::collectives::Collectives::reduce`].
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn reduce(
-        &self,
-        input: DevicePtr<u8>,
-        output: DevicePtr<u8>,
-        count: usize,
-        dtype: DataType,
-        op: Redop,
-        root: usize,
-        stream: &Stream,
-    ) -> Result<(), BoxError> {
-        let s = Self::stream(stream)?;
-        self.with_op(op, dtype, |op| {
-            // SAFETY: the caller's contract; `self.raw` is live.
-            let r = unsafe {
-                (self.nccl.fns.reduce)(
-                    input.addr() as *const c_void,
-                    output.addr() as *mut c_void,
-                    count,
-                    nccl_type(dtype),
-                    op,
-                    root as c_int,
-                    self.raw,
-                    s,
-                )
-            };
-            self.nccl.check("ncclReduce", r)
-        })
-    }
-
-    /// `ncclGather` (`gather` true) or `ncclScatter` with `root` (NCCL 2.28 and newer; an
-    /// older one is an error that says so).
-    ///
-    /// # Safety
-    /// As [`mscclpp::collectives::Collectives::gather`] / `scatter`.
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn gather_or_scatter(
-        &self,
-        gather: bool,
-        input: DevicePtr<u8>,
-        output: DevicePtr<u8>,
-        count: usize,
-        dtype: DataType,
-        root: usize,
-        stream: &Stream,
-    ) -> Result<(), BoxError> {
-        let s = Self::stream(stream)?;
-        let (f, name) = if gather {
-            (self.nccl.fns.gather, "ncclGather")
-        } else {
-            (self.nccl.fns.scatter, "ncclScatter")
+        let (f, raw, nccl) = (&self.nccl.fns, self.raw, self.nccl);
+        let p = |p: DevicePtr<u8>| p.addr() as *mut c_void;
+        let dt = nccl_type(call.dtype());
+        let at = |b: DevicePtr<u8>, elements: usize| {
+            b.byte_add_cast::<u8>((elements * call.dtype().size()) as u64)
         };
-        let Some(f) = f else {
-            return Err(format!(
-                "NCCL {} has no {name} (NCCL 2.28 and newer have it)",
-                self.nccl.version
-            )
-            .into());
-        };
-        // SAFETY: the caller's contract; `self.raw` is live.
-        let r = unsafe {
-            f(
-                input.addr() as *const c_void,
-                output.addr() as *mut c_void,
+        // SAFETY (every NCCL call below): the caller's contract for the buffers; `self.raw` is
+        // live.
+        match call {
+            &Call::AllReduce {
+                input,
+                output,
                 count,
-                nccl_type(dtype),
-                root as c_int,
-                self.raw,
-                s,
-            )
-        };
-        Ok(self.nccl.check(name, r)?)
-    }
-
-    /// `ncclAllGather` (`count` elements per rank).
-    ///
-    /// # Safety
-    /// As [`mscclpp::collectives::Collectives::all_gather`].
-    pub unsafe fn all_gather(
-        &self,
-        input: DevicePtr<u8>,
-        output: DevicePtr<u8>,
-        count: usize,
-        dtype: DataType,
-        stream: &Stream,
-    ) -> Result<(), BoxError> {
-        let s = Self::stream(stream)?;
-        // SAFETY: the caller's contract; `self.raw` is live.
-        let r = unsafe {
-            (self.nccl.fns.all_gather)(
-                input.addr() as *const c_void,
-                output.addr() as *mut c_void,
-                count,
-                nccl_type(dtype),
-                self.raw,
-                s,
-            )
-        };
-        Ok(self.nccl.check("ncclAllGather", r)?)
-    }
-
-    /// `ncclReduceScatter` (`count` elements out per rank).
-    ///
-    /// # Safety
-    /// As [`mscclpp::collectives::Collectives::reduce_scatter`].
-    pub unsafe fn reduce_scatter(
-        &self,
-        input: DevicePtr<u8>,
-        output: DevicePtr<u8>,
-        count: usize,
-        dtype: DataType,
-        op: Redop,
-        stream: &Stream,
-    ) -> Result<(), BoxError> {
-        let s = Self::stream(stream)?;
-        self.with_op(op, dtype, |op| {
-            // SAFETY: the caller's contract; `self.raw` is live.
-            let r = unsafe {
-                (self.nccl.fns.reduce_scatter)(
-                    input.addr() as *const c_void,
-                    output.addr() as *mut c_void,
-                    count,
-                    nccl_type(dtype),
-                    op,
-                    self.raw,
-                    s,
-                )
-            };
-            self.nccl.check("ncclReduceScatter", r)
-        })
-    }
-
-    /// `ncclBroadcast`.
-    ///
-    /// # Safety
-    /// As [`mscclpp::collectives::Collectives::broadcast`].
-    pub unsafe fn broadcast(
-        &self,
-        input: DevicePtr<u8>,
-        output: DevicePtr<u8>,
-        count: usize,
-        dtype: DataType,
-        root: usize,
-        stream: &Stream,
-    ) -> Result<(), BoxError> {
-        let s = Self::stream(stream)?;
-        // SAFETY: the caller's contract; `self.raw` is live.
-        let r = unsafe {
-            (self.nccl.fns.broadcast)(
-                input.addr() as *const c_void,
-                output.addr() as *mut c_void,
-                count,
-                nccl_type(dtype),
-                root as c_int,
-                self.raw,
-                s,
-            )
-        };
-        Ok(self.nccl.check("ncclBroadcast", r)?)
-    }
-
-    /// Sends `count` elements of `input` to `peer` and receives `count` from `from` into
-    /// `output`, in one NCCL group.
-    ///
-    /// # Safety
-    /// Both buffers hold `count` elements until the queued work completes.
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn send_recv(
-        &self,
-        input: DevicePtr<u8>,
-        to: usize,
-        output: DevicePtr<u8>,
-        from: usize,
-        count: usize,
-        dtype: DataType,
-        stream: &Stream,
-    ) -> Result<(), BoxError> {
-        // SAFETY: the caller's contract.
-        unsafe {
-            self.exchange(
-                &[(input, count, to)],
-                &[(output, count, from)],
                 dtype,
-                stream,
-            )
+                op,
+            } => self.with_op(op, dtype, |op| {
+                let r = unsafe { (f.all_reduce)(p(input), p(output), count, dt, op, raw, s) };
+                nccl.check("ncclAllReduce", r)
+            }),
+            &Call::Reduce {
+                input,
+                output,
+                count,
+                dtype,
+                op,
+                root,
+            } => self.with_op(op, dtype, |op| {
+                let root = root as c_int;
+                let r = unsafe { (f.reduce)(p(input), p(output), count, dt, op, root, raw, s) };
+                nccl.check("ncclReduce", r)
+            }),
+            &Call::ReduceScatter {
+                input,
+                output,
+                count,
+                dtype,
+                op,
+            } => self.with_op(op, dtype, |op| {
+                let r = unsafe { (f.reduce_scatter)(p(input), p(output), count, dt, op, raw, s) };
+                nccl.check("ncclReduceScatter", r)
+            }),
+            &Call::AllGather {
+                input,
+                output,
+                count,
+                ..
+            } => {
+                let r = unsafe { (f.all_gather)(p(input), p(output), count, dt, raw, s) };
+                Ok(nccl.check("ncclAllGather", r)?)
+            }
+            &Call::Broadcast {
+                input,
+                output,
+                count,
+                root,
+                ..
+            } => {
+                let root = root as c_int;
+                let r = unsafe { (f.broadcast)(p(input), p(output), count, dt, root, raw, s) };
+                Ok(nccl.check("ncclBroadcast", r)?)
+            }
+            &Call::Gather {
+                input,
+                output,
+                count,
+                root,
+                ..
+            }
+            | &Call::Scatter {
+                input,
+                output,
+                count,
+                root,
+                ..
+            } => {
+                let (g, name) = match call {
+                    Call::Gather { .. } => (f.gather, "ncclGather"),
+                    _ => (f.scatter, "ncclScatter"),
+                };
+                let Some(g) = g else {
+                    let v = &nccl.version;
+                    return Err(
+                        format!("NCCL {v} has no {name} (NCCL 2.28 and newer have it)").into(),
+                    );
+                };
+                let r = unsafe { g(p(input), p(output), count, dt, root as c_int, raw, s) };
+                Ok(nccl.check(name, r)?)
+            }
+            &Call::AllToAll {
+                input,
+                output,
+                count,
+                dtype,
+            } => {
+                let parts = |b| (0..self.nranks).map(move |q| (at(b, q * count), count, q));
+                let (sends, recvs): (Vec<_>, Vec<_>) =
+                    (parts(input).collect(), parts(output).collect());
+                // SAFETY: the caller's contract.
+                unsafe { self.exchange(&sends, &recvs, dtype, stream) }
+            }
+            Call::AllToAllv {
+                input,
+                output,
+                send_counts,
+                send_displs,
+                recv_counts,
+                recv_displs,
+                dtype,
+            } => {
+                let each = |b, counts: &[usize], displs: &[usize]| -> Vec<_> {
+                    (0..counts.len())
+                        .map(|q| (at(b, displs[q]), counts[q], q))
+                        .collect()
+                };
+                let sends = each(*input, send_counts, send_displs);
+                let recvs = each(*output, recv_counts, recv_displs);
+                // SAFETY: the caller's contract.
+                unsafe { self.exchange(&sends, &recvs, *dtype, stream) }
+            }
+            &Call::Send {
+                input,
+                count,
+                dtype,
+                peer,
+            } => {
+                // SAFETY: the caller's contract.
+                unsafe { self.exchange(&[(input, count, peer)], &[], dtype, stream) }
+            }
+            &Call::Recv {
+                output,
+                count,
+                dtype,
+                peer,
+            } => {
+                // SAFETY: the caller's contract.
+                unsafe { self.exchange(&[], &[(output, count, peer)], dtype, stream) }
+            }
+            &Call::SendRecv {
+                input,
+                next,
+                output,
+                prev,
+                count,
+                dtype,
+            } => {
+                let (sends, recvs) = ([(input, count, next)], [(output, count, prev)]);
+                // SAFETY: the caller's contract.
+                unsafe { self.exchange(&sends, &recvs, dtype, stream) }
+            }
+            other => Err(format!("the NCCL baseline does not serve {}", other.name()).into()),
         }
-    }
-
-    /// All-to-all-v as one group of sends and receives: `sends[q]` = (buffer, count) to rank
-    /// `q`, `recvs[q]` from rank `q` (zero counts included, as PyTorch issues them).
-    ///
-    /// # Safety
-    /// Every buffer holds its count of elements until the queued work completes.
-    pub unsafe fn all_to_allv(
-        &self,
-        sends: &[(DevicePtr<u8>, usize)],
-        recvs: &[(DevicePtr<u8>, usize)],
-        dtype: DataType,
-        stream: &Stream,
-    ) -> Result<(), BoxError> {
-        let with_peer = |v: &[(DevicePtr<u8>, usize)]| -> Vec<(DevicePtr<u8>, usize, usize)> {
-            v.iter().enumerate().map(|(q, &(p, c))| (p, c, q)).collect()
-        };
-        // SAFETY: the caller's contract.
-        unsafe { self.exchange(&with_peer(sends), &with_peer(recvs), dtype, stream) }
-    }
-
-    /// All-to-all as one group of sends and receives (as nccl-tests does): part `p` (`count`
-    /// elements) of `input` goes to rank `p`, part `p` of `output` comes from rank `p`.
-    ///
-    /// # Safety
-    /// Both buffers hold `nranks * count` elements until the queued work completes.
-    pub unsafe fn all_to_all(
-        &self,
-        input: DevicePtr<u8>,
-        output: DevicePtr<u8>,
-        nranks: usize,
-        count: usize,
-        dtype: DataType,
-        stream: &Stream,
-    ) -> Result<(), BoxError> {
-        let part = (count * dtype.size()) as u64;
-        let sends: Vec<_> = (0..nranks)
-            .map(|p| (input.byte_add_cast::<u8>(p as u64 * part), count, p))
-            .collect();
-        let recvs: Vec<_> = (0..nranks)
-            .map(|p| (output.byte_add_cast::<u8>(p as u64 * part), count, p))
-            .collect();
-        // SAFETY: the caller's contract.
-        unsafe { self.exchange(&sends, &recvs, dtype, stream) }
     }
 
     /// One group of sends and receives, each (buffer, count, peer).

@@ -23,11 +23,13 @@ use std::time::{Duration, Instant};
 use self::links::{Links, SendFail};
 use self::reactor::{Reactor, Shared};
 use super::admit::{Admission, Gate};
+use super::keying::{self, KeyCell, Keying, WorldKey};
 use super::mailbox::{Caps, LinkDown, Mailbox};
 use super::net::{self, Ctx};
 use super::root::{RootParams, RootService};
 use super::wire::{self, Purpose};
 use super::{Bootstrap, BootstrapConfig, Peer, RootListener, SetupPhase, SetupPhases, UniqueId};
+use crate::auth::{Nonce, Secret};
 use crate::error::{Error, Result};
 use crate::socket::{IoFail, deadline_in};
 
@@ -73,6 +75,8 @@ pub struct TcpBootstrap {
     nodes: NodeMap,
     op_timeout: Duration,
     session: UniqueId,
+    /// The world's key, once known (`bootstrap::keying`).
+    key: KeyCell,
     mailbox: Arc<Mailbox>,
     links: Arc<Links>,
     reactor: Option<Reactor>,
@@ -82,6 +86,8 @@ pub struct TcpBootstrap {
     goodbye: AtomicBool,
     /// The set-up's phases ([`Bootstrap::setup_phases`]).
     phases: Vec<SetupPhase>,
+    /// Rank 0: the root service, answering late joiners until this bootstrap is dropped.
+    root: Option<RootService>,
 }
 
 impl std::fmt::Debug for TcpBootstrap {
@@ -115,20 +121,19 @@ impl TcpBootstrap {
         let mut phases = SetupPhases::default();
         phases.mark("prepare");
         config.validate()?;
-        let id = config.session()?;
+        let (id, keying) = config.keying()?;
         let me = config.rank;
         let deadline = deadline_in(config.timeout);
         if config.size == 1 {
-            return Ok(Self::solo(&config, id));
+            return Self::solo(&config, id, &keying);
         }
-        let root = Self::serve_root(&config, &id, root_listener, deadline)?;
+        let root = Self::serve_root(&config, &id, &keying, root_listener, deadline)?;
         let mut joined = false;
-        let result = Self::set_up(&config, id, deadline, &mut joined, &mut phases);
-        if let Some(root) = root {
-            root.finish(joined);
-        }
+        let result = Self::set_up(&config, (id, &keying), deadline, &mut joined, &mut phases);
+        let root = root.and_then(|r| r.finish(joined));
         let result = result.map(|mut bs| {
             bs.phases = phases.finish();
+            bs.root = root;
             bs
         });
         match &result {
@@ -142,10 +147,12 @@ impl TcpBootstrap {
         result
     }
 
-    /// Phase 0 (rank 0): the root service, on the given listener or a fresh one.
+    /// Phase 0 (rank 0): the root service, on the given listener or a fresh one, with a fresh
+    /// job nonce (a passphrase's key is derived here: about 0.1 s).
     fn serve_root(
         config: &BootstrapConfig,
         id: &UniqueId,
+        keying: &Keying,
         root_listener: Option<RootListener>,
         deadline: Instant,
     ) -> Result<Option<RootService>> {
@@ -176,21 +183,30 @@ impl TcpBootstrap {
         let params = RootParams {
             magic: id.magic(),
             size: config.size,
-            secret: *id.secret(),
+            key: world_key(keying, id.root())?,
             deadline,
             handshake_timeout: config.handshake_timeout,
         };
         Ok(Some(RootService::start(listener, params)?))
     }
 
-    fn solo(config: &BootstrapConfig, session: UniqueId) -> Self {
-        Self {
+    /// A world of one: nobody to prove anything to (a passphrase's key is not derived).
+    fn solo(config: &BootstrapConfig, session: UniqueId, keying: &Keying) -> Result<Self> {
+        let key = match keying {
+            Keying::Fixed(_) => world_key(keying, session.root())?,
+            Keying::Passphrase(_) => WorldKey {
+                key: Secret::random().map_err(|e| Error::BootstrapConfig(e.to_string()))?,
+                job: fresh_job()?,
+            },
+        };
+        Ok(Self {
             rank: 0,
             size: 1,
             addrs: Vec::new(),
             nodes: NodeMap::new(&[0]),
             op_timeout: config.op_timeout,
             session,
+            key: keying::known(key),
             mailbox: Arc::new(Mailbox::new(caps(config))),
             links: Arc::default(),
             reactor: None,
@@ -198,12 +214,13 @@ impl TcpBootstrap {
             coll_seq: AtomicU64::new(0),
             goodbye: AtomicBool::new(true),
             phases: Vec::new(),
-        }
+            root: None,
+        })
     }
 
     fn set_up(
         cfg: &BootstrapConfig,
-        id: UniqueId,
+        (id, keying): (UniqueId, &Keying),
         deadline: Instant,
         joined: &mut bool,
         phases: &mut SetupPhases,
@@ -212,8 +229,14 @@ impl TcpBootstrap {
         let (listener, listen) = Self::listen(cfg, &id)?;
         let mut bs = Self::serve(cfg, id, listener)?;
         phases.mark("join root");
-        let host_hash = net::host_hash(cfg.host_id.as_deref());
-        let table = connect::join_root(cfg, &id, listen, host_hash, deadline, joined)?;
+        let joiner = connect::Joiner {
+            id: &id,
+            keying,
+            key: &bs.key,
+            listen,
+            host_hash: net::host_hash(cfg.host_id.as_deref()),
+        };
+        let table = connect::join_root(cfg, &joiner, deadline, joined)?;
         bs.learn(cfg, &table);
         bs.link_tree(deadline, cfg.timeout, phases)?;
         Ok(bs)
@@ -246,12 +269,13 @@ impl TcpBootstrap {
     fn serve(cfg: &BootstrapConfig, id: UniqueId, listener: TcpListener) -> Result<Self> {
         let me = cfg.rank;
         let addr = listener.local_addr().ok();
+        let key = KeyCell::default();
         let gate = Gate {
             me,
             purpose: Purpose::Link,
             magic: id.magic(),
             size: cfg.size,
-            secret: *id.secret(),
+            key: Arc::clone(&key),
         };
         let admission = Admission::new(listener, gate, cfg.handshake_timeout, "listener").map_err(
             |source| Error::BootstrapListen {
@@ -277,6 +301,7 @@ impl TcpBootstrap {
             nodes: NodeMap::new(&[]),
             op_timeout: cfg.op_timeout,
             session: id,
+            key,
             mailbox,
             links,
             reactor: Some(reactor),
@@ -284,6 +309,7 @@ impl TcpBootstrap {
             coll_seq: AtomicU64::new(0),
             goodbye: AtomicBool::new(true),
             phases: Vec::new(),
+            root: None,
         })
     }
 
@@ -341,7 +367,15 @@ impl TcpBootstrap {
             op: "open a link",
             ..ctx
         };
-        match connect::open_link(&ctx_open, &self.session, self.size, peer, addr, deadline) {
+        let Some(&world) = self.key.get() else {
+            self.links.end(peer, None);
+            return Err(ctx.auth("this rank has no world key yet (it has not joined)".into()));
+        };
+        let opened = connect::retry_cut(deadline, |_| {
+            let me = (&self.session, world);
+            connect::open_link(&ctx_open, me, self.size, peer, addr, deadline)
+        });
+        match opened {
             Ok(stream) => {
                 let conn = links::LinkConn::new(peer, stream);
                 self.links.end(peer, Some(Arc::clone(&conn)));
@@ -352,23 +386,13 @@ impl TcpBootstrap {
             }
             Err(e) => {
                 self.links.end(peer, None);
-                use std::io::ErrorKind as K;
-                let gone = match &e {
-                    // Its listener is gone: so is its bootstrap (set-up is over everywhere).
-                    Error::BootstrapConnect { source, .. } => source.kind() == K::ConnectionRefused,
-                    // Its listener took the connection but the bootstrap behind it closed
-                    // before answering the handshake (it was dropping): gone as well. Without
-                    // this a receive from it waited out its whole deadline.
-                    Error::BootstrapPeerClosed { .. } => true,
-                    Error::BootstrapIo { source, .. } => matches!(
-                        source.kind(),
-                        K::ConnectionReset
-                            | K::ConnectionAborted
-                            | K::BrokenPipe
-                            | K::UnexpectedEof
-                    ),
-                    _ => false,
-                };
+                // Its listener is gone: so is its bootstrap (set-up is over everywhere). A
+                // listener that took the connection and closed it before answering (a
+                // bootstrap that was dropping, or one shedding strangers) was tried again
+                // above: the retry finds the listener gone, or gets through. Without this a
+                // receive from a rank that left waited out its whole deadline.
+                let gone = matches!(&e, Error::BootstrapConnect { source, .. }
+                    if source.kind() == std::io::ErrorKind::ConnectionRefused);
                 if gone {
                     self.mailbox
                         .set_down(peer, LinkDown::Unreachable(e.to_string()));
@@ -451,6 +475,8 @@ impl Drop for TcpBootstrap {
     /// finished rather than died, and do not abort their communicators for it (see
     /// [`Bootstrap::left_peer`]).
     fn drop(&mut self) {
+        // Late joiners are no longer told anything: the root address closes.
+        drop(self.root.take());
         if let Some(r) = &self.reactor {
             r.settle(MAX_LINGER);
             r.closing();
@@ -470,11 +496,29 @@ impl Drop for TcpBootstrap {
     }
 }
 
+/// A fresh job nonce (the root's; module docs of `bootstrap::keying`).
+fn fresh_job() -> Result<Nonce> {
+    Nonce::random().map_err(|e| Error::BootstrapConfig(format!("no random job nonce: {e}")))
+}
+
+/// The world key of a root at `root` with a fresh job nonce.
+fn world_key(keying: &Keying, root: SocketAddr) -> Result<WorldKey> {
+    let job = fresh_job()?;
+    let key = keying.key(root, &job).map_err(|e| {
+        Error::BootstrapConfig(format!(
+            "deriving the world key from {}: {e}",
+            super::env::SECRET
+        ))
+    })?;
+    Ok(WorldKey { key, job })
+}
+
 /// The mailbox caps of a configuration.
 fn caps(cfg: &BootstrapConfig) -> Caps {
     Caps {
         bytes: cfg.max_queued_bytes,
         frames: cfg.max_queued_frames,
+        process_bytes: cfg.max_process_queued_bytes,
     }
 }
 

@@ -455,7 +455,7 @@ impl Bootstrap for TcpBootstrap {
         self.goodbye.store(false, Ordering::Release);
     }
     fn secret(&self) -> Option<crate::auth::Secret> {
-        Some(*self.session.secret())
+        self.key.get().map(|w| w.key)
     }
     fn dead_peer(&self) -> Option<(usize, String)> {
         self.mailbox.first_down().map(|(peer, why)| {

@@ -368,10 +368,11 @@ impl Loop {
     fn admit(&mut self, a: Admitted) {
         let from = a.hello.from;
         if self.shared.mailbox.down(from).is_some() {
+            // Not `Busy`: a connector tries a busy listener again.
             let why = format!("rank {from} is already down here");
             return self
                 .admission
-                .refuse(a.stream, a.addr, RejectCode::Busy, &why);
+                .refuse(a.stream, a.addr, RejectCode::Unexpected, &why);
         }
         if self.shared.links.has_incoming(from) {
             let why = format!("rank {from} already has a link here");

@@ -26,9 +26,9 @@
 //! | kind | code | from → to | body |
 //! |---|---|---|---|
 //! | [`Hello`] | 1 | connector → acceptor | magic u64, purpose u32 (1 join, 2 link), from u32, to u32 ([`ROOT`] at the root), size u32, nonce (32) (56 bytes) |
-//! | [`Challenge`] | 2 | acceptor → connector | nonce (32), tag (32): the acceptor's proof over the hello body and both nonces (64 bytes) |
-//! | [`Join`] | 3 | rank → root | tag (32): the rank's proof over the hello body, both nonces and the rest of this body; listen addr, host hash u64, ms left of the sender's set-up deadline u64 (72 bytes) |
-//! | [`Proof`] | 4 | rank → rank | tag (32): the connector's proof over the hello body and both nonces (32 bytes) |
+//! | [`Challenge`] | 2 | acceptor → connector | nonce (32), job nonce (32), tag (32): the acceptor's proof over the hello body, the job nonce and both nonces (96 bytes) |
+//! | [`Join`] | 3 | rank → root | tag (32): the rank's proof over the hello body, the job nonce, both nonces and the rest of this body; listen addr, host hash u64, ms left of the sender's set-up deadline u64 (72 bytes) |
+//! | [`Proof`] | 4 | rank → rank | tag (32): the connector's proof over the hello body, the job nonce and both nonces (32 bytes) |
 //! | [`Table`] | 5 | root → rank | magic u64, size u32, reserved u32, then `size` × (listen addr, host hash u64) (16 + 32·size bytes) |
 //! | [`Abort`] | 6 | root → rank | code u32, count u32, then `count` ranks u32 (8 + 4·count bytes) |
 //! | [`Accept`] | 7 | rank → rank | magic u64, rank u32, reserved u32 (16 bytes) |
@@ -37,6 +37,12 @@
 //! A set-up connection is `HELLO`, `CHALLENGE`, then `JOIN` (root: answered by `TABLE` or `ABORT`
 //! once every rank has joined) or `PROOF` (rank: answered by `ACCEPT`); any step may be answered by
 //! `REJECT` instead. Nothing after `HELLO` is answered before the connector's tag checks out.
+//!
+//! The *job nonce* is drawn by the root when it starts; every `CHALLENGE` of the world carries
+//! it (the root's, and every rank's once it has joined). With a passphrase (`MSCCLPP_SECRET`)
+//! the world's key is derived from the passphrase salted with the root address and this nonce
+//! (`bootstrap::keying`), so a rank learns it from the root's challenge before it can check
+//! the root's tag.
 //!
 //! An address is 24 bytes: family u8 (4 or 6), reserved u8, port u16, 16 address bytes (IPv4 in
 //! the first 4, the rest 0), IPv6 scope id u32 (0 for IPv4).
@@ -57,6 +63,8 @@ mod set_up;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 
+use crate::auth::Nonce;
+
 pub use self::set_up::{
     Abort, AbortCode, Accept, Challenge, Hello, Join, Notice, Proof, Purpose, Reject, RejectCode,
     Table, TableEntry,
@@ -68,7 +76,10 @@ pub const MARKER: [u8; 8] = *b"MSCLBOOT";
 /// 2 (sixth session): the goodbye data frame ([`CHANNEL_GOODBYE`]), which a version-1 peer
 /// would take for a malformed frame. 3: authenticated handshakes (`HELLO`, `CHALLENGE`,
 /// `JOIN`/`PROOF`), links opened on first use instead of a mesh, notices ([`CHANNEL_NOTICE`]).
-pub const VERSION: u32 = 3;
+/// 4: the job nonce in `CHALLENGE` (the salt of a passphrase's key), covered by both tags. A
+/// peer of another version gets `REJECT Version` naming both (`Error::BootstrapVersion` on
+/// the connector's side), since the header's layout never changes.
+pub const VERSION: u32 = 4;
 /// Bytes in a control frame header.
 pub const CONTROL_HEADER_LEN: usize = 24;
 /// Bytes in a data frame header.
@@ -87,7 +98,7 @@ pub const ROOT: usize = u32::MAX as usize;
 /// Body length of a [`Hello`].
 pub const HELLO_BODY_LEN: usize = 24 + crate::auth::NONCE_LEN;
 /// Body length of a [`Challenge`].
-pub const CHALLENGE_BODY_LEN: usize = crate::auth::NONCE_LEN + crate::auth::TAG_LEN;
+pub const CHALLENGE_BODY_LEN: usize = 2 * crate::auth::NONCE_LEN + crate::auth::TAG_LEN;
 /// Body length of a [`Join`].
 pub const JOIN_BODY_LEN: usize = crate::auth::TAG_LEN + ADDR_LEN + 16;
 /// Body length of a [`Proof`].
@@ -391,17 +402,18 @@ pub fn decode_addr(b: &[u8]) -> Result<SocketAddr, String> {
 }
 
 /// The label every handshake tag of the bootstrap starts its context with.
-const AUTH_LABEL: &[u8] = b"mscclpp-rs bootstrap v3 ";
+const AUTH_LABEL: &[u8] = b"mscclpp-rs bootstrap v4 ";
 
-/// The context the acceptor's tag (in a [`Challenge`]) covers: the [`Hello`]'s body.
-pub fn acceptor_context(hello_body: &[u8]) -> Vec<u8> {
-    [AUTH_LABEL, hello_body].concat()
+/// The context the acceptor's tag (in a [`Challenge`]) covers: the [`Hello`]'s body and the
+/// job nonce.
+pub fn acceptor_context(hello_body: &[u8], job: &Nonce) -> Vec<u8> {
+    [AUTH_LABEL, hello_body, &job.0].concat()
 }
 
-/// The context the connector's tag (in a [`Join`] or [`Proof`]) covers: the [`Hello`]'s body
-/// and the request ([`Join::request`]; empty for a [`Proof`]).
-pub fn connector_context(hello_body: &[u8], request: &[u8]) -> Vec<u8> {
-    [AUTH_LABEL, hello_body, request].concat()
+/// The context the connector's tag (in a [`Join`] or [`Proof`]) covers: the [`Hello`]'s body,
+/// the job nonce and the request ([`Join::request`]; empty for a [`Proof`]).
+pub fn connector_context(hello_body: &[u8], job: &Nonce, request: &[u8]) -> Vec<u8> {
+    [AUTH_LABEL, hello_body, &job.0, request].concat()
 }
 
 /// An address other ranks can connect to: a concrete IP and a nonzero port.

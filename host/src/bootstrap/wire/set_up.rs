@@ -99,12 +99,15 @@ impl Hello {
     }
 }
 
-/// The acceptor's answer to a [`Hello`]: its nonce and its proof that it knows the secret.
+/// The acceptor's answer to a [`Hello`]: its nonce, the world's job nonce, and its proof that
+/// it knows the world's key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Challenge {
     /// The acceptor's nonce.
     pub nonce: Nonce,
-    /// `auth::tag(Acceptor, hello body, Nc, Na)`.
+    /// The root's job nonce (the salt of a passphrase's key; [module docs](super)).
+    pub job: Nonce,
+    /// `auth::tag(Acceptor, hello body ‖ job, Nc, Na)`.
     pub tag: [u8; TAG_LEN],
 }
 
@@ -113,6 +116,7 @@ impl Challenge {
     pub fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(CHALLENGE_BODY_LEN);
         b.extend_from_slice(&self.nonce.0);
+        b.extend_from_slice(&self.job.0);
         b.extend_from_slice(&self.tag);
         frame(Kind::Challenge, b)
     }
@@ -121,17 +125,18 @@ impl Challenge {
     pub fn decode(body: &[u8]) -> Result<Self, String> {
         let mut c = Cursor::new(body);
         let nonce = Nonce(c.array::<NONCE_LEN>()?);
+        let job = Nonce(c.array::<NONCE_LEN>()?);
         let tag = c.array::<TAG_LEN>()?;
         c.finish()?;
-        Ok(Self { nonce, tag })
+        Ok(Self { nonce, job, tag })
     }
 }
 
 /// A rank's proof and request at the root (connector → root, after the [`Challenge`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Join {
-    /// `auth::tag(Connector, hello body ‖ request, Nc, Na)`, where the request is the rest of
-    /// this body.
+    /// `auth::tag(Connector, hello body ‖ job ‖ request, Nc, Na)`, where the request is the
+    /// rest of this body.
     pub tag: [u8; TAG_LEN],
     /// Where the sender's own listener accepts links.
     pub listen: SocketAddr,
@@ -178,7 +183,7 @@ impl Join {
 /// A rank's proof for a link (connector → rank, after the [`Challenge`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Proof {
-    /// `auth::tag(Connector, hello body, Nc, Na)`.
+    /// `auth::tag(Connector, hello body ‖ job, Nc, Na)`.
     pub tag: [u8; TAG_LEN],
 }
 
@@ -440,7 +445,8 @@ pub enum RejectCode {
     Unexpected,
     /// The connector's proof does not match this world's secret.
     Auth,
-    /// The acceptor is stopping (or has no room); try again or give up.
+    /// The acceptor shed the connection (too many unauthenticated ones at once) or cannot
+    /// serve it yet: the connector tries again until its deadline.
     Busy,
     /// A code this build does not know.
     Other(u32),

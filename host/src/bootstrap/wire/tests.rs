@@ -43,9 +43,11 @@ fn control_frames_round_trip() {
     assert!(Hello::decode(&bad).is_err());
     let c = Challenge {
         nonce: crate::auth::Nonce([1; 32]),
+        job: crate::auth::Nonce([5; 32]),
         tag: [2; 32],
     };
     assert_eq!(Challenge::decode(body(&c.encode())).unwrap(), c);
+    assert_eq!(c.encode().len(), CONTROL_HEADER_LEN + CHALLENGE_BODY_LEN);
     let p = Proof { tag: [4; 32] };
     assert_eq!(Proof::decode(body(&p.encode())).unwrap(), p);
     assert_eq!(p.encode().len(), CONTROL_HEADER_LEN + PROOF_BODY_LEN);

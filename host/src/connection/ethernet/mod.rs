@@ -28,11 +28,14 @@
 //!    handshake: `HELLO {its nonce}`, check the peer's `CHALLENGE {nonce, tag}`, `PROOF {tag}`,
 //!    read `ACCEPT`.
 //! 3. At the same time (a helper thread), each side serves its listener: every connection at
-//!    once, without blocking on any ([`MAX_PENDING`] at most, each for at most
-//!    [`HANDSHAKE_SLICE`]), until one completes the acceptor's half as the expected rank
-//!    (`HELLO` → `CHALLENGE`, then a `PROOF` whose tag checks out → `ACCEPT`); that one is the
-//!    **inbound stream**. Garbage, silence, another job or a wrong proof is closed and the
-//!    others go on, until the set-up deadline. So a dozen silent connections cost nothing.
+//!    once, without blocking on any (each for at most [`HANDSHAKE_SLICE`]), under the
+//!    bootstrap's intake rules (`bootstrap::intake`: a backlog of 4096, at most [`MAX_PENDING`]
+//!    and what the process's descriptor budget gives the listener, the least advanced connection
+//!    dropped first beyond that, a 100 ms back-off after a failed `accept`, rate-limited
+//!    warnings), until one completes the acceptor's half as the expected rank (`HELLO` →
+//!    `CHALLENGE`, then a `PROOF` whose tag checks out → `ACCEPT`); that one is the **inbound
+//!    stream**. Garbage, silence, another job or a wrong proof is closed and the others go on,
+//!    until the set-up deadline. So hundreds of stray connections cost nothing.
 //!
 //! The tags are [`crate::auth`]'s, keyed by the world's secret (the bootstrap's,
 //! `Bootstrap::secret`; a bootstrap without one, which never leaves its process, gives a
@@ -168,9 +171,10 @@ pub const CHUNK: usize = 4 << 20;
 pub const MAX_REASON: usize = 256;
 /// Longest an accepted connection may take to complete its handshake before it is dropped.
 pub const HANDSHAKE_SLICE: Duration = Duration::from_secs(2);
-/// Most connections a listener holds in their handshake at once (the oldest is dropped for a
-/// new one beyond that).
-pub const MAX_PENDING: usize = 256;
+/// Most connections a listener holds in their handshake at once, as the bootstrap's listeners
+/// (fewer when the process's descriptor budget gives it less: `bootstrap::intake`); beyond
+/// that one is dropped for each new one, the oldest that has not sent a valid `HELLO` first.
+pub const MAX_PENDING: usize = 1024;
 /// Longest `Drop` waits for the peer to close after `BYE`.
 pub const LINGER: Duration = Duration::from_secs(1);
 /// How long a receiver tries to tell the peer why it refused a frame.

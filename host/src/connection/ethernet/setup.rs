@@ -17,6 +17,7 @@ use super::{
     ACCEPT_POLL, CONNECT_ATTEMPT, EthernetConnection, HANDSHAKE_LEN, HANDSHAKE_SLICE, MAX_PENDING,
 };
 use crate::auth::{self, Nonce, Role, Secret};
+use crate::bootstrap::intake::{Intake, Ticket};
 use crate::bootstrap::os::{self, send_whole};
 use crate::bootstrap::{env, interface_ipv4, local_ip};
 use crate::error::{Error, Result};
@@ -27,7 +28,7 @@ use crate::status::StatusBlock;
 
 /// A bound listener and what the peer needs to reach it.
 pub struct Listener {
-    listener: TcpListener,
+    intake: Intake,
     info: EndpointInfo,
     remote_rank: usize,
 }
@@ -55,11 +56,11 @@ impl Listener {
             .local_addr()
             .map_err(|e| fail("read the listener's address", e))?
             .port();
-        listener
-            .set_nonblocking(true)
+        let label = format!("Ethernet listener for rank {remote_rank}");
+        let intake = Intake::new(listener, MAX_PENDING, label)
             .map_err(|e| fail("make the listener non-blocking", e))?;
         Ok(Self {
-            listener,
+            intake,
             info: EndpointInfo {
                 token: crate::random::token(),
                 addrs: vec![SocketAddr::new(ip, port)],
@@ -75,21 +76,25 @@ impl Listener {
 
     /// Accepts until a connection completes the acceptor's side of the handshake as
     /// `remote_rank` (module docs), and returns it. Every connection is served at once, without
-    /// blocking on any (a silent or slow one costs a poll slot until its [`HANDSHAKE_SLICE`]);
-    /// anything that fails its handshake is closed, and the loop goes on until `deadline`.
-    fn accept_peer(&self, auth: &Auth, deadline: Instant, after: Duration) -> Result<TcpStream> {
+    /// blocking on any (a silent or slow one costs a poll slot until its [`HANDSHAKE_SLICE`]),
+    /// under the bootstrap's intake rules (backlog, descriptor budget, accept back-off,
+    /// rate-limited warnings: `bootstrap::intake`); anything that fails its handshake is
+    /// closed, and the loop goes on until `deadline`.
+    fn accept_peer(
+        &mut self,
+        auth: &Auth,
+        deadline: Instant,
+        after: Duration,
+    ) -> Result<TcpStream> {
         let mut pending: Vec<Incoming> = Vec::new();
         loop {
             let now = Instant::now();
+            let notes = self.intake.notes();
             pending.retain(|p| {
                 let live = p.until > now;
                 if !live {
-                    tracing::warn!(
-                        "Ethernet rank {}: dropped a connection from {} while waiting for rank {}: no complete handshake within {HANDSHAKE_SLICE:?}",
-                        auth.me,
-                        p.addr,
-                        self.remote_rank
-                    );
+                    let why = format!("no complete handshake within {HANDSHAKE_SLICE:?}");
+                    notes.refused(p.addr, &why);
                 }
                 live
             });
@@ -100,11 +105,14 @@ impl Listener {
                     after,
                 });
             };
-            let mut fds = vec![os::pollin(&self.listener)];
+            let listening = self.intake.poll_fd();
+            let mut fds: Vec<libc::pollfd> = listening.into_iter().collect();
+            let first = fds.len();
             fds.extend(pending.iter().map(|p| os::pollin(&p.stream)));
             let wait = pending
                 .iter()
                 .map(|p| p.until)
+                .chain(self.intake.wake_at())
                 .min()
                 .and_then(remaining)
                 .map_or(left, |d| d.min(left))
@@ -113,11 +121,8 @@ impl Listener {
                 tracing::warn!("Ethernet rank {}: poll failed: {e}", auth.me);
                 thread::sleep(ACCEPT_POLL);
             }
-            if fds[0].revents != 0 {
-                self.accept_all(&mut pending);
-            }
             let ready: Vec<usize> = (0..pending.len())
-                .filter(|&i| fds.get(i + 1).is_some_and(|f| f.revents != 0))
+                .filter(|&i| fds.get(first + i).is_some_and(|f| f.revents != 0))
                 .collect();
             let mut done = Vec::new();
             for i in ready {
@@ -125,12 +130,7 @@ impl Listener {
                     Ok(Some(())) => return Ok(pending.swap_remove(i).stream),
                     Ok(None) => {}
                     Err(why) => {
-                        tracing::warn!(
-                            "Ethernet rank {}: dropped a connection from {} while waiting for rank {}: {why}",
-                            auth.me,
-                            pending[i].addr,
-                            self.remote_rank
-                        );
+                        self.intake.notes().refused(pending[i].addr, &why);
                         done.push(i);
                     }
                 }
@@ -139,39 +139,50 @@ impl Listener {
                 let p = pending.swap_remove(i);
                 let _ = p.stream.shutdown(Shutdown::Both);
             }
+            if first == 1 && fds[0].revents != 0 {
+                self.accept_all(&mut pending);
+            }
         }
     }
 
-    fn accept_all(&self, pending: &mut Vec<Incoming>) {
-        loop {
-            match self.listener.accept() {
-                Ok((stream, addr)) => {
-                    if stream.set_nonblocking(false).is_err() {
-                        continue;
-                    }
-                    if pending.len() >= MAX_PENDING {
-                        // The oldest is the likeliest to be idle: a real peer finishes in two
-                        // round trips.
-                        let p = pending.remove(0);
-                        let _ = p.stream.shutdown(Shutdown::Both);
-                    }
-                    pending.push(Incoming {
-                        stream,
-                        addr,
-                        until: deadline_in(HANDSHAKE_SLICE),
-                        buf: Vec::new(),
-                        challenge: None,
-                    });
+    /// Takes every queued connection within the intake budget: for each one without a ticket, the
+    /// oldest connection that has not sent a valid `HELLO` is dropped, else the oldest one
+    /// (pending is in accept order, swap-removals aside; a real peer finishes in two round
+    /// trips).
+    fn accept_all(&mut self, pending: &mut Vec<Incoming>) {
+        while let Some((stream, addr)) = self.intake.next() {
+            let ticket = loop {
+                if let Some(t) = self.intake.take() {
+                    break Some(t);
                 }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    if e.kind() != io::ErrorKind::WouldBlock {
-                        // EMFILE, ECONNABORTED, …: not fatal to the listener.
-                        tracing::warn!("Ethernet: accept failed: {e}");
-                    }
-                    return;
-                }
-            }
+                let quiet = pending
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| p.challenge.is_none());
+                let oldest = quiet
+                    .min_by_key(|(_, p)| p.until)
+                    .or_else(|| pending.iter().enumerate().min_by_key(|(_, p)| p.until))
+                    .map(|(i, _)| i);
+                let Some(i) = oldest else {
+                    break None;
+                };
+                let p = pending.swap_remove(i);
+                self.intake
+                    .notes()
+                    .refused(p.addr, "shed: too many connections at once");
+            };
+            let Some(ticket) = ticket else {
+                self.intake.turn_away(stream, addr);
+                continue;
+            };
+            pending.push(Incoming {
+                stream,
+                addr,
+                until: deadline_in(HANDSHAKE_SLICE),
+                buf: Vec::new(),
+                challenge: None,
+                _ticket: ticket,
+            });
         }
     }
 }
@@ -205,6 +216,7 @@ struct Incoming {
     buf: Vec<u8>,
     /// After our `CHALLENGE`: the connector's nonce and ours.
     challenge: Option<(Nonce, Nonce)>,
+    _ticket: Ticket,
 }
 
 impl Incoming {
@@ -443,6 +455,7 @@ impl EthernetConnection {
         };
         // 2.–4. Both halves at once (each side is connector and acceptor): the inbound half on
         // a helper thread, so neither side's round trips wait on the other's.
+        let mut listener = listener;
         let (out, inbound) = thread::scope(|s| {
             let acceptor = thread::Builder::new()
                 .name(format!("eth{}-accept{remote_rank}", setup.rank))

@@ -35,12 +35,13 @@ use mscclpp_host::Result;
 use mscclpp_host::gpu::{DeviceBuffer, Event, Gpu, Stream};
 use mscclpp_shared::{CollectiveMode, DataType, DevicePtr, DirectCollectiveParams};
 
-use super::super::direct;
-use crate::collectives::Algorithm;
+use crate::collectives::algorithm::Algorithm;
 use crate::collectives::context::{Context, Twin, copy_if_needed};
+use crate::collectives::launch::direct;
 use crate::collectives::reduction::KernelOp;
 use crate::collectives::registered::Table;
 use crate::collectives::scratch::up16;
+use crate::collectives::unit::Planned;
 
 /// Slots per peer in the CE scratch (a piece is copied while the previous one is reduced).
 pub const SLOTS: usize = 2;
@@ -113,21 +114,30 @@ pub fn plan(
     (chunk, piece, pieces, slot)
 }
 
-/// The pipelined copy-engine all-reduce (module docs) on registered buffers: `t[0]` every
-/// rank's input, `t[1]` its output, `t[2]` its CE scratch, as addressed here. `kernel` is the
-/// direct kernel (barriers and local reductions).
+/// The pipelined copy-engine all-reduce (module docs) of `bytes` on registered buffers, cut as
+/// its plan says (`cut`: [`Planned::Pieces`], from [`plan`]): `t[0]` every rank's input,
+/// `t[1]` its output, `t[2]` its CE scratch, as addressed here. `kernel` is the direct kernel
+/// (barriers and local reductions).
 pub fn run(
     cx: &Context,
     kernel: &Twin<DirectCollectiveParams>,
     ce: &Pipeline,
     stream: &Stream,
     t: &Table,
-    bytes: usize,
-    data: (DataType, KernelOp),
+    cut: &Planned,
+    (bytes, data): (usize, (DataType, KernelOp)),
 ) -> Result<()> {
     let (n, me) = (cx.ranks(), cx.rank());
     let peers = cx.others();
-    let (chunk, piece, pieces, slot) = plan(bytes, n, cx.layout.ce_bytes(), cx.cfg.ce_min_pieces);
+    let Planned::Pieces {
+        chunk,
+        piece,
+        pieces,
+        slot,
+    } = *cut
+    else {
+        return Err(cx.cannot("a copy-engine all-reduce without its pieces"));
+    };
     // Piece `k` of chunk `c`: (offset in the buffer, length).
     let span = |c: usize, k: usize| {
         let len = bytes.saturating_sub(c * chunk).min(chunk);
