@@ -282,6 +282,64 @@ fn packet_routes_types_and_ll8() {
     }
 }
 
+/// Ranks whose calls disagree are refused alike, before anything is set up or launched: other
+/// sizes on one rank, then a call one rank refuses locally (out of place, for an in-place
+/// plan: every other rank names that rank and its reason); the same executor then runs the
+/// agreed call.
+#[test]
+fn ranks_that_disagree_are_refused_alike() {
+    let doc = plans::allreduce_read(2, ReduceKind::Sum);
+    assert!(doc.inplace);
+    let bytes = 1024 * doc.gpus[0].input_chunks;
+    let results = mscclpp::world::run_local_ranks(harness::backend(), 2, |comm: Communicator| {
+        let comm = Arc::new(comm);
+        let r = comm.rank();
+        let plan = ExecutionPlan::from_doc(doc.clone(), Races::Refuse)?;
+        let exec = Executor::new(comm.clone())?;
+        let g = comm.gpu().clone();
+        let stream = g.stream()?;
+        let buf = g.alloc(2 * bytes as usize)?;
+        let other = g.alloc(2 * bytes as usize)?;
+        // SAFETY: the buffers outlive every call (synchronized and met at the barrier below).
+        let call = |out: &mscclpp::host::gpu::DeviceBuffer, len: u64| unsafe {
+            exec.execute(
+                r,
+                buf.ptr(),
+                len,
+                out.ptr(),
+                len,
+                DataType::F32,
+                &plan,
+                &stream,
+                PacketType::LL16,
+            )
+        };
+        let sizes = call(&buf, bytes * (1 + r as u64)).map_err(|e| e.to_string());
+        let local = call(if r == 1 { &other } else { &buf }, bytes).map_err(|e| e.to_string());
+        buf.copy_from_host(0, &vec![0u8; bytes as usize])?;
+        call(&buf, bytes)?;
+        stream.synchronize()?;
+        comm.bootstrap().barrier()?;
+        Ok((sizes, local))
+    });
+    for (r, res) in results.into_iter().enumerate() {
+        let (sizes, local) = res.unwrap_or_else(|e| panic!("rank {r}: {e}"));
+        let sizes = sizes.expect_err("other sizes are refused");
+        let q = 1 - r;
+        assert!(
+            sizes.contains(&format!("rank {q} calls with")),
+            "rank {r}: {sizes}"
+        );
+        let local = local.expect_err("a local refusal fails every rank");
+        if r == 1 {
+            assert!(local.contains("in place"), "rank 1: {local}");
+        } else {
+            assert!(local.contains("rank 1 refused the call"), "rank 0: {local}");
+            assert!(local.contains("in place"), "rank 0: {local}");
+        }
+    }
+}
+
 /// The conformance plans in `../shared/mscclpp-plans/` (beside the repository's checkout, or
 /// its copy in the GPU bundle), or `None` (and `NOT RUN`).
 fn conformance(test: &str) -> Option<std::path::PathBuf> {

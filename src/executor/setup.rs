@@ -146,32 +146,50 @@ fn local_checks(doc: &PlanDoc, rank: usize, b: &Buffers, races: Races) -> Result
     Ok(geom)
 }
 
+/// Bytes of a refusal's reason in a verdict (longer reasons are cut at a character boundary).
+const REASON: usize = 256;
+/// Bytes of one verdict: input and output sizes, the reason's length, the reason (padded: the
+/// bootstrap's all-gather takes equal lengths).
+const VERDICT: usize = 16 + 2 + REASON;
+
 /// Agrees with every rank on the call: each sends its verdict and sizes; any refusal or any
 /// other sizes fail every rank alike.
 fn agree(comm: &Communicator, doc: &PlanDoc, mine: &Result<Geometry>, sizes: Sizes) -> Result<()> {
-    let mut msg = Vec::new();
+    let mut msg = Vec::with_capacity(VERDICT);
     msg.extend_from_slice(&sizes.input.to_le_bytes());
     msg.extend_from_slice(&sizes.output.to_le_bytes());
-    if let Err(e) = mine {
-        msg.extend_from_slice(e.to_string().as_bytes());
+    let reason = match mine {
+        Err(e) => e.to_string(),
+        Ok(_) => String::new(),
+    };
+    let mut cut = reason.len().min(REASON);
+    while !reason.is_char_boundary(cut) {
+        cut -= 1;
     }
+    msg.extend_from_slice(&(cut as u16).to_le_bytes());
+    msg.extend_from_slice(&reason.as_bytes()[..cut]);
+    msg.resize(VERDICT, 0);
     let all = comm.all_gather(&msg)?;
     if mine.is_err() {
         return Ok(()); // the caller returns this rank's own reason
     }
     for (q, m) in all.iter().enumerate() {
-        if m.len() < 16 {
+        let len = match m.get(16..18) {
+            Some(b) if m.len() == VERDICT => u16::from_le_bytes([b[0], b[1]]) as usize,
+            _ => REASON + 1,
+        };
+        if len > REASON {
             return Err(Error::PlanCall {
                 plan: doc.name.clone(),
                 problem: format!("rank {q} sent a malformed verdict ({} bytes)", m.len()),
             });
         }
-        if m.len() > 16 && q != comm.rank() {
+        if len > 0 && q != comm.rank() {
             return Err(Error::PlanCall {
                 plan: doc.name.clone(),
                 problem: format!(
                     "rank {q} refused the call: {}",
-                    String::from_utf8_lossy(&m[16..])
+                    String::from_utf8_lossy(&m[18..18 + len])
                 ),
             });
         }
