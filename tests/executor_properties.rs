@@ -234,7 +234,7 @@ fn arbitrary_bytes_give_typed_errors() {
     let mut rng = Rng(0xb17e5);
     for _ in 0..2000 {
         let len = rng.below(200);
-        let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+        let bytes: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
         let text = String::from_utf8_lossy(&bytes);
         match PlanDoc::parse(&text, "bytes") {
             Err(Error::PlanMalformed { .. }) => {}
