@@ -9,9 +9,10 @@ use serde_json::{Value, json};
 use super::*;
 
 /// `../shared/mscclpp-plans/` beside the checkout (CI has it; a user's clone may not), found
-/// from the working directory (the package's under `cargo test` and in the GPU bundle).
+/// from the package's directory at run time (`cargo test`'s, or the GPU bundle's copy).
 pub(crate) fn conformance_dir() -> Option<PathBuf> {
-    let d = PathBuf::from("../shared/mscclpp-plans");
+    let d = mscclpp_test_support::package_dir(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/mscclpp-plans");
     d.is_dir().then_some(d)
 }
 
