@@ -7,8 +7,8 @@ use mscclpp_device::test_kernels as t;
 use mscclpp_host::gpu::KernelSpec;
 use mscclpp_shared::{
     BlockSumParams, BlockVoteParams, CollectiveParams, CopyParams, DirectCollectiveParams,
-    FifoPushParams, P2pParams, PingPongParams, PortCollectiveParams, PortPingPongParams,
-    TestKernelParams, TraceClockParams,
+    ExecutorParams, FifoPushParams, P2pParams, PingPongParams, PortCollectiveParams,
+    PortPingPongParams, TestKernelParams, TraceClockParams,
 };
 
 /// `copy_kernel`: grid-stride copy.
@@ -76,6 +76,10 @@ pub const DIRECT_COLLECTIVE: KernelSpec<DirectCollectiveParams> =
 /// between nodes), one piece at a time, for every type and operator.
 pub const PORT_COLLECTIVE: KernelSpec<PortCollectiveParams> =
     KernelSpec::new("port_collective_kernel", c::port_collective_kernel);
+/// `executor_kernel`: the interpreter of MSCCL++ execution plans (one block per plan
+/// threadblock, `mscclpp::executor`).
+pub const EXECUTOR: KernelSpec<ExecutorParams> =
+    KernelSpec::new("executor_kernel", mscclpp_device::executor::executor_kernel);
 /// `p2p_kernel`: the point-to-point engine (a batch of sends and receives to any peers).
 pub const P2P: KernelSpec<P2pParams> = KernelSpec::new("p2p_kernel", c::p2p_kernel);
 
@@ -138,6 +142,7 @@ pub const ALL_NAMES: &[&str] = &[
     DIRECT_COLLECTIVE.name,
     PORT_COLLECTIVE.name,
     P2P.name,
+    EXECUTOR.name,
     LL_COLLECTIVE_ANY.name,
     LL128_COLLECTIVE_ANY.name,
     LL_TWO_SHOT_ALL_REDUCE_ANY.name,

@@ -24,6 +24,7 @@
 //! | 0 | `kernels`, `report`, `world` | the built-in kernels' registry (and [`DEVICE_PTX`]); an error and its causes at the end of `main`; ranks as threads of one process |
 //! | 1 | `trace` | device trace rings attached to a module's kernels |
 //! | 2 | `collectives` | the collectives (their own layers: [`collectives`]' docs) |
+//! | 3 | `executor` | MSCCL++ execution plans: parsed, verified, set up per (plan, buffers) and run by one interpreter kernel ([`executor`]' docs) |
 //!
 //! The libraries emit `tracing` events and install no subscriber; programs without one of
 //! their own call `mscclpp_log::init()` (crate `mscclpp-log`, `log/`), which shows them as
@@ -42,6 +43,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod collectives;
+pub mod executor;
 pub mod kernels;
 pub mod report;
 pub mod trace;

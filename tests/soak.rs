@@ -24,6 +24,7 @@ use mscclpp::host::communicator::Communicator;
 use mscclpp::host::gpu::DeviceBuffer;
 use mscclpp::shared::{DataType, DevicePtr, ReduceOp};
 use mscclpp_test_support as harness;
+use mscclpp_test_support::Rng;
 use mscclpp_test_support::ranks_as_threads;
 use values::{REDUCE_OPS, TYPES, decode, encode_into as encode};
 
@@ -39,22 +40,12 @@ const MAX_OFFSET: usize = 64;
 /// Longest one collective may take before the test calls it a hang.
 const HANG: Duration = Duration::from_secs(60);
 
-/// xorshift64*: deterministic, the same sequence on both ranks.
-struct Rng(u64);
+/// Soak draws beyond [`Rng`]'s.
+trait SoakDraws {
+    fn count(&mut self) -> usize;
+}
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
-        xs[self.below(xs.len())]
-    }
+impl SoakDraws for Rng {
     /// Mostly small counts: 90 % up to 256 elements, 9 % up to 4096, 1 % up to [`MAX_COUNT`].
     fn count(&mut self) -> usize {
         match self.below(100) {

@@ -21,6 +21,7 @@
 //! | [`ll128`] | LL128 lines: a warp's write and read of 128-byte lines |
 //! | [`copy`] | collective copies |
 //! | [`kernels`] | the built-in kernels |
+//! | [`executor`] | the interpreter of MSCCL++ execution plans (`executor_kernel`) |
 //! | [`trace`] | block events of traced kernels; the clock-sync kernel |
 //! | [`test_kernels`] | kernels that single-GPU tests run GPU-only paths through |
 //!
@@ -67,6 +68,7 @@ extern crate std;
 pub mod arch;
 pub mod collectives;
 pub mod copy;
+pub mod executor;
 pub mod fifo;
 pub mod kernels;
 pub mod ll128;

@@ -221,6 +221,14 @@ fn main() -> mscclpp_host::Result<()> {
         seed.extend_from_slice(&size.to_le_bytes()[..5]);
     }
     write("trigger", "data", &seed);
+
+    // execution_plan: the repository's plans (every op but the switch ops), as JSON text.
+    for n in [2, 3] {
+        for doc in mscclpp::executor::plans::all(n, 256) {
+            let name = format!("{}-{n}", doc.name);
+            write("execution_plan", &name, doc.to_json().to_string().as_bytes());
+        }
+    }
     println!("seeds written under corpus/");
     Ok(())
 }

@@ -397,7 +397,11 @@ pub fn host_code(e: &HostError) -> ncclResult_t {
         | HostError::CountMismatch { .. }
         | HostError::SelfMismatch { .. }
         | HostError::Revoked { .. }
-        | HostError::MembershipMismatch { .. } => ncclInvalidUsage,
+        | HostError::MembershipMismatch { .. }
+        | HostError::PlanMalformed { .. }
+        | HostError::PlanUnsupported { .. }
+        | HostError::PlanRefused { .. }
+        | HostError::PlanCall { .. } => ncclInvalidUsage,
         _ => ncclInternalError,
     }
 }

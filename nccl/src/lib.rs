@@ -30,7 +30,7 @@
 //! | 6 | `registration` | `ncclMemAlloc`, buffer and window registration, pre-multiplied sums |
 //! | 7 | `collectives`, `p2p` | the collectives' checks; sends' and receives' checks and their pairing in a group |
 //! | 8 | `group` | `ncclGroupStart` / `ncclGroupEnd`, and the one path of every call |
-//! | 9 | `init` | unique ids, inits, split, finalize, destroy, abort, async errors |
+//! | 9 | `init`, `executor` | unique ids, inits, split, finalize, destroy, abort, async errors; MSCCL++ execution plans from C (`include/mscclpp_executor.h`: `mscclppExecutionPlanCreate`, `mscclppExecutorExecute`, …) over `mscclpp::executor` |
 //! | 10 | `recovery`, `one_sided` | revoke, shrink, grow and its unique id; one-sided puts, signals and waits on windows |
 //! | 11 | `exports` | every implemented C symbol, one call into its module each |
 //! | 12 | `stubs` | the C symbols not implemented (list below) |
@@ -85,6 +85,7 @@ mod args;
 mod collectives;
 mod comm;
 pub mod error;
+mod executor;
 mod exports;
 mod group;
 mod init;
@@ -97,5 +98,6 @@ mod registry;
 mod stubs;
 mod sync;
 
+pub use executor::*;
 pub use exports::*;
 pub use stubs::*;

@@ -60,6 +60,10 @@ layouts! {
     PortCollectiveParams { common, port_channels, counters, send_mask, recv_mask, port_offset, slot_bytes }
     P2pOp { buf, bytes, peer, kind, first_block, blocks }
     P2pParams { status, channels, scratch, region_offset, ll_bytes, chunk_bytes, rank, nranks, lanes, nops, ops, trace }
+    ExecBufRef { offset, kind, slot, packet, reserved }
+    ExecOp { kind, channel_type, n_src, n_dst, n_ids, reduce_op, reserved, ids, size, count, aux, src, dst }
+    ExecBlock { n_ops, reserved, reserved2, memory_channels, port_channels, memory_buffers, port_buffer_offsets, port_buffer_ids, memory_buffer_kinds, port_buffer_kinds, ops }
+    ExecutorParams { status, blocks, buffers, local_memory_ids, dtype, local_offsets, scratch_half, flags, barriers, semaphores, packet, reserved }
     IpcMemHandle { kind, device, owner_pid, owner_fd, token, alloc_size, offset, size, cuda }
     TestKernelParams { status, a, b, out, count, dtype, op, flag, reserved }
 }
@@ -198,5 +202,78 @@ pub const TRIGGER_CONSTANTS: &[(&str, u64)] = {
         ("MSCCLPP_P2P_MAX_LANES", crate::P2P_MAX_LANES as u64),
         ("MSCCLPP_P2P_SEND", crate::P2P_SEND as u64),
         ("MSCCLPP_P2P_RECV", crate::P2P_RECV as u64),
+        ("MSCCLPP_EXEC_MAX_OPS", crate::executor::EXEC_MAX_OPS as u64),
+        (
+            "MSCCLPP_EXEC_MAX_CHANNELS",
+            crate::executor::EXEC_MAX_CHANNELS as u64,
+        ),
+        (
+            "MSCCLPP_EXEC_MAX_REMOTE_BUFFERS",
+            crate::executor::EXEC_MAX_REMOTE_BUFFERS as u64,
+        ),
+        (
+            "MSCCLPP_EXEC_MAX_OP_BUFFERS",
+            crate::executor::EXEC_MAX_OP_BUFFERS as u64,
+        ),
+        (
+            "MSCCLPP_EXEC_MAX_OP_IDS",
+            crate::executor::EXEC_MAX_OP_IDS as u64,
+        ),
+        (
+            "MSCCLPP_EXEC_PLAN_BARRIERS",
+            crate::executor::EXEC_PLAN_BARRIERS as u64,
+        ),
+        (
+            "MSCCLPP_EXEC_MAX_GROUPS",
+            crate::executor::EXEC_MAX_GROUPS as u64,
+        ),
+        (
+            "MSCCLPP_EXEC_MAX_BARRIERS",
+            crate::executor::EXEC_MAX_BARRIERS as u64,
+        ),
+        (
+            "MSCCLPP_EXEC_MAX_SEMAPHORES",
+            crate::executor::EXEC_MAX_SEMAPHORES as u64,
+        ),
+        (
+            "MSCCLPP_EXEC_BUF_INPUT",
+            crate::executor::EXEC_BUF_INPUT as u64,
+        ),
+        (
+            "MSCCLPP_EXEC_BUF_OUTPUT",
+            crate::executor::EXEC_BUF_OUTPUT as u64,
+        ),
+        (
+            "MSCCLPP_EXEC_BUF_SCRATCH",
+            crate::executor::EXEC_BUF_SCRATCH as u64,
+        ),
+        (
+            "MSCCLPP_EXEC_BUF_MEMORY",
+            crate::executor::EXEC_BUF_MEMORY as u64,
+        ),
+        (
+            "MSCCLPP_EXEC_BUF_PORT",
+            crate::executor::EXEC_BUF_PORT as u64,
+        ),
+        (
+            "MSCCLPP_EXEC_CHANNEL_NONE",
+            crate::executor::EXEC_CHANNEL_NONE as u64,
+        ),
+        (
+            "MSCCLPP_EXEC_CHANNEL_MEMORY",
+            crate::executor::EXEC_CHANNEL_MEMORY as u64,
+        ),
+        (
+            "MSCCLPP_EXEC_CHANNEL_PORT",
+            crate::executor::EXEC_CHANNEL_PORT as u64,
+        ),
+        (
+            "MSCCLPP_EXEC_PACKET_LL16",
+            crate::executor::EXEC_PACKET_LL16 as u64,
+        ),
+        (
+            "MSCCLPP_EXEC_PACKET_LL8",
+            crate::executor::EXEC_PACKET_LL8 as u64,
+        ),
     ]
 };

@@ -16,9 +16,11 @@
 //! | [`kernel_params`] | the built-in kernels' parameter structs |
 //! | [`trace`] | where traced kernels write block events ([`TraceDeviceHandle`]), the clock-sync words |
 //! | [`p2p`] | the point-to-point engine's parameters and scratch layout |
+//! | [`executor`] | the plan interpreter's parameters and block programs |
 //! | [`layout`] | a table of every struct's size, alignment and field offsets (for the C check) |
 #![no_std]
 
+pub mod executor;
 pub mod fifo;
 pub mod ipc;
 pub mod kernel_params;
@@ -34,6 +36,7 @@ pub mod status;
 pub mod trace;
 pub mod trigger;
 
+pub use executor::{ExecBlock, ExecBufRef, ExecOp, ExecOpKind, ExecutorParams};
 pub use fifo::{DEFAULT_FIFO_SIZE, FifoDeviceHandle};
 pub use ipc::IpcMemHandle;
 pub use kernel_params::{

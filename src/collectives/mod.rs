@@ -115,6 +115,7 @@ mod select;
 mod select_pin;
 mod setup;
 mod sharing;
+pub(crate) use setup::builtin_module;
 pub mod typed;
 mod unit;
 

@@ -37,7 +37,7 @@ static MODULES: Mutex<Vec<((BackendKind, usize), Weak<Module>)>> = Mutex::new(Ve
 /// The built-in kernels' module of `g`'s device (`crate::DEVICE_PTX`), loaded once per device
 /// while any `Collectives` on it lives. Loading is what set-up spends most of its time on
 /// without this (the CUDA driver compiles the PTX; the CPU backend reads its entry points).
-pub(super) fn builtin_module(g: &Gpu) -> Result<Arc<Module>> {
+pub(crate) fn builtin_module(g: &Gpu) -> Result<Arc<Module>> {
     let key = (g.kind(), g.ordinal());
     let mut modules = mscclpp_host::sync::lock(&MODULES);
     modules.retain(|(_, m)| m.strong_count() > 0);

@@ -11,6 +11,7 @@
 //! | [`counting`] | a bootstrap that counts the messages a rank's program sends |
 //! | [`codec`] | the elements of every NCCL data type to and from bytes, from the formats' definitions (nothing of the library's conversions) |
 //! | [`data`] | test data that cannot collude: hashes of (rank, part, index), the marker outputs start as |
+//! | [`rng`] | xorshift64*, the deterministic generator of the randomised tests (one seed, the same sequence on every rank) |
 //! | [`source`] | where a test finds the repository's files at run time (the GPU bundle runs from a copy) |
 //!
 //! Every wait here is bounded: a child process that overruns its bound is killed and reported,
@@ -25,6 +26,7 @@ pub mod codec;
 pub mod counting;
 pub mod data;
 pub mod process;
+pub mod rng;
 pub mod source;
 pub mod threads;
 pub mod world;
@@ -33,6 +35,7 @@ pub use backend::{backend, device_count, enough_gpus, gpu, gpus_suffice, module,
 pub use counting::{Counting, Sends};
 pub use data::{MARKER, from_hex, hash, mix, pattern, to_hex};
 pub use process::{Child, ChildEnd, TestProcess, die_with_parent, in_isolated, isolated};
+pub use rng::Rng;
 pub use source::package_dir;
 pub use threads::{
     counted_ranks_as_threads, ranks_as_threads, ranks_as_threads_on, ranks_as_threads_over,

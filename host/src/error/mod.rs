@@ -222,6 +222,15 @@ pub enum Error {
         /// Entry point.
         name: String,
     },
+    /// Reading an attribute of a kernel (its largest block) failed.
+    #[error("reading an attribute of kernel {name:?} failed")]
+    KernelAttribute {
+        /// Entry point.
+        name: String,
+        /// Driver error.
+        #[source]
+        source: DriverError,
+    },
     /// A kernel's parameter struct does not match the entry point's parameter size.
     #[error("kernel {name:?} takes {expected} bytes of parameters, the launch passes {got}")]
     ParamSize {
@@ -1008,6 +1017,57 @@ pub enum Error {
         site: mscclpp_shared::WaitSite,
         /// The watched address.
         addr: u64,
+    },
+
+    // ---- execution plans (the root crate's `executor`) ----
+    /// An execution plan is malformed: `field` says where, as a JSON path into the plan
+    /// (`gpus[1].threadblocks[0].ops[3].src_buff[0].index`), `problem` what is wrong there.
+    /// Nothing was set up or launched.
+    #[error("execution plan {plan:?}: {field}: {problem}")]
+    PlanMalformed {
+        /// The plan's name (or its file, when the name could not be read).
+        plan: String,
+        /// Where in the plan.
+        field: String,
+        /// What is wrong there.
+        problem: String,
+    },
+    /// An execution plan asks for something this library does not provide (switch channels:
+    /// NVLink multicast). Nothing was set up or launched.
+    #[error("execution plan {plan:?}: {field}: {what} is not supported")]
+    PlanUnsupported {
+        /// The plan's name.
+        plan: String,
+        /// Where in the plan.
+        field: String,
+        /// What it asks for.
+        what: String,
+    },
+    /// Verification found that a plan would hang or race: the op at fault and why. Nothing was
+    /// set up or launched.
+    #[error("execution plan {plan:?}: rank {rank}, threadblock {block}, {op} ({name}): {problem}")]
+    PlanRefused {
+        /// The plan's name.
+        plan: String,
+        /// The rank of the op at fault.
+        rank: usize,
+        /// Its threadblock.
+        block: usize,
+        /// The op's path in the block (`ops[4]`, `ops[2].ops[1]` inside a pipeline).
+        op: String,
+        /// The op's name as the plan spells it (`wait`, `rres`, …).
+        name: &'static str,
+        /// What would go wrong.
+        problem: String,
+    },
+    /// A call does not fit the plan (message sizes, rank, world size, buffers, data type).
+    /// Nothing was launched.
+    #[error("execution plan {plan:?}: {problem}")]
+    PlanCall {
+        /// The plan's name.
+        plan: String,
+        /// What does not fit.
+        problem: String,
     },
 
     // ---- trace ----

@@ -148,6 +148,23 @@ impl<P> Kernel<P> {
     pub fn name(&self) -> &'static str {
         self.spec.name
     }
+
+    /// The most threads a block of this kernel may have: on CUDA what its registers allow
+    /// (`CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`, 1024 at most); on the CPU backend `None`
+    /// (no limit of its own).
+    pub fn max_threads_per_block(&self) -> Result<Option<u32>> {
+        match &self.imp {
+            KernelImpl::Cuda(f) => {
+                f.max_threads_per_block()
+                    .map(Some)
+                    .map_err(|source| Error::KernelAttribute {
+                        name: self.spec.name.to_string(),
+                        source,
+                    })
+            }
+            KernelImpl::Cpu(_) => Ok(None),
+        }
+    }
 }
 
 /// The [`KernelSpec`] of a kernel declared with `mscclpp_device::kernel!`, from the path of its

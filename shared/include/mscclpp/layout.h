@@ -159,6 +159,27 @@
 #define MSCCLPP_P2P_SEND 0u
 #define MSCCLPP_P2P_RECV 1u
 
+/* The plan interpreter (shared/src/executor.rs). */
+#define MSCCLPP_EXEC_MAX_OPS 64u
+#define MSCCLPP_EXEC_MAX_CHANNELS 16u
+#define MSCCLPP_EXEC_MAX_REMOTE_BUFFERS 16u
+#define MSCCLPP_EXEC_MAX_OP_BUFFERS 10u
+#define MSCCLPP_EXEC_MAX_OP_IDS 16u
+#define MSCCLPP_EXEC_PLAN_BARRIERS 16u
+#define MSCCLPP_EXEC_MAX_GROUPS 16u
+#define MSCCLPP_EXEC_MAX_BARRIERS 32u /* the plan's, then the threadblock groups' */
+#define MSCCLPP_EXEC_MAX_SEMAPHORES 16u
+#define MSCCLPP_EXEC_BUF_INPUT 0u
+#define MSCCLPP_EXEC_BUF_OUTPUT 1u
+#define MSCCLPP_EXEC_BUF_SCRATCH 2u
+#define MSCCLPP_EXEC_BUF_MEMORY 3u /* a peer's buffer reached through memory */
+#define MSCCLPP_EXEC_BUF_PORT 4u   /* a peer's buffer reached through the proxy */
+#define MSCCLPP_EXEC_CHANNEL_NONE 0u
+#define MSCCLPP_EXEC_CHANNEL_MEMORY 1u
+#define MSCCLPP_EXEC_CHANNEL_PORT 2u
+#define MSCCLPP_EXEC_PACKET_LL16 0u
+#define MSCCLPP_EXEC_PACKET_LL8 1u
+
 /* DeviceStatus.error_detail: the wait site in the top byte, the watched address below it. */
 #define MSCCLPP_ERROR_DETAIL_SITE_SHIFT 56
 #define MSCCLPP_WAIT_SITE_UNKNOWN 0u
@@ -680,6 +701,107 @@ MSCCLPP_CHECK_OFFSET(P2pParams, lanes, 56);
 MSCCLPP_CHECK_OFFSET(P2pParams, nops, 60);
 MSCCLPP_CHECK_OFFSET(P2pParams, ops, 64);
 MSCCLPP_CHECK_OFFSET(P2pParams, trace, 576);
+
+/* The plan interpreter (shared/src/executor.rs): executor_kernel's parameters and the program
+ * of one of its blocks, a plan threadblock lowered by the host for one pair of message sizes.
+ * The op kinds (ExecOp.kind) are ExecOpKind in that file. */
+typedef struct ExecBufRef {
+  MSCCLPP_ALIGNAS(8) uint64_t offset; /* bytes into the buffer (packets: where they start) */
+  uint8_t kind;                       /* MSCCLPP_EXEC_BUF_* */
+  uint8_t slot;                       /* remote buffer slot of the block (MEMORY, PORT) */
+  uint8_t packet;                     /* 1: LL packets (in a scratch buffer) */
+  uint8_t reserved[5];
+} ExecBufRef;
+MSCCLPP_CHECK_LAYOUT(ExecBufRef, 16, 8);
+MSCCLPP_CHECK_OFFSET(ExecBufRef, offset, 0);
+MSCCLPP_CHECK_OFFSET(ExecBufRef, kind, 8);
+MSCCLPP_CHECK_OFFSET(ExecBufRef, slot, 9);
+MSCCLPP_CHECK_OFFSET(ExecBufRef, packet, 10);
+MSCCLPP_CHECK_OFFSET(ExecBufRef, reserved, 11);
+
+typedef struct ExecOp {
+  MSCCLPP_ALIGNAS(8) uint8_t kind; /* ExecOpKind */
+  uint8_t channel_type;            /* MSCCLPP_EXEC_CHANNEL_* */
+  uint8_t n_src;
+  uint8_t n_dst;
+  uint8_t n_ids;
+  uint8_t reduce_op; /* MSCCLPP_OP_SUM / _MIN / _MAX */
+  uint16_t reserved;
+  uint8_t ids[MSCCLPP_EXEC_MAX_OP_IDS]; /* channel indexes of the block, or semaphore ids */
+  uint64_t size;                        /* data bytes per reference; pipeline: per iteration */
+  uint64_t count; /* barrier, a group's share: blocks that meet; pipeline: iterations */
+  uint64_t aux;   /* barrier, a group's share: its counter; pipeline: ops it repeats */
+  ExecBufRef src[MSCCLPP_EXEC_MAX_OP_BUFFERS];
+  ExecBufRef dst[MSCCLPP_EXEC_MAX_OP_BUFFERS];
+} ExecOp;
+MSCCLPP_CHECK_LAYOUT(ExecOp, 368, 8);
+MSCCLPP_CHECK_OFFSET(ExecOp, kind, 0);
+MSCCLPP_CHECK_OFFSET(ExecOp, channel_type, 1);
+MSCCLPP_CHECK_OFFSET(ExecOp, n_src, 2);
+MSCCLPP_CHECK_OFFSET(ExecOp, n_dst, 3);
+MSCCLPP_CHECK_OFFSET(ExecOp, n_ids, 4);
+MSCCLPP_CHECK_OFFSET(ExecOp, reduce_op, 5);
+MSCCLPP_CHECK_OFFSET(ExecOp, reserved, 6);
+MSCCLPP_CHECK_OFFSET(ExecOp, ids, 8);
+MSCCLPP_CHECK_OFFSET(ExecOp, size, 24);
+MSCCLPP_CHECK_OFFSET(ExecOp, count, 32);
+MSCCLPP_CHECK_OFFSET(ExecOp, aux, 40);
+MSCCLPP_CHECK_OFFSET(ExecOp, src, 48);
+MSCCLPP_CHECK_OFFSET(ExecOp, dst, 208);
+
+typedef struct ExecBlock {
+  MSCCLPP_ALIGNAS(16) uint32_t n_ops; /* ops in use */
+  uint32_t reserved;
+  uint64_t reserved2;
+  MemoryChannelDeviceHandle memory_channels[MSCCLPP_EXEC_MAX_CHANNELS]; /* signal / wait only */
+  PortChannelDeviceHandle port_channels[MSCCLPP_EXEC_MAX_CHANNELS];     /* memory ids set per put */
+  uint64_t memory_buffers[MSCCLPP_EXEC_MAX_REMOTE_BUFFERS];      /* peers' buffers, mapped here */
+  uint64_t port_buffer_offsets[MSCCLPP_EXEC_MAX_REMOTE_BUFFERS]; /* in their registered memory */
+  uint32_t port_buffer_ids[MSCCLPP_EXEC_MAX_REMOTE_BUFFERS];     /* the proxy's memory ids */
+  uint8_t memory_buffer_kinds[MSCCLPP_EXEC_MAX_REMOTE_BUFFERS];  /* MSCCLPP_EXEC_BUF_INPUT.. */
+  uint8_t port_buffer_kinds[MSCCLPP_EXEC_MAX_REMOTE_BUFFERS];
+  ExecOp ops[MSCCLPP_EXEC_MAX_OPS];
+} ExecBlock;
+MSCCLPP_CHECK_LAYOUT(ExecBlock, 26352, 16);
+MSCCLPP_CHECK_OFFSET(ExecBlock, n_ops, 0);
+MSCCLPP_CHECK_OFFSET(ExecBlock, reserved, 4);
+MSCCLPP_CHECK_OFFSET(ExecBlock, reserved2, 8);
+MSCCLPP_CHECK_OFFSET(ExecBlock, memory_channels, 16);
+MSCCLPP_CHECK_OFFSET(ExecBlock, port_channels, 912);
+MSCCLPP_CHECK_OFFSET(ExecBlock, memory_buffers, 2448);
+MSCCLPP_CHECK_OFFSET(ExecBlock, port_buffer_offsets, 2576);
+MSCCLPP_CHECK_OFFSET(ExecBlock, port_buffer_ids, 2704);
+MSCCLPP_CHECK_OFFSET(ExecBlock, memory_buffer_kinds, 2768);
+MSCCLPP_CHECK_OFFSET(ExecBlock, port_buffer_kinds, 2784);
+MSCCLPP_CHECK_OFFSET(ExecBlock, ops, 2800);
+
+typedef struct ExecutorParams {
+  MSCCLPP_ALIGNAS(8) uint64_t status; /* DeviceStatus */
+  uint64_t blocks;                    /* one ExecBlock per block */
+  uint64_t buffers[3];                /* this rank's input, output, scratch */
+  uint32_t local_memory_ids[3];       /* the proxy's ids of their registered memories */
+  uint32_t dtype;                     /* MSCCLPP_DTYPE_* */
+  uint64_t local_offsets[3];          /* where each starts in its registered memory */
+  uint64_t scratch_half;              /* 0, or the bytes of each half of a double scratch */
+  uint64_t flags;                     /* 2 u64: last launch's flag, blocks counted */
+  uint64_t barriers;                  /* MSCCLPP_EXEC_MAX_BARRIERS u64 counters */
+  uint64_t semaphores;                /* MSCCLPP_EXEC_MAX_SEMAPHORES x 3 u64 */
+  uint32_t packet;                    /* MSCCLPP_EXEC_PACKET_* */
+  uint32_t reserved;
+} ExecutorParams;
+MSCCLPP_CHECK_LAYOUT(ExecutorParams, 120, 8);
+MSCCLPP_CHECK_OFFSET(ExecutorParams, status, 0);
+MSCCLPP_CHECK_OFFSET(ExecutorParams, blocks, 8);
+MSCCLPP_CHECK_OFFSET(ExecutorParams, buffers, 16);
+MSCCLPP_CHECK_OFFSET(ExecutorParams, local_memory_ids, 40);
+MSCCLPP_CHECK_OFFSET(ExecutorParams, dtype, 52);
+MSCCLPP_CHECK_OFFSET(ExecutorParams, local_offsets, 56);
+MSCCLPP_CHECK_OFFSET(ExecutorParams, scratch_half, 80);
+MSCCLPP_CHECK_OFFSET(ExecutorParams, flags, 88);
+MSCCLPP_CHECK_OFFSET(ExecutorParams, barriers, 96);
+MSCCLPP_CHECK_OFFSET(ExecutorParams, semaphores, 104);
+MSCCLPP_CHECK_OFFSET(ExecutorParams, packet, 112);
+MSCCLPP_CHECK_OFFSET(ExecutorParams, reserved, 116);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Inter-process (shared/src/ipc.rs)                                                        */

@@ -209,6 +209,12 @@ struct CollOpts {
     /// Also run this library on the same buffers; print its time and our speed-up
     #[arg(long, value_name = "LIB", value_enum)]
     baseline: Option<BaselineArg>,
+    /// Run an MSCCL++ execution plan (JSON, as MSCCL++'s DSL writes it) instead of the
+    /// library's algorithms: `mscclpp::executor`, verified at load; its collective must be
+    /// this op's, its `inplace` the run's (--inplace / --outofplace), its reduction -o's;
+    /// sizes the plan does not serve are skipped with a note
+    #[arg(long, value_name = "FILE")]
+    plan: Option<PathBuf>,
     /// Plot time and bus bandwidth against size (ours and the baseline's) to FILE.svg or
     /// FILE.png
     #[arg(long, value_name = "FILE")]
@@ -334,6 +340,9 @@ pub const PREMUL_SCALAR: f64 = 2.0;
 enum BaselineArg {
     /// NCCL, loaded at run time
     Nccl,
+    /// The library's plain copy kernel moving the output's bytes from the input (one rank,
+    /// out of place: what a copy-only plan does, without the interpreter)
+    CopyKernel,
     /// No baseline
     None,
 }
@@ -472,6 +481,8 @@ impl Primitive {
 pub enum Baseline {
     /// NCCL, loaded at run time.
     Nccl,
+    /// The copy kernel (`kernels::COPY`), one rank.
+    CopyKernel,
 }
 
 /// Options of a collective run (sizes and graph use are resolved per backend later).
@@ -515,6 +526,8 @@ pub struct CollArgs {
     pub plot: Option<PathBuf>,
     /// `--trace`.
     pub trace: Option<PathBuf>,
+    /// `--plan`: an MSCCL++ execution plan to run instead of the library's algorithms.
+    pub plan: Option<PathBuf>,
 }
 
 /// Options of a primitive run (the original bench's).
@@ -665,11 +678,13 @@ impl CollOpts {
             ranks: self.ranks.map(|n| n as usize),
             baseline: match self.baseline {
                 Some(BaselineArg::Nccl) => Some(Baseline::Nccl),
+                Some(BaselineArg::CopyKernel) => Some(Baseline::CopyKernel),
                 Some(BaselineArg::None) | None => None,
             },
             json: self.sweep.json,
             plot: self.plot,
             trace: self.sweep.trace,
+            plan: self.plan,
         })
     }
 }

@@ -19,9 +19,13 @@
 use std::sync::Arc;
 
 use mscclpp::collectives::{Call, CollectiveConfig, Collectives};
+use mscclpp::executor::lower::{Geometry, Sizes};
+use mscclpp::executor::plan::ReduceKind;
+use mscclpp::executor::{ExecutionPlan, Executor, PacketType};
 use mscclpp::host::communicator::Communicator;
-use mscclpp::host::gpu::{BackendKind, DeviceBuffer, Event, Stream};
-use mscclpp::shared::DevicePtr;
+use mscclpp::host::gpu::{BackendKind, DeviceBuffer, Event, Kernel, LaunchConfig, Module, Stream};
+use mscclpp::kernels;
+use mscclpp::shared::{CopyParams, DevicePtr};
 
 use super::BoxError;
 use super::args::{Baseline, CollArgs, Op, Redop, algo_name, dtype_name, redop_name};
@@ -62,6 +66,155 @@ pub struct Plan {
     pub launch: String,
     /// Whether ranks share GPUs (the header says the times are not link figures).
     pub shared_gpus: bool,
+}
+
+/// The baseline of a run, timed the same way on the same buffers.
+enum Base {
+    /// NCCL's collective.
+    Nccl(nccl::Comm),
+    /// `--baseline copy-kernel`: the copy kernel moving the output's bytes from the input, on
+    /// this grid (one rank, out of place); the module the kernel lives in.
+    CopyKernel {
+        kernel: Kernel<CopyParams>,
+        cfg: LaunchConfig,
+        _module: Module,
+    },
+}
+
+impl Base {
+    fn new(
+        a: &CollArgs,
+        comm: &Arc<Communicator>,
+        inplace: bool,
+        exec: Option<&PlanRun>,
+    ) -> Result<Option<Self>, BoxError> {
+        Ok(match a.baseline {
+            None => None,
+            Some(Baseline::Nccl) => Some(Self::Nccl(nccl::Comm::new(comm)?)),
+            Some(Baseline::CopyKernel) => {
+                if comm.size() != 1 || inplace {
+                    return Err("--baseline copy-kernel: one rank (-g 1), --outofplace".into());
+                }
+                let module = comm.gpu().load_ptx(mscclpp::DEVICE_PTX)?;
+                // The plan's grid (the interpreter's cost alone), else 132 blocks of 1024
+                // threads (the memory-put primitive's largest) or 2 of 32 on the CPU backend.
+                let (blocks, threads) = match exec {
+                    Some(x) => x.executor.launch_shape(&x.plan)?,
+                    None if comm.gpu().kind() == BackendKind::Cpu => (2, 32),
+                    None => (132, 1024),
+                };
+                Some(Self::CopyKernel {
+                    kernel: module.kernel(kernels::COPY)?,
+                    cfg: LaunchConfig::new(blocks, threads),
+                    _module: module,
+                })
+            }
+        })
+    }
+
+    /// The baseline's columns' prefix.
+    fn label(&self) -> &'static str {
+        match self {
+            Self::Nccl(_) => "nccl",
+            Self::CopyKernel { .. } => "copy",
+        }
+    }
+
+    /// The header's name of the baseline.
+    fn name(&self) -> String {
+        match self {
+            Self::Nccl(_) => match nccl::Nccl::load() {
+                Ok(l) => format!("NCCL {}", l.version),
+                Err(_) => "NCCL".into(),
+            },
+            Self::CopyKernel { cfg, .. } => {
+                format!("copy kernel ({} blocks of {} threads)", cfg.grid, cfg.block)
+            }
+        }
+    }
+}
+
+/// `--plan`: an MSCCL++ execution plan run instead of the library's algorithms.
+struct PlanRun {
+    plan: ExecutionPlan,
+    executor: Executor,
+}
+
+impl PlanRun {
+    /// Loads and verifies `a.plan` and checks it against the run's op, placement and
+    /// reduction.
+    fn new(
+        a: &CollArgs,
+        comm: &Arc<Communicator>,
+        inplace: bool,
+    ) -> Result<Option<Self>, BoxError> {
+        let Some(path) = &a.plan else {
+            return Ok(None);
+        };
+        let plan = ExecutionPlan::load(path)?;
+        let name = format!("--plan {}", path.display());
+        if plan.collective() != a.op.name() {
+            return Err(
+                format!("{name}: a {} plan, not {}", plan.collective(), a.op.name()).into(),
+            );
+        }
+        if plan.is_in_place() != inplace {
+            let flag = if plan.is_in_place() {
+                "--inplace"
+            } else {
+                "--outofplace"
+            };
+            return Err(format!(
+                "{name}: the plan runs {}: add {flag}",
+                if plan.is_in_place() {
+                    "in place"
+                } else {
+                    "out of place"
+                }
+            )
+            .into());
+        }
+        let reduces = plan.doc().reduction();
+        let want = match a.redop {
+            Redop::Sum => Some(ReduceKind::Sum),
+            Redop::Min => Some(ReduceKind::Min),
+            Redop::Max => Some(ReduceKind::Max),
+            _ => None,
+        };
+        if let Some(r) = reduces
+            && want != Some(r)
+        {
+            return Err(format!(
+                "{name}: the plan reduces with {}: add -o {}",
+                r.code(),
+                r.code()
+            )
+            .into());
+        }
+        let executor = Executor::new(comm.clone())?;
+        Ok(Some(Self { plan, executor }))
+    }
+
+    /// The call's input and output bytes at `sh`.
+    fn sizes(sh: &Shape, es: usize) -> Sizes {
+        Sizes {
+            input: (sh.part * sh.in_parts * es) as u64,
+            output: (sh.part * sh.out_parts * es) as u64,
+        }
+    }
+
+    /// Drops the shapes the plan does not serve, with a note for each.
+    fn keep_served(&self, shapes: &mut Vec<Shape>, notes: &mut Vec<String>, es: usize) {
+        shapes.retain(
+            |sh| match Geometry::new(self.plan.doc(), Self::sizes(sh, es)) {
+                Ok(_) => true,
+                Err(e) => {
+                    notes.push(format!("# {} B skipped: {e}", sh.size));
+                    false
+                }
+            },
+        );
+    }
 }
 
 /// The buffers an operation uses at one size (nccl-tests' conventions).
@@ -439,7 +592,13 @@ fn shapes_to_run(
 }
 
 /// What every row of the run shares (rank 0's view).
-fn run_info(plan: &Plan, inplace: bool, n: usize, device: String, baseline: bool) -> RunInfo {
+fn run_info(
+    plan: &Plan,
+    inplace: bool,
+    n: usize,
+    device: String,
+    baseline: Option<String>,
+) -> RunInfo {
     let a = &plan.args;
     RunInfo {
         op: a.op.name(),
@@ -453,10 +612,7 @@ fn run_info(plan: &Plan, inplace: bool, n: usize, device: String, baseline: bool
         },
         device,
         graph_launches: plan.graph_launches,
-        baseline: baseline.then(|| match nccl::Nccl::load() {
-            Ok(l) => format!("NCCL {}", l.version),
-            Err(_) => "NCCL".into(),
-        }),
+        baseline,
     }
 }
 
@@ -511,7 +667,8 @@ impl<'a> Rank<'a> {
         &self,
         sh: &Shape,
         coll: &Collectives,
-        base: Option<&nccl::Comm>,
+        exec: Option<&PlanRun>,
+        base: Option<&Base>,
     ) -> Result<(Sample, Sample, u32), BoxError> {
         let a = &self.plan.args;
         let (rank, n) = (self.rank(), self.n());
@@ -598,6 +755,25 @@ impl<'a> Rank<'a> {
             },
         };
         let ours = || -> Result<(), BoxError> {
+            if let Some(x) = exec {
+                let s = PlanRun::sizes(sh, dt.size());
+                // SAFETY: as below; the executor keeps the buffers registered while it lives,
+                // which is the whole sweep.
+                unsafe {
+                    x.executor.execute(
+                        rank,
+                        inp,
+                        s.input,
+                        out,
+                        s.output,
+                        dt,
+                        &x.plan,
+                        stream,
+                        PacketType::LL16,
+                    )?
+                };
+                return Ok(());
+            }
             // SAFETY: `inp` and `out` address the parts `Shape` sized the buffers for, alive
             // for the whole sweep; every rank makes the same calls in the same order.
             Ok(unsafe { coll.queue(&call, stream, a.algo) }?)
@@ -605,6 +781,20 @@ impl<'a> Rank<'a> {
         let (mine, iters) = self.sample(sh, &ours)?;
         let Some(b) = base else {
             return Ok((mine, Sample::NONE, iters));
+        };
+        let b = match b {
+            Base::Nccl(b) => b,
+            Base::CopyKernel { kernel, cfg, .. } => {
+                let p = CopyParams {
+                    status: self.comm.status().device_ptr(),
+                    dst: out,
+                    src: inp,
+                    bytes: PlanRun::sizes(sh, dt.size()).output,
+                };
+                // SAFETY: one rank: the output and input hold `bytes` (`Shape` sized them).
+                let copy = || Ok(unsafe { stream.launch(kernel, *cfg, p) }?);
+                return Ok((mine, self.sample(sh, &copy)?.0, iters));
+            }
         };
         // SAFETY: as for `ours`.
         let theirs = || unsafe { b.queue(&call, stream) };
@@ -721,11 +911,25 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
         t0.elapsed(),
         comm.gpu().allocated_bytes().saturating_sub(held),
     );
-    let base = match a.baseline {
-        Some(Baseline::Nccl) => Some(nccl::Comm::new(&comm)?),
-        None => None,
-    };
-    let (shapes, notes) = shapes_to_run(a, &plan.sizes, n, &coll.config());
+    let (mut shapes, mut notes) = shapes_to_run(a, &plan.sizes, n, &coll.config());
+    let inplace = a.inplace && a.op.has_in_place();
+    let exec = PlanRun::new(a, &comm, inplace)?;
+    let base = Base::new(a, &comm, inplace, exec.as_ref())?;
+    if let Some(x) = &exec {
+        x.keep_served(&mut shapes, &mut notes, a.dtype.size());
+        if rank == 0 {
+            notes.insert(
+                0,
+                format!(
+                    "# plan {:?} ({}), verified at load; algo column: plan",
+                    x.plan.name(),
+                    a.plan
+                        .as_ref()
+                        .map_or(String::new(), |p| p.display().to_string())
+                ),
+            );
+        }
+    }
     let r = Rank::new(plan, comm.clone(), &shapes)?;
     let mut registrations = Vec::new();
     if a.registered {
@@ -743,7 +947,13 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
         // (collective: every rank runs this).
         coll.prepare()?;
     }
-    let info = run_info(plan, r.inplace, n, comm.gpu().name(), base.is_some());
+    let info = run_info(
+        plan,
+        r.inplace,
+        n,
+        comm.gpu().name(),
+        base.as_ref().map(Base::name),
+    );
     if rank == 0 {
         print_header(plan, &info);
         if alone_in_place_is_idle(plan, &comm) {
@@ -753,16 +963,17 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
         for note in &notes {
             println!("{note}");
         }
-        println!("{}", report::header(base.is_some()));
+        println!("{}", report::header(base.as_ref().map(Base::label)));
     }
     let mut rows = Vec::new();
     for sh in &shapes {
-        let (ours, theirs, iters) = r.sample_size(sh, &coll, base.as_ref())?;
+        let (ours, theirs, iters) = r.sample_size(sh, &coll, exec.as_ref(), base.as_ref())?;
         let all = gather_samples(&comm, ours, theirs)?;
         if rank != 0 {
             continue;
         }
         let algo = match a.op {
+            _ if exec.is_some() => "plan".to_string(),
             // One rank copies (a pre-multiplied sum, an average of floats included, stages).
             Op::AllGather | Op::Broadcast | Op::AllToAll if n == 1 => "copy".to_string(),
             Op::AllReduce | Op::Reduce | Op::ReduceScatter
@@ -784,6 +995,7 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
         coll.deregister_window(reg)?;
     }
     drop(base);
+    drop(exec);
     Ok((rank == 0).then_some((info, rows)))
 }
 
@@ -835,6 +1047,7 @@ fn print_header(plan: &Plan, info: &RunInfo) {
     }
     // The selection's rules are the library's (its selection table); each row says what ran.
     let algo = match a.algo {
+        _ if a.plan.is_some() => "an execution plan (--plan)".to_string(),
         Some(x) => format!("{} (forced)", algo_name(Some(x))),
         None => "by size (the algo column)".to_string(),
     };
@@ -873,7 +1086,11 @@ fn print_header(plan: &Plan, info: &RunInfo) {
     if a.op.rooted() {
         println!("# root {}", a.root);
     }
-    if let Some(b) = &info.baseline {
+    if let Some(b) = info
+        .baseline
+        .as_ref()
+        .filter(|_| a.baseline == Some(Baseline::Nccl))
+    {
         let path = nccl::Nccl::load()
             .map(|l| l.path.clone())
             .unwrap_or_default();
@@ -881,6 +1098,11 @@ fn print_header(plan: &Plan, info: &RunInfo) {
         println!(
             "# baseline: {b} ({path}, NCCL_NVLS_ENABLE={nvls}), timed the same way on the same \
              buffers; speedup = baseline time / ours"
+        );
+    } else if let Some(b) = &info.baseline {
+        println!(
+            "# baseline: {b}, timed the same way on the same buffers; speedup = baseline time \
+             / ours"
         );
     }
 }

@@ -106,8 +106,8 @@ pub struct RunInfo {
     pub baseline: Option<String>,
 }
 
-/// The column header (two lines).
-pub fn header(with_base: bool) -> String {
+/// The column header (two lines); `base`: the baseline's column prefix (`nccl`), if any.
+pub fn header(base: Option<&str>) -> String {
     let mut s = format!(
         "#{:>12} {:>12} {:>5} {:>7} {:>6} {:>11} {:>11} {:>11} {:>7}",
         "size(B)",
@@ -120,11 +120,13 @@ pub fn header(with_base: bool) -> String {
         "busbw(GB/s)",
         "#wrong"
     );
-    if with_base {
+    if let Some(b) = base {
         let _ = write!(
             s,
             " {:>11} {:>11} {:>8}",
-            "nccl(us)", "nccl_busbw", "speedup"
+            format!("{b}(us)"),
+            format!("{b}_busbw"),
+            "speedup"
         );
     }
     s
@@ -361,7 +363,9 @@ mod tests {
         };
         let rows = [row(8, 10.0, Some(20.0)), row(1 << 20, 100.0, Some(50.0))];
         assert!(line(&rows[0], "f16").contains("2.00x"));
-        assert!(header(true).contains("#wrong") && header(true).contains("speedup"));
+        assert!(
+            header(Some("nccl")).contains("#wrong") && header(Some("nccl")).contains("speedup")
+        );
         let j = json_lines(&info, &rows).expect("serialised");
         assert_eq!(j.lines().count(), 2);
         let first: serde_json::Value = serde_json::from_str(j.lines().next().unwrap()).unwrap();

@@ -294,6 +294,20 @@ impl Function {
         None
     }
 
+    /// The most threads a block of this kernel may have (its registers decide), from
+    /// `cuFuncGetAttribute`.
+    pub fn max_threads_per_block(&self) -> std::result::Result<u32, DriverError> {
+        self.loaded.ctx.bind()?;
+        // SAFETY: `self.raw` is live (we hold the module) and its context is current.
+        let v = unsafe {
+            result::cu_func_get_attribute(
+                self.raw,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+            )
+        }?;
+        Ok(v.max(0) as u32)
+    }
+
     /// Opts the kernel in to `bytes` of dynamic shared memory (once per new maximum).
     pub(super) fn allow_dynamic_shared(&self, bytes: u32) -> std::result::Result<(), BackendError> {
         if bytes <= self.max_dynamic_shared.load(Ordering::Relaxed) {

@@ -813,6 +813,22 @@ pub(crate) unsafe fn cu_func_set_attribute(
     })
 }
 
+/// `cuFuncGetAttribute`.
+///
+/// # Safety
+/// `f` is a live function.
+pub(crate) unsafe fn cu_func_get_attribute(
+    f: sys::CUfunction,
+    attr: sys::CUfunction_attribute,
+) -> DriverResult<c_int> {
+    let mut v: c_int = 0;
+    // SAFETY: forwarded contract; the out-pointer is valid.
+    check("cuFuncGetAttribute", unsafe {
+        sys::cuFuncGetAttribute(&mut v, attr, f)
+    })?;
+    Ok(v)
+}
+
 /// `cuLaunchKernel` of a 1-D grid.
 ///
 /// # Safety
