@@ -192,10 +192,13 @@ pub use unique_id::{RootListener, UNIQUE_ID_BYTES, UniqueId};
 
 pub use crate::socket::Peer;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Longest a watched wait goes without calling its [`Watch`] (see the module docs).
 pub const WATCH_SLICE: Duration = Duration::from_millis(20);
+
+/// Longest pause between two looks of [`Bootstrap::recv_any`]'s default, which polls.
+pub const ANY_POLL_MAX: Duration = Duration::from_millis(20);
 
 /// A check a watched wait calls between slices; its error ends the wait (module docs).
 pub type Watch<'a> = &'a dyn Fn() -> Result<()>;
@@ -325,6 +328,39 @@ pub trait Bootstrap: Send + Sync {
         None
     }
 
+    /// The next message under `tag` from any rank of `peers`, within `timeout`: the sender
+    /// and the message. Messages of one sender arrive in order; which sender's comes first
+    /// when several have one waiting is unspecified. A peer whose link is down and who has
+    /// nothing queued under `tag` ends the wait with that error. The default looks at each
+    /// peer in turn without waiting, then sleeps, backing off from 1 ms to [`ANY_POLL_MAX`]
+    /// (bootstraps that can wait on all of them at once override it: the TCP bootstrap does).
+    fn recv_any(&self, peers: &[usize], tag: u64, timeout: Duration) -> Result<(usize, Vec<u8>)> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            for &q in peers {
+                match self.recv_timeout(q, tag, Duration::ZERO) {
+                    Ok(m) => return Ok((q, m)),
+                    Err(Error::BootstrapTimeout { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(Error::BootstrapTimeout {
+                    rank: self.rank(),
+                    peer: crate::socket::Peer {
+                        rank: None,
+                        addr: None,
+                    },
+                    op: "recv_any",
+                    after: timeout,
+                });
+            }
+            std::thread::sleep(pause.min(left));
+            pause = (pause * 2).min(ANY_POLL_MAX);
+        }
+    }
     /// The next message from `peer` under `tag`, within the operation deadline.
     fn recv(&self, peer: usize, tag: u64) -> Result<Vec<u8>> {
         self.recv_watched(peer, tag, self.op_timeout(), &no_watch)

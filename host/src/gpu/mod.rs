@@ -292,6 +292,19 @@ impl Gpu {
         })
     }
 
+    /// A new event for ordering only: it cannot time (CUDA's `CU_EVENT_DISABLE_TIMING`, which
+    /// makes recording and waiting on it cheaper).
+    pub fn marker(&self) -> Result<Event> {
+        let imp = match &self.inner.imp {
+            DeviceImpl::Cuda(d) => EventImpl::Cuda(d.create_marker()?),
+            DeviceImpl::Cpu(d) => EventImpl::Cpu(d.create_event()),
+        };
+        Ok(Event {
+            _gpu: self.clone(),
+            imp,
+        })
+    }
+
     /// Uses a caller's stream, given as the integer its backend names it by, without owning
     /// it: dropping the returned [`Stream`] leaves it alone, and work queued on it runs in
     /// order with the caller's. One call for both backends ("foreign streams"):

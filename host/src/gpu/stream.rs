@@ -55,6 +55,28 @@ impl Stream {
         }
     }
 
+    /// Queues a wait: later work on this stream starts once the u64 at `addr` is at least
+    /// `value`. The CPU backend gives up after `timeout` (the stream then reports an error);
+    /// CUDA's wait has no timeout: whoever writes the word must also end the wait when it
+    /// gives up (the collectives' regions do: `LazyRegions::release`).
+    ///
+    /// # Safety
+    /// `addr` is a live, 8-byte aligned address the device can read (device or host-mapped
+    /// memory) until the wait ends.
+    pub unsafe fn wait_value_u64(
+        &self,
+        addr: DevicePtr<u64>,
+        value: u64,
+        timeout: std::time::Duration,
+    ) -> Result<()> {
+        match &self.imp {
+            // SAFETY: forwarded contract.
+            StreamImpl::Cuda(s) => unsafe { s.wait_value_u64(addr.addr(), value) },
+            // SAFETY: forwarded contract.
+            StreamImpl::Cpu(s) => unsafe { s.wait_value_u64(addr.addr(), value, timeout) },
+        }
+    }
+
     /// Whether all queued work is done; reports a failure of queued work.
     pub fn query(&self) -> Result<bool> {
         match &self.imp {
@@ -261,6 +283,30 @@ impl Event {
         match &self.imp {
             EventImpl::Cuda(e) => e.synchronize(),
             EventImpl::Cpu(e) => e.synchronize(),
+        }
+    }
+
+    /// Whether the work before the marker is done (an event never recorded: done).
+    pub fn query(&self) -> Result<bool> {
+        match &self.imp {
+            EventImpl::Cuda(e) => e.query(),
+            EventImpl::Cpu(e) => e.query(),
+        }
+    }
+
+    /// Waits until the work before the marker is done, at most `timeout` (polling, so the wait
+    /// is bounded even if the device never finishes); whether it is.
+    pub fn synchronize_timeout(&self, timeout: std::time::Duration) -> Result<bool> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut backoff = crate::backoff::Backoff::new();
+        loop {
+            if self.query()? {
+                return Ok(true);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+            backoff.snooze();
         }
     }
 

@@ -46,6 +46,11 @@ enum Op {
         dst: u64,
         value: u64,
     },
+    WaitValue {
+        addr: u64,
+        value: u64,
+        timeout: Duration,
+    },
     Record(Arc<EventState>, u64),
     Wait(Arc<EventState>, u64),
 }
@@ -207,6 +212,21 @@ impl Stream {
             })
     }
 
+    /// Queues a wait: later work starts once the u64 at `addr` is at least `value` (an
+    /// acquire load, polled with back-off), or after `timeout`, when the stream records an
+    /// error and goes on.
+    ///
+    /// # Safety
+    /// `addr` is a live, 8-byte aligned address until the wait ends.
+    pub unsafe fn wait_value_u64(&self, addr: u64, value: u64, timeout: Duration) -> Result<()> {
+        self.submit(Op::WaitValue {
+            addr,
+            value,
+            timeout,
+        })
+        .map_err(|source| self.err("wait value", source))
+    }
+
     /// Whether all queued work is done; reports (and clears) a failure of queued work.
     pub fn query(&self) -> Result<bool> {
         let mut p = lock(&self.shared.progress);
@@ -345,6 +365,27 @@ fn run_queue(rx: mpsc::Receiver<Op>, shared: Arc<Shared>) {
                     .store(value, std::sync::atomic::Ordering::Release);
                 Ok(())
             }
+            Op::WaitValue {
+                addr,
+                value,
+                timeout,
+            } => {
+                // SAFETY: the submitter's contract (`wait_value_u64`): an aligned live u64.
+                let word = unsafe { std::sync::atomic::AtomicU64::from_ptr(addr as *mut u64) };
+                let deadline = Instant::now() + timeout;
+                let mut backoff = crate::backoff::Backoff::new();
+                loop {
+                    if word.load(std::sync::atomic::Ordering::Acquire) >= value {
+                        break Ok(());
+                    }
+                    if Instant::now() >= deadline {
+                        break Err(BackendError::Invalid(format!(
+                            "a wait for {value} at {addr:#x} did not end within {timeout:?}"
+                        )));
+                    }
+                    backoff.snooze();
+                }
+            }
             Op::Record(state, generation) => {
                 let mut s = lock(&state.inner);
                 s.completed = s.completed.max(generation);
@@ -406,6 +447,12 @@ impl Event {
             s = wait(&self.state.cv, s);
         }
         Ok(())
+    }
+
+    /// Whether the latest record has been reached.
+    pub fn query(&self) -> Result<bool> {
+        let s = lock(&self.state.inner);
+        Ok(s.completed >= s.recorded)
     }
 
     /// Milliseconds from `start` to `self`.
