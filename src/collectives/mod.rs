@@ -39,7 +39,7 @@
 //! | layer | modules | what |
 //! |---|---|---|
 //! | 0 | `algorithm`, `config`, `reduction` | the public names of the algorithms and collectives; [`CollectiveConfig`] from one table of settings; NCCL's operators and how kernels take them |
-//! | 1 | `call`, `scratch` | the call descriptor [`Call`] and its checks; the scratch layout |
+//! | 1 | `call`, `order`, `scratch` | the call descriptor [`Call`] and its checks; the issue order of a communicator's calls across streams; the scratch layout |
 //! | 2 | `node_bootstrap`, `regions`, `registered` | the node's ranks as a world of their own; the regions allocated on first use, traded with each peer once; the callers' buffers exchanged per call |
 //! | 3 | `registry` | buffers registered ahead, exchanged once through the peers' registration services |
 //! | 4 | `multinode` | worlds of several nodes: transports, port channels, the node's world |
@@ -102,6 +102,7 @@ mod group;
 mod launch;
 mod multinode;
 mod node_bootstrap;
+mod order;
 mod plan;
 mod reduction;
 mod regions;

@@ -103,6 +103,16 @@ impl Bootstrap for NodeBootstrap {
             .recv_watched(from, tag ^ NODE_TAG, timeout, watch)
     }
 
+    fn recv_any(&self, peers: &[usize], tag: u64, timeout: Duration) -> Result<(usize, Vec<u8>)> {
+        let world = peers
+            .iter()
+            .map(|&p| self.world_rank(p))
+            .collect::<Result<Vec<_>>>()?;
+        let (from, m) = self.world.recv_any(&world, tag ^ NODE_TAG, timeout)?;
+        let peer = world.iter().position(|&w| w == from).map(|i| peers[i]);
+        Ok((peer.unwrap_or(from), m))
+    }
+
     fn barrier_watched(&self, watch: Watch<'_>) -> Result<()> {
         self.all_gather_watched(&[], watch).map(|_| ())
     }
