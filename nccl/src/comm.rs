@@ -27,8 +27,9 @@
 //! shared with the caller; each call queues on the caller's stream ([`Comm::stream`]), checked
 //! to belong to that context. The CPU backend has no CUDA runtime, hence no current device and
 //! no caller's streams: `ncclCommInitRank` uses device 0 (`ncclCommInitAll` its device list),
-//! the stream argument is not used, and every call runs on the communicator's own stream and
-//! is complete when it returns (a group: at `ncclGroupEnd`).
+//! and every call runs on the communicator's own stream and is complete when it returns (a
+//! group: at `ncclGroupEnd`), unless its stream is one the library made for C callers
+//! (`cpu_streams.rs`): then it is queued there and returns at once, as on a GPU.
 //!
 //! One difference from NCCL: NCCL orders the calls of one communicator made on different
 //! streams; here a group's calls are put on one stream (`group.rs`), but separate calls on
@@ -49,9 +50,11 @@ use crate::registry::{PreMulSums, Registrations};
 use crate::sync::lock;
 
 /// The backend every communicator of the process uses (`MSCCLPP_BACKEND`, else CUDA when a
-/// device exists, else CPU).
+/// device exists, else CPU; chosen once: `backend.rs`).
 pub fn backend() -> Result<BackendKind, NcclError> {
-    BackendKind::select().map_err(NcclError::library("choosing the backend"))
+    crate::backend::kind().map_err(|e| NcclError::Backend {
+        reason: e.to_string(),
+    })
 }
 
 /// The device a call made now uses: the calling thread's current CUDA device (device 0 when
@@ -311,7 +314,10 @@ impl Comm {
     /// The stream a call with the caller's `stream` queues on (module docs).
     pub fn stream(&self, stream: *mut c_void) -> Result<CallStream<'_>, NcclError> {
         if let Some(s) = &self.own_stream {
-            return Ok(CallStream::Own(s));
+            return Ok(match self.cpu_stream(stream) {
+                Some(theirs) => CallStream::Caller(theirs),
+                None => CallStream::Own(s),
+            });
         }
         // SAFETY: NCCL's contract: the caller's stream is live until the work queued on it
         // completes, which outlasts this call; the borrowed stream lives only for the call.
@@ -331,6 +337,30 @@ impl Comm {
                 .map_err(NcclError::library("relaxing the thread's capture mode")),
             _ => Ok(None),
         }
+    }
+
+    /// On the CPU backend, a stream `mscclppCpuStreamCreate` made (`cpu_streams.rs`), if
+    /// `stream` names one of this device.
+    fn cpu_stream(&self, stream: *mut c_void) -> Option<Stream> {
+        let raw = stream as u64;
+        // 0, 1 and 2 name the default stream, which a C caller cannot synchronize.
+        if raw <= 2 {
+            return None;
+        }
+        // SAFETY: borrowed for one call; the CPU backend refuses work on a stream whose owner
+        // is gone instead of using freed memory.
+        unsafe { self.gpu().borrow_stream(raw) }.ok()
+    }
+
+    /// On the CPU backend, waits for the calls queued with the caller's `stream` when they ran
+    /// on the communicator's own stream (not on a stream of `mscclppCpuStreamCreate`, which
+    /// its caller synchronizes); then reports a device wait that gave up. On CUDA, nothing
+    /// (the caller's streams order the work).
+    pub fn complete_for(&self, stream: *mut c_void) -> Result<(), NcclError> {
+        if self.cpu_stream(stream).is_some() {
+            return Ok(());
+        }
+        self.complete()
     }
 
     /// On the CPU backend, waits for the calls queued on the own stream; then reports a
@@ -361,22 +391,28 @@ impl Comm {
         self.finalized.swap(true, Ordering::AcqRel)
     }
 
-    /// Waits until the work queued with this communicator is done: on CUDA every stream of
-    /// the device (the caller's streams are not tracked), on the CPU backend its own stream.
-    ///
-    /// On CUDA the wait is made with the thread's capture mode relaxed, so that it is not
-    /// refused while another thread captures a graph; a capture running on this device then
-    /// may still make the driver refuse it (the error is returned: the caller logs it).
+    /// Waits until the work queued with this communicator is done, and only its: the marker
+    /// after its last call (the library queues a communicator's calls in issue order across
+    /// streams: `Collectives::drain`), polled, so the wait ends with the bootstrap's deadline
+    /// at the latest, and at once after an abort (the aborted kernels return). Work captured in
+    /// a graph is the graph's: not waited for. The thread's capture mode is relaxed for the
+    /// wait (no refusal while another thread captures).
     pub fn flush(&self) -> Result<(), NcclError> {
-        match &self.own_stream {
-            Some(_) => self.complete(),
-            None => {
-                let _relaxed = self.relaxed_capture()?;
-                self.gpu()
-                    .synchronize()
-                    .map_err(NcclError::library("waiting for the device"))
-            }
+        let _relaxed = self.relaxed_capture()?;
+        let timeout = self.coll.communicator().bootstrap().op_timeout();
+        let done = self
+            .coll
+            .drain(timeout)
+            .map_err(NcclError::library("waiting for the communicator's work"))?;
+        if !done {
+            return Err(NcclError::Library {
+                operation: "waiting for the communicator's work",
+                source: Box::new(mscclpp::host::Error::Aborted {
+                    reason: format!("its queued work was still running after {timeout:?}"),
+                }),
+            });
         }
+        Ok(())
     }
 
     /// The sticky asynchronous error: the first one seen (a dead peer, an abort, a device
@@ -401,9 +437,8 @@ impl Comm {
 }
 
 /// Drops `comm` (the last reference of a destroyed or aborted communicator) on a thread of
-/// its own, after its device work is done (CUDA: the device synchronised, which an aborted
-/// communicator's kernels reach at once): the caller returns at once, and no kernel still
-/// queued uses freed memory.
+/// its own, after its work is done ([`Comm::flush`], which an aborted communicator's kernels
+/// reach at once): the caller returns at once, and no kernel still queued uses freed memory.
 pub fn retire(comm: Arc<Comm>) {
     let keep = comm.clone();
     let spawned = std::thread::Builder::new()

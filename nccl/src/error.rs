@@ -37,6 +37,12 @@ pub enum NcclError {
         /// The argument.
         what: &'static str,
     },
+    /// No backend can be chosen (`MSCCLPP_BACKEND` names none).
+    #[error("choosing the backend: {reason}")]
+    Backend {
+        /// Why.
+        reason: String,
+    },
     /// A communicator handle that is not a live communicator of this library.
     #[error("{ptr:#x} is not a live communicator (never made by this library, or destroyed)")]
     UnknownComm {
@@ -165,8 +171,8 @@ pub enum NcclError {
         /// The pointer.
         ptr: usize,
     },
-    /// A registration or window handle that is not live on this communicator.
-    #[error("{what} {ptr:#x} is not live on this communicator")]
+    /// A registration, window or stream handle that is not live (on this communicator).
+    #[error("{what} {ptr:#x} is not live here")]
     UnknownHandle {
         /// Registration or window.
         what: &'static str,
@@ -247,6 +253,7 @@ impl NcclError {
             | Self::UnknownHandle { .. }
             | Self::NotDeviceMemory { .. } => ncclInvalidArgument,
             Self::CommPending { .. }
+            | Self::Backend { .. }
             | Self::Finalized
             | Self::ConfigRefused { .. }
             | Self::GroupUnbalanced
@@ -388,6 +395,7 @@ pub type Outcome = Result<ncclResult_t, NcclError>;
 pub fn api(name: &'static str, body: impl FnOnce() -> Outcome) -> ncclResult_t {
     let guarded = || {
         crate::log::ensure_init();
+        let _caller = crate::backend::KeepCaller::new();
         body()
     };
     match std::panic::catch_unwind(AssertUnwindSafe(guarded)) {
@@ -414,6 +422,7 @@ pub fn api(name: &'static str, body: impl FnOnce() -> Outcome) -> ncclResult_t {
 pub fn guarded<T>(name: &'static str, fallback: T, body: impl FnOnce() -> T) -> T {
     let guarded = || {
         crate::log::ensure_init();
+        let _caller = crate::backend::KeepCaller::new();
         body()
     };
     match std::panic::catch_unwind(AssertUnwindSafe(guarded)) {
