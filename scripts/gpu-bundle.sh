@@ -25,7 +25,16 @@
 # The binaries travel packed (payload.tar.xz); run-tests.sh unpacks them first, and
 # `bash gpu-bundle/unpack.sh` alone does it before running gpu-bundle/bin/* by hand.
 # The repository is copied to the GPU machine as well; each binary runs in its package's
-# directory, as `cargo test` would. Full logs go to $OUT/gpu-tests/ when $OUT is set.
+# directory with CARGO_MANIFEST_DIR set to it, as `cargo test` would: tests that read the
+# repository's files find them there (mscclpp_test_support::package_dir), never at the build
+# path, so the bundle runs from a copy of the repository at any path. Full logs go to $OUT/gpu-tests/ when $OUT is set.
+#
+# The Python package travels too: its release wheel (maturin, from the venv that
+# scripts/test-python.sh makes) in gpu-bundle/python/, and gpu-bundle/run-python.sh, which puts
+# it on PYTHONPATH there and runs python/tests (PyTorch tensors on CUDA, CUDA graphs, the CuPy
+# kernel example; the CPU-backend tests too) and the CuPy example:
+#   run(carry: ["gpu-bundle"], command: "bash gpu-bundle/run-python.sh")
+# MSCCLPP_BUNDLE_PYTHON=0 leaves it out.
 #
 # Environment: MSCCLPP_BUNDLE_MAX_MIB (default 60) fails the build of a bigger bundle (the
 # device tool carries at most 64 MiB).
@@ -60,6 +69,8 @@ for line in sys.stdin:
     t = m["target"]
     if "cdylib" in t.get("crate_types", []):
         pkg_dir = os.path.relpath(os.path.dirname(m["manifest_path"]), root)
+        if pkg_dir == "python":
+            continue  # the Python extension travels as a wheel (below), not as a library
         for f in m.get("filenames", []):
             if f.endswith(".so"):
                 print("\t".join(["lib", pkg_dir, os.path.basename(f), f]))
@@ -147,6 +158,9 @@ done
 logs="${OUT:-/tmp}/gpu-tests"
 mkdir -p "$logs"
 export MSCCLPP_BACKEND=cuda NCCL_NVLS_ENABLE=0
+# Ranks sharing a GPU (MSCCLPP_RANKS_PER_GPU) need more of the driver's work queues than its
+# default 8 (mscclpp::collectives::WANTED_CONNECTIONS).
+export CUDA_DEVICE_MAX_CONNECTIONS="${CUDA_DEVICE_MAX_CONNECTIONS:-32}"
 if [ -d "$bundle/lib" ]; then
     export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export MSCCLPP_OFI_LIBRARY="$bundle/lib/libfabric.so.1"
@@ -181,6 +195,41 @@ echo "gpu-tests: $pass passed, $fail failed${failed[*]:+ (${failed[*]})}; $notru
 [ "$fail" -eq 0 ]
 RUNNER
 chmod +x "$bundle/run-tests.sh"
+
+if [ "${MSCCLPP_BUNDLE_PYTHON:-1}" != 0 ]; then
+    venv="$(bash "$root/scripts/test-python.sh" --venv)"
+    echo "gpu-bundle: building the Python package's release wheel" >&2
+    "$venv/bin/maturin" build --release --strip --locked -m "$root/python/Cargo.toml" \
+        --out "$bundle/python" >&2
+    cat >"$bundle/run-python.sh" <<'PYRUNNER'
+#!/usr/bin/env bash
+# Runs the Python package's tests and the CuPy example on the GPU machine (made by
+# scripts/gpu-bundle.sh): the wheel is unpacked into /tmp/mscclpp-site (no pip install: nothing
+# is fetched there), then pytest runs python/tests and the package's docstring examples, then
+# python/examples/cupy_ping_pong.py. Extra arguments go to pytest. Logs in $OUT/python-tests/.
+# With one GPU, worlds of two ranks on CUDA need MSCCLPP_RANKS_PER_GPU=2 (both ranks on
+# device 0); without it the CUDA tests use one rank.
+set -uo pipefail
+bundle="$(cd "$(dirname "$0")" && pwd)"
+root="$(dirname "$bundle")"
+site=/tmp/mscclpp-site
+rm -rf "$site" && mkdir -p "$site"
+wheel="$(ls "$bundle"/python/mscclpp_rs-*.whl | head -n1)"
+python3 -m zipfile -e "$wheel" "$site" || { echo "run-python: cannot unpack $wheel" >&2; exit 1; }
+export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+logs="${OUT:-/tmp}/python-tests"
+mkdir -p "$logs"
+command -v nvidia-smi >/dev/null && nvidia-smi -L
+python3 -c 'import torch, mscclpp_rs; print("torch", torch.__version__, "GPUs", torch.cuda.device_count(), "mscclpp_rs", mscclpp_rs.__version__, mscclpp_rs.device_count())'
+rc=0
+(cd /tmp && python3 -m pytest -q -rs -p no:cacheprovider "$root/python/tests" "$@") 2>&1 | tee "$logs/pytest.log" || rc=1
+(cd /tmp && MSCCLPP_BACKEND=cpu python3 -m pytest -q -p no:cacheprovider --doctest-modules --pyargs mscclpp_rs) 2>&1 | tee "$logs/doctests.log" || rc=1
+python3 "$root/python/examples/cupy_ping_pong.py" 2>&1 | tee "$logs/cupy_ping_pong.log" || rc=1
+echo "run-python: $([ "$rc" = 0 ] && echo passed || echo FAILED); logs in $logs"
+exit "$rc"
+PYRUNNER
+    chmod +x "$bundle/run-python.sh"
+fi
 
 # The device tool carries at most 64 MiB, and the stripped binaries are several times that
 # (each holds the embedded PTX and the library): they travel as one xz archive (the binaries
@@ -218,4 +267,5 @@ cat <<EOF
 Run it on the GPU machine with the device tool:
   run(carry: ["gpu-bundle"], command: "bash gpu-bundle/run-tests.sh")
   (a filter: "bash gpu-bundle/run-tests.sh gpu::cuda"; extra test args after "--")
+  run(carry: ["gpu-bundle"], command: "bash gpu-bundle/run-python.sh")   # the Python package
 EOF

@@ -6,9 +6,12 @@
 #   bash scripts/mutants.sh                      # every file of DEFAULT_FILES below
 #   bash scripts/mutants.sh device/src/copy.rs 'device/src/collectives/*.rs'
 #
-# Writes, under $MUTANTS_OUT (default benchmarks/mutants/run-<date>):
+# Writes the run's record, one compact file (scripts/mutants-record.py): $MUTANTS_RECORD,
+# default benchmarks/mutants/run-<date>.md: the summary (one row per file: mutants, caught,
+# missed, timeout, unviable, score, minutes, tests) and every mutant's outcome. The raw output
+# stays out of the repository, under $MUTANTS_OUT (default target/mutants-out/run-<date>):
 #   <file>/{caught,missed,unviable,timeout}.txt and outcomes.json   (cargo-mutants' own lists)
-#   summary.md   one row per file: mutants, caught, missed, unviable, timeout, score, minutes
+#   <file>/run.log, baseline.log, summary.md
 #
 # What keeps it finite:
 #   MSCCLPP_SKIP_PTX=1         the root build.rs embeds an empty PTX instead of recompiling
@@ -24,8 +27,9 @@
 #                              instead of tests_for's choice (e.g. a quicker subset)
 #   MUTANTS_SRC                the working copy (default target/mutants-src): two runs at once
 #                              need one each (and a CARGO_TARGET_DIR each)
-#   MUTANTS_ONLY               a file of mutant names, one a line as in missed.txt: test only
-#                              those of each file (re-testing what an earlier run missed)
+#   MUTANTS_ONLY               an earlier run's record (benchmarks/mutants/*.md: its missed
+#                              mutants) or a file of mutant names, one a line as in missed.txt:
+#                              test only those of each file (re-testing what a run missed)
 #
 # cargo-mutants leaves `unsafe fn` bodies alone, and the device's data movers are `unsafe fn`
 # (copy, the packet and LL128 line accessors, the direct kernel's loads): so the run works on
@@ -102,9 +106,21 @@ if ! command -v cargo-mutants >/dev/null; then
   cargo install --locked cargo-mutants
 fi
 
-out="${MUTANTS_OUT:-benchmarks/mutants/run-$(date +%Y-%m-%d)}"
-mkdir -p "$out"
+run="run-$(date +%Y-%m-%d)"
+out="${MUTANTS_OUT:-target/mutants-out/$run}"
+record="${MUTANTS_RECORD:-benchmarks/mutants/$run.md}"
+mkdir -p "$out" "$(dirname "$record")"
 out=$(cd "$out" && pwd)
+record="$(cd "$(dirname "$record")" && pwd)/$(basename "$record")"
+# MUTANTS_ONLY: a record's missed mutants, or a list of names as it is.
+only_list=""
+if [ -n "${MUTANTS_ONLY:-}" ]; then
+  only_list="$out/only.txt"
+  case "$MUTANTS_ONLY" in
+    *.md) python3 scripts/mutants-record.py names "$MUTANTS_ONLY" missed >"$only_list" ;;
+    *) cp "$MUTANTS_ONLY" "$only_list" ;;
+  esac
+fi
 export MSCCLPP_BACKEND=cpu
 export MSCCLPP_SKIP_PTX=1
 export MSCCLPP_SPIN_TIMEOUT_MS="${MSCCLPP_SPIN_TIMEOUT_MS:-20000}"
@@ -141,10 +157,10 @@ for f in "${files[@]}"; do
   read -r -a args <<<"${spec#*|}"
   # MUTANTS_ONLY: this file's names, each as an exact regex (cargo-mutants' --re).
   only=()
-  if [ -n "${MUTANTS_ONLY:-}" ]; then
+  if [ -n "$only_list" ]; then
     while IFS= read -r m; do
       only+=(--re "^$(python3 -c 'import re, sys; print(re.escape(sys.argv[1]))' "$m")\$")
-    done < <(grep -F "$f:" "$MUTANTS_ONLY" || true)
+    done < <(grep -F "$f:" "$only_list" || true)
     if [ "${#only[@]}" -eq 0 ]; then
       echo "mutants: $f: none of its mutants is named in $MUTANTS_ONLY; skipped"
       continue
@@ -257,3 +273,5 @@ with open(os.path.join(out, "summary.md"), "w") as f:
         f.write(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]} | {r[5]} | {r[6]} | {r[7] / 60:.0f} | `{r[8]}` |\n")
 print(open(os.path.join(out, "summary.md")).read())
 EOF
+python3 scripts/mutants-record.py write "$out" "$record" --title "$(basename "$record" .md)"
+echo "mutants: the run's record is $record (raw output in $out)"

@@ -23,3 +23,4 @@ cargo test --workspace --locked
 bash scripts/build-nccl.sh --debug  # the drop-in libnccl.so.2 as installed (SONAME checked)
 MSCCLPP_BACKEND=cpu cargo run --locked -q -p user-kernels-demo   # a user kernel crate, built by mscclpp-build
 cargo run --locked -q --bin mscclpp-bench -- allreduce -c -n 2 -w 1   # README's main command, from the root
+bash scripts/test-python.sh         # the Python package: wheel (maturin), mypy, pytest on the CPU backend

@@ -16,7 +16,7 @@
 //!
 //! ## Modules
 //!
-//! Lowest first; a module imports only modules of lower layers (`tests/layering.rs` reads
+//! Lowest first; a module imports only modules of lower layers (`tests/import_layers.rs` reads
 //! this table):
 //!
 //! | layer | modules | what |

@@ -19,6 +19,18 @@ pub fn run_local_ranks<T: Send>(
     n: usize,
     body: impl Fn(Communicator) -> Result<T> + Sync,
 ) -> Vec<Result<T>> {
+    let devices = backend.device_count().unwrap_or(1).max(1);
+    run_local_ranks_on(backend, n, |r| r % devices, body)
+}
+
+/// As [`run_local_ranks`], rank `r` on device `device(r)`: e.g. every rank on device 0, for
+/// several ranks on one GPU (`MSCCLPP_RANKS_PER_GPU`).
+pub fn run_local_ranks_on<T: Send>(
+    backend: BackendKind,
+    n: usize,
+    device: impl Fn(usize) -> usize + Sync,
+    body: impl Fn(Communicator) -> Result<T> + Sync,
+) -> Vec<Result<T>> {
     let loopback: SocketAddr = SocketAddr::from(([127, 0, 0, 1], 0));
     let (id, listener) = match UniqueId::bind(loopback) {
         Ok(x) => x,
@@ -40,12 +52,11 @@ pub fn run_local_ranks<T: Send>(
             s.abort();
         }
     };
-    let devices = backend.device_count().unwrap_or(1).max(1);
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
             .map(|r| {
-                let (body, listener, statuses, abort_all) =
-                    (&body, &listener, &statuses, &abort_all);
+                let (body, listener, statuses, abort_all, device) =
+                    (&body, &listener, &statuses, &abort_all, &device);
                 s.spawn(move || -> Result<T> {
                     let cfg = BootstrapConfig::new(r, n, id).with_timeout(Duration::from_secs(60));
                     let root = if r == 0 {
@@ -57,7 +68,7 @@ pub fn run_local_ranks<T: Send>(
                         Some(l) => TcpBootstrap::init_with_root_listener(cfg, l)?,
                         None => TcpBootstrap::init(cfg)?,
                     };
-                    let gpu = Gpu::open(backend, r % devices)?;
+                    let gpu = Gpu::open(backend, device(r))?;
                     let comm = Communicator::new(Arc::new(bs), gpu)?;
                     statuses
                         .lock()

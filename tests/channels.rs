@@ -2,13 +2,10 @@
 //! between two ranks, as threads and as processes, with data checked; an abort releases a
 //! waiting kernel; an invalid trigger is refused by the proxy.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::values::MARKER;
-use common::{module, pattern, ranks_as_processes, ranks_as_threads};
+use mscclpp::DEVICE_PTX;
 use mscclpp::device::packet::packets_for;
 use mscclpp::host::communicator::Communicator;
 use mscclpp::host::connection::{Connection, EndpointConfig};
@@ -18,6 +15,9 @@ use mscclpp::host::port_channel::PortChannelService;
 use mscclpp::host::transport::Transport;
 use mscclpp::kernels;
 use mscclpp::shared::{DeviceErrorCode, LL16Packet, PingPongParams, PortPingPongParams};
+use mscclpp_test_support as harness;
+use mscclpp_test_support::MARKER;
+use mscclpp_test_support::{module, pattern, ranks_as_processes, ranks_as_threads};
 
 const BYTES: usize = 40 * 1024 + 12;
 const ITERS: u32 = 16;
@@ -60,7 +60,7 @@ fn memory_and_packet_ping_pong(comm: Communicator) {
     )
     .unwrap();
 
-    let m = module(&g);
+    let m = module(&g, DEVICE_PTX);
     let stream = g.stream().unwrap();
     let params = |ch: &MemoryChannel| PingPongParams {
         status: comm.status().device_ptr(),
@@ -128,7 +128,7 @@ fn port_ping_pong(comm: Communicator) {
         .unwrap();
     let ch = svc.port_channel(sem, dst, srcid).unwrap();
     let svc = svc.start().unwrap();
-    let m = module(&g);
+    let m = module(&g, DEVICE_PTX);
     let k = m.kernel(kernels::PORT_PING_PONG).unwrap();
     let stream = g.stream().unwrap();
     for flush in [0, 1] {
@@ -180,7 +180,7 @@ fn abort_releases_a_waiting_kernel(comm: Communicator) {
         buf.ptr(),
     )
     .unwrap();
-    let m = module(&g);
+    let m = module(&g, DEVICE_PTX);
     let k = m.kernel(kernels::MEMORY_PING_PONG).unwrap();
     let stream = g.stream().unwrap();
     // Role 1 on both ranks: each waits for a signal nobody sends.
@@ -241,7 +241,7 @@ fn invalid_trigger_is_refused(comm: Communicator) {
     if rank == 0 {
         ch.dst = 7; // never registered
         let svc = svc.start().unwrap();
-        let m = module(&g);
+        let m = module(&g, DEVICE_PTX);
         let k = m.kernel(kernels::PORT_PING_PONG).unwrap();
         let stream = g.stream().unwrap();
         let p = PortPingPongParams {
@@ -281,14 +281,14 @@ const DONE_TAG: u64 = 99;
 
 #[test]
 fn memory_channel_threads() {
-    if common::enough_gpus("memory_channel_threads", 2) {
+    if harness::enough_gpus("memory_channel_threads", 2) {
         ranks_as_threads(2, memory_and_packet_ping_pong);
     }
 }
 
 #[test]
 fn memory_channel_processes() {
-    match common::child_communicator() {
+    match harness::child_communicator() {
         Some(c) => memory_and_packet_ping_pong(c),
         None => ranks_as_processes(2, "memory_channel_processes"),
     }
@@ -296,14 +296,14 @@ fn memory_channel_processes() {
 
 #[test]
 fn port_channel_threads() {
-    if common::enough_gpus("port_channel_threads", 2) {
+    if harness::enough_gpus("port_channel_threads", 2) {
         ranks_as_threads(2, port_ping_pong);
     }
 }
 
 #[test]
 fn port_channel_processes() {
-    match common::child_communicator() {
+    match harness::child_communicator() {
         Some(c) => port_ping_pong(c),
         None => ranks_as_processes(2, "port_channel_processes"),
     }
@@ -311,7 +311,7 @@ fn port_channel_processes() {
 
 #[test]
 fn abort_releases_waiters() {
-    if common::enough_gpus("abort_releases_waiters", 2) {
+    if harness::enough_gpus("abort_releases_waiters", 2) {
         ranks_as_threads(2, abort_releases_a_waiting_kernel);
     }
 }
@@ -326,17 +326,19 @@ fn invalid_trigger_threads() {
 /// communicator reports `Error::Remote` naming the dead rank — within 10 s.
 #[test]
 fn dead_peer_releases_the_survivor() {
-    let Some(comm) = common::child_communicator() else {
-        let results = common::ranks_as_processes_status(2, "dead_peer_releases_the_survivor");
-        assert!(
-            results[0].0.success(),
-            "the survivor failed: {}",
-            results[0].1
+    let Some(comm) = harness::child_communicator() else {
+        let ends = harness::Processes::new("dead_peer_releases_the_survivor", 2).run();
+        assert_eq!(
+            ends.len(),
+            2,
+            "rank 0 did not start the world: {}",
+            ends[0].text()
         );
+        assert!(ends[0].success(), "the survivor failed: {}", ends[0].text());
         assert!(
-            !results[1].0.success(),
+            !ends[1].status.success() && !ends[1].overran,
             "the victim was not killed: {}",
-            results[1].1
+            ends[1].text()
         );
         return;
     };
@@ -361,7 +363,7 @@ fn dead_peer_releases_the_survivor() {
         unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
         unreachable!();
     }
-    let m = module(&g);
+    let m = module(&g, DEVICE_PTX);
     let k = m.kernel(kernels::MEMORY_PING_PONG).unwrap();
     let stream = g.stream().unwrap();
     let p = PingPongParams {

@@ -3,16 +3,18 @@
 //! element, primes, pieces larger than the staging buffer) and unaligned offsets, in place and
 //! out of place.
 
-mod common;
+mod values;
 
 use std::sync::Arc;
 
-use common::ranks_as_threads;
-use common::values::{MARKER, REDUCE_OPS as OPS, TYPES, decode, encode, value};
 use mscclpp::collectives::{Algorithm, Collective, CollectiveConfig, Collectives};
 use mscclpp::host::communicator::Communicator;
 use mscclpp::host::gpu::{BackendKind, DeviceBuffer};
 use mscclpp::shared::{DataType, DevicePtr, ReduceOp};
+use mscclpp_test_support as harness;
+use mscclpp_test_support::MARKER;
+use mscclpp_test_support::ranks_as_threads;
+use values::{REDUCE_OPS as OPS, TYPES, decode, encode, value};
 
 /// `count` elements of part `part` of `rank`'s data ([`value`]: a hash of the three).
 fn data(dtype: DataType, rank: usize, count: usize, part: usize) -> Vec<u8> {
@@ -319,10 +321,9 @@ fn others_case(c: &Collectives, count: usize, algo: Option<Algorithm>) {
     assert!(comm.status().error().is_none());
 }
 
-/// Runs `body` on `n` ranks. On the CUDA backend with fewer GPUs than ranks (several ranks
-/// sharing a GPU), the collectives refuse, as NCCL does, and this checks that every rank gets
-/// that typed error (a kernel of one rank would otherwise wait for another's queued behind it
-/// on the same GPU, or behind the driver's device-wide synchronisation in `cuMemFree`).
+/// Runs `body` on `n` ranks. On the CUDA backend with fewer GPUs than ranks and no
+/// `MSCCLPP_RANKS_PER_GPU` that lets them share, the collectives refuse, as NCCL does, and this
+/// checks that every rank gets that typed error; with it, the ranks share the GPUs.
 fn run(n: usize, body: impl Fn(&Collectives) + Sync) {
     run_with(n, CollectiveConfig::for_backend, body)
 }
@@ -333,9 +334,8 @@ fn run_with(
     config: impl Fn(BackendKind) -> CollectiveConfig + Sync,
     body: impl Fn(&Collectives) + Sync,
 ) {
-    let kind = common::backend();
-    let devices = kind.device_count().unwrap_or(1);
-    if kind == BackendKind::Cuda && n > devices {
+    if !harness::gpus_suffice(n) {
+        let devices = harness::device_count();
         eprintln!("{n} ranks on {devices} GPUs: checking that the collectives refuse");
         ranks_as_threads(n, |comm: Communicator| {
             let cfg = CollectiveConfig::for_backend(comm.gpu().kind());
@@ -737,25 +737,17 @@ fn nine_ranks_stage_where_the_registered_paths_stop() {
 #[test]
 fn every_algorithm_as_processes_3_to_8_ranks() {
     const TEST: &str = "every_algorithm_as_processes_3_to_8_ranks";
-    match common::child_communicator() {
+    match harness::child_communicator() {
         Some(comm) => {
             let c = Collectives::new(Arc::new(comm)).expect("collectives");
             every_algorithm(&c);
             c.communicator().bootstrap().barrier().unwrap();
         }
         None => {
-            let kind = common::backend();
-            let gpus = if kind == BackendKind::Cuda {
-                kind.device_count().unwrap_or(0)
-            } else {
-                usize::MAX
-            };
             for n in 3..=8 {
-                if n > gpus {
-                    eprintln!("NOT RUN: {n} ranks as processes need {n} GPUs ({gpus} here)");
-                    continue;
+                if harness::enough_gpus(&format!("{TEST} on {n} ranks"), n) {
+                    harness::ranks_as_processes(n, TEST);
                 }
-                common::ranks_as_processes(n, TEST);
             }
         }
     }
@@ -972,7 +964,7 @@ fn ll_modes_back_to_back_3_and_4_ranks() {
 /// receiver clears its status, the next exchange is correct.
 #[test]
 fn send_larger_than_the_peers_recv_is_refused() {
-    if !common::enough_gpus("send_larger_than_the_peers_recv_is_refused", 2) {
+    if !harness::enough_gpus("send_larger_than_the_peers_recv_is_refused", 2) {
         return;
     }
     ranks_as_threads(2, |comm: Communicator| {
@@ -1035,7 +1027,7 @@ fn send_larger_than_the_peers_recv_is_refused() {
 /// writing nothing.
 #[test]
 fn mismatched_all_reduce_lengths_are_refused() {
-    if !common::enough_gpus("mismatched_all_reduce_lengths_are_refused", 2) {
+    if !harness::enough_gpus("mismatched_all_reduce_lengths_are_refused", 2) {
         return;
     }
     ranks_as_threads(2, |comm: Communicator| {
@@ -1081,7 +1073,7 @@ fn mismatched_all_reduce_lengths_are_refused() {
 /// corrupting later.
 #[test]
 fn mismatched_configs_are_refused_at_setup() {
-    if !common::enough_gpus("mismatched_configs_are_refused_at_setup", 2) {
+    if !harness::enough_gpus("mismatched_configs_are_refused_at_setup", 2) {
         return;
     }
     ranks_as_threads(2, |comm: Communicator| {

@@ -10,14 +10,15 @@
 //!
 //! `MSCCLPP_TEST_SURFACE_FULL=1` runs every count of every reduce case and more rank counts.
 
-mod common;
 mod surface;
 
 use mscclpp::collectives::{Algorithm, Collectives};
 use mscclpp::host::gpu::{DeviceBuffer, Stream};
 use mscclpp::shared::{DataType, DevicePtr};
+use mscclpp_test_support as harness;
+use mscclpp_test_support::enough_gpus;
 use surface::types::{self, OPS, Op, TYPES};
-use surface::{MARKER, bytes, can_run, full_grid, read, same, with_collectives};
+use surface::{MARKER, bytes, full_grid, read, same, with_collectives};
 
 const NULL: DevicePtr<u8> = DevicePtr::NULL;
 
@@ -182,7 +183,7 @@ fn reduce_grid(c: &Collectives) {
 #[test]
 fn reduce_every_type_reduction_and_algorithm_2_and_3_ranks() {
     for n in [2, 3] {
-        if can_run(n, "the reduce grid") {
+        if enough_gpus("the reduce grid", n) {
             with_collectives(n, |_| {}, reduce_grid);
         }
     }
@@ -403,7 +404,7 @@ fn gather_scatter_and_all_to_allv_2_to_8_ranks() {
         &[2, 3, 5, 8]
     };
     for &n in ranks {
-        if can_run(n, "gather, scatter and all-to-all-v") {
+        if enough_gpus("gather, scatter and all-to-all-v", n) {
             with_collectives(n, |_| {}, data_movers);
         }
     }
@@ -658,7 +659,7 @@ fn in_place_and_null(c: &Collectives, count: usize) {
 #[test]
 fn edge_cases_of_every_collective_2_and_3_ranks() {
     for n in [2, 3] {
-        if !can_run(n, "the edge cases") {
+        if !enough_gpus("the edge cases", n) {
             continue;
         }
         with_collectives(
@@ -761,7 +762,7 @@ fn mixed_group(c: &Collectives) {
 #[test]
 fn groups_of_mixed_collectives_2_3_and_4_ranks() {
     for n in [2, 3, 4] {
-        if can_run(n, "mixed groups") {
+        if enough_gpus("mixed groups", n) {
             with_collectives(n, |_| {}, mixed_group);
         }
     }
@@ -771,7 +772,7 @@ fn groups_of_mixed_collectives_2_3_and_4_ranks() {
 #[test]
 fn surface_as_processes_3_ranks() {
     const TEST: &str = "surface_as_processes_3_ranks";
-    match common::child_communicator() {
+    match harness::child_communicator() {
         Some(comm) => {
             let c = Collectives::new(std::sync::Arc::new(comm)).expect("collectives");
             data_movers(&c);
@@ -796,8 +797,8 @@ fn surface_as_processes_3_ranks() {
             c.communicator().bootstrap().barrier().unwrap();
         }
         None => {
-            if can_run(3, "the surface as processes") {
-                common::ranks_as_processes(3, TEST);
+            if enough_gpus("the surface as processes", 3) {
+                harness::ranks_as_processes(3, TEST);
             }
         }
     }

@@ -16,19 +16,18 @@
 //!
 //! The backend is the one `MSCCLPP_BACKEND` selects (`cpu`, or `cuda`; unset: CUDA when a GPU
 //! is present, else the CPU backend), in the parent and every child alike. On CUDA each rank
-//! takes its own GPU, rank `r` device `r`; a case needing more ranks than there are GPUs is not
-//! run (it says `NOT RUN` on stderr), so on 2 GPUs the 2-rank cases run:
+//! takes its own GPU, rank `r` device `r % devices`; a case needing more ranks than there are
+//! GPUs (times `MSCCLPP_RANKS_PER_GPU`, the harness's count) is not run (it says `NOT RUN` on
+//! stderr), so on 2 GPUs the 2-rank cases run:
 //! `MSCCLPP_BACKEND=cuda cargo test --release --test faults -- --nocapture` (or through the GPU
 //! bundle: `bash gpu-bundle/run-tests.sh faults`).
-
-mod common;
 
 use std::os::unix::process::ExitStatusExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{module, pattern};
+use mscclpp::DEVICE_PTX;
 use mscclpp::collectives::{Algorithm, Collectives};
 use mscclpp::host::Error;
 use mscclpp::host::bootstrap::{Bootstrap, TcpBootstrap, Watch};
@@ -39,6 +38,8 @@ use mscclpp::host::port_channel::PortChannelService;
 use mscclpp::host::transport::Transport;
 use mscclpp::kernels;
 use mscclpp::shared::{DataType, PortPingPongParams, ReduceOp};
+use mscclpp_test_support as harness;
+use mscclpp_test_support::{module, pattern};
 
 /// How long a survivor may take to learn of the death.
 const RELEASE_WITHIN: Duration = Duration::from_secs(10);
@@ -84,7 +85,7 @@ fn memfds() -> Vec<String> {
 /// dropped): within a few seconds (threads that held the communicator wind down) no
 /// mapping or descriptor of device memory is left.
 fn expect_memory_released() {
-    if common::backend() != BackendKind::Cpu {
+    if harness::backend() != BackendKind::Cpu {
         println!("FAULT memory check NOT RUN: it reads the CPU backend's memfd mappings");
         return;
     }
@@ -108,17 +109,17 @@ fn expect_memory_released() {
 /// survivor exited successfully within the bound, the victim died of SIGKILL, every child was
 /// reaped and no shared-memory file was left.
 fn run_fault(test: &str, n: usize, victim: usize) {
-    if !common::enough_gpus(test, n) {
+    if !harness::enough_gpus(test, n) {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let t0 = Instant::now();
-    let ends = common::ranks_as_processes_bounded(n, test, HANG_GUARD);
+    let ends = harness::Processes::new(test, n).bound(HANG_GUARD).run();
     let took = t0.elapsed();
-    let all = |ends: &[common::ChildEnd]| {
+    let all = |ends: &[harness::ChildEnd]| {
         ends.iter()
             .enumerate()
-            .map(|(r, e)| format!("--- rank {r} ({}):\n{}", e.status, e.output))
+            .map(|(r, e)| format!("--- rank {r} ({}):\n{}", e.status, e.output()))
             .collect::<Vec<_>>()
             .join("\n")
     };
@@ -151,7 +152,7 @@ fn run_fault(test: &str, n: usize, victim: usize) {
                 .and_then(|p| p.parse::<u32>().ok());
             assert_ne!(ppid, Some(std::process::id()), "rank {r} was left behind");
         }
-        for line in e.output.lines() {
+        for line in e.output().lines() {
             if let Some(at) = line.find("FAULT ") {
                 println!("{test}: rank {r}: {}", &line[at + 6..]);
             }
@@ -159,8 +160,8 @@ fn run_fault(test: &str, n: usize, victim: usize) {
     }
     // Release times measured against the victim's own clock reading just before it died (one
     // machine, one wall clock).
-    let stamp = |e: &common::ChildEnd, key: &str| -> Vec<u128> {
-        e.output
+    let stamp = |e: &harness::ChildEnd, key: &str| -> Vec<u128> {
+        e.output()
             .lines()
             .filter_map(|l| l.find(key).map(|at| &l[at + key.len()..]))
             .filter_map(|v| v.trim().parse().ok())
@@ -179,15 +180,15 @@ fn run_fault(test: &str, n: usize, victim: usize) {
             after < RELEASE_WITHIN,
             "survivor rank {r} got its error only {after:?} after the victim died (bound \
              {RELEASE_WITHIN:?}); its output says what it was blocked on:\n{}",
-            e.output
+            e.output()
         );
     }
-    if common::backend() == BackendKind::Cpu {
+    if harness::backend() == BackendKind::Cpu {
         for (r, e) in ends.iter().enumerate().filter(|(r, _)| *r != victim) {
             assert!(
-                e.output.contains("FAULT_MEMORY_RELEASED"),
+                e.output().contains("FAULT_MEMORY_RELEASED"),
                 "survivor rank {r} did not report its memory released:\n{}",
-                e.output
+                e.output()
             );
         }
     }
@@ -435,7 +436,7 @@ fn setup_during(bs: TcpBootstrap, victim: usize, at_op: usize, linger: Duration)
     } else {
         Arc::new(bs)
     };
-    let comm = Arc::new(Communicator::new(bs, common::gpu(rank)).expect("communicator"));
+    let comm = Arc::new(Communicator::new(bs, harness::gpu(rank)).expect("communicator"));
     let start = Instant::now();
     let got = Collectives::new(comm.clone());
     let waited = start.elapsed();
@@ -482,7 +483,7 @@ fn port_transfer(comm: Communicator, victim: usize) {
         .unwrap();
     let ch = svc.port_channel(sem, dst, srcid).unwrap();
     let svc = svc.start().unwrap();
-    let m = module(&g);
+    let m = module(&g, DEVICE_PTX);
     let k = m.kernel(kernels::PORT_PING_PONG).unwrap();
     let stream = g.stream().unwrap();
     comm.bootstrap().barrier().unwrap();
@@ -580,7 +581,7 @@ fn all_reduce_inside(comm: Communicator, victim: usize, algo: Algorithm, count: 
     );
     expect_released(&comm, &stream, start, victim);
     assert!(
-        !memfds().is_empty() || common::backend() != BackendKind::Cpu,
+        !memfds().is_empty() || harness::backend() != BackendKind::Cpu,
         "no device memory seen"
     );
     // Later calls fail at once (naming the victim) or are released at once; none hangs.
@@ -621,7 +622,7 @@ fn hold_stream(
     let g = stream.gpu();
     let status = StatusBlock::new(g, 0).unwrap();
     let fifo = Fifo::new(g, 2).unwrap();
-    let m = module(g);
+    let m = module(g, DEVICE_PTX);
     let k = m.kernel(kernels::FIFO_PUSH).unwrap();
     let p = mscclpp::shared::FifoPushParams {
         status: status.device_ptr(),
@@ -639,7 +640,7 @@ macro_rules! fault_case {
         $(#[$m])*
         #[test]
         fn $name() {
-            match common::child_communicator() {
+            match harness::child_communicator() {
                 Some(comm) => {
                     ($body)(comm, $victim);
                     expect_memory_released();
@@ -663,7 +664,7 @@ macro_rules! setup_case {
         $(#[$m])*
         #[test]
         fn $name() {
-            match common::child_bootstrap() {
+            match harness::child_bootstrap() {
                 Some(bs) => {
                     setup_during(bs, 2, $at, $linger);
                     expect_memory_released();
@@ -786,10 +787,10 @@ fault_case!(
 /// comes (ranks as threads): `Error::Aborted` within [`WATCHED_WITHIN`].
 #[test]
 fn abort_ends_a_bootstrap_barrier() {
-    if !common::enough_gpus("abort_ends_a_bootstrap_barrier", 2) {
+    if !harness::enough_gpus("abort_ends_a_bootstrap_barrier", 2) {
         return;
     }
-    common::ranks_as_threads(2, |comm| {
+    harness::ranks_as_threads(2, |comm| {
         if comm.rank() == 1 {
             // Alive but never joins; stays until rank 0 is done.
             comm.bootstrap().recv(0, 1).expect("rank 0's all-clear");

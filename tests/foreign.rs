@@ -4,9 +4,7 @@
 //! types against a host reference; length, device and device-scalar errors before anything is
 //! queued; `Element` maps every Rust type to its `DataType`.
 //!
-//! Helpers: `tests/ranks` (this wave's own; the shared `tests/common` is being rewritten).
-
-mod ranks;
+//! Ranks as threads and processes: the workspace's test harness (`mscclpp-test-support`).
 
 use std::sync::Arc;
 
@@ -17,7 +15,7 @@ use mscclpp::host::Error;
 use mscclpp::host::gpu::{BackendKind, Gpu};
 use mscclpp::shared::{DataType, DevicePtr, ReduceOp};
 
-use ranks::{backend, enough_devices, threads};
+use mscclpp_test_support::{backend, enough_gpus, try_ranks_as_threads};
 
 /// Rank `r`'s element `i`, small enough to sum exactly in every type used here.
 fn small(r: usize, i: usize) -> u8 {
@@ -29,10 +27,10 @@ fn small(r: usize, i: usize) -> u8 {
 /// default-stream handle (0, the C ABI's NULL stream) also takes collectives.
 #[test]
 fn collectives_on_a_borrowed_stream() {
-    if !enough_devices(2, "borrowed streams") {
+    if !enough_gpus("borrowed streams", 2) {
         return;
     }
-    threads(2, |comm| {
+    try_ranks_as_threads(2, |comm| {
         let r = comm.rank();
         let c = Collectives::new(Arc::new(comm))?;
         let g = c.communicator().gpu().clone();
@@ -123,10 +121,10 @@ fn elements_map_to_their_data_types() {
 /// fp8 bits, against a host reference.
 #[test]
 fn typed_collectives_on_3_ranks() {
-    if !enough_devices(3, "typed collectives") {
+    if !enough_gpus("typed collectives", 3) {
         return;
     }
-    threads(3, |comm| {
+    try_ranks_as_threads(3, |comm| {
         let (r, n) = (comm.rank(), comm.size());
         let c = Collectives::new(Arc::new(comm))?;
         let g = c.communicator().gpu().clone();
@@ -196,10 +194,10 @@ fn typed_collectives_on_3_ranks() {
 /// its own).
 #[test]
 fn typed_calls_refuse_before_queuing() {
-    if !enough_devices(2, "typed refusals") {
+    if !enough_gpus("typed refusals", 2) {
         return;
     }
-    threads(2, |comm| {
+    try_ranks_as_threads(2, |comm| {
         let c = Collectives::new(Arc::new(comm))?;
         let g = c.communicator().gpu().clone();
         let st = g.stream()?;

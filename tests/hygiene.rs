@@ -3,14 +3,13 @@
 //! there) leave the process's open file descriptors, threads and resident memory where they
 //! were. Prints the figures (`cargo test --test hygiene -- --nocapture`).
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::ranks_as_threads;
 use mscclpp::host::communicator::Communicator;
 use mscclpp::host::connection::EndpointConfig;
 use mscclpp::host::transport::Transport;
+use mscclpp_test_support as harness;
+use mscclpp_test_support::ranks_as_threads;
 
 const RANKS: usize = 4;
 /// Cycles asked for; fewer run if they do not fit [`TIME_BUDGET`] (the count is printed).
@@ -74,10 +73,7 @@ fn create_destroy_cycles_do_not_leak() {
     // the driver's primary context then lives across cycles instead of being created and torn
     // down by each (the driver keeps memory from every context it created), so what is
     // measured is this library's own growth.
-    let kind = common::backend();
-    let _devices: Vec<_> = (0..kind.device_count().expect("device count"))
-        .map(common::gpu)
-        .collect();
+    let _devices: Vec<_> = (0..harness::device_count()).map(harness::gpu).collect();
     cycle(); // warm-up: lazily created process-wide state
     let before = usage();
     let start = Instant::now();

@@ -4,12 +4,10 @@
 //! sees, a kernel that uses shared memory its launch did not give, and pairwise set-up calls
 //! made in a different order on the two ends.
 
-mod common;
-
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use common::{backend, gpu, module};
+use mscclpp::DEVICE_PTX;
 use mscclpp::host::Error;
 use mscclpp::host::bootstrap::{BootstrapConfig, TcpBootstrap, UniqueId};
 use mscclpp::host::communicator::Communicator;
@@ -18,10 +16,11 @@ use mscclpp::host::gpu::{BackendKind, KernelSpec, LaunchConfig};
 use mscclpp::host::transport::Transport;
 use mscclpp::kernels;
 use mscclpp::shared::{BlockSumParams, BlockVoteParams, CopyParams, DevicePtr};
+use mscclpp_test_support::{backend, gpu, module};
 
 #[test]
 fn a_misspelt_kernel_name_fails_on_every_backend() {
-    let m = module(&gpu(0));
+    let m = module(&gpu(0), DEVICE_PTX);
     let typo = KernelSpec::<CopyParams>::new("copy_kernl", mscclpp::device::kernels::copy_kernel);
     match m.kernel(typo) {
         Err(Error::MissingKernel { name }) => assert_eq!(name, "copy_kernl"),
@@ -35,7 +34,7 @@ fn a_misspelt_kernel_name_fails_on_every_backend() {
 
 #[test]
 fn a_wrong_parameter_struct_fails_on_every_backend() {
-    let m = module(&gpu(0));
+    let m = module(&gpu(0), DEVICE_PTX);
     // copy_kernel takes a CopyParams (32 bytes); a BlockVoteParams is 24.
     let wrong = KernelSpec::<BlockVoteParams>::new(
         "copy_kernel",
@@ -66,7 +65,7 @@ fn kernel_spec_names_the_entry_point_after_the_function() {
         (COPY.name, VOTE.name),
         (kernels::COPY.name, "block_vote_kernel")
     );
-    let m = module(&gpu(0));
+    let m = module(&gpu(0), DEVICE_PTX);
     m.kernel(COPY).expect("copy_kernel by kernel_spec!");
     m.kernel(VOTE).expect("block_vote_kernel by kernel_spec!");
 }
@@ -76,7 +75,7 @@ fn kernel_spec_names_the_entry_point_after_the_function() {
 #[test]
 fn block_votes_and_the_shared_memory_size() {
     let g = gpu(0);
-    let m = module(&g);
+    let m = module(&g, DEVICE_PTX);
     let k = m.kernel(kernels::BLOCK_VOTE).unwrap();
     let stream = g.stream().unwrap();
     let (grid, block) = (3usize, 70usize);
@@ -138,7 +137,7 @@ fn a_kernel_without_its_shared_memory_is_a_typed_error() {
         return;
     }
     let g = gpu(0);
-    let m = module(&g);
+    let m = module(&g, DEVICE_PTX);
     let k = m.kernel(kernels::BLOCK_SUM).unwrap();
     let stream = g.stream().unwrap();
     let inp = g.alloc(64 * 4).unwrap();

@@ -9,14 +9,15 @@
 //!
 //! `MSCCLPP_TEST_SURFACE_FULL=1` adds more sizes and rank counts.
 
-mod common;
 mod surface;
 
 use mscclpp::collectives::{Algorithm, CollectiveConfig, Collectives};
 use mscclpp::host::Error;
 use mscclpp::host::gpu::{DeviceBuffer, Stream};
 use mscclpp::shared::{DataType, DevicePtr};
-use surface::{MARKER, buffer, bytes, can_run, full_grid, read, same, with_collectives};
+use mscclpp_test_support as harness;
+use mscclpp_test_support::enough_gpus;
+use surface::{MARKER, buffer, bytes, full_grid, read, same, with_collectives};
 
 /// Sizes around the engine's limits on `c` (bytes): none, one, a prime, the LL limit and one
 /// past it, and several chunks per lane with a ragged end.
@@ -240,7 +241,7 @@ fn rings_all_pairs_and_parity_2_to_8_ranks() {
         &[2, 3, 4, 8]
     };
     for &n in ranks {
-        if !can_run(n, "the point-to-point patterns") {
+        if !enough_gpus("the point-to-point patterns", n) {
             continue;
         }
         with_collectives(
@@ -262,7 +263,7 @@ fn rings_all_pairs_and_parity_2_to_8_ranks() {
 /// distance), all pairs.
 #[test]
 fn ten_ranks_all_pairs() {
-    if can_run(10, "the point-to-point patterns") {
+    if enough_gpus("the point-to-point patterns", 10) {
         with_collectives(10, |_| {}, |c| all_pairs(c, DataType::U8));
     }
 }
@@ -271,7 +272,7 @@ fn ten_ranks_all_pairs() {
 /// bytes: the engine's extreme shapes.
 #[test]
 fn extreme_shapes() {
-    if !can_run(3, "the point-to-point patterns") {
+    if !enough_gpus("the point-to-point patterns", 3) {
         return;
     }
     let tune = |cfg: &mut CollectiveConfig| {
@@ -291,7 +292,7 @@ fn extreme_shapes() {
 /// succeeds; after the receiver clears its status, a matched exchange is correct.
 #[test]
 fn mismatched_counts_are_refused_with_a_typed_error() {
-    if !can_run(2, "the count-mismatch test") {
+    if !enough_gpus("the count-mismatch test", 2) {
         return;
     }
     with_collectives(
@@ -371,7 +372,7 @@ fn mismatched_counts_are_refused_with_a_typed_error() {
 /// group is queued; arguments naming no rank are refused as they are recorded.
 #[test]
 fn self_transfers_and_bad_arguments() {
-    if !can_run(1, "the self-transfer test") {
+    if !enough_gpus("the self-transfer test", 1) {
         return;
     }
     with_collectives(
@@ -459,7 +460,7 @@ fn self_transfers_and_bad_arguments() {
 #[test]
 fn patterns_as_processes_3_and_4_ranks() {
     const TEST: &str = "patterns_as_processes_3_and_4_ranks";
-    match common::child_communicator() {
+    match harness::child_communicator() {
         Some(comm) => {
             let c = Collectives::new(std::sync::Arc::new(comm)).expect("collectives");
             ring(&c);
@@ -471,8 +472,8 @@ fn patterns_as_processes_3_and_4_ranks() {
         }
         None => {
             for n in [3, 4] {
-                if can_run(n, "the point-to-point patterns as processes") {
-                    common::ranks_as_processes(n, TEST);
+                if enough_gpus("the point-to-point patterns as processes", n) {
+                    harness::ranks_as_processes(n, TEST);
                 }
             }
         }
@@ -492,11 +493,11 @@ fn patterns_as_processes_3_and_4_ranks() {
 #[test]
 fn dropping_right_after_sends_is_safe() {
     for (n, rounds) in [(2, 20), (8, 20)] {
-        if !can_run(n, "the drop-after-sends test") {
+        if !enough_gpus("the drop-after-sends test", n) {
             continue;
         }
         for round in 0..rounds {
-            common::ranks_as_threads(n, |comm| {
+            harness::ranks_as_threads(n, |comm| {
                 let mut cfg = CollectiveConfig::for_backend(comm.gpu().kind());
                 cfg.p2p_lanes = 4;
                 let c = Collectives::with_config(std::sync::Arc::new(comm), cfg).unwrap();

@@ -27,18 +27,18 @@
 //! two cores on the CPU backend); `MSCCLPP_TEST_REDUCTIONS_FULL=1` runs every count of every
 //! combination.
 
-mod common;
 mod surface;
 
 use surface::mix;
 
 use std::sync::Arc;
 
-use common::ranks_as_threads;
 use mscclpp::collectives::{Algorithm, CollectiveConfig, Collectives};
 use mscclpp::host::communicator::Communicator;
-use mscclpp::host::gpu::{BackendKind, DeviceBuffer, Gpu, Stream};
+use mscclpp::host::gpu::{DeviceBuffer, Gpu, Stream};
 use mscclpp::shared::DataType;
+use mscclpp_test_support as harness;
+use mscclpp_test_support::ranks_as_threads;
 
 // The types, their reductions and the host reference: `tests/surface/types.rs` (shared with
 // the NCCL-surface tests).
@@ -176,12 +176,7 @@ fn one_case(
 /// The grid on `n` ranks: every collective, algorithm, type and reduction, at the counts the
 /// rotation (or the full grid) picks.
 fn grid(n: usize) {
-    let kind = common::backend();
-    let devices = kind.device_count().unwrap_or(0);
-    if kind == BackendKind::Cuda && devices < n {
-        eprintln!(
-            "NOT RUN: {n} ranks need {n} GPUs (one per rank), the CUDA backend has {devices}"
-        );
+    if !harness::enough_gpus(&format!("the reduction grid on {n} ranks"), n) {
         return;
     }
     let full = full_grid();

@@ -8,9 +8,7 @@
 //! mismatched calls refused on every rank with nothing written. Ranks as threads and as
 //! processes.
 //!
-//! Helpers: `tests/ranks` (this wave's own; the shared `tests/common` is being rewritten).
-
-mod ranks;
+//! Ranks as threads and processes: the workspace's test harness (`mscclpp-test-support`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,7 +19,10 @@ use mscclpp::host::communicator::Communicator;
 use mscclpp::host::gpu::{DeviceBuffer, Stream};
 use mscclpp::shared::{DataType, DeviceErrorCode, ReduceOp, RegisteredRefusal};
 
-use ranks::{Sends, child, counted_threads, enough_devices};
+use mscclpp_test_support::{
+    Sends, backend, child_counted_communicator, counted_ranks_as_threads, enough_gpus,
+    ranks_as_processes,
+};
 
 /// Element `i` of part `p` of rank `r`'s input.
 fn value(r: usize, p: usize, i: usize) -> u32 {
@@ -173,10 +174,10 @@ fn settle(c: &Collectives) {
 #[test]
 fn registered_calls_send_no_bootstrap_message() {
     for n in [2, 3] {
-        if !enough_devices(n, "registered buffers") {
+        if !enough_gpus("registered buffers", n) {
             continue;
         }
-        counted_threads(n, |comm: Communicator, sends: Sends| {
+        counted_ranks_as_threads(n, |comm: Communicator, sends: Sends| {
             let cfg = CollectiveConfig::for_backend(comm.gpu().kind());
             let m = part_elems(&cfg);
             let c = Collectives::with_config(Arc::new(comm), cfg)?;
@@ -278,10 +279,10 @@ fn a_late_rank_never_blocks_the_host_and_allocations_travel_once() {
     const CALLS: usize = 100;
     const BYTES: usize = 8 << 20;
     const LATE: Duration = Duration::from_secs(2);
-    if !enough_devices(2, "a late rank") {
+    if !enough_gpus("a late rank", 2) {
         return;
     }
-    counted_threads(2, |comm, sends| {
+    counted_ranks_as_threads(2, |comm, sends| {
         let cfg = CollectiveConfig::for_backend(comm.gpu().kind());
         assert!(BYTES >= cfg.direct_min_bytes && BYTES > cfg.ll128_max_bytes);
         let c = Collectives::with_config(Arc::new(comm), cfg)?;
@@ -355,10 +356,10 @@ fn a_late_rank_never_blocks_the_host_and_allocations_travel_once() {
 /// kernel, and the copy engines at their sizes).
 #[test]
 fn mem_alloc_and_windows_send_nothing() {
-    if !enough_devices(3, "registered buffers") {
+    if !enough_gpus("registered buffers", 3) {
         return;
     }
-    counted_threads(3, |comm, sends| {
+    counted_ranks_as_threads(3, |comm, sends| {
         let cfg = CollectiveConfig::for_backend(comm.gpu().kind());
         let (n, m) = (3, part_elems(&cfg));
         let c = Collectives::with_config(Arc::new(comm), cfg)?;
@@ -493,11 +494,11 @@ fn mem_alloc_and_windows_send_nothing() {
 /// a misaligned buffer on one rank.
 #[test]
 fn mismatched_registered_calls_write_nothing() {
-    if !enough_devices(2, "registered buffers") {
+    if !enough_gpus("registered buffers", 2) {
         return;
     }
     for case in ["count", "alignment"] {
-        counted_threads(2, |comm, _| {
+        counted_ranks_as_threads(2, |comm, _| {
             let cfg = CollectiveConfig::for_backend(comm.gpu().kind());
             let m = part_elems(&cfg);
             let c = Collectives::with_config(Arc::new(comm), cfg)?;
@@ -564,7 +565,7 @@ fn mismatched_registered_calls_write_nothing() {
 #[test]
 fn registered_as_processes() {
     const TEST: &str = "registered_as_processes";
-    if let Some((comm, sends)) = child::counted() {
+    if let Some((comm, sends)) = child_counted_communicator() {
         let cfg = CollectiveConfig::for_backend(comm.gpu().kind());
         let (n, m) = (comm.size(), part_elems(&cfg));
         let c = Collectives::with_config(Arc::new(comm), cfg).expect("collectives");
@@ -606,10 +607,10 @@ fn registered_as_processes() {
         comm.barrier().expect("barrier");
         return;
     }
-    if !enough_devices(3, "registered buffers as processes") {
+    if !enough_gpus("registered buffers as processes", 3) {
         return;
     }
-    child::run(3, TEST);
+    ranks_as_processes(3, TEST);
 }
 
 /// Issue 30, item 3 (CUDA graphs, 2 GPUs): calls captured on a stream borrowed by its handle
@@ -621,11 +622,14 @@ fn registered_as_processes() {
 #[test]
 fn captured_calls_at_every_size_need_no_eager_call() {
     use mscclpp::host::gpu::BackendKind;
-    if ranks::backend() != BackendKind::Cuda || !enough_devices(2, "captured calls") {
-        eprintln!("NOT RUN: captured calls need the CUDA backend and 2 GPUs");
+    if backend() != BackendKind::Cuda {
+        eprintln!("NOT RUN: captured calls need the CUDA backend");
         return;
     }
-    counted_threads(2, |comm, sends| {
+    if !enough_gpus("captured_calls_neither_allocate_nor_exchange", 2) {
+        return;
+    }
+    counted_ranks_as_threads(2, |comm, sends| {
         let cfg = CollectiveConfig::for_backend(comm.gpu().kind());
         let n = 2;
         let c = Collectives::with_config(Arc::new(comm), cfg)?;

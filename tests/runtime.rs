@@ -2,17 +2,18 @@
 //! with `MSCCLPP_BACKEND=cuda`): allocation, host-mapped memory, copies, kernels with shared
 //! memory and barriers, events, and IPC between two processes.
 
-mod common;
+use std::io::Write;
+use std::time::Duration;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
-
-use common::values::MARKER;
-use common::{from_hex, gpu, module, pattern, to_hex};
+use mscclpp::DEVICE_PTX;
 use mscclpp::host::Error;
 use mscclpp::host::gpu::{BackendKind, LaunchConfig};
 use mscclpp::kernels;
 use mscclpp::shared::{BlockSumParams, CopyParams, DevicePtr, IpcMemHandle};
+use mscclpp_test_support as harness;
+use mscclpp_test_support::MARKER;
+use mscclpp_test_support::codec::Float;
+use mscclpp_test_support::{from_hex, gpu, module, pattern, to_hex};
 
 #[test]
 fn embedded_ptx_has_every_kernel() {
@@ -56,7 +57,7 @@ fn alloc_is_zeroed_and_round_trips() {
 #[test]
 fn copy_kernel_from_host_mapped_memory() {
     let g = gpu(0);
-    let m = module(&g);
+    let m = module(&g, DEVICE_PTX);
     let copy = m.kernel(kernels::COPY).unwrap();
     let stream = g.stream().unwrap();
     let n = 64 * 1024 + 5;
@@ -105,7 +106,7 @@ fn assert_same(got: &[u8], want: &[u8], what: &str) {
 #[test]
 fn copy_kernel_every_shape_and_offset() {
     let g = gpu(0);
-    let m = module(&g);
+    let m = module(&g, DEVICE_PTX);
     let copy = m.kernel(kernels::COPY).unwrap();
     let stream = g.stream().unwrap();
     let max = 40_000;
@@ -161,7 +162,7 @@ fn fifo_many_producers_wrap_a_small_fifo() {
     use mscclpp::host::status::{DEFAULT_SPIN_LIMIT, StatusBlock};
     use mscclpp::shared::{FifoPushParams, TriggerType};
     let g = gpu(0);
-    let m = module(&g);
+    let m = module(&g, DEVICE_PTX);
     let push = m.kernel(kernels::FIFO_PUSH).unwrap();
     let stream = g.stream().unwrap();
     let status = StatusBlock::new(&g, DEFAULT_SPIN_LIMIT).unwrap();
@@ -232,17 +233,17 @@ fn fifo_many_producers_wrap_a_small_fifo() {
 #[test]
 fn spin_timeout_ends_a_lost_wait_on_the_cpu_backend() {
     const CHILD: &str = "MSCCLPP_TEST_SPIN_TIMEOUT_CHILD";
-    if common::backend() != BackendKind::Cpu {
+    if harness::backend() != BackendKind::Cpu {
         eprintln!("NOT RUN: MSCCLPP_SPIN_TIMEOUT_MS bounds the CPU backend's waits only");
         return;
     }
     if std::env::var_os(CHILD).is_some() {
-        common::die_with_parent();
+        harness::die_with_parent();
         use mscclpp::host::fifo::Fifo;
         use mscclpp::host::status::{DEFAULT_SPIN_LIMIT, StatusBlock};
         use mscclpp::shared::{DeviceErrorCode, FifoPushParams, WaitSite};
         let g = gpu(0);
-        let m = module(&g);
+        let m = module(&g, DEVICE_PTX);
         let push = m.kernel(kernels::FIFO_PUSH).unwrap();
         let stream = g.stream().unwrap();
         let status = StatusBlock::new(&g, DEFAULT_SPIN_LIMIT).unwrap();
@@ -275,23 +276,13 @@ fn spin_timeout_ends_a_lost_wait_on_the_cpu_backend() {
         println!("SPIN TIMEOUT after {} ms", took.as_millis());
         return;
     }
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "spin_timeout_ends_a_lost_wait_on_the_cpu_backend",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+    let end = harness::TestProcess::new("spin_timeout_ends_a_lost_wait_on_the_cpu_backend")
         .env(CHILD, "1")
         .env("MSCCLPP_SPIN_TIMEOUT_MS", "300")
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "child failed:\n{text}");
+        .spawn()
+        .wait_for(Duration::from_secs(120));
+    assert!(end.success(), "child failed:\n{}", end.text());
+    let text = end.output();
     let ms: u64 = text
         .lines()
         .find_map(|l| l.split_once("SPIN TIMEOUT after ").map(|(_, r)| r))
@@ -304,7 +295,7 @@ fn spin_timeout_ends_a_lost_wait_on_the_cpu_backend() {
 #[test]
 fn block_sum_uses_shared_memory_and_barriers() {
     let g = gpu(0);
-    let m = module(&g);
+    let m = module(&g, DEVICE_PTX);
     let k = m.kernel(kernels::BLOCK_SUM).unwrap();
     let stream = g.stream().unwrap();
     // A block size that is not a power of two exercises the tree's edge.
@@ -340,7 +331,7 @@ fn block_sum_uses_shared_memory_and_barriers() {
 #[test]
 fn events_order_and_time_work() {
     let g = gpu(0);
-    let m = module(&g);
+    let m = module(&g, DEVICE_PTX);
     let copy = m.kernel(kernels::COPY).unwrap();
     let s1 = g.stream().unwrap();
     let s2 = g.stream().unwrap();
@@ -378,7 +369,7 @@ fn events_order_and_time_work() {
 #[test]
 fn unknown_kernel_is_a_typed_error() {
     let g = gpu(0);
-    let m = module(&g);
+    let m = module(&g, DEVICE_PTX);
     let spec = mscclpp::host::gpu::KernelSpec::<CopyParams>::ptx_only("no_such_kernel");
     // Both backends look the name up in the PTX (the CPU backend in its text); only a build
     // without PTX (`MSCCLPP_SKIP_PTX=1`, mutation runs) cannot, and then the CPU backend has
@@ -404,7 +395,7 @@ const ROLE_ENV: &str = "MSCCLPP_TEST_IPC_CHILD";
 
 /// Child of `ipc_between_processes`: exports a buffer, then checks what the parent wrote.
 fn ipc_child() {
-    common::die_with_parent();
+    harness::die_with_parent();
     let g = gpu(0);
     let n: usize = std::env::var(ROLE_ENV).unwrap().parse().unwrap();
     let buf = g.alloc(n).unwrap();
@@ -427,35 +418,17 @@ fn ipc_between_processes() {
         return ipc_child();
     }
     let n = 3 * 1024 * 1024 + 40;
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "ipc_between_processes",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+    let mut child = harness::TestProcess::new("ipc_between_processes")
         .env(ROLE_ENV, n.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut handle = None;
-    let mut line = String::new();
-    while out.read_line(&mut line).unwrap() > 0 {
-        // libtest may have printed "test name ... " on the same line first.
-        if let Some(at) = line.find("HANDLE ") {
-            let hex = line[at + "HANDLE ".len()..].trim();
-            handle = Some(bytemuck::pod_read_unaligned::<IpcMemHandle>(&from_hex(hex)));
-            break;
-        }
-        line.clear();
-    }
+        .stdin_piped()
+        .spawn();
+    let hex = child.read_line_with("HANDLE ", Duration::from_secs(120));
+    let handle = from_hex(&hex).map(|b| bytemuck::pod_read_unaligned::<IpcMemHandle>(&b));
     let handle = handle.expect("the child printed no handle");
 
     // The parent uses the second device when there is one: IPC across GPUs.
     let g = gpu(1);
-    let m = module(&g);
+    let m = module(&g, DEVICE_PTX);
     let copy = m.kernel(kernels::COPY).unwrap();
     let stream = g.stream().unwrap();
     let peer = g.open_ipc(&handle).unwrap();
@@ -484,105 +457,21 @@ fn ipc_between_processes() {
     bad.size = bad.alloc_size + 1;
     assert!(matches!(g.open_ipc(&bad), Err(Error::IpcInvalid { .. })));
 
-    child.stdin.as_mut().unwrap().write_all(b"CHECK\n").unwrap();
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
-    let status = child.wait().unwrap();
-    assert!(status.success(), "child failed: {rest}");
-    assert!(rest.contains("CHILD OK"), "child output: {rest}");
+    child.write_line("CHECK");
+    let end = child.wait_for(Duration::from_secs(120));
+    assert!(end.success(), "child failed: {}", end.text());
+    assert!(
+        end.stdout.contains("CHILD OK"),
+        "child output: {}",
+        end.text()
+    );
     drop(peer);
-}
-
-/// A binary floating-point format of at most 16 bits, for host references built from its bit
-/// layout alone (not from the device crate's conversions): every encoding is decoded to f64
-/// exactly, and rounding picks the nearest finite encoding (ties to the even one; past the
-/// largest finite value by half an ulp or more, infinity).
-struct SmallFloat {
-    exp_bits: u32,
-    man_bits: u32,
-    /// The non-negative finite values, ascending, with their encodings.
-    finite: Vec<(f64, u16)>,
-}
-
-impl SmallFloat {
-    fn new(exp_bits: u32, man_bits: u32) -> Self {
-        let mut f = Self {
-            exp_bits,
-            man_bits,
-            finite: Vec::new(),
-        };
-        let max_exp = (1u32 << exp_bits) - 1;
-        for bits in 0..(max_exp << man_bits) {
-            f.finite.push((f.decode(bits as u16), bits as u16));
-        }
-        f
-    }
-    fn sign_bit(&self) -> u16 {
-        1 << (self.exp_bits + self.man_bits)
-    }
-    fn inf(&self) -> u16 {
-        (((1u32 << self.exp_bits) - 1) << self.man_bits) as u16
-    }
-    fn decode(&self, bits: u16) -> f64 {
-        let bias = (1i32 << (self.exp_bits - 1)) - 1;
-        let man = (bits as u32) & ((1 << self.man_bits) - 1);
-        let exp = ((bits as u32) >> self.man_bits) & ((1 << self.exp_bits) - 1);
-        let sign = if bits & self.sign_bit() != 0 {
-            -1.0
-        } else {
-            1.0
-        };
-        let scale = |e: i32| 2f64.powi(e);
-        let mag = if exp == (1 << self.exp_bits) - 1 {
-            if man == 0 { f64::INFINITY } else { f64::NAN }
-        } else if exp == 0 {
-            man as f64 * scale(1 - bias - self.man_bits as i32)
-        } else {
-            (man as f64 + scale(self.man_bits as i32))
-                * scale(exp as i32 - bias - self.man_bits as i32)
-        };
-        sign * mag
-    }
-    fn is_nan(&self, bits: u16) -> bool {
-        self.decode(bits).is_nan()
-    }
-    /// `x` rounded to this format, to nearest, ties to even (`x` not NaN).
-    fn round(&self, x: f64) -> u16 {
-        let sign = if x.is_sign_negative() {
-            self.sign_bit()
-        } else {
-            0
-        };
-        let a = x.abs();
-        let at = self.finite.partition_point(|&(v, _)| v <= a);
-        let (lo, lo_bits) = self.finite[at - 1];
-        let (hi, hi_bits) = match self.finite.get(at) {
-            Some(&h) => h,
-            // Beyond the largest finite value: the next step would be 2^(emax+1).
-            None => (lo + (lo - self.finite[at - 2].0), self.inf()),
-        };
-        if a == lo {
-            return sign | lo_bits;
-        }
-        let bits = match (a - lo).partial_cmp(&(hi - a)).unwrap() {
-            std::cmp::Ordering::Less => lo_bits,
-            std::cmp::Ordering::Greater => hi_bits,
-            std::cmp::Ordering::Equal => {
-                if lo_bits & 1 == 0 {
-                    lo_bits
-                } else {
-                    hi_bits
-                }
-            }
-        };
-        sign | bits
-    }
 }
 
 /// `reduce_word` of the device (the GPU's packed `add.rn.f16x2` / `add.rn.bf16x2` sums on
 /// CUDA; the host twin's soft path on the CPU backend) over arrays of words, against a
-/// reference built from the formats' bit layouts: sums correctly rounded from the exact sum
-/// (the packed instructions round once), or, for the soft path and for bf16 on a PTX target
+/// reference built from the formats' bit layouts (the harness's codec): sums correctly
+/// rounded from the exact sum (the packed instructions round once), or, for the soft path and for bf16 on a PTX target
 /// without `add.rn.bf16x2` (before sm_90), rounded through f32 first; min and max give the
 /// operand of the smaller (larger) value. Data: every special value against every other,
 /// halfway cases, overflow, and hashed bit patterns.
@@ -593,7 +482,7 @@ impl SmallFloat {
 fn packed_half_reductions_match_a_bit_level_reference() {
     use mscclpp::shared::{DataType, ReduceOp, TestKernelParams};
     let g = gpu(0);
-    let m = module(&g);
+    let m = module(&g, DEVICE_PTX);
     let k = m.kernel(kernels::TEST_REDUCE_WORDS).unwrap();
     let stream = g.stream().unwrap();
     let cuda = g.kind() == BackendKind::Cuda;
@@ -605,27 +494,32 @@ fn packed_half_reductions_match_a_bit_level_reference() {
         .and_then(|d| d.parse().ok())
         .unwrap_or(0);
     let formats = [
-        (DataType::F16, SmallFloat::new(5, 10), cuda),
-        (DataType::BF16, SmallFloat::new(8, 7), cuda && sm >= 90),
+        (DataType::F16, Float::F16, cuda),
+        (DataType::BF16, Float::BF16, cuda && sm >= 90),
     ];
     for (dtype, f, packed) in formats {
-        let bias = (1u16 << (f.exp_bits - 1)) - 1;
-        let one = bias << f.man_bits;
-        let max = f.inf() - 1;
+        // The format's codes as u16 (the harness's codec works on u64 words).
+        let (man_bits, sign_bit) = (f.mantissa_bits, 1u16 << (f.width() - 1));
+        let inf = f.round(f64::INFINITY) as u16;
+        let decode = |code: u16| f.decode(code.into());
+        let round = |x: f64| f.round(x) as u16;
+        let is_nan = |code: u16| f.is_nan(code.into());
+        let one = round(1.0);
+        let max = inf - 1;
         let specials: Vec<u16> = [
             0,
             1,
-            (1 << f.man_bits) - 1,
-            1 << f.man_bits,
+            (1 << man_bits) - 1,
+            1 << man_bits,
             one,
             one + 1,
-            one - (1 << f.man_bits), // 0.5
+            one - (1 << man_bits), // 0.5
             max,
             max - 1,
-            f.inf(),
+            inf,
         ]
         .into_iter()
-        .flat_map(|b| [b, b | f.sign_bit()])
+        .flat_map(|b| [b, b | sign_bit])
         .collect();
         // Pairs of lanes: every special with every special, then hashed bit patterns (NaNs
         // left out: which NaN comes back is not specified).
@@ -636,12 +530,12 @@ fn packed_half_reductions_match_a_bit_level_reference() {
             }
         }
         // Halfway between 1 and its successor: ties to even.
-        let half_ulp = one - ((f.man_bits as u16 + 1) << f.man_bits);
+        let half_ulp = one - ((man_bits as u16 + 1) << man_bits);
         pairs.extend([(one, half_ulp), (one + 1, half_ulp), (max, max)]);
         for i in 0..4096u64 {
-            let h = common::values::hash(&[dtype as u64, i]);
+            let h = harness::hash(&[dtype as u64, i]);
             let (x, y) = (h as u16, (h >> 16) as u16);
-            if !f.is_nan(x) && !f.is_nan(y) {
+            if !is_nan(x) && !is_nan(y) {
                 pairs.push((x, y));
             }
         }
@@ -684,17 +578,17 @@ fn packed_half_reductions_match_a_bit_level_reference() {
             let mut through_f32 = 0;
             for (i, &(x, y)) in pairs.iter().enumerate() {
                 let r = (got[i / 2] >> (16 * (i % 2))) as u16;
-                let (vx, vy) = (f.decode(x), f.decode(y));
+                let (vx, vy) = (decode(x), decode(y));
                 let what = format!("{dtype:?} {op:?} {x:#06x} {y:#06x} gave {r:#06x}");
                 match op {
                     ReduceOp::Sum => {
                         let exact = vx + vy; // exact, or (bf16, far apart) as good
                         if exact.is_nan() {
-                            assert!(f.is_nan(r), "{what}: not NaN");
+                            assert!(is_nan(r), "{what}: not NaN");
                             continue;
                         }
-                        let once = f.round(exact);
-                        let twice = f.round(((vx as f32) + (vy as f32)) as f64);
+                        let once = round(exact);
+                        let twice = round(((vx as f32) + (vy as f32)) as f64);
                         through_f32 += (once != twice) as usize;
                         let want = if packed { once } else { twice };
                         assert_eq!(r, want, "{what}, want {want:#06x} (packed: {packed})");
@@ -706,7 +600,7 @@ fn packed_half_reductions_match_a_bit_level_reference() {
                             vx
                         };
                         assert!(r == x || r == y, "{what}: not an operand");
-                        assert_eq!(f.decode(r), want, "{what}");
+                        assert_eq!(decode(r), want, "{what}");
                     }
                 }
             }
@@ -731,7 +625,7 @@ fn ll128_lines_between_blocks_of_one_gpu() {
     use mscclpp::shared::TestKernelParams;
     use mscclpp::shared::packet::ll128;
     let g = gpu(0);
-    let m = module(&g);
+    let m = module(&g, DEVICE_PTX);
     let k = m.kernel(kernels::TEST_LL128_BLOCKS).unwrap();
     let stream = g.stream().unwrap();
     let status = StatusBlock::new(&g, DEFAULT_SPIN_LIMIT).unwrap();

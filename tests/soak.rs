@@ -12,19 +12,20 @@
 //! `MSCCLPP_SOAK_KEEP_GOING` set, a wrong result is printed (`SOAK MISMATCH`) and the run goes
 //! on, failing at the end, instead of failing at the first.
 
-mod common;
+mod values;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::ranks_as_threads;
-use common::values::{REDUCE_OPS, TYPES, decode, encode_into as encode};
 use mscclpp::collectives::{Algorithm, CollectiveConfig, Collectives};
 use mscclpp::host::Error;
 use mscclpp::host::communicator::Communicator;
-use mscclpp::host::gpu::{BackendKind, DeviceBuffer};
+use mscclpp::host::gpu::DeviceBuffer;
 use mscclpp::shared::{DataType, DevicePtr, ReduceOp};
+use mscclpp_test_support as harness;
+use mscclpp_test_support::ranks_as_threads;
+use values::{REDUCE_OPS, TYPES, decode, encode_into as encode};
 
 /// Collectives per run (unless `MSCCLPP_SOAK_OPS` says otherwise).
 const OPS: usize = 10_000;
@@ -65,9 +66,9 @@ impl Rng {
 }
 
 /// A small integer for element `i` of `rank`'s input of call `call` (a hash of the three, see
-/// [`common::values::value`]): exact in every type, also summed over the ranks.
+/// [`values::value`]): exact in every type, also summed over the ranks.
 fn value(call: usize, rank: usize, i: usize) -> f64 {
-    common::values::value(rank, call, i)
+    values::value(rank, call, i)
 }
 
 /// `rank`'s input of call `call`: `count` elements.
@@ -239,7 +240,7 @@ fn soak(c: &Collectives, ops: usize) -> Tally {
         let mine = |parts: usize| input(call_no, dtype, me, count * parts);
         let v = |r: usize, idx: usize| value(call_no, r, idx);
         // Poison the output, so that an element the collective forgets is caught.
-        outb.copy_from_host(out_off, &vec![common::values::MARKER; n * count * es])
+        outb.copy_from_host(out_off, &vec![harness::MARKER; n * count * es])
             .unwrap();
         let (queued, want, out_len): (_, Vec<f64>, usize) = match call {
             Call::AllReduce { op, algo, in_place } => {
@@ -419,11 +420,10 @@ fn ten_thousand_random_collectives() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(OPS);
-    let kind = common::backend();
-    if kind == BackendKind::Cuda && kind.device_count().unwrap_or(0) < 2 {
-        eprintln!("NOT RUN: the soak test needs 2 GPUs on the CUDA backend");
+    if !harness::enough_gpus("ten_thousand_random_collectives", 2) {
         return;
     }
+    let kind = harness::backend();
     let start = Instant::now();
     let tallies = ranks_as_threads(2, |comm: Communicator| {
         let cfg = CollectiveConfig::for_backend(comm.gpu().kind());

@@ -4,8 +4,7 @@
 //! processes. `split_creation_cost` prints what a split and its collectives cost (time, device
 //! memory), asserting nothing about time.
 //!
-//! Helpers: `tests/ranks` (this wave's own; the shared `tests/common` is being rewritten).
-mod ranks;
+//! Ranks as threads and processes: the workspace's test harness (`mscclpp-test-support`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,7 +13,9 @@ use mscclpp::collectives::{Algorithm, Collective, CollectiveConfig, Collectives,
 use mscclpp::host::gpu::{BackendKind, Stream};
 use mscclpp::shared::{DataType, ReduceOp};
 
-use ranks::{backend, child, enough_devices, threads};
+use mscclpp_test_support::{
+    backend, child_communicator, enough_gpus, ranks_as_processes, try_ranks_as_threads,
+};
 
 /// Element `i` of parent rank `r`'s contribution: distinct per rank and index.
 fn value(r: usize, i: usize) -> u32 {
@@ -60,10 +61,10 @@ fn check_sum(c: &Collectives, me: usize, members: &[usize], count: usize, stream
 /// while the parent runs its own on another thread.
 #[test]
 fn colors_keys_and_no_color_on_4_ranks() {
-    if !enough_devices(4, "split on 4 ranks") {
+    if !enough_gpus("split on 4 ranks", 4) {
         return;
     }
-    threads(4, |comm| {
+    try_ranks_as_threads(4, |comm| {
         let r = comm.rank();
         let (color, key) = [(Some(7), 5), (Some(3), 0), (Some(7), 1), (None, 0)][r];
         let sub = comm.split(color, key)?;
@@ -133,10 +134,10 @@ fn colors_keys_and_no_color_on_4_ranks() {
 /// group's collectives, and a split of a split.
 #[test]
 fn pairs_and_nested_splits_on_8_ranks() {
-    if !enough_devices(8, "split on 8 ranks") {
+    if !enough_gpus("split on 8 ranks", 8) {
         return;
     }
-    threads(8, |comm| {
+    try_ranks_as_threads(8, |comm| {
         let r = comm.rank();
         let pair = comm.split(Some((r / 2) as u32), 0)?.expect("pair");
         assert_eq!((pair.size(), pair.rank()), (2, r % 2));
@@ -172,7 +173,7 @@ fn pairs_and_nested_splits_on_8_ranks() {
 #[test]
 fn split_as_processes() {
     const TEST: &str = "split_as_processes";
-    if let Some(comm) = child::communicator() {
+    if let Some(comm) = child_communicator() {
         let r = comm.rank();
         let color = if r == 3 { None } else { Some((r % 2) as u32) };
         let sub = comm.split(color, 0).expect("split");
@@ -186,10 +187,10 @@ fn split_as_processes() {
         comm.barrier().expect("barrier");
         return;
     }
-    if !enough_devices(4, "split as processes") {
+    if !enough_gpus("split as processes", 4) {
         return;
     }
-    child::run(4, TEST);
+    ranks_as_processes(4, TEST);
 }
 
 /// One rank's figures in [`split_creation_cost`]: split time, split + set-up time, bytes at
@@ -204,10 +205,10 @@ type Row = (Duration, Duration, usize, Vec<(Algorithm, usize)>);
 fn split_creation_cost() {
     // One rank too: what one GPU can show (two ranks need two GPUs).
     for n in [1, 2, 8] {
-        if !enough_devices(n, "split creation cost") {
+        if !enough_gpus("split creation cost", n) {
             continue;
         }
-        let rows = threads(n, |comm| {
+        let rows = try_ranks_as_threads(n, |comm| {
             let comm = Arc::new(comm);
             // Warm: the parent's own collectives (the module load, first threads).
             let _parent = Collectives::new(comm.clone())?;
@@ -282,10 +283,10 @@ fn split_creation_cost() {
 /// results right throughout.
 #[test]
 fn scratch_regions_are_allocated_on_first_use() {
-    if !enough_devices(3, "scratch regions") {
+    if !enough_gpus("scratch regions", 3) {
         return;
     }
-    threads(3, |comm| {
+    try_ranks_as_threads(3, |comm| {
         let r = comm.rank();
         let cfg = CollectiveConfig::for_backend(comm.gpu().kind());
         let plan = memory_plan(&cfg, 3);

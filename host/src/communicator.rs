@@ -97,6 +97,9 @@ pub struct Communicator {
     /// Splits made so far ([`split`](Communicator::split)): numbers each sub-communicator's
     /// tags, the same on every rank (a split is collective).
     splits: AtomicU64,
+    /// This rank counted on its device ([`Gpu::enter_rank`]): while other ranks of this
+    /// process share it, frees wait until one is left. Dropped last.
+    on_device: crate::gpu::RankOnDevice,
 }
 
 impl Drop for Communicator {
@@ -114,6 +117,7 @@ impl Communicator {
     /// says so ([`TraceConfig::from_env`]).
     pub fn new(bootstrap: Arc<dyn Bootstrap>, gpu: Gpu) -> Result<Self> {
         let started = crate::trace::now_ns();
+        let on_device = gpu.enter_rank();
         let mut setup = bootstrap.setup_phases();
         let status = Arc::new(StatusBlock::new(&gpu, DEFAULT_SPIN_LIMIT)?);
         let registry = LocalMemories::new(bootstrap.rank());
@@ -134,6 +138,7 @@ impl Communicator {
             trace: Trace::off(),
             setup,
             splits: AtomicU64::new(0),
+            on_device,
         };
         Ok(match TraceConfig::from_env()? {
             Some(cfg) => comm.traced(cfg),
@@ -151,6 +156,13 @@ impl Communicator {
         self.trace.note_gpu(&self.gpu);
         self.trace.record_setup(&self.setup);
         self
+    }
+
+    /// Ranks of this process on this communicator's device now (communicators alive on it):
+    /// more than one means they share a GPU, and releases that wait for every kernel of the
+    /// device are held back (`Gpu::enter_rank`).
+    pub fn ranks_on_device(&self) -> usize {
+        self.on_device.ranks()
     }
 
     /// This rank's trace (off unless `MSCCLPP_TRACE` or [`traced`](Self::traced) turned it on):

@@ -5,14 +5,13 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
 mod bootstrap_util;
 
-use bootstrap_util::{ChildProc, connect_retry, forge, forged, hello, join_by_hand};
+use bootstrap_util::{connect_retry, forge, forged, hello, join_by_hand};
 use mscclpp_host::Error;
 use mscclpp_host::auth::{Passphrase, Secret};
 use mscclpp_host::bootstrap::wire::{
@@ -21,6 +20,7 @@ use mscclpp_host::bootstrap::wire::{
 use mscclpp_host::bootstrap::{
     Bootstrap, BootstrapConfig, Launcher, RootSpec, TcpBootstrap, UniqueId, interface_ipv4,
 };
+use mscclpp_test_support::{Child, TestProcess};
 
 type BsResult = mscclpp_host::Result<TcpBootstrap>;
 
@@ -844,6 +844,12 @@ const LAUNCHER_VARS: [&str; 17] = [
     "SLURM_LOCALID",
 ];
 
+/// How long a child may take to print an awaited line, and to exit once awaited.
+const CHILD_LINE: Duration = Duration::from_secs(20);
+const CHILD_EXIT: Duration = Duration::from_secs(30);
+
+/// This test binary running [`CHILD_TEST`] as `role` (the harness's bounded child process),
+/// with none of the launchers' variables of the caller's.
 fn spawn_child(
     role: &str,
     rank: usize,
@@ -851,41 +857,41 @@ fn spawn_child(
     expect: &str,
     id: Option<&UniqueId>,
     timeout_ms: u64,
-) -> ChildProc {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([
-        "--ignored",
-        "--exact",
-        CHILD_TEST,
-        "--nocapture",
-        "--test-threads=1",
-    ]);
+) -> Child {
+    let mut p = TestProcess::new(CHILD_TEST).named(format!("{role} rank {rank}"));
     for v in LAUNCHER_VARS {
-        cmd.env_remove(v);
+        p = p.env_remove(v);
     }
-    cmd.env(ROLE, role)
+    p = p
+        .env(ROLE, role)
         .env(EXPECT, expect)
         .env("MSCCLPP_RANK", rank.to_string())
         .env("MSCCLPP_WORLD_SIZE", size.to_string())
-        .env("MSCCLPP_BOOTSTRAP_TIMEOUT_MS", timeout_ms.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .env("MSCCLPP_BOOTSTRAP_TIMEOUT_MS", timeout_ms.to_string());
     if let Some(id) = id {
-        cmd.env("MSCCLPP_UNIQUE_ID", id.to_hex());
+        p = p.env("MSCCLPP_UNIQUE_ID", id.to_hex());
     }
-    ChildProc::spawn(cmd, format!("{role} rank {rank}"))
+    p.spawn()
+}
+
+/// Waits (at most [`CHILD_EXIT`]) for a clean exit; returns the child's output.
+fn finish(c: Child) -> String {
+    let end = c.wait_until(Instant::now() + CHILD_EXIT);
+    assert!(end.success(), "{}", end.text());
+    end.output()
 }
 
 fn processes(n: usize) {
     let root = spawn_child("root", 0, n, "ok", None, 20_000);
-    let line = root.wait_line("UNIQUE_ID ");
-    let id: UniqueId = line["UNIQUE_ID ".len()..].parse().unwrap();
-    let others: Vec<ChildProc> = (1..n)
+    let id: UniqueId = root
+        .read_line_with("UNIQUE_ID ", CHILD_LINE)
+        .parse()
+        .unwrap();
+    let others: Vec<Child> = (1..n)
         .map(|r| spawn_child("rank", r, n, "ok", Some(&id), 20_000))
         .collect();
     for (r, c) in std::iter::once(root).chain(others).enumerate() {
-        let out = c.finish();
+        let out = finish(c);
         assert!(
             out.contains(&format!("CHILD_OK {r}")),
             "rank {r} output:\n{out}"
@@ -908,18 +914,20 @@ fn process_killed_after_joining_fails_the_others_naming_it() {
     let timeout_ms = 5_000;
     let t0 = Instant::now();
     let root = spawn_child("root", 0, 4, "fail-naming:3", None, timeout_ms);
-    let id: UniqueId = root.wait_line("UNIQUE_ID ")["UNIQUE_ID ".len()..]
+    let id: UniqueId = root
+        .read_line_with("UNIQUE_ID ", CHILD_LINE)
         .parse()
         .unwrap();
     let mut doomed = spawn_child("die-after-join", 3, 4, "", Some(&id), timeout_ms);
-    doomed.wait_line("JOINED");
-    doomed.child.kill().unwrap();
-    doomed.child.wait().unwrap();
-    let others: Vec<ChildProc> = (1..3)
+    doomed.read_line_with("JOINED", CHILD_LINE);
+    doomed.kill();
+    let killed = doomed.wait_for(CHILD_EXIT);
+    assert!(!killed.status.success(), "{}", killed.text());
+    let others: Vec<Child> = (1..3)
         .map(|r| spawn_child("rank", r, 4, "fail-naming:3", Some(&id), timeout_ms))
         .collect();
     for c in std::iter::once(root).chain(others) {
-        let out = c.finish();
+        let out = finish(c);
         assert!(out.contains("CHILD_FAILED_NAMING 3"), "output:\n{out}");
     }
     assert!(

@@ -7,7 +7,6 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -25,8 +24,9 @@ use mscclpp_host::connection::ethernet::{
     handshake_context,
 };
 use mscclpp_host::connection::{Connection, Endpoint, EndpointConfig};
-use mscclpp_host::gpu::{BackendKind, DeviceBuffer, Gpu};
+use mscclpp_host::gpu::DeviceBuffer;
 use mscclpp_host::transport::Transport;
+use mscclpp_test_support::{gpu, ranks_as_threads as comm_world};
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -54,42 +54,9 @@ fn bootstrap(
     .expect("bootstrap")
 }
 
-/// Device `r` (wrapping) of the backend users would get: `MSCCLPP_BACKEND`, else CUDA when a
-/// GPU is present, else the CPU backend.
-fn gpu(r: usize) -> Gpu {
-    let kind = BackendKind::select().unwrap();
-    Gpu::open(kind, r % kind.device_count().unwrap().max(1)).unwrap()
-}
-
 fn communicator(bs: TcpBootstrap) -> Communicator {
     let r = bs.rank();
     Communicator::new(Arc::new(bs), gpu(r)).unwrap()
-}
-
-/// Runs `n` ranks as threads; rank `r` gets `body(r, bootstrap)`.
-fn world<T: Send>(n: usize, body: impl Fn(usize, TcpBootstrap) -> T + Sync) -> Vec<T> {
-    let (id, listener) = UniqueId::bind(loopback()).unwrap();
-    let listener = Mutex::new(Some(listener));
-    thread::scope(|s| {
-        let hs: Vec<_> = (0..n)
-            .map(|r| {
-                let (body, listener) = (&body, &listener);
-                s.spawn(move || {
-                    let root = if r == 0 {
-                        listener.lock().unwrap().take()
-                    } else {
-                        None
-                    };
-                    body(r, bootstrap(r, n, id, root))
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    })
-}
-
-fn comm_world<T: Send>(n: usize, body: impl Fn(Communicator) -> T + Sync) -> Vec<T> {
-    world(n, |_, bs| body(communicator(bs)))
 }
 
 struct Rng(u64);
@@ -1051,88 +1018,12 @@ fn mismatched_peer_failure_is_reported_not_waited_for() {
 
 // ---- ranks as processes ----
 
-const CHILD_RANK: &str = "MSCCLPP_ETH_TEST_RANK";
-const CHILD_ID: &str = "MSCCLPP_ETH_TEST_ID";
-
-/// The body of a child process, started by its parent test with `--ignored --exact` (so a
-/// normal run does not count it as a test).
-#[test]
-#[ignore = "child-process entry point, run by its parent test"]
-fn child_process_entry() {
-    let Ok(rank) = std::env::var(CHILD_RANK) else {
-        eprintln!(
-            "NOT RUN: child_process_entry is a child-process entry point; its parent test runs it"
-        );
-        return;
-    };
-    let rank: usize = rank.parse().unwrap();
-    let bs = if rank == 0 {
-        let (id, l) = UniqueId::bind(loopback()).unwrap();
-        println!("\nUNIQUE_ID {id}");
-        std::io::stdout().flush().unwrap();
-        bootstrap(0, 2, id, Some(l))
-    } else {
-        let id = UniqueId::from_hex(&std::env::var(CHILD_ID).unwrap()).unwrap();
-        bootstrap(rank, 2, id, None)
-    };
-    let comm = communicator(bs);
-    all_pairs(&comm);
-    println!("CHILD_OK {rank}");
-}
-
+/// Two ranks as child processes (the harness's world) exchange over every pair of
+/// transports.
 #[test]
 fn two_ranks_as_processes() {
-    let exe = std::env::current_exe().unwrap();
-    let spawn = |r: usize, id: &str| {
-        Command::new(&exe)
-            .args([
-                "--ignored",
-                "--exact",
-                "child_process_entry",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_RANK, r.to_string())
-            .env(CHILD_ID, id)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
-    let mut root = spawn(0, "");
-    let mut out = root.stdout.take().unwrap();
-    let mut seen = String::new();
-    let id = loop {
-        let mut b = [0u8; 256];
-        let n = out.read(&mut b).unwrap();
-        assert!(n > 0, "rank 0 exited early: {seen}");
-        seen.push_str(&String::from_utf8_lossy(&b[..n]));
-        if let Some(at) = seen.find("UNIQUE_ID ") {
-            let rest = &seen[at + 10..];
-            if let Some(end) = rest.find('\n') {
-                break rest[..end].trim().to_string();
-            }
-        }
-    };
-    let drain = thread::spawn(move || {
-        let mut rest = String::new();
-        let _ = out.read_to_string(&mut rest);
-        rest
-    });
-    let child = spawn(1, &id);
-    let o1 = child.wait_with_output().unwrap();
-    let s0 = root.wait().unwrap();
-    let rest = drain.join().unwrap();
-    let out1 = String::from_utf8_lossy(&o1.stdout);
-    assert!(
-        o1.status.success() && out1.contains("CHILD_OK 1"),
-        "rank 1: {}\n{out1}\n{}",
-        o1.status,
-        String::from_utf8_lossy(&o1.stderr)
-    );
-    assert!(
-        s0.success() && rest.contains("CHILD_OK 0"),
-        "rank 0: {s0}\n{seen}{rest}"
-    );
+    match mscclpp_test_support::child_communicator() {
+        Some(comm) => all_pairs(&comm),
+        None => mscclpp_test_support::ranks_as_processes(2, "two_ranks_as_processes"),
+    }
 }

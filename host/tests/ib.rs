@@ -4,49 +4,16 @@
 //! On a machine with an active RDMA port the same test instead moves data and checks it.
 
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use mscclpp_host::Error;
-use mscclpp_host::bootstrap::{BootstrapConfig, TcpBootstrap, UniqueId};
-use mscclpp_host::communicator::Communicator;
 use mscclpp_host::connection::EndpointConfig;
-use mscclpp_host::gpu::{BackendKind, Gpu};
 use mscclpp_host::transport::Transport;
-
-fn world<T: Send>(n: usize, body: impl Fn(Communicator) -> T + Sync) -> Vec<T> {
-    let (id, listener) = UniqueId::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let listener = Mutex::new(Some(listener));
-    thread::scope(|s| {
-        let hs: Vec<_> = (0..n)
-            .map(|r| {
-                let (body, listener) = (&body, &listener);
-                s.spawn(move || {
-                    let cfg = BootstrapConfig::new(r, n, id).with_timeout(Duration::from_secs(30));
-                    let root = if r == 0 {
-                        listener.lock().unwrap().take()
-                    } else {
-                        None
-                    };
-                    let bs = match root {
-                        Some(l) => TcpBootstrap::init_with_root_listener(cfg, l),
-                        None => TcpBootstrap::init(cfg),
-                    }
-                    .unwrap();
-                    let kind = BackendKind::select().unwrap();
-                    let gpu = Gpu::open(kind, r % kind.device_count().unwrap().max(1)).unwrap();
-                    body(Communicator::new(Arc::new(bs), gpu).unwrap())
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    })
-}
+use mscclpp_test_support::ranks_as_threads;
 
 #[test]
 fn connecting_without_rdma_is_a_typed_error_or_works() {
-    world(2, |comm| {
+    ranks_as_threads(2, |comm| {
         let me = comm.rank();
         let peer = 1 - me;
         let buf = comm.gpu().alloc(4096).unwrap();

@@ -4,7 +4,7 @@
 //! `super::…` chain that climbs to the crate root), and fails on an import of the same or a
 //! higher layer — so an import cycle, or a module that grows an upward dependency, is caught in
 //! CI with the file and the path that did it. The scanner and the check are in `layers/`,
-//! shared with the root crate's `tests/layering.rs` (which checks `src/`, `src/collectives/`
+//! shared with the root crate's `tests/import_layers.rs` (which checks `src/`, `src/collectives/`
 //! and `nccl/src/`).
 //!
 //! Test code counts too: a test that needs an upper module belongs in `host/tests`.
@@ -12,7 +12,6 @@
 mod layers;
 
 use std::collections::BTreeSet;
-use std::path::Path;
 
 use layers::{Layers, declared_modules, imports_of, read_tree};
 
@@ -37,7 +36,8 @@ const ROOT_REEXPORTS: &[(&str, &str)] = &[("Error", "error"), ("Result", "error"
 
 #[test]
 fn host_modules_import_only_lower_layers() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    // The run-time package directory: the GPU bundle runs from a copy of the repository.
+    let src = mscclpp_test_support::package_dir(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     read_tree(&src, &src, &mut files);
     let lib = files

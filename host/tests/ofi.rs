@@ -11,29 +11,27 @@
 //! `libfabric1`). Without it each test prints NOT RUN and why, and fails instead when
 //! `MSCCLPP_REQUIRE_OFI=1` (as CI sets it).
 
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use mscclpp_host::Error;
-use mscclpp_host::bootstrap::{BootstrapConfig, TcpBootstrap, UniqueId};
-use mscclpp_host::communicator::Communicator;
 use mscclpp_host::connection::EndpointConfig;
 use mscclpp_host::connection::ofi::{self, CHUNK, SLOTS};
-use mscclpp_host::gpu::{BackendKind, DeviceBuffer, Gpu};
+use mscclpp_host::gpu::DeviceBuffer;
 use mscclpp_host::transport::Transport;
+use mscclpp_test_support::{TestProcess, in_isolated, ranks_as_threads as comm_world};
 
 const TIMEOUT: Duration = Duration::from_secs(20);
-const CHILD: &str = "MSCCLPP_OFI_TEST_CHILD";
+/// How long a test's child process may run before it is killed.
+const CHILD_BOUND: Duration = Duration::from_secs(300);
 
 /// In the test process: runs test `name` again in a child with the `tcp` provider on loopback
 /// (and `env`), checks that it passed, and returns false. In that child: true, unless
 /// libfabric is not usable (then it prints NOT RUN and returns false; with
 /// `MSCCLPP_REQUIRE_OFI=1` it fails).
 fn in_child(name: &str, env: &[(&str, &str)]) -> bool {
-    if std::env::var(CHILD).is_ok() {
+    if in_isolated(name) {
         return match ofi::usable() {
             Ok(_) => true,
             Err(e) => {
@@ -48,24 +46,16 @@ fn in_child(name: &str, env: &[(&str, &str)]) -> bool {
             }
         };
     }
-    let exe = std::env::current_exe().unwrap();
-    let mut cmd = Command::new(exe);
-    cmd.args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1")
+    let end = TestProcess::isolated(name)
         .env("FI_PROVIDER", "tcp")
         .env("FI_TCP_IFACE", "lo")
         .env_remove("MSCCLPP_OFI_PROVIDER")
-        .env_remove("MSCCLPP_OFI_STAGED");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{name} failed in its child:\n{text}");
+        .env_remove("MSCCLPP_OFI_STAGED")
+        .envs(env.iter().copied())
+        .spawn()
+        .wait_for(CHILD_BOUND);
+    assert!(end.success(), "{name} failed in its child:\n{}", end.text());
+    let text = end.output();
     for line in text
         .lines()
         .filter(|l| l.contains("NOT RUN") || l.contains("OFI_FIGURE"))
@@ -79,39 +69,6 @@ fn config() -> EndpointConfig {
     let mut c = EndpointConfig::new(Transport::Ofi);
     c.flush_timeout = TIMEOUT;
     c
-}
-
-fn gpu(r: usize) -> Gpu {
-    let kind = BackendKind::select().unwrap();
-    Gpu::open(kind, r % kind.device_count().unwrap().max(1)).unwrap()
-}
-
-/// Runs `n` ranks as threads with communicators on loopback.
-fn comm_world<T: Send>(n: usize, body: impl Fn(Communicator) -> T + Sync) -> Vec<T> {
-    let (id, listener) = UniqueId::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let listener = Mutex::new(Some(listener));
-    thread::scope(|s| {
-        let hs: Vec<_> = (0..n)
-            .map(|r| {
-                let (body, listener) = (&body, &listener);
-                s.spawn(move || {
-                    let root = if r == 0 {
-                        listener.lock().unwrap().take()
-                    } else {
-                        None
-                    };
-                    let cfg = BootstrapConfig::new(r, n, id).with_timeout(Duration::from_secs(30));
-                    let bs = match root {
-                        Some(l) => TcpBootstrap::init_with_root_listener(cfg, l),
-                        None => TcpBootstrap::init(cfg),
-                    }
-                    .unwrap();
-                    body(Communicator::new(Arc::new(bs), gpu(r)).unwrap())
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    })
 }
 
 /// Bytes that depend on (seed, index) with no short period.
@@ -383,21 +340,13 @@ fn ofi_receiver_refuses_a_wrong_network_key() {
 
 #[test]
 fn ofi_missing_library_is_a_typed_error() {
-    if std::env::var(CHILD).is_err() {
-        let exe = std::env::current_exe().unwrap();
-        let out = Command::new(exe)
-            .args([
-                "--exact",
-                "ofi_missing_library_is_a_typed_error",
-                "--nocapture",
-            ])
-            .env(CHILD, "1")
+    let test = "ofi_missing_library_is_a_typed_error";
+    if !in_isolated(test) {
+        let end = TestProcess::isolated(test)
             .env("MSCCLPP_OFI_LIBRARY", "/nonexistent/libfabric.so.1")
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned()
-            + &String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{text}");
+            .spawn()
+            .wait_for(CHILD_BOUND);
+        assert!(end.success(), "{}", end.text());
         return;
     }
     match ofi::usable() {

@@ -4,46 +4,21 @@
 //! constructors refuse halves that do not fit (words too short, words of another rank).
 //! Ranks are threads on the CPU backend (host-to-host semaphores need host-readable words).
 
-use std::sync::{Arc, Mutex};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use mscclpp_host::Error;
-use mscclpp_host::bootstrap::{BootstrapConfig, TcpBootstrap, UniqueId};
 use mscclpp_host::communicator::Communicator;
 use mscclpp_host::connection::EndpointConfig;
-use mscclpp_host::gpu::{BackendKind, Gpu};
+use mscclpp_host::gpu::BackendKind;
 use mscclpp_host::semaphore::{Host2DeviceSemaphore, RemoteSemaphoreStub, SemaphoreStub};
 use mscclpp_host::transport::Transport;
+use mscclpp_test_support::ranks_as_threads_on;
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 
+/// `n` ranks as threads on the CPU backend (these are tests of the host's side).
 fn world<T: Send>(n: usize, body: impl Fn(Communicator) -> T + Sync) -> Vec<T> {
-    let (id, listener) = UniqueId::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let listener = Mutex::new(Some(listener));
-    thread::scope(|s| {
-        let hs: Vec<_> = (0..n)
-            .map(|r| {
-                let (body, listener) = (&body, &listener);
-                s.spawn(move || {
-                    let cfg = BootstrapConfig::new(r, n, id).with_timeout(TIMEOUT);
-                    let root = if r == 0 {
-                        listener.lock().unwrap().take()
-                    } else {
-                        None
-                    };
-                    let bs = match root {
-                        Some(l) => TcpBootstrap::init_with_root_listener(cfg, l),
-                        None => TcpBootstrap::init(cfg),
-                    }
-                    .unwrap();
-                    let gpu = Gpu::open(BackendKind::Cpu, r).unwrap();
-                    body(Communicator::new(Arc::new(bs), gpu).unwrap())
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    })
+    ranks_as_threads_on(BackendKind::Cpu, n, body)
 }
 
 /// Rank 0 gives rank 1 three tokens, then rank 1 gives rank 0 two; nothing more arrives.

@@ -378,6 +378,7 @@ pub fn host_code(e: &HostError) -> ncclResult_t {
         | HostError::PeerIsSelf { .. }
         | HostError::CrossNode { .. }
         | HostError::DuplicateGpu { .. }
+        | HostError::GpuShareTooSmall { .. }
         | HostError::ConfigMismatch { .. }
         | HostError::Aborted { .. }
         | HostError::CountMismatch { .. }

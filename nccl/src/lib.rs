@@ -17,7 +17,7 @@
 //! (`exports.rs`), its check in the module of its concern, and its line in the ABI test.
 //!
 //! One module per concern, lowest layer first; a module imports only modules of lower layers
-//! (`tests/layering.rs` of the root crate reads this table):
+//! (`tests/import_layers.rs` of the root crate reads this table):
 //!
 //! | layer | modules | concern |
 //! |---|---|---|

@@ -23,8 +23,10 @@ use std::process::Command;
 use common::ffi::{lib_path, symbol};
 use common::nccl;
 
+/// This package's directory (the run-time `CARGO_MANIFEST_DIR`: the GPU bundle runs from a
+/// copy of the repository).
 fn manifest() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    mscclpp_test_support::package_dir(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// NVIDIA's header and symbols, if fetched.

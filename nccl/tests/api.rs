@@ -1737,17 +1737,17 @@ fn nccl_debug_shows_the_banner() {
     }
     for (debug, shown) in [(Some("INFO"), true), (Some("VERSION"), true), (None, false)] {
         let env: Vec<(&str, &str)> = debug.map(|d| ("NCCL_DEBUG", d)).into_iter().collect();
-        let out = spawn_test(test, &env, &[]).wait_for(LIMIT);
-        assert!(out.success, "{}", out.text);
+        let out = spawn_test(test, &env).wait_for(LIMIT);
+        assert!(out.success(), "{}", out.text());
         let banner = "drop-in libnccl.so.2 (NCCL API 2.32.3), not NVIDIA's NCCL";
         assert_eq!(
-            out.text.contains(banner),
+            out.output().contains(banner),
             shown,
             "NCCL_DEBUG={debug:?}:\n{}",
-            out.text
+            out.text()
         );
         if shown {
-            assert!(out.text.contains("mscclpp-rs"), "{}", out.text);
+            assert!(out.output().contains("mscclpp-rs"), "{}", out.text());
         }
     }
 }

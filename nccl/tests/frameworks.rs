@@ -102,24 +102,24 @@ fn a_late_rank_never_blocks_the_host_and_allocations_travel_once() {
     let out = spawn_test(
         TEST,
         &[("MSCCLPP_LOG", "warn,mscclpp::collectives::sent=debug")],
-        &[],
     )
     .wait_for(LIMIT);
-    assert!(out.success, "{}", out.text);
+    let text = out.text();
+    assert!(out.success(), "{text}");
     for r in 0..2 {
         assert_eq!(
-            sent(&out.text, r, "a hint"),
+            sent(&text, r, "a hint"),
             2,
             "rank {r}: each allocation sent once:\n{}",
-            out.text
+            text
         );
         assert!(
-            sent(&out.text, r, "scratch region") <= 1,
+            sent(&text, r, "scratch region") <= 1,
             "rank {r}: at most the staging region, once:\n{}",
-            out.text
+            text
         );
     }
-    eprintln!("{}", out.text);
+    eprintln!("{text}");
 }
 
 /// Item 4: one communicator's calls run in the order they were issued, whatever streams they

@@ -15,54 +15,25 @@ use common::buf::Buf;
 use common::data;
 use common::*;
 
-const RANK: &str = "MSCCLPP_NCCL_TEST_RANK";
-const SIZE: &str = "MSCCLPP_NCCL_TEST_SIZE";
-const ID: &str = "MSCCLPP_NCCL_TEST_ID";
-
-fn env_usize(k: &str) -> usize {
-    std::env::var(k).expect(k).parse().expect(k)
+/// In a child: (rank, size) of its world; `None` in the test process.
+fn place() -> Option<(usize, usize)> {
+    harness::child_place().map(|p| (p.rank, p.size))
 }
 
-fn hex(id: &UniqueId) -> String {
-    id.0.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(s: &str) -> UniqueId {
-    let mut id = UniqueId([0; 128]);
-    for (i, b) in id.0.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex");
-    }
-    id
-}
-
-/// In a child: this rank's id (rank 0 makes it and prints `ID <hex>` for the parent).
+/// In a child: this rank's id (rank 0 makes it and announces it to the parent).
 fn child_id(rank: usize) -> UniqueId {
     if rank == 0 {
         let id = unique_id();
-        println!("ID {}", hex(&id));
-        id
-    } else {
-        unhex(&std::env::var(ID).expect(ID))
+        harness::announce(&harness::to_hex(&id.0));
+        return id;
     }
-}
-
-/// Spawns `n` ranks of `test`: rank 0 first, whose id the others get.
-fn spawn_ranks(test: &str, n: usize) -> Vec<Child> {
-    let mut first = spawn_test(test, &[], &[(RANK, "0".into()), (SIZE, n.to_string())]);
-    let id = first.read_line_with("ID ", Duration::from_secs(60));
-    let mut all = vec![first];
-    for r in 1..n {
-        all.push(spawn_test(
-            test,
-            &[],
-            &[
-                (RANK, r.to_string()),
-                (SIZE, n.to_string()),
-                (ID, id.clone()),
-            ],
-        ));
-    }
-    all
+    let hex = harness::child_place()
+        .and_then(|p| p.id)
+        .expect("the world's id");
+    let bytes = harness::from_hex(&hex).expect("the world's id in hex");
+    let mut id = UniqueId([0; 128]);
+    id.0.copy_from_slice(&bytes);
+    id
 }
 
 fn vllm_rank(rank: usize, n: usize) {
@@ -170,8 +141,7 @@ fn vllm_rank(rank: usize, n: usize) {
 #[test]
 fn every_collective_as_processes() {
     let test = "every_collective_as_processes";
-    if is_child(test) {
-        let (rank, n) = (env_usize(RANK), env_usize(SIZE));
+    if let Some((rank, n)) = place() {
         let c = init_rank(child_id(rank), n, rank);
         common::suite::every_collective(rank, n, Comm(c), 37, false);
         common::suite::every_collective(rank, n, Comm(c), 5, true);
@@ -191,9 +161,13 @@ fn every_collective_as_processes() {
         return;
     }
     for n in [2, 3, 4] {
-        for child in spawn_ranks(test, n) {
+        for child in spawn_world(test, n) {
             let out = child.wait_for(Duration::from_secs(240));
-            assert!(out.success && out.stdout.contains("DONE"), "{}", out.text);
+            assert!(
+                out.success() && out.stdout.contains("DONE"),
+                "{}",
+                out.text()
+            );
         }
     }
 }
@@ -201,13 +175,17 @@ fn every_collective_as_processes() {
 #[test]
 fn vllm_and_pytorch_patterns_as_processes() {
     let test = "vllm_and_pytorch_patterns_as_processes";
-    if is_child(test) {
-        return vllm_rank(env_usize(RANK), env_usize(SIZE));
+    if let Some((rank, n)) = place() {
+        return vllm_rank(rank, n);
     }
     for n in [2, 3] {
-        for child in spawn_ranks(test, n) {
+        for child in spawn_world(test, n) {
             let out = child.wait_for(Duration::from_secs(120));
-            assert!(out.success && out.stdout.contains("DONE"), "{}", out.text);
+            assert!(
+                out.success() && out.stdout.contains("DONE"),
+                "{}",
+                out.text()
+            );
         }
     }
 }
@@ -291,11 +269,11 @@ fn watched_rank(rank: usize, n: usize) {
 #[test]
 fn watchdog_sees_a_killed_rank_and_aborts() {
     let test = "watchdog_sees_a_killed_rank_and_aborts";
-    if is_child(test) {
-        return watched_rank(env_usize(RANK), env_usize(SIZE));
+    if let Some((rank, n)) = place() {
+        return watched_rank(rank, n);
     }
     let n = 3;
-    let mut children = spawn_ranks(test, n);
+    let mut children = spawn_world(test, n);
     for c in children.iter_mut() {
         c.read_line_with("READY", Duration::from_secs(60));
     }
@@ -304,8 +282,12 @@ fn watchdog_sees_a_killed_rank_and_aborts() {
     let _ = victim.wait_for(Duration::from_secs(10));
     for child in children {
         let out = child.wait_for(Duration::from_secs(90));
-        assert!(out.success && out.stdout.contains("DONE"), "{}", out.text);
-        assert!(out.stdout.contains("ASYNC 6"), "{}", out.text);
+        assert!(
+            out.success() && out.stdout.contains("DONE"),
+            "{}",
+            out.text()
+        );
+        assert!(out.stdout.contains("ASYNC 6"), "{}", out.text());
         for line in out
             .stdout
             .lines()

@@ -10,13 +10,19 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
+/// This package's directory (the run-time `CARGO_MANIFEST_DIR`: the GPU bundle runs from a
+/// copy of the repository).
+fn manifest() -> PathBuf {
+    mscclpp_test_support::package_dir(env!("CARGO_MANIFEST_DIR"))
+}
+
 fn scripts() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python")
+    manifest().join("tests/python")
 }
 
 /// A directory holding the library as `libnccl.so.2`.
 fn lib_dir() -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let d = manifest()
         .join("../target/nccl-python-test")
         .join(std::process::id().to_string());
     std::fs::create_dir_all(&d).expect("a scratch directory");

@@ -668,8 +668,9 @@ fn altered_rust_table_is_reported() {
 }
 
 /// The embedded header is the one a user compiles: the copy written for the compiler is
-/// byte-for-byte the file in the source tree (when the tree is there, as it is under `cargo
-/// test`; a bundle run elsewhere checks the embedded copy, which cargo rebuilt from that file).
+/// byte-for-byte the file in the source tree (the run-time package directory, as `cargo test`
+/// and the GPU bundle's `run-tests.sh` set it; without the tree only the embedded copy, which
+/// cargo rebuilt from that file, is checked).
 #[test]
 fn embedded_header_is_written_verbatim() {
     let dir = scratch_dir("headers");
@@ -677,7 +678,7 @@ fn embedded_header_is_written_verbatim() {
     for (path, text) in HEADERS {
         let written = fs::read_to_string(include.join(path)).expect("the header was written");
         assert_eq!(written, *text, "{path}");
-        let in_tree = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        let in_tree = mscclpp_test_support::package_dir(env!("CARGO_MANIFEST_DIR"))
             .join("include")
             .join(path);
         if let Ok(source) = fs::read_to_string(&in_tree) {

@@ -44,8 +44,9 @@ impl Collectives {
         let trace = comm.trace().clone();
         let _span = trace.span(Category::Setup, "collectives");
         cfg.max_blocks = algo::channel_rows(&cfg);
-        setup::check_one_gpu_per_rank(&comm)?;
         setup::check_same_config(&comm, &cfg)?;
+        let sharing = super::sharing::check(&comm, &cfg)?;
+        let cfg = sharing.cap(cfg);
         let g = comm.gpu().clone();
         let module = setup::builtin_module(&g)?;
         let s = SetUp {

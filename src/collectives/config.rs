@@ -213,6 +213,16 @@ settings! {
         cpu: 1 << 10,
         env: "MSCCLPP_LL_TWO_SHOT_MIN_BYTES",
     },
+    /// Ranks that may share one GPU (the several-ranks-per-GPU mode, `sharing.rs`): 1 refuses
+    /// a second rank on a GPU (`Error::DuplicateGpu`), as NCCL does; N lets up to N ranks
+    /// share one, each rank's launches then sized to its share of the GPU's multiprocessors so
+    /// that every rank's blocks are resident at once. No effect on the CPU backend.
+    ranks_per_gpu: usize {
+        cuda: 1,
+        cpu: 1,
+        env: "MSCCLPP_RANKS_PER_GPU",
+        limit: Limit::Range(1, 64),
+    },
     /// Staging bytes per rank (an operation larger than fits runs in pieces).
     stage_bytes: usize { cuda: 64 << 20, cpu: 1 << 20 },
     /// Rows of channels (one per block): raised by `Collectives::with_config` to what every

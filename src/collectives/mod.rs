@@ -29,7 +29,7 @@
 //!
 //! # Layers
 //!
-//! Lowest first; a module imports only modules of lower layers (`tests/layering.rs` checks
+//! Lowest first; a module imports only modules of lower layers (`tests/import_layers.rs` checks
 //! it, reading this table), so nothing points back up: set-up data never asks for the context
 //! that owns it, an algorithm's teardown is its own (`CollectiveAlgorithm::tear_down`), the
 //! units share kernels through `launch/` and never import a sibling, and the world of several
@@ -39,7 +39,7 @@
 //! | layer | modules | what |
 //! |---|---|---|
 //! | 0 | `algorithm`, `config`, `reduction` | the public names of the algorithms and collectives; [`CollectiveConfig`] from one table of settings; NCCL's operators and how kernels take them |
-//! | 1 | `call`, `order`, `scratch` | the call descriptor [`Call`] and its checks; the issue order of a communicator's calls across streams; the scratch layout |
+//! | 1 | `call`, `order`, `scratch`, `sharing` | the call descriptor [`Call`] and its checks; the issue order of a communicator's calls across streams; the scratch layout; several ranks on one GPU (the share of its multiprocessors each rank launches within) |
 //! | 2 | `node_bootstrap`, `regions`, `registered` | the node's ranks as a world of their own; the regions allocated on first use, traded with each peer once; the callers' buffers exchanged per call |
 //! | 3 | `registry` | buffers registered ahead, exchanged once through the peers' registration services |
 //! | 4 | `multinode` | worlds of several nodes: transports, port channels, the node's world |
@@ -113,6 +113,7 @@ mod select;
 #[cfg(test)]
 mod select_pin;
 mod setup;
+mod sharing;
 pub mod typed;
 mod unit;
 
@@ -126,4 +127,5 @@ pub use multinode::{ENV_NET_TRANSPORT, network_transports};
 pub use reduction::{KernelOp, Reduction, Scalar, element_bits};
 pub use registry::Registration;
 pub use scratch::MemoryPlan;
+pub use sharing::{ENV_RANKS_PER_GPU, WANTED_CONNECTIONS};
 pub use typed::{Bf16, DeviceVec, Element, F8E4M3, F8E5M2, F16};

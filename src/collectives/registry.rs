@@ -73,7 +73,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use mscclpp_host::communicator::Communicator;
-use mscclpp_host::gpu::{BackendKind, DeviceBuffer, Stream};
+use mscclpp_host::gpu::{BackendKind, DeviceBuffer, LazyStream};
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::{BufferRef, DevicePtr, FIRST_WINDOW_SLOT, REGISTRY_SLOTS, RegistrySlot};
 
@@ -318,7 +318,8 @@ impl Registry {
         });
         let stop = Arc::new(AtomicBool::new(false));
         let service = if n > 1 {
-            let stream = g.stream()?;
+            // Made at the first message that needs it (`LazyStream`).
+            let stream = LazyStream::new(g);
             let s = Service {
                 comm: comm.clone(),
                 buffers: buffers.clone(),
@@ -858,7 +859,7 @@ struct Service {
     regions: Arc<LazyRegions>,
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
-    stream: Stream,
+    stream: LazyStream,
 }
 
 impl Service {
@@ -930,7 +931,11 @@ impl Service {
                 true
             }
             OP_REGION => {
-                if let Err(e) = self.regions.receive(q, slot, payload, &self.stream) {
+                let received = self
+                    .stream
+                    .get()
+                    .and_then(|st| self.regions.receive(q, slot, payload, st));
+                if let Err(e) = received {
                     tracing::warn!(from = q, error = %e, "registration service: a scratch region");
                 }
                 true
@@ -1047,19 +1052,14 @@ impl Service {
             .table
             .ptr()
             .byte_add_cast::<u64>(at as u64);
+        let stream = self.stream.get().map_err(|e| e.to_string())?;
         for (i, w) in words.iter().enumerate() {
             // SAFETY: slot `(q, slot)` of our own table (`q < nranks`, `slot < REGISTRY_SLOTS`),
             // four aligned words, alive as long as `shared`.
-            unsafe {
-                self.stream
-                    .write_value_u64(dst.byte_add_cast(8 * i as u64), *w)
-            }
-            .map_err(|e| e.to_string())?;
+            unsafe { stream.write_value_u64(dst.byte_add_cast(8 * i as u64), *w) }
+                .map_err(|e| e.to_string())?;
         }
-        match self
-            .stream
-            .synchronize_timeout(self.comm.bootstrap().op_timeout())
-        {
+        match stream.synchronize_timeout(self.comm.bootstrap().op_timeout()) {
             Ok(true) => Ok(()),
             Ok(false) => Err("the table write did not complete".into()),
             Err(e) => Err(e.to_string()),

@@ -1,12 +1,12 @@
-//! What `Collectives::with_config` does before any algorithm runs: the checks every rank makes
-//! alike (one GPU per rank, the same configuration), and the wiring of a world of one node
+//! What `Collectives::with_config` does before any algorithm runs: the check every rank makes
+//! alike (the same configuration; who shares a GPU is `sharing.rs`), and the wiring of a world of one node
 //! (of several: `multinode.rs`, through [`wire_nodes`]): the scratch
 //! buffer every peer maps (laid out by `ScratchLayout`), a connection to every peer, and one
 //! row of MemoryChannels (one per peer) for each block the kernels may use, in a device
 //! table.
 //!
-//! Every rank makes the same bootstrap calls in the same order: the GPU ids' and the settings'
-//! all-gathers, then per peer `connect` and `send_memory` (tag `SCRATCH_TAG`), then per peer
+//! Every rank makes the same bootstrap calls in the same order: the settings' and the GPUs'
+//! (`sharing.rs`) all-gathers, then per peer `connect` and `send_memory` (tag `SCRATCH_TAG`), then per peer
 //! `recv_memory`, then per row and peer a semaphore (tag `SEMAPHORE_TAG + row`), then a
 //! barrier.
 
@@ -81,30 +81,6 @@ pub(super) fn wire_nodes(
         peers: Vec::new(),
         connections: Vec::new(),
     })
-}
-
-/// Refuses two ranks on one GPU (CUDA), checked on every rank alike by one all-gather.
-pub(super) fn check_one_gpu_per_rank(comm: &Communicator) -> Result<()> {
-    let mine = match comm.gpu().pci_bus_id() {
-        Some(id) => format!("{:?}/{id}", comm.bootstrap().node_of(comm.rank())),
-        None => String::new(),
-    };
-    let all = comm.all_gather(mine.as_bytes())?;
-    for (second, b) in all.iter().enumerate() {
-        let first = all[..second].iter().position(|a| a == b);
-        if let (Some(first), false) = (first, b.is_empty()) {
-            return Err(Error::DuplicateGpu {
-                first,
-                second,
-                device: String::from_utf8_lossy(b)
-                    .rsplit('/')
-                    .next()
-                    .unwrap_or_default()
-                    .to_string(),
-            });
-        }
-    }
-    Ok(())
 }
 
 /// Refuses a configuration that differs from any other rank's (`Error::ConfigMismatch` naming

@@ -1,7 +1,7 @@
 //! Test data and host references of the NCCL-surface tests (`tests/p2p.rs`, `tests/reductions.rs`,
-//! `tests/collectives_nccl_surface.rs`), kept apart from `tests/common` (whose helpers they use
-//! only to start ranks): values are a hash of (rank, part, index, salt), outputs start as a
-//! marker, and every element is compared with a reference computed here, from the types'
+//! `tests/collectives_nccl_surface.rs`), over the harness (`mscclpp-test-support`: ranks, the
+//! element codec, the hash and marker): values are a hash of (rank, part, index, salt),
+//! outputs start as a marker, and every element is compared with a reference computed here, from the types'
 //! definitions (nothing of the library's reduction code is used).
 
 #![allow(dead_code)]
@@ -10,20 +10,9 @@ pub mod types;
 
 use mscclpp::collectives::{CollectiveConfig, Collectives};
 use mscclpp::host::communicator::Communicator;
-use mscclpp::host::gpu::{BackendKind, DeviceBuffer};
+use mscclpp::host::gpu::DeviceBuffer;
+pub use mscclpp_test_support::{MARKER, mix};
 use std::sync::Arc;
-
-/// The byte every output starts as (a correct result differs from it somewhere, since data
-/// bytes are hashes).
-pub const MARKER: u8 = 0xa5;
-
-/// SplitMix64's finaliser: a hash with no short period and no symmetry.
-pub fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
 
 /// `len` bytes of what `rank` contributes as `part` (a hash of rank, part, index and `salt`).
 pub fn bytes(rank: usize, part: usize, len: usize, salt: u64) -> Vec<u8> {
@@ -37,24 +26,13 @@ pub fn full_grid() -> bool {
     std::env::var("MSCCLPP_TEST_SURFACE_FULL").is_ok_and(|v| v == "1")
 }
 
-/// Whether `n` ranks can run here (one GPU each on CUDA); prints `NOT RUN` and why when not.
-pub fn can_run(n: usize, what: &str) -> bool {
-    let kind = crate::common::backend();
-    let devices = kind.device_count().unwrap_or(0);
-    if kind == BackendKind::Cuda && devices < n {
-        eprintln!("NOT RUN: {what} on {n} ranks needs {n} GPUs, the CUDA backend has {devices}");
-        return false;
-    }
-    true
-}
-
 /// Runs `body` on `n` ranks as threads, each with its collectives (`cfg` edited by `tune`).
 pub fn with_collectives(
     n: usize,
     tune: impl Fn(&mut CollectiveConfig) + Sync,
     body: impl Fn(&Collectives) + Sync,
 ) {
-    crate::common::ranks_as_threads(n, |comm: Communicator| {
+    mscclpp_test_support::ranks_as_threads(n, |comm: Communicator| {
         let mut cfg = CollectiveConfig::for_backend(comm.gpu().kind());
         tune(&mut cfg);
         let c = Collectives::with_config(Arc::new(comm), cfg).expect("collectives");

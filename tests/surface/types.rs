@@ -27,114 +27,15 @@ pub const TYPES: [DataType; 12] = [
     DataType::F8E5M2,
 ];
 
-/// A floating-point format: exponent and mantissa bits, and whether the all-ones exponent
-/// holds infinities and NaNs (IEEE) or only the NaN of an all-ones mantissa (e4m3).
-#[derive(Clone, Copy, Debug)]
-pub struct Float {
-    ebits: u32,
-    mbits: u32,
-    ieee: bool,
-}
+/// How the tests see a type: the harness's codec (from the formats' definitions).
+pub use mscclpp_test_support::codec::{Float, Format as Kind, format as kind, int_value, wrap};
+// Not every test binary that includes `surface/` uses these.
+#[allow(unused_imports)]
+pub use mscclpp_test_support::codec::{bytes_of_words as bytes_of, word_at as element_at};
 
-impl Float {
-    fn bias(self) -> i32 {
-        (1 << (self.ebits - 1)) - 1
-    }
-
-    fn u(self) -> f64 {
-        2f64.powi(-(self.mbits as i32) - 1)
-    }
-
-    fn tiny(self) -> f64 {
-        2f64.powi(1 - self.bias() - self.mbits as i32)
-    }
-
-    /// The value of `bits` (`None` for a NaN).
-    pub fn decode(self, bits: u64) -> Option<f64> {
-        let m = bits & ((1 << self.mbits) - 1);
-        let e = ((bits >> self.mbits) & ((1 << self.ebits) - 1)) as i32;
-        let negative = (bits >> (self.mbits + self.ebits)) & 1 == 1;
-        let sign = if negative { -1.0 } else { 1.0 };
-        let top = (1 << self.ebits) - 1;
-        let frac = m as f64 / 2f64.powi(self.mbits as i32);
-        if self.ieee && e == top {
-            return (m == 0).then_some(sign * f64::INFINITY);
-        }
-        if !self.ieee && e == top && m == (1 << self.mbits) - 1 {
-            return None;
-        }
-        Some(if e == 0 {
-            sign * frac * 2f64.powi(1 - self.bias())
-        } else {
-            sign * (1.0 + frac) * 2f64.powi(e - self.bias())
-        })
-    }
-
-    /// `±(1.m) · 2^e` (`mant` supplies the mantissa bits).
-    fn encode(self, negative: bool, e: i32, mant: u64) -> u64 {
-        let m = mant & ((1 << self.mbits) - 1);
-        (negative as u64) << (self.mbits + self.ebits)
-            | ((e + self.bias()) as u64) << self.mbits
-            | m
-    }
-
-    /// The code nearest to `x` (ties to the even code), by search: 8- and 16-bit formats.
-    fn nearest(self, x: f64) -> u64 {
-        let width = 1 + self.ebits + self.mbits;
-        let mut best: Option<(f64, u64)> = None;
-        for code in 0..(1u64 << width) {
-            let Some(v) = self.decode(code).filter(|v| v.is_finite()) else {
-                continue;
-            };
-            let d = (v - x).abs();
-            if best.is_none_or(|(bd, bc)| d < bd || (d == bd && code & 1 == 0 && bc & 1 == 1)) {
-                best = Some((d, code));
-            }
-        }
-        best.map_or(0, |b| b.1)
-    }
-}
-
-/// How the tests see a type.
-#[derive(Clone, Copy, Debug)]
-pub enum Kind {
-    /// Two's complement or unsigned.
-    Int { bits: u32, signed: bool },
-    /// A float format.
-    Float(Float),
-}
-
-/// The kind of `d`.
-pub fn kind(d: DataType) -> Kind {
-    let f = |ebits, mbits, ieee| Kind::Float(Float { ebits, mbits, ieee });
-    let int = |bits, signed| Kind::Int { bits, signed };
-    match d {
-        DataType::F32 => f(8, 23, true),
-        DataType::F64 => f(11, 52, true),
-        DataType::F16 => f(5, 10, true),
-        DataType::BF16 => f(8, 7, true),
-        DataType::F8E4M3 => f(4, 3, false),
-        DataType::F8E5M2 => f(5, 2, true),
-        DataType::I8 => int(8, true),
-        DataType::U8 => int(8, false),
-        DataType::I32 => int(32, true),
-        DataType::U32 => int(32, false),
-        DataType::I64 => int(64, true),
-        DataType::U64 => int(64, false),
-    }
-}
-
-fn wrap(v: i128, bits: u32) -> u64 {
-    (v as u128 & ((1u128 << bits) - 1)) as u64
-}
-
-fn int_value(b: u64, bits: u32, signed: bool) -> i128 {
-    let v = b as u128 & ((1u128 << bits) - 1);
-    if signed && v >> (bits - 1) == 1 {
-        v as i128 - (1i128 << bits)
-    } else {
-        v as i128
-    }
+/// The value of the float code `bits` (`None` for a NaN).
+fn value(f: Float, bits: u64) -> Option<f64> {
+    Some(f.decode(bits)).filter(|v| !v.is_nan())
 }
 
 /// The reductions under test.
@@ -168,11 +69,11 @@ pub fn scalar_bits(d: DataType, op: Op) -> u64 {
         Kind::Int { bits, .. } => wrap(if device { -7 } else { 3 }, bits),
         Kind::Float(f) => {
             let mant = if device {
-                1 << (f.mbits - 2)
+                1 << (f.mantissa_bits - 2)
             } else {
-                1 << (f.mbits - 1)
+                1 << (f.mantissa_bits - 1)
             };
-            f.encode(device, device as i32, mant)
+            f.compose(device, device as i32, mant)
         }
     }
 }
@@ -203,7 +104,7 @@ pub fn element(d: DataType, op: Op, rank: usize, i: usize, salt: u64) -> u64 {
         Kind::Int { bits, .. } => wrap(h as i128, bits),
         Kind::Float(f) => {
             let (lo, span) = if op == Op::Prod { (-1, 2) } else { (-4, 7) };
-            f.encode(h & 1 == 1, lo + (h >> 60) as i32 % span, h >> 8)
+            f.compose(h & 1 == 1, lo + (h >> 60) as i32 % span, h >> 8)
         }
     }
 }
@@ -224,7 +125,7 @@ pub fn scale(d: DataType, op: Op, n: usize) -> Option<f64> {
     };
     match op {
         Op::Avg => Some(one_over(n, d, f)),
-        Op::PreMulHost | Op::PreMulDevice => f.decode(scalar_bits(d, op)),
+        Op::PreMulHost | Op::PreMulDevice => value(f, scalar_bits(d, op)),
         _ => None,
     }
 }
@@ -255,10 +156,7 @@ pub fn reference_scaled(d: DataType, op: Op, xs: &[u64], scale: Option<f64>) -> 
             Want::Bits(wrap(r, bits))
         }
         Kind::Float(f) => {
-            let v: Vec<f64> = xs
-                .iter()
-                .map(|&x| f.decode(x).unwrap_or(f64::NAN))
-                .collect();
+            let v: Vec<f64> = xs.iter().map(|&x| f.decode(x)).collect();
             let slack = if d == DataType::F64 {
                 2f64.powi(-52)
             } else {
@@ -282,7 +180,8 @@ pub fn reference_scaled(d: DataType, op: Op, xs: &[u64], scale: Option<f64>) -> 
                     let steps = (n - 1) as f64;
                     Want::Near {
                         value: p,
-                        tol: (steps * f.u() + n as f64 * slack) * p.abs() + f.tiny(),
+                        tol: (steps * f.unit_roundoff() + n as f64 * slack) * p.abs()
+                            + f.smallest_subnormal(),
                     }
                 }
                 _ => {
@@ -291,7 +190,8 @@ pub fn reference_scaled(d: DataType, op: Op, xs: &[u64], scale: Option<f64>) -> 
                     let mass: f64 = t.iter().map(|x| x.abs()).sum();
                     Want::Near {
                         value: t.iter().sum(),
-                        tol: (steps * f.u() + n as f64 * slack) * mass + n as f64 * f.tiny(),
+                        tol: (steps * f.unit_roundoff() + n as f64 * slack) * mass
+                            + n as f64 * f.smallest_subnormal(),
                     }
                 }
             }
@@ -305,7 +205,7 @@ fn one_over(n: usize, d: DataType, f: Float) -> f64 {
     match d {
         DataType::F64 => 1.0 / n as f64,
         DataType::F32 => x,
-        _ => f.decode(f.nearest(x)).unwrap_or(f64::NAN),
+        _ => f.rounded(x),
     }
 }
 
@@ -314,7 +214,7 @@ pub fn check(d: DataType, got: u64, want: &Want, what: &dyn Fn() -> String) {
     match (want, kind(d)) {
         (Want::Bits(w), _) => assert_eq!(got, *w, "{}: got {got:#x}, want {w:#x}", what()),
         (Want::Near { value, tol }, Kind::Float(f)) => {
-            let g = f.decode(got).unwrap_or(f64::NAN);
+            let g = f.decode(got);
             assert!(
                 (g - value).abs() <= *tol,
                 "{}: got {g:e} ({got:#x}), want {value:e} ± {tol:e}",
@@ -325,33 +225,20 @@ pub fn check(d: DataType, got: u64, want: &Want, what: &dyn Fn() -> String) {
     }
 }
 
-/// Element `i` of `bytes` (elements of `es` bytes, little-endian).
-pub fn element_at(bytes: &[u8], es: usize, i: usize) -> u64 {
-    let mut b = [0u8; 8];
-    b[..es].copy_from_slice(&bytes[i * es..(i + 1) * es]);
-    u64::from_le_bytes(b)
-}
-
-/// The bytes of `vals` as elements of `es` bytes.
-pub fn bytes_of(vals: impl Iterator<Item = u64>, es: usize) -> Vec<u8> {
-    vals.flat_map(|v| v.to_le_bytes().into_iter().take(es))
-        .collect()
-}
-
 #[test]
 fn the_reference_agrees_with_values_worked_out_by_hand() {
     let Kind::Float(e4m3) = kind(DataType::F8E4M3) else {
         unreachable!()
     };
-    assert_eq!(e4m3.decode(0x7e), Some(448.0));
-    assert_eq!(e4m3.decode(0x7f), None);
-    assert_eq!(e4m3.decode(0x01), Some(2f64.powi(-9)));
+    assert_eq!(value(e4m3, 0x7e), Some(448.0));
+    assert_eq!(value(e4m3, 0x7f), None);
+    assert_eq!(value(e4m3, 0x01), Some(2f64.powi(-9)));
     assert_eq!(one_over(3, DataType::F8E4M3, e4m3), 0.34375);
     let Kind::Float(f16) = kind(DataType::F16) else {
         unreachable!()
     };
-    assert_eq!(Some(one_over(3, DataType::F16, f16)), f16.decode(0x3555));
-    assert_eq!(f16.decode(0x7c00), Some(f64::INFINITY));
+    assert_eq!(Some(one_over(3, DataType::F16, f16)), value(f16, 0x3555));
+    assert_eq!(value(f16, 0x7c00), Some(f64::INFINITY));
     // i32 minimum of -1 and 1.
     assert!(matches!(
         reference(DataType::I32, Op::Min, &[0xffff_ffff, 1]),
@@ -359,9 +246,9 @@ fn the_reference_agrees_with_values_worked_out_by_hand() {
     ));
     for d in TYPES {
         if let Kind::Float(f) = kind(d) {
-            assert_eq!(f.decode(scalar_bits(d, Op::PreMulHost)), Some(1.5), "{d:?}");
+            assert_eq!(value(f, scalar_bits(d, Op::PreMulHost)), Some(1.5), "{d:?}");
             assert_eq!(
-                f.decode(scalar_bits(d, Op::PreMulDevice)),
+                value(f, scalar_bits(d, Op::PreMulDevice)),
                 Some(-2.5),
                 "{d:?}"
             );

@@ -33,16 +33,12 @@ use mscclpp::host::transport::Transport;
 use mscclpp::kernels;
 use mscclpp::shared::{DataType, PortPingPongParams, ReduceOp};
 use mscclpp::trace::{Category, TraceConfig};
+use mscclpp_test_support as harness;
 use serde_json::Value;
 
 /// The backend under test, or `None` (NOT RUN printed) when it cannot run two ranks.
 fn backend(test: &str) -> Option<BackendKind> {
-    let b = BackendKind::select().expect("backend");
-    if b == BackendKind::Cuda && b.device_count().unwrap_or(0) < 2 {
-        println!("NOT RUN: {test}: needs 2 GPUs on the CUDA backend");
-        return None;
-    }
-    Some(b)
+    harness::enough_gpus(test, 2).then(harness::backend)
 }
 
 /// A fresh directory for one test's trace.
@@ -53,27 +49,19 @@ fn trace_dir(test: &str) -> PathBuf {
 }
 
 /// Runs `body` on two ranks with their traces on, into `dir`; every rank's error is reported.
-fn run_traced(backend: BackendKind, dir: &Path, body: impl Fn(Arc<Communicator>) + Sync) {
-    run_traced_on(2, backend, dir, body)
+fn run_traced(dir: &Path, body: impl Fn(Arc<Communicator>) + Sync) {
+    run_traced_on(2, dir, body)
 }
 
 /// [`run_traced`] on `ranks` ranks.
-fn run_traced_on(
-    ranks: usize,
-    backend: BackendKind,
-    dir: &Path,
-    body: impl Fn(Arc<Communicator>) + Sync,
-) {
-    let results = mscclpp::world::run_local_ranks(backend, ranks, |comm| {
+fn run_traced_on(ranks: usize, dir: &Path, body: impl Fn(Arc<Communicator>) + Sync) {
+    harness::try_ranks_as_threads(ranks, |comm| {
         let comm = Arc::new(comm.traced(TraceConfig::new(dir)));
         body(comm.clone());
         let written = comm.trace_dump()?;
         assert!(written.is_some_and(|p| p.exists()));
         Ok(())
     });
-    for (r, res) in results.into_iter().enumerate() {
-        res.unwrap_or_else(|e| panic!("rank {r}: {e}"));
-    }
 }
 
 /// The merged trace of `dir`, re-parsed from its JSON text.
@@ -177,7 +165,7 @@ fn a_traced_two_rank_all_reduce_merges_into_one_consistent_timeline() {
     };
     let dir = trace_dir("allreduce");
     let sizes = [(4096usize, None), (65536, Some(Algorithm::Staged))];
-    run_traced(backend, &dir, |comm| {
+    run_traced(&dir, |comm| {
         let coll = Collectives::new(comm.clone()).expect("collectives");
         let g = comm.gpu().clone();
         let stream = g.stream().unwrap();
@@ -354,13 +342,13 @@ fn a_traced_two_rank_all_reduce_merges_into_one_consistent_timeline() {
 /// synchronize"; the data is right.
 #[test]
 fn a_traced_one_rank_kernel_puts_its_blocks_inside_the_host_call() {
-    let backend = BackendKind::select().expect("backend");
+    let backend = harness::backend();
     let dir = trace_dir("onerank");
     const CALLS: usize = 3;
     // Not whole 16-byte vectors: staged (on whole vectors one rank runs the direct kernel's
     // local reduction, which records no `send`).
     let count = (16 << 10) + 3;
-    run_traced_on(1, backend, &dir, |comm| {
+    run_traced_on(1, &dir, |comm| {
         let coll = Collectives::new(comm.clone()).expect("collectives");
         let g = comm.gpu().clone();
         let stream = g.stream().unwrap();
@@ -461,7 +449,7 @@ fn a_traced_port_channel_ping_pong_shows_the_proxy_inside_the_call() {
         return;
     };
     let dir = trace_dir("portpingpong");
-    run_traced(backend, &dir, |comm| {
+    run_traced(&dir, |comm| {
         let (rank, peer) = (comm.rank(), 1 - comm.rank());
         let g = comm.gpu().clone();
         let t = Transport::local_for(g.kind());
@@ -595,7 +583,7 @@ fn a_traced_point_to_point_exchange_shows_its_blocks_inside_each_call() {
     };
     let dir = trace_dir("p2p");
     let sizes = [65536usize, 256];
-    run_traced(backend, &dir, |comm| {
+    run_traced(&dir, |comm| {
         let coll = Collectives::new(comm.clone()).expect("collectives");
         let (rank, peer) = (comm.rank(), 1 - comm.rank());
         let g = comm.gpu().clone();
@@ -690,7 +678,7 @@ fn a_traced_gather_and_group_are_call_spans_around_their_p2p_launches() {
     };
     let dir = trace_dir("gather-group");
     let bytes = 4096usize;
-    run_traced(backend, &dir, |comm| {
+    run_traced(&dir, |comm| {
         let coll = Collectives::new(comm.clone()).expect("collectives");
         let (rank, peer) = (comm.rank(), 1 - comm.rank());
         let g = comm.gpu().clone();

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use super::Connection;
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, Stream};
+use crate::gpu::{Gpu, LazyStream};
 use crate::registered_memory::RegisteredMemory;
 use crate::transport::Transport;
 
@@ -20,7 +20,8 @@ use crate::transport::Transport;
 pub struct P2pConnection {
     transport: Transport,
     remote_rank: usize,
-    stream: Stream,
+    /// Made at the first copy or signal (`LazyStream`).
+    stream: LazyStream,
 }
 
 impl P2pConnection {
@@ -29,7 +30,7 @@ impl P2pConnection {
         Ok(Self {
             transport,
             remote_rank,
-            stream: gpu.stream()?,
+            stream: LazyStream::new(gpu),
         })
     }
 }
@@ -58,7 +59,7 @@ impl Connection for P2pConnection {
         }
         // SAFETY: both ranges were checked against registered memories that stay alive (their
         // owners keep them registered while a proxy uses them); distinct buffers never overlap.
-        unsafe { self.stream.copy_dtod(d, s, size as usize) }
+        unsafe { self.stream.get()?.copy_dtod(d, s, size as usize) }
     }
 
     fn update_and_sync(
@@ -78,11 +79,15 @@ impl Connection for P2pConnection {
         let d = dst.range(dst_off, 8)?;
         src.store(new_value, Ordering::Release);
         // SAFETY: checked, aligned, inside a live registered memory.
-        unsafe { self.stream.write_value_u64(d.cast(), new_value) }
+        unsafe { self.stream.get()?.write_value_u64(d.cast(), new_value) }
     }
 
     fn flush(&self, timeout: Duration) -> Result<()> {
-        if self.stream.synchronize_timeout(timeout)? {
+        // Nothing was ever queued: nothing to wait for.
+        if !self.stream.is_made() {
+            return Ok(());
+        }
+        if self.stream.get()?.synchronize_timeout(timeout)? {
             Ok(())
         } else {
             Err(Error::FlushTimeout {

@@ -728,10 +728,15 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
-    /// Two ranks on one node drive the same GPU, which the collectives do not support (as
-    /// NCCL: a kernel of one rank would wait for the other's, queued behind it or behind a
-    /// device-wide synchronisation of the driver).
-    #[error("ranks {first} and {second} both use GPU {device}; collectives need one GPU per rank")]
+    /// More ranks of one node drive the same GPU than the collectives' `ranks_per_gpu` allows
+    /// (by default one, as NCCL: a kernel of one rank could wait for another's that cannot be
+    /// scheduled). `MSCCLPP_RANKS_PER_GPU` (or `CollectiveConfig::ranks_per_gpu`) opts in to
+    /// sharing a GPU.
+    #[error(
+        "ranks {first} and {second} both use GPU {device} ({ranks} ranks on it); the \
+         collectives allow {allowed} rank(s) per GPU: set MSCCLPP_RANKS_PER_GPU={ranks} on \
+         every rank to share it (each rank then gets its share of the GPU's multiprocessors)"
+    )]
     DuplicateGpu {
         /// The lower rank.
         first: usize,
@@ -739,6 +744,31 @@ pub enum Error {
         second: usize,
         /// The GPU's PCI bus id.
         device: String,
+        /// Ranks on that GPU.
+        ranks: usize,
+        /// Ranks per GPU allowed (`ranks_per_gpu`).
+        allowed: usize,
+    },
+    /// Ranks sharing a GPU would each get fewer multiprocessors than the collectives' kernels
+    /// need resident at once (the point-to-point engine's launch meets up to 16 peers' worth
+    /// of blocks): fewer ranks on that GPU.
+    #[error(
+        "{ranks} ranks share GPU {device}, whose {multiprocessors} multiprocessors give each \
+         {share}; the collectives need {needed} per rank: put at most {most} ranks on it"
+    )]
+    GpuShareTooSmall {
+        /// The GPU's PCI bus id.
+        device: String,
+        /// Ranks on it.
+        ranks: usize,
+        /// Its multiprocessors.
+        multiprocessors: u32,
+        /// Each rank's share.
+        share: u32,
+        /// What a rank needs.
+        needed: u32,
+        /// Most ranks the GPU can take.
+        most: u32,
     },
     /// A setting that every rank must share differs between two ranks (the collectives'
     /// configuration: the sizes of the buffers peers write into, the thresholds that pick each

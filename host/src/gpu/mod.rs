@@ -28,7 +28,7 @@ pub use self::kernel::{Kernel, KernelSpec, LaunchConfig, Module};
 use self::kernel::{KernelImpl, ModuleImpl};
 pub use self::memory::{Allocation, DeviceBuffer, HostMapped, PeerBuffer, validate_ipc_handle};
 use self::memory::{BufferImpl, HostImpl, PeerImpl};
-pub use self::stream::{Event, Graph, Stream};
+pub use self::stream::{Event, Graph, LazyStream, Stream};
 use self::stream::{EventImpl, StreamImpl};
 pub use mscclpp_device::arch::host::grid::GridDims;
 use mscclpp_shared::{DevicePtr, IpcMemHandle};
@@ -101,6 +101,18 @@ pub struct Gpu {
     inner: Arc<GpuInner>,
 }
 
+/// One rank of this process on a device ([`Gpu::enter_rank`]).
+#[derive(Debug)]
+pub struct RankOnDevice(#[allow(dead_code)] Option<cuda::RankOnDevice>);
+
+impl RankOnDevice {
+    /// Ranks of this process on the device now (1 on the CPU backend, which holds nothing
+    /// back).
+    pub fn ranks(&self) -> usize {
+        self.0.as_ref().map_or(1, |r| r.ranks())
+    }
+}
+
 impl std::fmt::Debug for Gpu {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Gpu({:?} {})", self.inner.kind, self.inner.ordinal)
@@ -152,6 +164,28 @@ impl Gpu {
     pub fn pci_bus_id(&self) -> Option<String> {
         match &self.inner.imp {
             DeviceImpl::Cuda(d) => Some(d.pci_bus_id()),
+            DeviceImpl::Cpu(_) => None,
+        }
+    }
+
+    /// Counts one rank of this process on this device until the returned guard is dropped
+    /// (every `Communicator` holds one). While two or more ranks of this process share a CUDA
+    /// device, releases that would wait for every kernel of its context (frees, module
+    /// unloads) are held back until one is left — a peer's kernel may be waiting for this
+    /// rank's next launch (`cuda/release.rs`). Nothing on the CPU backend.
+    pub fn enter_rank(&self) -> RankOnDevice {
+        RankOnDevice(match &self.inner.imp {
+            DeviceImpl::Cuda(d) => Some(d.enter_rank()),
+            DeviceImpl::Cpu(_) => None,
+        })
+    }
+
+    /// The physical device's streaming multiprocessors (CUDA), which the blocks of every kernel
+    /// running on it share; `None` on the CPU backend, whose grid emulator runs every block of
+    /// every launch on threads of its own.
+    pub fn multiprocessors(&self) -> Option<u32> {
+        match &self.inner.imp {
+            DeviceImpl::Cuda(d) => Some(d.multiprocessors()),
             DeviceImpl::Cpu(_) => None,
         }
     }

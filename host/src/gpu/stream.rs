@@ -322,3 +322,45 @@ impl Event {
         }
     }
 }
+
+/// A stream made at its first use ([`LazyStream::get`]), for work that most programs never
+/// queue (a connection's proxy copies, the copy engines' side streams, the registration
+/// service's table writes). Streams with work queued share the driver's work queues
+/// (`CUDA_DEVICE_MAX_CONNECTIONS`, at most 32): ranks as threads on one GPU each making a dozen
+/// streams at set-up would put busy streams of two ranks on one queue, where a kernel of one
+/// can wait behind the other's and never start.
+pub struct LazyStream {
+    gpu: Gpu,
+    stream: std::sync::OnceLock<Stream>,
+}
+
+impl std::fmt::Debug for LazyStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LazyStream({:?}, made: {})", self.gpu, self.is_made())
+    }
+}
+
+impl LazyStream {
+    /// No stream yet; [`get`](Self::get) makes it on `gpu`.
+    pub fn new(gpu: &Gpu) -> Self {
+        Self {
+            gpu: gpu.clone(),
+            stream: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The stream, made on the first call.
+    pub fn get(&self) -> Result<&Stream> {
+        if let Some(s) = self.stream.get() {
+            return Ok(s);
+        }
+        let made = self.gpu.stream()?;
+        // Two first uses at once: one stream is kept, the other dropped.
+        Ok(self.stream.get_or_init(|| made))
+    }
+
+    /// Whether it has been made.
+    pub fn is_made(&self) -> bool {
+        self.stream.get().is_some()
+    }
+}

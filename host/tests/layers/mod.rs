@@ -1,5 +1,5 @@
 //! The layering checker, shared by the crates' layering tests (`host/tests/layering.rs`, and
-//! the root crate's `tests/layering.rs` through `#[path]`): a scanner that finds every path of a
+//! the root crate's `tests/import_layers.rs` through `#[path]`): a scanner that finds every path of a
 //! source tree that names a module of the crate (`crate::…`, `super::…`, `self::…`), resolved to
 //! the module path it names, and a check of those paths against a table of layers: within a
 //! scope (the crate, or one module's subtree), each component (a module, `a::b` for a nested

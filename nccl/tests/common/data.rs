@@ -13,8 +13,14 @@
 //! one inexact case, a floating average over 3 ranks (NCCL multiplies each value by 1/n rounded
 //! to the type), is compared within the bound of its roundings: `n · ε · Σ|x_r · s|` with `s`
 //! the rounded factor and `ε` the type's unit roundoff (2^-mantissa bits).
+//!
+//! Elements go to and from bytes through the harness's codec (`mscclpp_test_support::codec`,
+//! written from the formats' definitions), never through the library's conversions.
 
 use std::ffi::c_int;
+
+use mscclpp::shared::DataType;
+use mscclpp_test_support::codec::{self, Float};
 
 use super::{AVG, MAX, MIN, PROD, SUM};
 
@@ -83,34 +89,40 @@ pub fn scalar(t: c_int, op: Op) -> f64 {
     }
 }
 
+/// The library's name of NCCL's type `t`.
+pub fn dtype(t: c_int) -> DataType {
+    match t {
+        I8 => DataType::I8,
+        U8 => DataType::U8,
+        I32 => DataType::I32,
+        U32 => DataType::U32,
+        I64 => DataType::I64,
+        U64 => DataType::U64,
+        F16 => DataType::F16,
+        F32 => DataType::F32,
+        F64 => DataType::F64,
+        BF16 => DataType::BF16,
+        F8E4M3 => DataType::F8E4M3,
+        F8E5M2 => DataType::F8E5M2,
+        _ => panic!("{t} is no ncclDataType_t"),
+    }
+}
+
 fn unsigned(t: c_int) -> bool {
     matches!(int(t), Some((_, false)))
 }
 
 /// Whether `t` is an integer type; its bits and signedness.
 fn int(t: c_int) -> Option<(u32, bool)> {
-    match t {
-        I8 => Some((8, true)),
-        U8 => Some((8, false)),
-        I32 => Some((32, true)),
-        U32 => Some((32, false)),
-        I64 => Some((64, true)),
-        U64 => Some((64, false)),
-        _ => None,
+    match codec::format(dtype(t)) {
+        codec::Format::Int { bits, signed } => Some((bits, signed)),
+        codec::Format::Float(_) => None,
     }
 }
 
-/// (exponent bits, mantissa bits) of floating type `t`.
-fn float(t: c_int) -> (u32, u32) {
-    match t {
-        F16 => (5, 10),
-        F32 => (8, 23),
-        F64 => (11, 52),
-        BF16 => (8, 7),
-        F8E4M3 => (4, 3),
-        F8E5M2 => (5, 2),
-        _ => panic!("type {t} is not a floating type"),
-    }
+/// The format of floating type `t`.
+fn float(t: c_int) -> Float {
+    codec::float(dtype(t)).unwrap_or_else(|| panic!("type {t} is not a floating type"))
 }
 
 fn is_fp8(t: c_int) -> bool {
@@ -120,9 +132,7 @@ fn is_fp8(t: c_int) -> bool {
 /// `x` wrapped into integer type `t` (modulo 2^bits, in the type's range).
 fn wrap(t: c_int, x: i128) -> i128 {
     let (bits, signed) = int(t).expect("an integer type");
-    let m = 1i128 << bits;
-    let u = x.rem_euclid(m);
-    if signed && u >= m / 2 { u - m } else { u }
+    codec::int_value(codec::wrap(x, bits), bits, signed)
 }
 
 /// Element `i` of part `part` of rank `rank` for operator `op` on type `t`: an integer in
@@ -167,82 +177,27 @@ pub fn stored(t: c_int, v: f64) -> f64 {
     }
 }
 
-/// `x` rounded to floating type `t` (to nearest, ties to even; normal range).
+/// `x` rounded to floating type `t` (to nearest, ties to even).
 pub fn round_to(t: c_int, x: f64) -> f64 {
-    if x == 0.0 {
-        return 0.0;
-    }
-    let (_, man) = float(t);
-    let q = 2f64.powi(x.abs().log2().floor() as i32 - man as i32);
-    let k = x / q;
-    let r = k.round();
-    let r = if (k - k.trunc()).abs() == 0.5 && r % 2.0 != 0.0 {
-        r - k.signum()
-    } else {
-        r
-    };
-    r * q
+    float(t).rounded(x)
 }
 
 /// The bytes of `v` (exactly representable, or an integer already wrapped) in type `t`.
 pub fn encode(t: c_int, v: f64) -> Vec<u8> {
-    if let Some((bits, _)) = int(t) {
-        let n = (bits / 8) as usize;
-        return (wrap(t, v as i128) as i64).to_le_bytes()[..n].to_vec();
+    let b = codec::encode(dtype(t), v);
+    if int(t).is_none() && t != F32 {
+        assert_eq!(
+            codec::decode(dtype(t), &b),
+            v,
+            "{v} is not exact in type {t}"
+        );
     }
-    match t {
-        F32 => return (v as f32).to_le_bytes().to_vec(),
-        F64 => return v.to_le_bytes().to_vec(),
-        _ => {}
-    }
-    let (exp, man) = float(t);
-    assert_eq!(round_to(t, v), v, "{v} is not exact in type {t}");
-    let bias = (1i32 << (exp - 1)) - 1;
-    let sign = u64::from(v < 0.0) << (exp + man);
-    let a = v.abs();
-    let bits = if a == 0.0 {
-        sign
-    } else {
-        let e = a.log2().floor() as i32;
-        assert!(e + bias > 0, "{v} is subnormal in type {t}");
-        let m = ((a / 2f64.powi(e) - 1.0) * 2f64.powi(man as i32)) as u64;
-        sign | (((e + bias) as u64) << man) | m
-    };
-    let n = ((1 + exp + man) / 8) as usize;
-    bits.to_le_bytes()[..n].to_vec()
+    b
 }
 
 /// The value of the bytes `b` of type `t`.
 pub fn decode(t: c_int, b: &[u8]) -> f64 {
-    let mut w = [0u8; 8];
-    w[..b.len()].copy_from_slice(b);
-    let raw = u64::from_le_bytes(w);
-    if let Some((bits, signed)) = int(t) {
-        let shift = 64 - bits;
-        return if signed {
-            (((raw << shift) as i64) >> shift) as f64
-        } else {
-            raw as f64
-        };
-    }
-    match t {
-        F32 => return f32::from_bits(raw as u32) as f64,
-        F64 => return f64::from_bits(raw),
-        _ => {}
-    }
-    let (exp, man) = float(t);
-    let bias = (1i32 << (exp - 1)) - 1;
-    let sign = if raw >> (exp + man) & 1 == 1 {
-        -1.0
-    } else {
-        1.0
-    };
-    let e = ((raw >> man) & ((1 << exp) - 1)) as i32;
-    let m = (raw & ((1 << man) - 1)) as f64 / 2f64.powi(man as i32);
-    match e {
-        0 => sign * m * 2f64.powi(1 - bias),
-        _ => sign * (1.0 + m) * 2f64.powi(e - bias),
-    }
+    codec::decode(dtype(t), b)
 }
 
 /// `count` elements of part `part` of rank `rank` for `op` in type `t`.
@@ -295,7 +250,7 @@ pub fn expected(t: c_int, op: Op, n: usize, part: usize, i: usize) -> (f64, f64)
             let tol = if n.is_power_of_two() {
                 0.0
             } else {
-                let eps = 2f64.powi(-(float(t).1 as i32));
+                let eps = 2f64.powi(-(float(t).mantissa_bits as i32));
                 n as f64 * eps * xs.iter().map(|x| (x * s).abs()).sum::<f64>()
             };
             return (want, tol);

@@ -1,6 +1,7 @@
 //! What the tests of the C API share: the library loaded with `dlopen` and its symbols as
 //! typed function pointers ([`Nccl`]), each scenario in a child process of its own
-//! ([`isolated`]), ranks as threads ([`ranks`]), and test data ([`data`]).
+//! ([`isolated`]) or a world of them ([`spawn_world`]), both over the workspace's test harness
+//! (`mscclpp-test-support`), ranks as threads ([`ranks`]), and test data ([`data`]).
 //!
 //! Every scenario runs on the CPU backend (`MSCCLPP_BACKEND=cpu`, set for the child), where a
 //! device pointer is a host address the test reads and writes directly; the GPU runs of the C
@@ -14,10 +15,10 @@ pub mod data;
 pub mod ffi;
 pub mod suite;
 
-use std::ffi::{CStr, c_int, c_void};
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::ffi::{CStr, OsString, c_int, c_void};
+use std::time::Duration;
+
+pub use mscclpp_test_support::{self as harness, Child, TestProcess};
 
 pub use ffi::{UniqueId, nccl};
 
@@ -44,158 +45,61 @@ pub const MAX: c_int = 2;
 pub const MIN: c_int = 3;
 pub const AVG: c_int = 4;
 
-/// The environment variable that names the scenario a child process runs.
-const CHILD: &str = "MSCCLPP_NCCL_TEST_CHILD";
-
-/// Whether this process is the child running `test`.
+/// Whether this process is the child running `test` ([`spawn_test`], [`isolated`]).
 pub fn is_child(test: &str) -> bool {
-    std::env::var(CHILD).as_deref() == Ok(test)
+    harness::in_isolated(test)
+}
+
+/// The caller's variables no child of these tests gets.
+const REMOVED: [&str; 2] = ["NCCL_DEBUG", "MSCCLPP_LOG"];
+
+/// What every child of these tests gets: the CPU backend, loopback, the library under test.
+fn child_env() -> [(&'static str, OsString); 3] {
+    [
+        ("MSCCLPP_BACKEND", "cpu".into()),
+        ("MSCCLPP_SOCKET_IFNAME", "lo".into()),
+        ("MSCCLPP_NCCL_LIB", ffi::lib_path().into()),
+    ]
+}
+
+fn configure(mut p: TestProcess) -> TestProcess {
+    for k in REMOVED {
+        p = p.env_remove(k);
+    }
+    p.envs(child_env())
 }
 
 /// Runs `body` in a fresh child process of this test binary (so each scenario has the
 /// library's process-wide state to itself, and a hung scenario is killed after `limit`): the
-/// test named `test` calls `isolated(test, …)`, which in the parent spawns the child and
-/// checks that it succeeded, and in the child runs `body`.
+/// test named `test` calls `isolated(test, …)`, which in the parent spawns the child (with
+/// `env`) and checks that it succeeded, and in the child runs `body`.
 pub fn isolated(test: &str, limit: Duration, env: &[(&str, &str)], body: impl FnOnce()) {
-    if is_child(test) {
-        body();
-        return;
-    }
-    let out = spawn_test(test, env, &[]).wait_for(limit);
-    assert!(
-        out.success,
-        "{test} failed in its child process:\n{}",
-        out.text
-    );
-    eprintln!("{}", out.text);
+    harness::isolated(
+        test,
+        limit,
+        |p| configure(p).envs(env.iter().copied()),
+        body,
+    )
 }
 
-/// A child process of this test binary running one test.
-pub struct Child {
-    child: std::process::Child,
-    started: Instant,
-    name: String,
+/// Spawns this test binary running `test` as a child ([`is_child`] holds in it), with `env`.
+pub fn spawn_test(test: &str, env: &[(&str, &str)]) -> Child {
+    configure(TestProcess::isolated(test))
+        .envs(env.iter().copied())
+        .spawn()
 }
 
-/// What a child left.
-pub struct Finished {
-    /// Exit status 0.
-    pub success: bool,
-    /// Standard output and error.
-    pub text: String,
-    /// Standard output alone.
-    pub stdout: String,
-}
-
-/// Spawns this test binary running `test` as a child (`CHILD` set to it; the CPU backend,
-/// loopback, no `NCCL_DEBUG` / `MSCCLPP_LOG` of the caller's), with `env`.
-pub fn spawn_test(test: &str, env: &[(&str, &str)], extra: &[(&str, String)]) -> Child {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let mut cmd = Command::new(exe);
-    cmd.args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, test)
-        .env_remove("NCCL_DEBUG")
-        .env_remove("MSCCLPP_LOG")
-        .env("MSCCLPP_BACKEND", "cpu")
-        .env("MSCCLPP_SOCKET_IFNAME", "lo")
-        .env("MSCCLPP_NCCL_LIB", ffi::lib_path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, v) in env {
-        cmd.env(k, v);
+/// Starts `n` ranks of `test` as child processes ([`harness::Processes`]): in each,
+/// `harness::child_place()` gives its rank, and rank 0 announces the NCCL unique id.
+pub fn spawn_world(test: &str, n: usize) -> Vec<Child> {
+    let mut w = harness::Processes::new(test, n);
+    for k in REMOVED {
+        w = w.env_remove(k);
     }
-    for (k, v) in extra {
-        cmd.env(k, v);
+    for (k, v) in child_env() {
+        w = w.env(k, v);
     }
-    Child {
-        child: cmd.spawn().expect("spawning a child test process"),
-        started: Instant::now(),
-        name: test.to_string(),
-    }
-}
-
-impl Child {
-    /// The child's id.
-    pub fn id(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Reads standard output up to the first line holding `prefix` (at most `limit`); returns
-    /// what follows it on that line.
-    pub fn read_line_with(&mut self, prefix: &str, limit: Duration) -> String {
-        let deadline = Instant::now() + limit;
-        let out = self.child.stdout.as_mut().expect("piped stdout");
-        let mut line = Vec::new();
-        let mut byte = [0u8; 1];
-        loop {
-            assert!(
-                Instant::now() < deadline,
-                "{}: no line {prefix:?} within {limit:?}",
-                self.name
-            );
-            match out.read(&mut byte) {
-                Ok(0) => panic!(
-                    "{}: ended before printing {prefix:?}: {}",
-                    self.name,
-                    String::from_utf8_lossy(&line)
-                ),
-                Ok(_) if byte[0] == b'\n' => {
-                    // The test harness may have printed on the same line before it.
-                    let l = String::from_utf8_lossy(&line).to_string();
-                    if let Some(at) = l.find(prefix) {
-                        return l[at + prefix.len()..].trim().to_string();
-                    }
-                    line.clear();
-                }
-                Ok(_) => line.push(byte[0]),
-                Err(e) => panic!("{}: reading its output: {e}", self.name),
-            }
-        }
-    }
-
-    /// Kills the child (SIGKILL).
-    pub fn kill(&mut self) {
-        let _ = self.child.kill();
-    }
-
-    /// Waits at most `limit` (from the spawn) for the child to end, killing it after; returns
-    /// its status and output.
-    pub fn wait_for(mut self, limit: Duration) -> Finished {
-        let mut timed_out = false;
-        loop {
-            match self.child.try_wait() {
-                Ok(Some(_)) => break,
-                Ok(None) if self.started.elapsed() > limit => {
-                    let _ = self.child.kill();
-                    timed_out = true;
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-                Err(e) => panic!("{}: waiting: {e}", self.name),
-            }
-        }
-        let out = self.child.wait_with_output().expect("the child's output");
-        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-        let mut text = format!(
-            "--- {} ({:?}{}) stdout:\n{stdout}--- stderr:\n{}",
-            self.name,
-            out.status,
-            if timed_out {
-                ", killed after the time limit"
-            } else {
-                ""
-            },
-            String::from_utf8_lossy(&out.stderr)
-        );
-        if text.len() > 60_000 {
-            text = format!("{}\n…\n{}", &text[..20_000], &text[text.len() - 30_000..]);
-        }
-        Finished {
-            success: out.status.success() && !timed_out,
-            text,
-            stdout,
-        }
-    }
+    w.spawn()
 }
 
 /// The library's last error text.

@@ -10,7 +10,7 @@
 mod all_reduce;
 
 use mscclpp_host::Result;
-use mscclpp_host::gpu::{Event, Stream};
+use mscclpp_host::gpu::{Event, LazyStream, Stream};
 use mscclpp_shared::{DevicePtr, DirectCollectiveParams};
 
 use crate::collectives::algorithm::{Algorithm, Collective};
@@ -27,7 +27,7 @@ pub(crate) struct CopyEngine {
     /// The direct kernel: barriers, and the all-reduce's local reductions.
     direct: Twin<DirectCollectiveParams>,
     /// Second stream (a rank's copy into its own buffer), and its fork and join events.
-    side: Stream,
+    side: LazyStream,
     fork: Event,
     join: Event,
     /// The all-reduce's streams, events and scratch.
@@ -93,7 +93,7 @@ impl CollectiveAlgorithm for CopyEngine {
     fn set_up(s: &SetUp<'_>) -> Result<Self> {
         Ok(Self {
             direct: direct::load(s)?,
-            side: s.gpu.stream()?,
+            side: LazyStream::new(s.gpu),
             fork: s.gpu.event()?,
             join: s.gpu.event()?,
             pipeline: all_reduce::Pipeline::new(s.gpu)?,
@@ -242,14 +242,15 @@ impl CopyEngine {
             .filter(|&&(q, dst, src, _)| q == me && dst != src)
             .collect();
         if !local.is_empty() {
+            let side = self.side.get()?;
             stream.record(&self.fork)?;
-            self.side.wait_event(&self.fork)?;
+            side.wait_event(&self.fork)?;
             for &&(_, dst, src, len) in &local {
                 // SAFETY: ranges of this rank's buffers of the sizes the caller's contract
                 // gives; no peer touches them (they are this rank's own part).
-                unsafe { copy_if_needed(&self.side, dst, src, len)? };
+                unsafe { copy_if_needed(side, dst, src, len)? };
             }
-            self.side.record(&self.join)?;
+            side.record(&self.join)?;
         }
         direct::barrier(cx, &self.direct, stream, peers, 0)?;
         for &(q, dst, src, len) in copies {

@@ -38,7 +38,7 @@
 //! the same bits, and the all-gather spreads them.
 
 use mscclpp_host::Result;
-use mscclpp_host::gpu::{Kernel, Stream};
+use mscclpp_host::gpu::{Kernel, LazyStream, Stream};
 use mscclpp_shared::{CollectiveMode, DevicePtr, DeviceReduceOp, PortCollectiveParams};
 
 use crate::collectives::algorithm::{Algorithm, Collective};
@@ -54,7 +54,7 @@ use crate::kernels;
 pub(crate) struct Hierarchical {
     kernel: Kernel<PortCollectiveParams>,
     /// The network phase's stream.
-    net: Stream,
+    net: LazyStream,
 }
 
 /// The operator of the node level and of the network level for `op` on `l` ranks per node
@@ -109,7 +109,7 @@ impl CollectiveAlgorithm for Hierarchical {
     fn set_up(s: &SetUp<'_>) -> Result<Self> {
         Ok(Self {
             kernel: s.kernel(kernels::PORT_COLLECTIVE)?,
-            net: s.gpu.stream()?,
+            net: LazyStream::new(s.gpu),
         })
     }
 
@@ -180,7 +180,8 @@ impl CollectiveAlgorithm for Hierarchical {
         let depth = cx.cfg.hier_pipeline_depth.max(1);
         let start = gpu.event()?;
         stream.record(&start)?;
-        self.net.wait_event(&start)?;
+        let net = self.net.get()?;
+        net.wait_event(&start)?;
         let mut done = Vec::with_capacity(chunks.len());
         let gather = |c: Chunk, node: &dyn NodeWorld| -> Result<()> {
             let g = Call::AllGather {
@@ -205,7 +206,7 @@ impl CollectiveAlgorithm for Hierarchical {
             unsafe { node.queue(&rs, stream) }?;
             let reduced = gpu.event()?;
             stream.record(&reduced)?;
-            self.net.wait_event(&reduced)?;
+            net.wait_event(&reduced)?;
             let x = Exchange {
                 mode: CollectiveMode::AllReduce,
                 data: (call.dtype, net_op),
@@ -219,9 +220,9 @@ impl CollectiveAlgorithm for Hierarchical {
             };
             // SAFETY: in place on this rank's part of the chunk; every rank of the column
             // queues the same exchange.
-            unsafe { exchange(cx, &self.kernel, x, &self.net) }?;
+            unsafe { exchange(cx, &self.kernel, x, net) }?;
             let crossed = gpu.event()?;
-            self.net.record(&crossed)?;
+            net.record(&crossed)?;
             done.push(crossed);
             if i + 1 >= depth {
                 let j = i + 1 - depth;

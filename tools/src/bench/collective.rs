@@ -60,6 +60,8 @@ pub struct Plan {
     pub graph_launches: u32,
     /// How the ranks were started (for the header).
     pub launch: String,
+    /// Whether ranks share GPUs (the header says the times are not link figures).
+    pub shared_gpus: bool,
 }
 
 /// The buffers an operation uses at one size (nccl-tests' conventions).
@@ -462,7 +464,9 @@ impl<'a> Rank<'a> {
     /// This rank's stream, events and buffers, sized for the largest of `shapes`.
     fn new(plan: &'a Plan, comm: Arc<Communicator>, shapes: &[Shape]) -> Result<Self, BoxError> {
         let es = plan.args.dtype.size();
-        let inplace = plan.args.inplace && plan.args.op.has_in_place();
+        let inplace = plan.args.inplace
+            && plan.args.op.has_in_place()
+            && !alone_in_place_is_idle(plan, &comm);
         let max_bytes = shapes
             .iter()
             .map(|s| s.part * s.in_parts.max(s.out_parts) * es)
@@ -742,6 +746,9 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
     let info = run_info(plan, r.inplace, n, comm.gpu().name(), base.is_some());
     if rank == 0 {
         print_header(plan, &info);
+        if alone_in_place_is_idle(plan, &comm) {
+            println!("{IDLE_IN_PLACE}");
+        }
         print_setup(setup, &coll, n);
         for note in &notes {
             println!("{note}");
@@ -780,6 +787,19 @@ pub fn run_rank(comm: Communicator, plan: &Plan) -> Result<Option<(RunInfo, Vec<
     Ok((rank == 0).then_some((info, rows)))
 }
 
+/// Whether the run has one rank, in place, and an operation that then does nothing: every
+/// collective of one rank is its own input (ours and NCCL's queue no work), but a
+/// pre-multiplied sum, which still multiplies. Such a run is timed out of place (a copy)
+/// instead of timing empty calls ([`IDLE_IN_PLACE`]).
+fn alone_in_place_is_idle(plan: &Plan, comm: &Communicator) -> bool {
+    let a = &plan.args;
+    comm.size() == 1 && a.inplace && !(a.op.reduces() && a.redop == Redop::PreMulSum)
+}
+
+/// The header's note for [`alone_in_place_is_idle`].
+const IDLE_IN_PLACE: &str = "# one rank in place is no work (every collective is its own input: \
+    neither library queues anything, nothing to time): timed out of place instead (a copy)";
+
 /// The header's line on what setting the collectives up cost rank 0 (`setup`: time, device
 /// memory), and what the regions allocated on first use will add (`memory_plan`).
 fn print_setup(setup: (std::time::Duration, usize), coll: &Collectives, n: usize) {
@@ -810,6 +830,9 @@ fn print_header(plan: &Plan, info: &RunInfo) {
         "# mscclpp-bench {}: {}, {} backend, {}",
         info.op, plan.launch, info.backend, info.device
     );
+    if plan.shared_gpus {
+        println!("{}", super::placement::SHARED);
+    }
     // The selection's rules are the library's (its selection table); each row says what ran.
     let algo = match a.algo {
         Some(x) => format!("{} (forced)", algo_name(Some(x))),

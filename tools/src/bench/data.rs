@@ -8,11 +8,15 @@
 //! kernels' do). The one inexact reduction is a floating-point average over a rank count that
 //! is not a power of two (NCCL multiplies by 1/n rounded to the type): it is checked within
 //! `(n + 1)·u·Σ|x|/n` (`u` the type's unit roundoff).
+//!
+//! Elements are encoded and decoded by the codec the tests use
+//! (`mscclpp_test_support::codec`, written from the formats' definitions): the check never
+//! goes through the library's own conversions, so a wrong conversion there cannot agree with
+//! it. Integers wrap to the type's width, as the kernels' arithmetic does.
 
-use mscclpp::device::reduce::{
-    Fp8, bf16_to_f32, f16_to_f32_soft, f32_to_bf16, f32_to_f16_soft, f32_to_fp8, fp8_to_f32,
-};
 use mscclpp::shared::DataType;
+use mscclpp_test_support::codec::{decode, encode_into as encode, unit_roundoff};
+use mscclpp_test_support::mix;
 
 use super::args::{PREMUL_SCALAR, Redop};
 
@@ -22,14 +26,6 @@ pub const PERIOD: usize = 4093;
 /// Byte written into output buffers before a checked run: an element made of it is never one
 /// of the expected small integers, so untouched output counts as wrong.
 pub const SENTINEL: u8 = 0xA5;
-
-fn mix(mut x: u64) -> u64 {
-    // splitmix64's finaliser.
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
 
 fn unsigned(dtype: DataType) -> bool {
     matches!(dtype, DataType::U32 | DataType::U8 | DataType::U64)
@@ -71,61 +67,6 @@ pub fn value(dtype: DataType, op: Redop, n: usize, rank: usize, part: usize, j: 
     } else {
         v as f64 - (span / 3) as f64
     }
-}
-
-/// Appends `v` (an integer that the type holds exactly) in `dtype`'s little-endian encoding;
-/// integers wrap to the type's width, as the kernels' arithmetic does.
-pub fn encode(dtype: DataType, v: f64, out: &mut Vec<u8>) {
-    let i = v as i128;
-    match dtype {
-        DataType::F32 => out.extend_from_slice(&(v as f32).to_le_bytes()),
-        DataType::F16 => out.extend_from_slice(&f32_to_f16_soft(v as f32).to_le_bytes()),
-        DataType::BF16 => out.extend_from_slice(&f32_to_bf16(v as f32).to_le_bytes()),
-        DataType::I32 => out.extend_from_slice(&(i as i32).to_le_bytes()),
-        DataType::U32 => out.extend_from_slice(&(i as u32).to_le_bytes()),
-        DataType::I8 => out.push(i as i8 as u8),
-        DataType::U8 => out.push(i as u8),
-        DataType::I64 => out.extend_from_slice(&(i as i64).to_le_bytes()),
-        DataType::U64 => out.extend_from_slice(&(i as u64).to_le_bytes()),
-        DataType::F64 => out.extend_from_slice(&v.to_le_bytes()),
-        DataType::F8E4M3 => out.push(f32_to_fp8(v as f32, Fp8::E4M3)),
-        DataType::F8E5M2 => out.push(f32_to_fp8(v as f32, Fp8::E5M2)),
-    }
-}
-
-/// The value of one element (`b` holds exactly `dtype.size()` bytes).
-pub fn decode(dtype: DataType, b: &[u8]) -> f64 {
-    let w2 = || u16::from_le_bytes([b[0], b[1]]);
-    let w4 = || [b[0], b[1], b[2], b[3]];
-    let w8 = || [b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]];
-    match dtype {
-        DataType::F32 => f32::from_le_bytes(w4()) as f64,
-        DataType::F16 => f16_to_f32_soft(w2()) as f64,
-        DataType::BF16 => bf16_to_f32(w2()) as f64,
-        DataType::I32 => i32::from_le_bytes(w4()) as f64,
-        DataType::U32 => u32::from_le_bytes(w4()) as f64,
-        DataType::I8 => b[0] as i8 as f64,
-        DataType::U8 => b[0] as f64,
-        DataType::I64 => i64::from_le_bytes(w8()) as f64,
-        DataType::U64 => u64::from_le_bytes(w8()) as f64,
-        DataType::F64 => f64::from_le_bytes(w8()),
-        DataType::F8E4M3 => fp8_to_f32(b[0], Fp8::E4M3) as f64,
-        DataType::F8E5M2 => fp8_to_f32(b[0], Fp8::E5M2) as f64,
-    }
-}
-
-/// The unit roundoff of a floating-point type (half an ulp of 1).
-fn unit_roundoff(dtype: DataType) -> f64 {
-    let mantissa = match dtype {
-        DataType::F64 => 52,
-        DataType::F32 => 23,
-        DataType::F16 => 10,
-        DataType::BF16 => 7,
-        DataType::F8E4M3 => 3,
-        DataType::F8E5M2 => 2,
-        _ => return 0.0,
-    };
-    2f64.powi(-mantissa - 1)
 }
 
 /// The reduction by `op` of every rank's value `xs`, and how far from it a result may be.

@@ -3,14 +3,17 @@
 //! `MSCCLPP_BACKEND` forced it, the device count and `-g`; it is pure, so every case is
 //! tested without a GPU.
 //!
+//! `per_gpu` is `MSCCLPP_RANKS_PER_GPU` (1 when unset): the ranks that may share one GPU.
+//!
 //! | backend | `-g` | devices | ranks |
 //! |---|---|---|---|
 //! | CPU | none / n | – | 2 / n threads on the CPU backend |
 //! | CUDA | n | ≥ n | n, one GPU each |
-//! | CUDA | n | < n | refused: one GPU per rank |
-//! | CUDA | none | ≥ 2 | one per GPU |
-//! | CUDA, chosen automatically | none | 1 | 2 on the CPU backend, with a note ([`ONE_GPU`]) |
-//! | CUDA, forced | none | 1 | refused, saying `-g 1` or unset `MSCCLPP_BACKEND` |
+//! | CUDA | n | < n ≤ devices × per_gpu | n, rank r on GPU r mod devices, with a note ([`SHARED`]) |
+//! | CUDA | n | devices × per_gpu < n | refused: one GPU per rank, or a larger `MSCCLPP_RANKS_PER_GPU` |
+//! | CUDA | none | ≥ 2, or 1 with per_gpu ≥ 2 | devices × per_gpu (a note when per_gpu ≥ 2) |
+//! | CUDA, chosen automatically | none | 1 (per_gpu 1) | 2 on the CPU backend, with a note ([`ONE_GPU`]) |
+//! | CUDA, forced | none | 1 (per_gpu 1) | refused, saying `-g 1`, `MSCCLPP_RANKS_PER_GPU` or unset `MSCCLPP_BACKEND` |
 //!
 //! Why one GPU runs 2 ranks on the CPU backend: README's main command is a two-rank
 //! all-reduce with data checks. The other choices on one GPU show less. A world of one rank
@@ -41,30 +44,45 @@ pub struct Placement {
 pub const ONE_GPU: &str = "\
 # One GPU found: a collective needs two ranks, one GPU each, so this run checked the two-rank
 # collective on the CPU backend (the kernels the GPUs run, on threads; the times are not GPU
-# times). On this GPU: `mscclpp-bench <op> -g 1` (one rank: no data crosses a link) and
+# times). On this GPU: `MSCCLPP_RANKS_PER_GPU=8 mscclpp-bench <op> -g 8 -c` (8 ranks sharing
+# it: a correctness run), `mscclpp-bench <op> -g 1` (one rank: no data crosses a link) and
 # `mscclpp-info` (a self-check of the kernels); with two or more GPUs, every one is used.";
 
-/// Where the ranks go (see the module docs). `forced`: `MSCCLPP_BACKEND` chose `backend`.
-/// `Err` carries the reason for the command line.
+/// The note of ranks sharing GPUs (the header's too).
+pub const SHARED: &str = "\
+# Several ranks share each GPU (MSCCLPP_RANKS_PER_GPU): each runs on its share of the
+# multiprocessors and no data crosses a link, so the data check means what it says and the
+# times are not link figures (compare them with nothing measured on one GPU per rank).";
+
+/// Where the ranks go (see the module docs). `forced`: `MSCCLPP_BACKEND` chose `backend`;
+/// `per_gpu`: the ranks that may share a GPU. `Err` carries the reason for the command line.
 pub fn place_threads(
     backend: BackendKind,
     forced: bool,
     devices: usize,
+    per_gpu: usize,
     requested: Option<usize>,
 ) -> Result<Placement, String> {
-    let plain = |backend, ranks| Placement {
-        backend,
+    let per_gpu = per_gpu.max(1);
+    let on_gpus = |ranks| Placement {
+        backend: BackendKind::Cuda,
         ranks,
-        note: None,
+        note: (ranks > devices).then_some(SHARED),
     };
     match (backend, requested) {
-        (BackendKind::Cpu, n) => Ok(plain(BackendKind::Cpu, n.unwrap_or(2))),
-        (BackendKind::Cuda, Some(n)) if n > devices => Err(format!(
-            "{n} ranks as threads need {n} GPUs, and {devices} {} present",
-            if devices == 1 { "is" } else { "are" }
+        (BackendKind::Cpu, n) => Ok(Placement {
+            backend: BackendKind::Cpu,
+            ranks: n.unwrap_or(2),
+            note: None,
+        }),
+        (BackendKind::Cuda, Some(n)) if n > devices * per_gpu => Err(format!(
+            "{n} ranks as threads need {n} GPUs, and {devices} {} present (or let ranks share \
+             them: MSCCLPP_RANKS_PER_GPU={})",
+            if devices == 1 { "is" } else { "are" },
+            n.div_ceil(devices.max(1))
         )),
-        (BackendKind::Cuda, Some(n)) => Ok(plain(BackendKind::Cuda, n)),
-        (BackendKind::Cuda, None) if devices >= 2 => Ok(plain(BackendKind::Cuda, devices)),
+        (BackendKind::Cuda, Some(n)) => Ok(on_gpus(n)),
+        (BackendKind::Cuda, None) if devices * per_gpu >= 2 => Ok(on_gpus(devices * per_gpu)),
         (BackendKind::Cuda, None) if devices == 1 && !forced => Ok(Placement {
             backend: BackendKind::Cpu,
             ranks: 2,
@@ -72,7 +90,8 @@ pub fn place_threads(
         }),
         (BackendKind::Cuda, None) if devices == 1 => Err(
             "2 ranks as threads need 2 GPUs, and 1 is present (-g 1 runs one rank on it; \
-             without MSCCLPP_BACKEND=cuda two ranks run on the CPU backend)"
+             MSCCLPP_RANKS_PER_GPU=2 lets two share it; without MSCCLPP_BACKEND=cuda two ranks \
+             run on the CPU backend)"
                 .into(),
         ),
         (BackendKind::Cuda, None) => Err("the CUDA backend reports no device".into()),
@@ -91,23 +110,35 @@ mod tests {
 
     #[test]
     fn the_cpu_backend_runs_two_ranks_unless_told() {
-        assert_eq!(ranks(place_threads(Cpu, false, 0, None)), (Cpu, 2, false));
-        assert_eq!(ranks(place_threads(Cpu, true, 1, Some(5))), (Cpu, 5, false));
+        assert_eq!(
+            ranks(place_threads(Cpu, false, 0, 1, None)),
+            (Cpu, 2, false)
+        );
+        assert_eq!(
+            ranks(place_threads(Cpu, true, 1, 1, Some(5))),
+            (Cpu, 5, false)
+        );
     }
 
     #[test]
     fn gpus_run_one_rank_each() {
-        assert_eq!(ranks(place_threads(Cuda, false, 2, None)), (Cuda, 2, false));
-        assert_eq!(ranks(place_threads(Cuda, true, 8, None)), (Cuda, 8, false));
         assert_eq!(
-            ranks(place_threads(Cuda, false, 8, Some(3))),
+            ranks(place_threads(Cuda, false, 2, 1, None)),
+            (Cuda, 2, false)
+        );
+        assert_eq!(
+            ranks(place_threads(Cuda, true, 8, 1, None)),
+            (Cuda, 8, false)
+        );
+        assert_eq!(
+            ranks(place_threads(Cuda, false, 8, 1, Some(3))),
             (Cuda, 3, false)
         );
         assert_eq!(
-            ranks(place_threads(Cuda, true, 1, Some(1))),
+            ranks(place_threads(Cuda, true, 1, 1, Some(1))),
             (Cuda, 1, false)
         );
-        let e = place_threads(Cuda, false, 2, Some(4)).expect_err("4 ranks on 2 GPUs");
+        let e = place_threads(Cuda, false, 2, 1, Some(4)).expect_err("4 ranks on 2 GPUs");
         assert!(
             e.contains("4 ranks as threads need 4 GPUs, and 2 are present"),
             "{e}"
@@ -116,7 +147,7 @@ mod tests {
 
     #[test]
     fn one_gpu_runs_two_ranks_on_the_cpu_and_says_so() {
-        let p = place_threads(Cuda, false, 1, None).expect("placed");
+        let p = place_threads(Cuda, false, 1, 1, None).expect("placed");
         assert_eq!((p.backend, p.ranks), (Cpu, 2));
         let note = p.note.expect("a note");
         assert!(
@@ -128,9 +159,26 @@ mod tests {
 
     #[test]
     fn one_gpu_with_cuda_forced_is_refused_with_the_ways_out() {
-        let e = place_threads(Cuda, true, 1, None).expect_err("forced CUDA, one GPU");
+        let e = place_threads(Cuda, true, 1, 1, None).expect_err("forced CUDA, one GPU");
         assert!(e.contains("-g 1") && e.contains("MSCCLPP_BACKEND"), "{e}");
-        let e = place_threads(Cuda, true, 0, None).expect_err("no device");
+        let e = place_threads(Cuda, true, 0, 1, None).expect_err("no device");
         assert!(e.contains("no device"), "{e}");
+    }
+
+    #[test]
+    fn ranks_share_gpus_only_as_far_as_allowed() {
+        let p = place_threads(Cuda, true, 1, 8, Some(8)).expect("8 on one GPU");
+        assert_eq!((p.backend, p.ranks, p.note), (Cuda, 8, Some(SHARED)));
+        let p = place_threads(Cuda, false, 1, 4, None).expect("per_gpu on one GPU");
+        assert_eq!((p.backend, p.ranks, p.note), (Cuda, 4, Some(SHARED)));
+        let p = place_threads(Cuda, false, 2, 3, None).expect("two GPUs, three each");
+        assert_eq!((p.ranks, p.note), (6, Some(SHARED)));
+        // No more ranks than GPUs: nothing shared, no note, whatever per_gpu allows.
+        let p = place_threads(Cuda, false, 4, 2, Some(3)).expect("3 of 4");
+        assert_eq!((p.ranks, p.note), (3, None));
+        let e = place_threads(Cuda, false, 1, 4, Some(5)).expect_err("5 on one GPU, 4 allowed");
+        assert!(e.contains("MSCCLPP_RANKS_PER_GPU=5"), "{e}");
+        // SHARED is a header block: every line a comment.
+        assert!(SHARED.lines().all(|l| l.starts_with("# ")), "{SHARED}");
     }
 }

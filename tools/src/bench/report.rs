@@ -389,10 +389,9 @@ mod tests {
     /// so `scripts/bench-tables.py` and older tooling read both.
     #[test]
     fn json_fields_match_the_committed_benchmarks() {
-        let committed = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../benchmarks/2xh200-2026-11-30-session6/ar.json"
-        );
+        // The run-time package directory: the GPU bundle runs from a copy of the repository.
+        let committed = mscclpp_test_support::package_dir(env!("CARGO_MANIFEST_DIR"))
+            .join("../benchmarks/2xh200-2026-11-30-session6/ar.json");
         let text = std::fs::read_to_string(committed).expect("the committed benchmark file");
         let keys = |line: &str| -> Vec<String> {
             let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");

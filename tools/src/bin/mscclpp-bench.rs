@@ -47,6 +47,16 @@ fn main() -> ExitCode {
         // here on (one per rank) traces into `dir`.
         unsafe { std::env::set_var(mscclpp::trace::TRACE_ENV, dir) };
     }
+    if ranks_per_gpu() > 1 && std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
+        // SAFETY: still before any thread of this program exists. Ranks sharing a GPU need
+        // more of the driver's work queues than its default 8 (`collectives::WANTED_CONNECTIONS`).
+        unsafe {
+            std::env::set_var(
+                "CUDA_DEVICE_MAX_CONNECTIONS",
+                mscclpp::collectives::WANTED_CONNECTIONS.to_string(),
+            )
+        };
+    }
     mscclpp_tools::init_logging("mscclpp-bench");
     let r = match cmd {
         Command::Primitive(p) => run_primitive(&p),
@@ -85,6 +95,14 @@ fn run_primitive(p: &PrimArgs) -> Result<ExitCode, BoxError> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `MSCCLPP_RANKS_PER_GPU`: ranks that may share one GPU (1 when unset or unreadable).
+fn ranks_per_gpu() -> usize {
+    std::env::var(mscclpp::collectives::ENV_RANKS_PER_GPU)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(1)
+}
+
 /// How the ranks of a collective run are started, and how many there are.
 fn placement(a: &CollArgs) -> Result<(Ranks, usize, Placement), BoxError> {
     let backend = BackendKind::select()?;
@@ -106,7 +124,8 @@ fn placement(a: &CollArgs) -> Result<(Ranks, usize, Placement), BoxError> {
         return Ok((Ranks::Process, cfg.size, p));
     }
     let forced = std::env::var_os(BACKEND_ENV).is_some();
-    let p = placement::place_threads(backend, forced, backend.device_count()?, a.ranks)?;
+    let per_gpu = ranks_per_gpu();
+    let p = placement::place_threads(backend, forced, backend.device_count()?, per_gpu, a.ranks)?;
     Ok((Ranks::Threads(p.ranks), p.ranks, p))
 }
 
@@ -155,6 +174,7 @@ fn run_collective(a: CollArgs) -> Result<ExitCode, BoxError> {
         backend,
         graph_launches,
         launch: ranks.describe(n),
+        shared_gpus: placed.note == Some(placement::SHARED),
         args: a,
     };
     let out = bench::run_ranks(backend, ranks, |comm| collective::run_rank(comm, &plan))?;
@@ -162,7 +182,7 @@ fn run_collective(a: CollArgs) -> Result<ExitCode, BoxError> {
         return Ok(ExitCode::SUCCESS);
     };
     print!("{}", report::summary(&rows, plan.args.check));
-    if let Some(note) = placed.note {
+    if let Some(note) = placed.note.filter(|&n| n != placement::SHARED) {
         println!("{note}");
     }
     if let Some(path) = &plan.args.json {

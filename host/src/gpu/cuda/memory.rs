@@ -2,13 +2,13 @@
 //! of other processes' allocations. Made by [`super::Device`]; each keeps the device's primary
 //! context alive and makes it current before its driver calls (so any thread may use or drop it).
 
-use std::ffi::c_void;
 use std::sync::Arc;
 
 use cudarc::driver::sys;
 use mscclpp_shared::IpcMemHandle;
 use mscclpp_shared::ipc::IPC_KIND_CUDA;
 
+use super::release::Held;
 use super::{Context, result};
 use crate::error::{DriverError, Error, Result};
 
@@ -75,15 +75,15 @@ impl DeviceAlloc {
 }
 
 impl Drop for DeviceAlloc {
+    /// Frees the allocation, or holds the free back while ranks of this process share the
+    /// device (`release.rs`); the owners above keep it alive until the work using it is
+    /// synchronised.
     fn drop(&mut self) {
-        let r = self.ctx.bind().and_then(|()| {
-            // SAFETY: `self.ptr` is owned by `self` and freed only here; the owners above keep
-            // it alive until the work using it is synchronised.
-            unsafe { result::cu_mem_free(self.ptr) }
-        });
-        if let Err(e) = r {
-            tracing::warn!(ordinal = self.ctx.ordinal(), ptr = self.ptr, error = %e, "freeing device memory failed");
-        }
+        let held = Held::Device {
+            ptr: self.ptr,
+            size: self.size,
+        };
+        self.ctx.sharing.release(&self.ctx, held);
     }
 }
 
@@ -142,14 +142,10 @@ impl HostAlloc {
 }
 
 impl Drop for HostAlloc {
+    /// Frees the allocation, or holds the free back as [`DeviceAlloc`]'s drop does.
     fn drop(&mut self) {
-        let r = self.ctx.bind().and_then(|()| {
-            // SAFETY: `self.host` is owned by `self` and freed only here.
-            unsafe { result::cu_mem_free_host(self.host.cast::<c_void>()) }
-        });
-        if let Err(e) = r {
-            tracing::warn!(ordinal = self.ctx.ordinal(), error = %e, "freeing host-mapped memory failed");
-        }
+        let held = Held::Host(self.host as usize);
+        self.ctx.sharing.release(&self.ctx, held);
     }
 }
 
@@ -174,13 +170,8 @@ impl PeerAlloc {
 }
 
 impl Drop for PeerAlloc {
+    /// Closes the mapping, or holds the close back as [`DeviceAlloc`]'s drop does.
     fn drop(&mut self) {
-        let r = self.ctx.bind().and_then(|()| {
-            // SAFETY: `self.base` is owned by `self` and closed only here.
-            unsafe { result::cu_ipc_close_mem_handle(self.base) }
-        });
-        if let Err(e) = r {
-            tracing::warn!(ordinal = self.ctx.ordinal(), base = self.base, error = %e, "closing an IPC mapping failed");
-        }
+        self.ctx.sharing.release(&self.ctx, Held::Peer(self.base));
     }
 }

@@ -30,13 +30,17 @@
 //! | owner | owns | released by |
 //! |---|---|---|
 //! | [`Device`] | one reference of the device's primary context (`cuDevicePrimaryCtxRetain`) | `cuDevicePrimaryCtxRelease_v2` when the last owner of the device is gone |
-//! | [`DeviceAlloc`] | a `cuMemAlloc_v2` allocation (exportable over IPC) | `cuMemFree_v2` |
-//! | [`HostAlloc`] | a `cuMemHostAlloc(DEVICEMAP \| PORTABLE)` allocation | `cuMemFreeHost` |
-//! | [`PeerAlloc`] | a mapping of another process's allocation (`cuIpcOpenMemHandle_v2`) | `cuIpcCloseMemHandle` |
+//! | [`DeviceAlloc`] | a `cuMemAlloc_v2` allocation (exportable over IPC) | `cuMemFree_v2`* |
+//! | [`HostAlloc`] | a `cuMemHostAlloc(DEVICEMAP \| PORTABLE)` allocation | `cuMemFreeHost`* |
+//! | [`PeerAlloc`] | a mapping of another process's allocation (`cuIpcOpenMemHandle_v2`) | `cuIpcCloseMemHandle`* |
 //! | [`Stream`] | a non-blocking stream (a caller's stream from [`Device::borrow_stream`]: nothing) | `cuStreamDestroy_v2` (queued work still completes); a borrowed one is left alone |
 //! | [`Event`] | an event with timing enabled | `cuEventDestroy_v2` |
 //! | [`Graph`] | a captured graph and its executable instance | `cuGraphExecDestroy` + `cuGraphDestroy` |
-//! | [`Module`] | a loaded module, shared with its [`Function`]s | `cuModuleUnload` when the module and all its functions are gone |
+//! | [`Module`] | a loaded module, shared with its [`Function`]s | `cuModuleUnload`* when the module and all its functions are gone |
+//! | [`RankOnDevice`] | one count of the ranks of this process on the device | the count; the last but one carries out the releases held back |
+//!
+//! \* These wait for every kernel of the context: while two or more ranks of this process share
+//! the device they are held back until one is left (`release.rs`).
 //!
 //! Freeing memory, closing a mapping or unloading a module while queued work still uses it is
 //! the caller's bug (the layers above keep the owners alive until their work is synchronised).
@@ -50,6 +54,7 @@
 
 mod memory;
 mod module;
+mod release;
 mod result;
 mod stream;
 #[cfg(test)]
@@ -64,6 +69,7 @@ use mscclpp_shared::IpcMemHandle;
 
 pub use memory::{DeviceAlloc, HostAlloc, PeerAlloc};
 pub use module::{Function, Module};
+pub use release::RankOnDevice;
 pub use stream::{Event, Graph, Stream};
 
 use super::BackendKind;
@@ -200,6 +206,9 @@ pub(crate) struct Context {
     ordinal: usize,
     dev: sys::CUdevice,
     ctx: sys::CUcontext,
+    /// The ranks of this process on the device, and the releases held back for them
+    /// (`release.rs`).
+    pub(crate) sharing: Arc<release::Sharing>,
 }
 
 // SAFETY: a `CUcontext` is a driver handle that may be made current on, and used from, any
@@ -240,6 +249,8 @@ pub struct Device {
     pci_bus_id: String,
     /// The device's architecture (compute capability), which PTX must not exceed.
     arch: SmArch,
+    /// Streaming multiprocessors (`CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`).
+    multiprocessors: u32,
 }
 
 /// Smallest allocation made: a request for 0 bytes allocates this much (the driver rejects 0),
@@ -261,7 +272,12 @@ impl Device {
         // `ordinal < count <= c_int::MAX`, so the cast is lossless.
         let dev = result::cu_device_get(ordinal as c_int).map_err(open_err)?;
         let ctx = result::cu_device_primary_ctx_retain(dev).map_err(open_err)?;
-        let ctx = Arc::new(Context { ordinal, dev, ctx });
+        let ctx = Arc::new(Context {
+            ordinal,
+            dev,
+            ctx,
+            sharing: release::of(dev),
+        });
         let name = result::cu_device_get_name(dev).map_err(open_err)?;
         let pci_bus_id = result::cu_device_get_pci_bus_id(dev).map_err(open_err)?;
         let cc = |attribute| {
@@ -273,17 +289,25 @@ impl Device {
             cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
             cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
         );
+        let multiprocessors =
+            cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         Ok(Self {
             ctx,
             name,
             pci_bus_id,
             arch,
+            multiprocessors,
         })
     }
 
     /// The device ordinal.
     pub fn ordinal(&self) -> usize {
         self.ctx.ordinal
+    }
+
+    /// Counts one rank of this process on the device until dropped (`release.rs`).
+    pub fn enter_rank(&self) -> RankOnDevice {
+        RankOnDevice::enter(self.ctx.sharing.clone(), self.ctx.clone())
     }
 
     /// The device's name, e.g. `NVIDIA H200`.
@@ -294,6 +318,11 @@ impl Device {
     /// The device's architecture from its compute capability, e.g. `sm_90` for an H200.
     pub fn arch(&self) -> SmArch {
         self.arch
+    }
+
+    /// Its streaming multiprocessors (132 on an H200).
+    pub fn multiprocessors(&self) -> u32 {
+        self.multiprocessors
     }
 
     /// The device's PCI bus id, e.g. `0000:18:00.0` (names the physical GPU whatever
@@ -373,7 +402,10 @@ impl Device {
         };
         self.ctx.bind().map_err(err)?;
         let size = bytes.max(MIN_ALLOC);
-        let ptr = result::cu_mem_alloc(size).map_err(err)?;
+        let ptr = match self.ctx.sharing.reuse(size) {
+            Some(ptr) => ptr,
+            None => result::cu_mem_alloc(size).map_err(err)?,
+        };
         // Owned from here on: an error below frees it.
         let alloc = DeviceAlloc::new(self.ctx.clone(), ptr, bytes, size);
         // SAFETY: `[ptr, ptr + size)` is the allocation just made. The memset runs on the legacy

@@ -8,6 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::sys;
 
+use super::release::Held;
 use super::{Context, result};
 use crate::error::{BackendError, DriverError, Error, Result};
 use crate::gpu::ptx::{PtxInfo, SmArch};
@@ -48,15 +49,12 @@ unsafe impl Send for Loaded {}
 unsafe impl Sync for Loaded {}
 
 impl Drop for Loaded {
+    /// Unloads the module (every `Function` of it held an `Arc` of `self`, so none is left),
+    /// or holds the unload back while ranks of this process share the device (`release.rs`).
     fn drop(&mut self) {
-        let r = self.ctx.bind().and_then(|()| {
-            // SAFETY: `self.raw` is owned here and unloaded once; every `Function` of it held
-            // an `Arc` of `self`, so none is left.
-            unsafe { result::cu_module_unload(self.raw) }
-        });
-        if let Err(e) = r {
-            tracing::warn!(ordinal = self.ctx.ordinal(), error = %e, "unloading a CUDA module failed");
-        }
+        self.ctx
+            .sharing
+            .release(&self.ctx, Held::Module(self.raw as usize));
     }
 }
 
@@ -146,16 +144,19 @@ impl Module {
         };
         ctx.bind().map_err(|e| err(e.into()))?;
         // SAFETY: forwarded contract.
-        match unsafe { result::cu_module_load_data_ex(image) } {
-            Ok(raw) => Ok(Self {
-                loaded: Arc::new(Loaded {
-                    ctx: ctx.clone(),
-                    raw,
-                }),
-            }),
-            Err((e, log)) if log.is_empty() => Err(err(e.into())),
-            Err((source, log)) => Err(err(BackendError::Jit { source, log })),
-        }
+        let loaded = match unsafe { result::cu_module_load_data_ex(image) } {
+            Ok(raw) => Loaded {
+                ctx: ctx.clone(),
+                raw,
+            },
+            Err((e, log)) if log.is_empty() => return Err(err(e.into())),
+            Err((source, log)) => return Err(err(BackendError::Jit { source, log })),
+        };
+        // SAFETY: `loaded.raw` was just loaded and is owned by `loaded` (unloaded on error).
+        unsafe { load_every_function(loaded.raw) }.map_err(|e| err(e.into()))?;
+        Ok(Self {
+            loaded: Arc::new(loaded),
+        })
     }
 
     /// The entry point `name`: [`Error::MissingKernel`] if the module has none.
@@ -174,9 +175,9 @@ impl Module {
         // SAFETY: the module is live (we hold an `Arc` of it).
         match unsafe { result::cu_module_get_function(self.loaded.raw, &cname) } {
             Ok(raw) => {
-                // With lazy loading (the driver's default), a kernel's code is loaded at its
-                // first launch, which may wait for kernels already running — and ours wait for
-                // each other across GPUs of one process. Load it now instead.
+                // Loaded with the module already (`load_every_function`); where the driver
+                // could not enumerate them (before CUDA 12.4), this entry point now, which is
+                // as early as the driver allows there.
                 if result::has_symbol("cuFuncLoad") {
                     // SAFETY: `raw` was just returned for our live module.
                     unsafe { result::cu_func_load(raw) }.map_err(err)?;
@@ -193,6 +194,32 @@ impl Module {
             Err(e) => Err(err(e)),
         }
     }
+}
+
+/// With lazy loading (the driver's default since CUDA 12.2), a function's code is loaded at
+/// its first launch or `cuFuncLoad`, and that load waits for kernels already running in the
+/// context: a kernel spinning until a peer's kernel runs — every collective, and the users'
+/// channel kernels — keeps the peer's kernel from ever loading when both ranks share a
+/// context (ranks as threads on one GPU). So a module loads every function before
+/// [`Module`] is returned, before any launch can depend on it, whatever the loading mode
+/// (`CUDA_MODULE_LOADING`). Drivers before CUDA 12.4 cannot enumerate a module's functions
+/// (nor `cuFuncLoad` them): there each function loads when [`Module::function`] takes it.
+///
+/// # Safety
+/// `module` is live.
+unsafe fn load_every_function(module: sys::CUmodule) -> std::result::Result<(), DriverError> {
+    if !result::has_symbol("cuFuncLoad") || !result::has_symbol("cuModuleEnumerateFunctions") {
+        return Ok(());
+    }
+    if !result::cu_module_loading_is_lazy()? {
+        return Ok(());
+    }
+    // SAFETY: forwarded contract.
+    for f in unsafe { result::cu_module_functions(module) }? {
+        // SAFETY: `f` was just enumerated from the live `module`.
+        unsafe { result::cu_func_load(f) }?;
+    }
+    Ok(())
 }
 
 /// A kernel entry point of a [`Module`] (keeps the module loaded).

@@ -410,6 +410,38 @@ pub(crate) unsafe fn cu_func_load(f: sys::CUfunction) -> DriverResult<()> {
     check("cuFuncLoad", unsafe { sys::cuFuncLoad(f) })
 }
 
+/// `cuModuleGetLoadingMode` (CUDA 11.7+): whether modules load their functions lazily (at
+/// first use, the default from CUDA 12.2; `CUDA_MODULE_LOADING=EAGER` turns it off).
+pub(crate) fn cu_module_loading_is_lazy() -> DriverResult<bool> {
+    let mut mode = sys::CUmoduleLoadingMode::CU_MODULE_EAGER_LOADING;
+    // SAFETY: `mode` is a valid out-pointer for the call.
+    check("cuModuleGetLoadingMode", unsafe {
+        sys::cuModuleGetLoadingMode(&mut mode)
+    })?;
+    Ok(mode == sys::CUmoduleLoadingMode::CU_MODULE_LAZY_LOADING)
+}
+
+/// Every function of `module` (`cuModuleGetFunctionCount` + `cuModuleEnumerateFunctions`,
+/// CUDA 12.4+).
+///
+/// # Safety
+/// `module` is live.
+pub(crate) unsafe fn cu_module_functions(
+    module: sys::CUmodule,
+) -> DriverResult<Vec<sys::CUfunction>> {
+    let mut count: std::ffi::c_uint = 0;
+    // SAFETY: forwarded contract; `count` is a valid out-pointer.
+    check("cuModuleGetFunctionCount", unsafe {
+        sys::cuModuleGetFunctionCount(&mut count, module)
+    })?;
+    let mut functions = vec![std::ptr::null_mut(); count as usize];
+    // SAFETY: forwarded contract; `functions` holds `count` writable handles.
+    check("cuModuleEnumerateFunctions", unsafe {
+        sys::cuModuleEnumerateFunctions(functions.as_mut_ptr(), count, module)
+    })?;
+    Ok(functions)
+}
+
 // ---- IPC ----
 
 /// `cuIpcGetMemHandle`.

@@ -32,7 +32,7 @@
 use std::sync::Mutex;
 
 use mscclpp_host::Result;
-use mscclpp_host::gpu::{DeviceBuffer, Event, Gpu, Stream};
+use mscclpp_host::gpu::{DeviceBuffer, Event, Gpu, LazyStream, Stream};
 use mscclpp_shared::{CollectiveMode, DataType, DevicePtr, DirectCollectiveParams};
 
 use crate::collectives::algorithm::Algorithm;
@@ -56,8 +56,9 @@ pub const ROWS: u32 = 3;
 
 /// The streams, events and scratch of one `Collectives`' copy-engine all-reduce.
 pub struct Pipeline {
-    scatter: Stream,
-    gather: Stream,
+    /// Made at the first call, as the gather stream (`LazyStream`).
+    scatter: LazyStream,
+    gather: LazyStream,
     fork: Event,
     data_ready: Event,
     reduced: Event,
@@ -71,8 +72,8 @@ pub struct Pipeline {
 impl Pipeline {
     pub fn new(g: &Gpu) -> Result<Self> {
         Ok(Self {
-            scatter: g.stream()?,
-            gather: g.stream()?,
+            scatter: LazyStream::new(g),
+            gather: LazyStream::new(g),
             fork: g.event()?,
             data_ready: g.event()?,
             reduced: g.event()?,
@@ -151,22 +152,23 @@ pub fn run(
     };
     let (input, output) = (t[0][me], t[1][me]);
     cx.ensure_healthy()?;
+    let (scatter, gather) = (ce.scatter.get()?, ce.gather.get()?);
     stream.record(&ce.fork)?;
-    ce.scatter.wait_event(&ce.fork)?;
-    ce.gather.wait_event(&ce.fork)?;
+    scatter.wait_event(&ce.fork)?;
+    gather.wait_event(&ce.fork)?;
     for k in 0..pieces {
         if k >= SLOTS {
-            ce.scatter.wait_event(&ce.slot_free[k % SLOTS])?;
+            scatter.wait_event(&ce.slot_free[k % SLOTS])?;
         }
         for &q in &peers {
             let (at, len) = span(q, k);
             let dst = t[2][q].byte_add_cast(slot_at(q, me, k));
             // SAFETY: piece `k` of chunk `q` of this rank's input (its registered
             // `bytes`) into a slot of rank `q`'s scratch, which holds `slot >= len`.
-            unsafe { copy_if_needed(&ce.scatter, dst, input.byte_add_cast(at as u64), len)? };
+            unsafe { copy_if_needed(scatter, dst, input.byte_add_cast(at as u64), len)? };
         }
-        direct::barrier(cx, kernel, &ce.scatter, &peers, ROW_SCATTER)?;
-        ce.scatter.record(&ce.data_ready)?;
+        direct::barrier(cx, kernel, scatter, &peers, ROW_SCATTER)?;
+        scatter.record(&ce.data_ready)?;
 
         stream.wait_event(&ce.data_ready)?;
         let (at, len) = span(me, k);
@@ -189,16 +191,16 @@ pub fn run(
             stream.record(&ce.slot_free[k % SLOTS])?;
         }
 
-        ce.gather.wait_event(&ce.reduced)?;
+        gather.wait_event(&ce.reduced)?;
         let src = output.byte_add_cast(at as u64);
         for &q in &peers {
             // SAFETY: the reduced piece into the same place of rank `q`'s registered
             // output (its `bytes`); only this rank writes chunk `me` there.
-            unsafe { copy_if_needed(&ce.gather, t[1][q].byte_add_cast(at as u64), src, len)? };
+            unsafe { copy_if_needed(gather, t[1][q].byte_add_cast(at as u64), src, len)? };
         }
     }
-    direct::barrier(cx, kernel, &ce.gather, &peers, ROW_GATHER)?;
-    ce.gather.record(&ce.gathered)?;
+    direct::barrier(cx, kernel, gather, &peers, ROW_GATHER)?;
+    gather.record(&ce.gathered)?;
     stream.wait_event(&ce.gathered)?;
     cx.record(Algorithm::CopyEngine);
     Ok(())
