@@ -2,9 +2,12 @@
 //! initialised, ready, failed), the [`Comm`] a ready one holds, the device a call uses, and
 //! the stream a call queues on.
 //!
-//! A `ncclComm_t` is the address of a [`Handle`] that the table ([`HANDLES`]) keeps alive
-//! until `ncclCommDestroy` / `ncclCommAbort`; an incoming handle is only ever looked up in the
-//! table, never dereferenced, so a null, foreign or destroyed one is `ncclInvalidArgument`.
+//! A `ncclComm_t` is a value that names one [`Handle`] in the table ([`HANDLES`]), which keeps
+//! it alive until `ncclCommDestroy` / `ncclCommAbort`; an incoming handle is only ever looked
+//! up in the table, never dereferenced, so a null, foreign or destroyed one is
+//! `ncclInvalidArgument`. The values are never reused (a counter, [`HANDLE_BASE`] upward in
+//! steps of 16, outside the addresses a process maps), so a destroyed communicator's handle can
+//! never name a communicator made later, as a reused heap address would.
 //! A handle exists from the init call on (NCCL hands it out at once, also inside a group and
 //! for non-blocking inits); its [`State`] turns from `Pending` into `Ready` or `Failed` when
 //! the init finishes (at `ncclGroupEnd`, or on the non-blocking init's thread), under the
@@ -31,14 +34,16 @@
 //! group: at `ncclGroupEnd`), unless its stream is one the library made for C callers
 //! (`cpu_streams.rs`): then it is queued there and returns at once, as on a GPU.
 //!
-//! One difference from NCCL: NCCL orders the calls of one communicator made on different
-//! streams; here a group's calls are put on one stream (`group.rs`), but separate calls on
-//! different streams are not ordered with each other (as with the library's `Collectives`):
-//! PyTorch issues them all on its one NCCL stream per device, vLLM on the current stream.
+//! As NCCL does, the calls of one communicator run in the order they were issued, whatever
+//! streams they are queued on: the library's `Collectives` makes a call on another stream than
+//! the last one's wait (on the device) for the marker recorded after it
+//! (`mscclpp::collectives`, `order.rs`); a group's calls are put on one stream (`group.rs`).
+//! Every exported function gives the calling thread back the CUDA context it had current
+//! (`backend.rs`).
 
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use mscclpp::collectives::{Call, Collectives};
@@ -109,8 +114,15 @@ pub struct Handle {
     pub abandoned: AtomicBool,
 }
 
-/// Every live handle, by address.
+/// Every live handle, by its `ncclComm_t` value.
 static HANDLES: Mutex<Option<HashMap<usize, Arc<Handle>>>> = Mutex::new(None);
+
+/// The first `ncclComm_t` value: non-canonical on x86-64 and above every user-space address of
+/// AArch64's 48-bit layout, so it is no address a process maps (module docs).
+pub const HANDLE_BASE: usize = 0x6d73_6363_0000_0000;
+
+/// How many handles were made (the next value is `HANDLE_BASE + 16 * (count + 1)`).
+static MADE: AtomicUsize = AtomicUsize::new(0);
 
 impl Handle {
     /// A new pending handle, entered in the table; returns it and its `ncclComm_t` value.
@@ -127,7 +139,7 @@ impl Handle {
             state: Mutex::new(State::Pending { in_group }),
             abandoned: AtomicBool::new(false),
         });
-        let ptr = Arc::as_ptr(&h) as usize;
+        let ptr = HANDLE_BASE.wrapping_add(16 * (MADE.fetch_add(1, Ordering::Relaxed) + 1));
         lock(&HANDLES)
             .get_or_insert_with(HashMap::new)
             .insert(ptr, h.clone());

@@ -30,11 +30,13 @@
 //! `NCCL_SPLIT_NOCOLOR` takes part and gets a null handle.
 //!
 //! # Ends
-//! `ncclCommFinalize` waits for the communicator's queued work (CUDA: the device, since the
-//! callers' streams are not tracked) and refuses later calls. `ncclCommDestroy` finalizes if
-//! needed and frees the communicator. `ncclCommAbort` sets the abort flag (every kernel of the
-//! communicator that waits for a peer returns), returns at once, and frees the communicator
-//! on a thread of its own once its device work is done ([`comm::retire`]).
+//! `ncclCommFinalize` waits for the communicator's queued work, and only its (the marker the
+//! library records after its last call, whatever stream it was on: `Comm::flush`), and refuses
+//! later calls. `ncclCommDestroy` finalizes if needed and frees the communicator.
+//! `ncclCommAbort` sets the abort flag (every kernel of the communicator that waits for a peer
+//! returns), returns at once, and frees the communicator on a thread of its own once its work
+//! is done ([`comm::retire`]). A non-blocking init whose thread panics fails its communicator
+//! (`ncclInternalError`), never leaves it `ncclInProgress`.
 
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_int, c_void};
@@ -303,6 +305,17 @@ fn write_comm(out: *mut *mut c_void, v: *mut c_void) {
     unsafe { out.write(v) };
 }
 
+/// Finishes `h` with what `run` returns, or with [`NcclError::Panicked`] if it panics (the
+/// non-blocking init's thread: its communicator fails, never stays `ncclInProgress`).
+fn finish_guarded(h: &Handle, run: impl FnOnce() -> Result<Comm, NcclError>) {
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or(Err(
+        NcclError::Panicked {
+            what: "initialise a communicator",
+        },
+    ));
+    h.finish(result);
+}
+
 /// Starts `job` for the handle written to `out`: at the group's end, on a thread of its own
 /// (non-blocking), or now.
 fn start(out: *mut *mut c_void, job: InitJob) -> Outcome {
@@ -317,7 +330,7 @@ fn start(out: *mut *mut c_void, job: InitJob) -> Outcome {
         let h2 = h.clone();
         let spawned = std::thread::Builder::new()
             .name("nccl-init".into())
-            .spawn(move || h2.finish(job.run()));
+            .spawn(move || finish_guarded(&h2, || job.run()));
         if let Err(source) = spawned {
             let _ = Handle::remove(ptr);
             return Err(NcclError::Thread {
@@ -451,11 +464,13 @@ pub fn init_all(comms: *mut *mut c_void, ndev: c_int, devlist: *const c_int) -> 
     let (id, l) = UniqueId::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
         .map_err(NcclError::library("binding the root's socket"))?;
     keep_root(&id, l);
+    let mut ptrs: Vec<*mut c_void> = Vec::with_capacity(n);
     let jobs: Vec<group::Deferred> = devices
         .iter()
         .enumerate()
         .map(|(rank, &device)| {
-            let (h, _) = Handle::create(rank, n, device, true);
+            let (h, ptr) = Handle::create(rank, n, device, true);
+            ptrs.push(ptr);
             let job = InitJob {
                 rank,
                 nranks: n,
@@ -467,10 +482,6 @@ pub fn init_all(comms: *mut *mut c_void, ndev: c_int, devlist: *const c_int) -> 
             };
             (h, Box::new(job) as Box<dyn group::Init>)
         })
-        .collect();
-    let ptrs: Vec<*mut c_void> = jobs
-        .iter()
-        .map(|(h, _)| Arc::as_ptr(h) as *mut c_void)
         .collect();
     let handles: Vec<Arc<Handle>> = jobs.iter().map(|(h, _)| h.clone()).collect();
     if let Err(e) = group::run_inits(jobs) {
@@ -673,4 +684,35 @@ pub fn tell(comm: *mut c_void, out: *mut c_int, pick: impl FnOnce(Facts) -> usiz
     // SAFETY: checked non-null; NCCL's contract: a writable int. Ranks and ordinals fit.
     unsafe { out.write(pick(facts) as c_int) };
     Ok(ncclResult_t::ncclSuccess)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The non-blocking init's thread: a panic of the init fails the communicator (an internal
+    /// error, its text kept), an error fails it with that error; neither stays pending.
+    #[test]
+    fn a_panicking_init_fails_its_communicator() {
+        let (h, ptr) = Handle::create(0, 2, 0, false);
+        finish_guarded(&h, || panic!("an init that panics"));
+        match h.comm() {
+            Err(NcclError::CommFailed { code, reason }) => {
+                assert_eq!(code, ncclResult_t::ncclInternalError);
+                assert!(reason.contains("initialise a communicator"), "{reason}");
+            }
+            other => panic!("after a panic: {:?}", other.map(|_| ())),
+        }
+        Handle::remove(ptr).expect("still in the table");
+
+        let (h, ptr) = Handle::create(0, 2, 0, false);
+        finish_guarded(&h, || Err(NcclError::Null { what: "comm" }));
+        match h.comm() {
+            Err(NcclError::CommFailed { code, .. }) => {
+                assert_eq!(code, ncclResult_t::ncclInvalidArgument)
+            }
+            other => panic!("after an error: {:?}", other.map(|_| ())),
+        }
+        Handle::remove(ptr).expect("still in the table");
+    }
 }

@@ -179,3 +179,79 @@ fn calls_run_in_issue_order_across_streams() {
     }
     isolated(TEST, LIMIT, &[], || {});
 }
+
+/// Item 10: a destroyed communicator's handle never names one made later (each of 50
+/// communicators made after it is told from it: the old handle stays `ncclInvalidArgument`,
+/// and no handle value comes back); `ncclGetLastError` returns the newest error of the
+/// process, also to a thread whose own last error is older.
+#[test]
+fn destroyed_handles_never_alias_and_the_last_error_is_the_newest() {
+    const TEST: &str = "destroyed_handles_never_alias_and_the_last_error_is_the_newest";
+    if is_child(TEST) {
+        let x = nccl();
+        let mut seen = std::collections::HashSet::new();
+        let first = init_rank(unique_id(), 1, 0);
+        seen.insert(first as usize);
+        ok(unsafe { (x.comm_destroy)(first) }, "ncclCommDestroy");
+        let mut n = 0;
+        for k in 0..50 {
+            let c = init_rank(unique_id(), 1, 0);
+            assert!(
+                seen.insert(c as usize),
+                "communicator {k}: a handle value came back"
+            );
+            fails(
+                unsafe { (x.comm_count)(first, &mut n) },
+                INVALID_ARGUMENT,
+                &["not a live communicator"],
+                "ncclCommCount on the destroyed handle",
+            );
+            ok(unsafe { (x.comm_count)(c, &mut n) }, "ncclCommCount");
+            assert_eq!(n, 1);
+            ok(unsafe { (x.comm_destroy)(c) }, "ncclCommDestroy");
+        }
+
+        // Thread A fails, then thread B fails later: A reads B's error (the newest), and its
+        // own again once it fails again.
+        let (a_failed_tx, a_failed) = std::sync::mpsc::channel::<()>();
+        let (b_failed_tx, b_failed) = std::sync::mpsc::channel::<()>();
+        let a = std::thread::spawn(move || {
+            let x = nccl();
+            let mut n = 0;
+            fails(
+                unsafe { (x.comm_count)(std::ptr::null_mut(), &mut n) },
+                INVALID_ARGUMENT,
+                &["ncclCommCount"],
+                "thread A's error",
+            );
+            assert!(last_error().contains("ncclCommCount"), "{}", last_error());
+            a_failed_tx.send(()).expect("main waits");
+            b_failed.recv().expect("main tells");
+            let newest = last_error();
+            assert!(newest.contains("ncclCommUserRank"), "A reads: {newest}");
+            fails(
+                unsafe { (x.comm_count)(std::ptr::null_mut(), &mut n) },
+                INVALID_ARGUMENT,
+                &["ncclCommCount"],
+                "thread A's second error",
+            );
+            assert!(last_error().contains("ncclCommCount"), "{}", last_error());
+        });
+        a_failed.recv().expect("thread A fails");
+        std::thread::spawn(|| {
+            let mut r = 0;
+            fails(
+                unsafe { (nccl().comm_user_rank)(std::ptr::null_mut(), &mut r) },
+                INVALID_ARGUMENT,
+                &["ncclCommUserRank"],
+                "thread B's error",
+            );
+        })
+        .join()
+        .expect("thread B");
+        b_failed_tx.send(()).expect("thread A waits");
+        a.join().expect("thread A");
+        return;
+    }
+    isolated(TEST, LIMIT, &[], || {});
+}
