@@ -331,22 +331,25 @@ pub trait Bootstrap: Send + Sync {
     /// The next message under `tag` from any rank of `peers`, within `timeout`: the sender
     /// and the message. Messages of one sender arrive in order; which sender's comes first
     /// when several have one waiting is unspecified. A peer whose link is down and who has
-    /// nothing queued under `tag` ends the wait with that error. The default looks at each
-    /// peer in turn without waiting, then sleeps, backing off from 1 ms to [`ANY_POLL_MAX`]
-    /// (bootstraps that can wait on all of them at once override it: the TCP bootstrap does).
+    /// nothing queued under `tag` ends the wait with that error. The default waits on each
+    /// peer in turn for a short while (from 1 ms, growing to [`ANY_POLL_MAX`] for a round of
+    /// all of them): a wait, not a look, because some bootstraps receive only while someone
+    /// waits (a [`SubBootstrap`] pulls its parent's frames then). Bootstraps that can wait on
+    /// all of them at once override it: the TCP bootstrap does.
     fn recv_any(&self, peers: &[usize], tag: u64, timeout: Duration) -> Result<(usize, Vec<u8>)> {
         let deadline = std::time::Instant::now() + timeout;
-        let mut pause = Duration::from_millis(1);
+        let most = ANY_POLL_MAX / peers.len().max(1) as u32;
+        let mut each = Duration::from_millis(1);
         loop {
             for &q in peers {
-                match self.recv_timeout(q, tag, Duration::ZERO) {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                match self.recv_timeout(q, tag, each.min(left)) {
                     Ok(m) => return Ok((q, m)),
                     Err(Error::BootstrapTimeout { .. }) => {}
                     Err(e) => return Err(e),
                 }
             }
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
+            if std::time::Instant::now() >= deadline {
                 return Err(Error::BootstrapTimeout {
                     rank: self.rank(),
                     peer: crate::socket::Peer {
@@ -357,10 +360,10 @@ pub trait Bootstrap: Send + Sync {
                     after: timeout,
                 });
             }
-            std::thread::sleep(pause.min(left));
-            pause = (pause * 2).min(ANY_POLL_MAX);
+            each = (each * 2).min(most.max(Duration::from_millis(1)));
         }
     }
+
     /// The next message from `peer` under `tag`, within the operation deadline.
     fn recv(&self, peer: usize, tag: u64) -> Result<Vec<u8>> {
         self.recv_watched(peer, tag, self.op_timeout(), &no_watch)
