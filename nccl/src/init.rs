@@ -20,7 +20,12 @@
 //! `ncclInProgress` at once and the init runs on a thread; `ncclCommGetAsyncError` says
 //! `ncclInProgress` until it is done, then `ncclSuccess` or why it failed. Inside a group the
 //! init runs at `ncclGroupEnd` (`group.rs`). Bootstrap deadlines: `MSCCLPP_BOOTSTRAP_TIMEOUT_MS`
-//! and `MSCCLPP_BOOTSTRAP_OP_TIMEOUT_MS` (default 30 s each).
+//! (set-up and operations) and `MSCCLPP_BOOTSTRAP_OP_TIMEOUT_MS` (operations: a split, a
+//! window's registration, a scratch region or hint awaited under capture, destroy waiting for
+//! the communicator's work), default 10 minutes each ([`DEFAULT_DEADLINE`], PyTorch's default
+//! timeout; the library's own default, for Rust callers, stays 30 s). A collective call itself
+//! waits for nothing on the host; a dead peer is seen at once (its socket closes), and
+//! `ncclCommAbort` ends the waits of a ready communicator at once.
 //!
 //! # Splits
 //! `ncclCommSplit` is the library's `Communicator::split` of the parent (one all-gather over
@@ -158,6 +163,19 @@ fn env_ms(k: &str) -> Result<Option<Duration>, NcclError> {
     }
 }
 
+/// The drop-in's default bootstrap deadlines: PyTorch's default process-group timeout (10
+/// minutes), so that no set-up wait of ours fires before PyTorch's watchdog would: ranks of a
+/// real job reach their inits and first calls minutes apart (loading, compiling, checkpoints).
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(600);
+
+/// `(set-up, operation)` deadlines of an init's bootstrap: `MSCCLPP_BOOTSTRAP_TIMEOUT_MS` sets
+/// both, `MSCCLPP_BOOTSTRAP_OP_TIMEOUT_MS` the operations' alone; each unset one is
+/// [`DEFAULT_DEADLINE`].
+fn deadlines(setup: Option<Duration>, op: Option<Duration>) -> (Duration, Duration) {
+    let setup = setup.unwrap_or(DEFAULT_DEADLINE);
+    (setup, op.unwrap_or(setup))
+}
+
 /// What a split makes its communicator from (`ncclCommSplit`).
 #[derive(Clone)]
 pub struct SplitFrom {
@@ -221,12 +239,8 @@ impl InitJob {
         {
             cfg = cfg.with_host_id(h.trim());
         }
-        if let Some(t) = env_ms(env::TIMEOUT_MS)? {
-            cfg = cfg.with_timeout(t);
-        }
-        if let Some(t) = env_ms(env::OP_TIMEOUT_MS)? {
-            cfg = cfg.with_op_timeout(t);
-        }
+        let (setup, op) = deadlines(env_ms(env::TIMEOUT_MS)?, env_ms(env::OP_TIMEOUT_MS)?);
+        cfg = cfg.with_timeout(setup).with_op_timeout(op);
         let root = if self.rank == 0 { take_root(&id) } else { None };
         let bs = match root {
             Some(l) => TcpBootstrap::init_with_root_listener(cfg, l),
@@ -689,6 +703,16 @@ pub fn tell(comm: *mut c_void, out: *mut c_int, pick: impl FnOnce(Facts) -> usiz
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deadlines_default_to_ten_minutes_and_follow_the_variables() {
+        let (m, s) = (Duration::from_secs(60), Duration::from_secs(1));
+        assert_eq!(deadlines(None, None), (DEFAULT_DEADLINE, DEFAULT_DEADLINE));
+        assert!(DEFAULT_DEADLINE >= Duration::from_secs(600));
+        assert_eq!(deadlines(Some(m), None), (m, m));
+        assert_eq!(deadlines(None, Some(s)), (DEFAULT_DEADLINE, s));
+        assert_eq!(deadlines(Some(m), Some(s)), (m, s));
+    }
 
     /// The non-blocking init's thread: a panic of the init fails the communicator (an internal
     /// error, its text kept), an error fails it with that error; neither stays pending.
