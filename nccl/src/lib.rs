@@ -26,8 +26,8 @@
 //! | 2 | `error` | errors, their NCCL codes, `ncclGetLastError`, the panic guard |
 //! | 3 | `args` | NCCL's types, operators, ranks, buffers and versioned structs as the library's (one function each) |
 //! | 4 | `registry` | what a communicator keeps of registrations, windows and pre-multiplied sums |
-//! | 5 | `comm`, `cpu_streams` | the handle table, communicators, devices and streams; a call checked by the library; the CPU backend's streams for C callers |
-//! | 6 | `registration` | `ncclMemAlloc`, buffer and window registration, pre-multiplied sums |
+//! | 5 | `comm` | the handle table, communicators, devices and streams; a call checked by the library |
+//! | 6 | `cpu_streams`, `registration` | the CPU backend's streams for C callers; `ncclMemAlloc`, buffer and window registration, pre-multiplied sums |
 //! | 7 | `collectives`, `p2p` | the collectives' checks; sends' and receives' checks and their pairing in a group |
 //! | 8 | `group` | `ncclGroupStart` / `ncclGroupEnd`, and the one path of every call |
 //! | 9 | `init` | unique ids, inits, split, finalize, destroy, abort, async errors |

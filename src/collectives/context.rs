@@ -193,7 +193,12 @@ impl Context {
         w: Wiring,
     ) -> Result<Self> {
         let buffers = Arc::new(RegisteredBuffers::default());
-        let regions = Arc::new(LazyRegions::new(comm.clone(), layout, w.handles)?);
+        let regions = Arc::new(LazyRegions::new(
+            comm.clone(),
+            layout,
+            w.handles,
+            super::registry::send_region,
+        )?);
         let registry = Registry::new(&comm, &buffers, &regions)?;
         Ok(Self {
             regions,

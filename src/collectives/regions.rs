@@ -54,11 +54,19 @@ use mscclpp_host::transport::Transport;
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::{DevicePtr, MemoryChannelDeviceHandle};
 
-use super::registry::{HINT_TARGET, send_region};
 use super::scratch::{Region, ScratchLayout};
 
 /// The regions allocated on first use.
 const LAZY: [Region; 3] = [Region::Ll128, Region::Staging, Region::P2p];
+
+/// The `tracing` target of the one-time messages a call sends (a scratch region here, a hint
+/// in `registry.rs`), at debug level, with the rank: what a test through the C ABI counts.
+pub(crate) const HINT_TARGET: &str = "mscclpp::collectives::sent";
+
+/// How a region's registration reaches rank `q`'s registration service (`registry.rs`, op
+/// `region`; given at set-up, so that this module imports nothing above it):
+/// `(communicator, q, region index, registration)`.
+pub(crate) type SendRegion = fn(&Communicator, usize, usize, &[u8]) -> Result<()>;
 
 /// A ready word's value once the region is traded with its peer.
 const READY: u64 = 1;
@@ -108,6 +116,8 @@ pub(crate) struct LazyRegions {
     slots: [Mutex<Option<RegionState>>; LAZY.len()],
     /// `[region][rank]` ready words (module docs).
     ready: HostMapped,
+    /// What sends a region to a peer's service.
+    send_region: SendRegion,
 }
 
 fn index(r: Region) -> Option<usize> {
@@ -116,11 +126,12 @@ fn index(r: Region) -> Option<usize> {
 
 impl LazyRegions {
     /// No region yet, for `comm`'s collectives laid out by `layout` with the set-up channel
-    /// table `handles`.
+    /// table `handles`, sending regions to the peers with `send_region`.
     pub fn new(
         comm: Arc<Communicator>,
         layout: ScratchLayout,
         handles: Vec<MemoryChannelDeviceHandle>,
+        send_region: SendRegion,
     ) -> Result<Self> {
         let words = LAZY.len() * comm.size();
         let ready = comm.gpu().alloc_host_mapped(8 * words)?;
@@ -132,6 +143,7 @@ impl LazyRegions {
             handles,
             slots: Default::default(),
             ready,
+            send_region,
         })
     }
 
@@ -199,7 +211,7 @@ impl LazyRegions {
             ((s.buffer.ptr(), s.table.ptr()), (unsent, s.wire.clone()))
         };
         for &q in &unsent.0 {
-            send_region(&self.comm, q, i, &unsent.1)?;
+            (self.send_region)(&self.comm, q, i, &unsent.1)?;
             tracing::debug!(
                 target: HINT_TARGET,
                 rank = self.comm.rank(),
@@ -252,7 +264,7 @@ impl LazyRegions {
                 (unsent, s.wire.clone())
             };
             for &q in &wire.0 {
-                send_region(&self.comm, q, i, &wire.1)?;
+                (self.send_region)(&self.comm, q, i, &wire.1)?;
             }
             self.wait_ready(r, i, &list, timeout)?;
         }
@@ -355,7 +367,7 @@ impl LazyRegions {
         let mut slot = self.lock(index);
         let s = self.allocated_in(r, &mut slot)?;
         if !s.sent[q] {
-            send_region(comm, q, index, &s.wire)?;
+            (self.send_region)(comm, q, index, &s.wire)?;
             s.sent[q] = true;
         }
         if s.peers[q].is_some() {

@@ -77,7 +77,7 @@ use mscclpp_host::gpu::{BackendKind, DeviceBuffer, LazyStream};
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::{BufferRef, DevicePtr, FIRST_WINDOW_SLOT, REGISTRY_SLOTS, RegistrySlot};
 
-use super::regions::LazyRegions;
+use super::regions::{HINT_TARGET, LazyRegions};
 use super::registered::RegisteredBuffers;
 
 /// Bootstrap tag of every message of the registration services.
@@ -95,9 +95,6 @@ const HEADER: usize = 4 + 1 + 1 + 2 + 4 + 8 + 8;
 /// How long the service waits for a message before it looks at its stop flag and the
 /// communicator's health.
 const SERVICE_SLICE: Duration = Duration::from_millis(500);
-/// The `tracing` target of the one-time messages a call sends (a hint here, a scratch region
-/// in `regions.rs`), at debug level, with the rank: what a test through the C ABI counts.
-pub(crate) const HINT_TARGET: &str = "mscclpp::collectives::sent";
 /// The slot of a registration that holds no slot ([`Registration::declined`]).
 const NO_SLOT: u32 = u32::MAX;
 
@@ -1068,7 +1065,8 @@ impl Service {
 }
 
 /// Sends rank `q`'s registration service a message of op [`OP_REGION`] (`regions.rs`):
-/// region `index`'s registration `wire`.
+/// region `index`'s registration `wire` (the regions' [`SendRegion`](super::regions::SendRegion),
+/// given them at set-up).
 pub(crate) fn send_region(comm: &Communicator, q: usize, index: usize, wire: &[u8]) -> Result<()> {
     let msg = message(OP_REGION, index as u32, 1, 0, 0, wire);
     comm.bootstrap().send(q, REG_TAG, &msg)
