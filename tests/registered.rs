@@ -642,7 +642,7 @@ fn captured_calls_at_every_size_need_no_eager_call() {
         // LL128), and the direct kernel.
         let sizes = [
             (cfg.ll_part_max_bytes / 2) & !15,
-            (cfg.ll128_part_min_bytes + cfg.ll128_max_bytes) / 2 & !15,
+            ((cfg.ll128_part_min_bytes + cfg.ll128_max_bytes) / 2) & !15,
             (cfg.ll128_max_bytes + 4096).min(cfg.direct_min_bytes.max(16) - 16) & !15,
             cfg.direct_min_bytes.max(cfg.ll128_max_bytes) * 2,
         ];

@@ -111,12 +111,16 @@ pub fn disjoint_or_at(
     disjoint || at.is_some_and(|at| a0 == b0 + at as u64)
 }
 
+/// One allocation of this rank as exported: its base, its registration (kept alive) and its
+/// wire form.
+type LocalExport = (DevicePtr<u8>, RegisteredMemory, Vec<u8>);
+
 /// The caches of one `Collectives`.
 #[derive(Default)]
 pub struct RegisteredBuffers {
     /// The allocation's base, its registration (kept alive) and its wire form, by allocation
     /// id.
-    local: Mutex<HashMap<u64, (DevicePtr<u8>, RegisteredMemory, Vec<u8>)>>,
+    local: Mutex<HashMap<u64, LocalExport>>,
     /// The mapping and how many hold it, by `(rank, token)`.
     remote: Mutex<HashMap<(usize, u64), (RegisteredMemory, usize)>>,
 }

@@ -210,12 +210,15 @@ pub(crate) enum Resolved {
     Unusable,
 }
 
+/// A peer's slot as the host mirrors it, with the token of the allocation mapped for it.
+type MirrorSlot = (RegistrySlot, u64);
+
 /// The peers' registrations: the device table the direct kernel reads, and its host mirror.
 struct PeerTable {
     /// `[rank][slot]` of [`RegistrySlot`] (`nranks * REGISTRY_SLOTS`).
     table: DeviceBuffer,
     /// Written by the service only: each slot and the token of the allocation mapped for it.
-    mirror: Mutex<Vec<Vec<Option<(RegistrySlot, u64)>>>>,
+    mirror: Mutex<Vec<Vec<Option<MirrorSlot>>>>,
 }
 
 /// What the calling threads and the service share.

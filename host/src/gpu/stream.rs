@@ -88,17 +88,7 @@ impl Stream {
     /// Waits until all queued work is done or `timeout` passes (polling, so the wait is
     /// bounded even if the device never finishes).
     pub fn synchronize_timeout(&self, timeout: std::time::Duration) -> Result<bool> {
-        let deadline = std::time::Instant::now() + timeout;
-        let mut backoff = crate::backoff::Backoff::new();
-        loop {
-            if self.query()? {
-                return Ok(true);
-            }
-            if std::time::Instant::now() >= deadline {
-                return Ok(false);
-            }
-            backoff.snooze();
-        }
+        poll_until(timeout, || self.query())
     }
 
     /// Queues a launch of `kernel` with `params`.
@@ -297,17 +287,7 @@ impl Event {
     /// Waits until the work before the marker is done, at most `timeout` (polling, so the wait
     /// is bounded even if the device never finishes); whether it is.
     pub fn synchronize_timeout(&self, timeout: std::time::Duration) -> Result<bool> {
-        let deadline = std::time::Instant::now() + timeout;
-        let mut backoff = crate::backoff::Backoff::new();
-        loop {
-            if self.query()? {
-                return Ok(true);
-            }
-            if std::time::Instant::now() >= deadline {
-                return Ok(false);
-            }
-            backoff.snooze();
-        }
+        poll_until(timeout, || self.query())
     }
 
     /// Milliseconds between `start` and `self` (both recorded and complete).
@@ -362,5 +342,24 @@ impl LazyStream {
     /// Whether it has been made.
     pub fn is_made(&self) -> bool {
         self.stream.get().is_some()
+    }
+}
+
+/// Polls `done` (backing off between looks) until it says yes, at most `timeout`; whether it
+/// did. The bounded waits of streams and events.
+fn poll_until(
+    timeout: std::time::Duration,
+    mut done: impl FnMut() -> Result<bool>,
+) -> Result<bool> {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut backoff = crate::backoff::Backoff::new();
+    loop {
+        if done()? {
+            return Ok(true);
+        }
+        if std::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        backoff.snooze();
     }
 }

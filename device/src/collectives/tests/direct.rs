@@ -468,24 +468,14 @@ fn with_a_gate_one_rank_not_ok_declines_everywhere_and_the_launch_behind_runs() 
             }
         }
         // The staged launch behind it, with the same gate: runs only after a decline.
-        let staged: Vec<_> = b
-            .params
-            .iter()
-            .map(|p| mscclpp_shared::CollectiveParams { gate: GATE, ..*p })
-            .collect();
-        launch_staged(&w, &staged);
+        launch_staged(&w, &b.params, GATE);
         b.check(&w, &c, &all);
         if bad.is_none() {
             // Had it run again, the outputs would still be right: run it on fresh outputs
             // instead, which must stay untouched.
             let c2 = c.seed(c.seed + 100);
             let b2 = buffers(&w, &c2, false);
-            let staged: Vec<_> = b2
-                .params
-                .iter()
-                .map(|p| mscclpp_shared::CollectiveParams { gate: GATE, ..*p })
-                .collect();
-            launch_staged(&w, &staged);
+            launch_staged(&w, &b2.params, GATE);
             for r in 0..3 {
                 let out = b2.outputs[r].get();
                 assert!(out.iter().all(|&x| x == MARK), "gated out: rank {r} wrote");
@@ -494,8 +484,13 @@ fn with_a_gate_one_rank_not_ok_declines_everywhere_and_the_launch_behind_runs() 
     }
 }
 
-fn launch_staged(w: &World, p: &[mscclpp_shared::CollectiveParams]) {
-    w.launch(staged_collective_kernel, p, 2, 32, 0);
+/// The staged kernel on `params`, each with `gate`.
+fn launch_staged(w: &World, params: &[mscclpp_shared::CollectiveParams], gate: u32) {
+    let p: Vec<_> = params
+        .iter()
+        .map(|p| mscclpp_shared::CollectiveParams { gate, ..*p })
+        .collect();
+    w.launch(staged_collective_kernel, &p, 2, 32, 0);
 }
 
 #[test]
