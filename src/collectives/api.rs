@@ -742,11 +742,11 @@ fn window_agreement(mine: &[u8; 16], all: &[Vec<u8>]) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    /// The point-to-point region (2 ranks, CPU backend): a communicator that only runs
-    /// collectives holds none; under capture a first meeting is refused before anything is
-    /// allocated or sent; the first eager send allocates it (its `P2pLayout` bytes) and trades
-    /// it with the peer; after that a capture may meet that peer; `prepare` allocates it for
-    /// every peer at once.
+    /// The point-to-point region (3 ranks, CPU backend): a communicator that only runs
+    /// collectives holds none; the first send between ranks 0 and 1 allocates it on both (the
+    /// sender's call, and the receiver's call or its registration service, whichever comes
+    /// first) and trades it through the services, once; rank 2, met by nobody, holds none;
+    /// `prepare` allocates every region and trades it with every peer, once each.
     #[test]
     fn the_point_to_point_region_is_traded_at_the_first_meeting_by_the_services() {
         use super::Collectives;
@@ -780,6 +780,9 @@ mod tests {
                 cx.layout.len(),
                 "collectives allocate no p2p region"
             );
+            // Before any rank's first send: a region sent by a peer makes this rank's service
+            // allocate its own.
+            c.communicator().barrier()?;
             let p2p = cx.layout.region_len(Region::P2p);
             assert!(p2p > 0);
             // Ranks 0 and 1 meet; rank 2 does not.
