@@ -753,9 +753,10 @@ fn every_algorithm_as_processes_3_to_8_ranks() {
     }
 }
 
-/// Buffers are registered once per allocation and reused; a rank whose buffer cannot take the
-/// direct path (misaligned) makes every rank stage, with correct data; forcing the direct path
-/// on such a buffer fails on every rank with a typed error.
+/// An allocation is registered with the peers once (a hint) and reused; a rank whose buffer
+/// cannot take the direct path (misaligned) makes every rank's direct kernel hand the call on,
+/// with correct data; forcing the direct path on such a buffer is refused by every rank's
+/// kernel (the communicator's error, which `status().reset()` clears).
 #[test]
 fn direct_registration_cache_and_fallback() {
     run(2, |c| {
@@ -793,6 +794,12 @@ fn direct_registration_cache_and_fallback() {
             buf.copy_to_host(0, &mut got).unwrap();
             check(dtype, &got, &want, &format!("cached direct round {round}"));
         }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !c.registrations_settled() {
+            assert!(std::time::Instant::now() < deadline, "hints answered");
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        comm.barrier().unwrap();
         let after = c.registered_buffers();
         assert_eq!(after.0, before.0 + 1, "one allocation registered once");
         assert_eq!(
@@ -800,25 +807,41 @@ fn direct_registration_cache_and_fallback() {
             before.1 + n - 1,
             "each peer's allocation mapped once"
         );
+        sum_in_place(buf.ptr(), None).unwrap();
+        assert!(
+            !c.last_call_declined().unwrap(),
+            "direct once every peer has it"
+        );
 
-        // Rank 1's buffer is 4 bytes off alignment: everyone stages, data still right.
+        // Rank 1's buffer is 4 bytes off alignment: every rank hands the call on, data still
+        // right.
         let off = if rank == 1 { 4 } else { 0 };
         buf.copy_from_host(off, &data(dtype, rank, count, 0))
             .unwrap();
         let p = buf.ptr().byte_add_cast(off as u64);
         sum_in_place(p, None).unwrap();
-        assert_eq!(c.last_algorithm(), Some(Algorithm::Staged));
+        assert_eq!(c.last_algorithm(), Some(Algorithm::Direct));
+        assert!(c.last_call_declined().unwrap(), "handed on, on every rank");
         let mut got = vec![0u8; bytes];
         buf.copy_to_host(off, &mut got).unwrap();
         check(dtype, &got, &want, "fallback to staging");
 
-        // Forced: a typed error on both ranks, and nothing queued.
-        let r = sum_in_place(p, Some(Algorithm::Direct));
-        assert!(
-            matches!(r, Err(mscclpp::host::Error::Unsupported { .. })),
-            "forced direct on a misaligned buffer: {r:?}"
-        );
-        // The communicator is still usable.
+        // Forced: refused by every rank's kernel, nothing written.
+        buf.copy_from_host(off, &data(dtype, rank, count, 0))
+            .unwrap();
+        sum_in_place(p, Some(Algorithm::Direct)).unwrap();
+        match comm.status().error() {
+            Some(mscclpp::host::Error::Device {
+                code: mscclpp::shared::DeviceErrorCode::InvalidArgument,
+                ..
+            }) => {}
+            other => panic!("forced direct on a misaligned buffer: {other:?}"),
+        }
+        buf.copy_to_host(off, &mut got).unwrap();
+        assert_eq!(got, data(dtype, rank, count, 0), "nothing written");
+        // The communicator is usable again once its error is cleared.
+        comm.barrier().unwrap();
+        comm.status().reset();
         buf.copy_from_host(0, &data(dtype, rank, count, 0)).unwrap();
         sum_in_place(buf.ptr(), None).unwrap();
         buf.copy_to_host(0, &mut got).unwrap();
@@ -999,9 +1022,9 @@ fn send_larger_than_the_peers_recv_is_refused() {
 
 /// Ranks that make the same direct all-reduce with different element counts (a caller's
 /// mistake; configurations that differ are refused earlier, at set-up) would have the larger
-/// one write past the smaller one's buffer: the per-call exchange refuses it on every rank
-/// before anything is queued. (Until the set-up check, different copy-engine scratch sizes
-/// reached this check too.)
+/// one write past the smaller one's buffer: every rank's kernel sees the peer's descriptor name
+/// another call and refuses it (`RegisteredRefusal::OtherCall`, the communicator's error),
+/// writing nothing.
 #[test]
 fn mismatched_all_reduce_lengths_are_refused() {
     if !harness::enough_gpus("mismatched_all_reduce_lengths_are_refused", 2) {
@@ -1026,13 +1049,19 @@ fn mismatched_all_reduce_lengths_are_refused() {
                 Some(Algorithm::Direct),
             )
         };
-        match r {
-            Err(mscclpp::host::Error::MalformedMemory { reason, .. }) => {
-                assert!(reason.contains("where this rank shares"), "{reason}")
-            }
+        r.expect("queued");
+        stream.synchronize().unwrap();
+        match c.communicator().status().error() {
+            Some(mscclpp::host::Error::Device {
+                code: mscclpp::shared::DeviceErrorCode::InvalidArgument,
+                addr,
+                ..
+            }) => assert_eq!(
+                mscclpp::shared::RegisteredRefusal::from_u32((addr & 0xff) as u32),
+                Some(mscclpp::shared::RegisteredRefusal::OtherCall)
+            ),
             other => panic!("mismatched all-reduce lengths: {other:?}"),
         }
-        assert!(c.communicator().status().is_aborted());
         drop(stream);
         (c, buf)
     });

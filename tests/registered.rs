@@ -1,12 +1,17 @@
-//! Registered buffers (`Collectives::register_buffer`, windows, `mem_alloc`): calls on them send
-//! no bootstrap message (counted by a wrapper of the bootstrap), move the right data for every
-//! collective of the direct kernel, and leave the per-call exchange to unregistered buffers;
-//! deregistration while idle; windows checked across ranks; mismatched registered calls
-//! refused on every rank with nothing written. Ranks as threads and as processes.
+//! Buffers the peers know ahead of a call: registered by the caller
+//! (`Collectives::register_buffer`, windows, `mem_alloc`), or by the library itself on a
+//! call's first sight of an allocation (a hint). Calls on them send no bootstrap message
+//! (counted by a wrapper of the bootstrap) and move the right data for every collective of the
+//! direct kernel; an allocation travels to the peers once, through their registration services,
+//! and a rank whose host is late never blocks another's host; ranks whose registrations differ
+//! still agree on the path; deregistration while idle; windows checked across ranks;
+//! mismatched calls refused on every rank with nothing written. Ranks as threads and as
+//! processes.
 //!
 //! Ranks as threads and processes: the workspace's test harness (`mscclpp-test-support`).
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use mscclpp::collectives::{Algorithm, CollectiveConfig, Collectives};
 use mscclpp::host::Error;
@@ -62,6 +67,7 @@ fn every_collective(
     out_at: usize,
     m: usize,
     expect: Algorithm,
+    direct: Option<bool>,
 ) {
     let comm = c.communicator();
     let (r, n) = (comm.rank(), comm.size());
@@ -85,6 +91,10 @@ fn every_collective(
             comm.status().error()
         );
         assert_eq!(c.last_algorithm(), Some(expect), "{what}");
+        if let Some(d) = direct {
+            let declined = c.last_call_declined().expect("the verdict");
+            assert_eq!(!declined, d, "{what}: ran on the direct kernel");
+        }
     };
     let sum = |p: usize, i: usize| (0..n).fold(0u32, |s, q| s.wrapping_add(value(q, p, i)));
 
@@ -141,10 +151,26 @@ fn every_collective(
     assert_eq!(read(output, out_at, m), want, "send_recv data");
 }
 
-/// Every collective of the direct kernel on registered buffers (`register_buffer`, at an
-/// offset inside larger allocations) sends no bootstrap message, and moves the right data; the
-/// same calls on unregistered buffers do send (so the count can fail); after deregistration
-/// the buffers take the exchange again. 2 and 3 ranks.
+/// Waits until every peer answered every registration of this rank (at most 30 s), then
+/// meets the other ranks.
+fn settle(c: &Collectives) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !c.registrations_settled() {
+        assert!(
+            Instant::now() < deadline,
+            "registrations not answered in 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    c.communicator().barrier().expect("barrier");
+}
+
+/// Every collective of the direct kernel on buffers nobody registered: the first calls send
+/// each allocation to the peers once (and are handed on by the direct kernel, on every rank
+/// alike, until the peers have them), the calls after send no bootstrap message and run on the
+/// direct kernel; then on registered buffers (`register_buffer`, at an offset inside the
+/// allocations), the same; deregistered, the allocations' hints serve again, still without a
+/// message. Right data throughout. 2 and 3 ranks.
 #[test]
 fn registered_calls_send_no_bootstrap_message() {
     for n in [2, 3] {
@@ -162,35 +188,61 @@ fn registered_calls_send_no_bootstrap_message() {
                 comm.gpu().alloc(n * m * 4 + 64)?,
             );
 
-            // Unregistered: every call exchanges its buffers.
+            // Unregistered, first sight: each allocation goes to every peer once.
             let before = sends.get();
-            every_collective(&c, &st, &input, 4, &output, 8, m, Algorithm::Direct);
-            let unregistered = sends.get() - before;
+            every_collective(&c, &st, &input, 4, &output, 8, m, Algorithm::Direct, None);
+            let first = sends.get() - before;
             // (the helper's own barriers: 6)
-            assert!(
-                unregistered > 6,
-                "the exchange sends messages: {unregistered}"
+            assert!(first > 6, "the allocations travel: {first}");
+            settle(&c);
+            assert_eq!(
+                c.hints(),
+                (2, 2),
+                "one hint per allocation, every peer has it"
+            );
+            let before = sends.get();
+            every_collective(
+                &c,
+                &st,
+                &input,
+                4,
+                &output,
+                8,
+                m,
+                Algorithm::Direct,
+                Some(true),
+            );
+            assert_eq!(
+                sends.get() - before,
+                6,
+                "calls after the first sight send nothing (6 = the helper's barriers)"
             );
 
             // SAFETY (every registration below): the buffers outlive the collectives.
             let ri = unsafe { c.register_buffer(input.ptr().byte_add_cast(16), n * m * 4 + 32) }?;
             let ro = unsafe { c.register_buffer(output.ptr(), n * m * 4 + 64) }?;
+            assert!(ri.is_shared() && ro.is_shared());
             assert_eq!(c.registrations().0, 2);
-            comm.barrier()?;
-            assert_eq!(
-                c.registrations().1,
-                2 * (n - 1),
-                "every peer's two, mapped here"
-            );
+            settle(&c);
             let before = sends.get();
-            every_collective(&c, &st, &input, 4, &output, 8, m, Algorithm::Direct);
+            every_collective(
+                &c,
+                &st,
+                &input,
+                4,
+                &output,
+                8,
+                m,
+                Algorithm::Direct,
+                Some(true),
+            );
             assert_eq!(
                 sends.get() - before,
                 6,
                 "registered calls send nothing (6 = the helper's barriers)"
             );
 
-            // Deregistered while idle: the exchange again, data still right.
+            // Deregistered while idle: the hints serve again, with no message.
             c.deregister(ri)?;
             c.deregister(ro)?;
             assert!(matches!(
@@ -198,16 +250,105 @@ fn registered_calls_send_no_bootstrap_message() {
                 Err(Error::UnknownRegistration { .. })
             ));
             comm.barrier()?;
-            assert_eq!(c.registrations(), (0, 0));
+            assert_eq!(c.registrations().0, 0);
             let before = sends.get();
-            every_collective(&c, &st, &input, 4, &output, 8, m, Algorithm::Direct);
-            assert!(
-                sends.get() - before > 6,
-                "deregistered buffers exchange again"
+            every_collective(
+                &c,
+                &st,
+                &input,
+                4,
+                &output,
+                8,
+                m,
+                Algorithm::Direct,
+                Some(true),
             );
+            assert_eq!(sends.get() - before, 6, "the hints serve again");
             comm.barrier()
         });
     }
+}
+
+/// Issue 30, item 1 (no host rendezvous per call): rank 1's host sleeps 2 s before its first
+/// call while rank 0 queues 100 all-reduces of 8 MiB on buffers nobody registered (the direct
+/// kernel's range): rank 0's host returns from all of them long before rank 1 wakes, the
+/// results are right, and after the allocations' first sight no call sends a bootstrap
+/// message.
+#[test]
+fn a_late_rank_never_blocks_the_host_and_allocations_travel_once() {
+    const CALLS: usize = 100;
+    const BYTES: usize = 8 << 20;
+    const LATE: Duration = Duration::from_secs(2);
+    if !enough_gpus("a late rank", 2) {
+        return;
+    }
+    counted_ranks_as_threads(2, |comm, sends| {
+        let cfg = CollectiveConfig::for_backend(comm.gpu().kind());
+        assert!(BYTES >= cfg.direct_min_bytes && BYTES > cfg.ll128_max_bytes);
+        let c = Collectives::with_config(Arc::new(comm), cfg)?;
+        let comm = c.communicator().clone();
+        let r = comm.rank();
+        let st = comm.gpu().stream()?;
+        let m = BYTES / 4;
+        let (input, output) = (comm.gpu().alloc(BYTES)?, comm.gpu().alloc(BYTES)?);
+        fill(
+            &input,
+            0,
+            &(0..m).map(|i| value(r, 0, i)).collect::<Vec<_>>(),
+        );
+        comm.barrier()?;
+        if r == 1 {
+            std::thread::sleep(LATE);
+        }
+        let (start, before) = (Instant::now(), sends.get());
+        let mut first = 0;
+        for k in 0..CALLS {
+            // SAFETY: both hold `m` words until the synchronize.
+            unsafe {
+                c.all_reduce(
+                    input.ptr(),
+                    output.ptr(),
+                    m,
+                    DataType::U32,
+                    ReduceOp::Sum,
+                    &st,
+                    None,
+                )
+            }?;
+            if k == 0 {
+                first = sends.get() - before;
+            }
+        }
+        let queued = start.elapsed();
+        let later = sends.get() - before - first;
+        if r == 0 {
+            assert!(
+                queued < LATE / 2,
+                "rank 0's host waited for rank 1: {queued:?} for {CALLS} calls"
+            );
+        }
+        assert!(first > 0, "the first call sends the allocations");
+        assert_eq!(later, 0, "calls after the first sight send nothing");
+        st.synchronize()?;
+        assert!(
+            comm.status().error().is_none(),
+            "{:?}",
+            comm.status().error()
+        );
+        let got = read(&output, 0, m);
+        for (i, g) in got.iter().enumerate() {
+            assert_eq!(
+                *g,
+                value(0, 0, i).wrapping_add(value(1, 0, i)),
+                "element {i}"
+            );
+        }
+        eprintln!(
+            "rank {r}: {CALLS} calls of {BYTES} bytes queued in {queued:?}; {first} messages \
+             at the first, {later} after"
+        );
+        comm.barrier()
+    });
 }
 
 /// Memory of `mem_alloc` is registered already: calls on it send nothing; `mem_free` takes it
@@ -226,7 +367,7 @@ fn mem_alloc_and_windows_send_nothing() {
         let st = comm.gpu().stream()?;
         let a = c.mem_alloc(n * m * 4)?;
         let b = c.mem_alloc(n * m * 4)?;
-        comm.barrier()?;
+        settle(&c);
         let r = comm.rank();
         // A `DeviceBuffer` view is not available for library memory: copy through a staging
         // buffer of our own.
@@ -235,11 +376,18 @@ fn mem_alloc_and_windows_send_nothing() {
         fill(&stage, 0, &x);
         // SAFETY: both hold `m` words.
         unsafe { st.copy_dtod(a.ptr(), stage.ptr(), m * 4) }?;
-        let before = sends.get();
-        // SAFETY: `a` and `b` hold `n * m` words until the synchronize.
-        unsafe { c.all_gather(a.ptr(), b.ptr(), m, DataType::U32, &st, None) }?;
-        st.synchronize()?;
-        assert_eq!(sends.get(), before, "mem_alloc memory sends nothing");
+        // The first call trades the staging region of the algorithm queued behind the direct
+        // kernel (in case it declines); the second sends nothing.
+        for round in 0..2 {
+            let before = sends.get();
+            // SAFETY: `a` and `b` hold `n * m` words until the synchronize.
+            unsafe { c.all_gather(a.ptr(), b.ptr(), m, DataType::U32, &st, None) }?;
+            st.synchronize()?;
+            assert!(!c.last_call_declined()?, "ran on the direct kernel");
+            if round == 1 {
+                assert_eq!(sends.get(), before, "mem_alloc memory sends nothing");
+            }
+        }
         assert_eq!(c.last_algorithm(), Some(Algorithm::Direct));
         // SAFETY: as above.
         unsafe { st.copy_dtod(stage.ptr(), b.ptr(), n * m * 4) }?;
@@ -314,15 +462,16 @@ fn mem_alloc_and_windows_send_nothing() {
         }
         assert_eq!(sends.get(), before, "copy engines on windows send nothing");
         let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
-        // The first meeting of two ranks on the point-to-point engine trades its regions (one
-        // message to each of `next` and `prev`); later calls send nothing.
-        for (round, sent) in [(0, 2), (1, 0)] {
+        // The first meeting of two ranks on the point-to-point engine trades its regions (at
+        // most one message to each of `next` and `prev`: the one whose service answered first
+        // has this rank's already); later calls send nothing.
+        for (round, most) in [(0, 2), (1, 0)] {
             let before = sends.get();
             // SAFETY: as above (the output at offset 0 of its window on every rank).
             unsafe { c.send_recv(ci.ptr(), next, co.ptr(), prev, big, DataType::U32, &st) }?;
             st.synchronize()?;
             assert_eq!(c.last_algorithm(), Some(Algorithm::P2p));
-            assert_eq!(sends.get() - before, sent, "p2p call {round}");
+            assert!(sends.get() - before <= most, "p2p call {round}");
         }
         let want: Vec<u32> = (0..big).map(|i| value(prev, 1, i)).collect();
         assert_eq!(read(&co, 0, big), want, "window send_recv");
@@ -428,12 +577,33 @@ fn registered_as_processes() {
         unsafe { c.register_buffer(input.ptr(), n * m * 4) }.expect("register");
         // SAFETY: as above.
         unsafe { c.register_buffer(output.ptr(), n * m * 4) }.expect("register");
-        comm.barrier().expect("barrier");
+        settle(&c);
+        // The first round trades the point-to-point regions (its `send_recv`).
+        every_collective(
+            &c,
+            &st,
+            &input,
+            0,
+            &output,
+            0,
+            m,
+            Algorithm::Direct,
+            Some(true),
+        );
         let before = sends.get();
-        every_collective(&c, &st, &input, 0, &output, 0, m, Algorithm::Direct);
-        // The helper's 6 barriers, and its send_recv's first meeting of this rank with its
-        // next and previous ranks, which trades the point-to-point regions (one message each).
-        assert_eq!(sends.get() - before, 6 + 2, "registered calls send nothing");
+        every_collective(
+            &c,
+            &st,
+            &input,
+            0,
+            &output,
+            0,
+            m,
+            Algorithm::Direct,
+            Some(true),
+        );
+        // The helper's 6 barriers.
+        assert_eq!(sends.get() - before, 6, "registered calls send nothing");
         comm.barrier().expect("barrier");
         return;
     }
@@ -443,12 +613,14 @@ fn registered_as_processes() {
     ranks_as_processes(3, TEST);
 }
 
-/// CUDA graphs (2 GPUs): calls captured on a stream borrowed by its handle (as PyTorch's is)
-/// send no bootstrap message: registered buffers take the direct
-/// kernel, unregistered ones (after `prepare`) LL or staging, never the exchange; the graph
-/// replays right.
+/// Issue 30, item 3 (CUDA graphs, 2 GPUs): calls captured on a stream borrowed by its handle
+/// (as PyTorch's is), with no eager call and no `prepare` before: every size and path
+/// (LL, LL128 and staging, whose regions are traded at the first capture; the direct kernel on
+/// registered buffers and on buffers nobody registered, whose allocations travel once at the
+/// capture; a send and receive, whose point-to-point region too). The capture sends only those
+/// one-time messages, the replays none; the graph replays right.
 #[test]
-fn captured_calls_neither_allocate_nor_exchange() {
+fn captured_calls_at_every_size_need_no_eager_call() {
     use mscclpp::host::gpu::BackendKind;
     if backend() != BackendKind::Cuda {
         eprintln!("NOT RUN: captured calls need the CUDA backend");
@@ -460,57 +632,94 @@ fn captured_calls_neither_allocate_nor_exchange() {
     counted_ranks_as_threads(2, |comm, sends| {
         let cfg = CollectiveConfig::for_backend(comm.gpu().kind());
         let n = 2;
-        // Above LL128's and below the copy engines' sizes: the direct kernel's on the table.
-        let m = (cfg.direct_min_bytes.max(cfg.ll128_max_bytes) * 2) / 4;
         let c = Collectives::with_config(Arc::new(comm), cfg)?;
         let comm = c.communicator().clone();
-        c.prepare()?;
+        let r = comm.rank();
         let owner = comm.gpu().stream()?;
         // SAFETY: the owner outlives the borrowed stream.
         let st = unsafe { comm.gpu().borrow_stream(owner.raw()) }?;
-        let (reg_in, reg_out) = (comm.gpu().alloc(m * 4)?, comm.gpu().alloc(n * m * 4)?);
-        let (raw_in, raw_out) = (comm.gpu().alloc(m * 4)?, comm.gpu().alloc(n * m * 4)?);
+        // Sizes (bytes per part) of LL, LL128, staging (below the direct threshold, above
+        // LL128), and the direct kernel.
+        let sizes = [
+            (cfg.ll_part_max_bytes / 2) & !15,
+            ((cfg.ll128_part_min_bytes + cfg.ll128_max_bytes) / 2) & !15,
+            (cfg.ll128_max_bytes + 4096).min(cfg.direct_min_bytes.max(16) - 16) & !15,
+            cfg.direct_min_bytes.max(cfg.ll128_max_bytes) * 2,
+        ];
+        let mut bufs = Vec::new();
+        for (k, &bytes) in sizes.iter().enumerate() {
+            let m = bytes / 4;
+            let (inp, out) = (comm.gpu().alloc(m * 4)?, comm.gpu().alloc(n * m * 4)?);
+            fill(&inp, 0, &(0..m).map(|i| value(r, k, i)).collect::<Vec<_>>());
+            bufs.push((m, inp, out));
+        }
+        let (reg_in, reg_out) = (
+            comm.gpu().alloc(bufs[3].0 * 4)?,
+            comm.gpu().alloc(n * bufs[3].0 * 4)?,
+        );
+        fill(
+            &reg_in,
+            0,
+            &(0..bufs[3].0).map(|i| value(r, 9, i)).collect::<Vec<_>>(),
+        );
         // SAFETY: the buffers outlive the collectives' use of them.
-        unsafe { c.register_buffer(reg_out.ptr(), n * m * 4) }?;
-        let r = comm.rank();
-        let x: Vec<u32> = (0..m).map(|i| value(r, 0, i)).collect();
-        fill(&reg_in, 0, &x);
-        fill(&raw_in, 0, &x);
+        unsafe { c.register_buffer(reg_out.ptr(), n * bufs[3].0 * 4) }?;
+        let (p2p_in, p2p_out) = (comm.gpu().alloc(4096)?, comm.gpu().alloc(4096)?);
+        fill(
+            &p2p_in,
+            0,
+            &(0..1024).map(|i| value(r, 7, i)).collect::<Vec<_>>(),
+        );
         comm.barrier()?;
-        let before = sends.get();
-        let mut ran = Vec::new();
         let graph = st.capture(|| -> mscclpp::host::Result<()> {
-            // SAFETY: the buffers outlive the graph's replays below.
-            unsafe { c.all_gather(reg_in.ptr(), reg_out.ptr(), m, DataType::U32, &st, None) }?;
-            ran.push(c.last_algorithm());
+            for (m, inp, out) in &bufs {
+                // SAFETY: the buffers outlive the graph's replays below.
+                unsafe { c.all_gather(inp.ptr(), out.ptr(), *m, DataType::U32, &st, None) }?;
+            }
+            let m = bufs[3].0;
             // SAFETY: as above.
-            unsafe { c.all_gather(raw_in.ptr(), raw_out.ptr(), m, DataType::U32, &st, None) }?;
-            ran.push(c.last_algorithm());
+            unsafe { c.all_gather(reg_in.ptr(), reg_out.ptr(), m, DataType::U32, &st, None) }?;
+            // SAFETY: as above.
+            unsafe {
+                c.send_recv(
+                    p2p_in.ptr(),
+                    1 - r,
+                    p2p_out.ptr(),
+                    1 - r,
+                    1024,
+                    DataType::U32,
+                    &st,
+                )
+            }?;
             Ok(())
         })?;
-        assert_eq!(sends.get(), before, "capture sent nothing");
-        assert_eq!(ran[0], Some(Algorithm::Direct), "registered: direct");
-        assert!(
-            matches!(
-                ran[1],
-                Some(Algorithm::Staged | Algorithm::LlOneShot | Algorithm::Ll128)
-            ),
-            "unregistered under capture: {:?}",
-            ran[1]
-        );
+        let before = sends.get();
         for _ in 0..3 {
             // SAFETY: as above.
             unsafe { graph.launch(&st) }?;
         }
         st.synchronize()?;
-        assert!(comm.status().error().is_none());
-        for out in [&reg_out, &raw_out] {
+        assert_eq!(sends.get(), before, "replays send nothing");
+        assert!(
+            comm.status().error().is_none(),
+            "{:?}",
+            comm.status().error()
+        );
+        for (k, (m, _, out)) in bufs.iter().enumerate() {
             let got = read(out, 0, n * m);
             for q in 0..n {
-                let want: Vec<u32> = (0..m).map(|i| value(q, 0, i)).collect();
-                assert_eq!(&got[q * m..(q + 1) * m], &want[..], "part {q}");
+                let want: Vec<u32> = (0..*m).map(|i| value(q, k, i)).collect();
+                assert_eq!(&got[q * m..(q + 1) * m], &want[..], "size {k}, part {q}");
             }
         }
+        let m = bufs[3].0;
+        let got = read(&reg_out, 0, n * m);
+        for q in 0..n {
+            let want: Vec<u32> = (0..m).map(|i| value(q, 9, i)).collect();
+            assert_eq!(&got[q * m..(q + 1) * m], &want[..], "registered, part {q}");
+        }
+        let want: Vec<u32> = (0..1024).map(|i| value(1 - r, 7, i)).collect();
+        assert_eq!(read(&p2p_out, 0, 1024), want, "send_recv");
         comm.barrier()
     });
 }

@@ -279,8 +279,8 @@ fn split_creation_cost() {
 }
 
 /// The regions allocated on first use (`scratch.rs`): none but the LL16 region at set-up, the
-/// staging region with the first staged call, every region with `prepare` (once), and the
-/// results right throughout.
+/// staging region with the first staged call (any rank's: the peers' services allocate theirs
+/// when it arrives), every region with `prepare` (once), and the results right throughout.
 #[test]
 fn scratch_regions_are_allocated_on_first_use() {
     if !enough_gpus("scratch regions", 3) {
@@ -298,6 +298,9 @@ fn scratch_regions_are_allocated_on_first_use() {
         check_sum(&c, r, &ranks, 100, &st);
         assert_eq!(c.last_algorithm(), Some(Algorithm::LlOneShot));
         assert_eq!(c.scratch_bytes(), set_up, "LL allocates nothing");
+        // Before any rank's first staged call: a peer's region, once sent, makes this rank's
+        // registration service allocate this rank's own (regions.rs).
+        c.communicator().barrier()?;
         let staging = plan
             .on_first_use
             .iter()
@@ -324,6 +327,9 @@ fn scratch_regions_are_allocated_on_first_use() {
             set_up + staging - table,
             "the staging region"
         );
+        // Before any rank's `prepare`, which sends the peers every region (their services
+        // then allocate theirs).
+        c.communicator().barrier()?;
         c.prepare()?;
         let after = c.scratch_bytes();
         assert!(after > set_up + staging - table, "LL128 region by prepare");
@@ -331,5 +337,40 @@ fn scratch_regions_are_allocated_on_first_use() {
         assert_eq!(c.scratch_bytes(), after, "prepare allocates once");
         check_sum(&c, r, &ranks, 3000, &st);
         c.communicator().barrier()
+    });
+}
+
+/// `Bootstrap::recv_any` on a split's bootstrap (the default, which waits on each peer in
+/// turn): a split receives only while someone waits, so a receiver that only looked would
+/// never see a message (the registration service of a split's collectives did not, before).
+/// Each member sends every other member two messages; each receives all of them, each
+/// sender's in order.
+#[test]
+fn recv_any_on_a_split_receives_every_message() {
+    if !enough_gpus("recv_any on a split", 4) {
+        return;
+    }
+    const TAG: u64 = 0x5eed;
+    try_ranks_as_threads(4, |comm| {
+        let r = comm.rank();
+        let Some(sub) = comm.split(Some(1).filter(|_| r < 3), 0)? else {
+            return Ok(());
+        };
+        let bs = sub.bootstrap();
+        let (me, n) = (bs.rank(), bs.size());
+        for q in (0..n).filter(|&q| q != me) {
+            for k in 0..2u8 {
+                bs.send(q, TAG, &[me as u8, k])?;
+            }
+        }
+        let everyone: Vec<usize> = (0..n).collect();
+        let mut next = vec![0u8; n];
+        for _ in 0..2 * (n - 1) {
+            let (from, m) = bs.recv_any(&everyone, TAG, Duration::from_secs(30))?;
+            assert_eq!(m, [from as u8, next[from]], "rank {r}: from {from}");
+            next[from] += 1;
+        }
+        sub.barrier()?;
+        Ok(())
     });
 }

@@ -133,6 +133,11 @@ impl Decorator for WatchedBootstrap {
     ) -> Result<Vec<u8>> {
         self.watched(watch, |w| self.inner.recv_watched(peer, tag, timeout, w))
     }
+    fn recv_any(&self, peers: &[usize], tag: u64, timeout: Duration) -> Result<(usize, Vec<u8>)> {
+        self.inner
+            .recv_any(peers, tag, timeout)
+            .map_err(|e| self.blame(e))
+    }
     fn barrier_watched(&self, watch: Watch<'_>) -> Result<()> {
         self.watched(watch, |w| self.inner.barrier_watched(w))
     }

@@ -2,9 +2,12 @@
 //! initialised, ready, failed), the [`Comm`] a ready one holds, the device a call uses, and
 //! the stream a call queues on.
 //!
-//! A `ncclComm_t` is the address of a [`Handle`] that the table ([`HANDLES`]) keeps alive
-//! until `ncclCommDestroy` / `ncclCommAbort`; an incoming handle is only ever looked up in the
-//! table, never dereferenced, so a null, foreign or destroyed one is `ncclInvalidArgument`.
+//! A `ncclComm_t` is a value that names one [`Handle`] in the table ([`HANDLES`]), which keeps
+//! it alive until `ncclCommDestroy` / `ncclCommAbort`; an incoming handle is only ever looked
+//! up in the table, never dereferenced, so a null, foreign or destroyed one is
+//! `ncclInvalidArgument`. The values are never reused (a counter, [`HANDLE_BASE`] upward in
+//! steps of 16, outside the addresses a process maps), so a destroyed communicator's handle can
+//! never name a communicator made later, as a reused heap address would.
 //! A handle exists from the init call on (NCCL hands it out at once, also inside a group and
 //! for non-blocking inits); its [`State`] turns from `Pending` into `Ready` or `Failed` when
 //! the init finishes (at `ncclGroupEnd`, or on the non-blocking init's thread), under the
@@ -27,17 +30,20 @@
 //! shared with the caller; each call queues on the caller's stream ([`Comm::stream`]), checked
 //! to belong to that context. The CPU backend has no CUDA runtime, hence no current device and
 //! no caller's streams: `ncclCommInitRank` uses device 0 (`ncclCommInitAll` its device list),
-//! the stream argument is not used, and every call runs on the communicator's own stream and
-//! is complete when it returns (a group: at `ncclGroupEnd`).
+//! and every call runs on the communicator's own stream and is complete when it returns (a
+//! group: at `ncclGroupEnd`), unless its stream is one the library made for C callers
+//! (`cpu_streams.rs`): then it is queued there and returns at once, as on a GPU.
 //!
-//! One difference from NCCL: NCCL orders the calls of one communicator made on different
-//! streams; here a group's calls are put on one stream (`group.rs`), but separate calls on
-//! different streams are not ordered with each other (as with the library's `Collectives`):
-//! PyTorch issues them all on its one NCCL stream per device, vLLM on the current stream.
+//! As NCCL does, the calls of one communicator run in the order they were issued, whatever
+//! streams they are queued on: the library's `Collectives` makes a call on another stream than
+//! the last one's wait (on the device) for the marker recorded after it
+//! (`mscclpp::collectives`, `order.rs`); a group's calls are put on one stream (`group.rs`).
+//! Every exported function gives the calling thread back the CUDA context it had current
+//! (`backend.rs`).
 
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use mscclpp::collectives::{Call, Collectives};
@@ -49,9 +55,11 @@ use crate::registry::{PreMulSums, Registrations};
 use crate::sync::lock;
 
 /// The backend every communicator of the process uses (`MSCCLPP_BACKEND`, else CUDA when a
-/// device exists, else CPU).
+/// device exists, else CPU; chosen once: `backend.rs`).
 pub fn backend() -> Result<BackendKind, NcclError> {
-    BackendKind::select().map_err(NcclError::library("choosing the backend"))
+    crate::backend::kind().map_err(|e| NcclError::Backend {
+        reason: e.to_string(),
+    })
 }
 
 /// The device a call made now uses: the calling thread's current CUDA device (device 0 when
@@ -106,8 +114,15 @@ pub struct Handle {
     pub abandoned: AtomicBool,
 }
 
-/// Every live handle, by address.
+/// Every live handle, by its `ncclComm_t` value.
 static HANDLES: Mutex<Option<HashMap<usize, Arc<Handle>>>> = Mutex::new(None);
+
+/// The first `ncclComm_t` value: non-canonical on x86-64 and above every user-space address of
+/// AArch64's 48-bit layout, so it is no address a process maps (module docs).
+pub const HANDLE_BASE: usize = 0x6d73_6363_0000_0000;
+
+/// How many handles were made (the next value is `HANDLE_BASE + 16 * (count + 1)`).
+static MADE: AtomicUsize = AtomicUsize::new(0);
 
 impl Handle {
     /// A new pending handle, entered in the table; returns it and its `ncclComm_t` value.
@@ -124,7 +139,7 @@ impl Handle {
             state: Mutex::new(State::Pending { in_group }),
             abandoned: AtomicBool::new(false),
         });
-        let ptr = Arc::as_ptr(&h) as usize;
+        let ptr = HANDLE_BASE.wrapping_add(16 * (MADE.fetch_add(1, Ordering::Relaxed) + 1));
         lock(&HANDLES)
             .get_or_insert_with(HashMap::new)
             .insert(ptr, h.clone());
@@ -311,7 +326,10 @@ impl Comm {
     /// The stream a call with the caller's `stream` queues on (module docs).
     pub fn stream(&self, stream: *mut c_void) -> Result<CallStream<'_>, NcclError> {
         if let Some(s) = &self.own_stream {
-            return Ok(CallStream::Own(s));
+            return Ok(match self.cpu_stream(stream) {
+                Some(theirs) => CallStream::Caller(theirs),
+                None => CallStream::Own(s),
+            });
         }
         // SAFETY: NCCL's contract: the caller's stream is live until the work queued on it
         // completes, which outlasts this call; the borrowed stream lives only for the call.
@@ -331,6 +349,30 @@ impl Comm {
                 .map_err(NcclError::library("relaxing the thread's capture mode")),
             _ => Ok(None),
         }
+    }
+
+    /// On the CPU backend, a stream `mscclppCpuStreamCreate` made (`cpu_streams.rs`), if
+    /// `stream` names one of this device.
+    fn cpu_stream(&self, stream: *mut c_void) -> Option<Stream> {
+        let raw = stream as u64;
+        // 0, 1 and 2 name the default stream, which a C caller cannot synchronize.
+        if raw <= 2 {
+            return None;
+        }
+        // SAFETY: borrowed for one call; the CPU backend refuses work on a stream whose owner
+        // is gone instead of using freed memory.
+        unsafe { self.gpu().borrow_stream(raw) }.ok()
+    }
+
+    /// On the CPU backend, waits for the calls queued with the caller's `stream` when they ran
+    /// on the communicator's own stream (not on a stream of `mscclppCpuStreamCreate`, which
+    /// its caller synchronizes); then reports a device wait that gave up. On CUDA, nothing
+    /// (the caller's streams order the work).
+    pub fn complete_for(&self, stream: *mut c_void) -> Result<(), NcclError> {
+        if self.cpu_stream(stream).is_some() {
+            return Ok(());
+        }
+        self.complete()
     }
 
     /// On the CPU backend, waits for the calls queued on the own stream; then reports a
@@ -361,22 +403,28 @@ impl Comm {
         self.finalized.swap(true, Ordering::AcqRel)
     }
 
-    /// Waits until the work queued with this communicator is done: on CUDA every stream of
-    /// the device (the caller's streams are not tracked), on the CPU backend its own stream.
-    ///
-    /// On CUDA the wait is made with the thread's capture mode relaxed, so that it is not
-    /// refused while another thread captures a graph; a capture running on this device then
-    /// may still make the driver refuse it (the error is returned: the caller logs it).
+    /// Waits until the work queued with this communicator is done, and only its: the marker
+    /// after its last call (the library queues a communicator's calls in issue order across
+    /// streams: `Collectives::drain`), polled, so the wait ends with the bootstrap's deadline
+    /// at the latest, and at once after an abort (the aborted kernels return). Work captured in
+    /// a graph is the graph's: not waited for. The thread's capture mode is relaxed for the
+    /// wait (no refusal while another thread captures).
     pub fn flush(&self) -> Result<(), NcclError> {
-        match &self.own_stream {
-            Some(_) => self.complete(),
-            None => {
-                let _relaxed = self.relaxed_capture()?;
-                self.gpu()
-                    .synchronize()
-                    .map_err(NcclError::library("waiting for the device"))
-            }
+        let _relaxed = self.relaxed_capture()?;
+        let timeout = self.coll.communicator().bootstrap().op_timeout();
+        let done = self
+            .coll
+            .drain(timeout)
+            .map_err(NcclError::library("waiting for the communicator's work"))?;
+        if !done {
+            return Err(NcclError::Library {
+                operation: "waiting for the communicator's work",
+                source: Box::new(mscclpp::host::Error::Aborted {
+                    reason: format!("its queued work was still running after {timeout:?}"),
+                }),
+            });
         }
+        Ok(())
     }
 
     /// The sticky asynchronous error: the first one seen (a dead peer, an abort, a device
@@ -401,9 +449,8 @@ impl Comm {
 }
 
 /// Drops `comm` (the last reference of a destroyed or aborted communicator) on a thread of
-/// its own, after its device work is done (CUDA: the device synchronised, which an aborted
-/// communicator's kernels reach at once): the caller returns at once, and no kernel still
-/// queued uses freed memory.
+/// its own, after its work is done ([`Comm::flush`], which an aborted communicator's kernels
+/// reach at once): the caller returns at once, and no kernel still queued uses freed memory.
 pub fn retire(comm: Arc<Comm>) {
     let keep = comm.clone();
     let spawned = std::thread::Builder::new()

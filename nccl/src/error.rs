@@ -7,15 +7,20 @@
 //! # The last error
 //! Every failing call writes its text (the error and its sources, joined by `: `) twice:
 //! into a buffer of the calling thread, and into the newest slot of a process-wide ring of
-//! [`RING`] static buffers. `ncclGetLastError` returns the calling thread's text if that
-//! thread had an error, else the process's newest (so a watchdog thread sees the errors of the
-//! threads it watches). The pointer stays valid for the life of the thread (its own buffer)
-//! or of the process (a ring slot); its text is replaced by this thread's next error, or,
-//! for a ring slot, [`RING`] errors later.
+//! [`RING`] static buffers. `ncclGetLastError` returns the newest error of the process: the
+//! calling thread's own buffer when its last error is that newest one, else the ring's newest
+//! slot (so a watchdog thread sees the errors of the threads it watches, and a thread whose
+//! own error is old sees a newer one of another thread, as NCCL's one buffer would show). The
+//! pointer stays valid for the life of the thread (its own buffer) or of the process (a ring
+//! slot); its text is replaced by this thread's next error, or, for a ring slot, [`RING`]
+//! errors later.
 //!
-//! Shared words: the ring's slots are written under `RING_LOCK` (one writer at a time) and
-//! published by a release store of `LATEST`; readers (C callers) take `LATEST` with acquire
-//! and read the slot without a lock, as NCCL's callers read its static buffer.
+//! Shared words: the ring's slots are written under `RING_LOCK` (one writer at a time; it also
+//! holds the count of errors so far, whose value after an error is that error's sequence
+//! number) and published by a release store of `LATEST` (the newest slot plus one) and then of
+//! `NEWEST` (the newest sequence number); readers (C callers) take them with acquire and read
+//! the slot without a lock, as NCCL's callers read its static buffer. Each thread keeps the
+//! sequence number of its own last error beside its buffer.
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int};
@@ -36,6 +41,12 @@ pub enum NcclError {
     Null {
         /// The argument.
         what: &'static str,
+    },
+    /// No backend can be chosen (`MSCCLPP_BACKEND` names none).
+    #[error("choosing the backend: {reason}")]
+    Backend {
+        /// Why.
+        reason: String,
     },
     /// A communicator handle that is not a live communicator of this library.
     #[error("{ptr:#x} is not a live communicator (never made by this library, or destroyed)")]
@@ -165,8 +176,8 @@ pub enum NcclError {
         /// The pointer.
         ptr: usize,
     },
-    /// A registration or window handle that is not live on this communicator.
-    #[error("{what} {ptr:#x} is not live on this communicator")]
+    /// A registration, window or stream handle that is not live (on this communicator).
+    #[error("{what} {ptr:#x} is not live here")]
     UnknownHandle {
         /// Registration or window.
         what: &'static str,
@@ -254,6 +265,7 @@ impl NcclError {
             | Self::UnknownHandle { .. }
             | Self::NotDeviceMemory { .. } => ncclInvalidArgument,
             Self::CommPending { .. }
+            | Self::Backend { .. }
             | Self::Finalized
             | Self::ConfigRefused { .. }
             | Self::GroupUnbalanced
@@ -415,6 +427,7 @@ pub type Outcome = Result<ncclResult_t, NcclError>;
 pub fn api(name: &'static str, body: impl FnOnce() -> Outcome) -> ncclResult_t {
     let guarded = || {
         crate::log::ensure_init();
+        let _caller = crate::backend::KeepCaller::new();
         body()
     };
     match std::panic::catch_unwind(AssertUnwindSafe(guarded)) {
@@ -441,6 +454,7 @@ pub fn api(name: &'static str, body: impl FnOnce() -> Outcome) -> ncclResult_t {
 pub fn guarded<T>(name: &'static str, fallback: T, body: impl FnOnce() -> T) -> T {
     let guarded = || {
         crate::log::ensure_init();
+        let _caller = crate::backend::KeepCaller::new();
         body()
     };
     match std::panic::catch_unwind(AssertUnwindSafe(guarded)) {
@@ -485,9 +499,14 @@ static RING_SLOTS: Ring = Ring {
 static RING_LOCK: Mutex<usize> = Mutex::new(0);
 /// The newest slot plus one (0: no error yet).
 static LATEST: AtomicUsize = AtomicUsize::new(0);
+/// The sequence number of the newest error (its count so far; 0: none yet).
+static NEWEST: AtomicUsize = AtomicUsize::new(0);
+
+/// A thread's last error: its sequence number and its text.
+type Mine = (usize, Box<[u8; LAST_ERROR_BYTES]>);
 
 thread_local! {
-    static MINE: RefCell<Option<Box<[u8; LAST_ERROR_BYTES]>>> = const { RefCell::new(None) };
+    static MINE: RefCell<Option<Mine>> = const { RefCell::new(None) };
 }
 
 fn copy_c(dst: &mut [u8; LAST_ERROR_BYTES], text: &str) {
@@ -503,25 +522,34 @@ fn copy_c(dst: &mut [u8; LAST_ERROR_BYTES], text: &str) {
 pub fn set_last_error(text: &str) {
     // A panic here would be inside `api`'s handler: nothing below can panic but the lock,
     // whose poison is ignored.
-    let _ = MINE.try_with(|m| {
-        let mut m = m.borrow_mut();
-        copy_c(
-            m.get_or_insert_with(|| Box::new([0; LAST_ERROR_BYTES])),
-            text,
-        );
-    });
     let mut next = mscclpp::host::sync::lock(&RING_LOCK);
     let slot = *next % RING;
     // SAFETY: writers hold `RING_LOCK`; the slot is a static array.
     copy_c(unsafe { &mut *RING_SLOTS.slots[slot].get() }, text);
     *next = next.wrapping_add(1);
+    let seq = *next;
     LATEST.store(slot + 1, Ordering::Release);
+    NEWEST.store(seq, Ordering::Release);
+    drop(next);
+    let _ = MINE.try_with(|m| {
+        let mut m = m.borrow_mut();
+        let (s, buf) = m.get_or_insert_with(|| (0, Box::new([0; LAST_ERROR_BYTES])));
+        *s = seq;
+        copy_c(buf, text);
+    });
 }
 
-/// `ncclGetLastError`'s text: the calling thread's last error, else the process's, else "".
+/// `ncclGetLastError`'s text: the newest error of the process (the calling thread's own
+/// buffer if it is that one, else the ring's newest slot), else "" (module docs).
 pub fn last_error() -> *const c_char {
+    let newest = NEWEST.load(Ordering::Acquire);
     let mine = MINE
-        .try_with(|m| m.borrow().as_ref().map(|b| b.as_ptr().cast::<c_char>()))
+        .try_with(|m| {
+            m.borrow()
+                .as_ref()
+                .filter(|(seq, _)| *seq == newest)
+                .map(|(_, b)| b.as_ptr().cast::<c_char>())
+        })
         .ok()
         .flatten();
     if let Some(p) = mine {
@@ -543,8 +571,13 @@ mod tests {
         unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
     }
 
+    /// Taken by the tests that record errors: the newest error is process-wide, and the tests
+    /// of one binary run in parallel.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
     #[test]
-    fn last_error_is_per_thread_then_per_process() {
+    fn last_error_is_the_newest_of_the_process() {
+        let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         std::thread::spawn(|| {
             set_last_error("first thread's error");
             assert_eq!(read(last_error()), "first thread's error");
@@ -563,10 +596,31 @@ mod tests {
         })
         .join()
         .unwrap();
+        // A thread whose own error is older than another thread's sees the newer one; its
+        // own again once it fails again.
+        let (told, go) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+        let (told_tx, told_rx) = told;
+        let (go_tx, go_rx) = go;
+        let old = std::thread::spawn(move || {
+            set_last_error("an old error");
+            assert_eq!(read(last_error()), "an old error");
+            told_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            assert_eq!(read(last_error()), "a newer error of another thread");
+            set_last_error("its own again");
+            assert_eq!(read(last_error()), "its own again");
+        });
+        told_rx.recv().unwrap();
+        std::thread::spawn(|| set_last_error("a newer error of another thread"))
+            .join()
+            .unwrap();
+        go_tx.send(()).unwrap();
+        old.join().unwrap();
     }
 
     #[test]
     fn panics_become_internal_errors() {
+        let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         std::thread::spawn(|| {
             let code = api("ncclTest", || panic!("boom"));
             assert_eq!(code, ncclResult_t::ncclInternalError);

@@ -873,3 +873,39 @@ export! {
         api("ncclGroupSimulateEnd", group::simulate_end)
     }
 }
+
+/// `mscclppCpuStreamCreate(void** stream)`: not an NCCL symbol. On the CPU backend, a stream
+/// for C callers (`cpu_streams.rs`): calls given it are queued and return at once.
+///
+/// # Safety
+/// `stream` is null or a writable `void*`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mscclppCpuStreamCreate(stream: *mut *mut c_void) -> ncclResult_t {
+    api("mscclppCpuStreamCreate", || {
+        crate::cpu_streams::create(stream).and_then(|()| done())
+    })
+}
+
+/// `mscclppCpuStreamSynchronize(void* stream)`: not an NCCL symbol. Waits for the work queued
+/// on a stream of `mscclppCpuStreamCreate`; returns its first failure.
+///
+/// # Safety
+/// None beyond the C ABI's: `stream` is only looked up.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mscclppCpuStreamSynchronize(stream: *mut c_void) -> ncclResult_t {
+    api("mscclppCpuStreamSynchronize", || {
+        crate::cpu_streams::synchronize(stream).and_then(|()| done())
+    })
+}
+
+/// `mscclppCpuStreamDestroy(void* stream)`: not an NCCL symbol. Waits for a stream of
+/// `mscclppCpuStreamCreate`, then destroys it.
+///
+/// # Safety
+/// None beyond the C ABI's: `stream` is only looked up.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mscclppCpuStreamDestroy(stream: *mut c_void) -> ncclResult_t {
+    api("mscclppCpuStreamDestroy", || {
+        crate::cpu_streams::destroy(stream).and_then(|()| done())
+    })
+}

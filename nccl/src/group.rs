@@ -154,7 +154,7 @@ fn run_one(comm: &Comm, c: &Checked, stream: u64) -> Result<(), NcclError> {
     // (checked non-null where it moves data) until the work queued on its stream completes,
     // and every rank makes the same calls.
     unsafe { comm.coll.queue(&c.call, &s, None) }.map_err(NcclError::library(c.function))?;
-    comm.complete()
+    comm.complete_for(stream as *mut c_void)
 }
 
 /// `ncclGroupEnd`.
@@ -240,7 +240,7 @@ fn run_batch(comm: &Comm, calls: &[Recorded]) -> Result<(), NcclError> {
         g.end(s)
             .map_err(NcclError::library("running the group's calls"))
     })?;
-    comm.complete()
+    comm.complete_for(streams.first().copied().unwrap_or(0) as *mut c_void)
 }
 
 /// Runs `queue` on the first of `streams` (the callers' streams of one communicator's batch,

@@ -20,7 +20,12 @@
 //! `ncclInProgress` at once and the init runs on a thread; `ncclCommGetAsyncError` says
 //! `ncclInProgress` until it is done, then `ncclSuccess` or why it failed. Inside a group the
 //! init runs at `ncclGroupEnd` (`group.rs`). Bootstrap deadlines: `MSCCLPP_BOOTSTRAP_TIMEOUT_MS`
-//! and `MSCCLPP_BOOTSTRAP_OP_TIMEOUT_MS` (default 30 s each); a peer silent for
+//! (set-up and operations) and `MSCCLPP_BOOTSTRAP_OP_TIMEOUT_MS` (operations: a split, a
+//! window's registration, a scratch region or hint awaited under capture, destroy waiting for
+//! the communicator's work), default 10 minutes each ([`DEFAULT_DEADLINE`], PyTorch's default
+//! timeout; the library's own default, for Rust callers, stays 30 s). A collective call itself
+//! waits for nothing on the host; a dead peer is seen at once (its socket closes), and
+//! `ncclCommAbort` ends the waits of a ready communicator at once. A peer silent for
 //! `MSCCLPP_BOOTSTRAP_PEER_TIMEOUT_MS` (default 30 s, 0: never) is taken for stopped.
 //!
 //! # Splits
@@ -31,11 +36,13 @@
 //! `NCCL_SPLIT_NOCOLOR` takes part and gets a null handle.
 //!
 //! # Ends
-//! `ncclCommFinalize` waits for the communicator's queued work (CUDA: the device, since the
-//! callers' streams are not tracked) and refuses later calls. `ncclCommDestroy` finalizes if
-//! needed and frees the communicator. `ncclCommAbort` sets the abort flag (every kernel of the
-//! communicator that waits for a peer returns), returns at once, and frees the communicator
-//! on a thread of its own once its device work is done ([`comm::retire`]).
+//! `ncclCommFinalize` waits for the communicator's queued work, and only its (the marker the
+//! library records after its last call, whatever stream it was on: `Comm::flush`), and refuses
+//! later calls. `ncclCommDestroy` finalizes if needed and frees the communicator.
+//! `ncclCommAbort` sets the abort flag (every kernel of the communicator that waits for a peer
+//! returns), returns at once, and frees the communicator on a thread of its own once its work
+//! is done ([`comm::retire`]). A non-blocking init whose thread panics fails its communicator
+//! (`ncclInternalError`), never leaves it `ncclInProgress`.
 
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_int, c_void};
@@ -161,6 +168,19 @@ fn env_ms(k: &str) -> Result<Option<Duration>, NcclError> {
     }
 }
 
+/// The drop-in's default bootstrap deadlines: PyTorch's default process-group timeout (10
+/// minutes), so that no set-up wait of ours fires before PyTorch's watchdog would: ranks of a
+/// real job reach their inits and first calls minutes apart (loading, compiling, checkpoints).
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(600);
+
+/// `(set-up, operation)` deadlines of an init's bootstrap: `MSCCLPP_BOOTSTRAP_TIMEOUT_MS` sets
+/// both, `MSCCLPP_BOOTSTRAP_OP_TIMEOUT_MS` the operations' alone; each unset one is
+/// [`DEFAULT_DEADLINE`].
+fn deadlines(setup: Option<Duration>, op: Option<Duration>) -> (Duration, Duration) {
+    let setup = setup.unwrap_or(DEFAULT_DEADLINE);
+    (setup, op.unwrap_or(setup))
+}
+
 /// `cfg` with what the environment sets of a bootstrap: interface, node identity, deadlines,
 /// peer timeout (module docs).
 pub fn configure(mut cfg: BootstrapConfig) -> Result<BootstrapConfig, NcclError> {
@@ -172,12 +192,8 @@ pub fn configure(mut cfg: BootstrapConfig) -> Result<BootstrapConfig, NcclError>
     {
         cfg = cfg.with_host_id(h.trim());
     }
-    if let Some(t) = env_ms(env::TIMEOUT_MS)? {
-        cfg = cfg.with_timeout(t);
-    }
-    if let Some(t) = env_ms(env::OP_TIMEOUT_MS)? {
-        cfg = cfg.with_op_timeout(t);
-    }
+    let (setup, op) = deadlines(env_ms(env::TIMEOUT_MS)?, env_ms(env::OP_TIMEOUT_MS)?);
+    cfg = cfg.with_timeout(setup).with_op_timeout(op);
     if let Ok(v) = std::env::var(env::PEER_TIMEOUT_MS)
         && let Ok(ms) = v.trim().parse::<u64>()
     {
@@ -329,6 +345,17 @@ pub fn write_comm(out: *mut *mut c_void, v: *mut c_void) {
     unsafe { out.write(v) };
 }
 
+/// Finishes `h` with what `run` returns, or with [`NcclError::Panicked`] if it panics (the
+/// non-blocking init's thread: its communicator fails, never stays `ncclInProgress`).
+fn finish_guarded(h: &Handle, run: impl FnOnce() -> Result<Comm, NcclError>) {
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or(Err(
+        NcclError::Panicked {
+            what: "initialise a communicator",
+        },
+    ));
+    h.finish(result);
+}
+
 /// Starts `job` for the handle written to `out`: at the group's end, on a thread of its own
 /// (non-blocking), or now.
 fn start(out: *mut *mut c_void, job: InitJob) -> Outcome {
@@ -343,7 +370,7 @@ fn start(out: *mut *mut c_void, job: InitJob) -> Outcome {
         let h2 = h.clone();
         let spawned = std::thread::Builder::new()
             .name("nccl-init".into())
-            .spawn(move || h2.finish(job.run()));
+            .spawn(move || finish_guarded(&h2, || job.run()));
         if let Err(source) = spawned {
             let _ = Handle::remove(ptr);
             return Err(NcclError::Thread {
@@ -477,11 +504,13 @@ pub fn init_all(comms: *mut *mut c_void, ndev: c_int, devlist: *const c_int) -> 
     let (id, l) = UniqueId::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
         .map_err(NcclError::library("binding the root's socket"))?;
     keep_root(&id, l);
+    let mut ptrs: Vec<*mut c_void> = Vec::with_capacity(n);
     let jobs: Vec<group::Deferred> = devices
         .iter()
         .enumerate()
         .map(|(rank, &device)| {
-            let (h, _) = Handle::create(rank, n, device, true);
+            let (h, ptr) = Handle::create(rank, n, device, true);
+            ptrs.push(ptr);
             let job = InitJob {
                 rank,
                 nranks: n,
@@ -493,10 +522,6 @@ pub fn init_all(comms: *mut *mut c_void, ndev: c_int, devlist: *const c_int) -> 
             };
             (h, Box::new(job) as Box<dyn group::Init>)
         })
-        .collect();
-    let ptrs: Vec<*mut c_void> = jobs
-        .iter()
-        .map(|(h, _)| Arc::as_ptr(h) as *mut c_void)
         .collect();
     let handles: Vec<Arc<Handle>> = jobs.iter().map(|(h, _)| h.clone()).collect();
     if let Err(e) = group::run_inits(jobs) {
@@ -694,4 +719,45 @@ pub fn tell(comm: *mut c_void, out: *mut c_int, pick: impl FnOnce(Facts) -> usiz
     // SAFETY: checked non-null; NCCL's contract: a writable int. Ranks and ordinals fit.
     unsafe { out.write(pick(facts) as c_int) };
     Ok(ncclResult_t::ncclSuccess)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadlines_default_to_ten_minutes_and_follow_the_variables() {
+        let (m, s) = (Duration::from_secs(60), Duration::from_secs(1));
+        assert_eq!(deadlines(None, None), (DEFAULT_DEADLINE, DEFAULT_DEADLINE));
+        assert!(DEFAULT_DEADLINE >= Duration::from_secs(600));
+        assert_eq!(deadlines(Some(m), None), (m, m));
+        assert_eq!(deadlines(None, Some(s)), (DEFAULT_DEADLINE, s));
+        assert_eq!(deadlines(Some(m), Some(s)), (m, s));
+    }
+
+    /// The non-blocking init's thread: a panic of the init fails the communicator (an internal
+    /// error, its text kept), an error fails it with that error; neither stays pending.
+    #[test]
+    fn a_panicking_init_fails_its_communicator() {
+        let (h, ptr) = Handle::create(0, 2, 0, false);
+        finish_guarded(&h, || panic!("an init that panics"));
+        match h.comm() {
+            Err(NcclError::CommFailed { code, reason }) => {
+                assert_eq!(code, ncclResult_t::ncclInternalError);
+                assert!(reason.contains("initialise a communicator"), "{reason}");
+            }
+            other => panic!("after a panic: {:?}", other.map(|_| ())),
+        }
+        Handle::remove(ptr).expect("still in the table");
+
+        let (h, ptr) = Handle::create(0, 2, 0, false);
+        finish_guarded(&h, || Err(NcclError::Null { what: "comm" }));
+        match h.comm() {
+            Err(NcclError::CommFailed { code, .. }) => {
+                assert_eq!(code, ncclResult_t::ncclInvalidArgument)
+            }
+            other => panic!("after an error: {:?}", other.map(|_| ())),
+        }
+        Handle::remove(ptr).expect("still in the table");
+    }
 }

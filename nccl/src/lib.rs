@@ -21,13 +21,13 @@
 //!
 //! | layer | modules | concern |
 //! |---|---|---|
-//! | 0 | `abi`, `sync` | NCCL's C types and values (plain declarations); the poison-tolerant lock |
+//! | 0 | `abi`, `backend`, `sync` | NCCL's C types and values (plain declarations); the process's backend, chosen once, and the guard that gives a caller back its CUDA context; the poison-tolerant lock |
 //! | 1 | `log` | the `NCCL_DEBUG` / `MSCCLPP_LOG` subscriber and the banner |
 //! | 2 | `error` | errors, their NCCL codes, `ncclGetLastError`, the panic guard |
 //! | 3 | `args` | NCCL's types, operators, ranks, buffers and versioned structs as the library's (one function each) |
 //! | 4 | `registry` | what a communicator keeps of registrations, windows and pre-multiplied sums |
 //! | 5 | `comm` | the handle table, communicators, devices and streams; a call checked by the library |
-//! | 6 | `registration` | `ncclMemAlloc`, buffer and window registration, pre-multiplied sums |
+//! | 6 | `cpu_streams`, `registration` | the CPU backend's streams for C callers; `ncclMemAlloc`, buffer and window registration, pre-multiplied sums |
 //! | 7 | `collectives`, `p2p` | the collectives' checks; sends' and receives' checks and their pairing in a group |
 //! | 8 | `group` | `ncclGroupStart` / `ncclGroupEnd`, and the one path of every call |
 //! | 9 | `init`, `executor` | unique ids, inits, split, finalize, destroy, abort, async errors; MSCCL++ execution plans from C (`include/mscclpp_executor.h`: `mscclppExecutionPlanCreate`, `mscclppExecutorExecute`, …) over `mscclpp::executor` |
@@ -76,14 +76,19 @@
 //! On the CUDA backend a communicator uses the calling thread's current device through its
 //! primary context (as PyTorch does) and queues on the caller's stream, so calls are
 //! asynchronous and can be captured in CUDA graphs. On the CPU backend (no GPU; CI) there is
-//! no CUDA runtime: the stream argument is not used and each call (each group) is complete
-//! when it returns (`comm.rs`).
+//! no CUDA runtime: each call (each group) runs on the communicator's own stream and is
+//! complete when it returns (`comm.rs`), unless its stream is one the library made for C
+//! callers, which it is queued on asynchronously (`cpu_streams.rs`; three symbols that are not
+//! NCCL's, CPU backend only: `ncclResult_t mscclppCpuStreamCreate(void** stream)`,
+//! `mscclppCpuStreamSynchronize(void* stream)`, `mscclppCpuStreamDestroy(void* stream)`).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod abi;
 mod args;
+mod backend;
 mod collectives;
 mod comm;
+mod cpu_streams;
 pub mod error;
 mod executor;
 mod exports;

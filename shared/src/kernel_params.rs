@@ -377,12 +377,12 @@ pub struct CollectiveParams {
     pub scratch: DevicePtr<u8>,
     /// Bytes of the operation (per rank or per part, see [`CollectiveMode`]).
     pub bytes: u64,
-    /// Two device words of the LL kernels: `[0]` the flag of the last completed call, `[1]` the
-    /// count of blocks of the current call that have read it. Every thread reads `[0] + 1` as
-    /// its flag; once every working block has counted itself, the launch's last block (the
-    /// keeper; a single block: its thread 0 at its end) stores it back and resets the count, so
-    /// the flag advances on the device and CUDA-graph replays of a captured call use fresh
-    /// flags.
+    /// Four device words: `[0]` and `[1]` the LL kernels': `[0]` the flag of the last
+    /// completed call, `[1]` the count of blocks of the current call that have read it. Every
+    /// thread reads `[0] + 1` as its flag; once every working block has counted itself, the
+    /// launch's last block (the keeper; a single block: its thread 0 at its end) stores it back
+    /// and resets the count, so the flag advances on the device and CUDA-graph replays of a
+    /// captured call use fresh flags. `[2]` the gate word (see `gate`), `[3]` unused.
     pub ll_flags: DevicePtr<u64>,
     /// Bytes of one rank's LL slot (one half of the double buffer holds `nranks - 1` slots, one
     /// per peer).
@@ -392,8 +392,12 @@ pub struct CollectiveParams {
     /// Distance between rank parts in `input` (reduce-scatter, all-to-all) or `output`
     /// (all-gather, all-to-all), bytes; a launch may cover a piece (`bytes`) of each part.
     pub stride: u64,
-    /// Reserved, zero (the LL flag lives in `ll_flags`).
-    pub reserved: u32,
+    /// 0, or the gate of a launch queued behind a direct launch that decides on the device
+    /// whether its call runs there ([`DirectCollectiveParams::decline`]): the launch then does
+    /// nothing unless `ll_flags[2]` holds this gate (the direct launch declined the call on
+    /// every rank and wrote it there; launches of one stream run in order, so a plain load
+    /// after the kernel boundary sees it).
+    pub gate: u32,
     /// [`DataType`].
     pub dtype: u32,
     /// [`DeviceReduceOp`].
@@ -468,8 +472,12 @@ pub struct DirectCollectiveParams {
     /// `Send` mode on registered buffers: bit `q` set for each rank met (the exchange's next
     /// and previous rank).
     pub meet: u32,
-    /// Zero.
-    pub reserved: u32,
+    /// Registered buffers only: 0, or the gate of the launch queued behind this one. With a
+    /// gate, a rank that says `ok = 0` (or a peer's that does) is not an error: every block
+    /// declines the call alike, meets its peers at the closing barrier and moves nothing, and
+    /// block 0 stores the gate to `common.ll_flags[2]` (0 when the call ran), which lets the
+    /// launch behind it run (`CollectiveParams::gate`).
+    pub decline: u32,
     /// This rank's descriptor (registered buffers only).
     pub mine: crate::RegisteredCall,
 }

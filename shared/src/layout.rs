@@ -52,8 +52,8 @@ layouts! {
     FifoPushParams { status, fifo, per_thread, reserved }
     PingPongParams { status, channel, bytes, iterations, role, flag_base, reserved }
     PortPingPongParams { status, channel, bytes, iterations, role, flush, reserved, trace }
-    CollectiveParams { status, channels, input, output, scratch, bytes, ll_flags, ll_slot_bytes, stage_offset, stride, reserved, dtype, op, mode, rank, nranks, root, max_blocks, ll128_offset, ll128_slot_bytes, scalar, scalar_ptr, trace }
-    DirectCollectiveParams { common, inputs, outputs, registry, desc_offset, need, meet, reserved, mine }
+    CollectiveParams { status, channels, input, output, scratch, bytes, ll_flags, ll_slot_bytes, stage_offset, stride, gate, dtype, op, mode, rank, nranks, root, max_blocks, ll128_offset, ll128_slot_bytes, scalar, scalar_ptr, trace }
+    DirectCollectiveParams { common, inputs, outputs, registry, desc_offset, need, meet, decline, mine }
     RegistrySlot { base, len, generation, reserved, reserved2 }
     BufferRef { slot, generation, offset }
     RegisteredCall { input, output, call, ok, reserved, reserved2 }

@@ -20,9 +20,8 @@ use super::dispatch::Engine;
 use super::multinode::NodeWorld;
 use super::one_sided::{OneSided, Signal, SignalWait, Window};
 use super::reduction::Reduction;
-use super::regions::Peers;
 use super::registry::Registration;
-use super::scratch::{Region, ScratchLayout};
+use super::scratch::ScratchLayout;
 use super::setup;
 
 /// The collectives of one communicator.
@@ -74,7 +73,7 @@ impl Collectives {
             crate::trace::attach_with(&comm, &module, cfg.max_blocks);
         }
         Ok(Self {
-            engine: Engine::new(units, Context::new(comm, cfg, layout, wiring)?),
+            engine: Engine::new(units, Context::new(comm, cfg, layout, wiring)?)?,
             _module: module,
         })
     }
@@ -93,8 +92,11 @@ impl Collectives {
         &self.cx().comm
     }
 
-    /// The algorithm the last call on this rank actually ran (after any fallback from the
-    /// direct paths to staging), or `None` before the first call.
+    /// The algorithm the last call on this rank ran (after a fallback decided on the host),
+    /// or `None` before the first call. A call that the direct kernel decides on the device
+    /// with its peers is reported as `Direct`
+    /// ([`last_call_declined`](Self::last_call_declined) tells, afterwards, whether it ran
+    /// there).
     pub fn last_algorithm(&self) -> Option<Algorithm> {
         self.cx().last()
     }
@@ -104,6 +106,31 @@ impl Collectives {
     /// `collectives/registered.rs`).
     pub fn registered_buffers(&self) -> (usize, usize) {
         self.cx().buffers.counts()
+    }
+
+    /// Whether the last call that the direct kernel decided on the device (a call on buffers
+    /// not registered with every peer yet, see [`hints`](Self::hints)) was handed on to the
+    /// algorithm queued behind it instead of running direct. Wait for the call's work first
+    /// (it reads the device's verdict); `false` before any such call. For tests and tools:
+    /// [`last_algorithm`](Self::last_algorithm) reports such a call as `Direct`.
+    pub fn last_call_declined(&self) -> Result<bool> {
+        self.cx().last_declined()
+    }
+
+    /// `(allocations, of which every peer has them)`: the allocations this rank registered
+    /// with its peers by itself, for direct calls on buffers the caller did not register (see
+    /// `collectives/registry.rs`, "Hints"). A call on a buffer in one every peer has sends no
+    /// bootstrap message.
+    pub fn hints(&self) -> (usize, usize) {
+        self.cx().registry.hints()
+    }
+
+    /// Waits until the work of every call queued so far (not under capture) has completed, at
+    /// most `timeout`; whether it has. Only this communicator's work: the calls are queued in
+    /// issue order across streams (`collectives/order.rs`), and the marker after the last one
+    /// is what this waits for.
+    pub fn drain(&self, timeout: std::time::Duration) -> Result<bool> {
+        self.engine.order.drain(timeout)
     }
 
     /// The configuration in use.
@@ -524,8 +551,7 @@ impl Collectives {
         let cx = self.cx();
         cx.ensure_healthy()?;
         self.one_node()?;
-        cx.registry
-            .register(&cx.comm, &cx.buffers, ptr, bytes, None, None)
+        cx.registry.register(&cx.buffers, ptr, bytes, None, None)
     }
 
     /// Takes back a registration of [`register_buffer`](Self::register_buffer) (NCCL's
@@ -534,7 +560,7 @@ impl Collectives {
     /// that names it afterwards refuses its launch. Not collective.
     pub fn deregister(&self, reg: Registration) -> Result<()> {
         let cx = self.cx();
-        cx.registry.deregister(&cx.comm, reg).map(drop)
+        cx.registry.deregister(reg).map(drop)
     }
 
     /// Registers a window (NCCL's `ncclCommWindowRegister`): collective, every rank with a
@@ -560,7 +586,7 @@ impl Collectives {
         let mine = match &slot {
             Ok(s) => cx
                 .registry
-                .register(&cx.comm, &cx.buffers, ptr, bytes, Some(*s), None),
+                .register(&cx.buffers, ptr, bytes, Some(*s), None),
             Err(_) => Err(full()),
         };
         let mut word = [0u8; 16];
@@ -575,7 +601,7 @@ impl Collectives {
             (Ok(reg), Ok(())) => Ok(reg),
             (mine, checked) => {
                 if let Ok(reg) = &mine {
-                    let _ = cx.registry.deregister(&cx.comm, *reg);
+                    let _ = cx.registry.deregister(*reg);
                 }
                 // This rank's own failure first; else what the others said.
                 mine.and(checked).and(Err(mscclpp_host::Error::Aborted {
@@ -589,7 +615,7 @@ impl Collectives {
     /// on every rank; ends with a barrier.
     pub fn deregister_window(&self, reg: Registration) -> Result<()> {
         let cx = self.cx();
-        let r = cx.registry.deregister(&cx.comm, reg).map(drop);
+        let r = cx.registry.deregister(reg).map(drop);
         cx.comm.barrier()?;
         r
     }
@@ -700,7 +726,7 @@ impl Collectives {
         let buf = cx.comm.gpu().alloc(bytes)?;
         let ptr = buf.ptr();
         cx.registry
-            .register(&cx.comm, &cx.buffers, ptr, bytes, None, Some(buf))
+            .register(&cx.buffers, ptr, bytes, None, Some(buf))
     }
 
     /// Deregisters and frees memory of [`mem_alloc`](Self::mem_alloc) (NCCL's `ncclMemFree`),
@@ -714,7 +740,7 @@ impl Collectives {
                 slot: usize::MAX,
                 generation: 0,
             })?;
-        let buf = cx.registry.deregister(&cx.comm, reg)?;
+        let buf = cx.registry.deregister(reg)?;
         if buf.is_none() {
             return Err(mscclpp_host::Error::NotRegistrable {
                 ptr: ptr.addr(),
@@ -737,10 +763,18 @@ impl Collectives {
         }
     }
 
-    /// `(this rank's registrations, the peers' registrations mapped here)` of
-    /// [`register_buffer`](Self::register_buffer), windows and [`mem_alloc`](Self::mem_alloc).
+    /// `(this rank's registrations, the peers' registrations mapped here)`: this rank's of
+    /// [`register_buffer`](Self::register_buffer), windows and [`mem_alloc`](Self::mem_alloc);
+    /// the peers' of those and their [`hints`](Self::hints).
     pub fn registrations(&self) -> (usize, usize) {
         self.cx().registry.counts()
+    }
+
+    /// Whether every peer has answered every registration of this rank, hints included
+    /// (registering a buffer returns before the peers have it; calls on it until then are
+    /// handed on by the direct kernel, as on unregistered buffers).
+    pub fn registrations_settled(&self) -> bool {
+        self.cx().registry.settled()
     }
 
     /// Allocates every scratch region the collectives otherwise allocate on first use
@@ -750,13 +784,7 @@ impl Collectives {
     /// every rank calls it, between the same calls. Each region is allocated once and traded
     /// with each peer once; a second call does nothing.
     pub fn prepare(&self) -> Result<()> {
-        let cx = self.cx();
-        for r in [Region::Ll128, Region::Staging, Region::P2p] {
-            if cx.layout.region_len(r) > 0 {
-                cx.regions.get(r, Peers::All)?;
-            }
-        }
-        Ok(())
+        self.cx().regions.prepare()
     }
 
     /// Bytes of device memory this `Collectives` holds now in scratch regions: the set-up
@@ -810,15 +838,14 @@ fn window_agreement(mine: &[u8; 16], all: &[Vec<u8>]) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    /// The point-to-point region (2 ranks, CPU backend): a communicator that only runs
-    /// collectives holds none; under capture a first meeting is refused before anything is
-    /// allocated or sent; the first eager send allocates it (its `P2pLayout` bytes) and trades
-    /// it with the peer; after that a capture may meet that peer; `prepare` allocates it for
-    /// every peer at once.
+    /// The point-to-point region (3 ranks, CPU backend): a communicator that only runs
+    /// collectives holds none; the first send between ranks 0 and 1 allocates it on both (the
+    /// sender's call, and the receiver's call or its registration service, whichever comes
+    /// first) and trades it through the services, once; rank 2, met by nobody, holds none;
+    /// `prepare` allocates every region and trades it with every peer, once each.
     #[test]
-    fn the_point_to_point_region_is_traded_at_the_first_meeting_and_refused_under_capture() {
+    fn the_point_to_point_region_is_traded_at_the_first_meeting_by_the_services() {
         use super::Collectives;
-        use crate::collectives::algo::p2p::{UNTRADED_IN_CAPTURE, region};
         use crate::collectives::scratch::Region;
         use mscclpp_host::gpu::BackendKind;
         use mscclpp_shared::DataType;
@@ -849,17 +876,14 @@ mod tests {
                 cx.layout.len(),
                 "collectives allocate no p2p region"
             );
+            // Before any rank's first send: a region sent by a peer makes this rank's service
+            // allocate its own.
+            c.communicator().barrier()?;
+            let p2p = cx.layout.region_len(Region::P2p);
+            assert!(p2p > 0);
             // Ranks 0 and 1 meet; rank 2 does not.
             if me < 2 {
                 let peer = 1 - me;
-                let refused = region(cx, &[peer], true);
-                assert!(
-                    matches!(refused, Err(mscclpp_host::Error::Unsupported { what, .. })
-                        if what == UNTRADED_IN_CAPTURE),
-                    "{refused:?}"
-                );
-                assert_eq!(c.scratch_bytes(), set_up, "nothing allocated under capture");
-                assert_eq!(region(cx, &[], true)?, None, "no peer, no region");
                 // SAFETY: `buf` holds 16 words until the synchronize.
                 unsafe {
                     if me == 0 {
@@ -869,19 +893,14 @@ mod tests {
                     }
                 }?;
                 st.synchronize()?;
-                let p2p = cx.layout.region_len(Region::P2p);
-                assert!(p2p > 0);
                 assert_eq!(c.scratch_bytes(), set_up + p2p, "the region, once");
-                assert!(region(cx, &[peer], true)?.is_some(), "traded: capturable");
-                let other = 2;
-                assert!(region(cx, &[peer, other], true).is_err(), "rank 2 not met");
             }
+            c.communicator().barrier()?;
+            if me == 2 {
+                assert_eq!(c.scratch_bytes(), set_up, "rank 2 met nobody");
+            }
+            c.communicator().barrier()?;
             c.prepare()?;
-            let all = cx.others();
-            assert!(
-                region(cx, &all, true)?.is_some(),
-                "prepare trades every peer"
-            );
             let lazy = [Region::Ll128, Region::Staging, Region::P2p];
             let every: usize = lazy.iter().map(|&r| cx.layout.region_len(r)).sum();
             assert_eq!(c.scratch_bytes(), set_up + every, "every region, once each");

@@ -13,13 +13,15 @@
 //! acquire), the streams' events of `inflight.rs`, and the interior state of the regions and
 //! registries (their module docs).
 //!
-//! Device words here: `ll_flags` (two u64 in device memory, written and read only by the LL
-//! kernels; `CollectiveParams::ll_flags` says how), the channel table (written once by the
+//! Device words here: `ll_flags` (four u64 in device memory: the first two written and read
+//! only by the LL kernels, `CollectiveParams::ll_flags` says how; the third the gate word, written
+//! by a direct launch that decides whether its call runs there, read by the launches queued
+//! behind it, `CollectiveParams::gate`), the channel table (written once by the
 //! host before the set-up's closing barrier, read by every kernel; each region allocated on
 //! first use has a copy pointing at the peers' buffers of that region, written once before
 //! the first kernel that uses it), and the scratch (module docs of `scratch.rs`).
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use mscclpp_host::communicator::Communicator;
@@ -166,8 +168,9 @@ pub(crate) struct Context {
     pub registry: Registry,
     scratch: DeviceBuffer,
     channel_table: DeviceBuffer,
-    /// The scratch regions allocated on first use (`regions.rs`).
-    pub regions: LazyRegions,
+    /// The scratch regions allocated on first use (`regions.rs`; the registration service
+    /// receives the peers' regions into them).
+    pub regions: Arc<LazyRegions>,
     ll_flags: DeviceBuffer,
     /// The algorithm of the last queued call ([`Algorithm`] as `u8` + 1; 0 before any).
     last: AtomicU8,
@@ -180,6 +183,8 @@ pub(crate) struct Context {
     /// The one-sided calls' windows, signals and service, set up by the first window
     /// registered for them (`one_sided.rs`).
     pub one_sided: OnceLock<OneSided>,
+    /// The last gate handed out ([`Context::next_gate`]).
+    gates: AtomicU32,
     _channels: Vec<MemoryChannel>,
     _peers: Vec<RegisteredMemory>,
     _connections: Vec<Arc<dyn Connection>>,
@@ -205,9 +210,15 @@ impl Context {
         w: Wiring,
     ) -> Result<Self> {
         let buffers = Arc::new(RegisteredBuffers::default());
-        let registry = Registry::new(&comm, &buffers)?;
+        let regions = Arc::new(LazyRegions::new(
+            comm.clone(),
+            layout,
+            w.handles,
+            super::registry::send_region,
+        )?);
+        let registry = Registry::new(&comm, &buffers, &regions)?;
         Ok(Self {
-            regions: LazyRegions::new(comm.clone(), layout, w.handles),
+            regions,
             multi: w.multi,
             comm,
             cfg,
@@ -221,6 +232,7 @@ impl Context {
             revoked: AtomicBool::new(false),
             inflight: InFlight::default(),
             one_sided: OnceLock::new(),
+            gates: AtomicU32::new(0),
             _channels: w.channels,
             _peers: w.peers,
             _connections: w.connections,
@@ -283,7 +295,7 @@ impl Context {
             ll128_offset: 0,
             ll128_slot_bytes: self.layout.ll128_slot_bytes(),
             stride: 0,
-            reserved: 0,
+            gate: GATE.with(|g| g.get()),
             dtype: dtype as u32,
             op: op.op as u32,
             scalar: op.scalar,
@@ -297,19 +309,20 @@ impl Context {
         }
     }
 
-    /// [`params`](Self::params) for a kernel that works in region `r` with `peers`: its
-    /// `scratch` and channel table are the region's (allocated, and traded with each peer, by
-    /// the first call that needs it: `regions.rs`; the planner never sends a call here that
-    /// would allocate or trade under CUDA-graph capture).
+    /// [`params`](Self::params) for a kernel that works in region `r` with `peers`, to be
+    /// launched on `stream`: its `scratch` and channel table are the region's (allocated, and
+    /// sent to each peer, by the first call that needs it; the launch waits on `stream` until
+    /// the peers' are traded: `regions.rs`).
     pub fn params_in(
         &self,
         r: Region,
         peers: Peers,
         mode: CollectiveMode,
         data: (DataType, KernelOp),
+        stream: &Stream,
     ) -> Result<CollectiveParams> {
         let mut p = self.params(mode, data);
-        if let Some((scratch, table)) = self.regions.get(r, peers)? {
+        if let Some((scratch, table)) = self.regions.get(r, peers, stream)? {
             p.scratch = scratch;
             p.channels = table.cast();
         }
@@ -354,9 +367,34 @@ impl Context {
         }
     }
 
-    /// Records `a` as what the last call ran.
+    /// A new gate for a launch that decides on the device whether the call runs there
+    /// (`plan.rs`): never 0, and different from the gates of the calls queued recently (it
+    /// wraps after 2^32 - 1 calls).
+    pub fn next_gate(&self) -> u32 {
+        loop {
+            let g = self.gates.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+            if g != 0 {
+                return g;
+            }
+        }
+    }
+
+    /// Records `a` as what the last call ran (not for a launch queued behind a direct launch
+    /// that decides on the device: the call is recorded as the direct kernel's).
     pub fn record(&self, a: Algorithm) {
-        self.last.store(a as u8 + 1, Ordering::Relaxed);
+        if GATE.with(|g| g.get()) == 0 {
+            self.last.store(a as u8 + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the last call that the direct kernel decided on the device was handed on (to
+    /// the launch behind it, `plan.rs`): read from the gate word once its work completed (the
+    /// caller waits for it first); `false` before any.
+    pub fn last_declined(&self) -> Result<bool> {
+        let mut word = [0u8; 8];
+        self.ll_flags.copy_to_host(16, &mut word)?;
+        let gate = self.gates.load(Ordering::Relaxed);
+        Ok(gate != 0 && u64::from_le_bytes(word) == gate as u64)
     }
 
     /// What the last call ran.
@@ -412,6 +450,25 @@ thread_local! {
     /// The trace id of the collective call this thread is queuing (0: none), which every
     /// launch's trace handle is tied to ([`Context::params`]).
     static CALL: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// The gate the launches this thread queues run under (0: none; `plan.rs`), which
+    /// [`Context::params`] writes into every launch's parameters.
+    static GATE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Marks the launches this thread queues as gated by `gate` until dropped (then restores what
+/// was there).
+pub(crate) struct GateScope(u32);
+
+impl GateScope {
+    pub fn enter(gate: u32) -> Self {
+        Self(GATE.with(|g| g.replace(gate)))
+    }
+}
+
+impl Drop for GateScope {
+    fn drop(&mut self) {
+        GATE.with(|g| g.set(self.0));
+    }
 }
 
 /// The call this thread is queuing ([`CallScope`]).

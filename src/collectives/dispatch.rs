@@ -11,8 +11,7 @@
 //! and receive of the group in one batch of the point-to-point engine (`algo/p2p.rs`), where
 //! they all progress together. A group whose sends to this rank itself and receives from it
 //! do not pair up (`Error::SelfMismatch`), or that would send on a world of several nodes, is
-//! refused before anything of it is queued; so is one whose peers' point-to-point regions
-//! cannot be traded now (under capture).
+//! refused before anything of it is queued.
 //!
 //! Traced (`MSCCLPP_TRACE`), each call is one `call` span named after the public call (op,
 //! bytes, type, operator, root or peers, algorithm, stream, call id), whose id every launch it
@@ -27,7 +26,10 @@ use mscclpp_shared::{DataType, DevicePtr, MAX_DIRECT_RANKS};
 use super::algo::p2p::{self, Dir, P2p, Transfer};
 use super::algorithm::{Algorithm, Collective};
 use super::call::Call;
-use super::context::{Args, CallRegs, CallScope, Context, Lowered, Peer, copy_if_needed};
+use super::context::{
+    Args, CallRegs, CallScope, Context, GateScope, Lowered, Peer, copy_if_needed,
+};
+use super::order::IssueOrder;
 use super::plan::{self, Action, Now};
 use super::reduction::{KernelOp, Reduction};
 use super::unit::{Queue, Queued};
@@ -36,6 +38,8 @@ use super::unit::{Queue, Queued};
 pub(crate) struct Engine {
     /// Every algorithm's state, indexed by [`Algorithm`] (dropped first: streams, events).
     units: Vec<Box<dyn Queue>>,
+    /// The issue order of the calls across streams (`order.rs`).
+    pub order: IssueOrder,
     /// What they share.
     pub cx: Context,
 }
@@ -73,8 +77,12 @@ pub(crate) const P2P_ACROSS_NODES: &str = "gather, scatter, all_to_allv and a gr
 
 impl Engine {
     /// The engine of `units` (in [`Algorithm`] order) over `cx`.
-    pub fn new(units: Vec<Box<dyn Queue>>, cx: Context) -> Self {
-        Self { units, cx }
+    pub fn new(units: Vec<Box<dyn Queue>>, cx: Context) -> Result<Self> {
+        Ok(Self {
+            units,
+            order: IssueOrder::new(cx.comm.gpu())?,
+            cx,
+        })
     }
 
     /// Checks `call` (`Call::check`, inside a group or not) and lowers it: what a group
@@ -157,9 +165,12 @@ impl Engine {
     ) -> Result<()> {
         match self.record(call, forced, false)? {
             Recorded::Call(args, forced) => {
-                // SAFETY: the caller's contract.
-                let queued = unsafe { self.run(args, forced, stream) };
-                queued.and(self.cx.inflight.note(stream))
+                let capturing = stream.is_capturing()?;
+                self.order.run(stream, capturing, || {
+                    // SAFETY: the caller's contract.
+                    let queued = unsafe { self.run(args, forced, stream, capturing) };
+                    queued.and(self.cx.inflight.note(stream))
+                })
             }
             batch => self.end(call.name(), call.root(), vec![batch], Vec::new(), stream),
         }
@@ -239,10 +250,16 @@ impl Engine {
     ///
     /// # Safety
     /// The public call's contract for `args`.
-    pub unsafe fn run(&self, args: Args, forced: Option<Algorithm>, stream: &Stream) -> Result<()> {
+    unsafe fn run(
+        &self,
+        args: Args,
+        forced: Option<Algorithm>,
+        stream: &Stream,
+        capturing: bool,
+    ) -> Result<()> {
         let Some((mut span, _scope)) = self.call_span(op_name(&args), stream) else {
             // SAFETY: the caller's contract.
-            return unsafe { self.dispatch(args, forced, stream) };
+            return unsafe { self.dispatch(args, forced, stream, capturing) };
         };
         let call = &args.call;
         span.set("bytes", call.bytes);
@@ -258,7 +275,7 @@ impl Engine {
             Peer::None => {}
         }
         // SAFETY: the caller's contract.
-        let result = unsafe { self.dispatch(args, forced, stream) };
+        let result = unsafe { self.dispatch(args, forced, stream, capturing) };
         end_call(&mut span, &result, self.cx.last());
         result
     }
@@ -295,16 +312,12 @@ impl Engine {
         args: Args,
         forced: Option<Algorithm>,
         stream: &Stream,
+        capturing: bool,
     ) -> Result<()> {
         let cx = &self.cx;
-        let now = if stream.is_capturing()? {
-            Now {
-                capturing: true,
-                ready: cx.regions.ready(&args.peers()),
-                ..Now::EAGER
-            }
-        } else {
-            Now::EAGER
+        let now = Now {
+            capturing,
+            ..Now::EAGER
         };
         let mut exec = |a: Action<'_>| match a {
             Action::Copy => {
@@ -312,7 +325,10 @@ impl Engine {
                 unsafe { copy_if_needed(stream, args.output, args.input, args.call.bytes) }?;
                 Ok(Queued::Ran)
             }
-            Action::Run(step) => self.units[step.algorithm as usize].queue(cx, &args, step, stream),
+            Action::Run(step, gate) => {
+                let _gate = GateScope::enter(gate);
+                self.units[step.algorithm as usize].queue(cx, &args, step, stream)
+            }
         };
         plan::drive(&cx.cfg, &cx.layout, &args, forced, now, &mut exec, &|w| {
             cx.cannot(w)
@@ -334,8 +350,24 @@ impl Engine {
         stream: &Stream,
     ) -> Result<()> {
         self.cx.refuse_revoked(name)?;
+        let capturing = stream.is_capturing()?;
+        self.order.run(stream, capturing, || {
+            self.end_in_order(name, root, recorded, transfers, stream, capturing)
+        })
+    }
+
+    /// [`end`](Self::end), in issue order.
+    fn end_in_order(
+        &self,
+        name: &'static str,
+        root: Option<usize>,
+        recorded: Vec<Recorded>,
+        transfers: Vec<Transfer>,
+        stream: &Stream,
+        capturing: bool,
+    ) -> Result<()> {
         let Some((mut span, _scope)) = self.call_span(name, stream) else {
-            let queued = self.queue_group(recorded, transfers, stream);
+            let queued = self.queue_group(recorded, transfers, stream, capturing);
             return queued.and(self.cx.inflight.note(stream));
         };
         let batches = recorded.iter().filter_map(|c| match c {
@@ -360,7 +392,7 @@ impl Engine {
             .count();
         span.set("collectives", calls);
         let batched = !all.is_empty();
-        let result = self.queue_group(recorded, transfers, stream);
+        let result = self.queue_group(recorded, transfers, stream, capturing);
         end_call(&mut span, &result, batched.then_some(Algorithm::P2p));
         result.and(self.cx.inflight.note(stream))
     }
@@ -371,6 +403,7 @@ impl Engine {
         recorded: Vec<Recorded>,
         transfers: Vec<Transfer>,
         stream: &Stream,
+        capturing: bool,
     ) -> Result<()> {
         let cx = &self.cx;
         let batched = !transfers.is_empty()
@@ -382,27 +415,21 @@ impl Engine {
             // the same calls): the point-to-point engine needs MemoryChannels to every peer.
             return Err(cx.cannot(P2P_ACROSS_NODES));
         }
+        // Every self-pairing checked before anything is queued.
         let me = cx.rank();
         p2p::self_pairs(me, &transfers)?;
-        let mut met = p2p::peers_of(me, &transfers);
         for c in &recorded {
             if let Recorded::Batch(b) | Recorded::Transfers(b) = c {
                 p2p::self_pairs(me, b)?;
-                met.extend(p2p::peers_of(me, b));
             }
-        }
-        if batched {
-            // Every peer the group meets, traded with before anything is queued (or refused
-            // under capture, on every rank alike): no launch waits for a later exchange.
-            met.sort_unstable();
-            met.dedup();
-            p2p::region(cx, &met, stream.is_capturing()?)?;
         }
         for c in recorded {
             match c {
                 // SAFETY: each was recorded under its call's contract, which lasts until the
                 // work queued here completes.
-                Recorded::Call(args, forced) => unsafe { self.run(args, forced, stream) }?,
+                Recorded::Call(args, forced) => {
+                    unsafe { self.run(args, forced, stream, capturing) }?
+                }
                 Recorded::Batch(b) => self.p2p()?.queue_batch(cx, &b, stream)?,
                 // A group keeps these with its `transfers`.
                 Recorded::Transfers(t) => self.p2p()?.queue_batch(cx, &t, stream)?,

@@ -39,7 +39,7 @@
 //! | layer | modules | what |
 //! |---|---|---|
 //! | 0 | `algorithm`, `config`, `inflight`, `reduction` | the public names of the algorithms and collectives; [`CollectiveConfig`] from one table of settings; the streams' events a revoke waits for; NCCL's operators and how kernels take them |
-//! | 1 | `call`, `scratch`, `sharing` | the call descriptor [`Call`] and its checks; the scratch layout; several ranks on one GPU (the share of its multiprocessors each rank launches within) |
+//! | 1 | `call`, `order`, `scratch`, `sharing` | the call descriptor [`Call`] and its checks; the issue order of a communicator's calls across streams; the scratch layout; several ranks on one GPU (the share of its multiprocessors each rank launches within) |
 //! | 2 | `regions`, `registered` | the regions allocated on first use, traded with each peer once; the callers' buffers exchanged per call |
 //! | 3 | `registry` | buffers registered ahead, exchanged once through the peers' registration services |
 //! | 4 | `multinode`, `one_sided` | worlds of several nodes: transports, port channels, the node's world; one-sided calls on windows (their signals and service) |
@@ -103,6 +103,7 @@ mod inflight;
 mod launch;
 mod multinode;
 mod one_sided;
+mod order;
 mod plan;
 mod recovery;
 mod reduction;

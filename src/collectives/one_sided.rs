@@ -60,6 +60,7 @@ use std::time::{Duration, Instant};
 
 use mscclpp_host::communicator::Communicator;
 use mscclpp_host::connection::Connection;
+use mscclpp_host::gpu::cpu::WAIT_VALUE_LIMIT;
 use mscclpp_host::gpu::{DeviceBuffer, HostMapped, Stream};
 use mscclpp_host::registered_memory::RegisteredMemory;
 use mscclpp_host::transport::{Transport, TransportFlags};
@@ -562,9 +563,9 @@ impl OneSided {
         unsafe {
             stream.write_value_u64(go, seq)?;
             match stage {
-                Stage::Service => stream.wait_value_u64(done, seq),
+                Stage::Service => stream.wait_value_u64(done, seq, WAIT_VALUE_LIMIT),
                 Stage::Signal(word, count) => {
-                    stream.wait_value_u64(word, count)?;
+                    stream.wait_value_u64(word, count, WAIT_VALUE_LIMIT)?;
                     stream.write_value_u64(done, seq)
                 }
             }

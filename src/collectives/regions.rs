@@ -3,50 +3,52 @@
 //! buffers of that region (the semaphores are the set-up table's, so the kernels' barriers are
 //! unchanged).
 //!
-//! # The first call that needs a region, with each peer
+//! # Trading a region, one-sided
 //!
-//! Every rank of a call runs the same algorithm, so the ranks of a call come here at the same
-//! call: each allocates its buffer (once) and registers it, and trades it with every peer of
-//! the call it has not traded it with yet (all peers for a collective, the one peer of a
-//! `send` / `recv`, the peers of a batch of the point-to-point engine: a pair that traded stays
-//! traded, on both sides), one bootstrap message each way under the region's tag
-//! (`REGION_TAG + region`), all sent before any is awaited:
+//! Every rank of a call runs the same algorithm, so every rank of a call needs the same region
+//! with the same peers. A rank that needs region `r` with a peer it has not sent `r` to yet
+//! allocates its buffer (once: it registers it and builds its table, whose channels to peers not
+//! traded yet point at its own buffer, a harmless place), and sends the peer its registration
+//! through the peer's registration service (`registry.rs`, op `region`); it does not wait for
+//! anything. The peer's service, whatever the peer's own threads are doing:
 //!
-//! `ok u8 | the registration's wire form (when ok = 1)`
+//! 1. allocates the peer's own buffer of `r` if it has none yet, and sends its registration
+//!    back if it has not sent it to that rank yet (so the two ranks hold each other's buffers
+//!    within a round trip of their services, the peer's program being elsewhere);
+//! 2. maps the received buffer, checks its length, and points the channels to its sender at it
+//!    in its table, with stream writes on the service's stream (waited for);
+//! 3. sets the *ready word* of `(r, sender)` (host-mapped memory, a release store of 1).
 //!
-//! It maps what it receives and points its region table's channels to those peers at their
-//! buffers (the table is rewritten, entries in use unchanged). A rank that cannot allocate or
-//! register sends `ok = 0`; the call then fails on every rank of it with
-//! [`Error::RegionUnavailable`] (naming a rank that could not), and nothing is recorded for
-//! those peers (a later call tries again, alike on both sides). Nothing is queued before the
-//! exchange completes, so no kernel waits on a rank that failed.
+//! A call's launch in `r` starts only once `r` is ready with every peer of the call: for each
+//! peer that is not, the call queues a wait for its ready word on its stream
+//! (`Stream::wait_value_u64`), so the host never waits; under CUDA-graph capture it waits on the
+//! host instead (bounded by the bootstrap's operation deadline), so that the graph holds no wait
+//! and a first captured call needs no eager one before it (`Collectives::prepare` trades every
+//! region beforehand, as a convenience).
 //!
-//! The point-to-point region is traded pairwise, at the first batch in which two ranks meet:
-//! that call waits on the host until the peer reaches its matching call (as NCCL's first
-//! send / receive between two ranks waits for the peer to connect). Sends and receives that
-//! only complete together (a cycle of them) must be in one group, as NCCL requires; a first
-//! meeting that never comes fails at the bootstrap's deadline with the peer named.
-//!
-//! # Under CUDA-graph capture
-//!
-//! Allocating and waiting for peers have no place in a capture: a call captured before the
-//! region is traded with its peers does not take the algorithms that need it (the planner
-//! asks [`LazyRegions::ready`]); `Collectives::prepare` trades every region with every peer
-//! beforehand.
+//! When the registration service ends (the `Collectives` is dropped, or its communicator
+//! aborted), every ready word is set to `u64::MAX` ([`LazyRegions::release`]): a launch still
+//! waiting then runs, finds the communicator aborted at its first wait and returns, its stores
+//! to peers not traded landing in its own buffer.
 //!
 //! [`LazyRegions`] holds what it needs (the communicator, the layout, the set-up channel
 //! table's handles), set at set-up and never changed, so it asks nothing of the context that
 //! owns it.
 //!
-//! Shared state: each region's state (a mutex, held through the exchange so that two threads
-//! of one rank never allocate or trade one region twice; read by every call that uses the
-//! region); its device table (written by the host only between the exchanges of a call and
-//! its launch, in entries of peers no queued kernel uses yet).
+//! Shared state: each region's state (a mutex: held by a calling thread that allocates and
+//! sends, and by the service that receives, maps and writes the table, so a region is allocated
+//! once and each peer's entries written once); its device table (the entries of a peer written
+//! once, before that peer's ready word, by the service's stream; read by the kernels launched
+//! after the ready word); the ready words (host-mapped, `LAZY.len() * nranks` u64: written by
+//! the service with release stores, read by the streams' waits and by the calling threads with
+//! acquire loads).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use mscclpp_host::communicator::Communicator;
-use mscclpp_host::gpu::DeviceBuffer;
+use mscclpp_host::gpu::{DeviceBuffer, HostMapped, Stream};
 use mscclpp_host::registered_memory::RegisteredMemory;
 use mscclpp_host::transport::Transport;
 use mscclpp_host::{Error, Result};
@@ -54,11 +56,20 @@ use mscclpp_shared::{DevicePtr, MemoryChannelDeviceHandle};
 
 use super::scratch::{Region, ScratchLayout};
 
-/// Bootstrap tag of the exchanges (plus the region's index).
-const REGION_TAG: u64 = 0x0d1_e600_0000;
-
 /// The regions allocated on first use.
 const LAZY: [Region; 3] = [Region::Ll128, Region::Staging, Region::P2p];
+
+/// The `tracing` target of the one-time messages a call sends (a scratch region here, a hint
+/// in `registry.rs`), at debug level, with the rank: what a test through the C ABI counts.
+pub(crate) const HINT_TARGET: &str = "mscclpp::collectives::sent";
+
+/// How a region's registration reaches rank `q`'s registration service (`registry.rs`, op
+/// `region`; given at set-up, so that this module imports nothing above it):
+/// `(communicator, q, region index, registration)`.
+pub(crate) type SendRegion = fn(&Communicator, usize, usize, &[u8]) -> Result<()>;
+
+/// A ready word's value once the region is traded with its peer.
+const READY: u64 = 1;
 
 /// The peers a call needs a region traded with.
 #[derive(Clone, Debug)]
@@ -83,30 +94,16 @@ impl Peers {
     }
 }
 
-/// Which of the regions allocated on first use are traded with a call's peers (or not
-/// allocated on first use, or taking no space: ready alike): what the planner asks under
-/// CUDA-graph capture.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Ready(u8);
-
-impl Ready {
-    /// Every region ready (what an eager call sees: it may allocate and trade).
-    pub const ALL: Ready = Ready(u8::MAX);
-
-    /// Whether `r` is ready.
-    pub fn has(self, r: Region) -> bool {
-        index(r).is_none_or(|i| self.0 & (1 << i) != 0)
-    }
-}
-
-/// One region: this rank's buffer, its channel table, and the peers' buffers traded so far.
+/// One region: this rank's buffer, its channel table, and what was traded so far.
 struct RegionState {
     buffer: DeviceBuffer,
     _mine: RegisteredMemory,
     wire: Vec<u8>,
     table: DeviceBuffer,
-    handles: Vec<MemoryChannelDeviceHandle>,
+    /// The peers' buffers mapped here.
     peers: Vec<Option<RegisteredMemory>>,
+    /// Whether this rank's registration went to each peer.
+    sent: Vec<bool>,
 }
 
 /// The regions allocated on first use, by [`LAZY`] index, and what allocating and trading them
@@ -117,6 +114,10 @@ pub(crate) struct LazyRegions {
     /// The set-up channel table as the host built it (each region's table is a copy of it).
     handles: Vec<MemoryChannelDeviceHandle>,
     slots: [Mutex<Option<RegionState>>; LAZY.len()],
+    /// `[region][rank]` ready words (module docs).
+    ready: HostMapped,
+    /// What sends a region to a peer's service.
+    send_region: SendRegion,
 }
 
 fn index(r: Region) -> Option<usize> {
@@ -125,18 +126,25 @@ fn index(r: Region) -> Option<usize> {
 
 impl LazyRegions {
     /// No region yet, for `comm`'s collectives laid out by `layout` with the set-up channel
-    /// table `handles`.
+    /// table `handles`, sending regions to the peers with `send_region`.
     pub fn new(
         comm: Arc<Communicator>,
         layout: ScratchLayout,
         handles: Vec<MemoryChannelDeviceHandle>,
-    ) -> Self {
-        Self {
+        send_region: SendRegion,
+    ) -> Result<Self> {
+        let words = LAZY.len() * comm.size();
+        let ready = comm.gpu().alloc_host_mapped(8 * words)?;
+        // SAFETY: `ready` holds `words` u64, zeroed by nobody else yet.
+        unsafe { std::ptr::write_bytes(ready.host_ptr(), 0, 8 * words) };
+        Ok(Self {
             comm,
             layout,
             handles,
             slots: Default::default(),
-        }
+            ready,
+            send_region,
+        })
     }
 
     fn lock(&self, i: usize) -> std::sync::MutexGuard<'_, Option<RegionState>> {
@@ -147,34 +155,17 @@ impl LazyRegions {
         peers.list(self.comm.rank(), self.comm.size())
     }
 
-    /// Whether a call with `peers` that needs `r` can run without allocating or trading (the
-    /// region is traded with them, is not allocated on first use, or no algorithm asked for
-    /// it).
-    pub fn is_ready(&self, r: Region, peers: Peers) -> bool {
-        let Some(i) = index(r) else {
-            return true;
-        };
-        if self.layout.region_len(r) == 0 {
-            return true;
-        }
-        let list = self.list(peers);
-        if list.is_empty() {
-            return true;
-        }
-        let s = self.lock(i);
-        s.as_ref()
-            .is_some_and(|s| list.iter().all(|&q| s.peers[q].is_some()))
+    /// The ready word of region `i` with rank `q`.
+    fn word(&self, i: usize, q: usize) -> &AtomicU64 {
+        let at = i * self.comm.size() + q;
+        // SAFETY: `ready` holds `LAZY.len() * nranks` aligned u64 (`new`), alive as long as
+        // `self`; every access to them is atomic.
+        unsafe { AtomicU64::from_ptr((self.ready.host_ptr() as *mut u64).add(at)) }
     }
 
-    /// [`is_ready`](Self::is_ready) of every region, for a call with `peers`.
-    pub fn ready(&self, peers: &Peers) -> Ready {
-        LAZY.iter().enumerate().fold(Ready(0), |m, (i, &r)| {
-            if self.is_ready(r, peers.clone()) {
-                Ready(m.0 | 1 << i)
-            } else {
-                m
-            }
-        })
+    /// Whether region `i` is traded with rank `q`.
+    fn is_ready_with(&self, i: usize, q: usize) -> bool {
+        self.word(i, q).load(Ordering::Acquire) >= READY
     }
 
     /// Runs `f` on this rank's buffer of region `r` if it is allocated (the point-to-point
@@ -212,25 +203,141 @@ impl LazyRegions {
             .sum()
     }
 
-    /// Region `r`'s `(scratch, channel table)`, traded with `peers` first where it was not
-    /// (module docs); `None` for a region that is not allocated on first use.
-    pub fn get(&self, r: Region, peers: Peers) -> Result<Option<(DevicePtr<u8>, DevicePtr<u8>)>> {
+    /// Region `r`'s `(scratch, channel table)` for a launch with `peers` on `stream`, sent to
+    /// the peers it was not sent to yet, and the launch made to wait for those it is not traded
+    /// with yet (module docs: on the stream; under capture, on the host); `None` for a region
+    /// that is not allocated on first use.
+    pub fn get(
+        &self,
+        r: Region,
+        peers: Peers,
+        stream: &Stream,
+    ) -> Result<Option<(DevicePtr<u8>, DevicePtr<u8>)>> {
         let Some(i) = index(r) else {
             return Ok(None);
         };
-        let mut slot = self.lock(i);
-        let wanted: Vec<usize> = self
-            .list(peers)
-            .into_iter()
-            .filter(|&q| slot.as_ref().is_none_or(|s| s.peers[q].is_none()))
-            .collect();
-        if slot.is_none() || !wanted.is_empty() {
-            self.exchange(r, i, &mut slot, &wanted)?;
+        let list = self.list(peers);
+        let (region, unsent) = {
+            let mut slot = self.lock(i);
+            let s = self.allocated_in(r, &mut slot)?;
+            let unsent: Vec<usize> = list.iter().copied().filter(|&q| !s.sent[q]).collect();
+            for &q in &unsent {
+                s.sent[q] = true;
+            }
+            ((s.buffer.ptr(), s.table.ptr()), (unsent, s.wire.clone()))
+        };
+        for &q in &unsent.0 {
+            (self.send_region)(&self.comm, q, i, &unsent.1)?;
+            tracing::debug!(
+                target: HINT_TARGET,
+                rank = self.comm.rank(),
+                to = q,
+                region = r.name(),
+                "a scratch region sent to a peer"
+            );
         }
-        Ok(slot.as_ref().map(|s| (s.buffer.ptr(), s.table.ptr())))
+        let waiting: Vec<usize> = list
+            .into_iter()
+            .filter(|&q| !self.is_ready_with(i, q))
+            .collect();
+        if waiting.is_empty() {
+            return Ok(Some(region));
+        }
+        let timeout = self.comm.bootstrap().op_timeout();
+        if stream.is_capturing()? {
+            self.wait_ready(r, i, &waiting, timeout)?;
+            return Ok(Some(region));
+        }
+        for q in waiting {
+            let addr = self
+                .ready
+                .device_ptr()
+                .byte_add_cast::<u64>((8 * (i * self.comm.size() + q)) as u64);
+            // SAFETY: the ready words live as long as `self`, which outlives every launch of
+            // the `Collectives` (its drop waits for them); `release` ends the wait when nothing
+            // will trade any more.
+            unsafe { stream.wait_value_u64(addr, READY, timeout) }?;
+        }
+        Ok(Some(region))
     }
 
-    /// This rank's buffer of region `r`, registered, with its table (no peer traded yet).
+    /// Trades every region with every peer, waiting on the host until they are traded
+    /// (`Collectives::prepare`).
+    pub fn prepare(&self) -> Result<()> {
+        let timeout = self.comm.bootstrap().op_timeout();
+        let list = self.list(Peers::All);
+        for (i, &r) in LAZY.iter().enumerate() {
+            if self.layout.region_len(r) == 0 {
+                continue;
+            }
+            let wire = {
+                let mut slot = self.lock(i);
+                let s = self.allocated_in(r, &mut slot)?;
+                let unsent: Vec<usize> = list.iter().copied().filter(|&q| !s.sent[q]).collect();
+                for &q in &unsent {
+                    s.sent[q] = true;
+                }
+                (unsent, s.wire.clone())
+            };
+            for &q in &wire.0 {
+                (self.send_region)(&self.comm, q, i, &wire.1)?;
+            }
+            self.wait_ready(r, i, &list, timeout)?;
+        }
+        Ok(())
+    }
+
+    /// Waits on the host until region `i` is traded with every rank of `peers`, at most
+    /// `timeout`, or the communicator failed.
+    fn wait_ready(&self, r: Region, i: usize, peers: &[usize], timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        let mut backoff = mscclpp_host::backoff::Backoff::new();
+        for &q in peers {
+            while !self.is_ready_with(i, q) {
+                if let Some(e) = self
+                    .comm
+                    .status()
+                    .error()
+                    .or_else(|| self.comm.async_error())
+                {
+                    return Err(e);
+                }
+                if Instant::now() >= deadline {
+                    return Err(Error::RegionUnavailable {
+                        region: r.name(),
+                        rank: q,
+                    });
+                }
+                backoff.snooze();
+            }
+        }
+        Ok(())
+    }
+
+    /// This rank's region `r`, allocated into `slot` if it holds none.
+    fn allocated_in<'s>(
+        &self,
+        r: Region,
+        slot: &'s mut Option<RegionState>,
+    ) -> Result<&'s mut RegionState> {
+        if slot.is_none() {
+            match self.allocate(r) {
+                Ok(s) => *slot = Some(s),
+                Err(e) => {
+                    let len = self.layout.region_len(r);
+                    tracing::warn!(region = r.name(), bytes = len, error = %e, "no scratch region");
+                    return Err(e);
+                }
+            }
+        }
+        slot.as_mut().ok_or(Error::RegionUnavailable {
+            region: r.name(),
+            rank: self.comm.rank(),
+        })
+    }
+
+    /// This rank's buffer of region `r`, registered, with its table (no peer traded yet: every
+    /// channel points at this buffer).
     fn allocate(&self, r: Region) -> Result<RegionState> {
         let (comm, g) = (&self.comm, self.comm.gpu());
         let len = self.layout.region_len(r).max(16);
@@ -239,100 +346,86 @@ impl LazyRegions {
         let mut handles = self.handles.clone();
         for h in handles.iter_mut() {
             h.src = buffer.ptr();
+            h.dst = buffer.ptr();
             h.packet_buffer = buffer.ptr();
         }
         let table = g.alloc(std::mem::size_of_val(handles.as_slice()).max(16))?;
+        table.copy_from_host(0, bytemuck::cast_slice(&handles))?;
+        let n = comm.size();
         Ok(RegionState {
             wire: mine.serialize(),
             buffer,
             _mine: mine,
             table,
-            handles,
-            peers: (0..comm.size()).map(|_| None).collect(),
+            peers: (0..n).map(|_| None).collect(),
+            sent: vec![false; n],
         })
     }
 
-    /// Trades region `r` (index `i`) with `wanted` (module docs), allocating it first if
-    /// `slot` holds none.
-    fn exchange(
-        &self,
-        r: Region,
-        i: usize,
-        slot: &mut Option<RegionState>,
-        wanted: &[usize],
-    ) -> Result<()> {
-        let (comm, g, n) = (&self.comm, self.comm.gpu(), self.comm.size());
-        let len = self.layout.region_len(r).max(16);
-        let tag = REGION_TAG + i as u64;
-        let mut failed = None;
-        if slot.is_none() {
-            match self.allocate(r) {
-                Ok(s) => *slot = Some(s),
-                Err(e) => {
-                    tracing::warn!(region = r.name(), bytes = len, error = %e, "no scratch region");
-                    failed = Some(e);
-                }
-            }
-        }
-        let msg = match slot.as_ref() {
-            Some(s) => [&[1u8][..], &s.wire].concat(),
-            None => vec![0],
+    /// Rank `q`'s registration `wire` of region `index` (the registration service's step,
+    /// module docs): this rank's region allocated and sent back if need be, `q`'s mapped into
+    /// the table with `stream`, then its ready word set.
+    pub fn receive(&self, q: usize, index: usize, wire: &[u8], stream: &Stream) -> Result<()> {
+        let (comm, n) = (&self.comm, self.comm.size());
+        let Some(&r) = LAZY.get(index) else {
+            return Err(Error::MalformedMemory {
+                rank: q,
+                reason: format!("a scratch region of index {index}"),
+            });
         };
-        for &q in wanted {
-            comm.bootstrap().send(q, tag, &msg)?;
+        if q >= n || q == comm.rank() {
+            return Err(Error::MalformedMemory {
+                rank: q,
+                reason: format!("a scratch region from rank {q}"),
+            });
         }
-        let mut got = Vec::with_capacity(wanted.len());
-        let mut refused = None;
-        for &q in wanted {
-            let b = comm.recv_checked(q, tag)?;
-            match b.split_first() {
-                Some((1, wire)) => {
-                    let m = RegisteredMemory::deserialize(wire, g, q, comm.same_node(q))?;
-                    if m.size() != len {
-                        return Err(Error::MalformedMemory {
-                            rank: q,
-                            reason: format!(
-                                "its {} region holds {} bytes, this rank's {len} (another \
-                             configuration?)",
-                                r.name(),
-                                m.size()
-                            ),
-                        });
-                    }
-                    got.push((q, m.range(0, len as u64)?, m));
-                }
-                Some((0, [])) => refused = refused.or(Some(q)),
-                _ => {
-                    return Err(Error::MalformedMemory {
-                        rank: q,
-                        reason: format!("a scratch region message of {} bytes", b.len()),
-                    });
-                }
-            }
+        let len = self.layout.region_len(r).max(16);
+        let mut slot = self.lock(index);
+        let s = self.allocated_in(r, &mut slot)?;
+        if !s.sent[q] {
+            (self.send_region)(comm, q, index, &s.wire)?;
+            s.sent[q] = true;
         }
-        if let Some(e) = failed {
-            return Err(e);
+        if s.peers[q].is_some() {
+            return Ok(());
         }
-        if let Some(q) = refused {
+        let m = RegisteredMemory::deserialize(wire, comm.gpu(), q, comm.same_node(q))?;
+        if m.size() != len {
+            return Err(Error::MalformedMemory {
+                rank: q,
+                reason: format!(
+                    "its {} region holds {} bytes, this rank's {len} (another configuration?)",
+                    r.name(),
+                    m.size()
+                ),
+            });
+        }
+        let ptr = m.range(0, len as u64)?;
+        let size = std::mem::size_of::<MemoryChannelDeviceHandle>() as u64;
+        let dst_at = std::mem::offset_of!(MemoryChannelDeviceHandle, dst) as u64;
+        for k in (0..self.handles.len()).filter(|k| k % n == q) {
+            let at = s.table.ptr().byte_add_cast::<u64>(k as u64 * size + dst_at);
+            // SAFETY: the `dst` word of entry `k` of this region's table (`k < len`), alive
+            // with `s`; no launch reads the entries of `q` before its ready word is set.
+            unsafe { stream.write_value_u64(at, ptr.addr()) }?;
+        }
+        if !stream.synchronize_timeout(comm.bootstrap().op_timeout())? {
             return Err(Error::RegionUnavailable {
                 region: r.name(),
                 rank: q,
             });
         }
-        let Some(s) = slot.as_mut() else {
-            return Err(Error::RegionUnavailable {
-                region: r.name(),
-                rank: comm.rank(),
-            });
-        };
-        for (q, ptr, m) in got {
-            for (k, h) in s.handles.iter_mut().enumerate() {
-                if k % n == q {
-                    h.dst = ptr;
-                }
+        s.peers[q] = Some(m);
+        self.word(index, q).store(READY, Ordering::Release);
+        Ok(())
+    }
+
+    /// Ends every wait for a ready word (module docs): nothing trades any more.
+    pub fn release(&self) {
+        for i in 0..LAZY.len() {
+            for q in 0..self.comm.size() {
+                self.word(i, q).fetch_max(u64::MAX, Ordering::Release);
             }
-            s.peers[q] = Some(m);
         }
-        s.table.copy_from_host(0, bytemuck::cast_slice(&s.handles))
     }
 }

@@ -1,28 +1,32 @@
-//! The callers' buffers, registered on first use, cached, and made known to the peers on every
-//! call of an algorithm that works on them (`CollectiveAlgorithm::REGISTERED`: the direct kernel
-//! and the copy engines).
+//! The callers' allocations as the peers see them: this rank's exports (one per allocation,
+//! cached), the peers' allocations mapped here (one per `(rank, token)`, counted), and the
+//! per-call exchange that only a call forced onto the copy engines still makes
+//! (`algo/copy_engine.rs`; every other call on the callers' buffers learns the peers'
+//! allocations through the registration service once: `registry.rs`).
 //!
-//! A direct collective (`mscclpp_device::collectives::direct`, or copy-engine transfers) reads
-//! and writes the peers' own buffers, so each rank needs the peers' buffers mapped. On every
-//! direct call, every participating rank sends each peer one bootstrap message:
+//! The per-call exchange: every participating rank sends each peer one bootstrap message:
 //!
 //! `magic "MSDX" | version u8 | ok u8 | count u8 | reserved u8 |
 //!  count × (offset u64 | len u64 | registered memory (its wire form))`
 //!
-//! `ok` says whether this rank can go direct (its buffers are device allocations it can export,
+//! `ok` says whether this rank can share its buffers (device allocations it can export,
 //! 16-byte aligned, and its cache has room); `count` buffers follow only when it can. Every rank
-//! sees every `ok` flag, so all of them take the same path: direct when all can, staged
-//! otherwise. The registration names the whole allocation that holds the buffer.
+//! sees every `ok` flag, so all of them take the same path. The registration names the whole
+//! allocation that holds the buffer.
 //!
-//! Caches (both guarded by a mutex, touched only by the calling thread of this rank):
-//! - `local`: this rank's registrations by allocation id (CUDA buffer id / CPU token), so an
-//!   allocation is exported once. At most [`MAX_ALLOCATIONS`]; a rank whose cache is full says
-//!   `ok = 0` for a buffer in a new allocation, which bounds every peer's cache as well.
-//! - `remote`: peers' registrations by `(rank, token)`, mapped the first time they are seen.
-//!
-//! Entries live as long as the `Collectives`: a CUDA graph captured with a direct call keeps
-//! using the mappings. A peer's allocation freed and reallocated comes with a new token, so a
-//! stale mapping is never used for new memory; the old one stays mapped (bounded as above).
+//! Caches (each guarded by a mutex; `local` is touched by the calling threads of this rank,
+//! `remote` by them and by the registration service):
+//! - `local`: this rank's exports by allocation id (CUDA buffer id / CPU token), so an
+//!   allocation is exported once. At most [`MAX_ALLOCATIONS`]; when full, the exports of
+//!   allocations that were freed since (their base no longer holds an allocation of that id)
+//!   are evicted first ([`RegisteredBuffers::export`]); a rank whose cache is still full cannot
+//!   share a buffer in a new allocation.
+//! - `remote`: peers' allocations by `(rank, token)`, mapped the first time they are seen and
+//!   counted: each registration of the service that maps one holds a count, unmapping it gives
+//!   it back, and the mapping goes with the last ([`RegisteredBuffers::unmap`]). The per-call
+//!   exchange holds its mappings for the life of the caches (a captured graph keeps using
+//!   them). A peer's allocation freed and reallocated comes with a new token, so a stale mapping
+//!   is never used for new memory.
 //!
 //! A message that cannot be decoded or mapped is an error; the rank then aborts the
 //! communicator, because its peers may already be waiting in the kernel for it. So is, in a
@@ -33,7 +37,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use mscclpp_host::communicator::Communicator;
+use mscclpp_host::gpu::Allocation;
 use mscclpp_host::registered_memory::{self, RegisteredMemory};
+use mscclpp_host::sync::lock;
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::{DevicePtr, MAX_DIRECT_RANKS};
 
@@ -102,12 +108,28 @@ pub fn disjoint_or_at(
     disjoint || at.is_some_and(|at| a0 == b0 + at as u64)
 }
 
+/// One allocation of this rank as exported: its base, its registration (kept alive) and its
+/// wire form.
+type LocalExport = (DevicePtr<u8>, RegisteredMemory, Vec<u8>);
+
 /// The caches of one `Collectives`.
 #[derive(Default)]
 pub struct RegisteredBuffers {
-    /// The registration (kept alive) and its wire form (sent on every call), by allocation id.
-    local: Mutex<HashMap<u64, (RegisteredMemory, Vec<u8>)>>,
-    remote: Mutex<HashMap<(usize, u64), RegisteredMemory>>,
+    /// The allocation's base, its registration (kept alive) and its wire form, by allocation
+    /// id.
+    local: Mutex<HashMap<u64, LocalExport>>,
+    /// The mapping and how many hold it, by `(rank, token)`.
+    remote: Mutex<HashMap<(usize, u64), (RegisteredMemory, usize)>>,
+}
+
+/// One buffer of this rank as exported ([`RegisteredBuffers::export`]).
+pub struct Export {
+    /// The allocation that holds it.
+    pub allocation: Allocation,
+    /// Its offset in the allocation.
+    pub offset: u64,
+    /// The allocation's registration, in its wire form.
+    pub wire: Vec<u8>,
 }
 
 impl RegisteredBuffers {
@@ -148,9 +170,7 @@ impl RegisteredBuffers {
 
     /// `(this rank's allocations registered, peers' allocations mapped)`.
     pub fn counts(&self) -> (usize, usize) {
-        let local = mscclpp_host::sync::lock(&self.local).len();
-        let remote = mscclpp_host::sync::lock(&self.remote).len();
-        (local, remote)
+        (lock(&self.local).len(), lock(&self.remote).len())
     }
 
     /// This rank's message: `ok = 0` (and no entries) unless every buffer can be shared.
@@ -196,7 +216,7 @@ impl RegisteredBuffers {
             return None;
         }
         match self.export(comm, ptr, len) {
-            Ok(x) => Some(x),
+            Ok(x) => Some((x.offset, len as u64, x.wire)),
             Err(e) => {
                 tracing::debug!(error = %e, "buffer not registrable; collectives stage it");
                 None
@@ -204,15 +224,11 @@ impl RegisteredBuffers {
         }
     }
 
-    /// `(offset in its allocation, len, the allocation's registration)` of the buffer
-    /// `[ptr, ptr + len)`: the allocation is exported once (cached by allocation id, at most
-    /// [`MAX_ALLOCATIONS`]), for the per-call exchange and for explicit registrations alike.
-    pub fn export(
-        &self,
-        comm: &Communicator,
-        ptr: DevicePtr<u8>,
-        len: usize,
-    ) -> Result<(u64, u64, Vec<u8>)> {
+    /// The buffer `[ptr, ptr + len)` as exported: its allocation is exported once (cached by
+    /// allocation id, at most [`MAX_ALLOCATIONS`]; when the cache is full, the exports of
+    /// allocations freed since are evicted first), for the per-call exchange and for the
+    /// registry alike.
+    pub fn export(&self, comm: &Communicator, ptr: DevicePtr<u8>, len: usize) -> Result<Export> {
         let refuse = |reason: String| Error::NotRegistrable {
             ptr: ptr.addr(),
             len,
@@ -232,42 +248,74 @@ impl RegisteredBuffers {
                 a.size
             )));
         }
-        let mut local = mscclpp_host::sync::lock(&self.local);
+        let mut local = lock(&self.local);
         if !local.contains_key(&a.id) {
             if local.len() >= MAX_ALLOCATIONS {
+                // Evict the exports of allocations that are gone (freed, or reused by another).
+                let g = comm.gpu();
+                local.retain(|&id, (base, _, _)| g.allocation_of(*base).is_ok_and(|x| x.id == id));
+            }
+            if local.len() >= MAX_ALLOCATIONS {
                 return Err(refuse(format!(
-                    "{MAX_ALLOCATIONS} allocations are registered already"
+                    "{MAX_ALLOCATIONS} live allocations are registered already"
                 )));
             }
             let reg = comm
                 .register_allocation(&a)
                 .map_err(|e| refuse(e.to_string()))?;
             let wire = reg.serialize();
-            local.insert(a.id, (reg, wire));
+            local.insert(a.id, (a.base, reg, wire));
         }
-        let (_, wire) = local
+        let (_, _, wire) = local
             .get(&a.id)
             .ok_or_else(|| refuse("its export vanished".into()))?;
-        Ok((offset, len as u64, wire.clone()))
+        Ok(Export {
+            offset,
+            wire: wire.clone(),
+            allocation: a,
+        })
     }
 
-    /// Peer `q`'s allocation `reg` (its wire form) mapped here: once per allocation (cached by
-    /// `(q, token)` for the life of these caches, at most [`MAX_ALLOCATIONS`] per rank), for
-    /// the per-call exchange and for the registration service alike.
-    pub fn map(&self, comm: &Communicator, q: usize, reg: &[u8]) -> Result<RegisteredMemory> {
+    /// Forgets this rank's export of allocation `id` (freed: `registry.rs` evicts it).
+    pub fn forget(&self, id: u64) {
+        lock(&self.local).remove(&id);
+    }
+
+    /// Peer `q`'s allocation `reg` (its wire form) mapped here, and its token: once per
+    /// allocation (cached by `(q, token)`, at most [`MAX_ALLOCATIONS`] per rank), counted: each
+    /// call holds one count until [`unmap`](Self::unmap) gives it back.
+    pub fn map(
+        &self,
+        comm: &Communicator,
+        q: usize,
+        reg: &[u8],
+    ) -> Result<(RegisteredMemory, u64)> {
         let bad = |reason: String| Error::MalformedMemory { rank: q, reason };
         let token = RegisteredMemory::wire_token(reg)
             .ok_or_else(|| bad("registration with a wrong length or magic".into()))?;
-        let mut remote = mscclpp_host::sync::lock(&self.remote);
-        if let Some(m) = remote.get(&(q, token)) {
-            return Ok(m.clone());
+        let mut remote = lock(&self.remote);
+        if let Some((m, refs)) = remote.get_mut(&(q, token)) {
+            *refs = refs.saturating_add(1);
+            return Ok((m.clone(), token));
         }
         if remote.len() >= MAX_ALLOCATIONS * comm.size() {
             return Err(bad("more allocations than any rank registers".into()));
         }
         let m = RegisteredMemory::deserialize(reg, comm.gpu(), q, comm.same_node(q))?;
-        remote.insert((q, token), m.clone());
-        Ok(m)
+        remote.insert((q, token), (m.clone(), 1));
+        Ok((m, token))
+    }
+
+    /// Gives back one count of peer `q`'s allocation `token`; the mapping goes with the last
+    /// (the registration service calls this once no kernel of this rank can use it).
+    pub fn unmap(&self, q: usize, token: u64) {
+        let mut remote = lock(&self.remote);
+        if let Some((_, refs)) = remote.get_mut(&(q, token)) {
+            *refs -= 1;
+            if *refs == 0 {
+                remote.remove(&(q, token));
+            }
+        }
     }
 
     /// A peer's message: `None` if it cannot go direct, else its buffers mapped here.
@@ -287,7 +335,7 @@ impl RegisteredBuffers {
         for e in b[HEADER..].chunks_exact(ENTRY) {
             let word = |i: usize| u64::from_le_bytes(e[i..i + 8].try_into().unwrap_or_default());
             let (offset, len, reg) = (word(0), word(8), &e[16..]);
-            let mem = self.map(comm, q, reg)?;
+            let (mem, _) = self.map(comm, q, reg)?;
             ptrs.push((mem.range(offset, len)?, len as usize));
         }
         Ok(Some(ptrs))

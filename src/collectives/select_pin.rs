@@ -13,8 +13,9 @@
 //!
 //! The library's side is the real planner and dispatcher loop (`plan::drive`), with an
 //! executor that queues nothing: it records the step the dispatcher would queue, and stands
-//! for the per-call exchange of the algorithms on the callers' buffers, which succeeds when
-//! every rank's buffers can be shared (`reg`) and otherwise declines.
+//! for the algorithms on the callers' buffers, which run when every rank's buffers can be
+//! shared (`reg`) and otherwise decline (the direct kernel on the device, handing the call to
+//! the launch behind it, or refusing it when forced; a forced copy engine in its exchange).
 
 use mscclpp_host::Error;
 use mscclpp_host::gpu::{BackendKind, LaunchConfig};
@@ -57,10 +58,17 @@ fn library(cfg: &CollectiveConfig, call: Lowered, forced: Option<Algorithm>, reg
                 ran = Some(None);
                 return Ok(Queued::Ran);
             }
-            Action::Run(step) => step,
+            Action::Run(step, _) => step,
         };
-        if step.algorithm.unit().registered && !reg {
-            return Ok(Queued::Declined);
+        let u = step.algorithm.unit();
+        if u.registered && !reg {
+            return match (u.agrees, step.forced) {
+                // Declined on the device: the dispatcher queues the call behind it.
+                (true, false) => Ok(Queued::Gated(1)),
+                // Refused on the device, on every rank.
+                (true, true) => Err(unsupported("the direct kernel on these buffers")),
+                (false, _) => Ok(Queued::Declined),
+            };
         }
         if let Planned::Refused(what) = step.planned {
             return Err(unsupported(what));
@@ -170,7 +178,8 @@ fn ref_part_algorithm(
         Some(CopyEngine) if !ce => Err(()),
         Some(P2p) => Err(()),
         Some(a) => Ok(a),
-        None if ce && part >= cfg.ce_min_bytes => Ok(CopyEngine),
+        // Changed: not the copy engines unless forced (see `ref_all_reduce`).
+        None if ce && part >= cfg.ce_min_bytes && part >= cfg.direct_min_bytes => Ok(Direct),
         None if part >= cfg.direct_min_bytes => Ok(Direct),
         None => Ok(Staged),
     }
@@ -218,8 +227,9 @@ fn ref_all_reduce(
             } else {
                 LlOneShot
             }
-        } else if bytes >= cfg.ce_all_reduce_min_bytes {
-            CopyEngine
+        // Changed: the copy engines are taken on buffers registered ahead as windows (or
+        // forced) only; unregistered calls of their range take the direct kernel, which needs
+        // no per-call exchange.
         } else if bytes >= cfg.direct_min_bytes {
             Direct
         } else {
@@ -598,8 +608,10 @@ fn the_reference_says_what_the_readme_says() {
     assert_eq!(auto(&cuda, call(ar, 8 << 10, 8), true), Ok(Some(LlOneShot)));
     assert_eq!(auto(&cuda, call(ar, 8 << 20, 2), true), Ok(Some(Direct)));
     assert_eq!(auto(&cuda, call(ar, 8 << 20, 2), false), Ok(Some(Staged)));
+    // The copy engines take windows only (or a forced call): `CopyEngine` forced here.
+    assert_eq!(auto(&cuda, call(ar, 256 << 20, 8), true), Ok(Some(Direct)));
     assert_eq!(
-        auto(&cuda, call(ar, 256 << 20, 8), true),
+        reference(&cuda, call(ar, 256 << 20, 8), Some(CopyEngine), true),
         Ok(Some(CopyEngine))
     );
     assert_eq!(auto(&cuda, call(ar, 256 << 20, 9), true), Ok(Some(Staged)));
@@ -611,10 +623,7 @@ fn the_reference_says_what_the_readme_says() {
     );
     assert_eq!(auto(&cuda, call(ag, 1 << 20, 4), true), Ok(Some(Ll128)));
     assert_eq!(auto(&cuda, call(ag, 8 << 20, 4), true), Ok(Some(Direct)));
-    assert_eq!(
-        auto(&cuda, call(ag, 32 << 20, 4), true),
-        Ok(Some(CopyEngine))
-    );
+    assert_eq!(auto(&cuda, call(ag, 32 << 20, 4), true), Ok(Some(Direct)));
     let rs = Collective::ReduceScatter;
     assert_eq!(auto(&cuda, call(rs, 32 << 20, 4), true), Ok(Some(Direct)));
     let sr = Collective::SendRecv;

@@ -54,6 +54,10 @@ pub(crate) fn builtin_module(g: &Gpu) -> Result<Arc<Module>> {
 }
 const SEMAPHORE_TAG: u64 = 0x5e_0000;
 
+/// Bytes of the LL flags' words (`CollectiveParams::ll_flags`: the LL kernels' two, then the
+/// gate word, and one spare).
+const LL_FLAGS_BYTES: usize = 32;
+
 /// The wiring of a world of several nodes: the port region's scratch and the port channels
 /// (`multinode.rs`; `node` builds the node's world); no MemoryChannels (their table is left
 /// empty).
@@ -65,8 +69,8 @@ pub(super) fn wire_nodes(
     let (scratch, multi) = multinode::wire(comm, layout, node)?;
     let g = comm.gpu();
     let channel_table = g.alloc(16)?;
-    let ll_flags = g.alloc(16)?;
-    ll_flags.copy_from_host(0, &[0; 16])?;
+    let ll_flags = g.alloc(LL_FLAGS_BYTES)?;
+    ll_flags.copy_from_host(0, &[0; LL_FLAGS_BYTES])?;
     Ok(Wiring {
         multi: Some(multi),
         scratch,
@@ -148,7 +152,8 @@ pub(super) fn wire(
         }
     }
     let channel_table = g.alloc(std::mem::size_of_val(table.as_slice()))?;
-    let ll_flags = g.alloc(16)?;
+    let ll_flags = g.alloc(LL_FLAGS_BYTES)?;
+    ll_flags.copy_from_host(0, &[0; LL_FLAGS_BYTES])?;
     channel_table.copy_from_host(0, bytemuck::cast_slice(&table))?;
     comm.bootstrap().barrier()?;
     Ok(Wiring {

@@ -7,7 +7,7 @@
 //! | `ALGORITHM`, `NAME`, `ALIASES` | the public [`Algorithm`] a caller forces it by, its CLI name (`mscclpp-bench -a`), other spellings | `Algorithm::name`, `Algorithm::parse` |
 //! | `SERVES`, `NOT_SERVED`, `POINT_TO_POINT`, `serves_ranks`, `serves_nodes`, `serves_data` | the collectives a caller may force it for, whether the selection table may use it for `send_recv` / `send` / `recv`, and the rank counts, node layouts, element types and operators it serves | `Algorithm::serves`, the planner (`plan.rs`, with the table of `select.rs`) |
 //! | `max_bytes`, `TOO_LARGE` | the largest call it serves (bytes per part) and what a larger one is refused as | the planner; `Algorithm::max_bytes` (the bench) |
-//! | `REGISTERED`, `takes_registered` | whether it works on the callers' buffers (exchanged per call, so it may decline a call: some rank's buffers cannot be shared), and which calls on buffers registered ahead it takes | the planner and the dispatcher |
+//! | `REGISTERED`, `AGREES`, `takes_registered` | whether it works on the callers' buffers (so it may decline a call: some rank's buffers cannot be shared), whether it decides that with its peers on the device (any call) or needs buffers registered ahead (those `takes_registered` accepts) or a per-call exchange (forced only) | the planner and the dispatcher |
 //! | `SCRATCH`, `channel_rows` | the regions of the scratch it uses and the rows of channels (one per block) it launches with | set-up (`algo::one_node_layout`, `algo::channel_rows`), the planner under capture |
 //! | `plan` | what a call of it runs, from sizes alone: a [`Step`] of itself, of another algorithm it hands the call to, or a refusal | the planner, once per call |
 //! | `set_up` | its per-communicator state: kernels loaded from the module, streams, events | `Collectives::with_config`, once |
@@ -32,6 +32,12 @@ pub(crate) enum Queued {
     /// Not queued: some rank's buffers cannot be shared (every rank learns it in the same
     /// exchange, so every rank declines alike). Only algorithms with `REGISTERED` decline.
     Declined,
+    /// Queued on the callers' buffers, deciding on the device with the peers whether it runs
+    /// (`AGREES`): every rank's launch declines alike when some rank's buffers are not shared
+    /// yet, and then records this gate. The dispatcher queues the call again without the
+    /// callers' buffers, gated on it: that launch runs only where the first declined
+    /// (`plan.rs`).
+    Gated(u32),
 }
 
 /// One step of a plan: the algorithm that queues the call, and what its `plan` worked out.
@@ -41,6 +47,10 @@ pub(crate) struct Step {
     pub algorithm: Algorithm,
     /// What it follows.
     pub planned: Planned,
+    /// Whether the caller forced the algorithm: one on the callers' buffers then does not hand
+    /// the call on when it cannot serve it (it settles their registrations first, and refuses,
+    /// on every rank alike, what it still cannot serve).
+    pub forced: bool,
 }
 
 impl Step {
@@ -49,6 +59,7 @@ impl Step {
         Self {
             algorithm,
             planned: Planned::Itself,
+            forced: false,
         }
     }
 }
@@ -99,6 +110,12 @@ pub(crate) trait CollectiveAlgorithm: Sized + Send + Sync + 'static {
     const POINT_TO_POINT: bool = false;
     /// Whether it works on the callers' buffers (and so may decline a call).
     const REGISTERED: bool = false;
+    /// With `REGISTERED`: whether it learns the peers' buffers on the device, through
+    /// registrations traded once (`registry.rs`), and decides there with its peers whether it
+    /// runs ([`Queued::Gated`]), so it takes any call, eager or captured; without it, it takes
+    /// calls on buffers registered ahead that `takes_registered` accepts, and, forced and
+    /// eager, exchanges the callers' buffers on the host per call (`registered.rs`).
+    const AGREES: bool = false;
     /// The regions of the communicator's scratch it uses.
     const SCRATCH: &'static [Region] = &[];
     /// What a call above [`max_bytes`](Self::max_bytes) is refused as.

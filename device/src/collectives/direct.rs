@@ -60,6 +60,16 @@
 //!    names a registration its peers have not acknowledged, so this only guards against a
 //!    faulty peer.
 //!
+//! 4. **Declining** (a launch with a gate, `decline`): a rank whose buffers are not known to
+//!    every peer yet (its registrations not answered by all, or memory it cannot share) says
+//!    `ok = 0`; then every block of every rank sees an `ok = 0` (its own, or that peer's
+//!    descriptor), moves nothing, records no error and meets its peers at the closing barrier,
+//!    and block 0 of every rank stores the gate to `ll_flags[2]` (0 when the call ran, or when a
+//!    check other than `ok` failed: that is an error, as without a gate). The launch the host
+//!    queued behind this one, with the same gate, runs only where the gate was stored
+//!    (`CollectiveParams::gate`): on every rank alike, since every rank read the same `ok`
+//!    words. Without a gate (a forced call), `ok = 0` is refused as in step 3.
+//!
 //! A descriptor area is rewritten only by the next call's block `b`, which starts after this
 //! call's block `b` of the reader passed its closing barrier, after its reads.
 
@@ -397,10 +407,10 @@ fn publish(d: &DirectCollectiveParams, meet: impl Fn(u32) -> bool) {
     }
 }
 
-/// Steps 2 and 3 of a launch on registered buffers (module docs): every thread `q < nranks`
+/// Steps 2 to 4 of a launch on registered buffers (module docs): every thread `q < nranks`
 /// resolves rank `q`'s buffers into shared memory (`sh`, from word 2: inputs, then outputs),
 /// checking everything; returns whether the whole block may go on (a vote). A block that may
-/// not has recorded why.
+/// not has recorded why, or declined the call (with a gate), and block 0 stored the verdict.
 #[inline(always)]
 fn resolve(d: &DirectCollectiveParams, sh: *mut u64, meet: impl Fn(u32) -> bool) -> bool {
     let p = &d.common;
@@ -435,7 +445,9 @@ fn resolve(d: &DirectCollectiveParams, sh: *mut u64, meet: impl Fn(u32) -> bool)
             sh.add(2 + MAX_DIRECT_RANKS + t as usize).write(out);
         }
     }
-    if let Some(why) = bad {
+    // With a gate, `ok = 0` (this rank's or a peer's) declines the call: no error.
+    let declines = d.decline != 0 && bad == Some(RegisteredRefusal::NotOk);
+    if let Some(why) = bad.filter(|_| !declines) {
         let what = (t as u64) << 8 | why as u64;
         crate::wait::record_error(
             p.status,
@@ -443,7 +455,21 @@ fn resolve(d: &DirectCollectiveParams, sh: *mut u64, meet: impl Fn(u32) -> bool)
             error_detail(WaitSite::Unknown, what),
         );
     }
-    !arch::sync_threads_or(bad.is_some())
+    let failed = arch::sync_threads_or(bad.is_some() && !declines);
+    let declined = arch::sync_threads_or(declines);
+    if d.decline != 0 && b == 0 && t == 0 {
+        // The verdict for the launch queued behind (module docs, step 4): every rank's block 0
+        // reads the same `ok` words, so every rank stores the same.
+        let verdict = if declined && !failed {
+            d.decline as u64
+        } else {
+            0
+        };
+        // SAFETY: `ll_flags` holds four words (host); only this thread writes word 2 during
+        // this launch, and the launch behind it reads it after this kernel ends.
+        unsafe { arch::st_relaxed_sys_u64(p.ll_flags.as_ptr().add(2), verdict) };
+    }
+    !(failed || declined)
 }
 
 /// Rank `q`'s input and output (0 where the mode needs none) as addressed here, from its

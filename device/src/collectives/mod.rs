@@ -150,11 +150,11 @@ fn barrier_with(p: &CollectiveParams, meet: impl Fn(u32) -> bool) -> bool {
     !arch::sync_threads_or(failed)
 }
 
-/// The reducer a kernel of kind `ANY` uses for `p`, or `None` when it does nothing: an `_any`
-/// kernel decodes every type and operator ([`Reducer::from_params`]); a main kernel only the
-/// common sums when the launch `reduces` (another pair is recorded as `InvalidArgument`:
-/// the host launches those on the `_any` twin) and nothing else (a copy). `None` also for a
-/// type or operator this build does not know.
+/// The reducer a kernel of kind `ANY` uses for `p`, or `None` when it does nothing: a launch
+/// gated out ([`gated_out`]); else an `_any` kernel decodes every type and operator
+/// ([`Reducer::from_params`]); a main kernel only the common sums when the launch `reduces`
+/// (another pair is recorded as `InvalidArgument`: the host launches those on the `_any` twin)
+/// and nothing else (a copy). `None` also for a type or operator this build does not know.
 #[inline(always)]
 fn reducer_for<const ANY: bool>(p: &CollectiveParams, reduces: bool) -> Option<Reducer> {
     reducer_serving::<ANY>(p, reduces, true)
@@ -168,6 +168,9 @@ fn reducer_serving<const ANY: bool>(
     reduces: bool,
     serves: bool,
 ) -> Option<Reducer> {
+    if gated_out(p) {
+        return None;
+    }
     if ANY {
         return Reducer::from_params(p);
     }
@@ -181,6 +184,17 @@ fn reducer_serving<const ANY: bool>(
         refuse(p);
         None
     }
+}
+
+/// Whether `p` is the launch behind a direct launch that ran its call after all: it has a gate
+/// (`CollectiveParams::gate`) that `ll_flags[2]` does not hold. Every rank's direct launch
+/// stored the same verdict there (`direct.rs`), so every rank's launch behind it runs or
+/// returns alike, before it touches any flag or peer.
+#[inline(always)]
+fn gated_out(p: &CollectiveParams) -> bool {
+    // SAFETY: `ll_flags` holds four words (host); the direct launch's store happened before
+    // this launch began (same stream).
+    p.gate != 0 && unsafe { arch::ld_relaxed_sys_u64(p.ll_flags.as_ptr().add(2)) } != p.gate as u64
 }
 
 /// Records that a main kernel was launched for something only another kernel serves (a

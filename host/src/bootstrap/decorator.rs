@@ -60,6 +60,10 @@ pub trait Decorator: Send + Sync {
     ) -> Result<Vec<u8>> {
         self.inner().recv_watched(peer, tag, timeout, watch)
     }
+    /// [`Bootstrap::recv_any`].
+    fn recv_any(&self, peers: &[usize], tag: u64, timeout: Duration) -> Result<(usize, Vec<u8>)> {
+        self.inner().recv_any(peers, tag, timeout)
+    }
     /// [`Bootstrap::barrier_watched`].
     fn barrier_watched(&self, watch: Watch<'_>) -> Result<()> {
         self.inner().barrier_watched(watch)
@@ -129,6 +133,9 @@ impl<D: Decorator> Bootstrap for D {
         watch: Watch<'_>,
     ) -> Result<Vec<u8>> {
         Decorator::recv_watched(self, peer, tag, timeout, watch)
+    }
+    fn recv_any(&self, peers: &[usize], tag: u64, timeout: Duration) -> Result<(usize, Vec<u8>)> {
+        Decorator::recv_any(self, peers, tag, timeout)
     }
     fn barrier_watched(&self, watch: Watch<'_>) -> Result<()> {
         Decorator::barrier_watched(self, watch)

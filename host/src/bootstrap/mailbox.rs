@@ -315,28 +315,35 @@ impl Mailbox {
         tag: u64,
         deadline: Instant,
     ) -> Result<Vec<u8>, RecvFail> {
-        let key = Key { peer, channel, tag };
+        self.recv_any(&[peer], channel, tag, deadline)
+            .map(|(_, m)| m)
+            .map_err(|(_, f)| f)
+    }
+
+    /// The oldest frame of (peer, channel, tag) for the first peer of `peers` that has one,
+    /// waiting until `deadline`; a peer that is down with nothing queued ends the wait
+    /// (`Err((peer, Down))`).
+    pub fn recv_any(
+        &self,
+        peers: &[usize],
+        channel: u32,
+        tag: u64,
+        deadline: Instant,
+    ) -> Result<(usize, Vec<u8>), (usize, RecvFail)> {
         let mut st = lock(&self.state);
         loop {
-            if let Some(q) = st.queues.get_mut(&key)
-                && let Some(m) = q.pop_front()
-            {
-                if q.is_empty() {
-                    st.queues.remove(&key);
+            for &peer in peers {
+                if let Some(m) = take(&mut st, Key { peer, channel, tag }) {
+                    return Ok((peer, m));
                 }
-                if let Some(c) = st.queued.get_mut(&peer) {
-                    let len = (m.len() as u64).min(c.bytes);
-                    c.bytes -= len;
-                    c.frames = c.frames.saturating_sub(1);
-                    PROCESS_QUEUED.fetch_sub(len, Ordering::Relaxed);
-                }
-                return Ok(m);
             }
-            if let Some(d) = st.down.get(&peer).cloned() {
-                return Err(RecvFail::Down(d));
+            for &peer in peers {
+                if let Some(d) = st.down.get(&peer).cloned() {
+                    return Err((peer, RecvFail::Down(d)));
+                }
             }
             let Some(left) = remaining(deadline) else {
-                return Err(RecvFail::Timeout);
+                return Err((peers.first().copied().unwrap_or(0), RecvFail::Timeout));
             };
             st = wait_timeout(&self.cv, st, left);
         }
@@ -365,6 +372,22 @@ impl Drop for Mailbox {
         let held: u64 = st.queued.values().map(|q| q.bytes).sum();
         PROCESS_QUEUED.fetch_sub(held, Ordering::Relaxed);
     }
+}
+
+/// Takes the oldest frame of `key`, uncounting it.
+fn take(st: &mut State, key: Key) -> Option<Vec<u8>> {
+    let q = st.queues.get_mut(&key)?;
+    let m = q.pop_front()?;
+    if q.is_empty() {
+        st.queues.remove(&key);
+    }
+    if let Some(c) = st.queued.get_mut(&key.peer) {
+        let len = (m.len() as u64).min(c.bytes);
+        c.bytes -= len;
+        c.frames = c.frames.saturating_sub(1);
+        PROCESS_QUEUED.fetch_sub(len, Ordering::Relaxed);
+    }
+    Some(m)
 }
 
 #[cfg(test)]

@@ -195,10 +195,13 @@ pub use unique_id::{RootListener, UNIQUE_ID_BYTES, UniqueId};
 
 pub use crate::socket::Peer;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Longest a watched wait goes without calling its [`Watch`] (see the module docs).
 pub const WATCH_SLICE: Duration = Duration::from_millis(20);
+
+/// Longest pause between two looks of [`Bootstrap::recv_any`]'s default, which polls.
+pub const ANY_POLL_MAX: Duration = Duration::from_millis(20);
 
 /// A check a watched wait calls between slices; its error ends the wait (module docs).
 pub type Watch<'a> = &'a dyn Fn() -> Result<()>;
@@ -334,6 +337,42 @@ pub trait Bootstrap: Send + Sync {
     /// leaves the process) has none.
     fn secret(&self) -> Option<crate::auth::Secret> {
         None
+    }
+
+    /// The next message under `tag` from any rank of `peers`, within `timeout`: the sender
+    /// and the message. Messages of one sender arrive in order; which sender's comes first
+    /// when several have one waiting is unspecified. A peer whose link is down and who has
+    /// nothing queued under `tag` ends the wait with that error. The default waits on each
+    /// peer in turn for a short while (from 1 ms, growing to [`ANY_POLL_MAX`] for a round of
+    /// all of them): a wait, not a look, because some bootstraps receive only while someone
+    /// waits (a [`SubBootstrap`] pulls its parent's frames then). Bootstraps that can wait on
+    /// all of them at once override it: the TCP bootstrap does.
+    fn recv_any(&self, peers: &[usize], tag: u64, timeout: Duration) -> Result<(usize, Vec<u8>)> {
+        let deadline = std::time::Instant::now() + timeout;
+        let most = ANY_POLL_MAX / peers.len().max(1) as u32;
+        let mut each = Duration::from_millis(1);
+        loop {
+            for &q in peers {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                match self.recv_timeout(q, tag, each.min(left)) {
+                    Ok(m) => return Ok((q, m)),
+                    Err(Error::BootstrapTimeout { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(Error::BootstrapTimeout {
+                    rank: self.rank(),
+                    peer: crate::socket::Peer {
+                        rank: None,
+                        addr: None,
+                    },
+                    op: "recv_any",
+                    after: timeout,
+                });
+            }
+            each = (each * 2).min(most.max(Duration::from_millis(1)));
+        }
     }
 
     /// The next message from `peer` under `tag`, within the operation deadline.

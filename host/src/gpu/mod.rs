@@ -316,8 +316,19 @@ impl Gpu {
 
     /// Creates an event (for timing and cross-stream ordering).
     pub fn event(&self) -> Result<Event> {
+        self.event_timing(true)
+    }
+
+    /// A new event for ordering only: it cannot time (CUDA's `CU_EVENT_DISABLE_TIMING`, which
+    /// makes recording and waiting on it cheaper).
+    pub fn marker(&self) -> Result<Event> {
+        self.event_timing(false)
+    }
+
+    fn event_timing(&self, timing: bool) -> Result<Event> {
         let imp = match &self.inner.imp {
-            DeviceImpl::Cuda(d) => EventImpl::Cuda(d.create_event()?),
+            DeviceImpl::Cuda(d) if timing => EventImpl::Cuda(d.create_event()?),
+            DeviceImpl::Cuda(d) => EventImpl::Cuda(d.create_marker()?),
             DeviceImpl::Cpu(d) => EventImpl::Cpu(d.create_event()),
         };
         Ok(Event {

@@ -74,20 +74,25 @@ impl Stream {
         }
     }
 
-    /// Queues a wait: later work of this stream waits until the u64 at `addr` is at least
-    /// `value` (CUDA: `cuStreamWaitValue64`, without bound, so the caller must make sure it is
-    /// released, as the one-sided calls' service does on abort and timeout; CPU backend: polled
-    /// for at most `cpu::WAIT_VALUE_LIMIT`, then a failure of the stream).
+    /// Queues a wait: later work on this stream starts once the u64 at `addr` is at least
+    /// `value`. The CPU backend gives up after `timeout` (the stream then reports an error);
+    /// CUDA's wait has no timeout: whoever writes the word must also end the wait when it
+    /// gives up (the collectives' regions do: `LazyRegions::release`).
     ///
     /// # Safety
-    /// `addr` is a live, 8-byte aligned device-accessible address (local, peer-mapped or
-    /// host-mapped) until the wait ends.
-    pub unsafe fn wait_value_u64(&self, addr: DevicePtr<u64>, value: u64) -> Result<()> {
+    /// `addr` is a live, 8-byte aligned address the device can read (device or host-mapped
+    /// memory) until the wait ends.
+    pub unsafe fn wait_value_u64(
+        &self,
+        addr: DevicePtr<u64>,
+        value: u64,
+        timeout: std::time::Duration,
+    ) -> Result<()> {
         match &self.imp {
             // SAFETY: forwarded contract.
             StreamImpl::Cuda(s) => unsafe { s.wait_value_u64(addr.addr(), value) },
             // SAFETY: forwarded contract.
-            StreamImpl::Cpu(s) => unsafe { s.wait_value_u64(addr.addr(), value) },
+            StreamImpl::Cpu(s) => unsafe { s.wait_value_u64(addr.addr(), value, timeout) },
         }
     }
 
@@ -290,16 +295,16 @@ impl Event {
         }
     }
 
-    /// Whether the work before the marker is done (an event never recorded is).
+    /// Whether the work before the marker is done (an event never recorded: done).
     pub fn query(&self) -> Result<bool> {
         match &self.imp {
             EventImpl::Cuda(e) => e.query(),
-            EventImpl::Cpu(e) => Ok(e.query()),
+            EventImpl::Cpu(e) => e.query(),
         }
     }
 
-    /// Waits until the work before the marker is done or `timeout` passes (polling, so the
-    /// wait is bounded even if the device never finishes); whether it is done.
+    /// Waits until the work before the marker is done, at most `timeout` (polling, so the wait
+    /// is bounded even if the device never finishes); whether it is.
     pub fn synchronize_timeout(&self, timeout: std::time::Duration) -> Result<bool> {
         poll_until(timeout, || self.query())
     }

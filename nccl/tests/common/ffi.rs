@@ -204,6 +204,9 @@ symbols! {
     group_simulate_end = "ncclGroupSimulateEnd": fn(P) -> c_int;
     team_world = "ncclTeamWorld": fn(P) -> Team;
     lla2a_calc_slots = "ncclLLA2ACalcSlots": fn(c_int, c_int) -> c_int;
+    cpu_stream_create = "mscclppCpuStreamCreate": fn(*mut P) -> c_int;
+    cpu_stream_synchronize = "mscclppCpuStreamSynchronize": fn(P) -> c_int;
+    cpu_stream_destroy = "mscclppCpuStreamDestroy": fn(P) -> c_int;
 }
 
 /// Where the library is: `MSCCLPP_NCCL_LIB`, else the `cdylib` cargo built next to this test

@@ -525,11 +525,11 @@ typedef struct CollectiveParams {
   uint64_t output;
   uint64_t scratch;
   uint64_t bytes;
-  uint64_t ll_flags;      /* u64[2]: last completed LL flag, blocks that read it */
+  uint64_t ll_flags;      /* u64[4]: last completed LL flag, blocks that read it, gate word */
   uint64_t ll_slot_bytes;
   uint64_t stage_offset;
   uint64_t stride;
-  uint32_t reserved;      /* zero */
+  uint32_t gate;          /* 0, or run only if ll_flags[2] holds it */
   uint32_t dtype;         /* MSCCLPP_DTYPE_* */
   uint32_t op;            /* MSCCLPP_OP_* */
   uint32_t mode;          /* CollectiveMode */
@@ -554,7 +554,7 @@ MSCCLPP_CHECK_OFFSET(CollectiveParams, ll_flags, 48);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, ll_slot_bytes, 56);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, stage_offset, 64);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, stride, 72);
-MSCCLPP_CHECK_OFFSET(CollectiveParams, reserved, 80);
+MSCCLPP_CHECK_OFFSET(CollectiveParams, gate, 80);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, dtype, 84);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, op, 88);
 MSCCLPP_CHECK_OFFSET(CollectiveParams, mode, 92);
@@ -624,7 +624,7 @@ typedef struct DirectCollectiveParams {
   uint64_t desc_offset;                       /* descriptor area in every scratch */
   uint64_t need[2];                           /* bytes every input / output must hold */
   uint32_t meet;                              /* send mode, registered: ranks met (bit q) */
-  uint32_t reserved;
+  uint32_t decline;                           /* registered: 0, or the gate stored on a decline */
   RegisteredCall mine;                        /* this rank's descriptor */
 } DirectCollectiveParams;
 MSCCLPP_CHECK_LAYOUT(DirectCollectiveParams, 400, 8);
@@ -635,7 +635,7 @@ MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, registry, 296);
 MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, desc_offset, 304);
 MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, need, 312);
 MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, meet, 328);
-MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, reserved, 332);
+MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, decline, 332);
 MSCCLPP_CHECK_OFFSET(DirectCollectiveParams, mine, 336);
 
 /* port_collective_kernel: every piece of a collective through PortChannels, in one block. */

@@ -86,6 +86,7 @@ impl CollectiveAlgorithm for CopyEngine {
                 pieces,
                 slot,
             },
+            forced: false,
         })
     }
 

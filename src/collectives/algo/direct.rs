@@ -1,21 +1,22 @@
-//! `direct`: no staging. The callers' buffers are registered on first use and exchanged on
-//! every call (`registered.rs`), or registered ahead (`registry.rs`), and one kernel reads and
-//! writes the peers' buffers themselves (`mscclpp_device::collectives::direct`; its launches
-//! are in `launch/direct.rs`, which the copy engines share). Every collective (not the
-//! point-to-point calls) from `direct_min_bytes`, on at most `MAX_DIRECT_RANKS` ranks; a call
-//! whose buffers some rank cannot share is declined (the dispatcher then plans it again
-//! without the callers' buffers). A one-rank pre-multiplied sum on whole vectors runs the
-//! kernel's local reduction ([`Planned::Alone`]).
+//! `direct`: no staging. One kernel reads and writes the peers' buffers themselves
+//! (`mscclpp_device::collectives::direct`; its launches are in `launch/direct.rs`, which the
+//! copy engines share), on buffers every peer learned once: registered by the caller, or by the
+//! call itself (a hint, `registry.rs`); the kernel finds the peers' buffers in its registry
+//! table and every rank decides alike, on the device, whether the call runs there. Every
+//! collective (not the point-to-point calls) from `direct_min_bytes`, on at most
+//! `MAX_DIRECT_RANKS` ranks; a call some rank cannot serve yet is handed on, on the device, to
+//! the launch the dispatcher queues behind (`plan.rs`). A one-rank pre-multiplied sum on whole
+//! vectors runs the kernel's local reduction ([`Planned::Alone`]).
 
 use mscclpp_host::Result;
 use mscclpp_host::gpu::Stream;
-use mscclpp_shared::{CollectiveMode, DirectCollectiveParams, RegisteredCall};
+use mscclpp_shared::{BufferRef, CollectiveMode, DirectCollectiveParams, RegisteredCall};
 
 use crate::collectives::algorithm::{Algorithm, Collective};
 use crate::collectives::config::CollectiveConfig;
-use crate::collectives::context::{Args, CallRegs, Context, Peer, SetUp, Twin};
+use crate::collectives::context::{Args, Context, Peer, SetUp, Twin};
 use crate::collectives::launch::direct::{at_most_direct_ranks, launch, load, symmetric};
-use crate::collectives::registered;
+use crate::collectives::registry::Resolved;
 use crate::collectives::unit::{CollectiveAlgorithm, Planned, Queued, Step};
 
 pub(crate) struct Direct {
@@ -36,6 +37,7 @@ impl CollectiveAlgorithm for Direct {
     ];
     const NOT_SERVED: &'static str = "a direct variant of this collective";
     const REGISTERED: bool = true;
+    const AGREES: bool = true;
 
     fn serves_ranks(ranks: usize) -> Result<(), &'static str> {
         at_most_direct_ranks(ranks)
@@ -55,69 +57,18 @@ impl CollectiveAlgorithm for Direct {
     }
 
     fn queue(&self, cx: &Context, args: &Args, step: &Step, stream: &Stream) -> Result<Queued> {
-        let (call, n, me) = (&args.call, cx.ranks(), cx.rank());
-        let (input, output, b) = (args.input, args.output, call.bytes);
         if step.planned == Planned::Alone {
             return self.alone(cx, args, stream);
         }
-        if let Some(regs) = args.reg {
-            return self.registered(cx, args, regs, stream);
-        }
-        if call.collective == Collective::SendRecv {
-            return Err(cx.cannot(Self::NOT_SERVED));
-        }
-        let (mine, eligible) = symmetric(cx, args);
-        let Some(t) = registered::share_all(&cx.comm, &cx.buffers, &mine, eligible)? else {
-            return Ok(Queued::Declined);
-        };
-        let reduce = (call.dtype, call.op);
-        let (mut d, work) = match call.collective {
-            Collective::AllReduce => {
-                let mut d = cx.direct_params(CollectiveMode::AllReduce, reduce, b);
-                (d.inputs, d.outputs) = (t[0], t[1]);
-                (d, b / n)
-            }
-            Collective::AllGather => {
-                let mut d = cx.direct_params(CollectiveMode::AllGather, Context::MOVE, b);
-                d.inputs[me] = input;
-                d.outputs = t[0];
-                (d, n * b)
-            }
-            Collective::ReduceScatter => {
-                let mut d = cx.direct_params(CollectiveMode::ReduceScatter, reduce, b);
-                d.inputs = t[0];
-                d.outputs[me] = output;
-                (d, b)
-            }
-            Collective::Reduce => {
-                let mut d = cx.direct_params(CollectiveMode::Reduce, reduce, b);
-                d.common.root = args.root();
-                d.inputs = t[0];
-                d.outputs[me] = output;
-                (d, b)
-            }
-            Collective::Broadcast => {
-                let mut d = cx.direct_params(CollectiveMode::Broadcast, Context::MOVE, b);
-                d.common.root = args.root();
-                d.inputs[me] = input;
-                d.outputs = t[0];
-                (d, b)
-            }
-            Collective::AllToAll => {
-                let mut d = cx.direct_params(CollectiveMode::AllToAll, Context::MOVE, b);
-                d.inputs[me] = input;
-                d.outputs = t[0];
-                (d, n * b)
-            }
-            Collective::SendRecv => return Err(cx.cannot(Self::NOT_SERVED)),
-        };
-        (d.common.input, d.common.output) = (input, output);
-        launch(cx, &self.kernel, d, work, stream)?;
-        Ok(Queued::Ran)
+        self.agreed(cx, args, step.forced, stream)
     }
 }
 
 impl Direct {
+    /// What a forced call whose parts are not whole 16-byte vectors is refused as.
+    const NOT_WHOLE: &'static str = "the direct kernel on parts that are not whole 16-byte \
+        vectors";
+
     /// A one-rank reducing call whose operator still changes the data (a pre-multiplied
     /// sum): `output = op(input)` by the kernel's local reduction over one source
     /// (`ReduceLocal`), which meets no peer and needs no registration, scratch or host wait,
@@ -133,47 +84,63 @@ impl Direct {
         Ok(Queued::Ran)
     }
 
-    /// A call on registered buffers (`registry.rs`): no exchange; the kernel learns the peers'
-    /// buffers from their descriptors (`mscclpp_device::collectives::direct`). Never declines:
-    /// a rank whose buffers do not suit the kernel says so in its descriptor, and every rank's
-    /// kernel refuses the launch.
-    fn registered(
-        &self,
-        cx: &Context,
-        args: &Args,
-        regs: CallRegs,
-        stream: &Stream,
-    ) -> Result<Queued> {
+    /// A call on the callers' buffers, as registered with the peers (`registry.rs`: by the
+    /// caller, or by this call itself, a hint): no host exchange; the kernel learns the peers'
+    /// buffers from their descriptors and every rank decides alike, on the device, whether the
+    /// call runs there (`mscclpp_device::collectives::direct`). This rank says `ok = 0` when a
+    /// buffer is in no registration every peer has yet, or does not suit the kernel
+    /// (misaligned, overlapping the wrong way). Unless `forced`, the launch carries a gate and
+    /// the call is handed on ([`Queued::Gated`]); forced (or under capture), the buffers'
+    /// registrations are settled first (a host wait, once per allocation); forced, parts that
+    /// are not whole vectors are refused at once (on every rank alike), and an `ok = 0` is
+    /// refused on every rank by the kernel (the communicator's error).
+    fn agreed(&self, cx: &Context, args: &Args, forced: bool, stream: &Stream) -> Result<Queued> {
         let (call, n, me) = (&args.call, cx.ranks(), cx.rank());
         let (input, output, b) = (args.input, args.output, call.bytes);
         let reduce = (call.dtype, call.op);
-        let (mode, data, need, work, meet) = match (call.collective, args.peer) {
-            // Point-to-point calls run on the p2p engine, a reduce on exchanged buffers
-            // (`Engine::registered_call` gives them no registrations).
-            (Collective::SendRecv | Collective::Reduce, _) | (_, Peer::Pair { .. }) => {
+        let (mode, data, need, work) = match (call.collective, args.peer) {
+            // Point-to-point calls run on the p2p engine.
+            (Collective::SendRecv, _) | (_, Peer::Pair { .. } | Peer::To(_) | Peer::From(_)) => {
                 return Err(cx.cannot(Self::NOT_SERVED));
             }
-            (Collective::AllReduce, _) => (CollectiveMode::AllReduce, reduce, [b, b], b / n, 0),
-            (Collective::AllGather, _) => (
-                CollectiveMode::AllGather,
-                Context::MOVE,
-                [0, n * b],
-                n * b,
-                0,
-            ),
-            (Collective::ReduceScatter, _) => {
-                (CollectiveMode::ReduceScatter, reduce, [n * b, 0], b, 0)
+            (Collective::AllReduce, _) => (CollectiveMode::AllReduce, reduce, [b, b], b / n),
+            (Collective::AllGather, _) => {
+                (CollectiveMode::AllGather, Context::MOVE, [0, n * b], n * b)
             }
-            (Collective::Broadcast, _) => (CollectiveMode::Broadcast, Context::MOVE, [0, b], b, 0),
-            (Collective::AllToAll, _) => (
-                CollectiveMode::AllToAll,
-                Context::MOVE,
-                [0, n * b],
-                n * b,
-                0,
-            ),
+            (Collective::ReduceScatter, _) => {
+                (CollectiveMode::ReduceScatter, reduce, [n * b, 0], b)
+            }
+            (Collective::Broadcast, _) => (CollectiveMode::Broadcast, Context::MOVE, [0, b], b),
+            (Collective::AllToAll, _) => {
+                (CollectiveMode::AllToAll, Context::MOVE, [0, n * b], n * b)
+            }
+            // The root reads every rank's input; its output is its own.
+            (Collective::Reduce, _) => (CollectiveMode::Reduce, reduce, [b, 0], b),
         };
+        if forced && !b.is_multiple_of(16) {
+            // Decided alike on every rank (the call's size), before anything is queued.
+            return Err(cx.cannot(Self::NOT_WHOLE));
+        }
+        let settle = (forced || stream.is_capturing()?).then(|| cx.comm.bootstrap().op_timeout());
+        let drain = || -> Result<()> {
+            if stream.synchronize_timeout(cx.comm.bootstrap().op_timeout())? {
+                Ok(())
+            } else {
+                Err(cx.cannot("making room for a registration while queued work runs"))
+            }
+        };
+        let find = |ptr, len| -> Option<BufferRef> {
+            if len == 0 {
+                return Some(BufferRef::default());
+            }
+            match cx.registry.resolve(&cx.buffers, ptr, len, settle, &drain) {
+                Resolved::Ready(r) => Some(r),
+                Resolved::Pending | Resolved::Unusable => None,
+            }
+        };
+        let (i, o) = (find(input, need[0]), find(output, need[1]));
         let eligible = symmetric(cx, args).1;
+        let ok = eligible && i.is_some() && o.is_some();
         let mut d = cx.direct_params(mode, data, b);
         (d.common.input, d.common.output) = (input, output);
         d.common.root = args.root();
@@ -182,20 +149,14 @@ impl Direct {
         d.registry = cx.registry.table();
         d.desc_offset = cx.layout.desc_offset();
         d.need = [need[0] as u64, need[1] as u64];
-        d.meet = meet;
-        // The send's root is each rank's own next rank: not part of the digest.
-        let root = if mode == CollectiveMode::Send {
-            u32::MAX
-        } else {
-            d.common.root
-        };
+        d.decline = if forced { 0 } else { cx.next_gate() };
         d.mine = RegisteredCall {
-            input: regs.input.unwrap_or_default(),
-            output: regs.output.unwrap_or_default(),
+            input: i.unwrap_or_default(),
+            output: o.unwrap_or_default(),
             call: digest(&[
                 mode as u64,
                 b as u64,
-                root as u64,
+                d.common.root as u64,
                 d.common.dtype as u64,
                 d.common.op as u64,
                 d.common.scalar,
@@ -203,11 +164,14 @@ impl Direct {
                 d.need[0],
                 d.need[1],
             ]),
-            ok: eligible as u32,
+            ok: ok as u32,
             ..Default::default()
         };
         launch(cx, &self.kernel, d, work, stream)?;
-        Ok(Queued::Ran)
+        Ok(match d.decline {
+            0 => Queued::Ran,
+            gate => Queued::Gated(gate),
+        })
     }
 }
 

@@ -65,7 +65,7 @@ impl CollectiveAlgorithm for Ll128 {
             }
             _ => return Err(cx.cannot(Self::NOT_SERVED)),
         };
-        let mut p = cx.params_in(Region::Ll128, args.peers(), mode, (call.dtype, op))?;
+        let mut p = cx.params_in(Region::Ll128, args.peers(), mode, (call.dtype, op), stream)?;
         (p.input, p.output, p.bytes, p.stride) = (args.input, args.output, bytes, stride);
         cx.ensure_healthy()?;
         let shape = shape(&cx.cfg, bytes);

@@ -52,6 +52,7 @@ impl CollectiveAlgorithm for LlTwoShot {
                 Some(part) => Step {
                     algorithm: Algorithm::LlTwoShot,
                     planned: Planned::Parts(part),
+                    forced: false,
                 },
                 None => Step::itself(Algorithm::LlOneShot),
             },

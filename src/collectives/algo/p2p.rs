@@ -6,12 +6,12 @@
 //!
 //! - Each pair of ranks keeps its own sequence numbers and counters in device memory, so only
 //!   the two ranks of a transfer take part in it (ranks outside a batch launch nothing) and a
-//!   call captured in a CUDA graph replays correctly. No call makes a host round trip, but
-//!   the first in which two ranks meet: it allocates this rank's point-to-point region (once,
-//!   for every peer: `P2pLayout::bytes`) and trades it with the peer ([`region`],
-//!   `regions.rs`), so that a communicator that never sends holds none. Under CUDA-graph
-//!   capture a first meeting is refused (`Error::Unsupported`, [`UNTRADED_IN_CAPTURE`]):
-//!   run one eager call between the two ranks, or `Collectives::prepare`, before capturing.
+//!   call captured in a CUDA graph replays correctly. No call makes a host round trip: the
+//!   first in which two ranks meet allocates this rank's point-to-point region (once, for
+//!   every peer: `P2pLayout::bytes`) and sends it to the peer, whose registration service
+//!   sends its own back; the launch waits on its stream until they are traded ([`region`],
+//!   `regions.rs`; under CUDA-graph capture the host waits instead), so a communicator that
+//!   never sends holds none.
 //! - The sender's byte count travels in every message's header; a receive posted with another
 //!   count consumes the message, writes nothing and records `Error::CountMismatch` (what the
 //!   receiving rank's next call, or `comm.status().error()`, returns).
@@ -168,7 +168,7 @@ impl P2p {
         let me = cx.rank();
         let copies = self_pairs(me, batch)?;
         cx.ensure_healthy()?;
-        let region = region(cx, &peers_of(me, batch), stream.is_capturing()?)?;
+        let region = region(cx, &peers_of(me, batch), stream)?;
         cx.record(Algorithm::P2p);
         for (dst, src, bytes) in copies {
             if bytes > 0 {
@@ -212,13 +212,6 @@ impl P2p {
     }
 }
 
-/// What a point-to-point call is refused as under CUDA-graph capture when it meets a peer this
-/// rank has not traded its point-to-point region with yet.
-pub(crate) const UNTRADED_IN_CAPTURE: &str = "a first point-to-point call between two ranks \
-     under CUDA-graph capture (their point-to-point regions are allocated and traded on the \
-     host at their first meeting: run one send / receive between them eagerly, or \
-     Collectives::prepare, before capturing)";
-
 /// The other ranks `batch` meets, each once, in order.
 pub(crate) fn peers_of(me: usize, batch: &[Transfer]) -> Vec<usize> {
     let mut peers: Vec<usize> = batch.iter().map(|t| t.peer).filter(|&q| q != me).collect();
@@ -227,24 +220,22 @@ pub(crate) fn peers_of(me: usize, batch: &[Transfer]) -> Vec<usize> {
     peers
 }
 
-/// This rank's point-to-point region and its channel table, traded with `peers` first where
-/// it was not (`regions.rs`); `None` when `peers` is empty (a batch of copies to this rank
-/// itself needs no region). When `capturing` (the call's stream is being captured into a CUDA
-/// graph), a peer not traded with yet is refused ([`UNTRADED_IN_CAPTURE`]) before anything is
-/// allocated or sent.
+/// This rank's point-to-point region and its channel table for a launch with `peers` on
+/// `stream` (`regions.rs`: sent to the peers it was not sent to yet; the launch waits for the
+/// peers' to be traded); `None` when `peers` is empty (a batch of copies to this rank itself
+/// needs no region).
 pub(crate) fn region(
     cx: &Context,
     peers: &[usize],
-    capturing: bool,
+    stream: &Stream,
 ) -> Result<Option<(DevicePtr<u8>, DevicePtr<u8>)>> {
     if peers.is_empty() {
         return Ok(None);
     }
-    let wanted = Peers::Some(peers.to_vec());
-    if capturing && !cx.regions.is_ready(Region::P2p, wanted.clone()) {
-        return Err(cx.cannot(UNTRADED_IN_CAPTURE));
-    }
-    match cx.regions.get(Region::P2p, wanted)? {
+    match cx
+        .regions
+        .get(Region::P2p, Peers::Some(peers.to_vec()), stream)?
+    {
         Some(region) => Ok(Some(region)),
         None => Err(cx.cannot("a point-to-point call without a point-to-point region")),
     }

@@ -49,7 +49,13 @@ pub(crate) fn parts(
     let mut off = 0;
     while off < part_bytes {
         let len = max_piece.min(part_bytes - off);
-        let mut p = cx.params_in(Region::Staging, piece.peers.clone(), piece.mode, piece.data)?;
+        let mut p = cx.params_in(
+            Region::Staging,
+            piece.peers.clone(),
+            piece.mode,
+            piece.data,
+            stream,
+        )?;
         p.input = input.byte_add_cast(off as u64);
         p.output = output.byte_add_cast(off as u64);
         p.bytes = len as u64;
@@ -90,6 +96,7 @@ pub(crate) fn all_reduce(
             args.peers(),
             mode,
             (args.call.dtype, args.call.op),
+            stream,
         )?;
         p.input = args.input.byte_add_cast(off as u64);
         p.output = args.output.byte_add_cast(off as u64);

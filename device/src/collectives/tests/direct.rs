@@ -1,14 +1,17 @@
 //! The direct kernels, on buffers the host exchanged (every rank's buffers in the parameters)
 //! and on registered buffers (each block learns its peers' from their descriptors): every
 //! mode, parts a stride apart, the `_any` twin, the send / receive ring, the barrier, the local
-//! reduction, and every refusal of a bad descriptor, after which the ranks still meet.
+//! reduction, every refusal of a bad descriptor, after which the ranks still meet, and the
+//! decline of a launch with a gate, which lets the launch behind it run on every rank alike.
 
 use std::vec;
 use std::vec::Vec;
 
 use super::call::{Buffers, Call, buffers};
 use super::world::{MARK, World};
-use crate::collectives::{direct_collective_any_kernel, direct_collective_kernel};
+use crate::collectives::{
+    direct_collective_any_kernel, direct_collective_kernel, staged_collective_kernel,
+};
 use mscclpp_shared::status::error_detail;
 use mscclpp_shared::{
     BufferRef, CollectiveMode as M, DIRECT_SHARED_BYTES, DataType, DeviceErrorCode, DevicePtr,
@@ -433,6 +436,61 @@ fn refused(spoil: impl Fn(&mut DirectCollectiveParams), why: RegisteredRefusal, 
         Call::new(M::AllReduce, BYTES).seed(9),
         2,
     );
+}
+
+/// With a gate (`decline`), one rank's `ok = 0` declines the call on every rank: no error,
+/// nothing written, every rank's gate word set; the staged launch behind it with that gate then
+/// runs (and moves the data); a call every rank says `ok` to runs direct, clears the gate word,
+/// and the launch behind it does nothing.
+#[test]
+fn with_a_gate_one_rank_not_ok_declines_everywhere_and_the_launch_behind_runs() {
+    const GATE: u32 = 41;
+    let w = World::new(3, 2);
+    let all: Vec<u32> = (0..3).collect();
+    for bad in [None, Some(0usize), Some(2)] {
+        let c = Call::new(M::AllReduce, BYTES).seed(60 + bad.map_or(9, |b| b as u32));
+        let b = buffers(&w, &c, false);
+        let reg = Registry::new(&w, &b);
+        let mut ds = registered(&w, &b, &reg, need(&c, 3), 0);
+        for d in ds.iter_mut() {
+            d.decline = GATE;
+        }
+        if let Some(r) = bad {
+            ds[r].mine.ok = 0;
+        }
+        launch(&w, direct_collective_kernel, &ds, 2);
+        let want = if bad.is_some() { GATE as u64 } else { 0 };
+        for r in 0..3 {
+            assert_eq!(w.gate_word(r), want, "{bad:?}: rank {r}'s gate word");
+            if bad.is_some() {
+                let out = b.outputs[r as usize].get();
+                assert!(out.iter().all(|&x| x == MARK), "{bad:?}: rank {r} wrote");
+            }
+        }
+        // The staged launch behind it, with the same gate: runs only after a decline.
+        launch_staged(&w, &b.params, GATE);
+        b.check(&w, &c, &all);
+        if bad.is_none() {
+            // Had it run again, the outputs would still be right: run it on fresh outputs
+            // instead, which must stay untouched.
+            let c2 = c.seed(c.seed + 100);
+            let b2 = buffers(&w, &c2, false);
+            launch_staged(&w, &b2.params, GATE);
+            for r in 0..3 {
+                let out = b2.outputs[r].get();
+                assert!(out.iter().all(|&x| x == MARK), "gated out: rank {r} wrote");
+            }
+        }
+    }
+}
+
+/// The staged kernel on `params`, each with `gate`.
+fn launch_staged(w: &World, params: &[mscclpp_shared::CollectiveParams], gate: u32) {
+    let p: Vec<_> = params
+        .iter()
+        .map(|p| mscclpp_shared::CollectiveParams { gate, ..*p })
+        .collect();
+    w.launch(staged_collective_kernel, &p, 2, 32, 0);
 }
 
 #[test]

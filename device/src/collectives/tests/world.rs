@@ -145,7 +145,7 @@ pub enum Region {
 struct Rank {
     scratch: Buf,
     status: Box<UnsafeCell<DeviceStatus>>,
-    ll_flags: Box<UnsafeCell<[u64; 2]>>,
+    ll_flags: Box<UnsafeCell<[u64; 4]>>,
     /// `blocks * n` inbound words (one per channel: peers signal them).
     inbound: Vec<UnsafeCell<u64>>,
     /// `blocks * n` expected counters (one per channel: this rank's waits).
@@ -186,7 +186,7 @@ impl World {
                 // LL128 lines are 128-byte aligned.
                 scratch: Buf::aligned(scratch_len, 0, 128),
                 status: Box::default(),
-                ll_flags: Box::new(UnsafeCell::new([0; 2])),
+                ll_flags: Box::new(UnsafeCell::new([0; 4])),
                 inbound: (0..cells).map(|_| UnsafeCell::new(0)).collect(),
                 expected: (0..cells).map(|_| UnsafeCell::new(0)).collect(),
                 channels: Vec::new(),
@@ -287,6 +287,12 @@ impl World {
             ll128_slot_bytes: LL128_SLOT,
             ..Default::default()
         }
+    }
+
+    /// Rank `r`'s gate word (`ll_flags[2]`), read between launches.
+    pub fn gate_word(&self, r: u32) -> u64 {
+        // SAFETY: no launch runs (the callers read it between launches).
+        unsafe { (*self.ranks[r as usize].ll_flags.get())[2] }
     }
 
     /// Launches `kernel` with `params[r]` on every rank at once (`grid` blocks of `block`

@@ -426,6 +426,31 @@ impl Bootstrap for TcpBootstrap {
         self.recv_frame(peer, wire::CHANNEL_USER, tag, deadline, ctx, Some(watch))
     }
 
+    /// Waits on every peer's queue at once (the mailbox's condition variable), opening the
+    /// links that are not open yet first, as `recv_watched` does.
+    fn recv_any(&self, peers: &[usize], tag: u64, timeout: Duration) -> Result<(usize, Vec<u8>)> {
+        let deadline = deadline_in(timeout);
+        for &peer in peers {
+            self.check_peer(peer)?;
+            if peer != self.rank
+                && self.links.out(peer).is_none()
+                && self.mailbox.down(peer).is_none()
+            {
+                let _ = self.link(peer, deadline, self.ctx(peer, "recv_any", timeout));
+            }
+        }
+        match self
+            .mailbox
+            .recv_any(peers, wire::CHANNEL_USER, tag, deadline)
+        {
+            Ok(got) => Ok(got),
+            Err((peer, RecvFail::Timeout)) => {
+                Err(self.ctx(peer, "recv_any", timeout).timeout_error())
+            }
+            Err((peer, RecvFail::Down(d))) => Err(d.to_error(&self.ctx(peer, "recv_any", timeout))),
+        }
+    }
+
     fn barrier_watched(&self, watch: Watch<'_>) -> Result<()> {
         watch()?;
         let deadline = deadline_in(self.op_timeout);

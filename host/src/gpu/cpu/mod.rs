@@ -11,7 +11,7 @@ mod shm;
 mod stream;
 
 pub use shm::{HostAlloc, PeerMap, ShmAlloc};
-pub use stream::{Event, Stream};
+pub use stream::{Event, Stream, WAIT_VALUE_LIMIT};
 
 use std::sync::Mutex;
 

@@ -54,6 +54,7 @@ enum Op {
     WaitValue {
         addr: u64,
         value: u64,
+        timeout: Duration,
     },
     Record(Arc<EventState>, u64),
     Wait(Arc<EventState>, u64),
@@ -216,14 +217,19 @@ impl Stream {
             })
     }
 
-    /// Makes later work wait until the u64 at `addr` is at least `value`, polling with back-off
-    /// for at most [`WAIT_VALUE_LIMIT`] (then the stream records a failure and goes on).
+    /// Queues a wait: later work starts once the u64 at `addr` is at least `value` (an
+    /// acquire load, polled with back-off), or after `timeout`, when the stream records an
+    /// error and goes on.
     ///
     /// # Safety
-    /// `addr` is an aligned, live u64 until the wait ends.
-    pub unsafe fn wait_value_u64(&self, addr: u64, value: u64) -> Result<()> {
-        self.submit(Op::WaitValue { addr, value })
-            .map_err(|source| self.err("wait value", source))
+    /// `addr` is a live, 8-byte aligned address until the wait ends.
+    pub unsafe fn wait_value_u64(&self, addr: u64, value: u64, timeout: Duration) -> Result<()> {
+        self.submit(Op::WaitValue {
+            addr,
+            value,
+            timeout,
+        })
+        .map_err(|source| self.err("wait value", source))
     }
 
     /// Whether all queued work is done; reports (and clears) a failure of queued work.
@@ -364,19 +370,22 @@ fn run_queue(rx: mpsc::Receiver<Op>, shared: Arc<Shared>) {
                     .store(value, std::sync::atomic::Ordering::Release);
                 Ok(())
             }
-            Op::WaitValue { addr, value } => {
+            Op::WaitValue {
+                addr,
+                value,
+                timeout,
+            } => {
                 // SAFETY: the submitter's contract (`wait_value_u64`): an aligned live u64.
                 let word = unsafe { std::sync::atomic::AtomicU64::from_ptr(addr as *mut u64) };
-                let start = Instant::now();
+                let deadline = Instant::now() + timeout;
                 let mut backoff = crate::backoff::Backoff::new();
                 loop {
                     if word.load(std::sync::atomic::Ordering::Acquire) >= value {
                         break Ok(());
                     }
-                    if start.elapsed() > WAIT_VALUE_LIMIT {
+                    if Instant::now() >= deadline {
                         break Err(BackendError::Invalid(format!(
-                            "a wait for the u64 at {addr:#x} to reach {value} gave up after \
-                             {WAIT_VALUE_LIMIT:?}"
+                            "a wait for {value} at {addr:#x} did not end within {timeout:?}"
                         )));
                     }
                     backoff.snooze();
@@ -446,9 +455,9 @@ impl Event {
     }
 
     /// Whether the latest record has been reached.
-    pub fn query(&self) -> bool {
+    pub fn query(&self) -> Result<bool> {
         let s = lock(&self.state.inner);
-        s.completed >= s.recorded
+        Ok(s.completed >= s.recorded)
     }
 
     /// Milliseconds from `start` to `self`.

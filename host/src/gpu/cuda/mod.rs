@@ -163,6 +163,42 @@ impl Drop for RelaxedCapture {
     }
 }
 
+/// While alive, remembers the calling thread's current context; dropping it makes that
+/// context current again (`cuCtxSetCurrent`, null included), as NCCL leaves a caller's
+/// context: the library binds its devices' primary contexts on whatever thread calls it. Tied
+/// to its thread (not `Send`).
+#[derive(Debug)]
+pub struct KeepContext {
+    previous: sys::CUcontext,
+    _thread: std::marker::PhantomData<*const ()>,
+}
+
+impl KeepContext {
+    /// Remembers the calling thread's current context. [`Error::NoLibcuda`] /
+    /// [`Error::CudaInit`] as [`device_count`]; [`Error::CurrentDevice`] if the driver
+    /// refuses.
+    pub fn new() -> Result<Self> {
+        init()?;
+        let previous =
+            result::cu_ctx_get_current().map_err(|source| Error::CurrentDevice { source })?;
+        Ok(Self {
+            previous,
+            _thread: std::marker::PhantomData,
+        })
+    }
+}
+
+impl Drop for KeepContext {
+    fn drop(&mut self) {
+        // SAFETY: the caller's context, current when this guard was made; the caller keeps it
+        // alive across its call into the library (destroying a context made current on a
+        // thread while a call runs on that thread is the caller's error, as with NCCL).
+        if let Err(e) = unsafe { result::cu_ctx_set_current(self.previous) } {
+            tracing::warn!(error = %e, "restoring the thread's current CUDA context failed");
+        }
+    }
+}
+
 /// A retained primary context of one device. Shared (`Arc`) by the [`Device`] and everything
 /// made from it; released when the last of them goes.
 #[derive(Debug)]
@@ -483,9 +519,18 @@ impl Device {
 
     /// Creates an event with timing enabled (`CU_EVENT_DEFAULT`).
     pub fn create_event(&self) -> Result<Event> {
+        self.event_with(sys::CUevent_flags::CU_EVENT_DEFAULT as u32)
+    }
+
+    /// A new event without timing (`CU_EVENT_DISABLE_TIMING`: cheaper to record and wait on),
+    /// for ordering only.
+    pub fn create_marker(&self) -> Result<Event> {
+        self.event_with(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32)
+    }
+
+    fn event_with(&self, flags: u32) -> Result<Event> {
         let err = |e: DriverError| self.stream_err("create event", e);
         self.ctx.bind().map_err(err)?;
-        let flags = sys::CUevent_flags::CU_EVENT_DEFAULT as u32;
         let raw = result::cu_event_create(flags).map_err(err)?;
         Ok(Event::new(self.ctx.clone(), raw))
     }

@@ -355,20 +355,20 @@ pub(crate) unsafe fn cu_stream_write_value64(
     })
 }
 
-/// `cuStreamWaitValue64_v2` with `CU_STREAM_WAIT_VALUE_GEQ`: later work of the stream waits
+/// `cuStreamWaitValue64_v2` with `CU_STREAM_WAIT_VALUE_GEQ`: later work on `stream` waits
 /// until the u64 at `addr` is at least `value`.
 ///
 /// # Safety
 /// `addr` is a device-accessible, 8-byte aligned address valid until the wait ends.
-pub(crate) unsafe fn cu_stream_wait_value64(
+pub(crate) unsafe fn cu_stream_wait_value64_geq(
     stream: sys::CUstream,
     addr: sys::CUdeviceptr,
     value: u64,
 ) -> DriverResult<()> {
-    const CU_STREAM_WAIT_VALUE_GEQ: std::ffi::c_uint = 0;
+    let geq = sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32;
     // SAFETY: forwarded contract.
     check("cuStreamWaitValue64_v2", unsafe {
-        sys::cuStreamWaitValue64_v2(stream, addr, value, CU_STREAM_WAIT_VALUE_GEQ)
+        sys::cuStreamWaitValue64_v2(stream, addr, value, geq)
     })
 }
 
@@ -554,6 +554,20 @@ pub(crate) fn cu_event_create(flags: c_uint) -> DriverResult<sys::CUevent> {
     Ok(e)
 }
 
+/// `cuEventQuery`: whether the work before the event's last record is done
+/// (`CUDA_ERROR_NOT_READY`: not yet).
+///
+/// # Safety
+/// `e` is a live event.
+pub(crate) unsafe fn cu_event_query(e: sys::CUevent) -> DriverResult<bool> {
+    // SAFETY: forwarded contract.
+    match unsafe { sys::cuEventQuery(e) } {
+        sys::CUresult::CUDA_SUCCESS => Ok(true),
+        sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+        other => check("cuEventQuery", other).map(|()| false),
+    }
+}
+
 /// `cuEventDestroy_v2`.
 ///
 /// # Safety
@@ -570,19 +584,6 @@ pub(crate) unsafe fn cu_event_destroy(e: sys::CUevent) -> DriverResult<()> {
 pub(crate) unsafe fn cu_event_record(e: sys::CUevent, s: sys::CUstream) -> DriverResult<()> {
     // SAFETY: forwarded contract.
     check("cuEventRecord", unsafe { sys::cuEventRecord(e, s) })
-}
-
-/// `cuEventQuery`: whether the work before the event's last record is done.
-///
-/// # Safety
-/// `e` is live.
-pub(crate) unsafe fn cu_event_query(e: sys::CUevent) -> DriverResult<bool> {
-    // SAFETY: forwarded contract.
-    match unsafe { sys::cuEventQuery(e) } {
-        sys::CUresult::CUDA_SUCCESS => Ok(true),
-        sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-        code => check("cuEventQuery", code).map(|_| false),
-    }
 }
 
 /// `cuEventSynchronize`.

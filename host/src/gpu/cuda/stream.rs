@@ -185,16 +185,17 @@ impl Stream {
         }
     }
 
-    /// Makes later work of the stream wait until the u64 at `addr` is at least `value`
-    /// (`cuStreamWaitValue64`, which waits without bound: whoever queues it releases it).
+    /// Queues a wait until the u64 at `addr` is at least `value` (`cuStreamWaitValue64`,
+    /// `CU_STREAM_WAIT_VALUE_GEQ`).
     ///
     /// # Safety
-    /// `addr` is a device-accessible, 8-byte aligned address valid until the wait ends.
+    /// `addr` is a device-accessible (device or host-mapped), 8-byte aligned address valid
+    /// until the wait ends.
     pub unsafe fn wait_value_u64(&self, addr: u64, value: u64) -> Result<()> {
-        let err = |e| self.err("wait value", e);
+        let err = |e: DriverError| self.err("wait value", e);
         self.ctx.bind().map_err(err)?;
         // SAFETY: forwarded contract; `self.raw` is live.
-        unsafe { result::cu_stream_wait_value64(self.raw, addr, value) }.map_err(err)
+        unsafe { result::cu_stream_wait_value64_geq(self.raw, addr, value) }.map_err(err)
     }
 
     /// Whether all queued work is done (`cuStreamQuery`); reports a failed kernel.
@@ -312,7 +313,7 @@ impl Event {
         unsafe { result::cu_event_synchronize(self.raw) }.map_err(err)
     }
 
-    /// Whether the work before the last record of this event is done.
+    /// Whether the work before the last record of this event is done (`cuEventQuery`).
     pub fn query(&self) -> Result<bool> {
         let err = |e| self.err("query event", e);
         self.ctx.bind().map_err(err)?;
