@@ -6,6 +6,7 @@
 //! every element is compared with a host reference, launch after launch (both halves of a
 //! double scratch buffer, flags advancing).
 
+use mscclpp::host::error::PlanError;
 use std::sync::Arc;
 
 use mscclpp::executor::plan::{PlanDoc, ReduceKind};
@@ -183,7 +184,7 @@ fn rank_body(
         out.copy_to_host(0, &mut got)?;
         let want = reference(doc, &enc, n, l, in_elems);
         if let Some(i) = (0..got.len()).find(|&i| got[i] != want[i]) {
-            return Err(Error::PlanCall {
+            return Err(Error::Plan(PlanError::Call {
                 plan: doc.name.clone(),
                 problem: format!(
                     "rank {r}, launch {l}: byte {i} of {} (element {}) is {:#04x}, want {:#04x}",
@@ -192,7 +193,7 @@ fn rank_body(
                     got[i],
                     want[i]
                 ),
-            });
+            }));
         }
     }
     comm.bootstrap().barrier()
@@ -227,9 +228,11 @@ fn run_plan(doc: &PlanDoc, n: usize, run: Run) -> Result<()> {
         .collect();
     drop(kept);
     for (r, res) in results.into_iter().enumerate() {
-        res.map_err(|e| Error::PlanCall {
-            plan: doc.name.clone(),
-            problem: format!("rank {r} of {n}: {e}"),
+        res.map_err(|e| {
+            Error::Plan(PlanError::Call {
+                plan: doc.name.clone(),
+                problem: format!("rank {r} of {n}: {e}"),
+            })
         })?;
     }
     Ok(())
@@ -429,7 +432,7 @@ fn nvls_plans_are_refused_at_load() {
     };
     for f in ["reduce_nvls.json", "reduce_nvls_pipeline.json"] {
         match ExecutionPlan::load(dir.join(f)) {
-            Err(Error::PlanUnsupported { what, .. }) => {
+            Err(Error::Plan(PlanError::Unsupported { what, .. })) => {
                 assert!(what.contains("multicast"), "{what}")
             }
             other => panic!("{f}: {other:?}"),

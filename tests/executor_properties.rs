@@ -8,6 +8,7 @@
 //! reproducible; the failing input is printed. `fuzz/fuzz_targets/execution_plan.rs` runs the
 //! same property coverage-guided, apart from CI.
 
+use mscclpp::host::error::PlanError;
 use std::time::{Duration, Instant};
 
 use mscclpp::executor::plan::{OpKind, PlanDoc, ReduceKind};
@@ -188,7 +189,7 @@ fn mutated_plans_load_or_give_typed_errors() {
         let nvls = s.to_string().contains("\"switch\"");
         match load(&s.to_string()) {
             Ok(_) => assert!(!nvls),
-            Err(Error::PlanUnsupported { .. }) if nvls => {}
+            Err(Error::Plan(PlanError::Unsupported { .. })) if nvls => {}
             Err(e) => panic!("a seed plan must load: {e}"),
         }
     }
@@ -207,10 +208,10 @@ fn mutated_plans_load_or_give_typed_errors() {
         match r {
             Ok(Ok(_)) => accepted += 1,
             Ok(Err(
-                Error::PlanMalformed { .. }
-                | Error::PlanUnsupported { .. }
-                | Error::PlanRefused { .. }
-                | Error::PlanCall { .. },
+                Error::Plan(PlanError::Malformed { .. })
+                | Error::Plan(PlanError::Unsupported { .. })
+                | Error::Plan(PlanError::Refused { .. })
+                | Error::Plan(PlanError::Call { .. }),
             )) => refused += 1,
             Ok(Err(e)) => panic!("an untyped error {e:?} for:\n{text}"),
             Err(_) => panic!("a panic for:\n{text}"),
@@ -237,7 +238,7 @@ fn arbitrary_bytes_give_typed_errors() {
         let bytes: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
         let text = String::from_utf8_lossy(&bytes);
         match PlanDoc::parse(&text, "bytes") {
-            Err(Error::PlanMalformed { .. }) => {}
+            Err(Error::Plan(PlanError::Malformed { .. })) => {}
             other => panic!("{other:?} for {text:?}"),
         }
     }

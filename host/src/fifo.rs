@@ -12,6 +12,7 @@
 //! writes `fst` before publishing `snd` with release, so a ready `snd` always comes with its
 //! `fst`. Slots are never cleared: the parity tells a stale slot from a fresh one.
 
+use crate::error::ProxyError;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use mscclpp_shared::trigger::commit_parity;
@@ -41,7 +42,7 @@ impl Fifo {
     /// A FIFO of `size` slots for `gpu`; `size` must be a power of two.
     pub fn new(gpu: &Gpu, size: u32) -> Result<Self> {
         if !size.is_power_of_two() {
-            return Err(Error::FifoSize { size });
+            return Err(Error::Proxy(ProxyError::FifoSize { size }));
         }
         let triggers =
             gpu.alloc_host_mapped(size as usize * std::mem::size_of::<ProxyTrigger>())?;
@@ -142,9 +143,12 @@ mod tests {
         let g = cpu();
         assert!(matches!(
             Fifo::new(&g, 100),
-            Err(Error::FifoSize { size: 100 })
+            Err(Error::Proxy(ProxyError::FifoSize { size: 100 }))
         ));
-        assert!(matches!(Fifo::new(&g, 0), Err(Error::FifoSize { size: 0 })));
+        assert!(matches!(
+            Fifo::new(&g, 0),
+            Err(Error::Proxy(ProxyError::FifoSize { size: 0 }))
+        ));
         assert!(Fifo::new(&g, 4).is_ok());
         for size in [1, 2, 64] {
             assert_eq!(Fifo::new(&g, size).unwrap().size(), size);

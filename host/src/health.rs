@@ -27,6 +27,7 @@
 //! written by `Drop`, read by the monitor), and the status block's abort flag (its own
 //! protocol, `crate::status`).
 
+use crate::error::ProxyError;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -249,7 +250,7 @@ impl Health {
                     std::thread::sleep(HEALTH_INTERVAL);
                 }
             })
-            .map_err(|source| Error::HealthMonitorStart { source })?;
+            .map_err(|source| Error::Proxy(ProxyError::HealthMonitorStart { source }))?;
         Ok(Self {
             watched: Arc::new(WatchedBootstrap {
                 inner: bootstrap,

@@ -24,6 +24,7 @@
 //! connection's `write` took to return, which for an asynchronous transport is the time to
 //! issue it), a `signal` span and a `flush` span (its end is the flush's completion).
 
+use crate::error::ProxyError;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -73,7 +74,7 @@ pub struct ValidTrigger {
 /// registered memories, by id, and how many semaphores it has. Every rule the proxy applies
 /// before acting: a type bit is set; the semaphore id is registered; for DATA, both memory ids
 /// are registered and `offset + size` fits each memory. The commit bit is not looked at (the
-/// FIFO owns it). An invalid trigger is `Error::InvalidTrigger` naming the field.
+/// FIFO owns it). An invalid trigger is `Error::Proxy(ProxyError::InvalidTrigger)` naming the field.
 pub fn validate_trigger(
     t: ProxyTrigger,
     memory_sizes: &[u64],
@@ -90,7 +91,7 @@ fn validate_with(
     semaphores: usize,
     pos: u64,
 ) -> Result<ValidTrigger> {
-    let bad = |fault: TriggerFault| Error::InvalidTrigger { pos, fault };
+    let bad = |fault: TriggerFault| Error::Proxy(ProxyError::InvalidTrigger { pos, fault });
     let kind = t.kind();
     if kind.is_empty() {
         return Err(bad(TriggerFault::NoType));
@@ -150,13 +151,15 @@ struct Tables {
 
 impl Tables {
     fn memory(&self, id: usize, side: &'static str, pos: u64) -> Result<&RegisteredMemory> {
-        self.memories.get(id).ok_or(Error::InvalidTrigger {
-            pos,
-            fault: TriggerFault::Memory {
-                side,
-                id: id as u32,
-            },
-        })
+        self.memories
+            .get(id)
+            .ok_or(Error::Proxy(ProxyError::InvalidTrigger {
+                pos,
+                fault: TriggerFault::Memory {
+                    side,
+                    id: id as u32,
+                },
+            }))
     }
 
     fn serve(&self, t: ProxyTrigger, pos: u64) -> Result<()> {
@@ -166,15 +169,15 @@ impl Tables {
             self.semaphores.len(),
             pos,
         )?;
-        let sem = self
-            .semaphores
-            .get(v.semaphore)
-            .ok_or(Error::InvalidTrigger {
-                pos,
-                fault: TriggerFault::Semaphore {
-                    id: v.semaphore as u32,
-                },
-            })?;
+        let sem =
+            self.semaphores
+                .get(v.semaphore)
+                .ok_or(Error::Proxy(ProxyError::InvalidTrigger {
+                    pos,
+                    fault: TriggerFault::Semaphore {
+                        id: v.semaphore as u32,
+                    },
+                }))?;
         let conn = sem.connection();
         if let Some(c) = v.copy {
             let dst = self.memory(c.dst, "dst", pos)?;
@@ -268,10 +271,10 @@ impl PortChannelServiceBuilder {
     pub fn add_memory(&mut self, mem: RegisteredMemory) -> Result<u32> {
         let memories = &mut self.tables.memories;
         if memories.len() > MAX_MEMORY_ID as usize {
-            return Err(Error::ProxyTableFull {
+            return Err(Error::Proxy(ProxyError::ProxyTableFull {
                 what: "memories",
                 max: MAX_MEMORY_ID as usize + 1,
-            });
+            }));
         }
         memories.push(mem);
         Ok(memories.len() as u32 - 1)
@@ -281,10 +284,10 @@ impl PortChannelServiceBuilder {
     pub fn add_semaphore(&mut self, sem: Host2DeviceSemaphore) -> Result<u32> {
         let semaphores = &mut self.tables.semaphores;
         if semaphores.len() > MAX_SEMAPHORE_ID as usize {
-            return Err(Error::ProxyTableFull {
+            return Err(Error::Proxy(ProxyError::ProxyTableFull {
                 what: "semaphores",
                 max: MAX_SEMAPHORE_ID as usize + 1,
-            });
+            }));
         }
         semaphores.push(sem);
         Ok(semaphores.len() as u32 - 1)
@@ -299,21 +302,20 @@ impl PortChannelServiceBuilder {
         src: u32,
     ) -> Result<PortChannelDeviceHandle> {
         let t = &self.tables;
-        let sem = t
-            .semaphores
-            .get(semaphore_id as usize)
-            .ok_or(Error::UnknownChannelId {
+        let sem = t.semaphores.get(semaphore_id as usize).ok_or(Error::Proxy(
+            ProxyError::UnknownChannelId {
                 what: "semaphore",
                 id: semaphore_id,
                 registered: t.semaphores.len(),
-            })?;
+            },
+        ))?;
         for id in [dst, src] {
             if id as usize >= t.memories.len() {
-                return Err(Error::UnknownChannelId {
+                return Err(Error::Proxy(ProxyError::UnknownChannelId {
                     what: "memory",
                     id,
                     registered: t.memories.len(),
-                });
+                }));
             }
         }
         Ok(PortChannelDeviceHandle {

@@ -16,6 +16,7 @@
 //! joins the thread, never less: a kernel may touch them until the abort reaches it. Stopping
 //! the service also sets the abort flag, so no GPU thread waits for a proxy that is gone.
 
+use crate::error::ProxyError;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -119,7 +120,7 @@ impl ProxyService {
                     drop(span);
                 }
             })
-            .map_err(|source| Error::ProxyStart { source })?;
+            .map_err(|source| Error::Proxy(ProxyError::ProxyStart { source }))?;
         Ok(Self {
             stop,
             error,
@@ -143,9 +144,9 @@ impl ProxyService {
     pub fn stop(mut self) -> Result<()> {
         self.shutdown();
         match lock(&self.error).take() {
-            Some(e) => Err(Error::ProxyFailed {
+            Some(e) => Err(Error::Proxy(ProxyError::ProxyFailed {
                 source: Box::new(e),
-            }),
+            })),
             None => Ok(()),
         }
     }
@@ -180,10 +181,10 @@ mod tests {
 
     impl ProxyHandler for Failing {
         fn handle(&mut self, _: ProxyTrigger, pos: u64) -> Result<()> {
-            Err(Error::InvalidTrigger {
+            Err(Error::Proxy(ProxyError::InvalidTrigger {
                 pos,
                 fault: crate::error::TriggerFault::NoType,
-            })
+            }))
         }
     }
 
@@ -224,9 +225,12 @@ mod tests {
         // The FIFO's memory is still there: a kernel's next push lands in it.
         assert!(h.push(trigger).is_ok());
         match svc.stop() {
-            Err(Error::ProxyFailed { source }) => {
+            Err(Error::Proxy(ProxyError::ProxyFailed { source })) => {
                 assert!(
-                    matches!(*source, Error::InvalidTrigger { pos: 0, .. }),
+                    matches!(
+                        *source,
+                        Error::Proxy(ProxyError::InvalidTrigger { pos: 0, .. })
+                    ),
                     "{source}"
                 )
             }
@@ -251,10 +255,10 @@ mod tests {
         let handler = move |t: ProxyTrigger, pos: u64| -> Result<()> {
             lock(&log).push((t.fields().size, pos));
             if pos == 2 {
-                return Err(Error::InvalidTrigger {
+                return Err(Error::Proxy(ProxyError::InvalidTrigger {
                     pos,
                     fault: crate::error::TriggerFault::NoType,
-                });
+                }));
             }
             Ok(())
         };
@@ -277,10 +281,10 @@ mod tests {
         }
         assert_eq!(*lock(&seen), vec![(11, 0), (22, 1), (33, 2)]);
         let reported = svc.error().expect("the sticky error");
-        let handler_said = Error::InvalidTrigger {
+        let handler_said = Error::Proxy(ProxyError::InvalidTrigger {
             pos: 2,
             fault: crate::error::TriggerFault::NoType,
-        }
+        })
         .to_string();
         assert_eq!(reported, handler_said);
         assert!(status.is_aborted());

@@ -9,6 +9,7 @@
 //! failures reproducible (the case is printed on failure).
 
 use mscclpp_host::Error;
+use mscclpp_host::error::ProxyError;
 use mscclpp_host::port_channel::{TriggerCopy, validate_trigger};
 use mscclpp_shared::trigger::{MAX_MEMORY_ID, MAX_OFFSET, MAX_SEMAPHORE_ID, MAX_SIZE};
 use mscclpp_shared::{ProxyTrigger, TriggerFields, TriggerType};
@@ -112,7 +113,7 @@ fn check(t: ProxyTrigger, tables: &Tables, case: &str) -> bool {
             assert_eq!(v.copy, copy, "{case}");
             true
         }
-        Err(Error::InvalidTrigger { pos, fault }) => {
+        Err(Error::Proxy(ProxyError::InvalidTrigger { pos, fault })) => {
             assert!(
                 !want,
                 "{case}: refused the valid {t:?} ({f:?}): {fault}; memories {:?}, {} semaphores",

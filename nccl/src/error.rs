@@ -22,6 +22,8 @@
 //! the slot without a lock, as NCCL's callers read its static buffer. Each thread keeps the
 //! sequence number of its own last error beside its buffer.
 
+use mscclpp::host::error::PlanError;
+use mscclpp::host::error::ProxyError;
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int};
 use std::panic::AssertUnwindSafe;
@@ -346,7 +348,7 @@ pub fn host_code(e: &HostError) -> ncclResult_t {
         }
         | HostError::BootstrapPeerGone { .. }
         | HostError::SemaphorePeer { .. }
-        | HostError::ProxyFailed { .. } => ncclRemoteError,
+        | HostError::Proxy(ProxyError::ProxyFailed { .. }) => ncclRemoteError,
         HostError::BootstrapTimeout { .. }
         | HostError::BootstrapMissingRanks { .. }
         | HostError::SemaphoreTimeout { .. }
@@ -385,8 +387,8 @@ pub fn host_code(e: &HostError) -> ncclResult_t {
         | HostError::BootstrapRejected { .. }
         | HostError::BootstrapIo { .. }
         | HostError::BootstrapSpawn { .. }
-        | HostError::HealthMonitorStart { .. }
-        | HostError::ProxyStart { .. }
+        | HostError::Proxy(ProxyError::HealthMonitorStart { .. })
+        | HostError::Proxy(ProxyError::ProxyStart { .. })
         | HostError::Transport {
             kind: TransportErrorKind::Call | TransportErrorKind::Connect,
             ..
@@ -410,10 +412,10 @@ pub fn host_code(e: &HostError) -> ncclResult_t {
         | HostError::SelfMismatch { .. }
         | HostError::Revoked { .. }
         | HostError::MembershipMismatch { .. }
-        | HostError::PlanMalformed { .. }
-        | HostError::PlanUnsupported { .. }
-        | HostError::PlanRefused { .. }
-        | HostError::PlanCall { .. } => ncclInvalidUsage,
+        | HostError::Plan(PlanError::Malformed { .. })
+        | HostError::Plan(PlanError::Unsupported { .. })
+        | HostError::Plan(PlanError::Refused { .. })
+        | HostError::Plan(PlanError::Call { .. }) => ncclInvalidUsage,
         _ => ncclInternalError,
     }
 }

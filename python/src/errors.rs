@@ -9,6 +9,7 @@
 
 use mscclpp::ErrorChain;
 use mscclpp::host::Error;
+use mscclpp::host::error::ProxyError;
 use mscclpp::host::error::TransportErrorKind;
 use mscclpp::shared::DeviceErrorCode;
 use pyo3::prelude::*;
@@ -41,7 +42,7 @@ pub fn class_of(e: &Error) -> &'static str {
             ..
         }
         | Error::SemaphorePeer { .. }
-        | Error::ProxyFailed { .. } => "RemoteError",
+        | Error::Proxy(ProxyError::ProxyFailed { .. }) => "RemoteError",
         Error::Aborted { .. } => "AbortedError",
         Error::CountMismatch { .. } => "CountMismatchError",
         Error::UnknownBackend(_)
@@ -60,9 +61,9 @@ pub fn class_of(e: &Error) -> &'static str {
         | Error::RegisterEmpty { .. }
         | Error::RegisterNoTransport { .. }
         | Error::UnknownRegistration { .. }
-        | Error::UnknownChannelId { .. }
+        | Error::Proxy(ProxyError::UnknownChannelId { .. })
         | Error::UnknownNetTransport { .. }
-        | Error::FifoSize { .. }
+        | Error::Proxy(ProxyError::FifoSize { .. })
         | Error::CountOverflow { .. }
         | Error::NullBuffer { .. } => "InvalidArgumentError",
         Error::Unsupported { .. }
@@ -81,7 +82,7 @@ pub fn class_of(e: &Error) -> &'static str {
         | Error::RegistryFull { .. }
         | Error::RegistrationRefused { .. }
         | Error::SelfMismatch { .. }
-        | Error::ProxyTableFull { .. }
+        | Error::Proxy(ProxyError::ProxyTableFull { .. })
         | Error::MemoryNotMapped { .. }
         | Error::TransportMismatch { .. }
         | Error::UnevenNodes { .. } => "InvalidUsageError",

@@ -53,6 +53,7 @@
 //! a transfer queued before a deregistration still finds its memory (NCCL's contract is that
 //! no queued work uses a deregistered window anyway).
 
+use mscclpp_host::error::ProxyError;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
@@ -256,7 +257,7 @@ impl OneSided {
         let thread = std::thread::Builder::new()
             .name("mscclpp-rma".into())
             .spawn(move || s.serve_guarded())
-            .map_err(|source| Error::ProxyStart { source })?;
+            .map_err(|source| Error::Proxy(ProxyError::ProxyStart { source }))?;
         Ok(Self {
             shared,
             thread: Some(thread),

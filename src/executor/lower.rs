@@ -26,6 +26,7 @@
 //! block is still copying, and gave wrong sums on the CPU backend at 4 KiB before this rule.
 //! With it the DSL's view holds: a group op is one op, done once all of it is done.
 
+use mscclpp_host::error::PlanError;
 use std::collections::HashMap;
 
 use mscclpp_host::{Error, Result};
@@ -70,12 +71,14 @@ pub struct Geometry {
 }
 
 impl Geometry {
-    /// The geometry of `doc` at `sizes`, or `Error::PlanCall` saying which rule the sizes break.
+    /// The geometry of `doc` at `sizes`, or `Error::Plan(PlanError::Call)` saying which rule the sizes break.
     pub fn new(doc: &PlanDoc, sizes: Sizes) -> Result<Self> {
         let a = doc.buffer_alignment;
-        let call = |problem: String| Error::PlanCall {
-            plan: doc.name.clone(),
-            problem,
+        let call = |problem: String| {
+            Error::Plan(PlanError::Call {
+                plan: doc.name.clone(),
+                problem,
+            })
         };
         let size = if doc.collective == "allgather" {
             sizes.output
@@ -246,7 +249,7 @@ fn check_bounds(doc: &PlanDoc, g: &GpuProgram, tb: &Threadblock, geom: &Geometry
                 let (off, len) = placed(geom, op, dst, i);
                 let have = geom.buffer_bytes(&doc.gpus[r.rank], r.kind);
                 if off + len > have {
-                    return Err(Error::PlanCall {
+                    return Err(Error::Plan(PlanError::Call {
                         plan: doc.name.clone(),
                         problem: format!(
                             "rank {}, threadblock {}, {path}: bytes {off}..{} of rank {}'s {} \
@@ -257,7 +260,7 @@ fn check_bounds(doc: &PlanDoc, g: &GpuProgram, tb: &Threadblock, geom: &Geometry
                             r.rank,
                             r.kind.code()
                         ),
-                    });
+                    }));
                 }
             }
         }
@@ -371,7 +374,7 @@ pub fn groups(doc: &PlanDoc, g: &GpuProgram) -> Result<HashMap<(usize, OpAt), (u
                 (Some(j), Some(p)) => &p.ops[j],
                 _ => top,
             };
-            return Err(Error::PlanRefused {
+            return Err(Error::Plan(PlanError::Refused {
                 plan: doc.name.clone(),
                 rank: g.id,
                 block,
@@ -381,7 +384,7 @@ pub fn groups(doc: &PlanDoc, g: &GpuProgram) -> Result<HashMap<(usize, OpAt), (u
                     "a threadblock group of {size} shares this op, but the blocks that do it \
                      hold shares {ids:?}"
                 ),
-            });
+            }));
         }
         if size < 2 {
             continue;
@@ -397,14 +400,14 @@ pub fn groups(doc: &PlanDoc, g: &GpuProgram) -> Result<HashMap<(usize, OpAt), (u
         };
         if idx >= EXEC_MAX_GROUPS {
             let (block, _, at, _) = members[0];
-            return Err(Error::PlanRefused {
+            return Err(Error::Plan(PlanError::Refused {
                 plan: doc.name.clone(),
                 rank: g.id,
                 block,
                 op: place(at),
                 name: "",
                 problem: format!("more than {EXEC_MAX_GROUPS} threadblock groups on one rank"),
-            });
+            }));
         }
         for &(block, _, at, _) in members {
             out.insert((block, at), (EXEC_PLAN_BARRIERS + idx, size as usize));

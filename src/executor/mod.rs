@@ -45,6 +45,7 @@ pub mod plans;
 mod setup;
 pub mod verify;
 
+use mscclpp_host::error::PlanError;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::Path;
@@ -230,13 +231,13 @@ impl Executor {
         packet: PacketType,
     ) -> Result<()> {
         if rank != self.comm.rank() {
-            return Err(Error::PlanCall {
+            return Err(Error::Plan(PlanError::Call {
                 plan: plan.name().to_string(),
                 problem: format!(
                     "called as rank {rank} on the communicator of rank {}",
                     self.comm.rank()
                 ),
-            });
+            }));
         }
         if input_bytes == 0 && output_bytes == 0 {
             return Ok(());
@@ -317,12 +318,12 @@ impl Executor {
             return Ok(c.clone());
         }
         if stream.is_capturing()? {
-            return Err(Error::PlanCall {
+            return Err(Error::Plan(PlanError::Call {
                 plan: plan.name().to_string(),
                 problem: "the first call with these buffers and sizes sets them up with the \
                           peers, which a captured call cannot: make it eagerly first"
                     .to_string(),
-            });
+            }));
         }
         let seq = contexts.len() as u64;
         let c = Arc::new(setup::set_up(

@@ -8,10 +8,10 @@
 //! it reads and writes, local or a peer's, data or packets), every index against what it
 //! indexes (peers, channels, remote buffers, semaphores, barriers, chunks), the per-block
 //! limits of the interpreter (`mscclpp_shared::executor`), and that every GPU's `id` and every
-//! threadblock's `id` equals its position. A malformed plan is `Error::PlanMalformed` naming
+//! threadblock's `id` equals its position. A malformed plan is `Error::Plan(PlanError::Malformed)` naming
 //! the field as a JSON path (`gpus[1].threadblocks[0].ops[3].src_buff[0].index`); a plan that
 //! needs switch channels (NVLink multicast: `switch` channels, the `glres` / `gstore` ops) is
-//! `Error::PlanUnsupported`. What the message size decides (chunk sizes, alignment, the
+//! `Error::Plan(PlanError::Unsupported)`. What the message size decides (chunk sizes, alignment, the
 //! plan's size range) is checked when a call's sizes are known (`super::lower`); whether the
 //! ranks' programs fit together (signals and waits, races) by `super::verify`.
 //!
@@ -20,6 +20,7 @@
 //! for packets) or inside a pipeline, a pipeline op that covers more than its `num_chunks`,
 //! nested pipelines, and the references of one op spanning different numbers of chunks.
 
+use mscclpp_host::error::PlanError;
 use std::collections::BTreeMap;
 
 use mscclpp_host::{Error, Result};
@@ -514,7 +515,7 @@ impl<'a> At<'a> {
     }
 
     fn err(&self, problem: impl Into<String>) -> Error {
-        Error::PlanMalformed {
+        Error::Plan(PlanError::Malformed {
             plan: self.plan.to_string(),
             field: if self.path.is_empty() {
                 "(the plan)".to_string()
@@ -522,15 +523,15 @@ impl<'a> At<'a> {
                 self.path.clone()
             },
             problem: problem.into(),
-        }
+        })
     }
 
     fn unsupported(&self, what: impl Into<String>) -> Error {
-        Error::PlanUnsupported {
+        Error::Plan(PlanError::Unsupported {
             plan: self.plan.to_string(),
             field: self.path.clone(),
             what: what.into(),
-        }
+        })
     }
 
     fn obj<'v>(&self, v: &'v Value) -> Result<&'v Map<String, Value>> {
@@ -603,10 +604,12 @@ impl PlanDoc {
     /// Parses and checks a plan (module docs). `origin` names it in errors until its own
     /// name has been read (a file path, say).
     pub fn parse(text: &str, origin: &str) -> Result<Self> {
-        let v: Value = serde_json::from_str(text).map_err(|e| Error::PlanMalformed {
-            plan: origin.to_string(),
-            field: format!("JSON at line {}, column {}", e.line(), e.column()),
-            problem: e.to_string(),
+        let v: Value = serde_json::from_str(text).map_err(|e| {
+            Error::Plan(PlanError::Malformed {
+                plan: origin.to_string(),
+                field: format!("JSON at line {}, column {}", e.line(), e.column()),
+                problem: e.to_string(),
+            })
         })?;
         let root = At {
             plan: origin,

@@ -24,6 +24,7 @@
 //! counters and the semaphores are zeroed (the semaphores' initial values written) before the
 //! scratch's registration goes to any peer.
 
+use mscclpp_host::error::PlanError;
 use std::sync::Arc;
 
 use mscclpp_host::communicator::Communicator;
@@ -110,9 +111,11 @@ fn overlap(b: &Buffers) -> Option<i64> {
 
 /// The local checks of a call (step 1 of the module docs), as the problem to report.
 fn local_checks(doc: &PlanDoc, rank: usize, b: &Buffers, races: Races) -> Result<Geometry> {
-    let call = |problem: String| Error::PlanCall {
-        plan: doc.name.clone(),
-        problem,
+    let call = |problem: String| {
+        Error::Plan(PlanError::Call {
+            plan: doc.name.clone(),
+            problem,
+        })
     };
     let geom = Geometry::new(doc, b.sizes)?;
     for (what, p) in [("input", b.input), ("output", b.output)] {
@@ -138,7 +141,9 @@ fn local_checks(doc: &PlanDoc, rank: usize, b: &Buffers, races: Races) -> Result
     }
     match verify::verify(doc, &geom, &verify::declared_aliasing(doc, b.sizes), races) {
         Ok(_) => {}
-        Err(Error::PlanCall { problem, .. }) if problem.contains("op steps to verify") => {
+        Err(Error::Plan(PlanError::Call { problem, .. }))
+            if problem.contains("op steps to verify") =>
+        {
             tracing::debug!(plan = %doc.name, "executor: {problem}; verified at load only");
         }
         Err(e) => return Err(e),
@@ -179,19 +184,19 @@ fn agree(comm: &Communicator, doc: &PlanDoc, mine: &Result<Geometry>, sizes: Siz
             _ => REASON + 1,
         };
         if len > REASON {
-            return Err(Error::PlanCall {
+            return Err(Error::Plan(PlanError::Call {
                 plan: doc.name.clone(),
                 problem: format!("rank {q} sent a malformed verdict ({} bytes)", m.len()),
-            });
+            }));
         }
         if len > 0 && q != comm.rank() {
-            return Err(Error::PlanCall {
+            return Err(Error::Plan(PlanError::Call {
                 plan: doc.name.clone(),
                 problem: format!(
                     "rank {q} refused the call: {}",
                     String::from_utf8_lossy(&m[18..18 + len])
                 ),
-            });
+            }));
         }
         let word = |k: usize| {
             let mut b = [0u8; 8];
@@ -203,13 +208,13 @@ fn agree(comm: &Communicator, doc: &PlanDoc, mine: &Result<Geometry>, sizes: Siz
             output: word(1),
         };
         if theirs != sizes {
-            return Err(Error::PlanCall {
+            return Err(Error::Plan(PlanError::Call {
                 plan: doc.name.clone(),
                 problem: format!(
                     "rank {q} calls with {} input and {} output bytes, this rank with {} and {}",
                     theirs.input, theirs.output, sizes.input, sizes.output
                 ),
-            });
+            }));
         }
     }
     Ok(())
@@ -226,13 +231,13 @@ pub(crate) fn set_up(
 ) -> Result<Context> {
     let (rank, n) = (comm.rank(), comm.size());
     if doc.gpus.len() != n {
-        return Err(Error::PlanCall {
+        return Err(Error::Plan(PlanError::Call {
             plan: doc.name.clone(),
             problem: format!(
                 "the plan is for {} ranks, the world has {n}",
                 doc.gpus.len()
             ),
-        });
+        }));
     }
     let checked = local_checks(doc, rank, b, races);
     agree(comm, doc, &checked, b.sizes)?;
@@ -309,14 +314,14 @@ pub(crate) fn set_up(
         let a = g.allocation_of(ptr)?;
         let off = ptr.addr() - a.base.addr();
         if off + len > a.size as u64 {
-            return Err(Error::PlanCall {
+            return Err(Error::Plan(PlanError::Call {
                 plan: doc.name.clone(),
                 problem: format!(
                     "the {} ({len} bytes at {:#x}) runs past its allocation",
                     ["input", "output", "scratch"][k],
                     ptr.addr()
                 ),
-            });
+            }));
         }
         local_regs.push(comm.register_allocation(&a)?);
         local_offsets[k] = off;
@@ -345,9 +350,11 @@ pub(crate) fn set_up(
     for (j, rb) in me.remote_buffers.iter().enumerate() {
         let mem = comm.recv_memory(rb.rank, tag(seq, PURPOSE_MEMORY, j as u64))?;
         let msg = comm.recv_checked(rb.rank, tag(seq, PURPOSE_OFFSETS, j as u64))?;
-        let bad = |why: String| Error::PlanCall {
-            plan: doc.name.clone(),
-            problem: format!("rank {}'s {} buffer: {why}", rb.rank, rb.kind.code()),
+        let bad = |why: String| {
+            Error::Plan(PlanError::Call {
+                plan: doc.name.clone(),
+                problem: format!("rank {}'s {} buffer: {why}", rb.rank, rb.kind.code()),
+            })
         };
         if msg.len() != 16 {
             return Err(bad(format!(
@@ -418,9 +425,11 @@ pub(crate) fn set_up(
                 .iter()
                 .find(|&&(q, j, _)| q == p && j == used[p])
                 .map(|&(_, _, id)| id)
-                .ok_or_else(|| Error::PlanCall {
-                    plan: doc.name.clone(),
-                    problem: format!("no semaphore for a port channel to rank {p}"),
+                .ok_or_else(|| {
+                    Error::Plan(PlanError::Call {
+                        plan: doc.name.clone(),
+                        problem: format!("no semaphore for a port channel to rank {p}"),
+                    })
                 })?;
             used[p] += 1;
             port_handles.push(builder.port_channel(id, local_ids[0], local_ids[0])?);

@@ -39,6 +39,7 @@
 //! more than [`MAX_STEPS`] op steps at those sizes (long pipelines of small units), where the
 //! load-time verification is what it has.
 
+use mscclpp_host::error::PlanError;
 use std::collections::HashMap;
 
 use mscclpp_host::{Error, Result};
@@ -183,13 +184,15 @@ pub fn canonical_sizes(doc: &PlanDoc) -> Result<Vec<Sizes>> {
         (message(s) >= doc.min_message_size && message(s) <= doc.max_message_size).then_some(s)
     };
     let mut out = Vec::new();
-    let even = fit(groups, 0).ok_or_else(|| Error::PlanMalformed {
-        plan: doc.name.clone(),
-        field: "min_message_size".into(),
-        problem: format!(
-            "no message size in {}..={} cuts into the plan's chunks",
-            doc.min_message_size, doc.max_message_size
-        ),
+    let even = fit(groups, 0).ok_or_else(|| {
+        Error::Plan(PlanError::Malformed {
+            plan: doc.name.clone(),
+            field: "min_message_size".into(),
+            problem: format!(
+                "no message size in {}..={} cuts into the plan's chunks",
+                doc.min_message_size, doc.max_message_size
+            ),
+        })
     })?;
     out.push(even);
     if groups > 1
@@ -465,14 +468,14 @@ impl<'a> Sim<'a> {
 
     fn refuse(&self, op: usize, problem: String) -> Error {
         let o = &self.ops[op];
-        Error::PlanRefused {
+        Error::Plan(PlanError::Refused {
             plan: self.doc.name.clone(),
             rank: o.rank,
             block: o.block,
             op: o.path.clone(),
             name: o.op.kind.name(),
             problem,
-        }
+        })
     }
 
     fn vc_of(&self, a: usize) -> &[u32] {
@@ -1019,12 +1022,12 @@ pub fn verify(doc: &PlanDoc, geom: &Geometry, alias: &Aliasing, races: Races) ->
                         let iters = geom.iterations(p.num_chunks, p.unit_size);
                         total_steps += iters * inner.len() as u64;
                         if total_steps * launches as u64 > MAX_STEPS {
-                            return Err(Error::PlanCall {
+                            return Err(Error::Plan(PlanError::Call {
                                 plan: doc.name.clone(),
                                 problem: format!(
                                     "more than {MAX_STEPS} op steps to verify at these sizes"
                                 ),
-                            });
+                            }));
                         }
                         for it in 0..iters {
                             for &j in &inner {
@@ -1189,14 +1192,14 @@ pub fn verify(doc: &PlanDoc, geom: &Geometry, alias: &Aliasing, races: Races) ->
                 ),
             ));
         }
-        return Err(Error::PlanRefused {
+        return Err(Error::Plan(PlanError::Refused {
             plan: doc.name.clone(),
             rank: s.rank,
             block: s.block,
             op: "(end)".into(),
             name: "",
             problem: "hangs: its rank's other blocks never end the launch".into(),
-        });
+        }));
     }
     // Balance.
     if let Some(&op) = sim.orphans.first() {
@@ -1286,13 +1289,15 @@ pub fn verify(doc: &PlanDoc, geom: &Geometry, alias: &Aliasing, races: Races) ->
 /// Checks what does not need a run: barriers used by as many blocks as they name, semaphores
 /// with one releasing and one acquiring block.
 fn check_static(doc: &PlanDoc, ops: &[OpInfo]) -> Result<()> {
-    let refuse = |o: &OpInfo, problem: String| Error::PlanRefused {
-        plan: doc.name.clone(),
-        rank: o.rank,
-        block: o.block,
-        op: o.path.clone(),
-        name: o.op.kind.name(),
-        problem,
+    let refuse = |o: &OpInfo, problem: String| {
+        Error::Plan(PlanError::Refused {
+            plan: doc.name.clone(),
+            rank: o.rank,
+            block: o.block,
+            op: o.path.clone(),
+            name: o.op.kind.name(),
+            problem,
+        })
     };
     let mut barriers: HashMap<(usize, usize), (usize, Vec<usize>)> = HashMap::new();
     let mut sems: HashMap<(usize, usize, bool), Vec<usize>> = HashMap::new();

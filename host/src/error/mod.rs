@@ -8,12 +8,16 @@
 
 mod detail;
 mod host;
+mod plan;
+mod proxy;
 mod transport;
 
 use std::path::PathBuf;
 
 pub use self::detail::{BackendError, DriverError, MemoryMisuse, TriggerFault};
 pub use self::host::{NumaError, TraceError};
+pub use self::plan::PlanError;
+pub use self::proxy::ProxyError;
 pub use self::transport::{Link, TransportErrorKind};
 use crate::backend::BackendKind;
 use crate::transport::Transport;
@@ -951,60 +955,9 @@ pub enum Error {
     },
 
     // ---- FIFO and proxy ----
-    /// A FIFO size that is not a power of two.
-    #[error("FIFO size {size} is not a power of two")]
-    FifoSize {
-        /// Size asked for.
-        size: u32,
-    },
-    /// The proxy thread could not be started.
-    #[error("starting the proxy thread failed")]
-    ProxyStart {
-        /// OS error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A communicator's health-monitor thread could not be started.
-    #[error("starting the communicator's health-monitor thread failed")]
-    HealthMonitorStart {
-        /// OS error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A port-channel service's table of memories or semaphores is full (the trigger's id
-    /// fields are that wide).
-    #[error("a port-channel service serves at most {max} {what}")]
-    ProxyTableFull {
-        /// `memories` or `semaphores`.
-        what: &'static str,
-        /// The most it can hold.
-        max: usize,
-    },
-    /// A port channel names a memory or semaphore id its service does not have.
-    #[error("no {what} id {id} in this port-channel service ({registered} added)")]
-    UnknownChannelId {
-        /// `memory` or `semaphore`.
-        what: &'static str,
-        /// The id asked for.
-        id: u32,
-        /// How many the service has.
-        registered: usize,
-    },
-    /// The proxy thread stopped on an error (sticky; the abort flag was set).
-    #[error("the proxy failed")]
-    ProxyFailed {
-        /// What failed.
-        #[source]
-        source: Box<Error>,
-    },
-    /// A trigger read from a FIFO names something that was not registered (never served).
-    #[error("invalid trigger at FIFO position {pos}: {fault}")]
-    InvalidTrigger {
-        /// FIFO position.
-        pos: u64,
-        /// Which field is wrong.
-        fault: TriggerFault,
-    },
+    /// A FIFO, a proxy or a port-channel service failed ([`ProxyError`]).
+    #[error(transparent)]
+    Proxy(#[from] ProxyError),
     /// Reading a NUMA node's CPUs or binding a thread to them failed.
     #[error(transparent)]
     Numa(#[from] NumaError),
@@ -1020,55 +973,11 @@ pub enum Error {
     },
 
     // ---- execution plans (the root crate's `executor`) ----
-    /// An execution plan is malformed: `field` says where, as a JSON path into the plan
-    /// (`gpus[1].threadblocks[0].ops[3].src_buff[0].index`), `problem` what is wrong there.
-    /// Nothing was set up or launched.
-    #[error("execution plan {plan:?}: {field}: {problem}")]
-    PlanMalformed {
-        /// The plan's name (or its file, when the name could not be read).
-        plan: String,
-        /// Where in the plan.
-        field: String,
-        /// What is wrong there.
-        problem: String,
-    },
-    /// An execution plan asks for something this library does not provide (switch channels:
-    /// NVLink multicast). Nothing was set up or launched.
-    #[error("execution plan {plan:?}: {field}: {what} is not supported")]
-    PlanUnsupported {
-        /// The plan's name.
-        plan: String,
-        /// Where in the plan.
-        field: String,
-        /// What it asks for.
-        what: String,
-    },
-    /// Verification found that a plan would hang or race: the op at fault and why. Nothing was
-    /// set up or launched.
-    #[error("execution plan {plan:?}: rank {rank}, threadblock {block}, {op} ({name}): {problem}")]
-    PlanRefused {
-        /// The plan's name.
-        plan: String,
-        /// The rank of the op at fault.
-        rank: usize,
-        /// Its threadblock.
-        block: usize,
-        /// The op's path in the block (`ops[4]`, `ops[2].ops[1]` inside a pipeline).
-        op: String,
-        /// The op's name as the plan spells it (`wait`, `rres`, …).
-        name: &'static str,
-        /// What would go wrong.
-        problem: String,
-    },
-    /// A call does not fit the plan (message sizes, rank, world size, buffers, data type).
-    /// Nothing was launched.
-    #[error("execution plan {plan:?}: {problem}")]
-    PlanCall {
-        /// The plan's name.
-        plan: String,
-        /// What does not fit.
-        problem: String,
-    },
+    /// An execution plan was refused or a call does not fit it ([`PlanError`]: malformed,
+    /// unsupported, refused by verification, or a call that does not fit). Nothing was set up
+    /// or launched.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
 
     // ---- trace ----
     /// Setting up, taking or writing a rank's trace failed.

@@ -1,6 +1,7 @@
 //! The parser: MSCCL++'s conformance plans, a round trip through `to_json`, and one malformed
 //! plan per check, each refused with the field it names.
 
+use mscclpp_host::error::PlanError;
 use std::path::PathBuf;
 
 use mscclpp_host::Error;
@@ -71,9 +72,9 @@ fn refused(edit: impl FnOnce(&mut Value), field: &str, says: &str) {
     let mut v = small();
     edit(&mut v);
     match parse(&v) {
-        Err(Error::PlanMalformed {
+        Err(Error::Plan(PlanError::Malformed {
             field: f, problem, ..
-        }) => {
+        })) => {
             assert_eq!(f, field, "{problem}");
             assert!(
                 problem.contains(says),
@@ -128,7 +129,7 @@ fn conformance_plans_parse_and_round_trip() {
     for f in NVLS {
         let text = std::fs::read_to_string(dir.join(f)).unwrap();
         match PlanDoc::parse(&text, f) {
-            Err(Error::PlanUnsupported { field, what, .. }) => {
+            Err(Error::Plan(PlanError::Unsupported { field, what, .. })) => {
                 assert!(what.contains("multicast"), "{f}: {what}");
                 assert!(field.starts_with("gpus[0]"), "{f}: {field}");
             }
@@ -140,7 +141,7 @@ fn conformance_plans_parse_and_round_trip() {
 #[test]
 fn bad_json_names_line_and_column() {
     match PlanDoc::parse("{\"name\": \"x\",\n  \"gpus\": [}", "f.json") {
-        Err(Error::PlanMalformed { plan, field, .. }) => {
+        Err(Error::Plan(PlanError::Malformed { plan, field, .. })) => {
             assert_eq!(plan, "f.json");
             assert!(field.starts_with("JSON at line 2, column"), "{field}");
         }
@@ -354,7 +355,7 @@ fn switch_channels_are_unsupported() {
         .push(json!({"channel_type": "switch", "buffer_type": "i",
                      "rank_groups": [{"size": 2, "ranks": [0, 1]}]}));
     match parse(&v) {
-        Err(Error::PlanUnsupported { field, what, .. }) => {
+        Err(Error::Plan(PlanError::Unsupported { field, what, .. })) => {
             assert_eq!(field, "gpus[0].channels[1]");
             assert!(what.contains("multicast"), "{what}");
         }
@@ -364,7 +365,7 @@ fn switch_channels_are_unsupported() {
     op0(&mut v)[0]["name"] = json!("glres");
     assert!(matches!(
         parse(&v),
-        Err(Error::PlanUnsupported { field, .. }) if field == "gpus[0].threadblocks[0].ops[0].name"
+        Err(Error::Plan(PlanError::Unsupported { field, .. })) if field == "gpus[0].threadblocks[0].ops[0].name"
     ));
 }
 

@@ -2,6 +2,7 @@
 //! tries; each kind of broken plan is refused at the op at fault.
 
 use mscclpp_host::Error;
+use mscclpp_host::error::PlanError;
 
 use super::super::lower::{Geometry, Sizes};
 use super::super::plan::tests::{RUNNABLE, conformance_dir};
@@ -24,13 +25,13 @@ fn check(doc: &PlanDoc) -> Result<Vec<Summary>> {
 #[track_caller]
 fn refused(doc: &PlanDoc, at: (usize, usize, &str), says: &str) {
     match check(doc) {
-        Err(Error::PlanRefused {
+        Err(Error::Plan(PlanError::Refused {
             rank,
             block,
             op,
             problem,
             ..
-        }) => {
+        })) => {
             assert_eq!((rank, block, op.as_str()), at, "{problem}");
             assert!(problem.contains(says), "{problem:?} lacks {says:?}");
         }
@@ -145,7 +146,7 @@ fn an_unsynchronised_write_into_a_peer_is_refused() {
         o.truncate(o.len() - 2);
     }
     match check(&doc) {
-        Err(Error::PlanRefused { problem, name, .. }) => {
+        Err(Error::Plan(PlanError::Refused { problem, name, .. })) => {
             assert!(problem.contains("may end before that"), "{problem}");
             assert!(matches!(name, "get" | "put" | "res"), "{name}");
         }
@@ -164,7 +165,7 @@ fn a_write_before_the_peer_starts_is_refused() {
         o.remove(2);
     }
     match check(&doc) {
-        Err(Error::PlanRefused { problem, .. }) => {
+        Err(Error::Plan(PlanError::Refused { problem, .. })) => {
             assert!(problem.contains("launch starts"), "{problem}")
         }
         other => panic!("{other:?}"),
@@ -201,7 +202,7 @@ fn two_writers_of_a_chunk_race() {
     );
     ops(&mut doc, 0, 1).insert(1, stray);
     match check(&doc) {
-        Err(Error::PlanRefused { problem, .. }) => {
+        Err(Error::Plan(PlanError::Refused { problem, .. })) => {
             assert!(problem.contains("nothing orders the two"), "{problem}");
             assert!(problem.contains("output"), "{problem}");
         }
