@@ -785,7 +785,11 @@ fn direct_registration_cache_and_fallback() {
             unsafe { c.all_reduce(p, p, count, dtype, ReduceOp::Sum, &stream, algo) }
                 .map(|()| stream.synchronize().unwrap())
         };
+        // Counted before any rank's first call: a faster peer's hint would otherwise be mapped
+        // here (by this rank's registration service) before the count.
+        comm.barrier().unwrap();
         let before = c.registered_buffers();
+        comm.barrier().unwrap();
         for round in 0..5 {
             buf.copy_from_host(0, &data(dtype, rank, count, 0)).unwrap();
             sum_in_place(buf.ptr(), None).unwrap();
