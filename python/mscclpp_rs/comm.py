@@ -854,7 +854,9 @@ class Communicator:
     def register_buffer(self, array: Any) -> Registration:
         """Registers ``array``'s memory with every peer (NCCL's ``ncclCommRegister``; not
         collective), so calls on it exchange nothing per call. The memory must come from an
-        exportable allocator: a ``DeviceArray``, PyTorch's CUDA caching allocator, CuPy's."""
+        exportable allocator (a ``DeviceArray``, PyTorch's CUDA caching allocator, CuPy's) to
+        help; other memory is declined, not refused: the registration does nothing and calls
+        on it run as on unregistered memory."""
         b = self._buf(array, "register_buffer")
         return Registration(self, self._collectives().register_buffer(b.ptr, b.nbytes), b.owner)
 

@@ -59,7 +59,9 @@ def test_all_reduce(n: int) -> None:
         # Zero elements: touches nothing.
         empty = np.zeros(0, np.float32)
         comm.all_reduce(empty)
-        if not {"ll", "ll128" if n < 4 else "ll2", "staged"} <= algorithms:
+        # The largest sizes take the direct kernel, which hands a call on unshareable memory to
+        # staging on the device: the record then says "direct" (``last_call_declined``).
+        if not {"ll", "ll128" if n < 4 else "ll2"} <= algorithms or not {"staged", "direct"} & algorithms:
             failures.append(f"algorithms taken: {sorted(map(str, algorithms))}")
         return failures
 

@@ -72,8 +72,12 @@ def test_arguments() -> None:
         expect(f, bad, "uneven parts", lambda: comm.all_to_all(np.zeros(5, np.int8),
                                                                  np.zeros(5, np.int8)))
         expect(f, bad, "all_to_allv counts", lambda: comm.all_to_allv(x, x, [1], [1]))
-        expect(f, bad, "host memory is not registrable",
-               lambda: comm.register_buffer(np.zeros(4096, np.uint8)), "NotRegistrable")
+        # Memory no peer can map (host memory on the CPU backend) is not an error: the
+        # registration is declined (a hint that does nothing; calls on the array stage).
+        try:
+            comm.register_buffer(np.zeros(4096, np.uint8))
+        except BaseException as e:  # noqa: BLE001 - any exception is the failure reported
+            f.append(f"host memory registration raised {type(e).__name__}: {e}")
         expect(f, bad, "tag too large", lambda: comm.send_bytes(1 - comm.rank, b"", tag=1 << 40))
         expect(f, bad, "unknown setting", lambda: mscclpp_rs._native.Collectives(
             comm.native, {"MSCCLPP_NO_SUCH_SETTING": 1}), text="MSCCLPP_NO_SUCH_SETTING")

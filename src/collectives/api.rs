@@ -536,11 +536,11 @@ impl Collectives {
     /// or under CUDA-graph capture (`registry.rs`). Not collective: each rank registers its
     /// own buffers when it likes (a bounded wait for the peers' registration services, which
     /// answer whatever the peers' programs do). As with NCCL, every rank must pass registered
-    /// buffers to a call, or none. [`Error::NotRegistrable`], [`Error::RegistryFull`],
-    /// [`Error::RegistrationRefused`]; `Error::Unsupported` on a world of several nodes.
+    /// buffers to a call, or none. Memory no peer can map (not from an exportable allocator,
+    /// host memory) and a full table are declined, not refused: the registration does nothing
+    /// and calls on the buffer run as on unregistered memory (NCCL's registration is a hint
+    /// too). [`Error::RegistrationRefused`]; `Error::Unsupported` on a world of several nodes.
     ///
-    /// [`Error::NotRegistrable`]: mscclpp_host::Error::NotRegistrable
-    /// [`Error::RegistryFull`]: mscclpp_host::Error::RegistryFull
     /// [`Error::RegistrationRefused`]: mscclpp_host::Error::RegistrationRefused
     ///
     /// # Safety
