@@ -135,5 +135,5 @@ pub use recovery::REVOKE_DRAIN;
 pub use reduction::{KernelOp, Reduction, Scalar, element_bits};
 pub use registry::Registration;
 pub use scratch::MemoryPlan;
-pub use sharing::{ENV_RANKS_PER_GPU, WANTED_CONNECTIONS};
+pub use sharing::{ENV_RANKS_PER_GPU, WANTED_CONNECTIONS, ranks_per_gpu_in_env};
 pub use typed::{Bf16, DeviceVec, Element, F8E4M3, F8E5M2, F16};

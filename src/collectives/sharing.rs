@@ -22,6 +22,7 @@
 //! never shared in this sense (no PCI id), and nothing is capped there.
 
 use mscclpp_host::communicator::Communicator;
+use mscclpp_host::gpu::BackendKind;
 use mscclpp_host::{Error, Result};
 use mscclpp_shared::P2P_MAX_OPS;
 
@@ -63,16 +64,22 @@ impl Sharing {
 pub const ENV_RANKS_PER_GPU: &str = "MSCCLPP_RANKS_PER_GPU";
 
 /// Ranks allowed per GPU: the larger of `cfg.ranks_per_gpu` and [`ENV_RANKS_PER_GPU`] (module
-/// docs); at least 1. An unparsable value is ignored with a warning.
+/// docs), the variable read and clamped by the settings table as every setting is.
 pub(crate) fn allowed(cfg: &CollectiveConfig) -> usize {
-    let env = std::env::var(ENV_RANKS_PER_GPU).ok().and_then(|v| {
-        let n = v.trim().parse::<usize>().ok();
-        if n.is_none() {
-            tracing::warn!("{ENV_RANKS_PER_GPU}={v:?} is not a number; ignored");
-        }
-        n
-    });
-    cfg.ranks_per_gpu.max(env.unwrap_or(1)).max(1)
+    let only_this = |name: &str| {
+        (name == ENV_RANKS_PER_GPU)
+            .then(|| std::env::var(name).ok())
+            .flatten()
+    };
+    cfg.ranks_per_gpu
+        .max(cfg.with_vars(only_this).ranks_per_gpu)
+}
+
+/// Ranks per GPU the environment allows ([`ENV_RANKS_PER_GPU`]; 1 when unset), as set-up reads
+/// it: for programs that place ranks before they have a configuration (the bench).
+pub fn ranks_per_gpu_in_env() -> usize {
+    // Both backends' default is 1.
+    allowed(&CollectiveConfig::for_backend(BackendKind::Cpu))
 }
 
 /// One rank as the all-gather carries it: `allowed machine/pci-bus-id multiprocessors`

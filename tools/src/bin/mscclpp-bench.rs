@@ -47,7 +47,9 @@ fn main() -> ExitCode {
         // here on (one per rank) traces into `dir`.
         unsafe { std::env::set_var(mscclpp::trace::TRACE_ENV, dir) };
     }
-    if ranks_per_gpu() > 1 && std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
+    if mscclpp::collectives::ranks_per_gpu_in_env() > 1
+        && std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none()
+    {
         // SAFETY: still before any thread of this program exists. Ranks sharing a GPU need
         // more of the driver's work queues than its default 8 (`collectives::WANTED_CONNECTIONS`).
         unsafe {
@@ -95,14 +97,6 @@ fn run_primitive(p: &PrimArgs) -> Result<ExitCode, BoxError> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `MSCCLPP_RANKS_PER_GPU`: ranks that may share one GPU (1 when unset or unreadable).
-fn ranks_per_gpu() -> usize {
-    std::env::var(mscclpp::collectives::ENV_RANKS_PER_GPU)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(1)
-}
-
 /// How the ranks of a collective run are started, and how many there are.
 fn placement(a: &CollArgs) -> Result<(Ranks, usize, Placement), BoxError> {
     let backend = BackendKind::select()?;
@@ -124,7 +118,7 @@ fn placement(a: &CollArgs) -> Result<(Ranks, usize, Placement), BoxError> {
         return Ok((Ranks::Process, cfg.size, p));
     }
     let forced = std::env::var_os(BACKEND_ENV).is_some();
-    let per_gpu = ranks_per_gpu();
+    let per_gpu = mscclpp::collectives::ranks_per_gpu_in_env();
     let p = placement::place_threads(backend, forced, backend.device_count()?, per_gpu, a.ranks)?;
     Ok((Ranks::Threads(p.ranks), p.ranks, p))
 }
