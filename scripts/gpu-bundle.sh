@@ -36,7 +36,9 @@
 #   run(carry: ["gpu-bundle"], command: "bash gpu-bundle/run-python.sh")
 # MSCCLPP_BUNDLE_PYTHON=0 leaves it out.
 #
-# Environment: MSCCLPP_BUNDLE_MAX_MIB (default 60) fails the build of a bigger bundle (the
+# Environment: MSCCLPP_BUNDLE_SYMBOLS="NAME ..." keeps the symbols (not the debug info) of the
+# executables so named (e.g. "shared_gpu-test mscclpp-bench"), for stacks of a hang
+# (scripts/gpu-probe/hang-dump.sh). MSCCLPP_BUNDLE_MAX_MIB (default 60) fails the build of a bigger bundle (the
 # device tool carries at most 64 MiB).
 set -euo pipefail
 
@@ -109,7 +111,10 @@ copy() { # kind pkg_dir name path
     fi
     source_of[$key]="$4"
     cp "$4" "$dest"
-    if [ "$1" = lib ]; then
+    if [[ " ${MSCCLPP_BUNDLE_SYMBOLS:-} " == *" $3 "* ]]; then
+        # Named to keep their symbols (a hang's stacks under cuda-gdb): only debug info goes.
+        strip --strip-debug "$dest" 2>/dev/null || echo "gpu-bundle: could not strip $dest" >&2
+    elif [ "$1" = lib ]; then
         strip --strip-unneeded "$dest" 2>/dev/null || echo "gpu-bundle: could not strip $dest" >&2
     else
         strip --strip-all "$dest" 2>/dev/null || echo "gpu-bundle: could not strip $dest" >&2
