@@ -253,6 +253,18 @@ fn values(rank: usize, part: usize, count: usize) -> Vec<f32> {
         .collect()
 }
 
+/// The element-wise sum over the `n` ranks of their part `part` of `count` values (each
+/// rank's part made once: the copy-engine sizes hold millions of elements).
+fn sum_of_parts(n: usize, part: usize, count: usize) -> Vec<f32> {
+    let mut sum = vec![0f32; count];
+    for r in 0..n {
+        for (s, v) in sum.iter_mut().zip(values(r, part, count)) {
+            *s += v;
+        }
+    }
+    sum
+}
+
 fn to_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
@@ -334,9 +346,7 @@ fn collectives_on_one_device(n: usize) {
             stream.synchronize()?;
             let mut got = vec![0u8; bytes];
             output.copy_to_host(0, &mut got)?;
-            let want: Vec<f32> = (0..count)
-                .map(|i| (0..n).map(|r| values(r, 0, count)[i]).sum())
-                .collect();
+            let want = sum_of_parts(n, 0, count);
             if from_bytes(&got) != want {
                 return Err(fail(format!(
                     "all_reduce of {count} on {n} ranks ({algo:?}, ran {:?}) differs",
@@ -376,9 +386,7 @@ fn collectives_on_one_device(n: usize) {
         stream.synchronize()?;
         let mut got = vec![0u8; part * 4];
         mine.copy_to_host(0, &mut got)?;
-        let want: Vec<f32> = (0..part)
-            .map(|i| (0..n).map(|r| values(r, rank + 2, part)[i]).sum())
-            .collect();
+        let want = sum_of_parts(n, rank + 2, part);
         if from_bytes(&got) != want {
             return Err(fail(format!("reduce_scatter on {n} ranks differs")));
         }

@@ -73,7 +73,10 @@ impl Collectives {
             crate::trace::attach_with(&comm, &module, cfg.max_blocks);
         }
         Ok(Self {
-            engine: Engine::new(units, Context::new(comm, cfg, layout, wiring)?)?,
+            engine: Engine::new(
+                units,
+                Context::new(comm, cfg, layout, wiring, sharing.most_on_one_gpu > 1)?,
+            )?,
             _module: module,
         })
     }

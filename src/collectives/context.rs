@@ -203,11 +203,13 @@ pub(crate) struct Wiring {
 }
 
 impl Context {
+    /// `shared_gpu`: whether ranks of this world share a GPU (`sharing.rs`).
     pub fn new(
         comm: Arc<Communicator>,
         cfg: CollectiveConfig,
         layout: ScratchLayout,
         w: Wiring,
+        shared_gpu: bool,
     ) -> Result<Self> {
         let buffers = Arc::new(RegisteredBuffers::default());
         let regions = Arc::new(LazyRegions::new(
@@ -215,6 +217,7 @@ impl Context {
             layout,
             w.handles,
             super::registry::send_region,
+            shared_gpu,
         )?);
         let registry = Registry::new(&comm, &buffers, &regions)?;
         Ok(Self {

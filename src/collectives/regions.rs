@@ -31,6 +31,16 @@
 //! waiting then runs, finds the communicator aborted at its first wait and returns, its stores
 //! to peers not traded landing in its own buffer.
 //!
+//! # Several ranks on one GPU
+//!
+//! When ranks share a GPU (`sharing.rs`), a launch waits for a region's trade on the host
+//! too, never with a wait on its stream. A stream's wait for a value holds the head of the
+//! hardware queue the stream is mapped to, and the streams of every rank of the process, the
+//! services' and the driver's own (the zeroing of a new allocation) share the context's few
+//! queues: a wait that needs a service's allocation, queued ahead of that allocation's zeroing
+//! in one queue, never ends (seen on an H200 at 8 ranks: the services blocked in the zeroing,
+//! no kernel running). The host wait is one round trip of the peers' services, once per region.
+//!
 //! [`LazyRegions`] holds what it needs (the communicator, the layout, the set-up channel
 //! table's handles), set at set-up and never changed, so it asks nothing of the context that
 //! owns it.
@@ -118,6 +128,9 @@ pub(crate) struct LazyRegions {
     ready: HostMapped,
     /// What sends a region to a peer's service.
     send_region: SendRegion,
+    /// Whether a launch waits for a region's trade on the host, never on its stream: when ranks
+    /// share a GPU (module docs, "Several ranks on one GPU").
+    host_waits: bool,
 }
 
 fn index(r: Region) -> Option<usize> {
@@ -126,12 +139,14 @@ fn index(r: Region) -> Option<usize> {
 
 impl LazyRegions {
     /// No region yet, for `comm`'s collectives laid out by `layout` with the set-up channel
-    /// table `handles`, sending regions to the peers with `send_region`.
+    /// table `handles`, sending regions to the peers with `send_region`; `host_waits` when
+    /// ranks share a GPU.
     pub fn new(
         comm: Arc<Communicator>,
         layout: ScratchLayout,
         handles: Vec<MemoryChannelDeviceHandle>,
         send_region: SendRegion,
+        host_waits: bool,
     ) -> Result<Self> {
         let words = LAZY.len() * comm.size();
         let ready = comm.gpu().alloc_host_mapped(8 * words)?;
@@ -144,6 +159,7 @@ impl LazyRegions {
             slots: Default::default(),
             ready,
             send_region,
+            host_waits,
         })
     }
 
@@ -244,7 +260,7 @@ impl LazyRegions {
             return Ok(Some(region));
         }
         let timeout = self.comm.bootstrap().op_timeout();
-        if stream.is_capturing()? {
+        if self.host_waits || stream.is_capturing()? {
             self.wait_ready(r, i, &waiting, timeout)?;
             return Ok(Some(region));
         }
