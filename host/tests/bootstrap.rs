@@ -611,7 +611,9 @@ fn hostile_connections_on_the_root_port_are_rejected_while_ranks_join() {
 
     let t0 = Instant::now();
     let listener = Mutex::new(Some(listener));
-    let gathered: Vec<Vec<Vec<u8>>> = thread::scope(|s| {
+    // The bootstraps stay until the end: rank 0's root answers the forger's late JOIN (its
+    // thread may run only after the world formed, on a loaded machine).
+    let worlds: Vec<(TcpBootstrap, Vec<Vec<u8>>)> = thread::scope(|s| {
         let hs_list: Vec<_> = (0..3)
             .map(|r| {
                 let listener = &listener;
@@ -629,15 +631,16 @@ fn hostile_connections_on_the_root_port_are_rejected_while_ranks_join() {
                         None => TcpBootstrap::init(c),
                     }
                     .unwrap();
-                    bs.all_gather(&[r as u8]).unwrap()
+                    let gathered = bs.all_gather(&[r as u8]).unwrap();
+                    (bs, gathered)
                 })
             })
             .collect();
         hs_list.into_iter().map(|h| h.join().unwrap()).collect()
     });
     let setup = t0.elapsed();
-    for g in gathered {
-        assert_eq!(g, vec![vec![0], vec![1], vec![2]]);
+    for (_, g) in &worlds {
+        assert_eq!(g, &vec![vec![0], vec![1], vec![2]]);
     }
     assert!(
         setup < hs,
@@ -671,6 +674,7 @@ fn hostile_connections_on_the_root_port_are_rejected_while_ranks_join() {
         dripped < hs + Duration::from_secs(2),
         "dripping connection lasted {dripped:?}"
     );
+    drop(worlds);
 }
 
 #[test]

@@ -13,11 +13,18 @@
 //!   refusal;
 //! - at most `max_pending` handshakes are open at once (max([`MIN_PENDING`], 2 × size), and no
 //!   more than the process's descriptor budget gives the listener: its guarantee and what it
-//!   can borrow from the pool); a new connection beyond that sheds one held connection, the oldest of the least advanced: refused ones still
-//!   lingering first, then those that have not sent a valid `HELLO`, then the rest. A shed
-//!   handshake is told `REJECT Busy` (the connector tries again) and closed at once. Silent
-//!   connections are the oldest; a real rank finishes in a few round trips and retries a join
-//!   or a link that was cut, so the listener keeps accepting under a flood.
+//!   can borrow from the pool); a new connection beyond that sheds one held connection
+//!   ([`Shedding`]): a refused one still lingering, else the oldest that has not sent a valid
+//!   `HELLO`, and only when there is none of those the oldest of the rest, each once it is
+//!   [`SHED_GRACE`](super::intake::SHED_GRACE) old; while none is, newcomers wait in the
+//!   kernel's queue. A shed handshake is told `REJECT Busy` (the connector tries again) and
+//!   closed at once;
+//! - each turn serves the handshakes with bytes waiting before the listener
+//!   ([`Admission::poll_fds`] lists it last), and accepts at most
+//!   [`ACCEPT_BATCH`](super::intake::ACCEPT_BATCH) connections: a real rank's `HELLO`, sent
+//!   as soon as it connected, is read in the turn after its connection was accepted, before
+//!   any stranger can have it shed, and from then on every silent stranger goes before it
+//!   (`bootstrap::intake` says why both matter under a flood that reopens what is shed).
 //!
 //! Nothing is handed on, queued or answered beyond the `CHALLENGE` before the connector has
 //! proven that it knows the world's secret ([`crate::auth`]).
@@ -26,7 +33,7 @@ use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use super::intake::{Intake, Ticket};
+use super::intake::{Intake, Notes, Shedding, Ticket};
 use super::keying::{KeyCell, WorldKey};
 use super::net::{ControlFail, reject_for};
 use super::os::{self, send_whole};
@@ -206,6 +213,7 @@ enum Stage {
 struct Pending {
     stream: TcpStream,
     addr: SocketAddr,
+    accepted: Instant,
     deadline: Instant,
     frame: FrameBuf,
     stage: Stage,
@@ -217,6 +225,63 @@ struct Closing {
     stream: TcpStream,
     until: Instant,
     _ticket: Ticket,
+}
+
+/// What an [`Admission`] holds, for the intake's shedding ([`Shedding`]; module docs). Tables
+/// are in accept order, so the first match is the oldest.
+struct Held<'a> {
+    pending: &'a mut Vec<Option<Pending>>,
+    closing: &'a mut Vec<Option<Closing>>,
+}
+
+/// What [`Held`] sheds next.
+enum Victim {
+    Closing(usize),
+    /// A handshake, accepted at that instant.
+    Pending(usize, Instant),
+}
+
+impl Held<'_> {
+    fn victim(&self) -> Option<Victim> {
+        if let Some(i) = self.closing.iter().position(Option::is_some) {
+            return Some(Victim::Closing(i));
+        }
+        let quiet = self
+            .pending
+            .iter()
+            .position(|p| p.as_ref().is_some_and(|p| matches!(p.stage, Stage::Hello)));
+        let i = quiet.or_else(|| self.pending.iter().position(Option::is_some))?;
+        let p = self.pending[i].as_ref()?;
+        Some(Victim::Pending(i, p.accepted))
+    }
+}
+
+impl Shedding for Held<'_> {
+    fn next_shed(&self, grace: Duration) -> Option<Instant> {
+        match self.victim()? {
+            Victim::Closing(_) => Some(Instant::now()),
+            Victim::Pending(_, accepted) => Some(accepted + grace),
+        }
+    }
+
+    fn shed(&mut self, notes: &mut Notes) {
+        match self.victim() {
+            Some(Victim::Closing(i)) => self.closing[i] = None,
+            Some(Victim::Pending(i, _)) => {
+                if let Some(p) = self.pending[i].take() {
+                    let why = "shed: too many connections at once; try again";
+                    let frame = Reject {
+                        code: RejectCode::Busy,
+                        reason: why.into(),
+                    }
+                    .encode();
+                    let _ = os::send_now(&p.stream, &frame);
+                    notes.refused(p.addr, why);
+                }
+            }
+            None => {}
+        }
+    }
 }
 
 /// Which part of an [`Admission`] a poll entry belongs to.
@@ -259,12 +324,9 @@ impl Admission {
         self.intake.close();
     }
 
-    /// Adds a poll entry for everything that waits for bytes.
+    /// Adds a poll entry for everything that waits for bytes. The listener goes last: its owner serves the entries in order, so the handshakes with
+    /// bytes waiting are read before new connections can shed them (module docs).
     pub fn poll_fds(&self, fds: &mut Vec<libc::pollfd>, slots: &mut Vec<Slot>) {
-        if let Some(fd) = self.intake.poll_fd() {
-            fds.push(fd);
-            slots.push(Slot::Listener);
-        }
         for (i, p) in self.pending.iter().enumerate() {
             if let Some(p) = p {
                 fds.push(os::pollin(&p.stream));
@@ -276,6 +338,10 @@ impl Admission {
                 fds.push(os::pollin(&c.stream));
                 slots.push(Slot::Closing(i));
             }
+        }
+        if let Some(fd) = self.intake.poll_fd() {
+            fds.push(fd);
+            slots.push(Slot::Listener);
         }
     }
 
@@ -365,56 +431,21 @@ impl Admission {
     }
 
     fn accept_all(&mut self) {
-        while let Some((stream, addr)) = self.intake.next() {
-            let ticket = loop {
-                if let Some(t) = self.intake.take() {
-                    break Some(t);
-                }
-                if !self.shed_one() {
-                    break None;
-                }
-            };
-            let Some(ticket) = ticket else {
-                self.intake.turn_away(stream, addr);
-                continue;
-            };
+        let mut held = Held {
+            pending: &mut self.pending,
+            closing: &mut self.closing,
+        };
+        for (stream, addr, ticket) in self.intake.accept_batch(&mut held) {
             self.pending.push(Some(Pending {
                 stream,
                 addr,
+                accepted: Instant::now(),
                 deadline: deadline_in(self.handshake_timeout),
                 frame: FrameBuf::default(),
                 stage: Stage::Hello,
                 ticket,
             }));
         }
-    }
-
-    /// Closes one held connection to make room (module docs: a lingering refusal, else the
-    /// oldest handshake without a valid `HELLO`, else the oldest handshake). `false` when
-    /// there is none. Tables are in accept order, so the first match is the oldest.
-    fn shed_one(&mut self) -> bool {
-        if let Some(c) = self.closing.iter_mut().find(|c| c.is_some()) {
-            *c = None;
-            return true;
-        }
-        let quiet = self
-            .pending
-            .iter()
-            .position(|p| p.as_ref().is_some_and(|p| matches!(p.stage, Stage::Hello)));
-        let Some(i) = quiet.or_else(|| self.pending.iter().position(Option::is_some)) else {
-            return false;
-        };
-        if let Some(p) = self.pending[i].take() {
-            let why = "shed: too many connections at once; try again";
-            let frame = Reject {
-                code: RejectCode::Busy,
-                reason: why.into(),
-            }
-            .encode();
-            let _ = os::send_now(&p.stream, &frame);
-            self.intake.notes().refused(p.addr, why);
-        }
-        true
     }
 
     fn advance(&mut self, i: usize) -> Option<Admitted> {
@@ -582,6 +613,7 @@ mod tests {
 
     use super::*;
     use crate::auth::Secret;
+    use crate::bootstrap::intake::ACCEPT_BATCH;
     use crate::bootstrap::keying::{self, WorldKey};
 
     /// Serves the admission as the I/O thread does, for `d`; what it admitted.
@@ -664,11 +696,12 @@ mod tests {
             "two silent, one challenged, a refusal lingering"
         );
 
-        // Four newcomers: the refusal goes first, then the silent ones, oldest first.
+        // Four newcomers: the refusal goes first, then the silent ones, oldest first, each
+        // once it is SHED_GRACE old (the newcomer waits in the accept queue until then).
         let mut newcomers = Vec::new();
         for _ in 0..4 {
             newcomers.push(TcpStream::connect(addr).unwrap());
-            pump(&mut adm, step);
+            pump(&mut adm, super::super::intake::SHED_GRACE + step);
         }
         assert_eq!(adm.intake.held(), 4);
         assert_eq!(refusal(&mut garbage), (Some(RejectCode::BadMarker), true));
@@ -707,5 +740,80 @@ mod tests {
             3,
             "an admitted connection gives its ticket back"
         );
+    }
+
+    /// A gate of the root of a world of two, with a random key.
+    fn root_gate() -> Gate {
+        let world = WorldKey {
+            key: Secret::random().unwrap(),
+            job: Nonce([1; 32]),
+        };
+        Gate {
+            me: wire::ROOT,
+            purpose: Purpose::Join,
+            magic: 7,
+            size: 2,
+            key: keying::known(world),
+        }
+    }
+
+    #[test]
+    fn a_full_listener_sheds_nothing_younger_than_the_grace_and_queues_newcomers() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let mut adm = Admission::new(l, root_gate(), Duration::from_secs(20), "test").unwrap();
+        adm.intake.set_max(4);
+        adm.intake.set_grace(Duration::from_secs(3600));
+        let mut quiet: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        pump(&mut adm, Duration::from_millis(50));
+        assert_eq!(adm.intake.held(), 4);
+        let mut newcomer = TcpStream::connect(addr).unwrap();
+        pump(&mut adm, Duration::from_millis(100));
+        assert_eq!(adm.intake.held(), 4);
+        assert!(
+            adm.intake.wake_at().is_some(),
+            "a listener with nothing old enough to shed stops accepting for a while"
+        );
+        // Neither shed nor turned away: the newcomer waits in the kernel's queue.
+        assert_eq!(refusal(&mut quiet[0]), (None, false));
+        assert_eq!(refusal(&mut newcomer), (None, false));
+        // Of age: the oldest silent one makes room for the newcomer, which waited.
+        adm.intake.set_grace(Duration::ZERO);
+        pump(&mut adm, Duration::from_millis(100));
+        assert_eq!(refusal(&mut quiet[0]), (Some(RejectCode::Busy), true));
+        for q in &mut quiet[1..] {
+            assert_eq!(refusal(q), (None, false));
+        }
+        assert_eq!(refusal(&mut newcomer), (None, false));
+        assert_eq!(adm.intake.held(), 4);
+    }
+
+    #[test]
+    fn a_turn_accepts_at_most_a_batch() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let mut adm = Admission::new(l, root_gate(), Duration::from_secs(20), "test").unwrap();
+        let n = ACCEPT_BATCH + 10;
+        let _conns: Vec<TcpStream> = (0..n).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        // The kernel queues each connection once the connector's last ACK is processed.
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(adm.on_ready(Slot::Listener).is_none());
+        assert_eq!(adm.intake.held(), ACCEPT_BATCH);
+        let (mut fds, mut slots) = (Vec::new(), Vec::new());
+        adm.poll_fds(&mut fds, &mut slots);
+        assert_eq!(
+            slots.last(),
+            Some(&Slot::Listener),
+            "the listener is served after the handshakes"
+        );
+        assert_eq!(slots.len(), ACCEPT_BATCH + 1);
+        let until = Instant::now() + Duration::from_secs(5);
+        while adm.intake.held() < n && Instant::now() < until {
+            let before = adm.intake.held();
+            adm.on_ready(Slot::Listener);
+            assert!(adm.intake.held() - before <= ACCEPT_BATCH);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(adm.intake.held(), n, "the rest in the next turns");
     }
 }

@@ -20,9 +20,24 @@
 //!   the process never exceed the room (as far as the count of other descriptors is fresh: the
 //!   reserve absorbs the difference). A listener with neither left, or at its owner's own
 //!   bound, sheds one of its own unauthenticated connections for each newcomer: its owner
-//!   chooses which (the oldest first: refused ones, then those that have not said anything
-//!   valid, then the rest); a listener with nothing left to shed closes the newcomer. A real
-//!   peer finishes its handshake in a few round trips, and retries one that was cut.
+//!   chooses which ([`Shedding`]: refused ones first, then the oldest of those that have not
+//!   said anything valid, and only when there are none of those the oldest of the rest).
+//! - **Accepting never starves the handshakes.** A listener accepts at most [`ACCEPT_BATCH`]
+//!   connections per turn of its owner's loop ([`Intake::accept_batch`]), and its owner serves
+//!   the handshakes that have bytes waiting before the listener in each turn. A handshake is
+//!   shed only once it is [`SHED_GRACE`] old (a refused one lingering at once): a listener
+//!   whose connections are all younger stops accepting until the oldest is of age, and the
+//!   newcomers wait in the kernel's accept queue, which is first come, first served. Before,
+//!   the listener accepted until its queue was empty, shedding one connection for each: a
+//!   flood that reopened every shed connection at once refilled the queue as fast as it was
+//!   emptied, so one call accepted thousands of connections for seconds while no handshake was
+//!   read, and a real peer's connection, accepted in that call, was shed before its `HELLO`
+//!   was read (a job under 1,200 reopened connections failed to form in a third of the runs
+//!   on a loaded 2-core machine). Now a real peer whose connection reaches the front of the
+//!   queue is accepted and has its `HELLO` read within [`SHED_GRACE`] (a turn, unless its own
+//!   thread is not scheduled for that long), after which it is past every stranger in the
+//!   shedding order; it waits in the queue at most (connections queued ahead of it) ×
+//!   [`SHED_GRACE`] / (places of the listener), and retries only a handshake cut anyway.
 //! - **Accept failures** (out of descriptors, of buffers or of memory): the listener is left
 //!   out of `poll` for [`ACCEPT_BACKOFF`] instead of waking its thread again at once; the
 //!   warnings, like every refusal's, are rate-limited ([`Notes`]).
@@ -55,6 +70,11 @@ pub(crate) const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// Fewest unauthenticated connections guaranteed to each listener, whatever the budget says
 /// (a real peer needs a slot to prove itself).
 pub(crate) const MIN_SHARE: usize = 4;
+/// Most connections a listener accepts in one turn of its owner's loop (module docs).
+pub(crate) const ACCEPT_BATCH: usize = 64;
+/// How long an accepted connection is kept before it may be shed (module docs): enough for a
+/// real peer's `HELLO`, sent as soon as it connected, to be read on a loaded machine.
+pub(crate) const SHED_GRACE: Duration = Duration::from_millis(250);
 /// How long a count of the process's other descriptors is used before it is made again.
 pub(crate) const RECOUNT: Duration = Duration::from_millis(100);
 /// Refusals and accept failures logged as warnings before the rest go to the debug level
@@ -249,9 +269,22 @@ fn loud(n: u64) -> bool {
     n <= LOUD || n.is_multiple_of(100)
 }
 
+/// The unauthenticated connections a listener's owner holds, as far as shedding goes (module
+/// docs): which one goes next, and when it may.
+pub(crate) trait Shedding {
+    /// When the connection the owner would shed next may be shed: at once (now) for a refused
+    /// one lingering, else `grace` after it was accepted; `None` when it holds none. The
+    /// owner's order: refused ones, then the oldest without a valid `HELLO`, and only when
+    /// there is none of those, the oldest of the rest.
+    fn next_shed(&self, grace: Duration) -> Option<Instant>;
+    /// Closes that connection (a handshake is told it was shed, so its connector tries
+    /// again), noting it in `notes`.
+    fn shed(&mut self, notes: &mut Notes);
+}
+
 /// A listener under the intake rules (module docs). The owner runs the handshakes: it asks
-/// [`next`](Self::next) for connections, and [`take`](Self::take) for a ticket for each,
-/// shedding its own connections while there is none.
+/// [`accept_batch`](Self::accept_batch) for connections with their tickets, which sheds the
+/// owner's connections ([`Shedding`]) while there is no ticket.
 #[derive(Debug)]
 pub(crate) struct Intake {
     listener: Option<TcpListener>,
@@ -259,6 +292,8 @@ pub(crate) struct Intake {
     /// The owner's own bound on what this listener holds.
     max: usize,
     paused_until: Option<Instant>,
+    /// How old a held connection must be to be shed ([`SHED_GRACE`]; tests change it).
+    grace: Duration,
     notes: Notes,
 }
 
@@ -277,6 +312,7 @@ impl Intake {
             mine: Arc::new(AtomicUsize::new(0)),
             max: max.max(MIN_SHARE),
             paused_until: None,
+            grace: SHED_GRACE,
             notes: Notes {
                 label,
                 refusals: 0,
@@ -308,7 +344,7 @@ impl Intake {
     /// The next connection waiting to be accepted: `None` when there is none, when the
     /// listener is closed or backing off, or when `accept` failed (then it backs off for
     /// [`ACCEPT_BACKOFF`]).
-    pub fn next(&mut self) -> Option<(TcpStream, SocketAddr)> {
+    fn next(&mut self) -> Option<(TcpStream, SocketAddr)> {
         self.poll_fd()?;
         self.paused_until = None;
         let listener = self.listener.as_ref()?;
@@ -342,7 +378,7 @@ impl Intake {
     /// pool; `None` when neither has a place, or at the owner's bound (the owner sheds one of
     /// its connections and asks again). A listener holding fewer than [`MIN_SHARE`] never
     /// looks at the process's ledger.
-    pub fn take(&self) -> Option<Ticket> {
+    fn take(&self) -> Option<Ticket> {
         let held = self.held();
         if held >= self.max {
             return None;
@@ -360,6 +396,53 @@ impl Intake {
         }
     }
 
+    /// Accepts the connections waiting, each with a ticket, at most [`ACCEPT_BATCH`] (the
+    /// owner serves its handshakes before it calls this again): while there is no ticket, the
+    /// owner's next connection to shed is shed if it is of age ([`Shedding`]); if it is not,
+    /// the listener is left out of `poll` until it is and the newcomers stay in the kernel's
+    /// queue. `None` from [`next`](Self::next) (nothing waiting, closed, backing off) ends the
+    /// batch too.
+    pub fn accept_batch(
+        &mut self,
+        held: &mut dyn Shedding,
+    ) -> Vec<(TcpStream, SocketAddr, Ticket)> {
+        let grace = self.grace;
+        let ripe =
+            |held: &dyn Shedding| held.next_shed(grace).is_some_and(|at| at <= Instant::now());
+        let mut out = Vec::new();
+        while out.len() < ACCEPT_BATCH {
+            let ticket = self.take();
+            if ticket.is_none() && !ripe(held) {
+                // Everything held is too young to shed: later, in accept order.
+                let now = Instant::now();
+                let at = held.next_shed(grace).unwrap_or(now + grace);
+                self.paused_until = Some(at.max(now + Duration::from_millis(1)));
+                break;
+            }
+            let Some((stream, addr)) = self.next() else {
+                break;
+            };
+            let ticket = ticket.or_else(|| {
+                loop {
+                    if !ripe(held) {
+                        break None;
+                    }
+                    held.shed(&mut self.notes);
+                    if let Some(t) = self.take() {
+                        break Some(t);
+                    }
+                }
+            });
+            match ticket {
+                Some(t) => out.push((stream, addr, t)),
+                // Another listener took the pool's place this one made (rare): the newcomer
+                // is closed, and its connector tries again.
+                None => self.turn_away(stream, addr),
+            }
+        }
+        out
+    }
+
     /// A ticket whatever the budget (a connection already admitted, refused after all).
     pub fn ticket(&self) -> Ticket {
         Ticket::new(&self.mine, false)
@@ -371,12 +454,20 @@ impl Intake {
     }
 
     /// Closes a newcomer for which the owner had nothing to shed.
-    pub fn turn_away(&mut self, stream: TcpStream, addr: SocketAddr) {
+    fn turn_away(&mut self, stream: TcpStream, addr: SocketAddr) {
         drop(stream);
         self.notes.refused(
             addr,
             "no room: the process's descriptor budget has no place left for this listener",
         );
+    }
+
+    /// Changes how old a connection must be to be shed, and polls the listener again at once
+    /// (tests).
+    #[cfg(test)]
+    pub fn set_grace(&mut self, grace: Duration) {
+        self.grace = grace;
+        self.paused_until = None;
     }
 
     /// Lowers the owner's bound (tests: a small listener fills quickly).

@@ -121,8 +121,11 @@
 //!   raised to the hard one once per process; a reserve stays for the library's own work),
 //!   half guaranteed to the listeners in equal parts, half a pool they borrow from; at most
 //!   max(1024, 2 × size) handshakes are open at once and no more than the budget gives the
-//!   listener, the least advanced shed first beyond that (`REJECT
-//!   Busy`; a real rank tries a cut join or link again); a failed `accept` (out of
+//!   listener, the least advanced shed first beyond that once 250 ms old (`REJECT Busy`; a
+//!   real rank tries a cut join or link again), newcomers waiting in the kernel's queue while
+//!   none is; a listener accepts at most 64 connections per turn, after its thread has read
+//!   the handshakes with bytes waiting (a flood that reopens what is shed cannot keep it
+//!   accepting while real ranks' handshakes wait); a failed `accept` (out of
 //!   descriptors) pauses the listener for 100 ms; refusals and failures are logged at the
 //!   warning level a few times, then every hundredth. Hundreds of idle or garbage connections
 //!   do not delay a real rank, and a thousand held against a rank limited to 1,024

@@ -31,8 +31,9 @@
 //!    once, without blocking on any (each for at most [`HANDSHAKE_SLICE`]), under the
 //!    bootstrap's intake rules (`bootstrap::intake`: a backlog of 4096, at most [`MAX_PENDING`]
 //!    and what the process's descriptor budget gives the listener, the least advanced connection
-//!    dropped first beyond that, a 100 ms back-off after a failed `accept`, rate-limited
-//!    warnings), until one completes the acceptor's half as the expected rank (`HELLO` →
+//!    dropped first beyond that once it is 250 ms old, at most 64 accepted per turn after the
+//!    handshakes with bytes waiting are read, a 100 ms back-off after a failed `accept`,
+//!    rate-limited warnings), until one completes the acceptor's half as the expected rank (`HELLO` →
 //!    `CHALLENGE`, then a `PROOF` whose tag checks out → `ACCEPT`); that one is the **inbound
 //!    stream**. Garbage, silence, another job or a wrong proof is closed and the others go on,
 //!    until the set-up deadline. So hundreds of stray connections cost nothing.
@@ -177,7 +178,8 @@ pub const MAX_REASON: usize = 256;
 pub const HANDSHAKE_SLICE: Duration = Duration::from_secs(2);
 /// Most connections a listener holds in their handshake at once, as the bootstrap's listeners
 /// (fewer when the process's descriptor budget gives it less: `bootstrap::intake`); beyond
-/// that one is dropped for each new one, the oldest that has not sent a valid `HELLO` first.
+/// that one is dropped for each new one once it is old enough (`bootstrap::intake`), the
+/// oldest that has not sent a valid `HELLO` first.
 pub const MAX_PENDING: usize = 1024;
 /// Longest `Drop` waits for the peer to close after `BYE`.
 pub const LINGER: Duration = Duration::from_secs(1);

@@ -17,7 +17,7 @@ use super::{
     ACCEPT_POLL, CONNECT_ATTEMPT, EthernetConnection, HANDSHAKE_LEN, HANDSHAKE_SLICE, MAX_PENDING,
 };
 use crate::auth::{self, Nonce, Role, Secret};
-use crate::bootstrap::intake::{Intake, Ticket};
+use crate::bootstrap::intake::{Intake, Notes, Shedding, Ticket};
 use crate::bootstrap::os::{self, send_whole};
 use crate::bootstrap::{env, interface_ipv4, local_ip};
 use crate::error::{Error, Link, Result, TransportErrorKind};
@@ -139,44 +139,53 @@ impl Listener {
         }
     }
 
-    /// Takes every queued connection within the intake budget: for each one without a ticket, the
-    /// oldest connection that has not sent a valid `HELLO` is dropped, else the oldest one
-    /// (pending is in accept order, swap-removals aside; a real peer finishes in two round
-    /// trips).
+    /// Takes the queued connections within the intake budget, a batch per turn
+    /// (`Intake::accept_batch`): while there is no ticket, the oldest connection that has not
+    /// sent a valid `HELLO` is dropped once it is old enough, else the oldest one (a real peer
+    /// finishes in two round trips).
     fn accept_all(&mut self, pending: &mut Vec<Incoming>) {
-        while let Some((stream, addr)) = self.intake.next() {
-            let ticket = loop {
-                if let Some(t) = self.intake.take() {
-                    break Some(t);
-                }
-                let quiet = pending
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, p)| p.challenge.is_none());
-                let oldest = quiet
-                    .min_by_key(|(_, p)| p.until)
-                    .or_else(|| pending.iter().enumerate().min_by_key(|(_, p)| p.until))
-                    .map(|(i, _)| i);
-                let Some(i) = oldest else {
-                    break None;
-                };
-                let p = pending.swap_remove(i);
-                self.intake
-                    .notes()
-                    .refused(p.addr, "shed: too many connections at once");
-            };
-            let Some(ticket) = ticket else {
-                self.intake.turn_away(stream, addr);
-                continue;
-            };
+        for (stream, addr, ticket) in self.intake.accept_batch(&mut Held(pending)) {
             pending.push(Incoming {
                 stream,
                 addr,
+                accepted: Instant::now(),
                 until: deadline_in(HANDSHAKE_SLICE),
                 buf: Vec::new(),
                 challenge: None,
                 _ticket: ticket,
             });
+        }
+    }
+}
+
+/// The handshakes of [`Listener::accept_peer`], for the intake's shedding (`Shedding`).
+struct Held<'a>(&'a mut Vec<Incoming>);
+
+impl Held<'_> {
+    /// The next to shed: the oldest that has not sent a valid `HELLO`, else the oldest (the
+    /// table is not in accept order: swap-removals).
+    fn victim(&self) -> Option<usize> {
+        let quiet = self
+            .0
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.challenge.is_none())
+            .min_by_key(|(_, p)| p.accepted);
+        quiet
+            .or_else(|| self.0.iter().enumerate().min_by_key(|(_, p)| p.accepted))
+            .map(|(i, _)| i)
+    }
+}
+
+impl Shedding for Held<'_> {
+    fn next_shed(&self, grace: Duration) -> Option<Instant> {
+        self.victim().map(|i| self.0[i].accepted + grace)
+    }
+
+    fn shed(&mut self, notes: &mut Notes) {
+        if let Some(i) = self.victim() {
+            let p = self.0.swap_remove(i);
+            notes.refused(p.addr, "shed: too many connections at once");
         }
     }
 }
@@ -206,6 +215,7 @@ impl Auth {
 struct Incoming {
     stream: TcpStream,
     addr: SocketAddr,
+    accepted: Instant,
     until: Instant,
     buf: Vec<u8>,
     /// After our `CHALLENGE`: the connector's nonce and ours.
