@@ -512,3 +512,81 @@ fn shrink_after_a_killed_rank_and_grow_back_through_the_c_api() {
         }
     }
 }
+
+/// Issue 30, item 9 (in part): on a world of two nodes (each rank a process told its node by
+/// `MSCCLPP_HOSTID`, the Ethernet transport between them on loopback), `ncclCommRegister` and
+/// `ncclCommWindowRegister` return handles that do no harm: the library registers nothing
+/// across nodes, the handles are valid, all-reduces and all-gathers on the buffers are right,
+/// and the handles deregister.
+#[test]
+fn registration_across_nodes_returns_a_handle_that_does_no_harm() {
+    let test = "registration_across_nodes_returns_a_handle_that_does_no_harm";
+    if let Some((rank, n)) = place() {
+        // SAFETY: the child's one test thread sets them before the library is loaded or any
+        // thread of it reads the environment.
+        unsafe {
+            std::env::set_var("MSCCLPP_HOSTID", format!("node{rank}"));
+            std::env::set_var("MSCCLPP_NET_TRANSPORT", "ethernet");
+        }
+        let x = nccl();
+        let id = child_id(rank);
+        let c = init_rank(id, n, rank);
+        let count = 4096;
+        let send = Buf::new(&data::bytes(FLOAT32, rank, 0, count), true);
+        let recv = Buf::new(&data::marked(n * count * 4), true);
+        let sum: Vec<f64> = (0..count)
+            .map(|i| data::reduced(FLOAT32, SUM, n, 0, i))
+            .collect();
+        let gathered: Vec<f64> = (0..n)
+            .flat_map(|q| (0..count).map(move |i| data::value(q, 0, i)))
+            .collect();
+        let both = |what: &str| {
+            ok(
+                unsafe { (x.all_reduce)(send.ptr(), recv.ptr(), count, FLOAT32, SUM, c, STREAM) },
+                what,
+            );
+            data::check(FLOAT32, &recv.read_range(0..count * 4), &sum, what);
+            ok(
+                unsafe { (x.all_gather)(send.ptr(), recv.ptr(), count, FLOAT32, c, STREAM) },
+                what,
+            );
+            data::check(FLOAT32, &recv.read(), &gathered, what);
+        };
+        let (mut hs, mut hr) = (std::ptr::null_mut(), std::ptr::null_mut());
+        ok(
+            unsafe { (x.comm_register)(c, send.ptr(), count * 4, &mut hs) },
+            "ncclCommRegister across nodes",
+        );
+        ok(
+            unsafe { (x.comm_register)(c, recv.ptr(), n * count * 4, &mut hr) },
+            "ncclCommRegister across nodes",
+        );
+        assert!(!hs.is_null() && !hr.is_null() && hs != hr);
+        both("on registered buffers across nodes");
+        let mut w = std::ptr::null_mut();
+        ok(
+            unsafe { (x.window_register)(c, recv.ptr(), n * count * 4, &mut w, 0) },
+            "ncclCommWindowRegister across nodes",
+        );
+        both("on a window across nodes");
+        ok(
+            unsafe { (x.window_deregister)(c, w) },
+            "ncclCommWindowDeregister",
+        );
+        for h in [hs, hr] {
+            ok(unsafe { (x.comm_deregister)(c, h) }, "ncclCommDeregister");
+        }
+        both("after deregistering");
+        ok(unsafe { (x.comm_destroy)(c) }, "ncclCommDestroy");
+        println!("DONE");
+        return;
+    }
+    for child in spawn_world(test, 2) {
+        let out = child.wait_for(Duration::from_secs(120));
+        assert!(
+            out.success() && out.stdout.contains("DONE"),
+            "{}",
+            out.text()
+        );
+    }
+}
