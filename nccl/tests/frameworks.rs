@@ -672,3 +672,156 @@ fn abort_ends_a_pending_nonblocking_init_at_once() {
     }
     isolated(TEST, LIMIT, &[], || {});
 }
+
+/// This process's threads: `(id, name, voluntary + involuntary context switches)` of each.
+fn thread_switches() -> Vec<(String, String, u64)> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|t| {
+            let name = std::fs::read_to_string(t.path().join("comm")).ok()?;
+            let status = std::fs::read_to_string(t.path().join("status")).ok()?;
+            let switches = status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+                .sum();
+            let id = t.file_name().to_string_lossy().into_owned();
+            Some((id, name.trim().to_string(), switches))
+        })
+        .collect()
+}
+
+/// This process's resident memory in bytes (`VmRSS`).
+fn resident_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let l = s.lines().find(|l| l.starts_with("VmRSS:"))?;
+            l.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or(0, |kib| kib << 10)
+}
+
+/// Item 8 (measured): 50 split communicators of an 8-rank world (ranks as threads, each split
+/// `ncclCommSplit` of the parent with one color, so every child has 8 ranks). Printed per rank:
+/// the threads and the resident memory the 50 children added, and how often the process's
+/// threads wake while every communicator is idle for a second, by thread name. Asserted: no
+/// thread of which there is one per communicator wakes every few milliseconds while idle (none
+/// more than 50 times in the second: the registration service of a split polled its 7 peers in
+/// turn, ~550 times a second), and one health monitor serves every communicator of the process
+/// (each had its own, waking every 20 ms); every child's all-reduce is right.
+#[test]
+fn fifty_splits_of_eight_ranks_cost_and_sleep_when_idle() {
+    const TEST: &str = "fifty_splits_of_eight_ranks_cost_and_sleep_when_idle";
+    const SPLITS: usize = 50;
+    const IDLE: Duration = Duration::from_secs(1);
+    if is_child(TEST) {
+        let n = 8;
+        let id = unique_id();
+        let barrier = std::sync::Barrier::new(n + 1);
+        let done = std::sync::Barrier::new(n + 1);
+        std::thread::scope(|s| {
+            for r in 0..n {
+                let (barrier, done) = (&barrier, &done);
+                s.spawn(move || {
+                    let x = nccl();
+                    let parent = init_rank(id, n, r);
+                    barrier.wait(); // parents made
+                    barrier.wait(); // measured
+                    let mut children = Vec::with_capacity(SPLITS);
+                    for k in 0..SPLITS {
+                        let mut c = std::ptr::null_mut();
+                        ok(
+                            unsafe {
+                                (x.comm_split)(
+                                    parent,
+                                    0,
+                                    r as std::ffi::c_int,
+                                    &mut c,
+                                    std::ptr::null_mut(),
+                                )
+                            },
+                            &format!("ncclCommSplit {k}"),
+                        );
+                        children.push(Comm(c));
+                    }
+                    let count = 1024;
+                    let b = Buf::new(&elements(r, count), false);
+                    for c in &children {
+                        b.write(0, &elements(r, count));
+                        ok(
+                            unsafe {
+                                (x.all_reduce)(b.ptr(), b.ptr(), count, UINT32, SUM, c.0, STREAM)
+                            },
+                            "an all-reduce on a child",
+                        );
+                        check_u32(
+                            &b.read(),
+                            |i| (0..n).fold(0u32, |a, q| a.wrapping_add(element(q, i))),
+                            &format!("rank {r}: a child's all-reduce"),
+                        );
+                    }
+                    barrier.wait(); // children made and used
+                    done.wait(); // idle measured
+                    for c in children {
+                        ok(
+                            unsafe { (x.comm_destroy)(c.0) },
+                            "ncclCommDestroy of a child",
+                        );
+                    }
+                    ok(unsafe { (x.comm_destroy)(parent) }, "ncclCommDestroy");
+                });
+            }
+            barrier.wait();
+            let (threads0, rss0) = (thread_names().len(), resident_bytes());
+            barrier.wait();
+            barrier.wait();
+            let (threads1, rss1) = (thread_names().len(), resident_bytes());
+            // Idle: let the last calls' threads settle, then count a second's wake-ups.
+            std::thread::sleep(Duration::from_millis(500));
+            let before: std::collections::HashMap<String, u64> = thread_switches()
+                .into_iter()
+                .map(|(id, _, sw)| (id, sw))
+                .collect();
+            std::thread::sleep(IDLE);
+            let after = thread_switches();
+            done.wait();
+            // By name: (threads, wake-ups in all, the most of one thread).
+            let mut per_name: std::collections::BTreeMap<String, (usize, u64, u64)> =
+                std::collections::BTreeMap::new();
+            for (id, name, sw) in after {
+                let woke = sw.saturating_sub(before.get(&id).copied().unwrap_or(0));
+                let e = per_name.entry(name).or_insert((0, 0, 0));
+                *e = (e.0 + 1, e.1 + woke, e.2.max(woke));
+            }
+            let per_rank = |a: u64, b: u64| b.saturating_sub(a) as f64 / n as f64;
+            eprintln!(
+                "{SPLITS} splits of {n} ranks: per rank {:.1} threads and {:.2} MiB resident added; {threads1} threads in all",
+                per_rank(threads0 as u64, threads1 as u64),
+                per_rank(rss0, rss1) / (1 << 20) as f64,
+            );
+            eprintln!(
+                "wake-ups in {IDLE:?} of idleness by thread name: threads, in all, most of one"
+            );
+            for (name, (count, all, most)) in &per_name {
+                eprintln!("  {name:<20} {count:>5} {all:>8} {most:>6}");
+            }
+            // Threads there is one of per communicator (at least one per child of a rank):
+            // none may poll.
+            for (name, (count, _, most)) in &per_name {
+                if *count >= SPLITS {
+                    assert!(
+                        *most < 50,
+                        "a thread named {name} ({count} of them) woke {most} times in {IDLE:?} of idleness"
+                    );
+                }
+            }
+            let monitors = per_name.get("mscclpp-health").map_or(0, |e| e.0);
+            assert_eq!(monitors, 1, "health monitors: one per process");
+        });
+        return;
+    }
+    isolated(TEST, LIMIT, &[], || {});
+}
