@@ -633,39 +633,56 @@ fn destroy_waits_for_its_own_communicators_work_only() {
     isolated(TEST, LIMIT, &[], || {});
 }
 
-/// Item 2: `ncclCommAbort` of a non-blocking init that is still pending (rank 0 of two, whose
-/// peer never comes; the set-up deadline is the default 10 minutes) returns at once; the handle
-/// is gone (`ncclInvalidArgument`), and a new communicator initialises after it.
+/// Item 2: `ncclCommAbort` of a non-blocking init that is still pending, whose peer never
+/// comes (rank 0 of two: it waits for rank 1 to join; rank 1 of two: rank 0 never serves the
+/// root), with the default set-up deadline of 10 minutes: the abort returns at once, the
+/// handle is gone (`ncclInvalidArgument`), and the init's thread (`nccl-init`) ends within a
+/// second (its bootstrap's wait was cancelled); a new communicator initialises after it.
 #[test]
 fn abort_ends_a_pending_nonblocking_init_at_once() {
     const TEST: &str = "abort_ends_a_pending_nonblocking_init_at_once";
     if is_child(TEST) {
         let x = nccl();
-        let mut cfg = common::ffi::Config {
-            blocking: 0,
-            ..Default::default()
-        };
-        let mut c = std::ptr::null_mut();
-        let r = unsafe { (x.comm_init_rank_config)(&mut c, 2, unique_id(), 0, &mut cfg) };
-        assert_eq!(r, IN_PROGRESS, "a non-blocking init: {}", last_error());
-        std::thread::sleep(Duration::from_millis(300));
-        let mut state = 0;
-        ok(unsafe { (x.comm_get_async_error)(c, &mut state) }, "poll");
-        assert_eq!(state, IN_PROGRESS, "its peer never came");
-        let t = Instant::now();
-        ok(
-            unsafe { (x.comm_abort)(c) },
-            "ncclCommAbort of a pending init",
-        );
-        let took = t.elapsed();
-        eprintln!("ncclCommAbort of a pending init took {took:?}");
-        assert!(took < Duration::from_secs(1), "ncclCommAbort took {took:?}");
-        fails(
-            unsafe { (x.comm_get_async_error)(c, &mut state) },
-            INVALID_ARGUMENT,
-            &["not a live"],
-            "the aborted handle",
-        );
+        for rank in [0, 1] {
+            let mut cfg = common::ffi::Config {
+                blocking: 0,
+                ..Default::default()
+            };
+            let mut c = std::ptr::null_mut();
+            let r = unsafe { (x.comm_init_rank_config)(&mut c, 2, unique_id(), rank, &mut cfg) };
+            assert_eq!(r, IN_PROGRESS, "a non-blocking init: {}", last_error());
+            std::thread::sleep(Duration::from_millis(300));
+            let mut state = 0;
+            ok(unsafe { (x.comm_get_async_error)(c, &mut state) }, "poll");
+            assert_eq!(state, IN_PROGRESS, "rank {rank}: its peer never came");
+            let inits = || thread_names().iter().filter(|t| *t == "nccl-init").count();
+            assert_eq!(inits(), 1, "rank {rank}: the init's thread");
+            let t = Instant::now();
+            ok(
+                unsafe { (x.comm_abort)(c) },
+                "ncclCommAbort of a pending init",
+            );
+            let took = t.elapsed();
+            assert!(took < Duration::from_secs(1), "ncclCommAbort took {took:?}");
+            fails(
+                unsafe { (x.comm_get_async_error)(c, &mut state) },
+                INVALID_ARGUMENT,
+                &["not a live"],
+                "the aborted handle",
+            );
+            while inits() > 0 && t.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let ended = t.elapsed();
+            eprintln!(
+                "rank {rank} of 2: ncclCommAbort of a pending init took {took:?}; its thread ended after {ended:?}"
+            );
+            assert_eq!(inits(), 0, "rank {rank}: the init's thread still waits");
+            assert!(
+                ended < Duration::from_secs(1),
+                "rank {rank}: the init's thread ended after {ended:?}"
+            );
+        }
         let again = init_rank(unique_id(), 1, 0);
         ok(unsafe { (x.comm_destroy)(again) }, "ncclCommDestroy");
         return;
