@@ -18,8 +18,8 @@
 //! connections sent over each transport and the test checks that the traffic between nodes
 //! crossed the transport under test, and only it. Gather, scatter, all-to-all-v (parts of
 //! different sizes) and a group's sends and receives run as lone sends and receives over the
-//! PortChannels, checked the same way. The call such a world refuses (reduce) fails with
-//! `Error::Unsupported` on every rank, writes nothing, and the world goes on working.
+//! PortChannels, checked the same way, and so does reduce (the port collective's reduce mode:
+//! the non-roots pass no output and write none).
 //!
 //! Failures: a node killed mid-collective (both its ranks, SIGKILL by the test) ends every
 //! survivor's collective with a typed error within [`RELEASE_WITHIN`]; ranks that force
@@ -530,31 +530,45 @@ impl Rank {
         self.check(&what, d, &got, |i| value(Vals::Sum, d, prev, 0, i), 0.0);
     }
 
-    /// What a world of several nodes refuses, with a typed error on every rank alike and
-    /// nothing queued: reduce (no algorithm of such a world serves it yet). The world goes on
-    /// working after.
-    fn refused_across_nodes(&self) {
-        let (n, me, count, d) = (self.n, self.rank, 64, DataType::F32);
-        let len = n * count * d.size();
-        let input = self.buffer(&bytes_of(Vals::Sum, d, me, 0, n * count), len);
+    /// A reduce to `root` through the port collective: the non-roots pass no output (NCCL
+    /// allows it) and write nothing; the root's output is the reference, bytes past it
+    /// untouched.
+    fn reduce(&self, op: Op, d: DataType, count: usize, root: usize) {
+        let what = format!("reduce {op:?} {d:?} x{count} to {root}");
+        let len = count * d.size();
+        let input = self.buffer(&bytes_of(op.vals(), d, self.rank, 0, count), len);
         let output = self.buffer(&[], len);
-        let (i, o, s) = (input.ptr(), output.ptr(), &self.stream);
-        let sum = mscclpp::shared::ReduceOp::Sum;
-        // SAFETY: the buffers hold `n * count` elements and outlive the synchronization below;
-        // the call is not expected to queue anything.
-        let got = unsafe { self.c.reduce(i, o, count, d, sum, 0, s, None) };
-        match got {
-            Err(Error::Unsupported { what: why, .. }) => {
-                assert!(!why.is_empty(), "rank {me}: reduce: an empty reason");
-            }
-            other => panic!("rank {me}: reduce across nodes: {other:?}, not refused"),
+        let out = if self.rank == root {
+            output.ptr()
+        } else {
+            mscclpp::shared::DevicePtr::NULL
+        };
+        // SAFETY: the buffers hold `count` elements and outlive the synchronize below.
+        unsafe {
+            self.c.reduce(
+                input.ptr(),
+                out,
+                count,
+                d,
+                self.reduction(op, d),
+                root,
+                &self.stream,
+                None,
+            )
         }
-        self.finish("the refused calls");
-        let got = self.read(&output, len, "the refused calls");
-        assert!(
-            got.iter().all(|&b| b == MARK),
-            "rank {me}: a refused call wrote its output"
-        );
+        .unwrap_or_else(|e| panic!("rank {}: {what}: {e}", self.rank));
+        self.finish(&what);
+        let got = self.read(&output, len, &what);
+        if self.rank == root {
+            let tol = self.tolerance(op, d);
+            self.check(&what, d, &got, |i| reference(&op, d, self.n, 0, i), tol);
+        } else {
+            assert!(
+                got.iter().all(|&b| b == MARK),
+                "rank {}: {what}: a non-root wrote",
+                self.rank
+            );
+        }
     }
 
     /// What the point-to-point engine serves on one node, served across nodes as lone sends
@@ -798,7 +812,10 @@ fn suite(comm: Communicator, light: bool, expect_hier: bool) {
     r.send_recv_ring(DataType::F32, 2500);
     r.send_recv_ring(DataType::U64, 3);
     r.send_then_recv(DataType::F16, 4099);
-    r.refused_across_nodes();
+    r.reduce(Op::Sum, DataType::F32, 1001, 0);
+    r.reduce(Op::Max, DataType::I32, 7, n - 1);
+    r.reduce(Op::Sum, DataType::F16, LARGE, n / 2);
+    r.reduce(Op::PreMul2, DataType::F32, SMALL, 1 % n);
     r.sends_and_receives_across_nodes(DataType::F32);
     r.send_recv_ring(DataType::I32, 5);
     comm.barrier().unwrap();

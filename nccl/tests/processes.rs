@@ -518,7 +518,7 @@ fn shrink_after_a_killed_rank_and_grow_back_through_the_c_api() {
 /// `ncclCommWindowRegister` return handles that do no harm: the library registers nothing
 /// across nodes, the handles are valid, all-reduces and all-gathers on the buffers are right,
 /// and the handles deregister; a lone send and receive, grouped sends and receives around the
-/// ring, gather and scatter are served ([`point_to_point_across_nodes`]).
+/// ring, gather, scatter and reduce are served ([`point_to_point_across_nodes`]).
 #[test]
 fn across_nodes_registration_does_no_harm_and_point_to_point_is_served() {
     let test = "across_nodes_registration_does_no_harm_and_point_to_point_is_served";
@@ -595,7 +595,8 @@ fn across_nodes_registration_does_no_harm_and_point_to_point_is_served() {
 
 /// Item 9's point-to-point calls across nodes, every element checked: a lone `ncclSend` from
 /// rank 0 to the last rank and its `ncclRecv`; a group of `ncclSend` to the next rank and
-/// `ncclRecv` from the previous one; `ncclGather` to and `ncclScatter` from the last rank.
+/// `ncclRecv` from the previous one; `ncclGather` to, `ncclScatter` from and `ncclReduce` to
+/// the last rank.
 fn point_to_point_across_nodes(c: *mut std::ffi::c_void, rank: usize, n: usize) {
     let x = nccl();
     let count = 1000;
@@ -676,4 +677,32 @@ fn point_to_point_across_nodes(c: *mut std::ffi::c_void, rank: usize, n: usize) 
         &want(last, rank * count),
         "scatter across nodes",
     );
+    // A reduce to the last rank; the others pass no output.
+    let sum = Buf::new(&data::marked(count * 4), false);
+    let to = if rank == last {
+        sum.ptr()
+    } else {
+        std::ptr::null_mut()
+    };
+    ok(
+        unsafe {
+            (x.reduce)(
+                input.ptr(),
+                to,
+                count,
+                FLOAT32,
+                SUM,
+                last as c_int,
+                c,
+                STREAM,
+            )
+        },
+        "ncclReduce across nodes",
+    );
+    if rank == last {
+        let w: Vec<f64> = (0..count)
+            .map(|i| data::reduced(FLOAT32, SUM, n, 0, i))
+            .collect();
+        data::check(FLOAT32, &sum.read(), &w, "reduce across nodes");
+    }
 }
