@@ -1,8 +1,8 @@
 //! Memory and registrations: `ncclMemAlloc` / `ncclMemFree` (device memory of the current
 //! device from the library's exportable allocator, kept in a process-wide table until freed),
 //! `ncclCommRegister` / `ncclCommDeregister` and the windows of `ncclCommWindowRegister`
-//! (checked to lie in one allocation of the communicator's device, and recorded per
-//! communicator), and the operators of `ncclRedOpCreatePreMulSum` (recorded per communicator
+//! (recorded per communicator; a window must lie in one allocation of the communicator's
+//! device), and the operators of `ncclRedOpCreatePreMulSum` (recorded per communicator
 //! from `ncclNumOps` up, each with its data type and scalar: a host scalar copied at creation,
 //! as NCCL does, a device one by address, read by every call that uses it; [`reduce_op`]
 //! turns one into the library's `Reduction::PreMulSum`, refusing a call of another type).
@@ -10,9 +10,10 @@
 //! What a registration does: `ncclCommRegister` is the library's
 //! `Collectives::register_buffer` (the buffer sent to every peer once, returning without
 //! waiting for them: calls on it then send no bootstrap message and wait for nothing on the
-//! host, eagerly or under CUDA-graph capture). It is a hint, as NCCL's: memory no peer can map,
-//! a registration past the library's table of buffers and every registration on a world of
-//! several nodes are declined (the handle is valid and
+//! host, eagerly or under CUDA-graph capture). It is a hint, as NCCL's: memory no peer can map
+//! (host memory, a range that is not inside one allocation of the device, memory of
+//! `cuMemCreate`, which CUDA's IPC cannot export), a registration past the library's table of
+//! buffers and every registration on a world of several nodes are declined (the handle is valid and
 //! does nothing; calls on the buffer take the paths of unregistered buffers), and a call the
 //! registered path cannot take (a size or an address not a multiple of 16, ranks that
 //! registered different things) is declined alike on every rank, on the device, for that call
@@ -138,14 +139,31 @@ pub fn register(
     if handle.is_null() {
         return Err(NcclError::Null { what: "handle" });
     }
-    let mut r = check_range(comm, buff, size)?;
-    // SAFETY: NCCL's contract: the buffer stays allocated until it is deregistered.
-    let reg = unsafe {
-        comm.coll
-            .register_buffer(DevicePtr::from_addr(r.ptr as u64), r.size)
+    let r = match check_range(comm, buff, size) {
+        Ok(mut r) => {
+            // SAFETY: NCCL's contract: the buffer stays allocated until it is deregistered.
+            let reg = unsafe {
+                comm.coll
+                    .register_buffer(DevicePtr::from_addr(r.ptr as u64), r.size)
+            };
+            r.reg = declined_across_nodes(reg)
+                .map_err(NcclError::library("registering the buffer with the peers"))?;
+            r
+        }
+        Err(e @ NcclError::Null { .. }) => return Err(e),
+        // A hint, as NCCL's (which records any range and registers it, or not, when a call
+        // uses it): memory the library cannot share is declined, the handle does nothing.
+        Err(e) => {
+            tracing::debug!("{}: registration declined: {}", comm.name, e.text());
+            Registered {
+                ptr: buff as usize,
+                size,
+                flags: 0,
+                reg: None,
+                one_sided: None,
+            }
+        }
     };
-    r.reg = declined_across_nodes(reg)
-        .map_err(NcclError::library("registering the buffer with the peers"))?;
     let h = next_handle();
     tracing::debug!(
         "{}: registered [{:#x}, +{}) as {h:#x}",
