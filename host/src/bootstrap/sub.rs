@@ -235,14 +235,10 @@ impl SubBootstrap {
             match got {
                 Ok(frame) if file(&mut s, &frame).is_some() => {}
                 Ok(frame) => {
-                    return Err(Error::BootstrapMalformed {
-                        rank: self.rank,
-                        peer: Peer {
-                            rank: Some(peer),
-                            addr: None,
-                        },
-                        reason: format!("a sub-bootstrap frame of {} bytes", frame.len()),
-                    });
+                    return Err(self.malformed(
+                        Some(peer),
+                        format!("a sub-bootstrap frame of {} bytes", frame.len()),
+                    ));
                 }
                 // The parent's deadline is ours: loop to report it as this group's.
                 Err(Error::BootstrapTimeout { .. }) => {}
@@ -318,24 +314,18 @@ impl SubBootstrap {
                     let q = self.member(r).filter(|q| mine.contains(q));
                     let Some(q) = q else {
                         self.stop_pulling(ch, &mine);
-                        return Err(Error::BootstrapMalformed {
-                            rank: self.rank,
-                            peer: Peer {
-                                rank: None,
-                                addr: None,
-                            },
-                            reason: format!("a frame from parent rank {r}, not waited for"),
-                        });
+                        return Err(self.malformed(
+                            None,
+                            format!("a frame from parent rank {r}, not waited for"),
+                        ));
                     };
                     let filed = file(&mut lock(&ch.peers[q].0), &frame);
                     self.stop_pulling(ch, &mine);
-                    filed.ok_or_else(|| Error::BootstrapMalformed {
-                        rank: self.rank,
-                        peer: Peer {
-                            rank: Some(q),
-                            addr: None,
-                        },
-                        reason: format!("a sub-bootstrap frame of {} bytes", frame.len()),
+                    filed.ok_or_else(|| {
+                        self.malformed(
+                            Some(q),
+                            format!("a sub-bootstrap frame of {} bytes", frame.len()),
+                        )
                     })?;
                 }
                 // The parent's deadline is ours: loop to report it as this group's.
@@ -356,6 +346,18 @@ impl SubBootstrap {
             let (stash, cv) = &ch.peers[p];
             lock(stash).pulling = false;
             cv.notify_all();
+        }
+    }
+
+    /// [`Error::BootstrapMalformed`] from this rank about member `peer` (if known).
+    fn malformed(&self, peer: Option<usize>, reason: String) -> Error {
+        Error::BootstrapMalformed {
+            rank: self.rank,
+            peer: Peer {
+                rank: peer,
+                addr: None,
+            },
+            reason,
         }
     }
 
@@ -435,18 +437,14 @@ impl Bootstrap for SubBootstrap {
             }
             let got = self.recv_on(&self.coll, q, tag, timeout, watch, "all_gather")?;
             if got.len() != data.len() {
-                return Err(Error::BootstrapMalformed {
-                    rank: self.rank,
-                    peer: Peer {
-                        rank: Some(q),
-                        addr: None,
-                    },
-                    reason: format!(
+                return Err(self.malformed(
+                    Some(q),
+                    format!(
                         "all_gather contribution of {} bytes, {} expected",
                         got.len(),
                         data.len()
                     ),
-                });
+                ));
             }
             all.push(got);
         }
