@@ -343,7 +343,7 @@ impl Engine {
     /// `stream`, as the public call `name` (`group`, or the call made of one batch, with its
     /// `root`), traced as one `call` span: bytes this rank sends (`recv_bytes`: receives),
     /// distinct `peers`, the root, `collectives` recorded, algorithm `p2p` when a batch was
-    /// queued, or the error.
+    /// queued (`port` across nodes), or the error.
     pub fn end(
         &self,
         name: &'static str,
@@ -396,7 +396,12 @@ impl Engine {
         span.set("collectives", calls);
         let batched = !all.is_empty();
         let result = self.queue_group(recorded, transfers, stream, capturing);
-        end_call(&mut span, &result, batched.then_some(Algorithm::P2p));
+        // Across nodes a batch runs as lone port calls (each its own span inside this one).
+        let engine = match self.cx.multi {
+            Some(_) => Algorithm::Port,
+            None => Algorithm::P2p,
+        };
+        end_call(&mut span, &result, batched.then_some(engine));
         result.and(self.cx.inflight.note(stream))
     }
 
