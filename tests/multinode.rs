@@ -16,9 +16,10 @@
 //! memory), is checked element by element against a reference computed here; outputs start as
 //! a marker and the bytes past them must stay untouched. Each rank prints the bytes its
 //! connections sent over each transport and the test checks that the traffic between nodes
-//! crossed the transport under test, and only it. The calls such a world refuses (reduce,
-//! gather, scatter, all-to-all-v, a group's sends and receives) fail with
-//! `Error::Unsupported` on every rank, write nothing, and the world goes on working.
+//! crossed the transport under test, and only it. Gather, scatter, all-to-all-v (parts of
+//! different sizes) and a group's sends and receives run as lone sends and receives over the
+//! PortChannels, checked the same way, and so does reduce (the port collective's reduce mode:
+//! the non-roots pass no output and write none).
 //!
 //! Failures: a node killed mid-collective (both its ranks, SIGKILL by the test) ends every
 //! survivor's collective with a typed error within [`RELEASE_WITHIN`]; ranks that force
@@ -529,52 +530,151 @@ impl Rank {
         self.check(&what, d, &got, |i| value(Vals::Sum, d, prev, 0, i), 0.0);
     }
 
-    /// What a world of several nodes refuses, with a typed error on every rank alike and
-    /// nothing queued: reduce (no algorithm of such a world serves it yet), and what the
-    /// point-to-point engine serves beyond `send` / `recv` / `send_recv` alone (gather,
-    /// scatter, all-to-all-v, a group's sends and receives). The world goes on working after.
-    fn refused_across_nodes(&self) {
-        let (n, me, count, d) = (self.n, self.rank, 64, DataType::F32);
-        let len = n * count * d.size();
-        let input = self.buffer(&bytes_of(Vals::Sum, d, me, 0, n * count), len);
+    /// A reduce to `root` through the port collective: the non-roots pass no output (NCCL
+    /// allows it) and write nothing; the root's output is the reference, bytes past it
+    /// untouched.
+    fn reduce(&self, op: Op, d: DataType, count: usize, root: usize) {
+        let what = format!("reduce {op:?} {d:?} x{count} to {root}");
+        let len = count * d.size();
+        let input = self.buffer(&bytes_of(op.vals(), d, self.rank, 0, count), len);
         let output = self.buffer(&[], len);
-        let (i, o, s) = (input.ptr(), output.ptr(), &self.stream);
-        let ones = vec![count; n];
-        let displs: Vec<usize> = (0..n).map(|q| q * count).collect();
-        let sum = mscclpp::shared::ReduceOp::Sum;
-        // SAFETY (every call): the buffers hold `n * count` elements and outlive the
-        // synchronization below; none of them is expected to queue anything.
-        let calls: [(&str, mscclpp::host::Result<()>); 5] = [
-            ("reduce", unsafe {
-                self.c.reduce(i, o, count, d, sum, 0, s, None)
-            }),
-            ("gather", unsafe { self.c.gather(i, o, count, d, 0, s) }),
-            ("scatter", unsafe { self.c.scatter(i, o, count, d, 0, s) }),
-            ("all_to_allv", unsafe {
-                self.c
-                    .all_to_allv(i, &ones, &displs, o, &ones, &displs, d, s)
-            }),
-            ("a group's send and receive", {
-                let mut g = self.c.group();
-                unsafe { g.send(i, count, d, (me + 1) % n) }.unwrap();
-                unsafe { g.recv(o, count, d, (me + n - 1) % n) }.unwrap();
-                g.end(s)
-            }),
-        ];
-        for (what, got) in calls {
-            match got {
-                Err(Error::Unsupported { what: why, .. }) => {
-                    assert!(!why.is_empty(), "rank {me}: {what}: an empty reason");
-                }
-                other => panic!("rank {me}: {what} across nodes: {other:?}, not refused"),
-            }
+        let out = if self.rank == root {
+            output.ptr()
+        } else {
+            mscclpp::shared::DevicePtr::NULL
+        };
+        // SAFETY: the buffers hold `count` elements and outlive the synchronize below.
+        unsafe {
+            self.c.reduce(
+                input.ptr(),
+                out,
+                count,
+                d,
+                self.reduction(op, d),
+                root,
+                &self.stream,
+                None,
+            )
         }
-        self.finish("the refused calls");
-        let got = self.read(&output, len, "the refused calls");
-        assert!(
-            got.iter().all(|&b| b == MARK),
-            "rank {me}: a refused call wrote its output"
+        .unwrap_or_else(|e| panic!("rank {}: {what}: {e}", self.rank));
+        self.finish(&what);
+        let got = self.read(&output, len, &what);
+        if self.rank == root {
+            let tol = self.tolerance(op, d);
+            self.check(&what, d, &got, |i| reference(&op, d, self.n, 0, i), tol);
+        } else {
+            assert!(
+                got.iter().all(|&b| b == MARK),
+                "rank {}: {what}: a non-root wrote",
+                self.rank
+            );
+        }
+    }
+
+    /// What the point-to-point engine serves on one node, served across nodes as lone sends
+    /// and receives over the PortChannels: gather and scatter (root `n - 1`), an all-to-all-v
+    /// of parts of different sizes, and a group's sends to the next two ranks and receives from
+    /// the previous two (of different sizes), every element checked.
+    fn sends_and_receives_across_nodes(&self, d: DataType) {
+        let (n, me, count) = (self.n, self.rank, 37);
+        let (es, part) = (d.size(), count + 2 * n);
+        let len = n * part * es;
+        let mine = bytes_of(Vals::Sum, d, me, 0, n * part);
+        let root = n - 1;
+        let what = format!("gather {d:?} x{count} to {root}");
+        let (input, output) = (self.buffer(&mine, len), self.buffer(&[], len));
+        // SAFETY (each call): the buffers hold what the call moves and outlive the
+        // synchronization after it.
+        unsafe {
+            self.c
+                .gather(input.ptr(), output.ptr(), count, d, root, &self.stream)
+        }
+        .unwrap_or_else(|e| panic!("rank {me}: {what}: {e}"));
+        self.finish(&what);
+        if me == root {
+            let got = self.read(&output, n * count * es, &what);
+            self.check(
+                &what,
+                d,
+                &got,
+                |i| value(Vals::Sum, d, i / count, 0, i % count),
+                0.0,
+            );
+        }
+        let what = format!("scatter {d:?} x{count} from {root}");
+        let output = self.buffer(&[], len);
+        unsafe {
+            self.c
+                .scatter(input.ptr(), output.ptr(), count, d, root, &self.stream)
+        }
+        .unwrap_or_else(|e| panic!("rank {me}: {what}: {e}"));
+        self.finish(&what);
+        let got = self.read(&output, count * es, &what);
+        self.check(
+            &what,
+            d,
+            &got,
+            |i| value(Vals::Sum, d, root, 0, me * count + i),
+            0.0,
         );
+        // All-to-all-v: rank q sends rank p `count + q + p` elements from offset `p * part`,
+        // into offset `q * part` of rank p.
+        let what = format!("all_to_allv {d:?}");
+        let sizes = |q: usize| -> Vec<usize> { (0..n).map(|p| count + q + p).collect() };
+        let displs: Vec<usize> = (0..n).map(|p| p * part).collect();
+        let recv_sizes: Vec<usize> = (0..n).map(|q| count + q + me).collect();
+        let output = self.buffer(&[], len);
+        unsafe {
+            self.c.all_to_allv(
+                input.ptr(),
+                &sizes(me),
+                &displs,
+                output.ptr(),
+                &recv_sizes,
+                &displs,
+                d,
+                &self.stream,
+            )
+        }
+        .unwrap_or_else(|e| panic!("rank {me}: {what}: {e}"));
+        self.finish(&what);
+        let got = self.read(&output, len, &what);
+        for q in 0..n {
+            let at = q * part * es;
+            self.check(
+                &format!("{what} from {q}"),
+                d,
+                &got[at..at + recv_sizes[q] * es],
+                |i| value(Vals::Sum, d, q, 0, me * part + i),
+                0.0,
+            );
+        }
+        // A group: to the next two ranks and from the previous two, `count + distance`
+        // elements each.
+        let what = format!("a group's sends and receives {d:?}");
+        let output = self.buffer(&[], len);
+        let mut g = self.c.group();
+        for k in 1..=2.min(n - 1) {
+            let (to, from) = ((me + k) % n, (me + n - k) % n);
+            unsafe { g.send(input.ptr(), count + k, d, to) }.unwrap();
+            let at = output.ptr().byte_add_cast(((k - 1) * part * es) as u64);
+            unsafe { g.recv(at, count + k, d, from) }.unwrap();
+        }
+        g.end(&self.stream)
+            .unwrap_or_else(|e| panic!("rank {me}: {what}: {e}"));
+        self.finish(&what);
+        let got = self.read(&output, len, &what);
+        for k in 1..=2.min(n - 1) {
+            let from = (me + n - k) % n;
+            let at = (k - 1) * part * es;
+            self.check(
+                &format!("{what} from {from}"),
+                d,
+                &got[at..at + (count + k) * es],
+                |i| value(Vals::Sum, d, from, 0, i),
+                0.0,
+            );
+        }
     }
 
     /// Pairs (0, n-1), (1, n-2), …: the lower rank sends, the higher receives.
@@ -712,7 +812,11 @@ fn suite(comm: Communicator, light: bool, expect_hier: bool) {
     r.send_recv_ring(DataType::F32, 2500);
     r.send_recv_ring(DataType::U64, 3);
     r.send_then_recv(DataType::F16, 4099);
-    r.refused_across_nodes();
+    r.reduce(Op::Sum, DataType::F32, 1001, 0);
+    r.reduce(Op::Max, DataType::I32, 7, n - 1);
+    r.reduce(Op::Sum, DataType::F16, LARGE, n / 2);
+    r.reduce(Op::PreMul2, DataType::F32, SMALL, 1 % n);
+    r.sends_and_receives_across_nodes(DataType::F32);
     r.send_recv_ring(DataType::I32, 5);
     comm.barrier().unwrap();
     println!(

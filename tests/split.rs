@@ -340,11 +340,11 @@ fn scratch_regions_are_allocated_on_first_use() {
     });
 }
 
-/// `Bootstrap::recv_any` on a split's bootstrap (the default, which waits on each peer in
-/// turn): a split receives only while someone waits, so a receiver that only looked would
-/// never see a message (the registration service of a split's collectives did not, before).
-/// Each member sends every other member two messages; each receives all of them, each
-/// sender's in order.
+/// `Bootstrap::recv_any` on a split's bootstrap (which waits on every peer at once through its
+/// parent's `recv_any`): a split receives only while someone waits, so a receiver that only
+/// looked would never see a message (the registration service of a split's collectives did
+/// not, before). Each member sends every other member two messages; each receives all of them,
+/// each sender's in order.
 #[test]
 fn recv_any_on_a_split_receives_every_message() {
     if !enough_gpus("recv_any on a split", 4) {
@@ -372,5 +372,48 @@ fn recv_any_on_a_split_receives_every_message() {
         }
         sub.barrier()?;
         Ok(())
+    });
+}
+
+/// `recv_any` on a split beside a receiver of one peer under another tag, on another thread
+/// (both pull their parent's frames from the same peers): every message arrives where it is
+/// waited for, each sender's in order.
+#[test]
+fn recv_any_beside_a_receiver_of_one_peer() {
+    if !enough_gpus("recv_any beside a receiver", 3) {
+        return;
+    }
+    const ANY: u64 = 0x5eed;
+    const ONE: u64 = 0x5eee;
+    const EACH: u8 = 20;
+    try_ranks_as_threads(3, |comm| {
+        let sub = comm.split(Some(0), 0)?.expect("one group");
+        let bs = sub.bootstrap();
+        let (me, n) = (bs.rank(), bs.size());
+        let others: Vec<usize> = (0..n).filter(|&q| q != me).collect();
+        for k in 0..EACH {
+            for &q in &others {
+                bs.send(q, ANY, &[me as u8, k])?;
+                bs.send(q, ONE, &[me as u8, k])?;
+            }
+        }
+        std::thread::scope(|s| {
+            let one = s.spawn(|| -> mscclpp::host::Result<()> {
+                for &q in &others {
+                    for k in 0..EACH {
+                        assert_eq!(bs.recv(q, ONE)?, [q as u8, k], "rank {me}: from {q}");
+                    }
+                }
+                Ok(())
+            });
+            let mut next = vec![0u8; n];
+            for _ in 0..EACH as usize * others.len() {
+                let (from, m) = bs.recv_any(&others, ANY, Duration::from_secs(30))?;
+                assert_eq!(m, [from as u8, next[from]], "rank {me}: from {from}");
+                next[from] += 1;
+            }
+            one.join().expect("the receiver of one peer")
+        })?;
+        sub.barrier()
     });
 }

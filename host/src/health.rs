@@ -16,21 +16,24 @@
 //!
 //! # The monitor
 //!
-//! One thread per communicator (`mscclpp-health`) looks at the bootstrap every
-//! [`HEALTH_INTERVAL`]: a peer whose link died ([`Bootstrap::dead_peer`]), or one that left
-//! with a goodbye more than the leave grace ago ([`LEAVE_GRACE`] by default), is recorded and
-//! the communicator's status is aborted, which releases every device wait of this rank.
+//! One thread per process (`mscclpp-health`) looks at the bootstrap of every live
+//! communicator every [`HEALTH_INTERVAL`]: a peer whose link died ([`Bootstrap::dead_peer`]),
+//! or one that left with a goodbye more than the leave grace ago ([`LEAVE_GRACE`] by default),
+//! is recorded and that communicator's status is aborted, which releases every device wait of
+//! this rank. It starts with the first communicator and ends when none is left, so a process
+//! with many communicators (split process groups) has one such thread, not one each.
 //!
-//! Shared words: the dead peer (a mutex: written once by the monitor, read by every wait's
-//! check), the leave grace in milliseconds (an atomic, relaxed: written by
-//! `Communicator::set_leave_grace`, read by the monitor), the monitor's stop flag (release/acquire:
-//! written by `Drop`, read by the monitor), and the status block's abort flag (its own
-//! protocol, `crate::status`).
+//! Shared words: the monitor's table of watched communicators (a mutex: an entry added by
+//! `Health::start`, removed by `Health`'s drop or by the monitor once its communicator
+//! failed; the monitor looks at every entry under it, so no communicator is looked at after
+//! its drop returned), the dead peer (a mutex: written once by the monitor, read by every
+//! wait's check), the leave grace in milliseconds (an atomic, relaxed: written by
+//! `Communicator::set_leave_grace`, read by the monitor), and the status block's abort flag
+//! (its own protocol, `crate::status`).
 
 use crate::error::ProxyError;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use crate::bootstrap::{Bootstrap, Decorator, Watch};
@@ -213,11 +216,58 @@ impl Decorator for WorldBound {
     }
 }
 
-/// A communicator's health: its watched bootstrap and the monitor thread (module docs).
+/// A communicator's health: its watched bootstrap and its entry in the monitor's table
+/// (module docs).
 pub(crate) struct Health {
     watched: Arc<WatchedBootstrap>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    /// Its entry in [`MONITOR`].
+    id: u64,
+}
+
+/// A communicator the monitor looks at.
+struct Entry {
+    id: u64,
+    bootstrap: Weak<dyn Bootstrap>,
+    alive: Alive,
+}
+
+/// The monitor's table (module docs), and whether its thread runs.
+struct Monitor {
+    entries: Vec<Entry>,
+    next_id: u64,
+    running: bool,
+}
+
+static MONITOR: Mutex<Monitor> = Mutex::new(Monitor {
+    entries: Vec::new(),
+    next_id: 0,
+    running: false,
+});
+
+/// The monitor's thread: a look at every entry each [`HEALTH_INTERVAL`], until none is left.
+fn monitor() {
+    loop {
+        {
+            let mut m = lock(&MONITOR);
+            m.entries.retain(|e| {
+                let Some(bs) = e.bootstrap.upgrade() else {
+                    return false;
+                };
+                let Some(d) = gone(bs.as_ref(), &e.alive) else {
+                    return true;
+                };
+                tracing::error!("rank {} is gone ({}); aborting the communicator", d.0, d.1);
+                *lock(&e.alive.dead) = Some(d);
+                e.alive.status.abort();
+                false
+            });
+            if m.entries.is_empty() {
+                m.running = false;
+                return;
+            }
+        }
+        std::thread::sleep(HEALTH_INTERVAL);
+    }
 }
 
 impl Health {
@@ -228,36 +278,30 @@ impl Health {
             status,
             leave_grace_ms: Arc::new(AtomicU64::new(millis(LEAVE_GRACE))),
         };
-        let stop = Arc::new(AtomicBool::new(false));
-        let (stop2, monitored) = (stop.clone(), alive.clone());
-        let bs = Arc::downgrade(&bootstrap);
-        let thread = std::thread::Builder::new()
-            .name("mscclpp-health".into())
-            .spawn(move || {
-                while !stop2.load(Ordering::Acquire) {
-                    let Some(bs) = bs.upgrade() else { return };
-                    if let Some(d) = gone(bs.as_ref(), &monitored) {
-                        tracing::error!(
-                            "rank {} is gone ({}); aborting the communicator",
-                            d.0,
-                            d.1
-                        );
-                        *lock(&monitored.dead) = Some(d);
-                        monitored.status.abort();
-                        return;
-                    }
-                    drop(bs);
-                    std::thread::sleep(HEALTH_INTERVAL);
-                }
-            })
-            .map_err(|source| Error::Proxy(ProxyError::HealthMonitorStart { source }))?;
+        let mut m = lock(&MONITOR);
+        let id = m.next_id;
+        m.next_id += 1;
+        m.entries.push(Entry {
+            id,
+            bootstrap: Arc::downgrade(&bootstrap),
+            alive: alive.clone(),
+        });
+        if !m.running {
+            let spawned = std::thread::Builder::new()
+                .name("mscclpp-health".into())
+                .spawn(monitor);
+            if let Err(source) = spawned {
+                m.entries.retain(|e| e.id != id);
+                return Err(Error::Proxy(ProxyError::HealthMonitorStart { source }));
+            }
+            m.running = true;
+        }
         Ok(Self {
             watched: Arc::new(WatchedBootstrap {
                 inner: bootstrap,
                 alive,
             }),
-            stop,
-            thread: Some(thread),
+            id,
         })
     }
 
@@ -302,10 +346,7 @@ impl Health {
 
 impl Drop for Health {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        lock(&MONITOR).entries.retain(|e| e.id != self.id);
     }
 }
 

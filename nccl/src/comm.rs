@@ -11,8 +11,9 @@
 //! A handle exists from the init call on (NCCL hands it out at once, also inside a group and
 //! for non-blocking inits); its [`State`] turns from `Pending` into `Ready` or `Failed` when
 //! the init finishes (at `ncclGroupEnd`, or on the non-blocking init's thread), under the
-//! handle's lock; `ncclCommDestroy` / `ncclCommAbort` of a pending handle mark it abandoned, and
-//! whoever finishes the init then drops the communicator.
+//! handle's lock; `ncclCommDestroy` / `ncclCommAbort` of a pending handle mark it abandoned
+//! and cancel its bootstrap's set-up (`Handle::cancel`: a wait for ranks that never come ends
+//! at once, and the init fails), and whoever finishes the init then drops the communicator.
 //!
 //! # Shared state
 //! `HANDLES` (the table) and each handle's state are behind mutexes. `Handle::abandoned` is
@@ -47,6 +48,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use mscclpp::collectives::{Call, Collectives};
+use mscclpp::host::bootstrap::Cancel;
 use mscclpp::host::gpu::{BackendKind, Gpu, Stream, cuda};
 
 use crate::abi::ncclResult_t;
@@ -112,6 +114,9 @@ pub struct Handle {
     /// Set by `ncclCommAbort` / `ncclCommDestroy` while the init was still pending: whoever
     /// finishes the init drops the communicator at once.
     pub abandoned: AtomicBool,
+    /// Cancels the init's bootstrap set-up (`release` of a pending handle), so that its wait
+    /// for ranks that never come ends at once.
+    pub cancel: Cancel,
 }
 
 /// Every live handle, by its `ncclComm_t` value.
@@ -138,6 +143,7 @@ impl Handle {
             device,
             state: Mutex::new(State::Pending { in_group }),
             abandoned: AtomicBool::new(false),
+            cancel: Cancel::new(),
         });
         let ptr = HANDLE_BASE.wrapping_add(16 * (MADE.fetch_add(1, Ordering::Relaxed) + 1));
         lock(&HANDLES)
@@ -208,13 +214,15 @@ impl Handle {
 
     /// For `ncclCommDestroy` / `ncclCommAbort` (the handle is already out of the table): the
     /// communicator if ready; a pending init is marked abandoned (whoever finishes it drops
-    /// the communicator at once).
+    /// the communicator at once) and its bootstrap's set-up cancelled (its wait for the other
+    /// ranks ends at once: the init fails).
     pub fn release(&self) -> Option<Arc<Comm>> {
         let s = lock(&self.state);
         match &*s {
             State::Ready(c) => Some(c.clone()),
             State::Pending { .. } => {
                 self.abandoned.store(true, Ordering::Release);
+                self.cancel.cancel();
                 None
             }
             State::Failed(..) => None,

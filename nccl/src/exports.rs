@@ -430,8 +430,13 @@ export! {
         winFlags: c_int,
     ) -> ncclResult_t {
         api("ncclCommWindowRegister", || {
-            reg::window_register(&*Handle::ready(comm)?, buff, size, win, winFlags)
-                .and_then(|()| done())
+            let c = Handle::ready(comm)?;
+            let (h, job) = reg::window_register(&c, buff, size, win, winFlags)?;
+            group::now_or_at_end(c, job)?;
+            // SAFETY: checked non-null by `window_register`; NCCL's contract: a writable
+            // `ncclWindow_t`.
+            unsafe { win.write(h as *mut c_void) };
+            done()
         })
     }
 }
@@ -440,7 +445,8 @@ export! {
     /// `ncclCommWindowDeregister`.
     fn ncclCommWindowDeregister / pncclCommWindowDeregister(comm: ncclComm_t, win: ncclWindow_t) -> ncclResult_t {
         api("ncclCommWindowDeregister", || {
-            reg::window_deregister(&*Handle::ready(comm)?, win).and_then(|()| done())
+            group::now_or_at_end(Handle::ready(comm)?, reg::window_deregister(win))
+                .and_then(|()| done())
         })
     }
 }

@@ -1,8 +1,12 @@
 //! `ncclGroupStart` / `ncclGroupEnd`: a group depth per thread; inside a group, communicator
-//! inits, collectives and sends/receives are recorded, and the outermost `ncclGroupEnd` runs
-//! them: the inits first, each on a thread of its own (so one thread can initialise the ranks
-//! of several devices, whose inits wait for each other), then each communicator's calls, on a
-//! thread per communicator when there are several (their calls wait for each other too). A
+//! inits, collective registrations (windows: [`Setup`]), collectives and sends/receives are
+//! recorded, and the outermost `ncclGroupEnd` runs them: the inits first, each on a thread of
+//! its own (so one thread can initialise the ranks of several devices, whose inits wait for
+//! each other), then the registrations, likewise (as nccl-tests' `-R 2 -g N` registers a
+//! window of every rank it drives in one group), then the calls, queued by the calling thread
+//! communicator after communicator without waiting for any (a call waits for its peers on the
+//! device, not on the host), and only then waited for (CPU backend): a group over many
+//! communicators starts no thread. A
 //! communicator's calls are recorded in call order in one [`Group`](mscclpp::collectives::Group)
 //! of the library's collectives, which runs its collectives in order and then all its sends
 //! and receives together (`p2p.rs`), all on one stream: the first call's, which first waits
@@ -19,8 +23,9 @@
 //! The inits a group defers are [`Init`]s, which `init.rs` makes.
 //!
 //! State: the group of each thread is thread-local (a group belongs to the thread that
-//! started it, as in NCCL); at its end the batches run on scoped threads that share only the
-//! communicators (`Arc<Comm>`), joined before `ncclGroupEnd` returns.
+//! started it, as in NCCL); at its end the inits and registrations of several communicators run
+//! on scoped threads that share only the communicators (`Arc<Comm>`), joined before
+//! `ncclGroupEnd` returns.
 
 use std::cell::RefCell;
 use std::ffi::c_void;
@@ -42,6 +47,11 @@ pub trait Init: Send + Sync {
 /// A deferred init and the handle it finishes.
 pub type Deferred = (Arc<Handle>, Box<dyn Init>);
 
+/// A collective registration of one communicator (`ncclCommWindowRegister`,
+/// `ncclCommWindowDeregister`): run now outside a group, at its end inside one
+/// ([`now_or_at_end`]).
+pub type Setup = Box<dyn Fn(&Comm) -> Result<(), NcclError> + Send + Sync>;
+
 /// A call as a group records it: the library's call (and the NCCL function that made it), on
 /// the caller's stream.
 pub type Recorded = (Checked, u64);
@@ -50,6 +60,7 @@ pub type Recorded = (Checked, u64);
 struct Group {
     depth: usize,
     inits: Vec<Deferred>,
+    setups: Vec<(Arc<Comm>, Setup)>,
     calls: Vec<(Arc<Comm>, Recorded)>,
     /// The first failure of a call inside the group (code, text).
     failed: Option<(ncclResult_t, String)>,
@@ -81,6 +92,15 @@ pub fn note_failure(e: &NcclError) {
             g.failed = Some((e.code(), e.text()));
         }
     });
+}
+
+/// Runs `setup` on `comm` now outside a group; inside one, records it for the group's end.
+pub fn now_or_at_end(comm: Arc<Comm>, setup: Setup) -> Result<(), NcclError> {
+    if !in_group() {
+        return setup(&comm);
+    }
+    with(|g| g.setups.push((comm, setup)));
+    Ok(())
 }
 
 /// Records an init for the end of the group.
@@ -169,11 +189,12 @@ pub fn end() -> Outcome {
         }
         Ok(Some((
             std::mem::take(&mut g.inits),
+            std::mem::take(&mut g.setups),
             std::mem::take(&mut g.calls),
             g.failed.take(),
         )))
     })?;
-    let Some((inits, calls, failed)) = taken else {
+    let Some((inits, setups, calls, failed)) = taken else {
         return Ok(ncclResult_t::ncclSuccess);
     };
     if let Some((code, first)) = failed {
@@ -186,6 +207,7 @@ pub fn end() -> Outcome {
         return Err(NcclError::GroupFailed { code, first });
     }
     run_inits(inits)?;
+    run_setups(&setups)?;
     run_calls(calls)?;
     Ok(ncclResult_t::ncclSuccess)
 }
@@ -219,11 +241,11 @@ pub fn run_inits(inits: Vec<Deferred>) -> Result<(), NcclError> {
     results.into_iter().collect()
 }
 
-/// Runs one communicator's calls: recorded in call order in one group of the library's
+/// Queues one communicator's calls: recorded in call order in one group of the library's
 /// collectives, which queues the collectives in order and then all the sends and receives
-/// together (on CUDA with the thread's capture mode relaxed: [`Comm::relaxed_capture`]); then
-/// (CPU backend) waits for them.
-fn run_batch(comm: &Comm, calls: &[Recorded]) -> Result<(), NcclError> {
+/// together (on CUDA with the thread's capture mode relaxed: [`Comm::relaxed_capture`]). The
+/// caller then waits for them ([`Comm::complete_for`] with [`first_stream`]).
+fn queue_batch(comm: &Comm, calls: &[Recorded]) -> Result<(), NcclError> {
     let _relaxed = comm.relaxed_capture()?;
     let mut streams: Vec<u64> = Vec::new();
     for &(_, s) in calls {
@@ -239,8 +261,12 @@ fn run_batch(comm: &Comm, calls: &[Recorded]) -> Result<(), NcclError> {
         }
         g.end(s)
             .map_err(NcclError::library("running the group's calls"))
-    })?;
-    comm.complete_for(streams.first().copied().unwrap_or(0) as *mut c_void)
+    })
+}
+
+/// The stream a batch runs on: its first call's.
+fn first_stream(calls: &[Recorded]) -> *mut c_void {
+    calls.first().map_or(0, |&(_, s)| s) as *mut c_void
 }
 
 /// Runs `queue` on the first of `streams` (the callers' streams of one communicator's batch,
@@ -283,6 +309,21 @@ fn on_one_stream(
     Ok(())
 }
 
+/// Runs the deferred registrations, each on a thread of its own when there are several (one
+/// thread may drive every rank of a collective registration); returns the first failure.
+fn run_setups(setups: &[(Arc<Comm>, Setup)]) -> Result<(), NcclError> {
+    match setups {
+        [] => Ok(()),
+        [(c, f)] => f(c),
+        _ => on_threads("register a window", setups, |(c, f)| f(c))
+            .into_iter()
+            .collect(),
+    }
+}
+
+/// Runs every communicator's batch (`queue_batch`): all queued first, by this thread, then all
+/// waited for, so that the batches of several communicators, whose kernels wait for each
+/// other, run together without a thread each.
 fn run_calls(calls: Vec<(Arc<Comm>, Recorded)>) -> Result<(), NcclError> {
     let mut batches: Vec<(Arc<Comm>, Vec<Recorded>)> = Vec::new();
     for (comm, call) in calls {
@@ -294,15 +335,20 @@ fn run_calls(calls: Vec<(Arc<Comm>, Recorded)>) -> Result<(), NcclError> {
     for (c, calls) in &batches {
         p2p::check_self_pairs(c.rank, calls.iter().map(|(checked, _)| &checked.call))?;
     }
-    match batches.as_slice() {
-        [] => Ok(()),
-        [(c, calls)] => run_batch(c, calls),
-        _ => on_threads("run a communicator's calls", &batches, |(c, calls)| {
-            run_batch(c, calls)
-        })
-        .into_iter()
-        .collect(),
+    // Every batch is queued (and then waited for) even when one fails: a peer's kernels wait
+    // for this rank's.
+    let queued: Vec<Result<(), NcclError>> = batches
+        .iter()
+        .map(|(c, calls)| queue_batch(c, calls))
+        .collect();
+    let mut first = Ok(());
+    for ((c, calls), q) in batches.iter().zip(queued) {
+        let done = q.and_then(|()| c.complete_for(first_stream(calls)));
+        if first.is_ok() {
+            first = done;
+        }
     }
+    first
 }
 
 /// Runs `f` on every item, each on a scoped thread of its own; the results in order (a panic

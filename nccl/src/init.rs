@@ -53,7 +53,7 @@ use std::time::Duration;
 use mscclpp::collectives::Collectives;
 use mscclpp::host::Error as HostError;
 use mscclpp::host::bootstrap::{
-    BootstrapConfig, RootListener, TcpBootstrap, UNIQUE_ID_BYTES, UniqueId, env, local_ip,
+    BootstrapConfig, Cancel, RootListener, TcpBootstrap, UNIQUE_ID_BYTES, UniqueId, env, local_ip,
     parse_root,
 };
 use mscclpp::host::communicator::Communicator;
@@ -244,6 +244,9 @@ pub struct InitJob {
     pub blocking: bool,
     /// The communicator's name (for the log).
     pub name: String,
+    /// Cancels the bootstrap's set-up (its handle's: `ncclCommAbort` / `ncclCommDestroy` of a
+    /// pending init); `None` for a split (no bootstrap of its own).
+    pub cancel: Option<Cancel>,
 }
 
 impl group::Init for InitJob {
@@ -261,7 +264,10 @@ impl InitJob {
             Source::Split(s) => return self.split(s),
         };
         let gpu = comm::gpu(self.kind, self.device)?;
-        let cfg = configure(BootstrapConfig::new(self.rank, self.nranks, id))?;
+        let mut cfg = configure(BootstrapConfig::new(self.rank, self.nranks, id))?;
+        if let Some(c) = &self.cancel {
+            cfg = cfg.with_cancel(c.clone());
+        }
         let root = if self.rank == 0 { take_root(&id) } else { None };
         let bs = match root {
             Some(l) => TcpBootstrap::init_with_root_listener(cfg, l),
@@ -358,14 +364,16 @@ fn finish_guarded(h: &Handle, run: impl FnOnce() -> Result<Comm, NcclError>) {
 
 /// Starts `job` for the handle written to `out`: at the group's end, on a thread of its own
 /// (non-blocking), or now.
-fn start(out: *mut *mut c_void, job: InitJob) -> Outcome {
+fn start(out: *mut *mut c_void, mut job: InitJob) -> Outcome {
     if group::in_group() {
         let (h, ptr) = Handle::create(job.rank, job.nranks, job.device, true);
+        job.cancel = Some(h.cancel.clone());
         group::defer_init(h, Box::new(job));
         write_comm(out, ptr);
         return Ok(ncclResult_t::ncclSuccess);
     }
     let (h, ptr) = Handle::create(job.rank, job.nranks, job.device, false);
+    job.cancel = Some(h.cancel.clone());
     if !job.blocking {
         let h2 = h.clone();
         let spawned = std::thread::Builder::new()
@@ -429,6 +437,7 @@ pub fn init_rank(
         device,
         blocking,
         name: name_of(&cfg, &id, rank),
+        cancel: None,
     };
     start(out, job)
 }
@@ -519,6 +528,7 @@ pub fn init_all(comms: *mut *mut c_void, ndev: c_int, devlist: *const c_int) -> 
                 device,
                 blocking: true,
                 name: format!("comm {:04x} rank {rank}", id.magic() & 0xffff),
+                cancel: Some(h.cancel.clone()),
             };
             (h, Box::new(job) as Box<dyn group::Init>)
         })
@@ -584,6 +594,7 @@ pub fn split(
         device: c.device,
         blocking: true,
         name,
+        cancel: None,
         source: Source::Split(SplitFrom {
             parent: c.clone(),
             color,

@@ -1,20 +1,30 @@
 //! Memory and registrations: `ncclMemAlloc` / `ncclMemFree` (device memory of the current
 //! device from the library's exportable allocator, kept in a process-wide table until freed),
 //! `ncclCommRegister` / `ncclCommDeregister` and the windows of `ncclCommWindowRegister`
-//! (checked to lie in one allocation of the communicator's device, and recorded per
-//! communicator), and the operators of `ncclRedOpCreatePreMulSum` (recorded per communicator
+//! (recorded per communicator; a window must lie in one allocation of the communicator's
+//! device), and the operators of `ncclRedOpCreatePreMulSum` (recorded per communicator
 //! from `ncclNumOps` up, each with its data type and scalar: a host scalar copied at creation,
 //! as NCCL does, a device one by address, read by every call that uses it; [`reduce_op`]
 //! turns one into the library's `Reduction::PreMulSum`, refusing a call of another type).
 //!
 //! What a registration does: `ncclCommRegister` is the library's
-//! `Collectives::register_buffer` (the buffer exchanged with every peer once: calls on it then
-//! send no bootstrap message and wait for nothing on the host, eagerly or under CUDA-graph
-//! capture), `ncclCommWindowRegister` its `register_window` (collective, as NCCL's: every
-//! rank registers a window of the same size in the same order); unregistered buffers keep the
-//! per-call exchange. A window is also registered for the one-sided calls (`one_sided.rs`:
-//! the library's `register_one_sided`, one more exchange). NCCL's device API over windows is
-//! not implemented (`stubs.rs`).
+//! `Collectives::register_buffer` (the buffer sent to every peer once, returning without
+//! waiting for them: calls on it then send no bootstrap message and wait for nothing on the
+//! host, eagerly or under CUDA-graph capture). It is a hint, as NCCL's: memory no peer can map
+//! (host memory, a range that is not inside one allocation of the device, memory of
+//! `cuMemCreate`, which CUDA's IPC cannot export), a registration past the library's table of
+//! buffers and every registration on a world of several nodes are declined (the handle is valid and
+//! does nothing; calls on the buffer take the paths of unregistered buffers), and a call the
+//! registered path cannot take (a size or an address not a multiple of 16, ranks that
+//! registered different things) is declined alike on every rank, on the device, for that call
+//! only. `ncclCommWindowRegister` is its `register_window` (collective, as NCCL's: every
+//! rank registers a window of the same size in the same order; inside a group, a window's
+//! registration and deregistration run at `ncclGroupEnd`, so that one thread can register the
+//! windows of every rank it drives: the handle is written at once, usable after the group).
+//! Calls on unregistered buffers hint their allocations (the library's `registry.rs`). A window
+//! is also registered for the one-sided calls (`one_sided.rs`: the library's
+//! `register_one_sided`, one more exchange). NCCL's device API over windows is not implemented
+//! (`stubs.rs`).
 //! `ncclMemAlloc` takes no communicator, so its memory is the device's exportable allocation,
 //! registered by the program as NCCL's is (`ncclCommRegister` / a window).
 //!
@@ -27,7 +37,7 @@ use std::ffi::{c_int, c_void};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use mscclpp::collectives::{Reduction, Scalar};
+use mscclpp::collectives::{Reduction, Registration, Scalar};
 use mscclpp::host::gpu::DeviceBuffer;
 use mscclpp::shared::DevicePtr;
 
@@ -129,14 +139,31 @@ pub fn register(
     if handle.is_null() {
         return Err(NcclError::Null { what: "handle" });
     }
-    let mut r = check_range(comm, buff, size)?;
-    // SAFETY: NCCL's contract: the buffer stays allocated until it is deregistered.
-    let reg = unsafe {
-        comm.coll
-            .register_buffer(DevicePtr::from_addr(r.ptr as u64), r.size)
-    }
-    .map_err(NcclError::library("registering the buffer with the peers"))?;
-    r.reg = Some(reg);
+    let r = match check_range(comm, buff, size) {
+        Ok(mut r) => {
+            // SAFETY: NCCL's contract: the buffer stays allocated until it is deregistered.
+            let reg = unsafe {
+                comm.coll
+                    .register_buffer(DevicePtr::from_addr(r.ptr as u64), r.size)
+            };
+            r.reg = declined_across_nodes(reg)
+                .map_err(NcclError::library("registering the buffer with the peers"))?;
+            r
+        }
+        Err(e @ NcclError::Null { .. }) => return Err(e),
+        // A hint, as NCCL's (which records any range and registers it, or not, when a call
+        // uses it): memory the library cannot share is declined, the handle does nothing.
+        Err(e) => {
+            tracing::debug!("{}: registration declined: {}", comm.name, e.text());
+            Registered {
+                ptr: buff as usize,
+                size,
+                flags: 0,
+                reg: None,
+                one_sided: None,
+            }
+        }
+    };
     let h = next_handle();
     tracing::debug!(
         "{}: registered [{:#x}, +{}) as {h:#x}",
@@ -148,6 +175,23 @@ pub fn register(
     // SAFETY: checked non-null; NCCL's contract: a writable `void*`.
     unsafe { handle.write(h as *mut c_void) };
     Ok(())
+}
+
+/// A registration of the library, or none where it declines registrations on a world of
+/// several nodes (`Error::Unsupported`, the same on every rank): the handle then does nothing
+/// (calls on the buffer take the paths of unregistered buffers), as NCCL's registration is a
+/// hint.
+fn declined_across_nodes(
+    reg: mscclpp::host::Result<Registration>,
+) -> mscclpp::host::Result<Option<Registration>> {
+    match reg {
+        Ok(reg) => Ok(Some(reg)),
+        Err(mscclpp::host::Error::Unsupported { what, .. }) => {
+            tracing::debug!("registration declined: {what}");
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// `ncclCommDeregister`.
@@ -171,14 +215,21 @@ pub fn deregister(comm: &Comm, handle: *mut c_void) -> Result<(), NcclError> {
 /// Every `NCCL_WIN_*` flag of NCCL 2.32.
 pub const WINDOW_FLAGS: c_int = 0x0f;
 
-/// `ncclCommWindowRegister`.
+/// The collective part of a window's registration or deregistration: run at once, or at the
+/// end of the caller's group (`group.rs`: one thread may drive every rank's).
+pub type WindowJob = Box<dyn Fn(&Comm) -> Result<(), NcclError> + Send + Sync>;
+
+/// `ncclCommWindowRegister`: checks the arguments and returns the window's handle and the job
+/// that registers it under that handle (collective, as NCCL's: every rank registers a window
+/// of the same size in the same order). The caller writes the handle to `win` (not null:
+/// checked here) once the job ran, or at once inside a group.
 pub fn window_register(
     comm: &Comm,
     buff: *mut c_void,
     size: usize,
     win: *mut *mut c_void,
     flags: c_int,
-) -> Result<(), NcclError> {
+) -> Result<(usize, WindowJob), NcclError> {
     if win.is_null() {
         return Err(NcclError::Null { what: "win" });
     }
@@ -190,12 +241,21 @@ pub fn window_register(
         });
     }
     let r = check_range(comm, buff, size)?;
+    let h = next_handle();
+    Ok((
+        h,
+        Box::new(move |comm| register_window_as(comm, r, flags, h)),
+    ))
+}
+
+/// Registers the window `r` (checked by [`window_register`]) with the peers, as handle `h`.
+fn register_window_as(comm: &Comm, r: Registered, flags: c_int, h: usize) -> Result<(), NcclError> {
     // SAFETY: NCCL's contract: the buffer stays allocated until the window is deregistered;
     // every rank registers its window in the same order (collective, as NCCL's).
-    let reg = unsafe {
+    let reg = declined_across_nodes(unsafe {
         comm.coll
             .register_window(DevicePtr::from_addr(r.ptr as u64), r.size)
-    }
+    })
     .map_err(NcclError::library("registering the window with the peers"))?;
     // SAFETY: as above; the one-sided calls' registration is kept until the communicator ends.
     let one_sided = unsafe {
@@ -207,11 +267,10 @@ pub fn window_register(
     ))?;
     let r = Registered {
         flags,
-        reg: Some(reg),
+        reg,
         one_sided: Some(one_sided),
         ..r
     };
-    let h = next_handle();
     tracing::debug!(
         "{}: window [{:#x}, +{}) flags {:#x} as {h:#x}",
         comm.name,
@@ -220,19 +279,23 @@ pub fn window_register(
         r.flags
     );
     lock(&comm.registrations).windows.insert(h, r);
-    // SAFETY: checked non-null; NCCL's contract: a writable `ncclWindow_t`.
-    unsafe { win.write(h as *mut c_void) };
     Ok(())
 }
 
-/// `ncclCommWindowDeregister`.
-pub fn window_deregister(comm: &Comm, win: *mut c_void) -> Result<(), NcclError> {
+/// `ncclCommWindowDeregister`: the job that takes the window back (collective: run at once or
+/// at the end of the caller's group, as [`window_register`]'s).
+pub fn window_deregister(win: *mut c_void) -> WindowJob {
+    let w = win as usize;
+    Box::new(move |comm| deregister_window_now(comm, w))
+}
+
+fn deregister_window_now(comm: &Comm, win: usize) -> Result<(), NcclError> {
     let r = lock(&comm.registrations)
         .windows
-        .remove(&(win as usize))
+        .remove(&win)
         .ok_or(NcclError::UnknownHandle {
             what: "window",
-            ptr: win as usize,
+            ptr: win,
         })?;
     // Both are taken back, even when the first fails (a revoked communicator refuses it).
     let one_sided = r.one_sided.map_or(Ok(()), |w| {

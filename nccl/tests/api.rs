@@ -1058,30 +1058,47 @@ fn memory_registration_and_operators() {
             "freeing foreign memory",
         );
         ok(unsafe { (x.mem_free)(null) }, "ncclMemFree(NULL)");
-        // Registrations: inside one allocation of the device only.
+        // Registrations: a hint, as NCCL's; memory the library cannot share is declined (a
+        // handle that does nothing).
         let mut h: *mut c_void = null;
         ok(
             unsafe { (x.comm_register)(c, m, 8192, &mut h) },
             "ncclCommRegister",
         );
         assert!(!h.is_null());
-        let mut h2: *mut c_void = null;
+        let (mut h2, mut w0): (*mut c_void, *mut c_void) = (null, null);
         ok(
             unsafe { (x.comm_register)(c, m.cast::<u8>().add(100).cast(), 100, &mut h2) },
             "ncclCommRegister of a part",
         );
         assert_ne!(h, h2);
-        fails(
-            unsafe { (x.comm_register)(c, m, 8193, &mut h2) },
-            INVALID_ARGUMENT,
-            &["not inside one allocation"],
-            "past the allocation",
+        let (mut past, mut host) = (null, null);
+        ok(
+            unsafe { (x.comm_register)(c, m, 8193, &mut past) },
+            "ncclCommRegister past the allocation (declined)",
         );
+        ok(
+            unsafe { (x.comm_register)(c, stack.as_ptr() as *mut c_void, 64, &mut host) },
+            "ncclCommRegister of host memory (declined)",
+        );
+        assert!(!past.is_null() && !host.is_null() && past != host && past != h2);
         fails(
-            unsafe { (x.comm_register)(c, stack.as_ptr() as *mut c_void, 64, &mut h2) },
+            unsafe { (x.comm_register)(c, null, 64, &mut h2) },
+            INVALID_ARGUMENT,
+            &["buff is null"],
+            "a null buffer",
+        );
+        for d in [past, host] {
+            ok(
+                unsafe { (x.comm_deregister)(c, d) },
+                "ncclCommDeregister (declined)",
+            );
+        }
+        fails(
+            unsafe { (x.window_register)(c, stack.as_ptr() as *mut c_void, 64, &mut w0, 1) },
             INVALID_ARGUMENT,
             &["not inside one allocation"],
-            "host memory",
+            "a window of host memory",
         );
         ok(unsafe { (x.comm_deregister)(c, h) }, "ncclCommDeregister");
         fails(

@@ -512,3 +512,197 @@ fn shrink_after_a_killed_rank_and_grow_back_through_the_c_api() {
         }
     }
 }
+
+/// Issue 30, item 9: on a world of three nodes (each rank a process told its node by
+/// `MSCCLPP_HOSTID`, the Ethernet transport between them on loopback), `ncclCommRegister` and
+/// `ncclCommWindowRegister` return handles that do no harm: the library registers nothing
+/// across nodes, the handles are valid, all-reduces and all-gathers on the buffers are right,
+/// and the handles deregister; a lone send and receive, grouped sends and receives around the
+/// ring, gather, scatter and reduce are served ([`point_to_point_across_nodes`]).
+#[test]
+fn across_nodes_registration_does_no_harm_and_point_to_point_is_served() {
+    let test = "across_nodes_registration_does_no_harm_and_point_to_point_is_served";
+    if let Some((rank, n)) = place() {
+        // SAFETY: the child's one test thread sets them before the library is loaded or any
+        // thread of it reads the environment.
+        unsafe {
+            std::env::set_var("MSCCLPP_HOSTID", format!("node{rank}"));
+            std::env::set_var("MSCCLPP_NET_TRANSPORT", "ethernet");
+        }
+        let x = nccl();
+        let id = child_id(rank);
+        let c = init_rank(id, n, rank);
+        let count = 4096;
+        let send = Buf::new(&data::bytes(FLOAT32, rank, 0, count), true);
+        let recv = Buf::new(&data::marked(n * count * 4), true);
+        let sum: Vec<f64> = (0..count)
+            .map(|i| data::reduced(FLOAT32, SUM, n, 0, i))
+            .collect();
+        let gathered: Vec<f64> = (0..n)
+            .flat_map(|q| (0..count).map(move |i| data::value(q, 0, i)))
+            .collect();
+        let both = |what: &str| {
+            ok(
+                unsafe { (x.all_reduce)(send.ptr(), recv.ptr(), count, FLOAT32, SUM, c, STREAM) },
+                what,
+            );
+            data::check(FLOAT32, &recv.read_range(0..count * 4), &sum, what);
+            ok(
+                unsafe { (x.all_gather)(send.ptr(), recv.ptr(), count, FLOAT32, c, STREAM) },
+                what,
+            );
+            data::check(FLOAT32, &recv.read(), &gathered, what);
+        };
+        let (mut hs, mut hr) = (std::ptr::null_mut(), std::ptr::null_mut());
+        ok(
+            unsafe { (x.comm_register)(c, send.ptr(), count * 4, &mut hs) },
+            "ncclCommRegister across nodes",
+        );
+        ok(
+            unsafe { (x.comm_register)(c, recv.ptr(), n * count * 4, &mut hr) },
+            "ncclCommRegister across nodes",
+        );
+        assert!(!hs.is_null() && !hr.is_null() && hs != hr);
+        both("on registered buffers across nodes");
+        let mut w = std::ptr::null_mut();
+        ok(
+            unsafe { (x.window_register)(c, recv.ptr(), n * count * 4, &mut w, 0) },
+            "ncclCommWindowRegister across nodes",
+        );
+        both("on a window across nodes");
+        ok(
+            unsafe { (x.window_deregister)(c, w) },
+            "ncclCommWindowDeregister",
+        );
+        for h in [hs, hr] {
+            ok(unsafe { (x.comm_deregister)(c, h) }, "ncclCommDeregister");
+        }
+        both("after deregistering");
+        point_to_point_across_nodes(c, rank, n);
+        ok(unsafe { (x.comm_destroy)(c) }, "ncclCommDestroy");
+        println!("DONE");
+        return;
+    }
+    for child in spawn_world(test, 3) {
+        let out = child.wait_for(Duration::from_secs(120));
+        assert!(
+            out.success() && out.stdout.contains("DONE"),
+            "{}",
+            out.text()
+        );
+    }
+}
+
+/// Item 9's point-to-point calls across nodes, every element checked: a lone `ncclSend` from
+/// rank 0 to the last rank and its `ncclRecv`; a group of `ncclSend` to the next rank and
+/// `ncclRecv` from the previous one; `ncclGather` to, `ncclScatter` from and `ncclReduce` to
+/// the last rank.
+fn point_to_point_across_nodes(c: *mut std::ffi::c_void, rank: usize, n: usize) {
+    let x = nccl();
+    let count = 1000;
+    let input = Buf::new(&data::bytes(FLOAT32, rank, 0, n * count), false);
+    let want = |q: usize, at: usize| -> Vec<f64> {
+        (0..count).map(|i| data::value(q, 0, at + i)).collect()
+    };
+    let last = n - 1;
+    let out = Buf::new(&data::marked(count * 4), false);
+    if rank == 0 {
+        ok(
+            unsafe { (x.send)(input.ptr(), count, FLOAT32, last as c_int, c, STREAM) },
+            "a lone ncclSend across nodes",
+        );
+    } else if rank == last {
+        ok(
+            unsafe { (x.recv)(out.ptr(), count, FLOAT32, 0, c, STREAM) },
+            "a lone ncclRecv across nodes",
+        );
+        data::check(FLOAT32, &out.read(), &want(0, 0), "a lone send and receive");
+    }
+    let (next, prev) = ((rank + 1) % n, (rank + n - 1) % n);
+    ok(unsafe { (x.group_start)() }, "ncclGroupStart");
+    ok(
+        unsafe { (x.send)(input.ptr(), count, FLOAT32, next as c_int, c, STREAM) },
+        "ncclSend in a group",
+    );
+    ok(
+        unsafe { (x.recv)(out.ptr(), count, FLOAT32, prev as c_int, c, STREAM) },
+        "ncclRecv in a group",
+    );
+    ok(
+        unsafe { (x.group_end)() },
+        "ncclGroupEnd of sends and receives across nodes",
+    );
+    data::check(
+        FLOAT32,
+        &out.read(),
+        &want(prev, 0),
+        "grouped sends and receives",
+    );
+    let all = Buf::new(&data::marked(n * count * 4), false);
+    ok(
+        unsafe {
+            (x.gather)(
+                input.ptr(),
+                all.ptr(),
+                count,
+                FLOAT32,
+                last as c_int,
+                c,
+                STREAM,
+            )
+        },
+        "ncclGather across nodes",
+    );
+    if rank == last {
+        let w: Vec<f64> = (0..n).flat_map(|q| want(q, 0)).collect();
+        data::check(FLOAT32, &all.read(), &w, "gather across nodes");
+    }
+    ok(
+        unsafe {
+            (x.scatter)(
+                input.ptr(),
+                out.ptr(),
+                count,
+                FLOAT32,
+                last as c_int,
+                c,
+                STREAM,
+            )
+        },
+        "ncclScatter across nodes",
+    );
+    data::check(
+        FLOAT32,
+        &out.read(),
+        &want(last, rank * count),
+        "scatter across nodes",
+    );
+    // A reduce to the last rank; the others pass no output.
+    let sum = Buf::new(&data::marked(count * 4), false);
+    let to = if rank == last {
+        sum.ptr()
+    } else {
+        std::ptr::null_mut()
+    };
+    ok(
+        unsafe {
+            (x.reduce)(
+                input.ptr(),
+                to,
+                count,
+                FLOAT32,
+                SUM,
+                last as c_int,
+                c,
+                STREAM,
+            )
+        },
+        "ncclReduce across nodes",
+    );
+    if rank == last {
+        let w: Vec<f64> = (0..count)
+            .map(|i| data::reduced(FLOAT32, SUM, n, 0, i))
+            .collect();
+        data::check(FLOAT32, &sum.read(), &w, "reduce across nodes");
+    }
+}

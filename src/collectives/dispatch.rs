@@ -10,8 +10,13 @@
 //! own, so that its messages never pair with the group's sends and receives); then every send
 //! and receive of the group in one batch of the point-to-point engine (`algo/p2p.rs`), where
 //! they all progress together. A group whose sends to this rank itself and receives from it
-//! do not pair up (`Error::SelfMismatch`), or that would send on a world of several nodes, is
-//! refused before anything of it is queued.
+//! do not pair up (`Error::SelfMismatch`) is refused before anything of it is queued.
+//!
+//! Across nodes (a world of several nodes has no MemoryChannels to every peer, so no
+//! point-to-point engine): a batch (a gather, scatter or all-to-all-v, a group's sends and
+//! receives) runs as lone sends and receives over the PortChannels, one after the other on the
+//! call's stream, distance by distance (`Engine::queue_across_nodes`, [`sends_first`]), so they
+//! pair up in the same order on both sides and no ranks wait for each other in a cycle.
 //!
 //! Traced (`MSCCLPP_TRACE`), each call is one `call` span named after the public call (op,
 //! bytes, type, operator, root or peers, algorithm, stream, call id), whose id every launch it
@@ -68,12 +73,10 @@ pub(crate) enum Recorded {
 const FORCED_P2P: &str = "forcing an algorithm on gather, scatter, all_to_allv or a group's \
      sends and receives (the point-to-point engine runs them)";
 
-/// What a world of several nodes refuses of the point-to-point engine (`Error::Unsupported`):
-/// gather, scatter, all-to-all-v and a group's sends and receives (`send`, `recv` and
-/// `send_recv` alone run through PortChannels there).
-pub(crate) const P2P_ACROSS_NODES: &str = "gather, scatter, all_to_allv and a group's sends and \
-    receives on a world of several nodes (they need one node; send, recv and send_recv alone \
-    run across nodes)";
+/// What the point-to-point engine refuses on a world of several nodes (its batches run as lone
+/// port exchanges there instead: [`Engine::queue_across_nodes`]).
+pub(crate) const P2P_ACROSS_NODES: &str = "the point-to-point engine on a world of several nodes \
+    (it needs MemoryChannels to every peer)";
 
 impl Engine {
     /// The engine of `units` (in [`Algorithm`] order) over `cx`.
@@ -340,7 +343,7 @@ impl Engine {
     /// `stream`, as the public call `name` (`group`, or the call made of one batch, with its
     /// `root`), traced as one `call` span: bytes this rank sends (`recv_bytes`: receives),
     /// distinct `peers`, the root, `collectives` recorded, algorithm `p2p` when a batch was
-    /// queued, or the error.
+    /// queued (`port` across nodes), or the error.
     pub fn end(
         &self,
         name: &'static str,
@@ -393,7 +396,12 @@ impl Engine {
         span.set("collectives", calls);
         let batched = !all.is_empty();
         let result = self.queue_group(recorded, transfers, stream, capturing);
-        end_call(&mut span, &result, batched.then_some(Algorithm::P2p));
+        // Across nodes a batch runs as lone port calls (each its own span inside this one).
+        let engine = match self.cx.multi {
+            Some(_) => Algorithm::Port,
+            None => Algorithm::P2p,
+        };
+        end_call(&mut span, &result, batched.then_some(engine));
         result.and(self.cx.inflight.note(stream))
     }
 
@@ -406,15 +414,6 @@ impl Engine {
         capturing: bool,
     ) -> Result<()> {
         let cx = &self.cx;
-        let batched = !transfers.is_empty()
-            || recorded
-                .iter()
-                .any(|c| matches!(c, Recorded::Batch(_) | Recorded::Transfers(_)));
-        if batched && cx.multi.is_some() {
-            // Refused before anything of the group is queued, on every rank alike (each makes
-            // the same calls): the point-to-point engine needs MemoryChannels to every peer.
-            return Err(cx.cannot(P2P_ACROSS_NODES));
-        }
         // Every self-pairing checked before anything is queued.
         let me = cx.rank();
         p2p::self_pairs(me, &transfers)?;
@@ -430,15 +429,72 @@ impl Engine {
                 Recorded::Call(args, forced) => {
                     unsafe { self.run(args, forced, stream, capturing) }?
                 }
-                Recorded::Batch(b) => self.p2p()?.queue_batch(cx, &b, stream)?,
-                // A group keeps these with its `transfers`.
-                Recorded::Transfers(t) => self.p2p()?.queue_batch(cx, &t, stream)?,
+                // A group keeps `Transfers` with its `transfers`.
+                Recorded::Batch(b) | Recorded::Transfers(b) => {
+                    self.queue_batch(&b, stream, capturing)?
+                }
             }
         }
         if transfers.is_empty() {
             return Ok(());
         }
-        self.p2p()?.queue_batch(cx, &transfers, stream)
+        self.queue_batch(&transfers, stream, capturing)
+    }
+
+    /// Queues one batch of sends and receives: on the point-to-point engine, or on a world of
+    /// several nodes as lone port exchanges ([`queue_across_nodes`](Self::queue_across_nodes)).
+    fn queue_batch(&self, batch: &[Transfer], stream: &Stream, capturing: bool) -> Result<()> {
+        if self.cx.multi.is_some() {
+            return self.queue_across_nodes(batch, stream, capturing);
+        }
+        self.p2p()?.queue_batch(&self.cx, batch, stream)
+    }
+
+    /// A batch on a world of several nodes (module docs, "Across nodes"): its transfers to this
+    /// rank itself as copies, then, distance `s` by distance (1 to `n - 1`), its sends to rank
+    /// `me + s` and its receives from rank `me - s`, in their order, each a lone send or
+    /// receive over the PortChannels; at each distance, the sends first or the receives first by
+    /// [`sends_first`], so that no cycle of ranks waits for each other.
+    fn queue_across_nodes(
+        &self,
+        batch: &[Transfer],
+        stream: &Stream,
+        capturing: bool,
+    ) -> Result<()> {
+        let cx = &self.cx;
+        let (me, n) = (cx.rank(), cx.ranks());
+        for (dst, src, bytes) in p2p::self_pairs(me, batch)? {
+            // SAFETY: the batch's call's contract: both buffers hold `bytes` until the queued
+            // work completes.
+            unsafe { copy_if_needed(stream, dst, src, bytes) }?;
+        }
+        for s in 1..n {
+            let (to, from) = ((me + s) % n, (me + n - s) % n);
+            let sends = batch.iter().filter(|t| t.dir == Dir::Send && t.peer == to);
+            let recvs = batch
+                .iter()
+                .filter(|t| t.dir == Dir::Recv && t.peer == from);
+            let ordered: Vec<&Transfer> = if sends_first(me, n, s) {
+                sends.chain(recvs).collect()
+            } else {
+                recvs.chain(sends).collect()
+            };
+            for t in ordered {
+                let (input, output, peer) = match t.dir {
+                    Dir::Send => (t.buf, DevicePtr::NULL, Peer::To(t.peer)),
+                    Dir::Recv => (DevicePtr::NULL, t.buf, Peer::From(t.peer)),
+                };
+                let lowered = Lowered {
+                    one_way: true,
+                    ..self.lowered(Collective::SendRecv, t.bytes, DataType::U8, Context::MOVE.1)
+                };
+                let args = self.args(lowered, input, output, peer);
+                // SAFETY: the batch's call's contract for its buffers; every rank runs its
+                // batch in this order, so each lone send meets the peer's lone receive.
+                unsafe { self.run(args, None, stream, capturing) }?;
+            }
+        }
+        Ok(())
     }
 
     /// The point-to-point engine (a world of one node only: it needs MemoryChannels to every
@@ -479,5 +535,48 @@ fn op_name(args: &Args) -> &'static str {
         (Collective::SendRecv, Peer::To(_)) => "send",
         (Collective::SendRecv, Peer::From(_)) => "recv",
         (Collective::SendRecv, _) => "send_recv",
+    }
+}
+
+/// Whether rank `me` of `n` runs its sends to `me + s` before its receives from `me - s` at
+/// distance `s` ([`Engine::queue_across_nodes`]). The ranks form cycles under `x -> x + s`
+/// (`gcd(n, s)` of them, each of `n / gcd(n, s)` ranks); along a cycle, the ranks at even
+/// positions send first and those at odd positions receive first, and the last rank of a
+/// cycle of odd length receives first too: every rank that sends first sends to one that
+/// receives first, so the waits form no cycle even when a send waits for its receiver.
+pub(crate) fn sends_first(me: usize, n: usize, s: usize) -> bool {
+    let (mut a, mut b) = (n, s % n);
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    let (g, len) = (a.max(1), n / a.max(1));
+    let start = me % g;
+    let mut at = start;
+    let mut k = 0;
+    while at != me && k < n {
+        at = (at + s) % n;
+        k += 1;
+    }
+    k % 2 == 0 && k + 1 != len
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sends_first;
+
+    /// At every distance of every world size, a rank that sends first sends to one that
+    /// receives first (what makes the order free of cycles), and some rank sends first.
+    #[test]
+    fn a_rank_that_sends_first_sends_to_one_that_receives_first() {
+        for n in 2..=17 {
+            for s in 1..n {
+                for a in 0..n {
+                    if sends_first(a, n, s) {
+                        assert!(!sends_first((a + s) % n, n, s), "n {n}, s {s}, rank {a}");
+                    }
+                }
+                assert!((0..n).any(|a| sends_first(a, n, s)), "n {n}, s {s}");
+            }
+        }
     }
 }

@@ -2,9 +2,9 @@
 //! `reduce`, `all_to_all`, `gather`, `scatter`, `all_to_allv`, `send` / `recv`, `send_recv`
 //! and groups of any of them ([`Group`], NCCL's `ncclGroupStart` / `ncclGroupEnd`), every NCCL
 //! data type and reduction, in place or out of place, any element count (zero included), on a
-//! caller's stream. On a world of several nodes: every one but `reduce`, `gather`, `scatter`,
-//! `all_to_allv` and groups of sends and receives, which are refused there
-//! (`Error::Unsupported`).
+//! caller's stream. On a world of several nodes too: gather, scatter, all-to-all-v and groups of
+//! sends and receives run there as lone sends and receives over the PortChannels
+//! (`dispatch.rs`).
 //!
 //! [`Collectives::new`] on a world of one node connects every rank to every other (CUDA IPC /
 //! shared memory), allocates a scratch buffer per rank that every peer maps (the LL16 region

@@ -62,6 +62,7 @@ const TABLE: &[Row] = &[
     // for everything else the port collective.
     row(AllReduce, Hierarchical, always),
     row(AllReduce, Port, always),
+    row(Reduce, Port, always),
     row(AllGather, Port, always),
     row(ReduceScatter, Port, always),
     row(Broadcast, Port, always),

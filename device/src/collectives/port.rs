@@ -34,6 +34,7 @@
 //! | mode | sends to `q` | received from `q` goes to |
 //! |---|---|---|
 //! | `AllReduce` | `input` | reduced with `input` into `output` |
+//! | `Reduce` | `input` (to the root) | reduced with `input` into the root's `output` (the others write no output) |
 //! | `ReduceScatter` | part `q` of `input` (`stride` apart) | reduced with part `rank` of `input` into `output` |
 //! | `AllGather` | `input` | part `q` of `output` |
 //! | `AllToAll` | part `q` of `input` | part `q` of `output` |
@@ -104,8 +105,11 @@ crate::kernel! {
 fn port(p: PortCollectiveParams) {
     let c = &p.common;
     let mode = c.mode;
-    let reduces =
-        mode == CollectiveMode::AllReduce as u32 || mode == CollectiveMode::ReduceScatter as u32;
+    let reduces = mode == CollectiveMode::AllReduce as u32
+        || mode == CollectiveMode::ReduceScatter as u32
+        || mode == CollectiveMode::Reduce as u32;
+    // A reduce's result goes to its root's output only (the others' may be null).
+    let keeps = mode != CollectiveMode::Reduce as u32 || c.rank == c.root;
     let reducer = if reduces {
         match Reducer::from_params(c) {
             Some(r) => Some(r),
@@ -190,8 +194,10 @@ fn port(p: PortCollectiveParams) {
                 recv_slot(q, parity) as *const u8
             });
             arch::sync_threads();
-            // SAFETY: inside the caller's output.
-            block_copy(unsafe { dst_of(me).add(off as usize) }, acc, len);
+            if keeps {
+                // SAFETY: inside the caller's output.
+                block_copy(unsafe { dst_of(me).add(off as usize) }, acc, len);
+            }
         } else {
             for q in 0..n {
                 if q != me && has(p.recv_mask, q) {

@@ -16,7 +16,7 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use super::keying::Keying;
-use super::{UniqueId, wire};
+use super::{Cancel, UniqueId, wire};
 use crate::auth::{Passphrase, Secret};
 use crate::error::{Error, Result};
 
@@ -204,6 +204,9 @@ pub struct BootstrapConfig {
     pub max_queued_bytes: u64,
     /// Most frames one peer may leave queued at this rank (as above).
     pub max_queued_frames: u64,
+    /// Cancels the set-up from another thread ([`Cancel`]); `None`: it waits until done or its
+    /// deadline.
+    pub cancel: Option<Cancel>,
     /// Most bytes every peer of every bootstrap of this process may leave queued in it
     /// together (ranks as threads of one process share it); a frame that does not fit has its
     /// sender's link cut and the sender reported as gone (`Error::BootstrapQueueFull`). Each
@@ -232,6 +235,7 @@ impl BootstrapConfig {
             max_queued_bytes: DEFAULT_MAX_QUEUED_BYTES,
             max_queued_frames: DEFAULT_MAX_QUEUED_FRAMES,
             max_process_queued_bytes: DEFAULT_MAX_PROCESS_QUEUED_BYTES,
+            cancel: None,
         }
     }
 
@@ -319,6 +323,12 @@ impl BootstrapConfig {
         self.timeout = timeout;
         self.op_timeout = timeout;
         self.handshake_timeout = self.handshake_timeout.min(timeout);
+        self
+    }
+
+    /// Lets `cancel` end the set-up from another thread ([`Cancel::cancel`]).
+    pub fn with_cancel(mut self, cancel: Cancel) -> Self {
+        self.cancel = Some(cancel);
         self
     }
 

@@ -169,6 +169,7 @@
 //! use the same frames, tags and sequence numbers as the plain ones, so ranks may mix them.
 
 mod admit;
+mod cancel;
 mod config;
 mod decorator;
 pub(crate) mod intake;
@@ -184,6 +185,7 @@ pub mod wire;
 
 use std::time::Duration;
 
+pub use cancel::Cancel;
 pub use config::{
     BootstrapConfig, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_PROCESS_QUEUED_BYTES,
     DEFAULT_MAX_QUEUED_BYTES, DEFAULT_MAX_QUEUED_FRAMES, DEFAULT_PEER_TIMEOUT, DEFAULT_TIMEOUT,

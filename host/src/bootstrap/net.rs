@@ -291,9 +291,17 @@ pub(crate) fn host_hash(host_id: Option<&str>) -> u64 {
 
 /// Connects to `addr` before `deadline`, retrying refused connections (the root may not be up
 /// yet) with a growing pause.
-pub(crate) fn connect_retry(ctx: &Ctx, addr: SocketAddr, deadline: Instant) -> Result<TcpStream> {
+pub(crate) fn connect_retry(
+    ctx: &Ctx,
+    addr: SocketAddr,
+    deadline: Instant,
+    cancel: Option<&super::Cancel>,
+) -> Result<TcpStream> {
     let mut pause = Duration::from_millis(10);
     loop {
+        if cancel.is_some_and(super::Cancel::is_cancelled) {
+            return Err(super::Cancel::error());
+        }
         let Some(left) = remaining(deadline) else {
             return Err(ctx.timeout_error());
         };

@@ -32,6 +32,13 @@
 //! and any number of threads may receive at once, as with the parent. A frame shorter than its
 //! tag is an error ([`Error::BootstrapMalformed`]).
 //!
+//! A receive from any of several peers (`recv_any`, the registration service's wait) takes a
+//! stashed frame of its tag from any of them if there is one; otherwise it becomes the puller
+//! of every one of them that has none and waits on all of those at once with the parent's
+//! `recv_any`, files what arrives and wakes that peer's waiters (while another receiver pulls
+//! from some of them, it looks at their stashes every [`WATCH_SLICE`]). So an idle service sleeps in the
+//! parent's wait instead of polling its peers in turn.
+//!
 //! Shared state: each peer's stash (a mutex: the frames by tag, and whether a puller is
 //! receiving; written by the puller, read by every receiver) and its condition variable;
 //! the collectives' sequence number (an atomic, relaxed: collectives run from one thread at a
@@ -226,23 +233,12 @@ impl SubBootstrap {
             s.pulling = false;
             cv.notify_all();
             match got {
-                Ok(frame) if frame.len() >= 8 => {
-                    let mut t = [0u8; 8];
-                    t.copy_from_slice(&frame[..8]);
-                    s.frames
-                        .entry(u64::from_le_bytes(t))
-                        .or_default()
-                        .push_back(frame[8..].to_vec());
-                }
+                Ok(frame) if file(&mut s, &frame).is_some() => {}
                 Ok(frame) => {
-                    return Err(Error::BootstrapMalformed {
-                        rank: self.rank,
-                        peer: Peer {
-                            rank: Some(peer),
-                            addr: None,
-                        },
-                        reason: format!("a sub-bootstrap frame of {} bytes", frame.len()),
-                    });
+                    return Err(self.malformed(
+                        Some(peer),
+                        format!("a sub-bootstrap frame of {} bytes", frame.len()),
+                    ));
                 }
                 // The parent's deadline is ours: loop to report it as this group's.
                 Err(Error::BootstrapTimeout { .. }) => {}
@@ -251,10 +247,135 @@ impl SubBootstrap {
         }
     }
 
+    /// The next frame of `tag` from any of `peers` on `ch` (module docs: receiving from any):
+    /// the sender and the frame.
+    fn recv_any_on(
+        &self,
+        ch: &Channel,
+        peers: &[usize],
+        tag: u64,
+        timeout: Duration,
+    ) -> Result<(usize, Vec<u8>)> {
+        for &p in peers {
+            self.parent_rank(p)?;
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            // A frame already stashed, else the peers nobody pulls from, marked as pulled by
+            // this thread (under the lock that shows the stash empty: no frame slips by).
+            let mut mine = Vec::with_capacity(peers.len());
+            for &p in peers {
+                let mut s = lock(&ch.peers[p].0);
+                if let Some(frame) = s.frames.get_mut(&tag).and_then(VecDeque::pop_front) {
+                    drop(s);
+                    self.stop_pulling(ch, &mine);
+                    return Ok((p, frame));
+                }
+                if !s.pulling {
+                    s.pulling = true;
+                    mine.push(p);
+                }
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                self.stop_pulling(ch, &mine);
+                return Err(Error::BootstrapTimeout {
+                    rank: self.rank,
+                    peer: Peer {
+                        rank: None,
+                        addr: None,
+                    },
+                    op: "recv_any",
+                    after: timeout,
+                });
+            }
+            let Some(&first) = peers.first() else {
+                std::thread::sleep(left);
+                continue;
+            };
+            if mine.is_empty() {
+                // Every peer is pulled by another receiver, which files what it gets and
+                // wakes the waiters of that peer: wait on the first one, a slice at a time.
+                let (stash, cv) = &ch.peers[first];
+                drop(wait_timeout(cv, lock(stash), left.min(WATCH_SLICE)));
+                continue;
+            }
+            let from: Vec<usize> = mine.iter().map(|&p| self.members[p]).collect();
+            // While another receiver pulls from some of the peers, what it files for this tag
+            // is looked at every slice.
+            let wait = if mine.len() < peers.len() {
+                left.min(WATCH_SLICE)
+            } else {
+                left
+            };
+            let got = self.parent.recv_any(&from, ch.parent_tag, wait);
+            match got {
+                Ok((r, frame)) => {
+                    let q = self.member(r).filter(|q| mine.contains(q));
+                    let Some(q) = q else {
+                        self.stop_pulling(ch, &mine);
+                        return Err(self.malformed(
+                            None,
+                            format!("a frame from parent rank {r}, not waited for"),
+                        ));
+                    };
+                    let filed = file(&mut lock(&ch.peers[q].0), &frame);
+                    self.stop_pulling(ch, &mine);
+                    filed.ok_or_else(|| {
+                        self.malformed(
+                            Some(q),
+                            format!("a sub-bootstrap frame of {} bytes", frame.len()),
+                        )
+                    })?;
+                }
+                // The parent's deadline is ours: loop to report it as this group's.
+                Err(Error::BootstrapTimeout { .. }) => {
+                    self.stop_pulling(ch, &mine);
+                }
+                Err(e) => {
+                    self.stop_pulling(ch, &mine);
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Ends this thread's pulling from `peers` of `ch` and wakes every waiter of those peers.
+    fn stop_pulling(&self, ch: &Channel, peers: &[usize]) {
+        for &p in peers {
+            let (stash, cv) = &ch.peers[p];
+            lock(stash).pulling = false;
+            cv.notify_all();
+        }
+    }
+
+    /// [`Error::BootstrapMalformed`] from this rank about member `peer` (if known).
+    fn malformed(&self, peer: Option<usize>, reason: String) -> Error {
+        Error::BootstrapMalformed {
+            rank: self.rank,
+            peer: Peer {
+                rank: peer,
+                addr: None,
+            },
+            reason,
+        }
+    }
+
     /// The next collective's tag: its sequence number.
     fn next_seq(&self) -> u64 {
         self.seq.fetch_add(1, Ordering::Relaxed)
     }
+}
+
+/// Files a parent's frame (`inner tag | payload`) in `s` by its inner tag; `None` for a frame
+/// shorter than its tag.
+fn file(s: &mut Stash, frame: &[u8]) -> Option<()> {
+    let t: [u8; 8] = frame.get(..8)?.try_into().ok()?;
+    s.frames
+        .entry(u64::from_le_bytes(t))
+        .or_default()
+        .push_back(frame[8..].to_vec());
+    Some(())
 }
 
 impl Bootstrap for SubBootstrap {
@@ -292,6 +413,10 @@ impl Bootstrap for SubBootstrap {
         self.recv_on(&self.user, peer, tag, timeout, watch, "recv")
     }
 
+    fn recv_any(&self, peers: &[usize], tag: u64, timeout: Duration) -> Result<(usize, Vec<u8>)> {
+        self.recv_any_on(&self.user, peers, tag, timeout)
+    }
+
     fn barrier_watched(&self, watch: Watch<'_>) -> Result<()> {
         self.all_gather_watched(&[], watch).map(|_| ())
     }
@@ -312,18 +437,14 @@ impl Bootstrap for SubBootstrap {
             }
             let got = self.recv_on(&self.coll, q, tag, timeout, watch, "all_gather")?;
             if got.len() != data.len() {
-                return Err(Error::BootstrapMalformed {
-                    rank: self.rank,
-                    peer: Peer {
-                        rank: Some(q),
-                        addr: None,
-                    },
-                    reason: format!(
+                return Err(self.malformed(
+                    Some(q),
+                    format!(
                         "all_gather contribution of {} bytes, {} expected",
                         got.len(),
                         data.len()
                     ),
-                });
+                ));
             }
             all.push(got);
         }

@@ -58,6 +58,13 @@ impl Buf {
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }.to_vec()
     }
 
+    /// Writes `bytes` at byte `offset` (call when no work on the buffer is pending).
+    pub fn write(&self, offset: usize, bytes: &[u8]) {
+        assert!(offset + bytes.len() <= self.len);
+        // SAFETY: inside the buffer (checked); the caller's contract: no work is pending.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.add(offset), bytes.len()) };
+    }
+
     /// Bytes `range`.
     pub fn read_range(&self, range: std::ops::Range<usize>) -> Vec<u8> {
         self.read()[range].to_vec()

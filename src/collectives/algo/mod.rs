@@ -212,7 +212,7 @@ mod tests {
 
     /// What `mscclpp-bench -a` accepted per collective before the algorithms answered it
     /// themselves (`src/bench/args.rs`, commit e1cbef2); the reduce, added since, is served
-    /// by `ll`, `staged` and `direct` (`reduce_is_served_by_ll_staged_and_direct`).
+    /// by `ll`, `staged`, `direct` and `port` (`reduce_is_served_by_ll_staged_direct_and_port`).
     #[test]
     fn serves_what_the_bench_accepted() {
         use Algorithm::*;
@@ -244,11 +244,11 @@ mod tests {
     }
 
     #[test]
-    fn reduce_is_served_by_ll_staged_and_direct() {
+    fn reduce_is_served_by_ll_staged_direct_and_port() {
         for a in Algorithm::ALL {
             let want = matches!(
                 a,
-                Algorithm::LlOneShot | Algorithm::Staged | Algorithm::Direct
+                Algorithm::LlOneShot | Algorithm::Staged | Algorithm::Direct | Algorithm::Port
             );
             assert_eq!(a.serves(Collective::Reduce), want, "{a:?}");
         }

@@ -28,6 +28,7 @@ impl CollectiveAlgorithm for Port {
     const ALIASES: &'static [&'static str] = &["proxy", "port-channel"];
     const SERVES: &'static [Collective] = &[
         Collective::AllReduce,
+        Collective::Reduce,
         Collective::AllGather,
         Collective::ReduceScatter,
         Collective::Broadcast,
@@ -70,6 +71,13 @@ impl CollectiveAlgorithm for Port {
         let x = match (call.collective, args.peer) {
             (Collective::AllReduce, _) => Exchange {
                 data: (call.dtype, call.op),
+                ..x
+            },
+            (Collective::Reduce, Peer::Root(root)) => Exchange {
+                mode: CollectiveMode::Reduce,
+                data: (call.dtype, call.op),
+                send_mask: if root == me { 0 } else { mask_of([root], me) },
+                recv_mask: if root == me { all } else { 0 },
                 ..x
             },
             (Collective::ReduceScatter, _) => Exchange {

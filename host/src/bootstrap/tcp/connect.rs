@@ -17,7 +17,7 @@ use super::super::wire::{
     self, Abort, AbortCode, Accept, Challenge, Hello, Join, Kind, Proof, Purpose, Reject,
     RejectCode, Table, acceptor_context, connector_context,
 };
-use super::{BootstrapConfig, Peer, UniqueId};
+use super::{BootstrapConfig, Cancel, Peer, UniqueId};
 use crate::auth::{self, Nonce, Role, TAG_LEN};
 use crate::error::{Error, Result};
 use crate::socket::{later, remaining, write_full};
@@ -217,14 +217,19 @@ fn join_once(
         op: "connect to the root",
         timeout: cfg.timeout,
     };
+    if cfg.cancel.as_ref().is_some_and(Cancel::is_cancelled) {
+        return Err(Miss::Fail(Cancel::error()));
+    }
     // The first attempt waits for a root that is not up yet; after a cut, the root was up a
     // moment ago, so a refusal means it is gone.
     let stream = if again {
         let left = remaining(deadline).ok_or_else(|| ctx.timeout_error())?;
         TcpStream::connect_timeout(&id.root(), left).map_err(|e| ctx.connect(e))?
     } else {
-        net::connect_retry(&ctx, id.root(), deadline)?
+        net::connect_retry(&ctx, id.root(), deadline, cfg.cancel.as_ref())?
     };
+    // Until the table comes: a cancel shuts the socket down, ending every wait on it.
+    let _watch = cfg.cancel.as_ref().map(|c| c.watch(&stream));
     let _ = stream.set_nodelay(true);
     let ctx = Ctx {
         op: "join at the root",

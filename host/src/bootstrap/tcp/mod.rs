@@ -30,7 +30,9 @@ use super::mailbox::{Caps, LinkDown, Mailbox};
 use super::net::{self, Ctx};
 use super::root::{RootParams, RootService};
 use super::wire::{self, Purpose};
-use super::{Bootstrap, BootstrapConfig, Peer, RootListener, SetupPhase, SetupPhases, UniqueId};
+use super::{
+    Bootstrap, BootstrapConfig, Cancel, Peer, RootListener, SetupPhase, SetupPhases, UniqueId,
+};
 use crate::auth::{Nonce, Secret};
 use crate::error::{Error, Result};
 use crate::socket::{IoFail, deadline_in};
@@ -132,7 +134,13 @@ impl TcpBootstrap {
         let root = Self::serve_root(&config, &id, &keying, root_listener, deadline)?;
         let mut joined = false;
         let result = Self::set_up(&config, (id, &keying), deadline, &mut joined, &mut phases);
-        let root = root.and_then(|r| r.finish(joined));
+        // Cancelled: fail, and stop the root without waiting for the ranks that did not come.
+        let cancelled = config.cancel.as_ref().is_some_and(Cancel::is_cancelled);
+        let result = match result {
+            Err(_) if cancelled => Err(Cancel::error()),
+            r => r,
+        };
+        let root = root.and_then(|r| r.finish(joined && !cancelled));
         let result = result.map(|mut bs| {
             bs.phases = phases.finish();
             bs.root = root;
