@@ -22,7 +22,9 @@
 //! the communicator's status is aborted, which releases every device wait of this rank.
 //!
 //! Shared words: the dead peer (a mutex: written once by the monitor, read by every wait's
-//! check), the leave grace in milliseconds (an atomic, relaxed: written by
+//! check once its flag is up; the flag, an atomic, is stored with release by the monitor after
+//! the write and loaded with acquire by every check, so a check of a healthy communicator, on
+//! every collective call, takes no lock), the leave grace in milliseconds (an atomic, relaxed: written by
 //! `Communicator::set_leave_grace`, read by the monitor), the monitor's stop flag (release/acquire:
 //! written by `Drop`, read by the monitor), and the status block's abort flag (its own
 //! protocol, `crate::status`).
@@ -54,6 +56,8 @@ pub const LEAVE_GRACE: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 pub(crate) struct Alive {
     dead: Arc<Mutex<Option<(usize, String)>>>,
+    /// Whether `dead` holds a peer (module docs).
+    any_dead: Arc<AtomicBool>,
     status: Arc<StatusBlock>,
     /// The health monitor's grace for a peer that left, in milliseconds.
     leave_grace_ms: Arc<AtomicU64>,
@@ -62,6 +66,9 @@ pub(crate) struct Alive {
 impl Alive {
     /// The dead peer the monitor recorded, if any.
     pub(crate) fn dead(&self) -> Option<(usize, String)> {
+        if !self.any_dead.load(Ordering::Acquire) {
+            return None;
+        }
         lock(&self.dead).clone()
     }
 
@@ -225,6 +232,7 @@ impl Health {
     pub(crate) fn start(bootstrap: Arc<dyn Bootstrap>, status: Arc<StatusBlock>) -> Result<Self> {
         let alive = Alive {
             dead: Arc::default(),
+            any_dead: Arc::default(),
             status,
             leave_grace_ms: Arc::new(AtomicU64::new(millis(LEAVE_GRACE))),
         };
@@ -243,6 +251,7 @@ impl Health {
                             d.1
                         );
                         *lock(&monitored.dead) = Some(d);
+                        monitored.any_dead.store(true, Ordering::Release);
                         monitored.status.abort();
                         return;
                     }

@@ -166,10 +166,9 @@ impl Engine {
         match self.record(call, forced, false)? {
             Recorded::Call(args, forced) => {
                 let capturing = stream.is_capturing()?;
-                self.order.run(stream, capturing, || {
-                    // SAFETY: the caller's contract.
-                    let queued = unsafe { self.run(args, forced, stream, capturing) };
-                    queued.and(self.cx.inflight.note(stream))
+                // SAFETY: the caller's contract.
+                self.order.run(stream, capturing, || unsafe {
+                    self.run(args, forced, stream, capturing)
                 })
             }
             batch => self.end(call.name(), call.root(), vec![batch], Vec::new(), stream),
@@ -367,8 +366,7 @@ impl Engine {
         capturing: bool,
     ) -> Result<()> {
         let Some((mut span, _scope)) = self.call_span(name, stream) else {
-            let queued = self.queue_group(recorded, transfers, stream, capturing);
-            return queued.and(self.cx.inflight.note(stream));
+            return self.queue_group(recorded, transfers, stream, capturing);
         };
         let batches = recorded.iter().filter_map(|c| match c {
             Recorded::Batch(b) | Recorded::Transfers(b) => Some(b.as_slice()),
@@ -394,7 +392,7 @@ impl Engine {
         let batched = !all.is_empty();
         let result = self.queue_group(recorded, transfers, stream, capturing);
         end_call(&mut span, &result, batched.then_some(Algorithm::P2p));
-        result.and(self.cx.inflight.note(stream))
+        result
     }
 
     /// Queues what a group recorded ([`end`](Self::end)).

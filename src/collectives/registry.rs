@@ -63,11 +63,15 @@
 //!
 //! `Local` (a mutex and a condition variable: written by registration calls, by calls that
 //! hint, and by the service's acknowledgements; read by every direct call's
-//! [`resolve`](Registry::resolve)); the host mirror of the peer table (a mutex; written by the
+//! [`resolve`](Registry::resolve)); the number of the caller's registrations in `Local`
+//! (buffers and windows, not hints: an atomic, updated under `Local`'s lock with release,
+//! loaded with acquire by every call's [`lookup`](Registry::lookup), which takes no lock while
+//! it is 0: a call of a rank that registered nothing takes only the issue order's lock); the
+//! host mirror of the peer table (a mutex; written by the
 //! service, read by the copy engines and tools); the device table (written by the service's
 //! stream, read by kernels: protocol above).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -225,6 +229,8 @@ struct PeerTable {
 /// What the calling threads and the service share.
 struct Shared {
     local: Mutex<Local>,
+    /// How many of `local`'s entries are the caller's (module docs).
+    callers: AtomicUsize,
     /// Notified when an answer arrives.
     answered: Condvar,
     peers: PeerTable,
@@ -307,6 +313,7 @@ impl Registry {
                 next_generation: 1,
                 tick: 0,
             }),
+            callers: AtomicUsize::new(0),
             answered: Condvar::new(),
             peers: PeerTable {
                 table,
@@ -388,6 +395,9 @@ impl Registry {
     /// Where `[ptr, ptr + len)` lies in one of this rank's registrations by the caller (not
     /// hints), if it lies in one, and whether that one is a window.
     pub fn lookup(&self, ptr: DevicePtr<u8>, len: usize) -> Option<(BufferRef, bool)> {
+        if self.shared.callers.load(Ordering::Acquire) == 0 {
+            return None;
+        }
         let (a, end) = (ptr.addr(), ptr.addr().checked_add(len as u64)?);
         let l = lock(&self.shared.local);
         l.entries.iter().flatten().find_map(|e| {
@@ -491,7 +501,9 @@ impl Registry {
                     generation: reg.generation,
                 });
             }
-            l.entries[reg.slot as usize].take()
+            let e = l.entries[reg.slot as usize].take();
+            self.shared.callers.fetch_sub(1, Ordering::Release);
+            e
         };
         self.send_unmap(&reg)?;
         Ok(entry.and_then(|e| e.owned))
@@ -741,6 +753,13 @@ impl Registry {
             len,
         };
         let (n, me) = (self.comm.size(), self.comm.rank());
+        let caller = |k: &Kind| !matches!(k, Kind::Hint { .. });
+        if l.entries[slot].as_ref().is_some_and(|e| caller(&e.kind)) {
+            self.shared.callers.fetch_sub(1, Ordering::Release);
+        }
+        if caller(&kind) {
+            self.shared.callers.fetch_add(1, Ordering::Release);
+        }
         l.entries[slot] = Some(LocalEntry {
             reg,
             kind,
