@@ -93,6 +93,24 @@ impl Engine {
         forced: Option<Algorithm>,
         in_group: bool,
     ) -> Result<Recorded> {
+        self.lower_call(call, forced, in_group, true)
+    }
+
+    /// Checks `call` as [`record`](Self::record) does, without looking its buffers up in the
+    /// registrations (what only running it needs): `Collectives::check`, which every call of
+    /// the drop-in makes before it queues or records the call.
+    pub fn check(&self, call: &Call) -> Result<()> {
+        self.lower_call(call, None, true, false).map(drop)
+    }
+
+    /// [`record`](Self::record), the registrations looked up when `registrations`.
+    fn lower_call(
+        &self,
+        call: &Call,
+        forced: Option<Algorithm>,
+        in_group: bool,
+        registrations: bool,
+    ) -> Result<Recorded> {
         let cx = &self.cx;
         cx.refuse_revoked(call.name())?;
         let (me, n) = (cx.rank(), cx.ranks());
@@ -146,10 +164,17 @@ impl Engine {
             one_way,
             ..self.lowered(collective, b, dtype, op)
         };
-        Ok(Recorded::Call(
-            self.args(lowered, input, output, peer),
-            forced,
-        ))
+        let mut args = Args {
+            call: lowered,
+            input,
+            output,
+            peer,
+            reg: None,
+        };
+        if registrations {
+            args.reg = self.registered_call(&args);
+        }
+        Ok(Recorded::Call(args, forced))
     }
 
     /// Queues `call` (module docs), `forced` to an algorithm or not.
@@ -201,18 +226,6 @@ impl Engine {
         }
     }
 
-    fn args(&self, call: Lowered, input: DevicePtr<u8>, output: DevicePtr<u8>, peer: Peer) -> Args {
-        let mut a = Args {
-            call,
-            input,
-            output,
-            peer,
-            reg: None,
-        };
-        a.reg = self.registered_call(&a);
-        a
-    }
-
     /// Where the buffers the peers access lie in this rank's registrations, if every one does
     /// (`registry.rs`, "On a call").
     fn registered_call(&self, a: &Args) -> Option<CallRegs> {
@@ -230,12 +243,14 @@ impl Engine {
             (Collective::Broadcast, _) => (None, Some(b)),
             (Collective::Reduce | Collective::SendRecv, _) => return None,
         };
-        let r = &self.cx.registry;
-        let find = |p: DevicePtr<u8>, len: Option<usize>| match len {
-            None => Some(None),
-            Some(len) => r.lookup(p, len).map(Some),
-        };
-        let (i, o) = (find(a.input, input)?, find(a.output, output)?);
+        // Both buffers under one lock of the registry (none while nothing is registered).
+        let (i, o) = self.cx.registry.with_lookup(|lookup| {
+            let find = |p: DevicePtr<u8>, len: Option<usize>| match len {
+                None => Some(None),
+                Some(len) => lookup(p, len).map(Some),
+            };
+            Some((find(a.input, input)?, find(a.output, output)?))
+        })?;
         Some(CallRegs {
             input: i.map(|x| x.0),
             output: o.map(|x| x.0),

@@ -50,6 +50,9 @@ pub const WAIT_VALUE_LIMIT: Duration = Duration::from_secs(600);
 /// How long dropping a stream waits for its queue before leaving the worker to finish alone.
 const DROP_WAIT: Duration = Duration::from_secs(10);
 
+// Large on purpose: a launch carries its parameters inline (module docs, "The queue"), and
+// the queue keeps its slots, so the size costs memory once, never an allocation per op.
+#[allow(clippy::large_enum_variant)]
 enum Op {
     Copy {
         dst: u64,
@@ -77,7 +80,8 @@ enum Op {
 /// Largest kernel parameters [`Stream::launch_kernel`] carries inline (larger ones are boxed).
 pub const INLINE_PARAM_BYTES: usize = 512;
 
-/// A kernel's body as the queue holds it.
+/// A kernel's body as the queue holds it (large on purpose, as [`Op`]).
+#[allow(clippy::large_enum_variant)]
 enum Body {
     /// Any closure ([`Stream::launch`]).
     Boxed(Box<dyn Fn() + Send + Sync>),
