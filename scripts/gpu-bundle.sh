@@ -36,6 +36,11 @@
 #   run(carry: ["gpu-bundle"], command: "bash gpu-bundle/run-python.sh")
 # MSCCLPP_BUNDLE_PYTHON=0 leaves it out.
 #
+# The per-call harness (nccl/bench/percall.c, built here with cc) travels as bin/nccl-percall,
+# with gpu-bundle/run-percall.sh, which times every collective at world size 1 with our
+# drop-in and NVIDIA's libnccl.so.2 (from PyTorch's wheel) in one run and prints the table:
+#   run(carry: ["gpu-bundle"], command: "bash gpu-bundle/run-percall.sh")
+#
 # Environment: MSCCLPP_BUNDLE_SYMBOLS="NAME ..." keeps the symbols (not the debug info) of the
 # executables so named (e.g. "shared_gpu-test mscclpp-bench"), for stacks of a hang
 # (scripts/gpu-probe/hang-dump.sh). MSCCLPP_BUNDLE_MAX_MIB (default 60) fails the build of a bigger bundle (the
@@ -142,6 +147,66 @@ if [ -e "$fabric" ]; then
 else
     echo "gpu-bundle: no libfabric here ($fabric): its tests will print NOT RUN on the GPU machine" >&2
 fi
+
+# The per-call harness (nccl/bench/percall.c): plain C that opens the CUDA runtime and each
+# libnccl.so.2 with dlopen, so the system cc builds it here without CUDA headers; it runs on
+# the GPU machine through run-percall.sh (below).
+if command -v cc >/dev/null; then
+    cc -O2 -std=c11 -Wall -o "$bundle/bin/nccl-percall" "$root/nccl/bench/percall.c" -ldl
+    printf 'bin\tnccl\tbin/nccl-percall\n' >>"$bundle/manifest.tsv"
+else
+    echo "gpu-bundle: no cc here: nccl-percall is left out (run-percall.sh compiles it there if it has cc)" >&2
+fi
+cat >"$bundle/run-percall.sh" <<'PERCALL'
+#!/usr/bin/env bash
+# The per-call cost of every collective at world size 1, ours against NVIDIA's libnccl.so.2
+# from PyTorch's wheel, same binary, same run (issue 30 item 11; made by scripts/gpu-bundle.sh).
+#   bash gpu-bundle/run-percall.sh [extra nccl-percall options, e.g. --dtypes float32,float16,bfloat16]
+# JSON lines to $OUT/percall.jsonl (else /tmp), then a table of both and their ratio.
+# NCCL_LIB=/path/libnccl.so.2 overrides where NVIDIA's library is looked for.
+set -uo pipefail
+bundle="$(cd "$(dirname "$0")" && pwd)"
+root="$(dirname "$bundle")"
+bash "$bundle/unpack.sh" || { echo "run-percall: cannot unpack $bundle/payload.tar.xz" >&2; exit 1; }
+exe="$bundle/bin/nccl-percall"
+if [ ! -x "$exe" ]; then
+    exe=/tmp/nccl-percall
+    cc -O2 -std=c11 -o "$exe" "$root/nccl/bench/percall.c" -ldl || exit 1
+fi
+ours="$bundle/tests/libmscclpp_nccl.so"
+theirs="${NCCL_LIB:-}"
+if [ -z "$theirs" ]; then
+    theirs="$(python3 - <<'PY' 2>/dev/null
+import glob, os
+dirs = []
+try:
+    import nvidia.nccl
+    dirs += list(nvidia.nccl.__path__)
+except Exception:
+    pass
+try:
+    import torch
+    dirs.append(os.path.join(os.path.dirname(torch.__file__), "lib"))
+except Exception:
+    pass
+for d in dirs:
+    hits = sorted(glob.glob(os.path.join(d, "**", "libnccl.so*"), recursive=True))
+    if hits:
+        print(hits[0])
+        break
+PY
+)"
+fi
+[ -n "$theirs" ] || { echo "run-percall: NVIDIA's libnccl.so.2 not found (set NCCL_LIB)" >&2; exit 1; }
+echo "run-percall: ours $ours; NVIDIA's $theirs" >&2
+out="${OUT:-/tmp}/percall.jsonl"
+command -v nvidia-smi >/dev/null && nvidia-smi -L >&2
+MSCCLPP_BACKEND=cuda NCCL_NVLS_ENABLE=0 "$exe" --lib "nccl=$theirs" --lib "ours=$ours" "$@" | tee "$out"
+rc=${PIPESTATUS[0]}
+python3 "$root/scripts/percall-table.py" "$out"
+exit "$rc"
+PERCALL
+chmod +x "$bundle/run-percall.sh"
 
 cat >"$bundle/run-tests.sh" <<'RUNNER'
 #!/usr/bin/env bash
@@ -273,4 +338,5 @@ Run it on the GPU machine with the device tool:
   run(carry: ["gpu-bundle"], command: "bash gpu-bundle/run-tests.sh")
   (a filter: "bash gpu-bundle/run-tests.sh gpu::cuda"; extra test args after "--")
   run(carry: ["gpu-bundle"], command: "bash gpu-bundle/run-python.sh")   # the Python package
+  run(carry: ["gpu-bundle"], command: "bash gpu-bundle/run-percall.sh")   # per-call cost vs NCCL
 EOF

@@ -83,8 +83,8 @@ pub const EXECUTOR: KernelSpec<ExecutorParams> =
 /// `p2p_kernel`: the point-to-point engine (a batch of sends and receives to any peers).
 pub const P2P: KernelSpec<P2pParams> = KernelSpec::new("p2p_kernel", c::p2p_kernel);
 
-// The `_any` twins of the reducing kernels: every type and operator but the common sums
-// (f16, bf16, f32), which the kernels above reduce without paying for the others in registers.
+// The `_any` twins of the reducing kernels: every type and operator but the sums and pre-multiplied sums
+// of f16, bf16 and f32, which the kernels above reduce without paying for the others in registers.
 
 /// `ll_collective_any_kernel`: `ll_collective_kernel` (all-reduce included) for every type
 /// and operator.

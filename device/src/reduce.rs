@@ -19,9 +19,11 @@
 //! `pre` to each contribution as it enters that reduction and `post` once before the result is
 //! stored or forwarded: each contribution is multiplied once and each result divided once.
 //!
-//! Two reducers implement [`Reduce`]. [`CommonSum`] adds f16, bf16 or f32 inline, and nothing
-//! else: the main collective kernels use it, with a constant type, so that neither their loops
-//! nor their registers pay for the other types. [`Reducer`] serves every type and operator: the
+//! Three reducers implement [`Reduce`]. [`CommonSum`] adds f16, bf16 or f32 inline, and
+//! [`InlineSum`] does the same or first multiplies each contribution by the scalar (the
+//! pre-multiplied sums and floating averages of those types), and nothing else: the main
+//! collective kernels use them, with a constant type, so that neither their loops nor their
+//! registers pay for the other types. [`Reducer`] serves every type and operator: the
 //! common sums inline, everything else through one out-of-line call per unit (`fold_any`,
 //! `pre_any`, `post_any`, with scalar arguments only, so that no call touches the stack): the
 //! `_any` twins of the collective kernels use it (`crate::collectives`).
@@ -468,6 +470,71 @@ impl Reduce for CommonSum {
         [
             sum_word(self.0, acc[0], w[0]),
             sum_word(self.0, acc[1], w[1]),
+        ]
+    }
+
+    #[inline(always)]
+    fn post(&self, w: [u32; 2]) -> [u32; 2] {
+        w
+    }
+}
+
+/// A sum or a pre-multiplied sum of f16, bf16 or f32 ([`DeviceReduceOp::is_inline`]: the
+/// sums, NCCL's `ncclRedOpCreatePreMulSum` and the floating averages), inline: a pre-multiplied
+/// sum multiplies every contribution by the scalar with the packed GPU multiplications
+/// (`mul.rn.f16x2`, `mul.rn.bf16x2`, `mul.f32`), then both add as [`CommonSum`] does; no
+/// calls. Whether it multiplies is one flag, the same for every unit of a launch, so one loop
+/// of a kernel serves both (its registers pay for the scalar and the flag, not for a second
+/// loop). The main kernels use it with a constant type (`with_reducer!` in
+/// `crate::collectives`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct InlineSum {
+    /// The element type (f16, bf16 or f32).
+    pub dtype: DataType,
+    /// Whether this is a pre-multiplied sum.
+    pub multiplies: bool,
+    /// Its scalar as one 32-bit word of lanes: f16 and bf16 a pair of it, f32 its bits.
+    pub scalar: u32,
+}
+
+impl InlineSum {
+    /// The inline form of `r`, a sum or pre-multiplied sum of f16, bf16 or f32, with its type
+    /// fixed to `dtype` (the constant the caller's branch knows; `r.dtype` is the same).
+    #[inline(always)]
+    pub fn of(dtype: DataType, r: &Reducer) -> Self {
+        Self {
+            dtype,
+            multiplies: r.multiplies(),
+            scalar: r.arg as u32,
+        }
+    }
+
+    #[inline(always)]
+    fn times(&self, x: u32) -> u32 {
+        match self.dtype {
+            DataType::F16 => f16x2_op(x, self.scalar, DeviceReduceOp::Prod),
+            DataType::BF16 => bf16x2_op(x, self.scalar, DeviceReduceOp::Prod),
+            _ => (f32::from_bits(x) * f32::from_bits(self.scalar)).to_bits(),
+        }
+    }
+}
+
+impl Reduce for InlineSum {
+    #[inline(always)]
+    fn pre(&self, w: [u32; 2]) -> [u32; 2] {
+        if self.multiplies {
+            [self.times(w[0]), self.times(w[1])]
+        } else {
+            w
+        }
+    }
+
+    #[inline(always)]
+    fn fold(&self, acc: [u32; 2], w: [u32; 2]) -> [u32; 2] {
+        let w = self.pre(w);
+        [
+            sum_word(self.dtype, acc[0], w[0]),
+            sum_word(self.dtype, acc[1], w[1]),
         ]
     }
 

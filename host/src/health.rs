@@ -27,12 +27,14 @@
 //! `Health::start`, removed by `Health`'s drop or by the monitor once its communicator
 //! failed; the monitor looks at every entry under it, so no communicator is looked at after
 //! its drop returned), the dead peer (a mutex: written once by the monitor, read by every
-//! wait's check), the leave grace in milliseconds (an atomic, relaxed: written by
-//! `Communicator::set_leave_grace`, read by the monitor), and the status block's abort flag
-//! (its own protocol, `crate::status`).
+//! wait's check once its flag is up; the flag, an atomic, is stored with release by the
+//! monitor after the write and loaded with acquire by every check, so a check of a healthy
+//! communicator, on every collective call, takes no lock), the leave grace in milliseconds (an
+//! atomic, relaxed: written by `Communicator::set_leave_grace`, read by the monitor), and the
+//! status block's abort flag (its own protocol, `crate::status`).
 
 use crate::error::ProxyError;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -57,6 +59,8 @@ pub const LEAVE_GRACE: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 pub(crate) struct Alive {
     dead: Arc<Mutex<Option<(usize, String)>>>,
+    /// Whether `dead` holds a peer (module docs).
+    any_dead: Arc<AtomicBool>,
     status: Arc<StatusBlock>,
     /// The health monitor's grace for a peer that left, in milliseconds.
     leave_grace_ms: Arc<AtomicU64>,
@@ -65,6 +69,9 @@ pub(crate) struct Alive {
 impl Alive {
     /// The dead peer the monitor recorded, if any.
     pub(crate) fn dead(&self) -> Option<(usize, String)> {
+        if !self.any_dead.load(Ordering::Acquire) {
+            return None;
+        }
         lock(&self.dead).clone()
     }
 
@@ -258,6 +265,7 @@ fn monitor() {
                 };
                 tracing::error!("rank {} is gone ({}); aborting the communicator", d.0, d.1);
                 *lock(&e.alive.dead) = Some(d);
+                e.alive.any_dead.store(true, Ordering::Release);
                 e.alive.status.abort();
                 false
             });
@@ -275,6 +283,7 @@ impl Health {
     pub(crate) fn start(bootstrap: Arc<dyn Bootstrap>, status: Arc<StatusBlock>) -> Result<Self> {
         let alive = Alive {
             dead: Arc::default(),
+            any_dead: Arc::default(),
             status,
             leave_grace_ms: Arc::new(AtomicU64::new(millis(LEAVE_GRACE))),
         };

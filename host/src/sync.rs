@@ -6,24 +6,53 @@
 //! handler, a rank's body) or a test thread may. A poisoned lock still protects consistent data
 //! there (every critical section leaves it consistent before anything that can panic), so
 //! taking the guard is right, and it keeps `Drop` paths panic-free whatever happened elsewhere.
+//!
+//! Every lock taken through [`lock`], [`read`] or [`write`] is counted per thread
+//! ([`locks_taken`]: a thread-local counter, written and read by its own thread only), so a
+//! test can see how many locks a call takes (the drop-in's hot path: at most one). The CPU
+//! backend's streams and events, which stand for the GPU driver's queue (a launch on a GPU
+//! takes none of our locks), lock through [`lock_uncounted`].
 
+use std::cell::Cell;
 use std::sync::{
     Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard,
 };
 use std::time::Duration;
 
+thread_local! {
+    static TAKEN: Cell<u64> = const { Cell::new(0) };
+}
+
+fn taken() {
+    // A thread being torn down has no counter left: nothing to count.
+    let _ = TAKEN.try_with(|t| t.set(t.get().wrapping_add(1)));
+}
+
+/// How many locks the calling thread has taken through this module so far (module docs).
+pub fn locks_taken() -> u64 {
+    TAKEN.try_with(Cell::get).unwrap_or(0)
+}
+
 /// Locks `m`, taking the data even if a panicking thread poisoned it.
 pub fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    taken();
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// [`lock`] without counting it (module docs: the CPU backend's stand-ins for the driver).
+pub fn lock_uncounted<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Read-locks `l`, poison-tolerant.
 pub fn read<T: ?Sized>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    taken();
     l.read().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Write-locks `l`, poison-tolerant.
 pub fn write<T: ?Sized>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    taken();
     l.write().unwrap_or_else(PoisonError::into_inner)
 }
 

@@ -153,10 +153,12 @@ impl Topology {
     /// The number of ranks per node when every node has the same number, else
     /// [`Error::UnevenNodes`] with every node's size.
     pub fn uniform(&self) -> Result<usize> {
-        let sizes = self.node_sizes();
-        match sizes.first() {
-            Some(&l) if sizes.iter().all(|&s| s == l) => Ok(l),
-            _ => Err(Error::UnevenNodes { sizes }),
+        // Asked by every collective call: allocates only for the error.
+        match self.members.first().map(Vec::len) {
+            Some(l) if self.members.iter().all(|m| m.len() == l) => Ok(l),
+            _ => Err(Error::UnevenNodes {
+                sizes: self.node_sizes(),
+            }),
         }
     }
 }

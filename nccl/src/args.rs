@@ -64,7 +64,7 @@ pub fn rank_arg(what: &'static str, r: c_int, nranks: usize) -> Result<usize, Nc
     usize::try_from(r)
         .ok()
         .filter(|&r| r < nranks)
-        .ok_or(NcclError::OutOfRange {
+        .ok_or_else(|| NcclError::OutOfRange {
             what,
             value: r.into(),
             expected: format!("a rank of the communicator (0 to {})", nranks - 1),

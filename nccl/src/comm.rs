@@ -16,7 +16,14 @@
 //! at once, and the init fails), and whoever finishes the init then drops the communicator.
 //!
 //! # Shared state
-//! `HANDLES` (the table) and each handle's state are behind mutexes. `Handle::abandoned` is
+//! `HANDLES` (the table) and each handle's state are behind mutexes. A call looks its
+//! handle up without either (the hot path takes no lock of its own: `tests/hot_path.rs`):
+//! each thread remembers the last few handles it found in the table ([`RECENT`], weak
+//! references, thread-local), and a remembered one is used while it is not removed
+//! (`Handle::removed`: stored with release by [`Handle::remove`] before the handle leaves the
+//! table, loaded with acquire by the lookup); a ready handle's communicator is also in
+//! `Handle::ready` (set once, when the init finishes, before the state turns `Ready`), read
+//! without the state's lock. `Handle::abandoned` is
 //! written (release) by `release` and read (acquire) by `finish`, both under the handle's
 //! state lock, so an init that finishes after a destroy always sees it. `Comm::finalized` is
 //! swapped (acq-rel) by `ncclCommFinalize` / `ncclCommDestroy` and read (acquire) by every
@@ -42,10 +49,11 @@
 //! Every exported function gives the calling thread back the CUDA context it had current
 //! (`backend.rs`).
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use mscclpp::collectives::{Call, Collectives};
 use mscclpp::host::bootstrap::Cancel;
@@ -111,6 +119,10 @@ pub struct Handle {
     /// The device ordinal.
     pub device: usize,
     state: Mutex<State>,
+    /// The communicator once ready (module docs: read without the state's lock).
+    ready: OnceLock<Arc<Comm>>,
+    /// Out of the table (module docs).
+    removed: AtomicBool,
     /// Set by `ncclCommAbort` / `ncclCommDestroy` while the init was still pending: whoever
     /// finishes the init drops the communicator at once.
     pub abandoned: AtomicBool,
@@ -121,6 +133,36 @@ pub struct Handle {
 
 /// Every live handle, by its `ncclComm_t` value.
 static HANDLES: Mutex<Option<HashMap<usize, Arc<Handle>>>> = Mutex::new(None);
+
+/// How many handles a thread remembers ([`RECENT`]).
+const REMEMBERED: usize = 4;
+
+thread_local! {
+    /// The handles this thread found in the table last, newest first (module docs).
+    static RECENT: RefCell<[(usize, Weak<Handle>); REMEMBERED]> =
+        const { RefCell::new([const { (0, Weak::new()) }; REMEMBERED]) };
+}
+
+/// The live handle `ptr` names if this thread remembers it.
+fn remembered(ptr: usize) -> Option<Arc<Handle>> {
+    RECENT
+        .try_with(|r| {
+            let r = r.borrow();
+            let (_, w) = r.iter().find(|(p, _)| *p == ptr)?;
+            w.upgrade().filter(|h| !h.removed.load(Ordering::Acquire))
+        })
+        .ok()
+        .flatten()
+}
+
+/// Remembers `h` as the handle `ptr` names, newest first.
+fn remember(ptr: usize, h: &Arc<Handle>) {
+    let _ = RECENT.try_with(|r| {
+        let mut r = r.borrow_mut();
+        r.rotate_right(1);
+        r[0] = (ptr, Arc::downgrade(h));
+    });
+}
 
 /// The first `ncclComm_t` value: non-canonical on x86-64 and above every user-space address of
 /// AArch64's 48-bit layout, so it is no address a process maps (module docs).
@@ -142,6 +184,8 @@ impl Handle {
             nranks,
             device,
             state: Mutex::new(State::Pending { in_group }),
+            ready: OnceLock::new(),
+            removed: AtomicBool::new(false),
             abandoned: AtomicBool::new(false),
             cancel: Cancel::new(),
         });
@@ -155,19 +199,31 @@ impl Handle {
     /// The live handle `comm` names.
     pub fn find(comm: *const c_void) -> Result<Arc<Handle>, NcclError> {
         let ptr = comm as usize;
-        lock(&HANDLES)
+        if let Some(h) = remembered(ptr) {
+            return Ok(h);
+        }
+        let h = lock(&HANDLES)
             .as_ref()
             .and_then(|m| m.get(&ptr).cloned())
-            .ok_or(NcclError::UnknownComm { ptr })
+            .ok_or(NcclError::UnknownComm { ptr })?;
+        remember(ptr, &h);
+        Ok(h)
     }
 
     /// Takes `comm` out of the table (it is no longer a valid handle).
     pub fn remove(comm: *const c_void) -> Result<Arc<Handle>, NcclError> {
         let ptr = comm as usize;
-        lock(&HANDLES)
-            .as_mut()
-            .and_then(|m| m.remove(&ptr))
-            .ok_or(NcclError::UnknownComm { ptr })
+        let mut table = lock(&HANDLES);
+        let h = table
+            .as_ref()
+            .and_then(|m| m.get(&ptr).cloned())
+            .ok_or(NcclError::UnknownComm { ptr })?;
+        // Before it leaves the table: no thread finds it remembered afterwards.
+        h.removed.store(true, Ordering::Release);
+        if let Some(m) = table.as_mut() {
+            m.remove(&ptr);
+        }
+        Ok(h)
     }
 
     /// The ready communicator `comm` names.
@@ -177,6 +233,9 @@ impl Handle {
 
     /// The communicator, if ready.
     pub fn comm(&self) -> Result<Arc<Comm>, NcclError> {
+        if let Some(c) = self.ready.get() {
+            return Ok(c.clone());
+        }
         match &*lock(&self.state) {
             State::Ready(c) => Ok(c.clone()),
             State::Pending { in_group } => Err(NcclError::CommPending {
@@ -207,7 +266,11 @@ impl Handle {
                     "destroyed or aborted during its initialisation".into(),
                 )
             }
-            Ok(c) => State::Ready(Arc::new(c)),
+            Ok(c) => {
+                let c = Arc::new(c);
+                let _ = self.ready.set(c.clone());
+                State::Ready(c)
+            }
             Err(e) => State::Failed(e.code(), e.text()),
         };
     }

@@ -302,12 +302,22 @@ impl DeviceReduceOp {
         !matches!(self, Self::SumPostDiv) || !dtype.is_float()
     }
 
-    /// Whether this is one of the common sums (f16, bf16, f32) that the main collective
-    /// kernels reduce. Every other pair reduces on their `_any` twins
+    /// Whether this is one of the common sums (f16, bf16, f32). With the pre-multiplied sums of
+    /// the same types ([`is_inline`](Self::is_inline)) they are what the main collective
+    /// kernels reduce; every other pair reduces on their `_any` twins
     /// (`mscclpp_device::collectives`), so that the main kernels' registers pay for no type
     /// dispatch.
     pub const fn is_common_sum(self, dtype: DataType) -> bool {
         matches!(self, Self::Sum) && matches!(dtype, DataType::F16 | DataType::BF16 | DataType::F32)
+    }
+
+    /// Whether the main collective kernels reduce this pair inline: the common sums and the
+    /// pre-multiplied sums (NCCL's `ncclRedOpCreatePreMulSum`, and the floating averages the
+    /// host lowers to them) of f16, bf16 and f32. Every other pair reduces on the `_any`
+    /// twins.
+    pub const fn is_inline(self, dtype: DataType) -> bool {
+        matches!(self, Self::Sum | Self::PreMulSum)
+            && matches!(dtype, DataType::F16 | DataType::BF16 | DataType::F32)
     }
 }
 

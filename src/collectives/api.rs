@@ -183,7 +183,7 @@ impl Collectives {
     /// operator), queuing nothing. A send or receive naming this rank itself passes (a
     /// group's may; `queue` refuses it alone).
     pub fn check(&self, call: &Call) -> Result<()> {
-        self.engine.record(call, None, true).map(drop)
+        self.engine.check(call)
     }
 
     /// All-reduce of `count` elements of `dtype` from `input` into `output` (they may be the

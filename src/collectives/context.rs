@@ -10,7 +10,7 @@
 //! themselves). Its only state that changes after set-up: the record of the last algorithm
 //! (a relaxed atomic, written by the units' launches, read by `Collectives::last_algorithm`),
 //! the revoked flag (set once by `Collectives::revoke` with release, read by every call with
-//! acquire), the streams' events of `inflight.rs`, and the interior state of the regions and
+//! acquire), the one-sided calls' stream events of `inflight.rs`, and the interior state of the regions and
 //! registries (their module docs).
 //!
 //! Device words here: `ll_flags` (four u64 in device memory: the first two written and read
@@ -177,8 +177,8 @@ pub(crate) struct Context {
     /// Set once by `Collectives::revoke` (release), read by every call (acquire): a revoked
     /// `Collectives` takes no more calls.
     revoked: AtomicBool,
-    /// The streams this `Collectives` queued on, each with an event after its latest call
-    /// (`inflight.rs`): what a revoke waits for.
+    /// The streams this `Collectives`'s one-sided calls queued on, each with an event after
+    /// its latest call (`inflight.rs`): what a revoke waits for, with the issue order's marker.
     pub inflight: InFlight,
     /// The one-sided calls' windows, signals and service, set up by the first window
     /// registered for them (`one_sided.rs`).
@@ -494,8 +494,9 @@ impl Drop for CallScope {
     }
 }
 
-/// Whether a launch with `p` reduces something other than a common sum (f16, bf16, f32),
-/// which only the `_any` twin of a reducing kernel serves (`mscclpp_device::collectives`).
+/// Whether a launch with `p` reduces something other than a sum or pre-multiplied sum of f16,
+/// bf16 or f32 (`DeviceReduceOp::is_inline`), which only the `_any` twin of a reducing kernel
+/// serves (`mscclpp_device::collectives`).
 pub(crate) fn needs_any(p: &CollectiveParams) -> bool {
     let reduces = [
         CollectiveMode::AllReduce,
@@ -507,7 +508,7 @@ pub(crate) fn needs_any(p: &CollectiveParams) -> bool {
     .iter()
     .any(|&m| m as u32 == p.mode);
     let common = match (DataType::from_u32(p.dtype), DeviceReduceOp::from_u32(p.op)) {
-        (Some(d), Some(o)) => o.is_common_sum(d),
+        (Some(d), Some(o)) => o.is_inline(d),
         _ => false,
     };
     reduces && !common
@@ -523,7 +524,8 @@ pub(crate) fn pick<'k, P>(
 }
 
 /// A reducing kernel and its `_any` twin, which serves every type and operator (the main one
-/// reduces only the common sums, with fewer registers).
+/// reduces only the sums and pre-multiplied sums of f16, bf16 and f32, with fewer
+/// registers).
 pub(crate) struct Twin<P> {
     /// The main kernel.
     pub main: Kernel<P>,

@@ -96,6 +96,24 @@ impl Engine {
         forced: Option<Algorithm>,
         in_group: bool,
     ) -> Result<Recorded> {
+        self.lower_call(call, forced, in_group, true)
+    }
+
+    /// Checks `call` as [`record`](Self::record) does, without looking its buffers up in the
+    /// registrations (what only running it needs): `Collectives::check`, which every call of
+    /// the drop-in makes before it queues or records the call.
+    pub fn check(&self, call: &Call) -> Result<()> {
+        self.lower_call(call, None, true, false).map(drop)
+    }
+
+    /// [`record`](Self::record), the registrations looked up when `registrations`.
+    fn lower_call(
+        &self,
+        call: &Call,
+        forced: Option<Algorithm>,
+        in_group: bool,
+        registrations: bool,
+    ) -> Result<Recorded> {
         let cx = &self.cx;
         cx.refuse_revoked(call.name())?;
         let (me, n) = (cx.rank(), cx.ranks());
@@ -149,10 +167,17 @@ impl Engine {
             one_way,
             ..self.lowered(collective, b, dtype, op)
         };
-        Ok(Recorded::Call(
-            self.args(lowered, input, output, peer),
-            forced,
-        ))
+        let mut args = Args {
+            call: lowered,
+            input,
+            output,
+            peer,
+            reg: None,
+        };
+        if registrations {
+            args.reg = self.registered_call(&args);
+        }
+        Ok(Recorded::Call(args, forced))
     }
 
     /// Queues `call` (module docs), `forced` to an algorithm or not.
@@ -169,10 +194,9 @@ impl Engine {
         match self.record(call, forced, false)? {
             Recorded::Call(args, forced) => {
                 let capturing = stream.is_capturing()?;
-                self.order.run(stream, capturing, || {
-                    // SAFETY: the caller's contract.
-                    let queued = unsafe { self.run(args, forced, stream, capturing) };
-                    queued.and(self.cx.inflight.note(stream))
+                // SAFETY: the caller's contract.
+                self.order.run(stream, capturing, || unsafe {
+                    self.run(args, forced, stream, capturing)
                 })
             }
             batch => self.end(call.name(), call.root(), vec![batch], Vec::new(), stream),
@@ -205,18 +229,6 @@ impl Engine {
         }
     }
 
-    fn args(&self, call: Lowered, input: DevicePtr<u8>, output: DevicePtr<u8>, peer: Peer) -> Args {
-        let mut a = Args {
-            call,
-            input,
-            output,
-            peer,
-            reg: None,
-        };
-        a.reg = self.registered_call(&a);
-        a
-    }
-
     /// Where the buffers the peers access lie in this rank's registrations, if every one does
     /// (`registry.rs`, "On a call").
     fn registered_call(&self, a: &Args) -> Option<CallRegs> {
@@ -234,12 +246,14 @@ impl Engine {
             (Collective::Broadcast, _) => (None, Some(b)),
             (Collective::Reduce | Collective::SendRecv, _) => return None,
         };
-        let r = &self.cx.registry;
-        let find = |p: DevicePtr<u8>, len: Option<usize>| match len {
-            None => Some(None),
-            Some(len) => r.lookup(p, len).map(Some),
-        };
-        let (i, o) = (find(a.input, input)?, find(a.output, output)?);
+        // Both buffers under one lock of the registry (none while nothing is registered).
+        let (i, o) = self.cx.registry.with_lookup(|lookup| {
+            let find = |p: DevicePtr<u8>, len: Option<usize>| match len {
+                None => Some(None),
+                Some(len) => lookup(p, len).map(Some),
+            };
+            Some((find(a.input, input)?, find(a.output, output)?))
+        })?;
         Some(CallRegs {
             input: i.map(|x| x.0),
             output: o.map(|x| x.0),
@@ -370,8 +384,7 @@ impl Engine {
         capturing: bool,
     ) -> Result<()> {
         let Some((mut span, _scope)) = self.call_span(name, stream) else {
-            let queued = self.queue_group(recorded, transfers, stream, capturing);
-            return queued.and(self.cx.inflight.note(stream));
+            return self.queue_group(recorded, transfers, stream, capturing);
         };
         let batches = recorded.iter().filter_map(|c| match c {
             Recorded::Batch(b) | Recorded::Transfers(b) => Some(b.as_slice()),
@@ -402,7 +415,7 @@ impl Engine {
             None => Algorithm::P2p,
         };
         end_call(&mut span, &result, batched.then_some(engine));
-        result.and(self.cx.inflight.note(stream))
+        result
     }
 
     /// Queues what a group recorded ([`end`](Self::end)).
@@ -488,7 +501,14 @@ impl Engine {
                     one_way: true,
                     ..self.lowered(Collective::SendRecv, t.bytes, DataType::U8, Context::MOVE.1)
                 };
-                let args = self.args(lowered, input, output, peer);
+                // Lone point-to-point calls never take registered buffers.
+                let args = Args {
+                    call: lowered,
+                    input,
+                    output,
+                    peer,
+                    reg: None,
+                };
                 // SAFETY: the batch's call's contract for its buffers; every rank runs its
                 // batch in this order, so each lone send meets the peer's lone receive.
                 unsafe { self.run(args, None, stream, capturing) }?;

@@ -1,17 +1,21 @@
-//! What a `Collectives` has queued and may not have seen end: one event per stream it queued
-//! work on, recorded after its latest call there ([`InFlight::note`]), so that a revoke
-//! (`Collectives::revoke`) can wait until every launch it made has ended
-//! ([`InFlight::drain`]) before anything may be freed, whatever streams the callers used.
+//! What a `Collectives` has queued outside the issue order and may not have seen end: one
+//! event per stream its one-sided calls (`put_signal`, `signal`) queued work on, recorded
+//! after its latest call there ([`InFlight::note`]), so that a revoke (`Collectives::revoke`)
+//! can wait until every launch it made has ended ([`InFlight::drain`], with the issue order's
+//! marker, `order.rs`, which follows every collective and group: they run in issue order, so
+//! the marker after the last one ends after all of them) before anything may be freed,
+//! whatever streams the callers used. The collectives take no lock here: their one lock per
+//! call is the issue order's.
 //!
 //! Shared state: the list of (stream handle, event) pairs, behind a mutex (written by every
-//! call's `note`, read by `drain`). An event is re-recorded on each call on its stream, so it
+//! one-sided call's `note`, read by `drain`). An event is re-recorded on each call on its stream, so it
 //! always marks that stream's latest call; the list keeps at most [`KEPT`] streams' events,
 //! dropping those whose work has ended when it grows past that (a caller that makes a stream
 //! per call does not grow it without bound). Work queued while a stream captures a CUDA graph
 //! is not noted (an event recorded into a capture cannot be waited on from the host; a graph's
 //! replays are its owner's).
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use mscclpp_host::Result;
@@ -29,7 +33,7 @@ pub(crate) struct InFlight {
 impl InFlight {
     /// The list, poison-tolerant (no code panics while holding it).
     fn locked(&self) -> MutexGuard<'_, Vec<(u64, Event)>> {
-        self.streams.lock().unwrap_or_else(PoisonError::into_inner)
+        mscclpp_host::sync::lock(&self.streams)
     }
 
     /// Marks the end of the work queued on `stream` so far.

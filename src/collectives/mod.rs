@@ -38,7 +38,7 @@
 //!
 //! | layer | modules | what |
 //! |---|---|---|
-//! | 0 | `algorithm`, `config`, `inflight`, `reduction` | the public names of the algorithms and collectives; [`CollectiveConfig`] from one table of settings; the streams' events a revoke waits for; NCCL's operators and how kernels take them |
+//! | 0 | `algorithm`, `config`, `inflight`, `reduction` | the public names of the algorithms and collectives; [`CollectiveConfig`] from one table of settings; the one-sided calls' stream events a revoke waits for (with the issue order's marker); NCCL's operators and how kernels take them |
 //! | 1 | `call`, `order`, `scratch`, `sharing` | the call descriptor [`Call`] and its checks; the issue order of a communicator's calls across streams; the scratch layout; several ranks on one GPU (the share of its multiprocessors each rank launches within) |
 //! | 2 | `regions`, `registered` | the regions allocated on first use, traded with each peer once; the callers' buffers exchanged per call |
 //! | 3 | `registry` | buffers registered ahead, exchanged once through the peers' registration services |

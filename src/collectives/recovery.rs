@@ -38,14 +38,20 @@ impl Collectives {
     /// `Error::Revoked`; the communicator is aborted, which releases every kernel of it that
     /// waits on a peer (queued ones return at their first wait); then this waits, up to
     /// [`REVOKE_DRAIN`], until the work queued on every stream these collectives used has
-    /// ended (module `inflight`). Not collective. On return nothing of these collectives
+    /// ended (the issue order's marker after the last collective, `order.rs`, and the
+    /// one-sided calls' events, `inflight.rs`). Not collective. On return nothing of these collectives
     /// runs, so they may be dropped or shrunk; `Err(Error::Aborted)` if work still ran at the
     /// deadline (then keep them alive: their memory may still be in use).
     pub fn revoke(&self) -> Result<()> {
         let cx = &self.engine().cx;
         cx.revoke();
         cx.comm.abort();
-        if cx.inflight.drain(REVOKE_DRAIN)? {
+        let deadline = std::time::Instant::now() + REVOKE_DRAIN;
+        if self.engine().order.drain(REVOKE_DRAIN)?
+            && cx
+                .inflight
+                .drain(deadline.saturating_duration_since(std::time::Instant::now()))?
+        {
             return Ok(());
         }
         Err(Error::Aborted {

@@ -63,11 +63,15 @@
 //!
 //! `Local` (a mutex and a condition variable: written by registration calls, by calls that
 //! hint, and by the service's acknowledgements; read by every direct call's
-//! [`resolve`](Registry::resolve)); the host mirror of the peer table (a mutex; written by the
+//! [`resolve`](Registry::resolve)); the number of the caller's registrations in `Local`
+//! (buffers and windows, not hints: an atomic, updated under `Local`'s lock with release,
+//! loaded with acquire by every call's [`with_lookup`](Registry::with_lookup), which takes no lock while
+//! it is 0: a call of a rank that registered nothing takes only the issue order's lock); the
+//! host mirror of the peer table (a mutex; written by the
 //! service, read by the copy engines and tools); the device table (written by the service's
 //! stream, read by kernels: protocol above).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -225,6 +229,8 @@ struct PeerTable {
 /// What the calling threads and the service share.
 struct Shared {
     local: Mutex<Local>,
+    /// How many of `local`'s entries are the caller's (module docs).
+    callers: AtomicUsize,
     /// Notified when an answer arrives.
     answered: Condvar,
     peers: PeerTable,
@@ -307,6 +313,7 @@ impl Registry {
                 next_generation: 1,
                 tick: 0,
             }),
+            callers: AtomicUsize::new(0),
             answered: Condvar::new(),
             peers: PeerTable {
                 table,
@@ -385,28 +392,44 @@ impl Registry {
         })
     }
 
-    /// Where `[ptr, ptr + len)` lies in one of this rank's registrations by the caller (not
-    /// hints), if it lies in one, and whether that one is a window.
-    pub fn lookup(&self, ptr: DevicePtr<u8>, len: usize) -> Option<(BufferRef, bool)> {
-        let (a, end) = (ptr.addr(), ptr.addr().checked_add(len as u64)?);
+    /// Runs `f` with a lookup function, which says where `[ptr, ptr + len)` lies in one of
+    /// this rank's registrations by the caller (not hints), if it lies in one, and whether
+    /// that one is a window: every buffer `f` looks up under one lock (none while the rank
+    /// registered nothing: module docs).
+    pub fn with_lookup<T>(&self, f: impl FnOnce(&dyn Fn(DevicePtr<u8>, usize) -> Found) -> T) -> T {
+        if self.shared.callers.load(Ordering::Acquire) == 0 {
+            return f(&|_, _| None);
+        }
         let l = lock(&self.shared.local);
-        l.entries.iter().flatten().find_map(|e| {
-            if matches!(e.kind, Kind::Hint { .. }) {
-                return None;
-            }
-            e.covers(a, end).then(|| {
-                (
-                    BufferRef {
-                        slot: e.reg.slot,
-                        generation: e.reg.generation,
-                        offset: a - e.reg.ptr.addr(),
-                    },
-                    e.kind == Kind::Window,
-                )
-            })
-        })
+        f(&|ptr, len| find_in(&l, ptr, len))
     }
+}
 
+/// What [`Registry::with_lookup`]'s function finds: where a buffer lies in a caller's
+/// registration, and whether that one is a window.
+pub(crate) type Found = Option<(BufferRef, bool)>;
+
+/// [`Registry::with_lookup`]'s lookup in `l`.
+fn find_in(l: &Local, ptr: DevicePtr<u8>, len: usize) -> Found {
+    let (a, end) = (ptr.addr(), ptr.addr().checked_add(len as u64)?);
+    l.entries.iter().flatten().find_map(|e| {
+        if matches!(e.kind, Kind::Hint { .. }) {
+            return None;
+        }
+        e.covers(a, end).then(|| {
+            (
+                BufferRef {
+                    slot: e.reg.slot,
+                    generation: e.reg.generation,
+                    offset: a - e.reg.ptr.addr(),
+                },
+                e.kind == Kind::Window,
+            )
+        })
+    })
+}
+
+impl Registry {
     /// Peer `q`'s window in window slot `slot` as mapped here: `(base, len)` (the copy
     /// engines need the peers' addresses on the host). Windows come and go collectively, so
     /// the peer's window in a slot is the one this rank registered in the same call.
@@ -491,7 +514,9 @@ impl Registry {
                     generation: reg.generation,
                 });
             }
-            l.entries[reg.slot as usize].take()
+            let e = l.entries[reg.slot as usize].take();
+            self.shared.callers.fetch_sub(1, Ordering::Release);
+            e
         };
         self.send_unmap(&reg)?;
         Ok(entry.and_then(|e| e.owned))
@@ -741,6 +766,13 @@ impl Registry {
             len,
         };
         let (n, me) = (self.comm.size(), self.comm.rank());
+        let caller = |k: &Kind| !matches!(k, Kind::Hint { .. });
+        if l.entries[slot].as_ref().is_some_and(|e| caller(&e.kind)) {
+            self.shared.callers.fetch_sub(1, Ordering::Release);
+        }
+        if caller(&kind) {
+            self.shared.callers.fetch_add(1, Ordering::Release);
+        }
         l.entries[slot] = Some(LocalEntry {
             reg,
             kind,

@@ -189,7 +189,7 @@ where
 
 crate::kernel! {
     /// Every collective on the callers' registered buffers (see the module docs), reducing the
-    /// common sums (f16, bf16, f32; other reductions: [`direct_collective_any_kernel`]). Needs
+    /// sums and pre-multiplied sums (f16, bf16, f32; other reductions: [`direct_collective_any_kernel`]). Needs
     /// `DIRECT_SHARED_BYTES` of dynamic shared memory (every rank's buffers; the barrier mode
     /// none) and at most `common.max_blocks` blocks.
     fn direct_collective_kernel(d: DirectCollectiveParams) {

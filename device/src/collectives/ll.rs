@@ -12,7 +12,7 @@
 use super::{channel, reducer_for, reducer_serving};
 use crate::arch;
 use crate::packet::{self, Packet};
-use crate::reduce::{CommonSum, Reduce, Reducer};
+use crate::reduce::{CommonSum, InlineSum, Reduce, Reducer};
 use crate::trace;
 use crate::wait::spin_until;
 use mscclpp_shared::{
@@ -366,7 +366,7 @@ fn ll_words(p: &CollectiveParams, l: LlLaunch, arrived: impl Fn(u64, u64) -> boo
 
 /// [`ll_collective`]'s all-reduce for whole words ([`ll_whole_words`]): the same steps with
 /// plain u32 loads and stores and no per-mode branches. Callers pass a constant reducer for
-/// the common sums, so that their loops carry no type dispatch.
+/// the inline reductions, so that their loops carry no type dispatch.
 #[inline(always)]
 fn ll_all_reduce_words(p: &CollectiveParams, l: LlLaunch, r: impl Reduce) -> bool {
     let flag = l.flag;
@@ -557,10 +557,10 @@ fn ll_collective_entry<const ANY: bool>(p: CollectiveParams) {
     } else if ANY {
         ll_collective::<false>(&p, mode, l, r)
     } else {
-        // The main kernel's reduce-scatter (its all-reduce is `ll_all_reduce_kernel`'s), one
-        // loop for the three common sums, as the kernel always had (`reducer_for` refused the
-        // others).
-        ll_collective::<false>(&p, LlMode::ReduceScatter, l, CommonSum(r.dtype))
+        // The main kernel's reduce-scatter (its all-reduce is `ll_all_reduce_kernel`'s): one
+        // loop for the three sums and pre-multiplied sums, as the kernel always had one for
+        // the sums (`reducer_for` refused the others).
+        ll_collective::<false>(&p, LlMode::ReduceScatter, l, InlineSum::of(r.dtype, &r))
     };
     ll_finish(&p, l, ok);
     trace::event(&p.trace, TraceEventKind::End);
@@ -576,7 +576,7 @@ crate::kernel! {
     /// the device (see `CollectiveParams::ll_flags`); a launch of several blocks has one more,
     /// the keeper, which advances it (see `ll_begin`), so the same launch replayed from a CUDA
     /// graph stays correct. Every rank of the communicator takes part in every LL launch (the
-    /// flags count launches). Reduces the common sums (f16, bf16, f32); other reductions run on
+    /// flags count launches). Reduces the sums and pre-multiplied sums of f16, bf16 and f32; other reductions run on
     /// [`ll_collective_any_kernel`].
     fn ll_collective_kernel(p: CollectiveParams) {
         trace::event(&p.trace, TraceEventKind::Start);
@@ -586,7 +586,7 @@ crate::kernel! {
 
 crate::kernel! {
     /// [`ll_collective_kernel`] for every type and operator, all-reduce included (the
-    /// reductions that are not common sums: see `with_reducer!`).
+    /// reductions not inline in the main kernels: see `with_reducer!`).
     fn ll_collective_any_kernel(p: CollectiveParams) {
         trace::event(&p.trace, TraceEventKind::Start);
         ll_collective_entry::<true>(p);
@@ -594,7 +594,7 @@ crate::kernel! {
 }
 
 crate::kernel! {
-    /// The LL all-reduce of the common sums (`mode` is ignored; f16, bf16, f32; every other
+    /// The LL all-reduce of the sums and pre-multiplied sums (`mode` is ignored; f16, bf16, f32; every other
     /// reduction: [`ll_collective_any_kernel`]): [`ll_collective_kernel`]'s all-reduce in a
     /// kernel of its own, with a path for whole words, and no type dispatch in its loops. On
     /// 2×H200 this is 0.3–0.6 µs faster per call than the all-mode kernel (16 KiB–1 MiB).

@@ -87,7 +87,7 @@ unsafe fn write_part(dst: *mut u8, w: [u32; 4], len: usize, width: usize) {
 }
 
 /// The LL128 body for `mode`; false if a line wait gave up. Callers pass a constant `mode`,
-/// and a constant reducer for the common sums, so that their loops carry no dispatch.
+/// and a constant reducer for the inline reductions, so that their loops carry no dispatch.
 #[inline(always)]
 fn ll128_collective(p: &CollectiveParams, l: LlLaunch, mode: Ll128Mode, r: impl Reduce) -> bool {
     let flag = l.flag;
@@ -205,7 +205,7 @@ fn ll128_collective(p: &CollectiveParams, l: LlLaunch, mode: Ll128Mode, r: impl 
 }
 
 crate::kernel! {
-    /// The LL128 all-reduce of the common sums (f16, bf16, f32; other reductions:
+    /// The LL128 all-reduce of the sums and pre-multiplied sums (f16, bf16, f32; other reductions:
     /// [`ll128_collective_any_kernel`]; `mode` is ignored; launch with a multiple of 32
     /// threads a block): every warp sends its steps of 480 bytes as 4 lines to every peer, then
     /// reduces the peers' lines of the same steps into the output, with no type dispatch in
@@ -220,7 +220,7 @@ crate::kernel! {
 }
 
 crate::kernel! {
-    /// The LL128 all-gather and the reduce-scatter of the common sums (`mode`; parts `stride`
+    /// The LL128 all-gather and the reduce-scatter of the sums and pre-multiplied sums (`mode`; parts `stride`
     /// apart, `bytes` each; launch as [`ll128_all_reduce_kernel`]), in a kernel of their own so
     /// that the all-reduce carries no mode branches.
     fn ll128_collective_kernel(p: CollectiveParams) {
@@ -245,7 +245,7 @@ crate::kernel! {
 
 crate::kernel! {
     /// The LL128 all-reduce and reduce-scatter (`mode`) of every type and operator (the
-    /// reductions that are not common sums: see `with_reducer!`); launch as
+    /// reductions not inline in the main kernels: see `with_reducer!`); launch as
     /// [`ll128_all_reduce_kernel`].
     fn ll128_collective_any_kernel(p: CollectiveParams) {
         let mode = match p.mode {

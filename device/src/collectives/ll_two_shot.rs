@@ -89,7 +89,7 @@ fn ll_two_shot(p: &CollectiveParams, l: LlLaunch, r: impl Reduce) -> bool {
 }
 
 crate::kernel! {
-    /// The two-shot LL all-reduce of the common sums (f16, bf16, f32; other reductions:
+    /// The two-shot LL all-reduce of the sums and pre-multiplied sums (f16, bf16, f32; other reductions:
     /// [`ll_two_shot_all_reduce_any_kernel`]; `mode` is ignored; `stride` is the part each
     /// rank reduces, a multiple of 8 bytes, with every part non-empty and two parts of packets
     /// fitting a slot): see the module docs. The flag and the keeper block as in the one-shot

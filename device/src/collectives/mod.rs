@@ -23,8 +23,8 @@
 //!   staging buffer a peer may still be reading from the previous launch.
 //!
 //! Main kernels and `_any` twins: every reducing kernel exists twice. The main one reduces the
-//! common sums only (f16, bf16, f32: `DeviceReduceOp::is_common_sum`), with loops of constant
-//! type, and moves data of any type; its `_any` twin (`ll_collective_any_kernel`,
+//! sums and pre-multiplied sums (so the floating averages too) of f16, bf16 and f32 only
+//! (`DeviceReduceOp::is_inline`), with loops of constant type, and moves data of any type; its `_any` twin (`ll_collective_any_kernel`,
 //! `ll128_collective_any_kernel`, `ll_two_shot_all_reduce_any_kernel`,
 //! `staged_collective_any_kernel`, `direct_collective_any_kernel`) reduces every type and
 //! operator of `crate::reduce`. So the main kernels' registers (what their occupancy and the
@@ -34,32 +34,33 @@
 
 /// The collective kernels' one dispatch on (type, operator): evaluates `$body` with `$r` bound
 /// to the reducer `$reducer` as a kernel of kind `$any` serves it. A main kernel (`$any`
-/// false) reduces the common sums only (`DeviceReduceOp::is_common_sum`: f16, bf16, f32), each
-/// with a constant [`CommonSum`](crate::reduce::CommonSum), so that its loops carry no type
-/// dispatch and its registers pay for no other type, and evaluates `$other` for any other pair
+/// false) reduces the inline pairs only (`DeviceReduceOp::is_inline`: sums and pre-multiplied
+/// sums of f16, bf16, f32), each type with a constant [`InlineSum`](crate::reduce::InlineSum)
+/// (whose one flag says whether it multiplies), so that its loops carry no type dispatch and
+/// its registers pay for no other type, and evaluates `$other` for any other pair
 /// (its frame refused those already, see [`reducer_for`]); an `_any` kernel (`$any` true)
 /// reduces every pair with the [`Reducer`] as it came (the common sums inline, the rest
 /// through one out-of-line call per unit, see `crate::reduce`).
 macro_rules! with_reducer {
     ($any:expr, $reducer:expr, |$r:ident| $body:expr, $other:expr) => {{
         use ::mscclpp_shared::{DataType, DeviceReduceOp};
-        use $crate::reduce::{CommonSum, Reducer};
+        use $crate::reduce::{InlineSum, Reducer};
         let reducer: Reducer = $reducer;
         if $any {
             let $r = reducer;
             $body
         } else {
             match (reducer.dtype, reducer.op) {
-                (DataType::F16, DeviceReduceOp::Sum) => {
-                    let $r = CommonSum(DataType::F16);
+                (DataType::F16, DeviceReduceOp::Sum | DeviceReduceOp::PreMulSum) => {
+                    let $r = InlineSum::of(DataType::F16, &reducer);
                     $body
                 }
-                (DataType::BF16, DeviceReduceOp::Sum) => {
-                    let $r = CommonSum(DataType::BF16);
+                (DataType::BF16, DeviceReduceOp::Sum | DeviceReduceOp::PreMulSum) => {
+                    let $r = InlineSum::of(DataType::BF16, &reducer);
                     $body
                 }
-                (DataType::F32, DeviceReduceOp::Sum) => {
-                    let $r = CommonSum(DataType::F32);
+                (DataType::F32, DeviceReduceOp::Sum | DeviceReduceOp::PreMulSum) => {
+                    let $r = InlineSum::of(DataType::F32, &reducer);
                     $body
                 }
                 _ => $other,
@@ -152,7 +153,7 @@ fn barrier_with(p: &CollectiveParams, meet: impl Fn(u32) -> bool) -> bool {
 
 /// The reducer a kernel of kind `ANY` uses for `p`, or `None` when it does nothing: a launch
 /// gated out ([`gated_out`]); else an `_any` kernel decodes every type and operator
-/// ([`Reducer::from_params`]); a main kernel only the common sums when the launch `reduces`
+/// ([`Reducer::from_params`]); a main kernel only the inline pairs when the launch `reduces`
 /// (another pair is recorded as `InvalidArgument`: the host launches those on the `_any` twin)
 /// and nothing else (a copy). `None` also for a type or operator this build does not know.
 #[inline(always)]
@@ -178,8 +179,13 @@ fn reducer_serving<const ANY: bool>(
         DataType::from_u32(p.dtype)?,
         DeviceReduceOp::from_u32(p.op)?,
     );
-    if serves && (!reduces || op.is_common_sum(dtype)) {
-        Some(Reducer::plain(dtype, op))
+    if serves && (!reduces || op.is_inline(dtype)) {
+        if op == DeviceReduceOp::PreMulSum {
+            // Its scalar, by value or read from device memory.
+            Reducer::from_params(p)
+        } else {
+            Some(Reducer::plain(dtype, op))
+        }
     } else {
         refuse(p);
         None
@@ -278,7 +284,7 @@ fn mode_reduces(mode: u32) -> bool {
 
 crate::kernel! {
     /// Every collective through the staging region (see the module docs and `CollectiveMode`),
-    /// reducing the common sums (f16, bf16, f32; other reductions:
+    /// reducing the sums and pre-multiplied sums (f16, bf16, f32; other reductions:
     /// [`staged_collective_any_kernel`]). Needs no dynamic shared memory.
     fn staged_collective_kernel(p: CollectiveParams) {
         trace::event(&p.trace, TraceEventKind::Start);

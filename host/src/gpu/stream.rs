@@ -142,9 +142,7 @@ impl Stream {
                     shared_mem_bytes: cfg.shared_mem_bytes,
                 };
                 // SAFETY: forwarded contract: the kernel's addresses stay valid until it ends.
-                let body = move || unsafe { host(params) };
-                s.launch(kernel.spec.name, dims, Box::new(body))
-                    .map_err(launch_err)
+                unsafe { s.launch_kernel(kernel.spec.name, dims, host, params) }.map_err(launch_err)
             }
             _ => Err(Error::Unsupported {
                 what: "launching a kernel of another backend's module",

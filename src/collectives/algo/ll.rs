@@ -20,7 +20,8 @@ pub(crate) struct Ll {
     all_reduce: Kernel<CollectiveParams>,
     all_gather: Kernel<CollectiveParams>,
     others: Kernel<CollectiveParams>,
-    /// The twin of all three for every reduction but the common sums.
+    /// The twin of all three for every reduction but the inline ones (sums and pre-multiplied
+    /// sums of f16, bf16, f32).
     any: Kernel<CollectiveParams>,
     /// The reduce to a root, every type and operator.
     reduce: Kernel<CollectiveParams>,

@@ -19,7 +19,8 @@ pub(crate) struct Ll128 {
     all_reduce: Kernel<CollectiveParams>,
     /// All-gather and reduce-scatter.
     parts: Kernel<CollectiveParams>,
-    /// The twin of both for every reduction but the common sums.
+    /// The twin of both for every reduction but the inline ones (sums and pre-multiplied sums
+    /// of f16, bf16, f32).
     any: Kernel<CollectiveParams>,
 }
 

@@ -25,7 +25,8 @@ use crate::kernels;
 
 pub(crate) struct LlTwoShot {
     kernel: Kernel<CollectiveParams>,
-    /// Its twin for every reduction but the common sums.
+    /// Its twin for every reduction but the inline ones (sums and pre-multiplied sums of f16,
+    /// bf16, f32).
     any: Kernel<CollectiveParams>,
 }
 

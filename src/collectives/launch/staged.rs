@@ -14,7 +14,8 @@ use crate::collectives::regions::Peers;
 use crate::collectives::scratch::Region;
 use crate::kernels;
 
-/// The staged kernel and its twin for every reduction but the common sums.
+/// The staged kernel and its twin for every reduction but the inline ones (sums and
+/// pre-multiplied sums of f16, bf16, f32).
 pub(crate) fn load(s: &SetUp<'_>) -> Result<Twin<CollectiveParams>> {
     Twin::load(
         s,

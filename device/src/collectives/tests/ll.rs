@@ -284,3 +284,82 @@ fn a_two_shot_launch_whose_parts_do_not_fit_does_nothing() {
         );
     }
 }
+
+/// The pre-multiplied sums (and so the floating averages, which the host lowers to them) of
+/// f16, bf16 and f32 reduce inline in the main LL kernels, as the sums do: the main kernel
+/// records nothing (it is not refused for the `_any` twin), its f32 results match the host
+/// reference, and for all three types its output is the twin's bit for bit (the twin's
+/// results are checked against the host reference above; the drop-in's tests check every
+/// type against an independent one through the C ABI). On 2 and 4 ranks, at sizes of whole
+/// words, odd ones and one unit.
+#[test]
+fn main_kernels_reduce_premulsums_inline() {
+    type K = unsafe fn(CollectiveParams);
+    let kernels: [(&str, K, K, M); 3] = [
+        (
+            "all-reduce",
+            ll_all_reduce_kernel,
+            ll_collective_any_kernel,
+            M::AllReduce,
+        ),
+        (
+            "reduce-scatter",
+            ll_collective_kernel,
+            ll_collective_any_kernel,
+            M::ReduceScatter,
+        ),
+        (
+            "two-shot",
+            ll_two_shot_all_reduce_kernel,
+            ll_two_shot_all_reduce_any_kernel,
+            M::AllReduce,
+        ),
+    ];
+    // 2.5 and -0.75 as one element of each type (f32 bits, f16 0x4100 / 0xba00, bf16
+    // 0x4020 / 0xbf40).
+    let scalars = [
+        (DataType::F32, 2.5f32.to_bits()),
+        (DataType::F32, (-0.75f32).to_bits()),
+        (DataType::F16, 0x4100),
+        (DataType::F16, 0xba00),
+        (DataType::BF16, 0x4020),
+        (DataType::BF16, 0xbf40),
+    ];
+    let mut seed = 500;
+    for n in [2, 4] {
+        let w = World::ending_with(n, 3, Region::Ll16);
+        let all: std::vec::Vec<u32> = (0..n).collect();
+        for (name, main, any, mode) in kernels {
+            for (dtype, scalar) in scalars {
+                for bytes in [WHOLE, 4 * 301, 8] {
+                    seed += 1;
+                    let mut c = Call::new(mode, bytes)
+                        .with(dtype, Op::PreMulSum)
+                        .scalar(scalar)
+                        .seed(seed);
+                    if name == "two-shot" {
+                        // Only the shapes the host gives it: every part non-empty.
+                        let stride = part(n, bytes);
+                        if (n as u64 - 1) * stride >= bytes {
+                            continue;
+                        }
+                        c = c.stride(stride);
+                    }
+                    let inline = buffers(&w, &c, false);
+                    w.launch(main, &inline.params, 3, 32, 0);
+                    let twin = buffers(&w, &c, false);
+                    w.launch(any, &twin.params, 3, 32, 0);
+                    for r in 0..n as usize {
+                        assert!(
+                            inline.outputs[r].get() == twin.outputs[r].get(),
+                            "{name} {c:?}: rank {r} of {n} differs from the twin's"
+                        );
+                    }
+                    if dtype == DataType::F32 {
+                        inline.check(&w, &c, &all);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -6,6 +6,21 @@
 //! while it runs. The first failure of queued work is kept and returned by the next
 //! `synchronize` (CUDA reports asynchronous errors the same way).
 //!
+//! # The queue
+//!
+//! The queue and the progress counters live together in `Shared::progress` (a mutex):
+//! submitters push an [`Op`] and count it under the lock and wake the worker (`Shared::work`);
+//! the worker pops under the lock, runs the op without it, then counts it completed and wakes
+//! the waiters (`Shared::cv`). The queue is a `VecDeque` that keeps its capacity, and a kernel
+//! launched through [`Stream::launch_kernel`] carries its parameters inline (up to
+//! [`INLINE_PARAM_BYTES`]), so once a stream has held as many ops as it will, queuing work
+//! allocates nothing (the drop-in's hot path counts on it: `nccl/tests/hot_path.rs`).
+//!
+//! These locks stand for the GPU driver's own queue: they are taken through
+//! [`lock_uncounted`](crate::sync::lock_uncounted), so the per-thread lock count of
+//! `crate::sync` counts the library's locks only, as on a GPU, where a launch takes none of
+//! ours.
+//!
 //! # Handles (foreign streams)
 //!
 //! Every stream has a handle ([`Stream::raw`]): a non-zero `u64`, unique in the process, kept in
@@ -17,16 +32,15 @@
 //! (never lost silently, never run after the owner's drop). The handles `0`, `1` and `2` (CUDA's
 //! default streams) name the device's default stream, owned by the device (`super::Device`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use mscclpp_device::arch::host::grid::{self, GridDims};
 
 use crate::error::{BackendError, Error, Result};
-use crate::sync::{lock, wait, wait_timeout};
+use crate::sync::{lock_uncounted, wait, wait_timeout};
 
 /// Longest a stream's wait for a value ([`Stream::wait_value_u64`]) polls before it records a
 /// failure and lets the stream go on (the one-sided calls' service releases its waits long
@@ -36,6 +50,9 @@ pub const WAIT_VALUE_LIMIT: Duration = Duration::from_secs(600);
 /// How long dropping a stream waits for its queue before leaving the worker to finish alone.
 const DROP_WAIT: Duration = Duration::from_secs(10);
 
+// Large on purpose: a launch carries its parameters inline (module docs, "The queue"), and
+// the queue keeps its slots, so the size costs memory once, never an allocation per op.
+#[allow(clippy::large_enum_variant)]
 enum Op {
     Copy {
         dst: u64,
@@ -45,7 +62,7 @@ enum Op {
     Launch {
         name: &'static str,
         dims: GridDims,
-        body: Box<dyn Fn() + Send + Sync>,
+        body: Body,
     },
     WriteValue {
         dst: u64,
@@ -60,8 +77,60 @@ enum Op {
     Wait(Arc<EventState>, u64),
 }
 
+/// Largest kernel parameters [`Stream::launch_kernel`] carries inline (larger ones are boxed).
+pub const INLINE_PARAM_BYTES: usize = 512;
+
+/// A kernel's body as the queue holds it (large on purpose, as [`Op`]).
+#[allow(clippy::large_enum_variant)]
+enum Body {
+    /// Any closure ([`Stream::launch`]).
+    Boxed(Box<dyn Fn() + Send + Sync>),
+    /// A host kernel and its parameters, inline ([`Stream::launch_kernel`]).
+    Inline(InlineKernel),
+}
+
+/// A host kernel `unsafe fn(P)` and its parameters, without an allocation: `run` is the
+/// kernel's trampoline, which reads `P` back from `params` and calls `host` with it.
+struct InlineKernel {
+    run: unsafe fn(usize, &[u64; INLINE_PARAM_BYTES / 8]),
+    host: usize,
+    params: [u64; INLINE_PARAM_BYTES / 8],
+}
+
+/// [`InlineKernel::run`] for parameters `P`.
+///
+/// # Safety
+/// `host` is an `unsafe fn(P)` cast to `usize` and `params` holds a `P` in its first bytes
+/// ([`InlineKernel`]'s construction); calling it is the launch's contract.
+unsafe fn run_inline<P: bytemuck::Pod>(host: usize, params: &[u64; INLINE_PARAM_BYTES / 8]) {
+    let p: P = bytemuck::pod_read_unaligned(&bytemuck::bytes_of(params)[..size_of::<P>()]);
+    // SAFETY: `host` was made from an `unsafe fn(P)` (the caller's contract); function
+    // pointers and `usize` have the same size.
+    let f = unsafe { std::mem::transmute::<usize, unsafe fn(P)>(host) };
+    // SAFETY: the launch's contract, passed on.
+    unsafe { f(p) }
+}
+
+impl Body {
+    fn run(&self, dims: GridDims) -> std::result::Result<(), grid::GridError> {
+        match self {
+            Self::Boxed(b) => grid::run_grid(dims, &**b),
+            Self::Inline(k) => {
+                // SAFETY: made by `launch_kernel` from a kernel and its parameters, under
+                // its caller's contract.
+                let body = || unsafe { (k.run)(k.host, &k.params) };
+                grid::run_grid(dims, &body)
+            }
+        }
+    }
+}
+
+/// The queue and its progress (module docs, "The queue").
 #[derive(Default)]
 struct Progress {
+    queue: VecDeque<Op>,
+    /// The owner dropped the stream: the worker ends once the queue is empty.
+    closed: bool,
     submitted: u64,
     completed: u64,
     error: Option<BackendError>,
@@ -69,13 +138,22 @@ struct Progress {
 
 struct Shared {
     progress: Mutex<Progress>,
+    /// Progress was made (waiters of `synchronize`, `query`, drop).
     cv: Condvar,
+    /// Work was queued or the stream closed (the worker).
+    work: Condvar,
 }
 
-/// What the owner and every borrower of a stream share: the queue's sending end.
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Progress> {
+        lock_uncounted(&self.progress)
+    }
+}
+
+/// What the owner holds and every borrower holds weakly: once the owner drops it, work
+/// queued through a borrower is refused.
 struct Core {
     id: u64,
-    tx: mpsc::Sender<Op>,
 }
 
 /// The live streams of this process by handle (module docs).
@@ -110,7 +188,7 @@ impl Stream {
     /// runs on the owner's worker, in order with the owner's. `None` when no live stream has
     /// that handle; `Some(Err(ordinal))` when it belongs to device `ordinal`, not `ordinal`.
     pub(super) fn borrow(raw: u64, ordinal: usize) -> Option<std::result::Result<Self, usize>> {
-        let live = lock(&LIVE);
+        let live = lock_uncounted(&LIVE);
         let (owner, core, shared) = live.as_ref()?.get(&raw)?;
         if *owner != ordinal {
             return Some(Err(*owner));
@@ -136,15 +214,15 @@ impl Stream {
     }
 
     pub(super) fn new(ordinal: usize) -> Result<Self> {
-        let (tx, rx) = mpsc::channel::<Op>();
         let shared = Arc::new(Shared {
             progress: Mutex::new(Progress::default()),
             cv: Condvar::new(),
+            work: Condvar::new(),
         });
         let s = shared.clone();
         let worker = std::thread::Builder::new()
             .name(format!("cpu-stream-{ordinal}"))
-            .spawn(move || run_queue(rx, s))
+            .spawn(move || run_queue(&s))
             .map_err(|e| Error::Stream {
                 op: "create stream",
                 ordinal,
@@ -154,11 +232,13 @@ impl Stream {
                 },
             })?;
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        let core = Arc::new(Core { id, tx });
-        lock(&LIVE).get_or_insert_with(HashMap::new).insert(
-            id,
-            (ordinal, Arc::downgrade(&core), Arc::downgrade(&shared)),
-        );
+        let core = Arc::new(Core { id });
+        lock_uncounted(&LIVE)
+            .get_or_insert_with(HashMap::new)
+            .insert(
+                id,
+                (ordinal, Arc::downgrade(&core), Arc::downgrade(&shared)),
+            );
         Ok(Self {
             ordinal,
             id,
@@ -179,14 +259,18 @@ impl Stream {
                 self.id
             ))
         })?;
-        // Counted before it is sent, so that `synchronize` never sees it completed early; a
-        // send that fails is uncounted again.
-        lock(&self.shared.progress).submitted += 1;
-        core.tx.send(op).map_err(|_| {
-            lock(&self.shared.progress).submitted -= 1;
-            self.shared.cv.notify_all();
-            BackendError::Invalid(format!("the worker of stream {:#x} has stopped", core.id))
-        })
+        let mut p = self.shared.lock();
+        if p.closed {
+            return Err(BackendError::Invalid(format!(
+                "the worker of stream {:#x} has stopped",
+                core.id
+            )));
+        }
+        p.queue.push_back(op);
+        p.submitted += 1;
+        drop(p);
+        self.shared.work.notify_one();
+        Ok(())
     }
 
     /// Queues a copy.
@@ -234,7 +318,7 @@ impl Stream {
 
     /// Whether all queued work is done; reports (and clears) a failure of queued work.
     pub fn query(&self) -> Result<bool> {
-        let mut p = lock(&self.shared.progress);
+        let mut p = self.shared.lock();
         if let Some(source) = p.error.take() {
             return Err(self.err("query stream", source));
         }
@@ -254,13 +338,56 @@ impl Stream {
         {
             return Err(grid::GridError::BadDims(dims).into());
         }
-        self.submit(Op::Launch { name, dims, body })
+        self.submit(Op::Launch {
+            name,
+            dims,
+            body: Body::Boxed(body),
+        })
+    }
+
+    /// Queues the host kernel `host` with `params` ([`launch`](Self::launch) of `host(params)`
+    /// per emulated thread), the parameters inline when they fit in [`INLINE_PARAM_BYTES`]
+    /// (no allocation), else boxed.
+    ///
+    /// # Safety
+    /// Calling `host(params)` from every emulated thread is sound until the kernel ends (the
+    /// launch's contract).
+    pub unsafe fn launch_kernel<P: bytemuck::Pod + Send + Sync>(
+        &self,
+        name: &'static str,
+        dims: GridDims,
+        host: unsafe fn(P),
+        params: P,
+    ) -> std::result::Result<(), BackendError> {
+        if size_of::<P>() > INLINE_PARAM_BYTES {
+            // SAFETY: the caller's contract.
+            let body = move || unsafe { host(params) };
+            return self.launch(name, dims, Box::new(body));
+        }
+        if dims.grid == 0
+            || dims.block == 0
+            || dims.grid as u64 * dims.block as u64 > grid::MAX_THREADS as u64
+        {
+            return Err(grid::GridError::BadDims(dims).into());
+        }
+        let mut k = InlineKernel {
+            run: run_inline::<P>,
+            host: host as usize,
+            params: [0; INLINE_PARAM_BYTES / 8],
+        };
+        bytemuck::bytes_of_mut(&mut k.params)[..size_of::<P>()]
+            .copy_from_slice(bytemuck::bytes_of(&params));
+        self.submit(Op::Launch {
+            name,
+            dims,
+            body: Body::Inline(k),
+        })
     }
 
     /// Records `event` after the queued work.
     pub fn record(&self, event: &Event) -> Result<()> {
         let generation = {
-            let mut s = lock(&event.state.inner);
+            let mut s = lock_uncounted(&event.state.inner);
             s.recorded += 1;
             s.recorded
         };
@@ -270,14 +397,14 @@ impl Stream {
 
     /// Later work waits until `event`'s latest record has completed.
     pub fn wait_event(&self, event: &Event) -> Result<()> {
-        let generation = lock(&event.state.inner).recorded;
+        let generation = lock_uncounted(&event.state.inner).recorded;
         self.submit(Op::Wait(event.state.clone(), generation))
             .map_err(|source| self.err("wait event", source))
     }
 
     /// Waits for the queue; returns (and clears) the first failure of queued work.
     pub fn synchronize(&self) -> Result<()> {
-        let mut p = lock(&self.shared.progress);
+        let mut p = self.shared.lock();
         while p.completed < p.submitted {
             p = wait(&self.shared.cv, p);
         }
@@ -297,7 +424,7 @@ impl Stream {
 
     /// Whether all queued work is done.
     pub fn is_idle(&self) -> bool {
-        let p = lock(&self.shared.progress);
+        let p = self.shared.lock();
         p.completed == p.submitted
     }
 
@@ -316,7 +443,7 @@ impl StreamWatcher {
         let Some(shared) = self.0.upgrade() else {
             return false;
         };
-        let mut p = lock(&shared.progress);
+        let mut p = shared.lock();
         while p.completed < p.submitted {
             p = wait(&shared.cv, p);
         }
@@ -329,14 +456,16 @@ impl Drop for Stream {
         let Hold::Owned(core) = &mut self.hold else {
             return; // a borrower leaves the queue to its owner
         };
-        if let Some(live) = lock(&LIVE).as_mut() {
+        if let Some(live) = lock_uncounted(&LIVE).as_mut() {
             live.remove(&self.id);
         }
-        // Dropping the owner's core closes the channel (borrowers hold it weakly), which ends
-        // the worker once its queue is empty.
+        // Dropping the owner's core refuses borrowers' work from now on; closing the queue
+        // ends the worker once it is empty.
         *core = None;
+        self.shared.lock().closed = true;
+        self.shared.work.notify_all();
         let deadline = Instant::now() + DROP_WAIT;
-        let mut p = lock(&self.shared.progress);
+        let mut p = self.shared.lock();
         while p.completed < p.submitted {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -352,15 +481,29 @@ impl Drop for Stream {
     }
 }
 
-fn run_queue(rx: mpsc::Receiver<Op>, shared: Arc<Shared>) {
-    while let Ok(op) = rx.recv() {
+/// The next op of the queue, waiting for one; `None` once the stream is closed and empty.
+fn next_op(shared: &Shared) -> Option<Op> {
+    let mut p = shared.lock();
+    loop {
+        if let Some(op) = p.queue.pop_front() {
+            return Some(op);
+        }
+        if p.closed {
+            return None;
+        }
+        p = wait(&shared.work, p);
+    }
+}
+
+fn run_queue(shared: &Shared) {
+    while let Some(op) = next_op(shared) {
         let result: std::result::Result<(), BackendError> = match op {
             Op::Copy { dst, src, bytes } => {
                 // SAFETY: the submitter's contract (`copy_dtod`).
                 unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, bytes) };
                 Ok(())
             }
-            Op::Launch { name, dims, body } => grid::run_grid(dims, &*body).map_err(|e| {
+            Op::Launch { name, dims, body } => body.run(dims).map_err(|e| {
                 tracing::error!("kernel {name} failed on the CPU backend: {e}");
                 BackendError::Kernel { name, source: e }
             }),
@@ -392,21 +535,21 @@ fn run_queue(rx: mpsc::Receiver<Op>, shared: Arc<Shared>) {
                 }
             }
             Op::Record(state, generation) => {
-                let mut s = lock(&state.inner);
+                let mut s = lock_uncounted(&state.inner);
                 s.completed = s.completed.max(generation);
                 s.time = Some(Instant::now());
                 state.cv.notify_all();
                 Ok(())
             }
             Op::Wait(state, generation) => {
-                let mut s = lock(&state.inner);
+                let mut s = lock_uncounted(&state.inner);
                 while s.completed < generation {
                     s = wait(&state.cv, s);
                 }
                 Ok(())
             }
         };
-        let mut p = lock(&shared.progress);
+        let mut p = shared.lock();
         p.completed += 1;
         if let Err(e) = result
             && p.error.is_none()
@@ -446,7 +589,7 @@ impl Event {
 
     /// Waits until the latest record has been reached.
     pub fn synchronize(&self) -> Result<()> {
-        let mut s = lock(&self.state.inner);
+        let mut s = lock_uncounted(&self.state.inner);
         let target = s.recorded;
         while s.completed < target {
             s = wait(&self.state.cv, s);
@@ -456,14 +599,14 @@ impl Event {
 
     /// Whether the latest record has been reached.
     pub fn query(&self) -> Result<bool> {
-        let s = lock(&self.state.inner);
+        let s = lock_uncounted(&self.state.inner);
         Ok(s.completed >= s.recorded)
     }
 
     /// Milliseconds from `start` to `self`.
     pub fn elapsed_ms(&self, start: &Event) -> Result<f32> {
-        let end = lock(&self.state.inner).time;
-        let begin = lock(&start.state.inner).time;
+        let end = lock_uncounted(&self.state.inner).time;
+        let begin = lock_uncounted(&start.state.inner).time;
         match (begin, end) {
             (Some(b), Some(e)) => Ok(e.saturating_duration_since(b).as_secs_f32() * 1e3),
             _ => Err(Error::Stream {
