@@ -11,15 +11,21 @@ bash gpu-bundle/unpack.sh >/dev/null || exit 1
 export NCCL_NVLS_ENABLE=0 CUDA_DEVICE_MAX_CONNECTIONS=32
 lib="$root/gpu-bundle/tests/libmscclpp_nccl.so"
 left() { echo $((end - SECONDS)); }
-echo "== per-call cost, world size 1 (ours vs NVIDIA's NCCL)"
-OUT=$out timeout ${PERCALL_S:-220} bash gpu-bundle/run-percall.sh --dtypes float32,bfloat16 --reps 5 --iters 20 2>&1 | tail -70
 for n in 4 8; do
   [ "$(left)" -lt 60 ] && { echo "NOT STARTED (time) torch world $n"; continue; }
   s=$SECONDS
-  MSCCLPP_RANKS_PER_GPU=$n LD_PRELOAD="$lib" timeout 110 python3 nccl/tests/python/torch_collectives.py \
+  MSCCLPP_RANKS_PER_GPU=$n LD_PRELOAD="$lib" timeout 80 python3 nccl/tests/python/torch_collectives.py \
     --expect mscclpp --world-size $n --out $work/torch$n >$work/torch$n.log 2>&1; rc=$?
   echo "torch world $n through the drop-in on one GPU: rc=$rc $((SECONDS - s)) s; ok lines: $(grep -ciE '\bok\b' $work/torch$n.log)"
   grep -iE "fail|error|mismatch|NOT RUN|Traceback" $work/torch$n.log | head -6 | sed 's/^/   | /'; tail -3 $work/torch$n.log | sed 's/^/   | /'
+done
+echo "== per-call cost, world size 1 (ours vs NVIDIA's NCCL)"
+OUT=$out timeout ${PERCALL_S:-110} bash gpu-bundle/run-percall.sh --dtypes float32 --step 8 --reps 5 --iters 20 2>&1 | tail -70
+echo "== test binaries in the mode (issues 32, 33, 30)"
+[ -d gpu-bundle/plans ] && [ ! -d ../shared/mscclpp-plans ] && mkdir -p ../shared && cp -r gpu-bundle/plans ../shared/mscclpp-plans
+for t in executor-test recovery-test frameworks-test; do
+  [ "$(left)" -lt 40 ] && { echo "NOT STARTED (time) $t"; continue; }
+  OUT=$work MSCCLPP_RANKS_PER_GPU=8 bash scripts/gpu-probe/shared-run.sh 70 $t
 done
 if [ "$(left)" -gt 50 ]; then
   s=$SECONDS
