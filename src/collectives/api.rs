@@ -30,6 +30,9 @@ pub struct Collectives {
     engine: Engine,
     /// The built-in kernels (shared by every `Collectives` on the device: `setup.rs`).
     _module: Arc<Module>,
+    /// The configuration as it was asked for, before set-up fitted it to this world (a shrunk
+    /// or grown world is set up from it again: [`requested_config`](Self::requested_config)).
+    requested: CollectiveConfig,
 }
 
 impl Collectives {
@@ -42,6 +45,7 @@ impl Collectives {
     /// Sets up collectives with `cfg`, which must be identical on every rank: a rank whose
     /// settings differ from another's gets `Error::ConfigMismatch` (and so does the other).
     pub fn with_config(comm: Arc<Communicator>, mut cfg: CollectiveConfig) -> Result<Self> {
+        let requested = cfg;
         let trace = comm.trace().clone();
         let _span = trace.span(Category::Setup, "collectives");
         cfg.max_blocks = algo::channel_rows(&cfg);
@@ -78,6 +82,7 @@ impl Collectives {
                 Context::new(comm, cfg, layout, wiring, sharing.most_on_one_gpu > 1)?,
             )?,
             _module: module,
+            requested,
         })
     }
 
@@ -136,9 +141,17 @@ impl Collectives {
         self.engine.order.drain(timeout)
     }
 
-    /// The configuration in use.
+    /// The configuration in use: the one asked for, fitted to this world at set-up (launch
+    /// shapes within a GPU's share when ranks share it, `sharing.rs`).
     pub fn config(&self) -> CollectiveConfig {
         self.cx().cfg
+    }
+
+    /// The configuration as it was passed to [`with_config`](Self::with_config) (or made by
+    /// [`new`](Self::new)), before set-up fitted it to this world: what a shrunk or grown
+    /// world is set up from, and what a newcomer to a grown world passes.
+    pub fn requested_config(&self) -> CollectiveConfig {
+        self.requested
     }
 
     /// The transport this rank's collectives use to reach every rank (`None` for this rank

@@ -67,15 +67,17 @@ impl Collectives {
     /// set. Works on revoked or aborted collectives; these are left as they are.
     pub fn shrink(&self, exclude: &[usize]) -> Result<Collectives> {
         let comm = self.communicator().shrink(exclude)?;
-        Self::with_config(Arc::new(comm), self.config())
+        Self::with_config(Arc::new(comm), self.requested_config())
     }
 
     /// The collectives of a grown world (NCCL's `ncclCommGrow`): this world's ranks keep
     /// their ranks, newcomers join as ranks `size()..new_size` with the ticket's id
     /// (`Communicator::grow`; rank 0 passes the ticket, see `Communicator::grow_ticket`), set up
     /// afresh with this one's configuration. The newcomers make theirs with
-    /// [`Collectives::with_config`] and the same configuration ([`config`](Self::config) of
-    /// any old rank; a different one fails every rank's set-up with `Error::ConfigMismatch`).
+    /// [`Collectives::with_config`] and the same configuration
+    /// ([`requested_config`](Self::requested_config) of any old rank, not the
+    /// [`config`](Self::config) set-up fitted to the old world, which differs when ranks share a
+    /// GPU; a different one fails every rank's set-up with `Error::ConfigMismatch`).
     pub fn grow(
         &self,
         new_size: usize,
@@ -83,6 +85,6 @@ impl Collectives {
         configure: impl FnOnce(BootstrapConfig) -> BootstrapConfig,
     ) -> Result<Collectives> {
         let comm = self.communicator().grow(new_size, ticket, configure)?;
-        Self::with_config(Arc::new(comm), self.config())
+        Self::with_config(Arc::new(comm), self.requested_config())
     }
 }

@@ -799,9 +799,26 @@ impl Registry {
     }
 
     /// Sends every peer `unmap` for `reg`.
+    /// Tells every peer to unmap `reg`. A peer whose bootstrap connection has closed (it
+    /// destroyed its communicator first, as ranks tearing down in any order do) maps nothing
+    /// any more: it is skipped, not an error of this deregistration. Every peer is told
+    /// whatever one of them answers; the first other failure is returned.
     fn send_unmap(&self, reg: &Registration) -> Result<()> {
         let msg = message(OP_UNMAP, reg.slot, reg.generation, 0, 0, &[]);
-        self.to_peers(&msg)
+        let (n, me) = (self.comm.size(), self.comm.rank());
+        let mut first = None;
+        for q in (0..n).filter(|&q| q != me) {
+            match self.comm.bootstrap().send(q, REG_TAG, &msg) {
+                Ok(()) => {}
+                Err(Error::BootstrapPeerClosed { .. }) => {
+                    tracing::debug!(rank = me, peer = q, "an unmap for a peer that has left");
+                }
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        first.map_or(Ok(()), Err)
     }
 
     fn to_peers(&self, msg: &[u8]) -> Result<()> {
