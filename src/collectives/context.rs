@@ -160,6 +160,10 @@ pub(crate) struct Context {
     pub multi: Option<MultiNode>,
     pub comm: Arc<Communicator>,
     pub cfg: CollectiveConfig,
+    /// Whether ranks of this world share a GPU (`sharing.rs`): then an algorithm queues a
+    /// call's work on the call's stream only (no side streams whose waits for events could
+    /// hold a work queue that a peer's kernel sits behind).
+    pub shared_gpu: bool,
     pub layout: ScratchLayout,
     /// The callers' buffers registered for the direct and copy-engine paths (the per-call
     /// exchange's caches, which the registry shares).
@@ -222,6 +226,7 @@ impl Context {
         let registry = Registry::new(&comm, &buffers, &regions)?;
         Ok(Self {
             regions,
+            shared_gpu,
             multi: w.multi,
             comm,
             cfg,

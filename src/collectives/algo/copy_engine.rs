@@ -242,7 +242,12 @@ impl CopyEngine {
             .filter(|&&(q, dst, src, _)| q == me && dst != src)
             .collect();
         if !local.is_empty() {
-            let side = self.side.get()?;
+            // One stream when ranks share a GPU (`Context::shared_gpu`).
+            let side = if cx.shared_gpu {
+                stream
+            } else {
+                self.side.get()?
+            };
             stream.record(&self.fork)?;
             side.wait_event(&self.fork)?;
             for &&(_, dst, src, len) in &local {

@@ -152,7 +152,14 @@ pub fn run(
     };
     let (input, output) = (t[0][me], t[1][me]);
     cx.ensure_healthy()?;
-    let (scatter, gather) = (ce.scatter.get()?, ce.gather.get()?);
+    // Ranks sharing a GPU run the pipeline on the call's stream alone (`Context::shared_gpu`):
+    // a side stream's wait for `reduced` could hold the work queue a peer's scatter sits in
+    // (seen on an H200: two ranks' barriers spinning, two never started).
+    let (scatter, gather) = if cx.shared_gpu {
+        (stream, stream)
+    } else {
+        (ce.scatter.get()?, ce.gather.get()?)
+    };
     stream.record(&ce.fork)?;
     scatter.wait_event(&ce.fork)?;
     gather.wait_event(&ce.fork)?;
