@@ -77,6 +77,9 @@ fn value(r: usize, k: usize, i: usize) -> f32 {
     (((i * 7 + r * 13 + k * 5) % 23) as f32) - 11.0
 }
 
+/// Taken by a rank while it makes a local refusal and reads its text (the last error is the
+/// newest of the process, and the two ranks are threads of one process).
+static LOCAL_REFUSALS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 #[test]
 fn a_plan_runs_through_the_c_api_and_bad_calls_are_refused() {
     isolated(
@@ -158,6 +161,9 @@ fn a_plan_runs_through_the_c_api_and_bad_calls_are_refused() {
                 let x = |exec, plan, dt, packet, out: *mut c_void| unsafe {
                     (a.execute)(exec, plan, buf.ptr(), bytes, out, bytes, dt, packet, STREAM)
                 };
+                // The refusals below are local and read `ncclGetLastError`, the newest error of
+                // the process: one rank at a time, so the other's refusal is not the newest.
+                let one_at_a_time = LOCAL_REFUSALS.lock().unwrap_or_else(|e| e.into_inner());
                 fails(
                     x(forged, plan, FLOAT32, LL16, buf.ptr()),
                     INVALID_ARGUMENT,
@@ -182,6 +188,7 @@ fn a_plan_runs_through_the_c_api_and_bad_calls_are_refused() {
                     &["data type"],
                     "a bad data type",
                 );
+                drop(one_at_a_time);
                 // Both ranks make the same wrong call: both refuse it (they agree first).
                 fails(
                     x(exec, plan, FLOAT32, LL16, other.ptr()),
