@@ -323,6 +323,13 @@ impl Communicator {
         self.check_alive().err()
     }
 
+    /// Why this communicator can do no more work, if it cannot: the status block's error (a
+    /// device wait that gave up, an abort), else the sticky asynchronous error
+    /// ([`async_error`](Self::async_error)).
+    pub fn failure(&self) -> Option<Error> {
+        self.status().error().or_else(|| self.async_error())
+    }
+
     fn check_alive(&self) -> Result<()> {
         self.health.check()
     }

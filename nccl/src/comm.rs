@@ -504,7 +504,7 @@ impl Comm {
         let mut sticky = lock(&self.sticky);
         if sticky.is_none() {
             let c = self.coll.communicator();
-            if let Some(e) = c.status().error().or_else(|| c.async_error()) {
+            if let Some(e) = c.failure() {
                 let e = NcclError::library("the communicator")(e);
                 *sticky = Some((e.code(), e.text()));
             }

@@ -416,12 +416,7 @@ impl Context {
     /// (its recorded error), a peer died or `abort()` was called. A launch would only wait
     /// until the abort flag releases it.
     pub fn ensure_healthy(&self) -> Result<()> {
-        match self
-            .comm
-            .status()
-            .error()
-            .or_else(|| self.comm.async_error())
-        {
+        match self.comm.failure() {
             Some(e) => Err(e),
             None => Ok(()),
         }

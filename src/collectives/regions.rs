@@ -310,12 +310,7 @@ impl LazyRegions {
         let mut backoff = mscclpp_host::backoff::Backoff::new();
         for &q in peers {
             while !self.is_ready_with(i, q) {
-                if let Some(e) = self
-                    .comm
-                    .status()
-                    .error()
-                    .or_else(|| self.comm.async_error())
-                {
+                if let Some(e) = self.comm.failure() {
                     return Err(e);
                 }
                 if Instant::now() >= deadline {

@@ -870,12 +870,7 @@ impl Registry {
                 Some(e) if e.waiting == 0 => return Ok(()),
                 Some(_) => {}
             }
-            if let Some(e) = self
-                .comm
-                .status()
-                .error()
-                .or_else(|| self.comm.async_error())
-            {
+            if let Some(e) = self.comm.failure() {
                 return Err(e);
             }
             let left = deadline.saturating_duration_since(Instant::now());
